@@ -1,0 +1,24 @@
+//! The three CRDs karpenter serves and reads, with Karpenter's JSON names, defaults and schema:
+//! `karpenter.sh/v1` [`NodePool`] and [`NodeClaim`], `karpenter.k8s.aws/v1` [`EC2NodeClass`].
+//!
+//! Types deserialize leniently where Karpenter's schema uses patterns (durations, budgets), so a
+//! bad value reaches [`validation`], which reports every problem of a document with its field
+//! path. [`crd`] generates the CustomResourceDefinitions from these types; the OpenAPI schema it
+//! emits carries the same patterns, enums, bounds and CEL rules so a real API server enforces
+//! what [`validation`] checks.
+
+pub mod conditions;
+pub mod crd;
+pub mod duration;
+pub mod ec2nodeclass;
+pub mod labels;
+pub mod nodeclaim;
+pub mod nodepool;
+pub mod requirements;
+pub mod schema;
+pub mod taints;
+pub mod validation;
+
+pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
+pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference};
+pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};

@@ -1,0 +1,2 @@
+//! The brain of karpenter.
+pub mod apis;
