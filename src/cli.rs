@@ -1,0 +1,55 @@
+//! The command line: `karpenter <command>`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use karpenter_config::Settings;
+
+/// A Kubernetes node autoscaler for AWS, compatible with Karpenter v1.5.
+#[derive(Debug, Parser)]
+#[command(name = "karpenter", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the CustomResourceDefinitions (NodePool, NodeClaim, EC2NodeClass) as YAML.
+    Crds {
+        /// Write one file per CRD into this directory instead of printing them.
+        #[arg(long, value_name = "DIR")]
+        output_dir: Option<PathBuf>,
+    },
+    /// Check NodePool, NodeClaim and EC2NodeClass manifests as the API server would.
+    ///
+    /// Exits 0 when every document is valid, 1 when any has a problem, 2 when an input cannot
+    /// be read or parsed. Documents of other kinds are skipped with a note.
+    Validate {
+        /// Files or directories of YAML (multi-document) to check; `-` reads standard input.
+        #[arg(short = 'f', long = "filename", value_name = "FILE", required = true, num_args = 1..)]
+        files: Vec<PathBuf>,
+    },
+    /// Print the effective settings (flags, then environment, then defaults) and check them.
+    #[command(name = "settings")]
+    ShowSettings {
+        /// Also apply the checks `run` makes (`CLUSTER_NAME` required).
+        #[arg(long)]
+        for_run: bool,
+        #[command(flatten)]
+        settings: Box<Settings>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::Cli;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,28 @@
+//! One module per subcommand. Each takes its inputs and two writers (report, diagnostics) and
+//! returns a [`Status`], so tests run commands in-process and read what they print.
+
+pub mod crds;
+pub mod settings;
+pub mod validate;
+
+/// How a command ended; the process exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Everything checked out.
+    Success,
+    /// The command ran and found problems (invalid manifests, invalid settings).
+    Problems,
+    /// The command could not read its input.
+    BadInput,
+}
+
+impl Status {
+    #[must_use]
+    pub fn code(self) -> u8 {
+        match self {
+            Self::Success => 0,
+            Self::Problems => 1,
+            Self::BadInput => 2,
+        }
+    }
+}
