@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace: unit, integration, property and doc tests.
+# This is the README's test command and what CI runs after formatting and lints.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo nextest run --workspace --no-fail-fast
+cargo test --workspace --doc --quiet
