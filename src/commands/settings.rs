@@ -44,7 +44,10 @@ mod tests {
     #[test]
     fn default_settings_are_valid_for_simulation() {
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        assert_eq!(run(&Settings::default(), false, &mut out, &mut err), Status::Success);
+        assert_eq!(
+            run(&Settings::default(), false, &mut out, &mut err),
+            Status::Success
+        );
         assert!(String::from_utf8_lossy(&out).contains("batch_idle_duration: 1s"));
     }
 }
