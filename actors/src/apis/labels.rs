@@ -116,8 +116,8 @@ pub const TAG_NAME: &str = "Name";
 
 // ---- label key rules -----------------------------------------------------------------------
 
-/// Labels the scheduler understands, so users may require them even in restricted domains.
-pub const WELL_KNOWN_LABELS: &[&str] = &[
+/// Labels the scheduler understands that are not AWS-specific (see [`AWS_WELL_KNOWN_LABELS`]).
+pub const CORE_WELL_KNOWN_LABELS: &[&str] = &[
     NODEPOOL,
     CAPACITY_TYPE,
     INSTANCE_TYPE,
@@ -127,29 +127,14 @@ pub const WELL_KNOWN_LABELS: &[&str] = &[
     REGION,
     WINDOWS_BUILD,
     ZONE_ID,
-    INSTANCE_CATEGORY,
-    INSTANCE_FAMILY,
-    INSTANCE_GENERATION,
-    INSTANCE_SIZE,
-    INSTANCE_CPU,
-    INSTANCE_CPU_MANUFACTURER,
-    INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
-    INSTANCE_MEMORY,
-    INSTANCE_HYPERVISOR,
-    INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
-    INSTANCE_EBS_BANDWIDTH,
-    INSTANCE_NETWORK_BANDWIDTH,
-    INSTANCE_LOCAL_NVME,
-    INSTANCE_GPU_NAME,
-    INSTANCE_GPU_MANUFACTURER,
-    INSTANCE_GPU_COUNT,
-    INSTANCE_GPU_MEMORY,
-    INSTANCE_ACCELERATOR_NAME,
-    INSTANCE_ACCELERATOR_MANUFACTURER,
-    INSTANCE_ACCELERATOR_COUNT,
-    CAPACITY_RESERVATION_ID,
-    EC2NODECLASS,
 ];
+
+/// Whether the scheduler understands this label, so users may require it even in a restricted
+/// domain.
+#[must_use]
+pub fn is_well_known(key: &str) -> bool {
+    CORE_WELL_KNOWN_LABELS.contains(&key) || AWS_WELL_KNOWN_LABELS.contains(&key)
+}
 
 /// Deprecated label keys and the stable keys they mean.
 pub const NORMALIZED_LABELS: &[(&str, &str)] = &[
@@ -321,6 +306,13 @@ mod tests {
     fn only_nodeclaims_may_require_their_nodepool() {
         assert!(restriction(NODEPOOL, LabelUse::NodePoolRequirement).is_some());
         assert_eq!(restriction(NODEPOOL, LabelUse::NodeClaimRequirement), None);
+    }
+
+    #[test]
+    fn aws_instance_labels_are_well_known() {
+        assert!(is_well_known(INSTANCE_GPU_COUNT));
+        assert!(is_well_known(ZONE_ID));
+        assert!(!is_well_known("example.com/team"));
     }
 
     #[test]
