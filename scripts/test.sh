@@ -4,5 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Python tools the tests drive (the Helm SDK, schema validators): see scripts/requirements.txt.
+scripts/venv.sh
+
 cargo nextest run --workspace --no-fail-fast
 cargo test --workspace --doc --quiet
