@@ -208,3 +208,45 @@ fn table_at<'t>(
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn rendered(input: &UserDataInput) -> Table {
+        render(input).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn an_empty_kubelet_map_clears_the_users_setting_and_an_unset_one_keeps_it() {
+        let mut input = UserDataInput {
+            user_data: Some("[settings.kubernetes.eviction-hard]\n\"memory.available\" = \"12%\"\n[settings.kubernetes.kube-reserved]\ncpu = \"1\"\n".into()),
+            ..UserDataInput::default()
+        };
+        input.kubelet.eviction_hard = Some(BTreeMap::new());
+        let doc = rendered(&input);
+        let kubernetes = doc["settings"]["kubernetes"].as_table().unwrap();
+        assert!(!kubernetes.contains_key("eviction-hard"));
+        assert_eq!(kubernetes["kube-reserved"]["cpu"].as_str(), Some("1"));
+    }
+
+    #[test]
+    fn the_users_certificate_stays_when_the_cluster_ca_is_unknown() {
+        let input = UserDataInput {
+            user_data: Some("[settings.kubernetes]\ncluster-certificate = \"user-ca\"\n".into()),
+            ..UserDataInput::default()
+        };
+        let doc = rendered(&input);
+        assert_eq!(
+            doc["settings"]["kubernetes"]["cluster-certificate"].as_str(),
+            Some("user-ca")
+        );
+        assert!(
+            doc["settings"]["kubernetes"]
+                .get("cluster-dns-ip")
+                .is_none()
+        );
+    }
+}
