@@ -7,6 +7,7 @@
 //! launch template hash over it) is stable.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use karpenter_config::{format_go_duration, parse_go_duration};
@@ -183,8 +184,8 @@ pub(crate) fn go_quote(text: &str) -> String {
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
             c if c.is_control() => {
-                let _ =
-                    std::fmt::Write::write_fmt(&mut out, format_args!("\\x{:02x}", u32::from(c)));
+                // Writing to a String cannot fail.
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
             }
             c => out.push(c),
         }
