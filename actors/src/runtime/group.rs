@@ -317,9 +317,9 @@ impl Handler<ChildStopped> for GroupActor {
         let child = &self.children[index];
         let label = child.target.label();
         let restart = child.restart.restarts_after(report.reason.is_normal());
-        self.record
-            .child_stopped(&label, &report.reason.to_string(), restart);
+        let reason_text = report.reason.to_string();
         if !restart {
+            self.record.child_stopped(&label, &reason_text, false);
             child.target.command(Command::Stop);
             return;
         }
@@ -333,9 +333,11 @@ impl Handler<ChildStopped> for GroupActor {
             self.restarts.pop_front();
         }
         if self.restarts.len() > self.spec.max_restarts as usize {
+            self.record.child_stopped(&label, &reason_text, false);
             self.escalate(&label, &report.reason);
             return;
         }
+        self.record.child_stopped(&label, &reason_text, true);
         let delay = self.next_delay(index, now);
         tracing::info!(group = self.spec.name, child = %label, reason = %report.reason, ?delay, "restarting child");
         match self.spec.strategy {
