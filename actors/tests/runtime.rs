@@ -156,7 +156,11 @@ impl Mail for ScheduleTick {
     const NAME: &'static str = "ScheduleTick";
 }
 impl Handles<ScheduleTick> for Counter {
-    async fn handle(&mut self, m: ScheduleTick, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+    async fn handle(
+        &mut self,
+        m: ScheduleTick,
+        ctx: &mut ActorCtx<Self>,
+    ) -> Result<(), ActorError> {
         ctx.send_after(m.0, Tick);
         Ok(())
     }
@@ -249,15 +253,17 @@ async fn a_panicking_handler_restarts_the_actor_with_fresh_state_and_counts_one_
     tokio::time::pause();
     let (kit, _) = kit();
     let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
-    let counter = root
-        .spawn::<Counter>("c", CounterDeps::default())
-        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
     assert_eq!(add(&counter, 5).await, 5);
 
     let error = counter.request(Boom, TIMEOUT).await.unwrap_err();
     assert!(matches!(error, SendError::Panicked { ref panic, .. } if panic == "boom at 5"));
 
-    assert_eq!(add(&counter, 1).await, 1, "a fresh instance starts from zero");
+    assert_eq!(
+        add(&counter, 1).await,
+        1,
+        "a fresh instance starts from zero"
+    );
     let snapshot = kit.snapshot();
     let actor = snapshot.actor("Counter", "c").unwrap();
     assert_eq!(actor.panics, 1);
@@ -271,9 +277,7 @@ async fn callers_of_a_panicked_request_get_an_error() {
     tokio::time::pause();
     let (kit, _) = kit();
     let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
-    let counter = root
-        .spawn::<Counter>("c", CounterDeps::default())
-        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
     // A panic on the first poll and one after an await: both answer the caller at once.
     let first = counter.request(Boom, TIMEOUT).await.unwrap_err();
     assert_eq!(first.category(), "panicked");
@@ -298,9 +302,7 @@ async fn a_recoverable_error_keeps_the_state() {
     tokio::time::pause();
     let (kit, _) = kit();
     let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
-    let counter = root
-        .spawn::<Counter>("c", CounterDeps::default())
-        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
     add(&counter, 3).await;
     let error = counter
         .request(Fail { fatal: false }, TIMEOUT)
@@ -331,9 +333,7 @@ async fn a_child_that_exceeds_its_intensity_escalates() {
                 .backoff(fast_backoff()),
         )
         .unwrap();
-    let counter = inner
-        .spawn::<Counter>("c", CounterDeps::default())
-        .unwrap();
+    let counter = inner.spawn::<Counter>("c", CounterDeps::default()).unwrap();
     for _ in 0..3 {
         counter.request(Boom, TIMEOUT).await.unwrap_err();
     }
@@ -354,7 +354,10 @@ async fn a_child_that_exceeds_its_intensity_escalates() {
         .find(|s| s.name == "inner")
         .unwrap();
     assert_eq!(inner_snapshot.escalations, 1);
-    assert_eq!(inner_snapshot.restarts, 2, "two restarts, the third escalated");
+    assert_eq!(
+        inner_snapshot.restarts, 2,
+        "two restarts, the third escalated"
+    );
     assert_eq!(snapshot.actor("Counter", "c").unwrap().state, "suspended");
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
@@ -375,9 +378,7 @@ async fn an_escalated_group_is_restarted_by_its_parent_with_fresh_children() {
                 .backoff(fast_backoff()),
         )
         .unwrap();
-    let counter = inner
-        .spawn::<Counter>("c", CounterDeps::default())
-        .unwrap();
+    let counter = inner.spawn::<Counter>("c", CounterDeps::default()).unwrap();
     add(&counter, 7).await;
     counter.request(Boom, TIMEOUT).await.unwrap_err();
     // Queued while the inner group is escalated: delivered once the root restarts it.
@@ -433,9 +434,7 @@ async fn a_panic_injected_in_started_is_supervised() {
     let root = kit
         .root(GroupSpec::one_for_one("root").backoff(fast_backoff()))
         .unwrap();
-    let counter = root
-        .spawn::<Counter>("c", CounterDeps::default())
-        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
     assert_eq!(add(&counter, 1).await, 1);
     let snapshot = kit.snapshot();
     let actor = snapshot.actor("Counter", "c").unwrap();
@@ -465,7 +464,13 @@ async fn one_for_all_restarts_the_whole_group() {
     b.request(Boom, TIMEOUT).await.unwrap_err();
     let interrupted = waiting.await.unwrap().unwrap_err();
     assert!(
-        matches!(interrupted, SendError::Interrupted { message: "Wait", .. }),
+        matches!(
+            interrupted,
+            SendError::Interrupted {
+                message: "Wait",
+                ..
+            }
+        ),
         "{interrupted}"
     );
     for actor in [&a, &b, &c] {
@@ -502,9 +507,7 @@ async fn a_message_sent_while_a_child_restarts_is_delivered_to_the_fresh_instanc
     let root = kit
         .root(GroupSpec::one_for_one("root").backoff(backoff))
         .unwrap();
-    let counter = root
-        .spawn::<Counter>("c", CounterDeps::default())
-        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
     add(&counter, 5).await;
     counter.request(Boom, TIMEOUT).await.unwrap_err();
     // The restart waits 10 s: the event and the request queue meanwhile.
@@ -518,7 +521,10 @@ async fn a_message_sent_while_a_child_restarts_is_delivered_to_the_fresh_instanc
         .request(Add(1), Duration::from_secs(1))
         .await
         .unwrap_err();
-    assert!(matches!(error, SendError::Timeout { message: "Add", .. }), "{error}");
+    assert!(
+        matches!(error, SendError::Timeout { message: "Add", .. }),
+        "{error}"
+    );
 }
 
 #[actix::test]
@@ -528,9 +534,7 @@ async fn a_request_queued_behind_an_escalation_fails_with_stopped_when_the_group
     let root = kit
         .root(GroupSpec::one_for_one("root").intensity(0, Duration::from_secs(60)))
         .unwrap();
-    let counter = root
-        .spawn::<Counter>("c", CounterDeps::default())
-        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
     counter.request(Boom, TIMEOUT).await.unwrap_err();
     root.escalated().await;
     let pending = {
@@ -540,7 +544,10 @@ async fn a_request_queued_behind_an_escalation_fails_with_stopped_when_the_group
     tokio::task::yield_now().await;
     root.stop().await;
     let error = pending.await.unwrap().unwrap_err();
-    assert!(matches!(error, SendError::Stopped { message: "Add", .. }), "{error}");
+    assert!(
+        matches!(error, SendError::Stopped { message: "Add", .. }),
+        "{error}"
+    );
     let error = counter.try_send_event(Add(1)).unwrap_err();
     assert!(matches!(error, Overflow::Stopped { .. }), "{error}");
     assert!(kit.registry().is_empty());
@@ -599,7 +606,15 @@ async fn a_family_routes_by_key_and_a_restarted_member_keeps_its_key() {
     y.terminated().await;
     assert_eq!(family.keys(), vec!["x"]);
     assert_eq!(kit.registry().count_kind("Counter"), 1);
-    assert_eq!(family.ensure("y").unwrap().request(Add(1), TIMEOUT).await.unwrap(), 1);
+    assert_eq!(
+        family
+            .ensure("y")
+            .unwrap()
+            .request(Add(1), TIMEOUT)
+            .await
+            .unwrap(),
+        1
+    );
 }
 
 #[actix::test]
@@ -625,9 +640,7 @@ async fn a_permanent_actor_that_stops_itself_is_restarted() {
     let root = kit
         .root(GroupSpec::one_for_one("root").backoff(fast_backoff()))
         .unwrap();
-    let counter = root
-        .spawn::<Counter>("c", CounterDeps::default())
-        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
     add(&counter, 4).await;
     counter.request(StopSelf, TIMEOUT).await.unwrap();
     assert_eq!(add(&counter, 1).await, 1);
@@ -639,9 +652,7 @@ async fn a_full_mailbox_rejects_events_and_counts_overflows() {
     tokio::time::pause();
     let (kit, _) = kit();
     let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
-    let counter = root
-        .spawn::<Counter>("c", CounterDeps::default())
-        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
     add(&counter, 0).await;
     // Hold the actor busy so nothing drains.
     let busy = {
@@ -676,22 +687,28 @@ async fn a_timer_set_before_a_restart_is_dropped() {
     let root = kit
         .root(GroupSpec::one_for_one("root").backoff(fast_backoff()))
         .unwrap();
-    let counter = root
-        .spawn::<Counter>("c", CounterDeps::default())
-        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
     counter
         .request(ScheduleTick(Duration::from_secs(5)), TIMEOUT)
         .await
         .unwrap();
     counter.request(Boom, TIMEOUT).await.unwrap_err();
     tokio::time::sleep(Duration::from_secs(6)).await;
-    assert_eq!(add(&counter, 0).await, 0, "the old instance's tick never arrives");
+    assert_eq!(
+        add(&counter, 0).await,
+        0,
+        "the old instance's tick never arrives"
+    );
     counter
         .request(ScheduleTick(Duration::from_secs(1)), TIMEOUT)
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(add(&counter, 0).await, 100, "the fresh instance's tick arrives");
+    assert_eq!(
+        add(&counter, 0).await,
+        100,
+        "the fresh instance's tick arrives"
+    );
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
     assert!(text.contains(
@@ -733,11 +750,23 @@ async fn failures_under(plan: FaultPlan) -> (Vec<String>, Vec<(String, u64)>) {
 
 fn chaos_plan(seed: u64) -> FaultPlan {
     FaultPlan::new(seed)
-        .with_rule(FaultRule::new(FaultAction::Panic).message("Add").probability(0.1))
+        .with_rule(
+            FaultRule::new(FaultAction::Panic)
+                .message("Add")
+                .probability(0.1),
+        )
         .unwrap()
-        .with_rule(FaultRule::new(FaultAction::Error).message("Add").probability(0.1))
+        .with_rule(
+            FaultRule::new(FaultAction::Error)
+                .message("Add")
+                .probability(0.1),
+        )
         .unwrap()
-        .with_rule(FaultRule::new(FaultAction::Drop).message("Add").probability(0.1))
+        .with_rule(
+            FaultRule::new(FaultAction::Drop)
+                .message("Add")
+                .probability(0.1),
+        )
         .unwrap()
 }
 
@@ -768,9 +797,7 @@ async fn an_injected_delay_stalls_the_actor_and_times_out_its_caller() {
     .unwrap();
     let (kit, _) = kit_with_faults(plan);
     let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
-    let counter = root
-        .spawn::<Counter>("c", CounterDeps::default())
-        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
     add(&counter, 1).await;
     let error = counter.request(Add(1), TIMEOUT).await.unwrap_err();
     assert_eq!(error.category(), "timeout");
@@ -793,12 +820,8 @@ async fn the_registry_snapshot_and_prometheus_output_match_the_counts() {
     let root = kit
         .root(GroupSpec::one_for_one("root").backoff(fast_backoff()))
         .unwrap();
-    let counter = root
-        .spawn::<Counter>("c", CounterDeps::default())
-        .unwrap();
-    let other = root
-        .spawn::<Counter>("d", CounterDeps::default())
-        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    let other = root.spawn::<Counter>("d", CounterDeps::default()).unwrap();
     for _ in 0..3 {
         add(&counter, 1).await;
     }

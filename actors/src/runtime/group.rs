@@ -540,7 +540,7 @@ impl GroupRef {
             None => Arbiter::try_current().ok_or_else(|| SpawnError::NoArbiter { what: what() })?,
         };
         if let Some(parent) = parent {
-            parent.check_running(&what())?;
+            parent.check_running(what)?;
         }
         let id = kit.registry.next_id();
         let record = Arc::new(GroupRecord::new(id, spec.name, spec.strategy.label()));
@@ -589,10 +589,10 @@ impl GroupRef {
         })
     }
 
-    fn check_running(&self, what: &str) -> Result<(), SpawnError> {
+    fn check_running(&self, what: impl FnOnce() -> String) -> Result<(), SpawnError> {
         if self.inner.record.control.is_terminated() {
             return Err(SpawnError::GroupStopped {
-                what: what.to_owned(),
+                what: what(),
                 group: self.inner.name,
             });
         }
@@ -644,7 +644,7 @@ impl GroupRef {
         deps: Arc<A::Deps>,
         member: bool,
     ) -> Result<(ActorRef<A>, ChildId), SpawnError> {
-        self.check_running(&format!("{} {key}", A::KIND))?;
+        self.check_running(|| format!("{} {key}", A::KIND))?;
         let kit = &self.inner.kit;
         let id = kit.registry.next_id();
         let record = Arc::new(ActorRecord::new(
