@@ -324,12 +324,12 @@ async fn a_child_that_exceeds_its_intensity_escalates() {
     tokio::time::pause();
     let (kit, registry) = kit();
     let root = kit
-        .root(GroupSpec::one_for_one("root").intensity(0, Duration::from_secs(60)))
+        .root(GroupSpec::one_for_one("root").intensity(0, Duration::from_mins(1)))
         .unwrap();
     let inner = root
         .group(
             GroupSpec::one_for_one("inner")
-                .intensity(2, Duration::from_secs(60))
+                .intensity(2, Duration::from_mins(1))
                 .backoff(fast_backoff()),
         )
         .unwrap();
@@ -374,7 +374,7 @@ async fn an_escalated_group_is_restarted_by_its_parent_with_fresh_children() {
     let inner = root
         .group(
             GroupSpec::one_for_one("inner")
-                .intensity(0, Duration::from_secs(60))
+                .intensity(0, Duration::from_mins(1))
                 .backoff(fast_backoff()),
         )
         .unwrap();
@@ -532,7 +532,7 @@ async fn a_request_queued_behind_an_escalation_fails_with_stopped_when_the_group
     tokio::time::pause();
     let (kit, _) = kit();
     let root = kit
-        .root(GroupSpec::one_for_one("root").intensity(0, Duration::from_secs(60)))
+        .root(GroupSpec::one_for_one("root").intensity(0, Duration::from_mins(1)))
         .unwrap();
     let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
     counter.request(Boom, TIMEOUT).await.unwrap_err();
@@ -577,7 +577,8 @@ async fn stopping_a_supervisor_stops_children_in_reverse_start_order() {
     );
     assert!(kit.registry().is_empty());
     assert!(kit.snapshot().supervisors.is_empty());
-    assert!(matches!(root.spawn::<Counter>("late", deps()), Err(_)));
+    let late = root.spawn::<Counter>("late", deps()).unwrap_err();
+    assert_eq!(late.category(), "group_stopped");
 }
 
 #[actix::test]
@@ -722,7 +723,7 @@ async fn failures_under(plan: FaultPlan) -> (Vec<String>, Vec<(String, u64)>) {
     let root = kit
         .root(
             GroupSpec::one_for_one("root")
-                .intensity(1000, Duration::from_secs(60))
+                .intensity(1000, Duration::from_mins(1))
                 .backoff(fast_backoff()),
         )
         .unwrap();
@@ -862,4 +863,36 @@ async fn the_registry_snapshot_and_prometheus_output_match_the_counts() {
         assert!(text.contains(line), "missing {line} in\n{text}");
     }
     assert!(!text.contains("key="), "keys never become labels");
+}
+
+fn assert_send_sync<T: Send + Sync>(_: &T) {}
+fn assert_send<T: Send>(_: &T) {}
+
+#[actix::test]
+async fn actors_can_be_called_from_another_thread_and_runtime() {
+    let (kit, _) = kit();
+    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+    let family = root
+        .family::<Counter>(GroupSpec::one_for_one("counters"), CounterDeps::default())
+        .unwrap();
+    let counter = family.ensure("c").unwrap();
+    assert_send_sync(&counter);
+    assert_send_sync(&family);
+    assert_send_sync(&*root);
+    assert_send(&counter.request(Add(1), TIMEOUT));
+    // A kube watcher or an HTTP handler runs on another runtime: it routes by key and waits.
+    let remote = tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            family.try_send_event("c", Add(2)).unwrap();
+            family.ensure("d").unwrap();
+            family.request("c", Add(1), TIMEOUT).await
+        })
+    });
+    assert_eq!(remote.await.unwrap().unwrap(), 3);
+    assert_eq!(add(&counter, 0).await, 3);
+    assert_eq!(kit.registry().count_kind("Counter"), 2);
 }

@@ -58,7 +58,7 @@ impl Handles<Touch> for Idle {
     }
 }
 
-/// Bytes allocated and not freed since the region began (stats_alloc already counts a
+/// Bytes allocated and not freed since the region began (`stats_alloc` already counts a
 /// realloc's growth as allocated and its shrinking as freed).
 fn net_bytes(region: &Region<'_, System>) -> isize {
     let change = region.change();

@@ -154,8 +154,9 @@ impl<A: Supervised> ActorRef<A> {
         A: Handles<M>,
     {
         let record = &self.inner.record;
-        loop {
-            // Registered before the attempt, so a slot freed in between wakes us.
+        // Fast path: room now. Otherwise wait for a slot to be released.
+        while !record.try_reserve() {
+            // Registered before the retry, so a slot freed in between wakes us.
             let space = record.space.notified();
             if record.try_reserve() {
                 break;

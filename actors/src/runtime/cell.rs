@@ -159,7 +159,7 @@ impl<A: Handles<M>, M: Mail> Handler<Req<M>> for Cell<A> {
     type Result = ();
 
     fn handle(&mut self, request: Req<M>, ctx: &mut Context<Self>) {
-        self.record.release();
+        self.record.release_taken();
         self.dispatch(request, ctx, false);
     }
 }
@@ -308,8 +308,8 @@ impl<A: Supervised> Cell<A> {
         ctx: &mut Context<Self>,
     ) {
         let latency = started.elapsed();
-        let kit = Arc::clone(&self.kit);
-        let lookup = || kit.metrics.message(A::KIND, M::NAME);
+        let metrics = &self.kit.metrics;
+        let lookup = || metrics.message(A::KIND, M::NAME);
         match outcome {
             Outcome::Done(mut instance, Ok(value)) => {
                 self.record.record_handled(M::NAME, lookup, latency, None);

@@ -55,11 +55,35 @@ struct MessageCount {
     metrics: Arc<MessageMetrics>,
 }
 
+/// What the cell updates per handled message, under one lock (cheaper than an atomic each).
 #[derive(Debug)]
 struct Detail {
     state: &'static str,
     last_error: Option<String>,
+    handled: u64,
+    errors: u64,
+    panics: u64,
+    latency_last_ns: u64,
+    latency_max_ns: u64,
+    latency_total_ns: u64,
     by_message: Vec<MessageCount>,
+}
+
+impl Detail {
+    fn record_failure(&mut self, metrics: &MessageMetrics, failure: HandlerFailure<'_>) {
+        match failure {
+            HandlerFailure::Error(text) => {
+                self.errors += 1;
+                metrics.errors.inc();
+                self.last_error = Some(bounded(text, MAX_LAST_ERROR_BYTES));
+            }
+            HandlerFailure::Panic(text) => {
+                self.panics += 1;
+                metrics.panics.inc();
+                self.last_error = Some(bounded(text, MAX_LAST_ERROR_BYTES));
+            }
+        }
+    }
 }
 
 /// Everything the kit knows about one live actor.
@@ -73,13 +97,7 @@ pub(crate) struct ActorRecord {
     started_wall: SystemTime,
     depth: AtomicUsize,
     restarts: AtomicU64,
-    handled: AtomicU64,
-    errors: AtomicU64,
-    panics: AtomicU64,
     overflows: AtomicU64,
-    latency_last_ns: AtomicU64,
-    latency_max_ns: AtomicU64,
-    latency_total_ns: AtomicU64,
     detail: Mutex<Detail>,
     /// Commands from the supervisor.
     pub(crate) control: ControlBlock,
@@ -106,16 +124,16 @@ impl ActorRecord {
             started_wall,
             depth: AtomicUsize::new(0),
             restarts: AtomicU64::new(0),
-            handled: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            panics: AtomicU64::new(0),
             overflows: AtomicU64::new(0),
-            latency_last_ns: AtomicU64::new(0),
-            latency_max_ns: AtomicU64::new(0),
-            latency_total_ns: AtomicU64::new(0),
             detail: Mutex::new(Detail {
                 state: STATE_STARTING,
                 last_error: None,
+                handled: 0,
+                errors: 0,
+                panics: 0,
+                latency_last_ns: 0,
+                latency_max_ns: 0,
+                latency_total_ns: 0,
                 by_message: Vec::new(),
             }),
             control: ControlBlock::default(),
@@ -142,6 +160,17 @@ impl ActorRecord {
     pub(crate) fn force_reserve(&self) {
         self.depth.fetch_add(1, Ordering::AcqRel);
         self.kind_metrics.depth.inc();
+    }
+
+    /// Releases the slot of a message the cell took from its mailbox. Every queued message
+    /// reserved one, and the cell stops taking messages before `release_all`, so this never
+    /// underflows.
+    pub(crate) fn release_taken(&self) {
+        let before = self.depth.fetch_sub(1, Ordering::AcqRel);
+        self.kind_metrics.depth.dec();
+        if before >= self.capacity {
+            self.space.notify_waiters();
+        }
     }
 
     /// Releases a slot: the message left the mailbox (handled, or never queued).
@@ -194,7 +223,7 @@ impl ActorRecord {
         metrics.overflows.inc();
     }
 
-    /// Records a message that reached the handler: counts, latency, and the error if any.
+    /// Records a message that reached the handler: counts, latency, and the failure if any.
     pub(crate) fn record_handled(
         &self,
         message: &'static str,
@@ -203,11 +232,12 @@ impl ActorRecord {
         failure: Option<HandlerFailure<'_>>,
     ) {
         let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
-        self.handled.fetch_add(1, Ordering::Relaxed);
-        self.latency_last_ns.store(nanos, Ordering::Relaxed);
-        self.latency_max_ns.fetch_max(nanos, Ordering::Relaxed);
-        self.latency_total_ns.fetch_add(nanos, Ordering::Relaxed);
-        let mut detail = lock(&self.detail);
+        let mut guard = lock(&self.detail);
+        let detail = &mut *guard;
+        detail.handled += 1;
+        detail.latency_last_ns = nanos;
+        detail.latency_max_ns = detail.latency_max_ns.max(nanos);
+        detail.latency_total_ns = detail.latency_total_ns.saturating_add(nanos);
         let index = if let Some(index) = detail.by_message.iter().position(|m| m.name == message) {
             index
         } else {
@@ -224,18 +254,7 @@ impl ActorRecord {
         entry.metrics.duration.observe(latency.as_secs_f64());
         if let Some(failure) = failure {
             let metrics = Arc::clone(&entry.metrics);
-            match failure {
-                HandlerFailure::Error(text) => {
-                    self.errors.fetch_add(1, Ordering::Relaxed);
-                    metrics.errors.inc();
-                    detail.last_error = Some(bounded(text, MAX_LAST_ERROR_BYTES));
-                }
-                HandlerFailure::Panic(text) => {
-                    self.panics.fetch_add(1, Ordering::Relaxed);
-                    metrics.panics.inc();
-                    detail.last_error = Some(bounded(text, MAX_LAST_ERROR_BYTES));
-                }
-            }
+            detail.record_failure(&metrics, failure);
         }
     }
 
@@ -245,25 +264,13 @@ impl ActorRecord {
         metrics: &MessageMetrics,
         failure: HandlerFailure<'_>,
     ) {
-        let mut detail = lock(&self.detail);
-        match failure {
-            HandlerFailure::Error(text) => {
-                self.errors.fetch_add(1, Ordering::Relaxed);
-                metrics.errors.inc();
-                detail.last_error = Some(bounded(text, MAX_LAST_ERROR_BYTES));
-            }
-            HandlerFailure::Panic(text) => {
-                self.panics.fetch_add(1, Ordering::Relaxed);
-                metrics.panics.inc();
-                detail.last_error = Some(bounded(text, MAX_LAST_ERROR_BYTES));
-            }
-        }
+        lock(&self.detail).record_failure(metrics, failure);
     }
 
     fn snapshot(&self, now: Instant) -> ActorSnapshot {
         let detail = lock(&self.detail);
-        let handled = self.handled.load(Ordering::Relaxed);
-        let total_ns = self.latency_total_ns.load(Ordering::Relaxed);
+        let handled = detail.handled;
+        let total_ns = detail.latency_total_ns;
         #[allow(clippy::cast_precision_loss, reason = "averages of nanoseconds")]
         let avg_seconds = if handled == 0 {
             0.0
@@ -286,15 +293,15 @@ impl ActorRecord {
                 .iter()
                 .map(|m| (m.name.to_owned(), m.handled))
                 .collect(),
-            errors: self.errors.load(Ordering::Relaxed),
-            panics: self.panics.load(Ordering::Relaxed),
+            errors: detail.errors,
+            panics: detail.panics,
             mailbox_depth: self.depth(),
             mailbox_capacity: self.capacity,
             overflows: self.overflows.load(Ordering::Relaxed),
             latency: LatencySnapshot {
-                last_seconds: nanos_to_seconds(self.latency_last_ns.load(Ordering::Relaxed)),
+                last_seconds: nanos_to_seconds(detail.latency_last_ns),
                 avg_seconds,
-                max_seconds: nanos_to_seconds(self.latency_max_ns.load(Ordering::Relaxed)),
+                max_seconds: nanos_to_seconds(detail.latency_max_ns),
             },
             last_error: detail.last_error.clone(),
         }
