@@ -42,22 +42,7 @@ impl RestartPolicy {
     }
 }
 
-/// An actor run by the kit.
-///
-/// ```ignore
-/// struct NodeClaimActor { name: String, ec2: Arc<dyn Ec2Api> }
-///
-/// impl Supervised for NodeClaimActor {
-///     const KIND: &'static str = "NodeClaimActor";
-///     // One NodeClaim sees a handful of events between reconciles; 64 absorbs a watch resync.
-///     const MAILBOX_CAPACITY: usize = 64;
-///     const RESTART: RestartPolicy = RestartPolicy::Transient;
-///     type Deps = NodeClaimDeps;
-///     fn build(key: &str, deps: &NodeClaimDeps) -> Result<Self, ActorError> {
-///         Ok(Self { name: key.to_owned(), ec2: deps.ec2.clone() })
-///     }
-/// }
-/// ```
+/// An actor run by the kit. See the [module docs](super) for a complete example.
 pub trait Supervised: Sized + 'static {
     /// The actor kind: the `kind` metric label and registry column (`"NodeClaimActor"`).
     const KIND: &'static str;

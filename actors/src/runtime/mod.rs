@@ -9,13 +9,67 @@
 //! (reply or a [`SendError`] within a timeout), [`ActorRef::try_send_event`] (queued or an
 //! [`Overflow`], counted) or [`ActorRef::send_lossy`].
 //!
-//! ```ignore
-//! let mut metrics = prometheus_client::registry::Registry::default();
-//! let kit = ActorKit::new(&mut metrics, KitOptions::default());
-//! let root = kit.root(GroupSpec::one_for_one("root"))?;            // inside actix::System
-//! let claims = root.family::<NodeClaimActor>(GroupSpec::one_for_one("nodeclaims"), deps)?;
-//! claims.ensure("default-x7k2p")?.try_send_event(NodeRegistered { .. })?;
-//! let status = claims.request("default-x7k2p", GetStatus, Duration::from_secs(5)).await?;
+//! ```
+//! use std::time::Duration;
+//!
+//! use karpenter_actors::runtime::{
+//!     ActorCtx, ActorError, ActorKit, GroupSpec, Handles, KitOptions, Mail, RestartPolicy,
+//!     Supervised,
+//! };
+//!
+//! /// One per NodeClaim (an illustration, not the real actor).
+//! struct ClaimActor {
+//!     launches: u32,
+//! }
+//!
+//! /// Ports and shared handles, built once at startup.
+//! struct ClaimDeps;
+//!
+//! impl Supervised for ClaimActor {
+//!     const KIND: &'static str = "ClaimActor";
+//!     // A NodeClaim sees a handful of events between reconciles; 32 absorbs a watch resync.
+//!     const MAILBOX_CAPACITY: usize = 32;
+//!     // Stops for good when its NodeClaim is gone; restarted only after a failure.
+//!     const RESTART: RestartPolicy = RestartPolicy::Transient;
+//!     type Deps = ClaimDeps;
+//!
+//!     fn build(_key: &str, _deps: &ClaimDeps) -> Result<Self, ActorError> {
+//!         Ok(Self { launches: 0 })
+//!     }
+//! }
+//!
+//! /// A command: imperative name; `NAME` is its metric label.
+//! struct Launch;
+//! impl Mail for Launch {
+//!     type Reply = u32;
+//!     const NAME: &'static str = "Launch";
+//! }
+//!
+//! impl Handles<Launch> for ClaimActor {
+//!     async fn handle(&mut self, _: Launch, ctx: &mut ActorCtx<Self>) -> Result<u32, ActorError> {
+//!         ctx.set_state("launching");
+//!         self.launches += 1;
+//!         Ok(self.launches)
+//!     }
+//! }
+//!
+//! actix::System::new().block_on(async {
+//!     let mut metrics = prometheus_client::registry::Registry::default();
+//!     let kit = ActorKit::new(&mut metrics, KitOptions::default());
+//!     let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+//!     let claims = root
+//!         .family::<ClaimActor>(GroupSpec::one_for_one("nodeclaims"), ClaimDeps)
+//!         .unwrap();
+//!     // An event (queued or an Overflow error), then a request (a reply or a SendError).
+//!     claims.ensure("default-x7k2p").unwrap().try_send_event(Launch).unwrap();
+//!     let launches = claims
+//!         .request("default-x7k2p", Launch, Duration::from_secs(5))
+//!         .await
+//!         .unwrap();
+//!     assert_eq!(launches, 2);
+//!     assert_eq!(kit.snapshot().actors[0].state, "launching");
+//!     root.stop().await;
+//! });
 //! ```
 //!
 //! # What actix alone does not do, and the kit does
