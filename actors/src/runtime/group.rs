@@ -227,10 +227,20 @@ struct ChildEntry {
 }
 
 /// Adds a child to a group (sent by the spawner right after starting the child).
-struct Adopt(ChildEntry);
+struct Adopt(Option<ChildEntry>);
 
 impl actix::Message for Adopt {
     type Result = ();
+}
+
+impl Drop for Adopt {
+    fn drop(&mut self) {
+        // Never handled: the group stopped with this message still queued (a spawn from
+        // another thread raced the group's shutdown). Stop the child rather than orphan it.
+        if let Some(child) = self.0.take() {
+            child.target.command(Command::Stop);
+        }
+    }
 }
 
 /// Called when a family member leaves its group, with its key and child id.
@@ -282,7 +292,10 @@ impl Actor for GroupActor {
 impl Handler<Adopt> for GroupActor {
     type Result = ();
 
-    fn handle(&mut self, Adopt(child): Adopt, _ctx: &mut Context<Self>) {
+    fn handle(&mut self, mut adopt: Adopt, _ctx: &mut Context<Self>) {
+        let Some(child) = adopt.0.take() else {
+            return;
+        };
         match self.phase {
             GroupPhase::Stopping => child.target.command(Command::Stop),
             GroupPhase::Suspended | GroupPhase::RestartingAll => {
@@ -566,7 +579,7 @@ impl GroupRef {
         };
         let addr = GroupActor::start_in_arbiter(&arbiter, move |_| actor);
         if let Some(parent) = parent {
-            parent.inner.addr.do_send(Adopt(ChildEntry {
+            parent.inner.addr.do_send(Adopt(Some(ChildEntry {
                 id,
                 target: Arc::new(ChildTarget::Group {
                     record: Arc::clone(&record),
@@ -576,7 +589,7 @@ impl GroupRef {
                 key: None,
                 backoff: None,
                 last_failure: None,
-            }));
+            })));
         }
         Ok(Self {
             inner: Arc::new(GroupRefInner {
@@ -661,7 +674,7 @@ impl GroupRef {
             child: id,
         };
         let actor = spawn_cell::<A>(kit, &self.inner.arbiter, Arc::clone(&record), deps, parent);
-        self.inner.addr.do_send(Adopt(ChildEntry {
+        self.inner.addr.do_send(Adopt(Some(ChildEntry {
             id,
             target: Arc::new(ChildTarget::Actor {
                 record,
@@ -671,7 +684,7 @@ impl GroupRef {
             key: member.then_some(key),
             backoff: None,
             last_failure: None,
-        }));
+        })));
         Ok((actor, id))
     }
 
