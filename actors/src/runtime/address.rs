@@ -8,11 +8,15 @@
 //! A stopped actor rejects every send with a clear error instead of dropping it silently.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use actix::Addr;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use super::actor::{Handles, Mail, Supervised};
 use super::cell::Cell;
@@ -138,7 +142,20 @@ impl<A: Supervised> ActorRef<A> {
     where
         A: Handles<M>,
     {
-        match tokio::time::timeout(timeout, self.request_unbounded(message)).await {
+        let deadline = Instant::now() + timeout;
+        let mut reply = pin!(self.request_unbounded(message));
+        // Most handlers answer without awaiting, within one turn of the scheduler on the
+        // actor's thread: look again after that turn before paying for a timer (arming and
+        // cancelling a tokio timer costs about as much as the rest of the round trip).
+        if let Some(result) = (OneTurn {
+            future: reply.as_mut(),
+            polled: false,
+        })
+        .await
+        {
+            return result;
+        }
+        match tokio::time::timeout_at(deadline, reply).await {
             Ok(result) => result,
             Err(_) => Err(SendError::Timeout {
                 kind: A::KIND,
@@ -297,5 +314,29 @@ impl<A: Supervised> ActorRef<A> {
             Failure::Interrupted => SendError::Interrupted { kind, key, message },
             Failure::Dropped => SendError::Dropped { kind, key, message },
         }
+    }
+}
+
+/// Polls a future, lets the scheduler run one turn, and polls it again: `Some(output)` if it
+/// finished by then, `None` if it is still pending.
+struct OneTurn<'a, F: Future> {
+    future: Pin<&'a mut F>,
+    polled: bool,
+}
+
+impl<F: Future> Future for OneTurn<'_, F> {
+    type Output = Option<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, task: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Poll::Ready(output) = self.future.as_mut().poll(task) {
+            return Poll::Ready(Some(output));
+        }
+        if self.polled {
+            return Poll::Ready(None);
+        }
+        self.polled = true;
+        // Back of the run queue: the actor, woken by our message, runs first.
+        task.waker().wake_by_ref();
+        Poll::Pending
     }
 }
