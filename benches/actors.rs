@@ -376,10 +376,53 @@ fn memory(system: &actix::SystemRunner, s: &Setup) {
     );
 }
 
+/// Round trips of the kit and of actix measured in alternating blocks, so that load from other
+/// processes hits both alike; prints the per-request means and their ratio.
+fn paired_round_trip(system: &actix::SystemRunner, s: &Setup) {
+    const BLOCKS: u32 = 200;
+    const PER_BLOCK: u32 = 1_000;
+    let (mut kit, mut actix, mut actix_timeout) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    system.block_on(async {
+        for _ in 0..BLOCKS {
+            let start = Instant::now();
+            for _ in 0..PER_BLOCK {
+                black_box(s.kit_actor.request(Add(1), TIMEOUT).await.unwrap());
+            }
+            kit += start.elapsed();
+            let start = Instant::now();
+            for _ in 0..PER_BLOCK {
+                black_box(s.actix_actor.send(ActixAdd(1)).await.unwrap());
+            }
+            actix += start.elapsed();
+            let start = Instant::now();
+            for _ in 0..PER_BLOCK {
+                black_box(
+                    s.actix_actor
+                        .send(ActixAdd(1))
+                        .timeout(TIMEOUT)
+                        .await
+                        .unwrap(),
+                );
+            }
+            actix_timeout += start.elapsed();
+        }
+    });
+    let n = BLOCKS * PER_BLOCK;
+    println!(
+        "paired/round_trip: kit {:?}, actix {:?}, actix with timeout {:?}; kit/actix {:.2}x, kit/actix-with-timeout {:.2}x",
+        kit / n,
+        actix / n,
+        actix_timeout / n,
+        kit.as_secs_f64() / actix.as_secs_f64(),
+        kit.as_secs_f64() / actix_timeout.as_secs_f64(),
+    );
+}
+
 fn main() {
     let system = actix::System::new();
     let s = setup(&system);
     memory(&system, &s);
+    paired_round_trip(&system, &s);
     let mut c = Criterion::default().configure_from_args();
     round_trip(&mut c, &system, &s);
     throughput(&mut c, &system, &s);
