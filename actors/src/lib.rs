@@ -1,3 +1,4 @@
 //! The brain of karpenter.
 pub mod apis;
 pub mod domain;
+pub mod runtime;
