@@ -913,6 +913,7 @@ impl Shared {
                     &pod_value,
                     &budgets,
                     view.objects(kind.storage, Some(&key.namespace), None),
+                    |controller| self.controller_scale(&view, &key.namespace, controller),
                 )?;
                 self.delete_in(txn, target.kind, &pod, &options)?;
             }
@@ -963,11 +964,29 @@ impl Shared {
             return;
         };
         let view = txn.view();
-        let budget = disruption::evaluate(pdb, view.objects(pods, Some(namespace), None));
+        let budget = disruption::evaluate(pdb, view.objects(pods, Some(namespace), None), |controller| {
+            self.controller_scale(&view, namespace, controller)
+        });
         let status = disruption::status(pdb, budget, now);
         if let Value::Object(map) = pdb {
             map.insert("status".into(), status);
         }
+    }
+}
+
+impl Shared {
+    /// `spec.replicas` of a pod controller named `Kind/name` in `namespace`.
+    fn controller_scale(&self, view: &View<'_>, namespace: &str, controller: &str) -> Option<i64> {
+        let (kind, name) = controller.split_once('/')?;
+        let (group, plural) = match kind {
+            "ReplicaSet" => ("apps", "replicasets"),
+            "StatefulSet" => ("apps", "statefulsets"),
+            "ReplicationController" => ("", "replicationcontrollers"),
+            _ => return None,
+        };
+        let id = self.kinds.find(group, "v1", plural)?;
+        let object = view.get(id, &ObjectKey::new(namespace, name))?;
+        Some(object.value().pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1))
     }
 }
 

@@ -2,16 +2,19 @@
 //! budget's `status` current as pods change) and the eviction subresource's admission (an
 //! eviction that would take a budget below its desired healthy count is refused with 429).
 //!
-//! A budget's expected pod count is the number of non-terminal pods its selector matches (the
-//! real controller asks the pods' controllers for their scale; the emulator has no controllers).
-//! A pod is healthy when its `Ready` condition is `True` and it is not being deleted.
+//! As in Kubernetes, a budget with an integer `minAvailable` expects the pods it selects; one with
+//! `maxUnavailable` or a percentage expects the scale (`spec.replicas`) of the controllers
+//! (ReplicaSet, StatefulSet, ReplicationController) of those pods. A selected pod without a
+//! controller, or whose controller is not stored, counts as one (the real controller reports an
+//! error for such budgets instead). A pod is healthy when its `Ready` condition is `True` and
+//! it is not being deleted.
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use super::kinds::ResourceKind;
-use super::selector::{self, LabelSelector, POD_DELETING, POD_READY};
+use super::selector::{self, LabelSelector, POD_CONTROLLER, POD_DELETING, POD_READY};
 use super::status::{ApiError, Cause};
 use super::store::StoredObject;
 
@@ -43,31 +46,57 @@ fn scaled(value: &Value, total: i64) -> Option<i64> {
     }
 }
 
-/// Counts the pods `pdb` selects among `pods` (its namespace's).
-pub(crate) fn evaluate<'a>(pdb: &Value, pods: impl Iterator<Item = &'a Arc<StoredObject>>) -> Budget {
+/// Counts the pods `pdb` selects among `pods` (its namespace's); `scale_of("ReplicaSet/web")`
+/// gives a controller's `spec.replicas`.
+pub(crate) fn evaluate<'a>(
+    pdb: &Value,
+    pods: impl Iterator<Item = &'a Arc<StoredObject>>,
+    scale_of: impl Fn(&str) -> Option<i64>,
+) -> Budget {
     let selector = pdb.pointer("/spec/selector").and_then(LabelSelector::from_object);
-    let (mut expected, mut healthy) = (0, 0);
+    let (mut selected, mut healthy) = (0, 0);
+    let mut controllers: Vec<&str> = Vec::new();
+    let mut uncontrolled = 0;
     if let Some(selector) = selector {
         for pod in pods.filter(|p| selector.matches(&p.labels)) {
-            let phase = selector::field(&pod.fields, "status.phase");
-            if matches!(phase, "Succeeded" | "Failed") {
-                continue;
+            selected += 1;
+            match selector::field(&pod.fields, POD_CONTROLLER) {
+                "" => uncontrolled += 1,
+                controller => {
+                    if !controllers.contains(&controller) {
+                        controllers.push(controller);
+                    }
+                }
             }
-            expected += 1;
-            if selector::field(&pod.fields, POD_READY) == "true"
+            let phase = selector::field(&pod.fields, "status.phase");
+            if !matches!(phase, "Succeeded" | "Failed")
+                && selector::field(&pod.fields, POD_READY) == "true"
                 && selector::field(&pod.fields, POD_DELETING) != "true"
             {
                 healthy += 1;
             }
         }
     }
+    let scaled_count = || -> i64 {
+        uncontrolled
+            + controllers
+                .iter()
+                .map(|c| scale_of(c).unwrap_or(1))
+                .sum::<i64>()
+    };
     let spec = pdb.get("spec").cloned().unwrap_or(Value::Null);
-    let desired = if let Some(max) = spec.get("maxUnavailable").and_then(|v| scaled(v, expected)) {
-        (expected - max).max(0)
-    } else if let Some(min) = spec.get("minAvailable").and_then(|v| scaled(v, expected)) {
-        min
+    let (expected, desired) = if let Some(max) = spec.get("maxUnavailable") {
+        let expected = scaled_count();
+        (expected, (expected - scaled(max, expected).unwrap_or(0)).max(0))
+    } else if let Some(min) = spec.get("minAvailable") {
+        if min.is_number() {
+            (selected, min.as_i64().unwrap_or(0))
+        } else {
+            let expected = scaled_count();
+            (expected, scaled(min, expected).unwrap_or(0))
+        }
     } else {
-        0
+        (selected, 0)
     };
     Budget {
         expected,
@@ -126,6 +155,7 @@ pub(crate) fn admit_eviction<'a>(
     pod_value: &Value,
     budgets: &[Value],
     pods: impl Iterator<Item = &'a Arc<StoredObject>>,
+    scale_of: impl Fn(&str) -> Option<i64>,
 ) -> Result<(), ApiError> {
     let phase = pod_value.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
     // Terminal and pending pods are evicted without consulting budgets.
@@ -142,7 +172,7 @@ pub(crate) fn admit_eviction<'a>(
             ));
         }
     };
-    let budget = evaluate(budget_value, pods);
+    let budget = evaluate(budget_value, pods, scale_of);
     let healthy = selector::field(&pod.fields, POD_READY) == "true";
     let permitted = if healthy {
         budget.allowed > 0
@@ -206,10 +236,10 @@ mod tests {
     fn percentages_round_up_like_the_disruption_controller() {
         let pods = [pod("a", true), pod("b", true), pod("c", true)];
         let pdb = json!({ "spec": { "selector": { "matchLabels": { "app": "web" } }, "minAvailable": "50%" } });
-        let budget = evaluate(&pdb, pods.iter());
+        let budget = evaluate(&pdb, pods.iter(), |_| None);
         assert_eq!(budget, Budget { expected: 3, healthy: 3, desired: 2, allowed: 1 });
         let pdb = json!({ "spec": { "selector": { "matchLabels": { "app": "web" } }, "maxUnavailable": 0 } });
-        assert_eq!(evaluate(&pdb, pods.iter()).allowed, 0);
+        assert_eq!(evaluate(&pdb, pods.iter(), |_| None).allowed, 0);
     }
 
     #[test]
@@ -220,9 +250,9 @@ mod tests {
         let pdb = json!({ "metadata": { "name": "web" }, "spec": { "selector": { "matchLabels": { "app": "web" } }, "minAvailable": 1 } });
         let unready = &pods[1];
         let value = unready.value();
-        assert!(admit_eviction(&pdb_kind, unready, &value, std::slice::from_ref(&pdb), pods.iter()).is_ok());
+        assert!(admit_eviction(&pdb_kind, unready, &value, std::slice::from_ref(&pdb), pods.iter(), |_| None).is_ok());
         let ready = &pods[0];
-        let error = admit_eviction(&pdb_kind, ready, &ready.value(), &[pdb], pods.iter()).unwrap_err();
+        let error = admit_eviction(&pdb_kind, ready, &ready.value(), &[pdb], pods.iter(), |_| None).unwrap_err();
         assert_eq!(error.code, 429);
     }
 }

@@ -407,6 +407,7 @@ pub(crate) fn extract_fields(behavior: Behavior, object: &Value) -> Fields {
             // Not selectable (absent from `supported_fields`): indexed for PodDisruptionBudgets.
             (POD_READY, bool_text(pod_ready(object))),
             (POD_DELETING, bool_text(object.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null()))),
+            (POD_CONTROLLER, controller_of(object)),
         ],
         Behavior::Node => vec![("spec.unschedulable", {
             let v = text("/spec/unschedulable");
@@ -435,6 +436,20 @@ pub(crate) fn extract_fields(behavior: Behavior, object: &Value) -> Fields {
 pub(crate) const POD_READY: &str = "emulator.ready";
 /// Index entry of a Pod: whether it has a deletionTimestamp.
 pub(crate) const POD_DELETING: &str = "emulator.deleting";
+
+/// Index entry of a Pod: its controller as `Kind/name` (empty without one).
+pub(crate) const POD_CONTROLLER: &str = "emulator.controller";
+
+fn controller_of(object: &Value) -> Box<str> {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .and_then(|owners| owners.iter().find(|o| o["controller"] == true))
+        .map_or_else(
+            || "".into(),
+            |o| format!("{}/{}", o["kind"].as_str().unwrap_or_default(), o["name"].as_str().unwrap_or_default()).into(),
+        )
+}
 
 fn bool_text(value: bool) -> Box<str> {
     if value { "true".into() } else { "false".into() }

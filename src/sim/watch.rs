@@ -244,7 +244,7 @@ pub(crate) fn parse_start(resource_version: Option<&str>) -> Result<Start, ApiEr
 
 /// A chunk's events, for tests.
 #[cfg(test)]
-fn parse_chunk(chunk: &[u8]) -> Vec<Value> {
+fn parse_chunk(chunk: &[u8]) -> Vec<serde_json::Value> {
     chunk
         .split(|b| *b == b'\n')
         .filter(|line| !line.is_empty())
