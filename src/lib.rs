@@ -7,5 +7,5 @@
 
 pub mod cli;
 pub mod commands;
-pub mod sim;
 pub mod kube;
+pub mod sim;

@@ -28,7 +28,10 @@ pub struct SimulateArgs {
 
 /// Runs the command until Ctrl-C.
 pub fn run(args: &SimulateArgs, out: &mut impl Write, err: &mut impl Write) -> Status {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             let _ = writeln!(err, "error: starting the async runtime: {error}");
@@ -69,7 +72,13 @@ pub async fn serve_until(
     let server = match emulator.serve(addr).await {
         Ok(server) => server,
         Err(error) => {
-            let _ = writeln!(err, "error: {error}: {}", std::error::Error::source(&error).map(ToString::to_string).unwrap_or_default());
+            let _ = writeln!(
+                err,
+                "error: {error}: {}",
+                std::error::Error::source(&error)
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            );
             return Status::BadInput;
         }
     };
@@ -78,12 +87,26 @@ pub async fn serve_until(
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(DEFAULT_KUBECONFIG_NAME));
     if let Err(error) = server.write_kubeconfig(&path) {
-        let _ = writeln!(err, "error: {error}: {}", std::error::Error::source(&error).map(ToString::to_string).unwrap_or_default());
+        let _ = writeln!(
+            err,
+            "error: {error}: {}",
+            std::error::Error::source(&error)
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        );
         return Status::BadInput;
     }
-    let _ = writeln!(out, "serving the Kubernetes API emulator at {}", server.url());
+    let _ = writeln!(
+        out,
+        "serving the Kubernetes API emulator at {}",
+        server.url()
+    );
     let _ = writeln!(out, "kubeconfig: {}", path.display());
-    let _ = writeln!(out, "try: KUBECONFIG={} kubectl get nodepools,nodes,pods -A", path.display());
+    let _ = writeln!(
+        out,
+        "try: KUBECONFIG={} kubectl get nodepools,nodes,pods -A",
+        path.display()
+    );
     let _ = out.flush();
     stop.await;
     emulator.close_watches();

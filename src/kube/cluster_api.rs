@@ -157,7 +157,13 @@ impl KubeClusterApi {
         retried.await
     }
 
-    async fn delete<K>(&self, api: &Api<K>, kind: ObjectKind, name: &str, params: &DeleteParams) -> Result<Deletion, ClusterError>
+    async fn delete<K>(
+        &self,
+        api: &Api<K>,
+        kind: ObjectKind,
+        name: &str,
+        params: &DeleteParams,
+    ) -> Result<Deletion, ClusterError>
     where
         K: Resource + Clone + DeserializeOwned + fmt::Debug,
     {
@@ -275,7 +281,8 @@ impl ClusterApi for KubeClusterApi {
 
     async fn delete_nodeclaim(&self, name: &str) -> Result<Deletion, ClusterError> {
         let api: Api<NodeClaim> = Api::all(self.client.clone());
-        self.delete(&api, ObjectKind::NodeClaim, name, &DeleteParams::default()).await
+        self.delete(&api, ObjectKind::NodeClaim, name, &DeleteParams::default())
+            .await
     }
 
     async fn update_nodeclaim(
@@ -284,7 +291,8 @@ impl ClusterApi for KubeClusterApi {
         change: Change<'_, NodeClaim>,
     ) -> Result<NodeClaim, ClusterError> {
         let api = Api::all(self.client.clone());
-        self.update(&api, ObjectKind::NodeClaim, name, Part::Main, change).await
+        self.update(&api, ObjectKind::NodeClaim, name, Part::Main, change)
+            .await
     }
 
     async fn update_nodeclaim_status(
@@ -294,7 +302,8 @@ impl ClusterApi for KubeClusterApi {
     ) -> Result<NodeClaim, ClusterError> {
         let api = Api::all(self.client.clone());
         let whole = |claim: &mut NodeClaim| status_of(&mut claim.status, change);
-        self.update(&api, ObjectKind::NodeClaim, name, Part::Status, &whole).await
+        self.update(&api, ObjectKind::NodeClaim, name, Part::Status, &whole)
+            .await
     }
 
     async fn update_nodepool(
@@ -303,7 +312,8 @@ impl ClusterApi for KubeClusterApi {
         change: Change<'_, NodePool>,
     ) -> Result<NodePool, ClusterError> {
         let api = Api::all(self.client.clone());
-        self.update(&api, ObjectKind::NodePool, name, Part::Main, change).await
+        self.update(&api, ObjectKind::NodePool, name, Part::Main, change)
+            .await
     }
 
     async fn update_nodepool_status(
@@ -313,7 +323,8 @@ impl ClusterApi for KubeClusterApi {
     ) -> Result<NodePool, ClusterError> {
         let api = Api::all(self.client.clone());
         let whole = |pool: &mut NodePool| status_of(&mut pool.status, change);
-        self.update(&api, ObjectKind::NodePool, name, Part::Status, &whole).await
+        self.update(&api, ObjectKind::NodePool, name, Part::Status, &whole)
+            .await
     }
 
     async fn update_ec2nodeclass(
@@ -322,7 +333,8 @@ impl ClusterApi for KubeClusterApi {
         change: Change<'_, EC2NodeClass>,
     ) -> Result<EC2NodeClass, ClusterError> {
         let api = Api::all(self.client.clone());
-        self.update(&api, ObjectKind::EC2NodeClass, name, Part::Main, change).await
+        self.update(&api, ObjectKind::EC2NodeClass, name, Part::Main, change)
+            .await
     }
 
     async fn update_ec2nodeclass_status(
@@ -332,17 +344,24 @@ impl ClusterApi for KubeClusterApi {
     ) -> Result<EC2NodeClass, ClusterError> {
         let api = Api::all(self.client.clone());
         let whole = |class: &mut EC2NodeClass| status_of(&mut class.status, change);
-        self.update(&api, ObjectKind::EC2NodeClass, name, Part::Status, &whole).await
+        self.update(&api, ObjectKind::EC2NodeClass, name, Part::Status, &whole)
+            .await
     }
 
-    async fn update_node(&self, name: &str, change: Change<'_, Node>) -> Result<Node, ClusterError> {
+    async fn update_node(
+        &self,
+        name: &str,
+        change: Change<'_, Node>,
+    ) -> Result<Node, ClusterError> {
         let api = Api::all(self.client.clone());
-        self.update(&api, ObjectKind::Node, name, Part::Main, change).await
+        self.update(&api, ObjectKind::Node, name, Part::Main, change)
+            .await
     }
 
     async fn delete_node(&self, name: &str) -> Result<Deletion, ClusterError> {
         let api: Api<Node> = Api::all(self.client.clone());
-        self.delete(&api, ObjectKind::Node, name, &DeleteParams::default()).await
+        self.delete(&api, ObjectKind::Node, name, &DeleteParams::default())
+            .await
     }
 
     async fn evict_pod(&self, namespace: &str, name: &str) -> Result<Eviction, ClusterError> {
@@ -414,6 +433,9 @@ mod tests {
     fn lists_are_replaced_whole() {
         let old = json!({ "spec": { "taints": [{ "key": "a" }] } });
         let new = json!({ "spec": { "taints": [{ "key": "a" }, { "key": "b" }] } });
-        assert_eq!(merge_diff(&old, &new), json!({ "spec": { "taints": [{ "key": "a" }, { "key": "b" }] } }));
+        assert_eq!(
+            merge_diff(&old, &new),
+            json!({ "spec": { "taints": [{ "key": "a" }, { "key": "b" }] } })
+        );
     }
 }

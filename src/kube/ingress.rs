@@ -121,7 +121,9 @@ pub struct Subscribers {
 }
 
 /// A kind the ingress watches.
-pub trait Watched: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static {
+pub trait Watched:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static
+{
     #[doc(hidden)]
     fn subscribers(subscribers: &mut Subscribers) -> &mut Sinks<Self>;
 }
@@ -221,13 +223,62 @@ impl ClusterIngress {
         } = self;
         let c = &counters;
         tokio::join!(
-            follow(Api::<Pod>::all(client.clone()), writers.pods, state.pods.clone(), subscribers.pods, &c.pods, config.clone()),
-            follow(Api::<Node>::all(client.clone()), writers.nodes, state.nodes.clone(), subscribers.nodes, &c.nodes, config.clone()),
-            follow(Api::<NodeClaim>::all(client.clone()), writers.nodeclaims, state.nodeclaims.clone(), subscribers.nodeclaims, &c.nodeclaims, config.clone()),
-            follow(Api::<NodePool>::all(client.clone()), writers.nodepools, state.nodepools.clone(), subscribers.nodepools, &c.nodepools, config.clone()),
-            follow(Api::<EC2NodeClass>::all(client.clone()), writers.ec2nodeclasses, state.ec2nodeclasses.clone(), subscribers.ec2nodeclasses, &c.ec2nodeclasses, config.clone()),
-            follow(Api::<DaemonSet>::all(client.clone()), writers.daemonsets, state.daemonsets.clone(), subscribers.daemonsets, &c.daemonsets, config.clone()),
-            follow(Api::<PodDisruptionBudget>::all(client), writers.pdbs, state.pdbs.clone(), subscribers.pdbs, &c.pdbs, config),
+            follow(
+                Api::<Pod>::all(client.clone()),
+                writers.pods,
+                state.pods.clone(),
+                subscribers.pods,
+                &c.pods,
+                config.clone()
+            ),
+            follow(
+                Api::<Node>::all(client.clone()),
+                writers.nodes,
+                state.nodes.clone(),
+                subscribers.nodes,
+                &c.nodes,
+                config.clone()
+            ),
+            follow(
+                Api::<NodeClaim>::all(client.clone()),
+                writers.nodeclaims,
+                state.nodeclaims.clone(),
+                subscribers.nodeclaims,
+                &c.nodeclaims,
+                config.clone()
+            ),
+            follow(
+                Api::<NodePool>::all(client.clone()),
+                writers.nodepools,
+                state.nodepools.clone(),
+                subscribers.nodepools,
+                &c.nodepools,
+                config.clone()
+            ),
+            follow(
+                Api::<EC2NodeClass>::all(client.clone()),
+                writers.ec2nodeclasses,
+                state.ec2nodeclasses.clone(),
+                subscribers.ec2nodeclasses,
+                &c.ec2nodeclasses,
+                config.clone()
+            ),
+            follow(
+                Api::<DaemonSet>::all(client.clone()),
+                writers.daemonsets,
+                state.daemonsets.clone(),
+                subscribers.daemonsets,
+                &c.daemonsets,
+                config.clone()
+            ),
+            follow(
+                Api::<PodDisruptionBudget>::all(client),
+                writers.pdbs,
+                state.pdbs.clone(),
+                subscribers.pdbs,
+                &c.pdbs,
+                config
+            ),
         );
     }
 }
@@ -270,8 +321,11 @@ async fn follow<K: Watched>(
                     }
                     watcher::Event::InitDone => {
                         counters.relists.fetch_add(1, Ordering::Relaxed);
-                        let present: HashSet<ObjectRef<K>> =
-                            reader.state().iter().map(|o| ObjectRef::from_obj(o.as_ref())).collect();
+                        let present: HashSet<ObjectRef<K>> = reader
+                            .state()
+                            .iter()
+                            .map(|o| ObjectRef::from_obj(o.as_ref()))
+                            .collect();
                         for gone in std::mem::take(&mut before_relist) {
                             if !present.contains(&ObjectRef::from_obj(gone.as_ref())) {
                                 deliver(&sinks, counters, &Observed::Deleted(gone));

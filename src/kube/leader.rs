@@ -112,7 +112,13 @@ impl LeaderElector {
     /// A candidate named `identity` (unique per process: the pod name) for the Lease
     /// `namespace/name`.
     #[must_use]
-    pub fn new(client: Client, namespace: &str, name: &str, identity: &str, timing: LeaseTiming) -> Self {
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        name: &str,
+        identity: &str,
+        timing: LeaseTiming,
+    ) -> Self {
         Self {
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_owned(),
@@ -192,13 +198,21 @@ impl LeaderElector {
             holder_identity: Some(self.identity.clone()),
             lease_duration_seconds: Some(seconds(self.timing.lease_duration)),
             renew_time: Some(now()),
-            acquire_time: if mine { spec.acquire_time.clone() } else { Some(now()) },
+            acquire_time: if mine {
+                spec.acquire_time.clone()
+            } else {
+                Some(now())
+            },
             lease_transitions: Some(
                 spec.lease_transitions.unwrap_or(0) + i32::from(!mine && !holder.is_empty()),
             ),
             ..spec
         });
-        match self.api.replace(&self.name, &PostParams::default(), &next).await {
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &next)
+            .await
+        {
             Ok(written) => {
                 self.observe(&written);
                 Ok(true)
@@ -236,7 +250,11 @@ impl LeaderElector {
             acquire_time: Some(now()),
             ..spec
         });
-        match self.api.replace(&self.name, &PostParams::default(), &released).await {
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &released)
+            .await
+        {
             Ok(_) => Ok(()),
             Err(error) => Err(self.write_error(error)),
         }
@@ -244,14 +262,20 @@ impl LeaderElector {
 
     /// Campaigns, leads and renews until `stop` completes or leadership is lost; publishes
     /// whether it leads on `leading`.
-    pub async fn run(mut self, leading: watch::Sender<bool>, stop: impl Future<Output = ()>) -> Ended {
+    pub async fn run(
+        mut self,
+        leading: watch::Sender<bool>,
+        stop: impl Future<Output = ()>,
+    ) -> Ended {
         let mut stop = std::pin::pin!(stop);
         // Campaign.
         loop {
             match self.try_acquire_or_renew().await {
                 Ok(true) => break,
                 Ok(false) => {}
-                Err(error) => tracing::warn!(%error, category = error.category(), "leader election try failed"),
+                Err(error) => {
+                    tracing::warn!(%error, category = error.category(), "leader election try failed");
+                }
             }
             tokio::select! {
                 () = &mut stop => return Ended::Stopped,
@@ -275,7 +299,9 @@ impl LeaderElector {
             match self.try_acquire_or_renew().await {
                 Ok(true) => last_renewal = Instant::now(),
                 Ok(false) => {}
-                Err(error) => tracing::warn!(%error, category = error.category(), "renewing the lease failed"),
+                Err(error) => {
+                    tracing::warn!(%error, category = error.category(), "renewing the lease failed");
+                }
             }
             if last_renewal.elapsed() >= self.timing.renew_deadline {
                 leading.send_replace(false);

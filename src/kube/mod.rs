@@ -50,10 +50,11 @@ impl ConnectError {
 pub async fn connect(kubeconfig: Option<&Path>) -> Result<kube::Client, ConnectError> {
     let config = match kubeconfig {
         Some(path) => {
-            let parsed = Kubeconfig::read_from(path).map_err(|source| ConnectError::Kubeconfig {
-                path: path.display().to_string(),
-                source,
-            })?;
+            let parsed =
+                Kubeconfig::read_from(path).map_err(|source| ConnectError::Kubeconfig {
+                    path: path.display().to_string(),
+                    source,
+                })?;
             kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
                 .await
                 .map_err(|source| ConnectError::Kubeconfig {

@@ -9,8 +9,8 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodePool};
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::reflector;
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 
 /// Read access to every watched kind.
 #[derive(Clone)]
@@ -128,10 +128,7 @@ impl ClusterState {
     #[must_use]
     pub fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
         self.nodes.find(|node| {
-            node.spec
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                == Some(provider_id)
+            node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id)
         })
     }
 
@@ -139,11 +136,7 @@ impl ClusterState {
     #[must_use]
     pub fn nodeclaim_by_provider_id(&self, provider_id: &str) -> Option<Arc<NodeClaim>> {
         self.nodeclaims.find(|claim| {
-            claim
-                .status
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                == Some(provider_id)
+            claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id)
         })
     }
 

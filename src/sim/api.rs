@@ -27,6 +27,9 @@ use super::status::{self, ApiError};
 use super::store::{EventType, ObjectKey, Store, StoredObject, Txn, View};
 use super::strategic;
 
+/// A list's items, its resourceVersion and its continue token.
+pub(crate) type Listed = (Vec<Arc<StoredObject>>, u64, Option<String>);
+
 /// Characters of generated name suffixes (Kubernetes' alphabet: no vowels, no confusable digits).
 const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 /// Length of a generated name suffix, as in Kubernetes.
@@ -217,12 +220,15 @@ impl Shared {
         }
     }
 
-    fn key(&self, target: &Target) -> Result<ObjectKey, ApiError> {
+    fn key(target: &Target) -> Result<ObjectKey, ApiError> {
         let name = target
             .name
             .as_deref()
             .ok_or_else(|| ApiError::method_not_allowed("a resource name is required"))?;
-        Ok(ObjectKey::new(target.namespace.as_deref().unwrap_or(""), name))
+        Ok(ObjectKey::new(
+            target.namespace.as_deref().unwrap_or(""),
+            name,
+        ))
     }
 
     fn uid(txn: &mut Txn<'_>) -> String {
@@ -242,7 +248,10 @@ impl Shared {
         let mut bits = txn.random();
         for _ in 0..NAME_SUFFIX_LEN {
             let alphabet_len = NAME_ALPHABET.len() as u64;
-            #[expect(clippy::cast_possible_truncation, reason = "the remainder is below the alphabet length")]
+            #[expect(
+                clippy::cast_possible_truncation,
+                reason = "the remainder is below the alphabet length"
+            )]
             let index = (bits % alphabet_len) as usize;
             name.push(char::from(NAME_ALPHABET[index]));
             bits /= alphabet_len;
@@ -259,7 +268,9 @@ impl Shared {
             Some(ns) if lifecycle::is_deleting(&ns.value()) => Err(ApiError::new(
                 403,
                 "Forbidden",
-                format!("unable to create new content in namespace {namespace} because it is being terminated"),
+                format!(
+                    "unable to create new content in namespace {namespace} because it is being terminated"
+                ),
             )),
             Some(_) => Ok(()),
         }
@@ -281,7 +292,7 @@ impl Shared {
     // ---------------------------------------------------------------- reads
 
     pub fn get(&self, target: &Target) -> Result<Reply, ApiError> {
-        let key = self.key(target)?;
+        let key = Self::key(target)?;
         let kind = self.kind(target.kind);
         let stored = self
             .store
@@ -300,7 +311,7 @@ impl Shared {
         &self,
         target: &Target,
         options: &ListOptions,
-    ) -> Result<(Vec<Arc<StoredObject>>, u64, Option<String>), ApiError> {
+    ) -> Result<Listed, ApiError> {
         let kind = self.kind(target.kind);
         let (after, token_rv) = match &options.continue_token {
             Some(token) => {
@@ -323,13 +334,18 @@ impl Shared {
             let mut next = None;
             for object in view.objects(kind.storage, namespace, after.as_ref()) {
                 if !options.labels.matches(&object.labels)
-                    || !options
-                        .fields
-                        .matches(&object.key.name, &object.key.namespace, &object.fields)
+                    || !options.fields.matches(
+                        &object.key.name,
+                        &object.key.namespace,
+                        &object.fields,
+                    )
                 {
                     continue;
                 }
-                if options.limit.is_some_and(|limit| limit > 0 && items.len() == limit) {
+                if options
+                    .limit
+                    .is_some_and(|limit| limit > 0 && items.len() == limit)
+                {
                     next = Some(encode_continue(rv, &items_last_key(&items)));
                     break;
                 }
@@ -385,7 +401,7 @@ impl Shared {
         if kind.behavior == Behavior::EventsV1 {
             object = events::to_core(&object);
         }
-        let namespace = self.namespace_of(kind, target, &object)?;
+        let namespace = Self::namespace_of(kind, target, &object)?;
         let (written, warnings) = self
             .store
             .write(|txn| self.create_in(txn, target.kind, &namespace, object, options))?;
@@ -393,7 +409,6 @@ impl Shared {
     }
 
     fn namespace_of(
-        &self,
         kind: &ResourceKind,
         target: &Target,
         object: &Value,
@@ -423,27 +438,29 @@ impl Shared {
         if kind.namespaced {
             self.require_namespace(&txn.view(), namespace)?;
         }
-        let name = match meta_str(&object, "name").filter(|n| !n.is_empty()) {
-            Some(name) => name.to_owned(),
-            None => {
-                let Some(prefix) = meta_str(&object, "generateName").filter(|n| !n.is_empty()) else {
-                    return Err(ApiError::invalid(
-                        kind,
-                        "",
-                        vec![status::Cause {
-                            reason: "FieldValueRequired",
-                            field: "metadata.name".into(),
-                            message: "Required value: name or generateName is required".into(),
-                        }],
-                    ));
-                };
-                let prefix = prefix.to_owned();
-                let mut name = Self::generated_name(txn, &prefix);
-                while txn.get(kind.storage, &ObjectKey::new(namespace, &name)).is_some() {
-                    name = Self::generated_name(txn, &prefix);
-                }
-                name
+        let name = if let Some(name) = meta_str(&object, "name").filter(|n| !n.is_empty()) {
+            name.to_owned()
+        } else {
+            let Some(prefix) = meta_str(&object, "generateName").filter(|n| !n.is_empty()) else {
+                return Err(ApiError::invalid(
+                    kind,
+                    "",
+                    &[status::Cause {
+                        reason: "FieldValueRequired",
+                        field: "metadata.name".into(),
+                        message: "Required value: name or generateName is required".into(),
+                    }],
+                ));
+            };
+            let prefix = prefix.to_owned();
+            let mut name = Self::generated_name(txn, &prefix);
+            while txn
+                .get(kind.storage, &ObjectKey::new(namespace, &name))
+                .is_some()
+            {
+                name = Self::generated_name(txn, &prefix);
             }
+            name
         };
         if kind.behavior != Behavior::CoreEvent
             && kind.behavior != Behavior::EventsV1
@@ -452,7 +469,7 @@ impl Shared {
             return Err(ApiError::invalid(
                 kind,
                 &name,
-                vec![status::Cause {
+                &[status::Cause {
                     reason: "FieldValueInvalid",
                     field: "metadata.name".into(),
                     message: format!("Invalid value: \"{name}\": {problem}"),
@@ -502,7 +519,7 @@ impl Shared {
         let kind = self.kind(target.kind);
         let mut object = parse_body(body)?;
         lifecycle::check_type(kind, &object)?;
-        let key = self.key(target)?;
+        let key = Self::key(target)?;
         if let Some(name) = meta_str(&object, "name")
             && name != &*key.name
         {
@@ -536,7 +553,7 @@ impl Shared {
         options: &WriteOptions,
     ) -> Result<Reply, ApiError> {
         let kind = self.kind(target.kind);
-        let key = self.key(target)?;
+        let key = Self::key(target)?;
         if patch_type == PatchType::Strategic && matches!(kind.behavior, Behavior::Custom(_)) {
             return Err(ApiError::unsupported_media_type(
                 "application/strategic-merge-patch+json",
@@ -563,7 +580,15 @@ impl Shared {
                     "kind": kind.kind,
                     "metadata": { "name": &*key.name },
                 });
-                self.run_apply(kind, &mut object, &patch, &manager, options.force, None, &now)?;
+                Self::run_apply(
+                    kind,
+                    &mut object,
+                    &patch,
+                    &manager,
+                    options.force,
+                    None,
+                    &now,
+                )?;
                 let object = if kind.behavior == Behavior::EventsV1 {
                     events::to_core(&object)
                 } else {
@@ -582,14 +607,19 @@ impl Shared {
                 PatchType::Json => {
                     let operations: json_patch::Patch = serde_json::from_value(patch.clone())
                         .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-                    json_patch::patch(&mut object, &operations)
-                        .map_err(|e| ApiError::new(422, "Invalid", format!("the JSON patch could not be applied: {e}")))?;
+                    json_patch::patch(&mut object, &operations).map_err(|e| {
+                        ApiError::new(
+                            422,
+                            "Invalid",
+                            format!("the JSON patch could not be applied: {e}"),
+                        )
+                    })?;
                 }
                 PatchType::Strategic => strategic::apply(kind.behavior, &mut object, &patch)
                     .map_err(ApiError::bad_request)?,
                 PatchType::Apply => {
                     lifecycle::check_type(kind, &patch)?;
-                    self.run_apply(
+                    Self::run_apply(
                         kind,
                         &mut object,
                         &patch,
@@ -622,9 +652,7 @@ impl Shared {
         Ok(self.reply(target.kind, code, &written, warnings))
     }
 
-    #[expect(clippy::too_many_arguments, reason = "one apply call's inputs, used in two places")]
     fn run_apply(
-        &self,
         kind: &ResourceKind,
         object: &mut Value,
         config: &Value,
@@ -633,16 +661,26 @@ impl Shared {
         subresource: Option<&str>,
         now: &str,
     ) -> Result<(), ApiError> {
-        apply::apply(kind.behavior, object, config, manager, force, subresource, now).map_err(
-            |conflicts| {
-                let name = meta_str(object, "name").unwrap_or_default().to_owned();
-                apply_conflict(kind, &name, &conflicts)
-            },
+        apply::apply(
+            kind.behavior,
+            object,
+            config,
+            manager,
+            force,
+            subresource,
+            now,
         )
+        .map_err(|conflicts| {
+            let name = meta_str(object, "name").unwrap_or_default().to_owned();
+            apply_conflict(kind, &name, &conflicts)
+        })
     }
 
     /// Stores `new` over `old` (already checked against its resourceVersion).
-    #[expect(clippy::too_many_arguments, reason = "the update's inputs; grouped at the two call sites")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the update's inputs; grouped at the two call sites"
+    )]
     fn update_in(
         &self,
         txn: &mut Txn<'_>,
@@ -690,12 +728,13 @@ impl Shared {
             return Ok((Written::Value(merged), warnings));
         }
         let labels_after = super::selector::extract_labels(&merged);
-        let written = if lifecycle::is_deleting(&merged) && lifecycle::finalizers(&merged).is_empty() {
-            let gone = txn.remove(kind.storage, key, merged);
-            Written::Value(gone.value())
-        } else {
-            Written::Stored(txn.put(kind.storage, key.clone(), merged, EventType::Modified))
-        };
+        let written =
+            if lifecycle::is_deleting(&merged) && lifecycle::finalizers(&merged).is_empty() {
+                let gone = txn.remove(kind.storage, key, merged);
+                Written::Value(gone.value())
+            } else {
+                Written::Stored(txn.put(kind.storage, key.clone(), merged, EventType::Modified))
+            };
         if kind.behavior == Behavior::Pod {
             self.after_pod_write(txn, &key.namespace, Some(&old.labels), Some(&labels_after));
         }
@@ -706,7 +745,7 @@ impl Shared {
 
     pub fn delete(&self, target: &Target, options: &DeleteOptions) -> Result<Reply, ApiError> {
         let kind = self.kind(target.kind);
-        let key = self.key(target)?;
+        let key = Self::key(target)?;
         let (code, body) = self.store.write(|txn| -> Result<(u16, Bytes), ApiError> {
             let old = txn
                 .get(kind.storage, &key)
@@ -714,14 +753,15 @@ impl Shared {
             if kind.behavior == Behavior::Namespace && !options.dry_run {
                 self.delete_namespace_contents(txn, &key.name);
             }
-            Ok(match self.delete_in(txn, target.kind, &old, options)? {
-                Some(remaining) => (200, self.render(target.kind, &remaining)),
-                None => {
-                    let uid = meta_str(&old.value(), "uid").map(str::to_owned);
-                    let body = status::success(kind, &key.name, uid.as_deref(), 200);
-                    (200, Bytes::from(serde_json::to_vec(&body).unwrap_or_default()))
-                }
-            })
+            if let Some(remaining) = self.delete_in(txn, target.kind, &old, options)? {
+                return Ok((200, self.render(target.kind, &remaining)));
+            }
+            let uid = meta_str(&old.value(), "uid").map(str::to_owned);
+            let body = status::success(kind, &key.name, uid.as_deref(), 200);
+            Ok((
+                200,
+                Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
+            ))
         })?;
         Ok(Reply {
             code,
@@ -771,7 +811,10 @@ impl Shared {
         }
         let graceful_pod = kind.behavior == Behavior::Pod
             && self.config.graceful_pod_deletion
-            && value.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty())
+            && value
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .is_some_and(|n| !n.is_empty())
             && options.grace_period_seconds != Some(0);
         if !lifecycle::finalizers(&value).is_empty() || graceful_pod {
             if lifecycle::is_deleting(&value) {
@@ -781,7 +824,11 @@ impl Shared {
             let grace = if graceful_pod {
                 options
                     .grace_period_seconds
-                    .or_else(|| value.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
+                    .or_else(|| {
+                        value
+                            .pointer("/spec/terminationGracePeriodSeconds")
+                            .and_then(Value::as_i64)
+                    })
                     .unwrap_or(30)
             } else {
                 0
@@ -789,7 +836,12 @@ impl Shared {
             set_meta(&mut value, "deletionGracePeriodSeconds", json!(grace));
             let stored = txn.put(kind.storage, old.key.clone(), value, EventType::Modified);
             if kind.behavior == Behavior::Pod {
-                self.after_pod_write(txn, &old.key.namespace, Some(&old.labels), Some(&stored.labels));
+                self.after_pod_write(
+                    txn,
+                    &old.key.namespace,
+                    Some(&old.labels),
+                    Some(&stored.labels),
+                );
             }
             return Ok(Some(stored));
         }
@@ -826,7 +878,14 @@ impl Shared {
         options: &DeleteOptions,
     ) -> Result<Reply, ApiError> {
         let kind = self.kind(target.kind);
-        let (items, _, _) = self.list_items(target, &ListOptions { limit: None, continue_token: None, ..list.clone() })?;
+        let (items, _, _) = self.list_items(
+            target,
+            &ListOptions {
+                limit: None,
+                continue_token: None,
+                ..list.clone()
+            },
+        )?;
         self.store.write(|txn| {
             for item in items {
                 if let Some(current) = txn.get(kind.storage, &item.key) {
@@ -843,7 +902,7 @@ impl Shared {
     /// `pods/binding`: assigns the pod to a node once.
     pub fn bind(&self, target: &Target, body: &[u8]) -> Result<Reply, ApiError> {
         let kind = self.kind(target.kind);
-        let key = self.key(target)?;
+        let key = Self::key(target)?;
         let binding = parse_body(body)?;
         let node = binding
             .pointer("/target/name")
@@ -857,7 +916,11 @@ impl Shared {
                 .get(kind.storage, &key)
                 .ok_or_else(|| ApiError::not_found(kind, &key.name))?;
             let mut pod = old.value();
-            if let Some(current) = pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            if let Some(current) = pod
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+            {
                 return Err(ApiError::conflict(
                     kind,
                     &key.name,
@@ -868,21 +931,33 @@ impl Shared {
                 return Err(ApiError::conflict(kind, &key.name, "pod is being deleted"));
             }
             pod["spec"]["nodeName"] = json!(node);
-            let scheduled = json!({ "type": "PodScheduled", "status": "True", "lastTransitionTime": now });
-            strategic::apply(Behavior::Pod, &mut pod, &json!({ "status": { "conditions": [scheduled] } }))
-                .map_err(ApiError::internal)?;
+            let scheduled =
+                json!({ "type": "PodScheduled", "status": "True", "lastTransitionTime": now });
+            strategic::apply(
+                Behavior::Pod,
+                &mut pod,
+                &json!({ "status": { "conditions": [scheduled] } }),
+            )
+            .map_err(ApiError::internal)?;
             let stored = txn.put(kind.storage, key.clone(), pod, EventType::Modified);
             self.after_pod_write(txn, &key.namespace, Some(&old.labels), Some(&stored.labels));
             Ok(())
         })?;
-        Ok(Reply::json(201, &status::success(kind, &key.name, None, 201)))
+        Ok(Reply::json(
+            201,
+            &status::success(kind, &key.name, None, 201),
+        ))
     }
 
     /// `pods/eviction`: deletes the pod unless a PodDisruptionBudget forbids it (429).
     pub fn evict(&self, target: &Target, body: &[u8]) -> Result<Reply, ApiError> {
         let kind = self.kind(target.kind);
-        let key = self.key(target)?;
-        let eviction = if body.is_empty() { json!({}) } else { parse_body(body)? };
+        let key = Self::key(target)?;
+        let eviction = if body.is_empty() {
+            json!({})
+        } else {
+            parse_body(body)?
+        };
         if let Some(name) = meta_str(&eviction, "name")
             && name != &*key.name
         {
@@ -891,7 +966,8 @@ impl Shared {
                 key.name
             )));
         }
-        let options = DeleteOptions::default().with_body(eviction.get("deleteOptions").unwrap_or(&Value::Null));
+        let options = DeleteOptions::default()
+            .with_body(eviction.get("deleteOptions").unwrap_or(&Value::Null));
         let pdb_kind = self
             .kinds
             .by_behavior(Behavior::PodDisruptionBudget)
@@ -919,7 +995,10 @@ impl Shared {
             }
             Ok::<(), ApiError>(())
         })?;
-        Ok(Reply::json(201, &status::success(kind, &key.name, None, 201)))
+        Ok(Reply::json(
+            201,
+            &status::success(kind, &key.name, None, 201),
+        ))
     }
 
     // ---------------------------------------------------------------- follow-ups
@@ -964,9 +1043,11 @@ impl Shared {
             return;
         };
         let view = txn.view();
-        let budget = disruption::evaluate(pdb, view.objects(pods, Some(namespace), None), |controller| {
-            self.controller_scale(&view, namespace, controller)
-        });
+        let budget = disruption::evaluate(
+            pdb,
+            view.objects(pods, Some(namespace), None),
+            |controller| self.controller_scale(&view, namespace, controller),
+        );
         let status = disruption::status(pdb, budget, now);
         if let Value::Object(map) = pdb {
             map.insert("status".into(), status);
@@ -986,7 +1067,13 @@ impl Shared {
         };
         let id = self.kinds.find(group, "v1", plural)?;
         let object = view.get(id, &ObjectKey::new(namespace, name))?;
-        Some(object.value().pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1))
+        Some(
+            object
+                .value()
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1),
+        )
     }
 }
 

@@ -13,6 +13,7 @@
 //! of [`super::strategic::list_strategy`].
 
 use std::collections::BTreeSet;
+use std::fmt::Write as _;
 
 use serde_json::{Map, Value, json};
 
@@ -43,14 +44,31 @@ pub(crate) fn fields_of(behavior: Behavior, config: &Value) -> FieldSet {
             if key == "metadata" {
                 if let Value::Object(meta) = value {
                     for (field, child) in meta {
-                        if matches!(field.as_str(), "labels" | "annotations" | "finalizers" | "ownerReferences") {
-                            collect(behavior, child, &mut vec!["f:metadata".into(), format!("f:{field}")], "metadata", field, &mut out);
+                        if matches!(
+                            field.as_str(),
+                            "labels" | "annotations" | "finalizers" | "ownerReferences"
+                        ) {
+                            collect(
+                                behavior,
+                                child,
+                                &mut vec!["f:metadata".into(), format!("f:{field}")],
+                                "metadata",
+                                field,
+                                &mut out,
+                            );
                         }
                     }
                 }
                 continue;
             }
-            collect(behavior, value, &mut vec![format!("f:{key}")], "", key, &mut out);
+            collect(
+                behavior,
+                value,
+                &mut vec![format!("f:{key}")],
+                "",
+                key,
+                &mut out,
+            );
         }
     }
     out
@@ -64,7 +82,14 @@ fn join(path: &str, field: &str) -> String {
     }
 }
 
-fn collect(behavior: Behavior, value: &Value, prefix: &mut Path, parent: &str, field: &str, out: &mut FieldSet) {
+fn collect(
+    behavior: Behavior,
+    value: &Value,
+    prefix: &mut Path,
+    parent: &str,
+    field: &str,
+    out: &mut FieldSet,
+) {
     let here = join(parent, field);
     match value {
         Value::Object(map) if !map.is_empty() => {
@@ -115,7 +140,11 @@ pub(crate) fn to_fields_v1(set: &FieldSet) -> Value {
         for (depth, step) in path.iter().enumerate() {
             let entry = node.entry(step.clone()).or_insert_with(|| json!({}));
             let Value::Object(child) = entry else { break };
-            if depth + 1 == path.len() && set.iter().any(|p| p.len() > path.len() && p.starts_with(path)) {
+            if depth + 1 == path.len()
+                && set
+                    .iter()
+                    .any(|p| p.len() > path.len() && p.starts_with(path))
+            {
                 child.insert(".".into(), json!({}));
             }
             node = child;
@@ -176,13 +205,17 @@ fn step_into<'a>(node: &'a Value, step: &str) -> Option<&'a Value> {
 
 /// Removes the field at `path` (a leaf, a keyed item or a set value).
 fn remove(object: &mut Value, path: &[String]) {
-    let Some((last, parents)) = path.split_last() else { return };
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
     let mut node = object;
     for step in parents {
         let next = if let Some(field) = step.strip_prefix("f:") {
             node.get_mut(field)
         } else if let Some(key) = step.strip_prefix("k:") {
-            let Ok(key) = serde_json::from_str::<Map<String, Value>>(key) else { return };
+            let Ok(key) = serde_json::from_str::<Map<String, Value>>(key) else {
+                return;
+            };
             node.as_array_mut().and_then(|items| {
                 items
                     .iter_mut()
@@ -201,7 +234,9 @@ fn remove(object: &mut Value, path: &[String]) {
             map.remove(field);
         }
     } else if let Some(key) = last.strip_prefix("k:") {
-        if let (Ok(key), Value::Array(items)) = (serde_json::from_str::<Map<String, Value>>(key), node) {
+        if let (Ok(key), Value::Array(items)) =
+            (serde_json::from_str::<Map<String, Value>>(key), node)
+        {
             items.retain(|item| !key.iter().all(|(k, v)| item.get(k) == Some(v)));
         }
     } else if let Some(value) = last.strip_prefix("v:")
@@ -226,10 +261,13 @@ fn merge(behavior: Behavior, live: &mut Value, config: &Value, path: &str) {
                             ListStrategy::MergeByKey(merge_key) => {
                                 for item in items {
                                     let found = existing.iter_mut().find(|e| {
-                                        e.get(merge_key).is_some() && e.get(merge_key) == item.get(merge_key)
+                                        e.get(merge_key).is_some()
+                                            && e.get(merge_key) == item.get(merge_key)
                                     });
                                     match found {
-                                        Some(current) => merge(behavior, current, item, &child_path),
+                                        Some(current) => {
+                                            merge(behavior, current, item, &child_path);
+                                        }
                                         None => existing.push(item.clone()),
                                     }
                                 }
@@ -272,8 +310,7 @@ pub(crate) fn apply(
         .cloned()
         .unwrap_or_default();
     let is_apply = |e: &Value| e.get("operation").and_then(Value::as_str) == Some("Apply");
-    let same_subresource =
-        |e: &Value| e.get("subresource").and_then(Value::as_str) == subresource;
+    let same_subresource = |e: &Value| e.get("subresource").and_then(Value::as_str) == subresource;
     let mut previous = FieldSet::new();
     let mut others: Vec<(String, FieldSet, usize)> = Vec::new();
     for (index, entry) in entries.iter().enumerate() {
@@ -281,7 +318,10 @@ pub(crate) fn apply(
             continue;
         }
         let fields = from_fields_v1(entry.get("fieldsV1").unwrap_or(&Value::Null));
-        let owner = entry.get("manager").and_then(Value::as_str).unwrap_or_default();
+        let owner = entry
+            .get("manager")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if owner == manager && same_subresource(entry) {
             previous = fields;
         } else {
@@ -318,7 +358,11 @@ pub(crate) fn apply(
             entry["fieldsV1"] = to_fields_v1(fields);
         }
     }
-    entries.retain(|e| !(is_apply(e) && e.get("manager").and_then(Value::as_str) == Some(manager) && same_subresource(e)));
+    entries.retain(|e| {
+        !(is_apply(e)
+            && e.get("manager").and_then(Value::as_str) == Some(manager)
+            && same_subresource(e))
+    });
     let api_version = config.get("apiVersion").cloned().unwrap_or(Value::Null);
     let mut entry = json!({
         "manager": manager,
@@ -348,10 +392,10 @@ fn readable(path: &[String]) -> String {
         } else if let Some(key) = step.strip_prefix("k:") {
             if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(key) {
                 let parts: Vec<String> = map.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                out.push_str(&format!("[{}]", parts.join(",")));
+                let _ = write!(out, "[{}]", parts.join(","));
             }
         } else if let Some(value) = step.strip_prefix("v:") {
-            out.push_str(&format!("[={value}]"));
+            let _ = write!(out, "[={value}]");
         }
     }
     out
@@ -370,7 +414,16 @@ mod tests {
         apply(Behavior::Generic, &mut live, &first, "me", false, None, NOW).unwrap();
         assert_eq!(live["metadata"]["labels"], json!({ "a": "1", "b": "2" }));
         let second = json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "x", "labels": { "a": "1" } } });
-        apply(Behavior::Generic, &mut live, &second, "me", false, None, NOW).unwrap();
+        apply(
+            Behavior::Generic,
+            &mut live,
+            &second,
+            "me",
+            false,
+            None,
+            NOW,
+        )
+        .unwrap();
         assert_eq!(live["metadata"]["labels"], json!({ "a": "1" }));
         assert!(live.get("data").and_then(|d| d.get("k")).is_none());
     }
@@ -381,8 +434,15 @@ mod tests {
         let mine = json!({ "data": { "k": "v" } });
         apply(Behavior::Generic, &mut live, &mine, "a", false, None, NOW).unwrap();
         let theirs = json!({ "data": { "k": "w" } });
-        let conflicts = apply(Behavior::Generic, &mut live, &theirs, "b", false, None, NOW).unwrap_err();
-        assert_eq!(conflicts, vec![ApplyConflict { manager: "a".into(), field: ".data.k".into() }]);
+        let conflicts =
+            apply(Behavior::Generic, &mut live, &theirs, "b", false, None, NOW).unwrap_err();
+        assert_eq!(
+            conflicts,
+            vec![ApplyConflict {
+                manager: "a".into(),
+                field: ".data.k".into()
+            }]
+        );
         apply(Behavior::Generic, &mut live, &theirs, "b", true, None, NOW).unwrap();
         assert_eq!(live["data"]["k"], "w");
         // The field moved to b: a no longer owns it.
@@ -397,7 +457,16 @@ mod tests {
         let set = fields_of(Behavior::Node, &config);
         assert_eq!(from_fields_v1(&to_fields_v1(&set)), set);
         let mut live = json!({ "metadata": {}, "status": { "conditions": [{ "type": "DiskPressure", "status": "False" }] } });
-        apply(Behavior::Node, &mut live, &config, "kubelet", false, Some("status"), NOW).unwrap();
+        apply(
+            Behavior::Node,
+            &mut live,
+            &config,
+            "kubelet",
+            false,
+            Some("status"),
+            NOW,
+        )
+        .unwrap();
         assert_eq!(live["status"]["conditions"].as_array().unwrap().len(), 2);
     }
 }

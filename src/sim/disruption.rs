@@ -4,7 +4,7 @@
 //!
 //! As in Kubernetes, a budget with an integer `minAvailable` expects the pods it selects; one with
 //! `maxUnavailable` or a percentage expects the scale (`spec.replicas`) of the controllers
-//! (ReplicaSet, StatefulSet, ReplicationController) of those pods. A selected pod without a
+//! (`ReplicaSet`, `StatefulSet`, `ReplicationController`) of those pods. A selected pod without a
 //! controller, or whose controller is not stored, counts as one (the real controller reports an
 //! error for such budgets instead). A pod is healthy when its `Ready` condition is `True` and
 //! it is not being deleted.
@@ -53,7 +53,9 @@ pub(crate) fn evaluate<'a>(
     pods: impl Iterator<Item = &'a Arc<StoredObject>>,
     scale_of: impl Fn(&str) -> Option<i64>,
 ) -> Budget {
-    let selector = pdb.pointer("/spec/selector").and_then(LabelSelector::from_object);
+    let selector = pdb
+        .pointer("/spec/selector")
+        .and_then(LabelSelector::from_object);
     let (mut selected, mut healthy) = (0, 0);
     let mut controllers: Vec<&str> = Vec::new();
     let mut uncontrolled = 0;
@@ -87,7 +89,10 @@ pub(crate) fn evaluate<'a>(
     let spec = pdb.get("spec").cloned().unwrap_or(Value::Null);
     let (expected, desired) = if let Some(max) = spec.get("maxUnavailable") {
         let expected = scaled_count();
-        (expected, (expected - scaled(max, expected).unwrap_or(0)).max(0))
+        (
+            expected,
+            (expected - scaled(max, expected).unwrap_or(0)).max(0),
+        )
     } else if let Some(min) = spec.get("minAvailable") {
         if min.is_number() {
             (selected, min.as_i64().unwrap_or(0))
@@ -110,7 +115,10 @@ pub(crate) fn evaluate<'a>(
 pub(crate) fn status(pdb: &Value, budget: Budget, now: &str) -> Value {
     let allowed = budget.allowed > 0;
     let condition_status = if allowed { "True" } else { "False" };
-    let generation = pdb.pointer("/metadata/generation").cloned().unwrap_or(json!(1));
+    let generation = pdb
+        .pointer("/metadata/generation")
+        .cloned()
+        .unwrap_or(json!(1));
     let previous = pdb.pointer("/status/conditions/0");
     let since = previous
         .filter(|c| c["status"] == condition_status)
@@ -157,7 +165,10 @@ pub(crate) fn admit_eviction<'a>(
     pods: impl Iterator<Item = &'a Arc<StoredObject>>,
     scale_of: impl Fn(&str) -> Option<i64>,
 ) -> Result<(), ApiError> {
-    let phase = pod_value.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
+    let phase = pod_value
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     // Terminal and pending pods are evicted without consulting budgets.
     if matches!(phase, "Succeeded" | "Failed" | "Pending" | "") {
         return Ok(());
@@ -177,7 +188,9 @@ pub(crate) fn admit_eviction<'a>(
     let permitted = if healthy {
         budget.allowed > 0
     } else {
-        let always = budget_value.pointer("/spec/unhealthyPodEvictionPolicy").and_then(Value::as_str)
+        let always = budget_value
+            .pointer("/spec/unhealthyPodEvictionPolicy")
+            .and_then(Value::as_str)
             == Some("AlwaysAllow");
         always || budget.healthy >= budget.desired
     };
@@ -237,7 +250,15 @@ mod tests {
         let pods = [pod("a", true), pod("b", true), pod("c", true)];
         let pdb = json!({ "spec": { "selector": { "matchLabels": { "app": "web" } }, "minAvailable": "50%" } });
         let budget = evaluate(&pdb, pods.iter(), |_| None);
-        assert_eq!(budget, Budget { expected: 3, healthy: 3, desired: 2, allowed: 1 });
+        assert_eq!(
+            budget,
+            Budget {
+                expected: 3,
+                healthy: 3,
+                desired: 2,
+                allowed: 1
+            }
+        );
         let pdb = json!({ "spec": { "selector": { "matchLabels": { "app": "web" } }, "maxUnavailable": 0 } });
         assert_eq!(evaluate(&pdb, pods.iter(), |_| None).allowed, 0);
     }
@@ -245,14 +266,34 @@ mod tests {
     #[test]
     fn an_unready_pod_can_go_only_while_the_budget_is_healthy() {
         let kinds = crate::sim::kinds::Kinds::new();
-        let pdb_kind = kinds.get(kinds.by_behavior(Behavior::PodDisruptionBudget).unwrap()).clone();
+        let pdb_kind = kinds
+            .get(kinds.by_behavior(Behavior::PodDisruptionBudget).unwrap())
+            .clone();
         let pods = [pod("a", true), pod("b", false)];
         let pdb = json!({ "metadata": { "name": "web" }, "spec": { "selector": { "matchLabels": { "app": "web" } }, "minAvailable": 1 } });
         let unready = &pods[1];
         let value = unready.value();
-        assert!(admit_eviction(&pdb_kind, unready, &value, std::slice::from_ref(&pdb), pods.iter(), |_| None).is_ok());
+        assert!(
+            admit_eviction(
+                &pdb_kind,
+                unready,
+                &value,
+                std::slice::from_ref(&pdb),
+                pods.iter(),
+                |_| None
+            )
+            .is_ok()
+        );
         let ready = &pods[0];
-        let error = admit_eviction(&pdb_kind, ready, &ready.value(), &[pdb], pods.iter(), |_| None).unwrap_err();
+        let error = admit_eviction(
+            &pdb_kind,
+            ready,
+            &ready.value(),
+            &[pdb],
+            pods.iter(),
+            |_| None,
+        )
+        .unwrap_err();
         assert_eq!(error.code, 429);
     }
 }

@@ -320,10 +320,22 @@ mod tests {
     #[test]
     fn a_limited_rule_stops_after_its_matches() {
         let faults = Faults::default();
-        faults.inject(FaultRule::fail(500).on(Verb::Watch).resource("pods").times(2));
+        faults.inject(
+            FaultRule::fail(500)
+                .on(Verb::Watch)
+                .resource("pods")
+                .times(2),
+        );
         assert!(faults.check(&request(Verb::List, "pods")).error.is_none());
         assert!(faults.check(&request(Verb::Watch, "nodes")).error.is_none());
-        assert_eq!(faults.check(&request(Verb::Watch, "pods")).error.unwrap().code, 500);
+        assert_eq!(
+            faults
+                .check(&request(Verb::Watch, "pods"))
+                .error
+                .unwrap()
+                .code,
+            500
+        );
         assert!(faults.check(&request(Verb::Watch, "pods")).error.is_some());
         assert!(faults.check(&request(Verb::Watch, "pods")).error.is_none());
         assert_eq!(faults.active(), 0);

@@ -65,7 +65,8 @@ where
             let bytes = match body.collect().await {
                 Ok(collected) => collected.to_bytes(),
                 Err(error) => {
-                    let failure = ApiError::bad_request(format!("reading the request body: {error}"));
+                    let failure =
+                        ApiError::bad_request(format!("reading the request body: {error}"));
                     return Ok(error_response(&failure));
                 }
             };
@@ -141,10 +142,12 @@ impl EmulatorService {
             let body = request.into_body();
             match route {
                 Err(error) => error_response(&error),
-                Ok(route) => match self.dispatch(route, &method, &query, &accept, &content_type, &body) {
-                    Ok(response) => response,
-                    Err(error) => error_response(&error),
-                },
+                Ok(route) => {
+                    match self.dispatch(route, &method, &query, &accept, &content_type, &body) {
+                        Ok(response) => response,
+                        Err(error) => error_response(&error),
+                    }
+                }
             }
         };
         record.code = response.status().as_u16();
@@ -185,9 +188,10 @@ impl EmulatorService {
             Route::Group(group) => kinds
                 .group(&group)
                 .map_or_else(|| Err(ApiError::path_not_found(&group)), document),
-            Route::Resources(group, version) => kinds
-                .resource_list(&group, &version)
-                .map_or_else(|| Err(ApiError::path_not_found(&format!("{group}/{version}"))), document),
+            Route::Resources(group, version) => kinds.resource_list(&group, &version).map_or_else(
+                || Err(ApiError::path_not_found(&format!("{group}/{version}"))),
+                document,
+            ),
             Route::OpenApiV2 => Err(ApiError::path_not_found("/openapi/v2")),
             Route::OpenApiV3 => document(openapi::v3_index(kinds)),
             Route::OpenApiV3GroupVersion(gv) => openapi::v3_group_version(kinds, &gv)
@@ -197,7 +201,9 @@ impl EmulatorService {
                 .header(header::CONTENT_TYPE, "text/plain")
                 .body(EmulatorBody::full("ok"))
                 .unwrap_or_else(|_| Response::new(EmulatorBody::empty()))),
-            Route::Resource(target) => self.resource(&target, method, query, accept, content_type, body),
+            Route::Resource(target) => {
+                self.resource(&target, method, query, accept, content_type, body)
+            }
         }
     }
 
@@ -215,7 +221,9 @@ impl EmulatorService {
         let write = || -> Result<WriteOptions, ApiError> {
             Ok(WriteOptions {
                 dry_run: query.get("dryRun").is_some_and(|d| d == "All"),
-                field_validation: FieldValidation::parse(query.get("fieldValidation").map(String::as_str))?,
+                field_validation: FieldValidation::parse(
+                    query.get("fieldValidation").map(String::as_str),
+                )?,
                 field_manager: query.get("fieldManager").cloned(),
                 force: query.get("force").is_some_and(|f| f == "true"),
             })
@@ -248,7 +256,11 @@ impl EmulatorService {
                     };
                     let table = wants_table(accept);
                     let body = watch::start(Arc::clone(shared), request)?;
-                    let body = if table { table::watch_rows(Arc::clone(shared), target.kind, body) } else { body };
+                    let body = if table {
+                        table::watch_rows(Arc::clone(shared), target.kind, body)
+                    } else {
+                        body
+                    };
                     return Ok(Response::builder()
                         .status(StatusCode::OK)
                         .header(header::CONTENT_TYPE, "application/json")
@@ -275,7 +287,9 @@ impl EmulatorService {
             (Method::POST, None, None) => shared.create(target, body, &write()?)?,
             (Method::POST, Some(_), Some("eviction")) => shared.evict(target, body)?,
             (Method::POST, Some(_), Some("binding")) => shared.bind(target, body)?,
-            (Method::PUT, Some(_), None | Some("status")) => shared.replace(target, body, &write()?)?,
+            (Method::PUT, Some(_), None | Some("status")) => {
+                shared.replace(target, body, &write()?)?
+            }
             (Method::PATCH, Some(_), None | Some("status")) => {
                 let patch_type = PatchType::from_content_type(content_type)
                     .ok_or_else(|| ApiError::unsupported_media_type(content_type))?;
@@ -319,8 +333,11 @@ fn flag(query: &Query, name: &str) -> bool {
 fn list_options(behavior: Behavior, query: &Query) -> Result<ListOptions, ApiError> {
     let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str), behavior)
-        .map_err(|e| ApiError::bad_request(e.0))?;
+    let fields = FieldSelector::parse(
+        query.get("fieldSelector").map_or("", String::as_str),
+        behavior,
+    )
+    .map_err(|e| ApiError::bad_request(e.0))?;
     let limit = match query.get("limit").filter(|l| !l.is_empty()) {
         Some(text) => Some(
             text.parse::<usize>()
@@ -354,7 +371,11 @@ fn delete_options(query: &Query, body: &Bytes) -> Result<DeleteOptions, ApiError
 }
 
 fn verb_of(method: &Method, target: &Target, query: &Query) -> Verb {
-    match (method.clone(), target.name.is_some(), target.subresource.as_deref()) {
+    match (
+        method.clone(),
+        target.name.is_some(),
+        target.subresource.as_deref(),
+    ) {
         (Method::GET, false, _) if flag(query, "watch") => Verb::Watch,
         (Method::GET, false, _) => Verb::List,
         (Method::GET, true, _) => Verb::Get,

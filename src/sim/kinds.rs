@@ -47,7 +47,7 @@ pub(crate) struct ResourceKind {
     pub storage: KindId,
     /// The CRD's `openAPIV3Schema`, for our custom kinds.
     pub schema: Option<Value>,
-    /// The CRD's printer columns (name, type, JSONPath, priority), for custom kinds.
+    /// The CRD's printer columns (name, type, `JSONPath`, priority), for custom kinds.
     pub printer_columns: Vec<PrinterColumn>,
 }
 
@@ -115,7 +115,7 @@ type BuiltIn = (
     Behavior,
 );
 
-/// The built-in kinds: those Karpenter's ClusterRole names, plus ConfigMaps for everyday kubectl.
+/// The built-in kinds: those Karpenter's `ClusterRole` names, plus `ConfigMaps` for everyday kubectl.
 #[rustfmt::skip]
 const BUILT_IN: &[BuiltIn] = &[
     ("", "v1", "Pod", "pods", true, true, &["po"], true, Behavior::Pod),
@@ -162,7 +162,11 @@ impl Kinds {
                         namespaced,
                         status_subresource: status,
                         short_names: short.iter().map(|s| (*s).to_owned()).collect(),
-                        categories: if all { vec!["all".to_owned()] } else { Vec::new() },
+                        categories: if all {
+                            vec!["all".to_owned()]
+                        } else {
+                            Vec::new()
+                        },
                         behavior,
                         storage: 0,
                         schema: None,
@@ -178,8 +182,8 @@ impl Kinds {
         ]) {
             kinds.push(custom_kind(&definition, kind));
         }
-        for id in 0..kinds.len() {
-            kinds[id].storage = id;
+        for (id, kind) in kinds.iter_mut().enumerate() {
+            kind.storage = id;
         }
         let core_events = kinds
             .iter()
@@ -290,7 +294,8 @@ impl Kinds {
             .into_iter()
             .filter(|(group, _)| !group.is_empty())
             .map(|(group, version)| {
-                let gv = json!({ "groupVersion": format!("{group}/{version}"), "version": version });
+                let gv =
+                    json!({ "groupVersion": format!("{group}/{version}"), "version": version });
                 json!({ "name": group, "versions": [gv.clone()], "preferredVersion": gv })
             })
             .collect();

@@ -77,7 +77,9 @@ pub(crate) fn is_deleting(object: &Value) -> bool {
 /// Checks that `apiVersion` and `kind`, when present, are the resource's.
 pub(crate) fn check_type(kind: &ResourceKind, object: &Value) -> Result<(), ApiError> {
     if !object.is_object() {
-        return Err(ApiError::bad_request("the request body must be a JSON object"));
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
     }
     let expected = kind.api_version();
     if let Some(api_version) = object.get("apiVersion").and_then(Value::as_str)
@@ -143,7 +145,12 @@ pub(crate) fn prepare_create(
     set_meta(object, "uid", json!(uid));
     set_meta(object, "creationTimestamp", json!(now));
     set_meta(object, "generation", json!(1));
-    for field in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+    for field in [
+        "resourceVersion",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+    ] {
         remove_meta(object, field);
     }
     match kind.behavior {
@@ -205,24 +212,22 @@ pub(crate) fn merge_update(
                     }
                 }
             }
-            if keep_managed_fields
-                && let Some(fields) = new.pointer("/metadata/managedFields")
-            {
+            if keep_managed_fields && let Some(fields) = new.pointer("/metadata/managedFields") {
                 set_meta(&mut merged, "managedFields", fields.clone());
             }
             return merged;
         }
         _ => new,
     };
-    if kind.status_subresource {
-        if let Value::Object(map) = &mut merged {
-            match old.get("status") {
-                Some(status) => {
-                    map.insert("status".into(), status.clone());
-                }
-                None => {
-                    map.remove("status");
-                }
+    if kind.status_subresource
+        && let Value::Object(map) = &mut merged
+    {
+        match old.get("status") {
+            Some(status) => {
+                map.insert("status".into(), status.clone());
+            }
+            None => {
+                map.remove("status");
             }
         }
     }
@@ -253,7 +258,9 @@ fn spec_part(object: &Value) -> Vec<(&String, &Value)> {
         .as_object()
         .map(|map| {
             map.iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind"))
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind")
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -279,10 +286,12 @@ pub(crate) fn check_update(kind: &ResourceKind, old: &Value, new: &Value) -> Res
             return Err(ApiError::invalid(
                 kind,
                 name,
-                vec![Cause {
+                &[Cause {
                     reason: "FieldValueForbidden",
                     field: "metadata.finalizers".into(),
-                    message: "Forbidden: no new finalizers can be added if the object is being deleted".into(),
+                    message:
+                        "Forbidden: no new finalizers can be added if the object is being deleted"
+                            .into(),
                 }],
             ));
         }
@@ -291,7 +300,7 @@ pub(crate) fn check_update(kind: &ResourceKind, old: &Value, new: &Value) -> Res
         return Err(ApiError::invalid(
             kind,
             name,
-            vec![Cause {
+            &[Cause {
                 reason: "FieldValueForbidden",
                 field: "spec".into(),
                 message: "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing tolerations), `spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)".into(),
@@ -328,12 +337,7 @@ mod tests {
 
     fn kind(plural: &str) -> ResourceKind {
         let kinds = Kinds::new();
-        let id = kinds
-            .iter()
-            .find(|(_, k)| k.plural == plural && k.group.is_empty() || k.plural == plural && plural == "nodeclaims")
-            .map(|(id, _)| id)
-            .unwrap();
-        kinds.get(id).clone()
+        kinds.get(kinds.find("", "v1", plural).unwrap()).clone()
     }
 
     #[test]

@@ -72,7 +72,8 @@ pub const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(10);
 /// Requests kept in the log by default.
 pub const DEFAULT_REQUEST_LOG: usize = 10_000;
 /// Namespaces every new cluster has.
-pub const INITIAL_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
+pub const INITIAL_NAMESPACES: [&str; 4] =
+    ["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// The wall clock the emulator stamps objects with.
 pub type Clock = Arc<dyn Fn() -> jiff::Timestamp + Send + Sync>;
@@ -261,24 +262,26 @@ impl Emulator {
     /// The latest resourceVersion.
     #[must_use]
     pub fn resource_version(&self) -> u64 {
-        self.shared.store.read(|view| view.rv())
+        self.shared.store.rv()
     }
 
     /// Objects and bytes held per kind (kinds holding nothing are left out).
     #[must_use]
     pub fn stats(&self) -> Vec<KindStats> {
-        let footprint = self.shared.store.read(|view| view.footprint());
+        let footprint = self.shared.store.footprint();
         self.shared
             .kinds
             .iter()
             .zip(footprint)
             .filter(|(_, (objects, _, history))| *objects > 0 || *history > 0)
-            .map(|((_, kind), (objects, object_bytes, history_bytes))| KindStats {
-                kind: format!("{}/{}", kind.api_version(), kind.kind),
-                objects,
-                object_bytes,
-                history_bytes,
-            })
+            .map(
+                |((_, kind), (objects, object_bytes, history_bytes))| KindStats {
+                    kind: format!("{}/{}", kind.api_version(), kind.kind),
+                    objects,
+                    object_bytes,
+                    history_bytes,
+                },
+            )
             .collect()
     }
 }

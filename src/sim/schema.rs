@@ -106,7 +106,9 @@ pub(crate) fn apply_defaults(schema: &Value, value: &mut Value) {
                         apply_defaults(child_schema, child);
                     }
                 }
-            } else if let Some(additional) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+            } else if let Some(additional) =
+                schema.get("additionalProperties").filter(|a| a.is_object())
+            {
                 for child in map.values_mut() {
                     apply_defaults(additional, child);
                 }
@@ -143,8 +145,10 @@ pub(crate) fn admit(
         if !removed.is_empty() {
             match field_validation {
                 FieldValidation::Strict => {
-                    let listed: Vec<String> =
-                        removed.iter().map(|p| format!("unknown field \"{p}\"")).collect();
+                    let listed: Vec<String> = removed
+                        .iter()
+                        .map(|p| format!("unknown field \"{p}\""))
+                        .collect();
                     return Err(ApiError::bad_request(format!(
                         "strict decoding error: {}",
                         listed.join(", ")
@@ -176,7 +180,7 @@ pub(crate) fn admit(
     if causes.is_empty() {
         Ok(warnings)
     } else {
-        Err(ApiError::invalid(kind, &name, causes))
+        Err(ApiError::invalid(kind, &name, &causes))
     }
 }
 

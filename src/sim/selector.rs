@@ -52,7 +52,9 @@ impl LabelRequirement {
             Self::DoesNotExist(key) => lookup(labels, key).is_none(),
             Self::Equals(key, value) => lookup(labels, key) == Some(value.as_str()),
             Self::NotEquals(key, value) => lookup(labels, key) != Some(value.as_str()),
-            Self::In(key, values) => lookup(labels, key).is_some_and(|v| values.iter().any(|x| x == v)),
+            Self::In(key, values) => {
+                lookup(labels, key).is_some_and(|v| values.iter().any(|x| x == v))
+            }
             Self::NotIn(key, values) => {
                 lookup(labels, key).is_none_or(|v| values.iter().all(|x| x != v))
             }
@@ -113,7 +115,12 @@ impl LabelSelector {
                 let values: Vec<String> = expression
                     .get("values")
                     .and_then(Value::as_array)
-                    .map(|v| v.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                    .map(|v| {
+                        v.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect()
+                    })
                     .unwrap_or_default();
                 requirements.push(match expression.get("operator")?.as_str()? {
                     "In" => LabelRequirement::In(key, values),
@@ -212,7 +219,9 @@ impl Parser {
                 self.at += 1;
                 let value = self.value();
                 let bound = value.parse::<i64>().map_err(|_| {
-                    SelectorError(format!("for '{c}' operator, the value must be an integer, got {value:?}"))
+                    SelectorError(format!(
+                        "for '{c}' operator, the value must be an integer, got {value:?}"
+                    ))
                 })?;
                 Ok(if c == '>' {
                     LabelRequirement::GreaterThan(key, bound)
@@ -244,7 +253,10 @@ impl Parser {
     fn set(&mut self) -> Result<Vec<String>, SelectorError> {
         self.skip_spaces();
         if !self.eat('(') {
-            return Err(SelectorError(format!("found '{}', expected: '('", self.rest())));
+            return Err(SelectorError(format!(
+                "found '{}', expected: '('",
+                self.rest()
+            )));
         }
         let mut values = Vec::new();
         loop {
@@ -292,7 +304,9 @@ impl FieldSelector {
             } else if let Some((f, v)) = term.split_once('=') {
                 (f, v, true)
             } else {
-                return Err(SelectorError(format!("invalid selector: '{term}'; can't understand '{term}'")));
+                return Err(SelectorError(format!(
+                    "invalid selector: '{term}'; can't understand '{term}'"
+                )));
             };
             let field = field.trim();
             let field = canonical_field(behavior, field);
@@ -309,7 +323,12 @@ impl FieldSelector {
     }
 
     /// Whether the object with `name`, `namespace` and kind-specific `fields` matches.
-    pub fn matches(&self, name: &str, namespace: &str, fields: &[(&'static str, Box<str>)]) -> bool {
+    pub fn matches(
+        &self,
+        name: &str,
+        namespace: &str,
+        fields: &[(&'static str, Box<str>)],
+    ) -> bool {
         self.0.iter().all(|r| {
             let actual = match r.field.as_str() {
                 "metadata.name" => name,
@@ -403,10 +422,20 @@ pub(crate) fn extract_fields(behavior: Behavior, object: &Value) -> Fields {
             }),
             ("status.phase", text("/status/phase")),
             ("status.podIP", text("/status/podIP")),
-            ("status.nominatedNodeName", text("/status/nominatedNodeName")),
+            (
+                "status.nominatedNodeName",
+                text("/status/nominatedNodeName"),
+            ),
             // Not selectable (absent from `supported_fields`): indexed for PodDisruptionBudgets.
             (POD_READY, bool_text(pod_ready(object))),
-            (POD_DELETING, bool_text(object.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null()))),
+            (
+                POD_DELETING,
+                bool_text(
+                    object
+                        .pointer("/metadata/deletionTimestamp")
+                        .is_some_and(|v| !v.is_null()),
+                ),
+            ),
             (POD_CONTROLLER, controller_of(object)),
         ],
         Behavior::Node => vec![("spec.unschedulable", {
@@ -416,12 +445,24 @@ pub(crate) fn extract_fields(behavior: Behavior, object: &Value) -> Fields {
         Behavior::Namespace => vec![("status.phase", text("/status/phase"))],
         Behavior::CoreEvent => vec![
             ("involvedObject.kind", text("/involvedObject/kind")),
-            ("involvedObject.namespace", text("/involvedObject/namespace")),
+            (
+                "involvedObject.namespace",
+                text("/involvedObject/namespace"),
+            ),
             ("involvedObject.name", text("/involvedObject/name")),
             ("involvedObject.uid", text("/involvedObject/uid")),
-            ("involvedObject.apiVersion", text("/involvedObject/apiVersion")),
-            ("involvedObject.resourceVersion", text("/involvedObject/resourceVersion")),
-            ("involvedObject.fieldPath", text("/involvedObject/fieldPath")),
+            (
+                "involvedObject.apiVersion",
+                text("/involvedObject/apiVersion"),
+            ),
+            (
+                "involvedObject.resourceVersion",
+                text("/involvedObject/resourceVersion"),
+            ),
+            (
+                "involvedObject.fieldPath",
+                text("/involvedObject/fieldPath"),
+            ),
             ("reason", text("/reason")),
             ("reportingComponent", text("/reportingComponent")),
             ("source", text("/source/component")),
@@ -447,7 +488,14 @@ fn controller_of(object: &Value) -> Box<str> {
         .and_then(|owners| owners.iter().find(|o| o["controller"] == true))
         .map_or_else(
             || "".into(),
-            |o| format!("{}/{}", o["kind"].as_str().unwrap_or_default(), o["name"].as_str().unwrap_or_default()).into(),
+            |o| {
+                format!(
+                    "{}/{}",
+                    o["kind"].as_str().unwrap_or_default(),
+                    o["name"].as_str().unwrap_or_default()
+                )
+                .into()
+            },
         )
 }
 
@@ -494,7 +542,9 @@ mod tests {
     use serde_json::json;
 
     fn labels(pairs: &[(&str, &str)]) -> Labels {
-        extract_labels(&json!({ "metadata": { "labels": pairs.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect::<serde_json::Map<_, _>>() } }))
+        extract_labels(
+            &json!({ "metadata": { "labels": pairs.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect::<serde_json::Map<_, _>>() } }),
+        )
     }
 
     #[test]
@@ -539,7 +589,8 @@ mod tests {
     fn field_selectors_compare_extracted_values() {
         let pod = json!({ "spec": { "nodeName": "n1" }, "status": { "phase": "Running" } });
         let fields = extract_fields(Behavior::Pod, &pod);
-        let selector = FieldSelector::parse("spec.nodeName=n1,status.phase!=Failed", Behavior::Pod).unwrap();
+        let selector =
+            FieldSelector::parse("spec.nodeName=n1,status.phase!=Failed", Behavior::Pod).unwrap();
         assert!(selector.matches("p", "default", &fields));
         let other = FieldSelector::parse("spec.nodeName=n2", Behavior::Pod).unwrap();
         assert!(!other.matches("p", "default", &fields));

@@ -29,7 +29,10 @@ pub struct LoopbackServer {
 }
 
 impl LoopbackServer {
-    pub(crate) async fn start(service: EmulatorService, addr: SocketAddr) -> Result<Self, EmulatorError> {
+    pub(crate) async fn start(
+        service: EmulatorService,
+        addr: SocketAddr,
+    ) -> Result<Self, EmulatorError> {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| EmulatorError::Bind { addr, source })?;
@@ -50,7 +53,14 @@ impl LoopbackServer {
                 tokio::spawn(async move {
                     let handler = service_fn(move |request| {
                         let mut service = service.clone();
-                        async move { Ok::<_, Infallible>(service.call(request).await.unwrap_or_else(|never| match never {})) }
+                        async move {
+                            Ok::<_, Infallible>(
+                                service
+                                    .call(request)
+                                    .await
+                                    .unwrap_or_else(|never| match never {}),
+                            )
+                        }
                     });
                     // A client that hangs up mid-request is not the server's problem.
                     let _ = http1::Builder::new()

@@ -57,13 +57,21 @@ impl ApiError {
     }
 
     pub fn path_not_found(path: &str) -> Self {
-        Self::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
+        Self::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
     }
 
     pub fn namespace_not_found(namespace: &str) -> Self {
         Self {
             details: Some(json!({ "name": namespace, "kind": "namespaces" })),
-            ..Self::new(404, "NotFound", format!("namespaces \"{namespace}\" not found"))
+            ..Self::new(
+                404,
+                "NotFound",
+                format!("namespaces \"{namespace}\" not found"),
+            )
         }
     }
 
@@ -102,13 +110,17 @@ impl ApiError {
     }
 
     /// 422 with one cause per violated field, worded as the server words them.
-    pub fn invalid(kind: &ResourceKind, name: &str, causes: Vec<Cause>) -> Self {
+    pub fn invalid(kind: &ResourceKind, name: &str, causes: &[Cause]) -> Self {
         let listed: Vec<String> = causes
             .iter()
             .map(|c| format!("{}: {}", c.field, c.message))
             .collect();
         let message = if listed.len() == 1 {
-            format!("{} \"{name}\" is invalid: {}", kind.qualified_kind(), listed[0])
+            format!(
+                "{} \"{name}\" is invalid: {}",
+                kind.qualified_kind(),
+                listed[0]
+            )
         } else {
             format!(
                 "{} \"{name}\" is invalid: [{}]",
@@ -142,7 +154,9 @@ impl ApiError {
         Self::new(
             415,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type})"),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type})"
+            ),
         )
     }
 

@@ -176,6 +176,19 @@ impl Store {
         f(&mut txn)
     }
 
+    /// The latest resourceVersion.
+    pub fn rv(&self) -> u64 {
+        self.read_guard().rv
+    }
+
+    /// Bytes held by objects and history, and object counts, per kind.
+    pub fn footprint(&self) -> Vec<(usize, usize, usize)> {
+        View {
+            inner: &self.read_guard(),
+        }
+        .footprint()
+    }
+
     /// A receiver that changes whenever `kind` gets an event.
     pub fn subscribe(&self, kind: KindId) -> watch::Receiver<u64> {
         self.read_guard().kinds[kind].notify.subscribe()
@@ -311,7 +324,9 @@ impl Txn<'_> {
     ) -> Arc<StoredObject> {
         let stored = self.stamp(kind, key, &mut object);
         let state = &mut self.inner.kinds[kind];
-        let previous = state.objects.insert(stored.key.clone(), Arc::clone(&stored));
+        let previous = state
+            .objects
+            .insert(stored.key.clone(), Arc::clone(&stored));
         self.record(kind, event_type, &stored, previous);
         stored
     }
@@ -379,10 +394,15 @@ mod tests {
         let kinds = Kinds::new();
         let pods = kinds.find("", "v1", "pods").unwrap();
         let store = Store::new(&kinds, 10, 1);
-        let first = store.write(|t| t.put(pods, ObjectKey::new("a", "x"), pod("x"), EventType::Added));
-        let second = store.write(|t| t.put(pods, ObjectKey::new("a", "y"), pod("y"), EventType::Added));
+        let first =
+            store.write(|t| t.put(pods, ObjectKey::new("a", "x"), pod("x"), EventType::Added));
+        let second =
+            store.write(|t| t.put(pods, ObjectKey::new("a", "y"), pod("y"), EventType::Added));
         assert!(second.rv > first.rv);
-        assert_eq!(first.value()["metadata"]["resourceVersion"], json!(first.rv.to_string()));
+        assert_eq!(
+            first.value()["metadata"]["resourceVersion"],
+            json!(first.rv.to_string())
+        );
     }
 
     #[test]

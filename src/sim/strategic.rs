@@ -31,13 +31,28 @@ const POD_SPEC_LISTS: &[(&str, ListStrategy)] = &[
     ("containers", ListStrategy::MergeByKey("name")),
     ("initContainers", ListStrategy::MergeByKey("name")),
     ("ephemeralContainers", ListStrategy::MergeByKey("name")),
-    ("containers.ports", ListStrategy::MergeByKey("containerPort")),
-    ("initContainers.ports", ListStrategy::MergeByKey("containerPort")),
+    (
+        "containers.ports",
+        ListStrategy::MergeByKey("containerPort"),
+    ),
+    (
+        "initContainers.ports",
+        ListStrategy::MergeByKey("containerPort"),
+    ),
     ("containers.env", ListStrategy::MergeByKey("name")),
     ("initContainers.env", ListStrategy::MergeByKey("name")),
-    ("containers.volumeMounts", ListStrategy::MergeByKey("mountPath")),
-    ("initContainers.volumeMounts", ListStrategy::MergeByKey("mountPath")),
-    ("containers.volumeDevices", ListStrategy::MergeByKey("devicePath")),
+    (
+        "containers.volumeMounts",
+        ListStrategy::MergeByKey("mountPath"),
+    ),
+    (
+        "initContainers.volumeMounts",
+        ListStrategy::MergeByKey("mountPath"),
+    ),
+    (
+        "containers.volumeDevices",
+        ListStrategy::MergeByKey("devicePath"),
+    ),
     ("volumes", ListStrategy::MergeByKey("name")),
     ("imagePullSecrets", ListStrategy::MergeByKey("name")),
     ("hostAliases", ListStrategy::MergeByKey("ip")),
@@ -46,8 +61,8 @@ const POD_SPEC_LISTS: &[(&str, ListStrategy)] = &[
 ];
 
 /// The patch strategy of the list at `path` (field names from the root, dot-joined).
-pub(crate) fn list_strategy(behavior: Behavior, path: &str) -> ListStrategy {
-    match path {
+pub(crate) fn list_strategy(behavior: Behavior, at: &str) -> ListStrategy {
+    match at {
         "metadata.finalizers" => return ListStrategy::MergePrimitives,
         "metadata.ownerReferences" => return ListStrategy::MergeByKey("uid"),
         "status.conditions" => {
@@ -60,8 +75,8 @@ pub(crate) fn list_strategy(behavior: Behavior, path: &str) -> ListStrategy {
         _ => {}
     }
     let pod_spec = match behavior {
-        Behavior::Pod => path.strip_prefix("spec."),
-        Behavior::Generic => path.strip_prefix("spec.template.spec."),
+        Behavior::Pod => at.strip_prefix("spec."),
+        Behavior::Generic => at.strip_prefix("spec.template.spec."),
         _ => None,
     };
     if let Some(relative) = pod_spec {
@@ -70,7 +85,7 @@ pub(crate) fn list_strategy(behavior: Behavior, path: &str) -> ListStrategy {
             .find(|(p, _)| *p == relative)
             .map_or(ListStrategy::Atomic, |(_, s)| *s);
     }
-    match (behavior, path) {
+    match (behavior, at) {
         (Behavior::Pod, "status.podIPs" | "status.hostIPs") => ListStrategy::MergeByKey("ip"),
         (Behavior::Node, "status.addresses") => ListStrategy::MergeByKey("type"),
         (Behavior::Node, "spec.podCIDRs") => ListStrategy::MergePrimitives,
@@ -93,11 +108,11 @@ pub(crate) fn apply(behavior: Behavior, target: &mut Value, patch: &Value) -> Re
     Ok(())
 }
 
-fn join(path: &str, field: &str) -> String {
-    if path.is_empty() {
+fn join(at: &str, field: &str) -> String {
+    if at.is_empty() {
         field.to_owned()
     } else {
-        format!("{path}.{field}")
+        format!("{at}.{field}")
     }
 }
 
@@ -105,7 +120,7 @@ fn merge_map(
     behavior: Behavior,
     target: &mut Map<String, Value>,
     patch: &Map<String, Value>,
-    path: &str,
+    at: &str,
 ) -> Result<(), String> {
     if let Some(directive) = patch.get("$patch").and_then(Value::as_str) {
         match directive {
@@ -118,7 +133,7 @@ fn merge_map(
                 return Ok(());
             }
             "merge" => {}
-            other => return Err(format!("unknown patch directive {other:?} at {path}")),
+            other => return Err(format!("unknown patch directive {other:?} at {at}")),
         }
     }
     for (key, value) in patch {
@@ -132,25 +147,22 @@ fn merge_map(
         if key.starts_with('$') {
             continue;
         }
-        let child_path = join(path, key);
+        let child_path = join(at, key);
         match value {
             Value::Null => {
                 target.remove(key);
             }
-            Value::Object(child_patch) => {
-                if child_patch.get("$patch").and_then(Value::as_str) == Some("delete") {
+            Value::Object(nested) => {
+                if nested.get("$patch").and_then(Value::as_str) == Some("delete") {
                     target.remove(key);
                     continue;
                 }
-                match target.get_mut(key) {
-                    Some(Value::Object(child)) => {
-                        merge_map(behavior, child, child_patch, &child_path)?;
-                    }
-                    _ => {
-                        let mut fresh = Map::new();
-                        merge_map(behavior, &mut fresh, child_patch, &child_path)?;
-                        target.insert(key.clone(), Value::Object(fresh));
-                    }
+                if let Some(Value::Object(child)) = target.get_mut(key) {
+                    merge_map(behavior, child, nested, &child_path)?;
+                } else {
+                    let mut fresh = Map::new();
+                    merge_map(behavior, &mut fresh, nested, &child_path)?;
+                    target.insert(key.clone(), Value::Object(fresh));
                 }
             }
             Value::Array(items) => {
@@ -182,7 +194,7 @@ fn merge_list(
     mut existing: Vec<Value>,
     patch: &[Value],
     strategy: ListStrategy,
-    path: &str,
+    at: &str,
 ) -> Result<Vec<Value>, String> {
     let replace = patch
         .iter()
@@ -207,10 +219,14 @@ fn merge_list(
         ListStrategy::MergeByKey(merge_key) => {
             for item in patch {
                 let Value::Object(item_patch) = item else {
-                    return Err(format!("{path}: list items must be objects with key {merge_key}"));
+                    return Err(format!(
+                        "{at}: list items must be objects with key {merge_key}"
+                    ));
                 };
                 let Some(key_value) = item_patch.get(merge_key) else {
-                    return Err(format!("{path}: an item is missing its merge key {merge_key}"));
+                    return Err(format!(
+                        "{at}: an item is missing its merge key {merge_key}"
+                    ));
                 };
                 let position = existing
                     .iter()
@@ -223,12 +239,12 @@ fn merge_list(
                     (None, true) => {}
                     (Some(index), false) => {
                         if let Some(Value::Object(current)) = existing.get_mut(index) {
-                            merge_map(behavior, current, item_patch, path)?;
+                            merge_map(behavior, current, item_patch, at)?;
                         }
                     }
                     (None, false) => {
                         let mut fresh = Map::new();
-                        merge_map(behavior, &mut fresh, item_patch, path)?;
+                        merge_map(behavior, &mut fresh, item_patch, at)?;
                         existing.push(Value::Object(fresh));
                     }
                 }
@@ -238,7 +254,7 @@ fn merge_list(
     }
 }
 
-fn reorder(items: &mut Vec<Value>, order: &[Value], strategy: ListStrategy) {
+fn reorder(items: &mut [Value], order: &[Value], strategy: ListStrategy) {
     let rank = |item: &Value| -> usize {
         let position = match strategy {
             ListStrategy::MergeByKey(key) => order
@@ -285,15 +301,26 @@ mod tests {
             "status": { "conditions": [{ "type": "Ready", "status": "True" }] },
         });
         apply(Behavior::Node, &mut node, &patch).unwrap();
-        assert_eq!(node["spec"]["taints"], json!([{ "key": "b", "effect": "NoExecute" }]));
-        assert_eq!(node["status"]["conditions"][0], json!({ "type": "Ready", "status": "True" }));
+        assert_eq!(
+            node["spec"]["taints"],
+            json!([{ "key": "b", "effect": "NoExecute" }])
+        );
+        assert_eq!(
+            node["status"]["conditions"][0],
+            json!({ "type": "Ready", "status": "True" })
+        );
         assert_eq!(node["status"]["conditions"][1]["type"], "MemoryPressure");
     }
 
     #[test]
     fn finalizers_merge_as_a_set_and_can_be_deleted_by_directive() {
         let mut pod = json!({ "metadata": { "finalizers": ["a", "b"] } });
-        apply(Behavior::Pod, &mut pod, &json!({ "metadata": { "finalizers": ["b", "c"] } })).unwrap();
+        apply(
+            Behavior::Pod,
+            &mut pod,
+            &json!({ "metadata": { "finalizers": ["b", "c"] } }),
+        )
+        .unwrap();
         assert_eq!(pod["metadata"]["finalizers"], json!(["a", "b", "c"]));
         apply(
             Behavior::Pod,
@@ -313,7 +340,10 @@ mod tests {
             { "name": "app", "image": "v2" }, { "name": "sidecar", "$patch": "delete" },
         ] } });
         apply(Behavior::Pod, &mut pod, &patch).unwrap();
-        assert_eq!(pod["spec"]["containers"], json!([{ "name": "app", "image": "v2" }]));
+        assert_eq!(
+            pod["spec"]["containers"],
+            json!([{ "name": "app", "image": "v2" }])
+        );
     }
 
     #[test]
@@ -325,13 +355,24 @@ mod tests {
             { "name": "log", "image": "l1" },
         ] } } } });
         apply(Behavior::Generic, &mut deployment, &patch).unwrap();
-        assert_eq!(deployment["spec"]["template"]["spec"]["containers"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            deployment["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
     }
 
     #[test]
     fn null_removes_labels_and_replace_directive_replaces_a_map() {
         let mut node = json!({ "metadata": { "labels": { "a": "1", "b": "2" } } });
-        apply(Behavior::Node, &mut node, &json!({ "metadata": { "labels": { "a": null, "c": "3" } } })).unwrap();
+        apply(
+            Behavior::Node,
+            &mut node,
+            &json!({ "metadata": { "labels": { "a": null, "c": "3" } } }),
+        )
+        .unwrap();
         assert_eq!(node["metadata"]["labels"], json!({ "b": "2", "c": "3" }));
         apply(
             Behavior::Node,

@@ -1,6 +1,6 @@
 //! `meta.k8s.io/v1` Table responses, which `kubectl get` asks for (`Accept: ...;as=Table`):
 //! server-side columns per kind (the everyday columns of the built-in printers, and the
-//! `additionalPrinterColumns` of our CRDs, evaluated with a JSONPath subset), with the full object
+//! `additionalPrinterColumns` of our CRDs, evaluated with a `JSONPath` subset), with the full object
 //! in each row so `-A`, `--show-labels` and `-L` work.
 
 use std::sync::Arc;
@@ -76,12 +76,19 @@ fn columns(kind: &ResourceKind) -> Vec<Column> {
         Behavior::PodDisruptionBudget => {
             out.push(column("Min Available", path(".spec.minAvailable")));
             out.push(column("Max Unavailable", path(".spec.maxUnavailable")));
-            out.push(column("Allowed Disruptions", path(".status.disruptionsAllowed")));
+            out.push(column(
+                "Allowed Disruptions",
+                path(".status.disruptionsAllowed"),
+            ));
             out.push(column("Age", Cell::Age));
         }
         Behavior::Custom(_) => {
             for printer in &kind.printer_columns {
-                let cell = if printer.type_ == "date" { Cell::Path(printer.json_path.clone()) } else { path(&printer.json_path) };
+                let cell = if printer.type_ == "date" {
+                    Cell::Path(printer.json_path.clone())
+                } else {
+                    path(&printer.json_path)
+                };
                 out.push(Column {
                     name: printer.name.clone(),
                     type_: printer.type_.clone(),
@@ -106,15 +113,27 @@ pub(crate) fn human_duration(seconds: i64) -> String {
     if s < 120 {
         format!("{s}s")
     } else if m < 10 {
-        if s % 60 == 0 { format!("{m}m") } else { format!("{m}m{}s", s % 60) }
+        if s % 60 == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{}s", s % 60)
+        }
     } else if h < 3 {
         format!("{m}m")
     } else if h < 8 {
-        if m % 60 == 0 { format!("{h}h") } else { format!("{h}h{}m", m % 60) }
+        if m % 60 == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{}m", m % 60)
+        }
     } else if h < 48 {
         format!("{h}h")
     } else if d < 8 {
-        if h % 24 == 0 { format!("{d}d") } else { format!("{d}d{}h", h % 24) }
+        if h % 24 == 0 {
+            format!("{d}d")
+        } else {
+            format!("{d}d{}h", h % 24)
+        }
     } else if d < 365 * 2 {
         format!("{d}d")
     } else {
@@ -130,7 +149,7 @@ fn age(shared: &Shared, timestamp: Option<&str>) -> String {
     human_duration(now.as_second() - then.as_second())
 }
 
-/// Evaluates the JSONPath subset of printer columns: `.a.b`, escaped dots (`.labels.a\.b/c`),
+/// Evaluates the `JSONPath` subset of printer columns: `.a.b`, escaped dots (`.labels.a\.b/c`),
 /// `[n]`, and `[?(@.field=="value")]` filters.
 pub(crate) fn json_path<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
     let mut node = object;
@@ -186,7 +205,11 @@ fn text(value: Option<&Value>) -> Value {
 }
 
 fn cell(shared: &Shared, column: &Column, object: &Value) -> Value {
-    let meta = |f: &str| object.pointer(&format!("/metadata/{f}")).and_then(Value::as_str);
+    let meta = |f: &str| {
+        object
+            .pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_str)
+    };
     match &column.cell {
         Cell::Name => json!(meta("name").unwrap_or_default()),
         Cell::Age => json!(age(shared, meta("creationTimestamp"))),
@@ -195,7 +218,10 @@ fn cell(shared: &Shared, column: &Column, object: &Value) -> Value {
         }
         Cell::Path(path) => text(json_path(object, path)),
         Cell::PodReady => {
-            let total = object.pointer("/spec/containers").and_then(Value::as_array).map_or(0, Vec::len);
+            let total = object
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
             let ready = object
                 .pointer("/status/containerStatuses")
                 .and_then(Value::as_array)
@@ -213,7 +239,9 @@ fn cell(shared: &Shared, column: &Column, object: &Value) -> Value {
             let restarts: i64 = object
                 .pointer("/status/containerStatuses")
                 .and_then(Value::as_array)
-                .map_or(0, |s| s.iter().filter_map(|c| c["restartCount"].as_i64()).sum());
+                .map_or(0, |s| {
+                    s.iter().filter_map(|c| c["restartCount"].as_i64()).sum()
+                });
             json!(restarts)
         }
         Cell::NodeStatus => {
@@ -247,12 +275,15 @@ fn definitions(kind: &ResourceKind) -> Vec<Value> {
         .collect()
 }
 
-fn row(shared: &Shared, kind: &ResourceKind, object: Value) -> Value {
-    let cells: Vec<Value> = columns(kind).iter().map(|c| cell(shared, c, &object)).collect();
+fn row(shared: &Shared, kind: &ResourceKind, object: &Value) -> Value {
+    let cells: Vec<Value> = columns(kind)
+        .iter()
+        .map(|c| cell(shared, c, object))
+        .collect();
     json!({ "cells": cells, "object": object })
 }
 
-fn table(kind: &ResourceKind, rows: Vec<Value>, metadata: Value) -> Value {
+fn table(kind: &ResourceKind, rows: &[Value], metadata: &Value) -> Value {
     json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
@@ -263,26 +294,32 @@ fn table(kind: &ResourceKind, rows: Vec<Value>, metadata: Value) -> Value {
 }
 
 /// A list as a Table.
-pub(crate) fn list(shared: &Shared, kind: KindId, items: &[Arc<StoredObject>], rv: u64, next: Option<String>) -> Value {
+pub(crate) fn list(
+    shared: &Shared,
+    kind: KindId,
+    items: &[Arc<StoredObject>],
+    rv: u64,
+    next: Option<String>,
+) -> Value {
     let resource = shared.kinds.get(kind);
-    let rows = items
+    let rows: Vec<Value> = items
         .iter()
         .map(|item| {
             let value = serde_json::from_slice(&shared.render(kind, item)).unwrap_or(Value::Null);
-            row(shared, resource, value)
+            row(shared, resource, &value)
         })
         .collect();
     let mut metadata = json!({ "resourceVersion": rv.to_string() });
     if let Some(next) = next {
         metadata["continue"] = json!(next);
     }
-    table(resource, rows, metadata)
+    table(resource, &rows, &metadata)
 }
 
 /// One object as a Table.
 pub(crate) fn single(shared: &Shared, kind: KindId, object: &Value) -> Value {
     let resource = shared.kinds.get(kind);
-    table(resource, vec![row(shared, resource, object.clone())], json!({}))
+    table(resource, &[row(shared, resource, object)], &json!({}))
 }
 
 /// A watch whose event objects become one-row Tables.
@@ -294,11 +331,16 @@ pub(crate) fn watch_rows(shared: Arc<Shared>, kind: KindId, body: EmulatorBody) 
         let resource = shared.kinds.get(kind);
         let mut out = Vec::with_capacity(chunk.len() * 2);
         for line in chunk.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let Ok(mut event) = serde_json::from_slice::<Value>(line) else { continue };
-            let is_object = matches!(event["type"].as_str(), Some("ADDED" | "MODIFIED" | "DELETED"));
+            let Ok(mut event) = serde_json::from_slice::<Value>(line) else {
+                continue;
+            };
+            let is_object = matches!(
+                event["type"].as_str(),
+                Some("ADDED" | "MODIFIED" | "DELETED")
+            );
             if is_object {
                 let object = event["object"].take();
-                event["object"] = table(resource, vec![row(&shared, resource, object)], json!({}));
+                event["object"] = table(resource, &[row(&shared, resource, &object)], &json!({}));
             }
             out.extend_from_slice(event.to_string().as_bytes());
             out.push(b'\n');
@@ -318,11 +360,17 @@ mod tests {
             "metadata": { "labels": { "node.kubernetes.io/instance-type": "m5.large" } },
             "status": { "conditions": [{ "type": "Launched", "status": "True" }, { "type": "Ready", "status": "False" }] },
         });
-        let instance = json_path(&object, ".metadata.labels.node\\.kubernetes\\.io/instance-type");
+        let instance = json_path(
+            &object,
+            ".metadata.labels.node\\.kubernetes\\.io/instance-type",
+        );
         assert_eq!(instance, Some(&json!("m5.large")));
         let ready = json_path(&object, ".status.conditions[?(@.type==\"Ready\")].status");
         assert_eq!(ready, Some(&json!("False")));
-        assert_eq!(json_path(&object, ".status.conditions[0].type"), Some(&json!("Launched")));
+        assert_eq!(
+            json_path(&object, ".status.conditions[0].type"),
+            Some(&json!("Launched"))
+        );
         assert_eq!(json_path(&object, ".spec.missing"), None);
     }
 

@@ -28,7 +28,7 @@ use super::store::{EventType, HistoryEvent, StoredObject};
 /// Events read from the history per wake-up; bounds one chunk of the response.
 const BATCH: usize = 512;
 /// Server-side watch timeout when the client sets none (the real server picks 30 to 60 min).
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+const DEFAULT_TIMEOUT: Duration = Duration::from_mins(30);
 
 /// Where a watch starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +81,11 @@ pub(crate) fn start(shared: Arc<Shared>, request: WatchRequest) -> Result<Emulat
             )?;
             let mut chunk = Vec::new();
             for item in &items {
-                write_event(&mut chunk, EventType::Added.as_str(), &shared.render(request.target.kind, item));
+                write_event(
+                    &mut chunk,
+                    EventType::Added.as_str(),
+                    &shared.render(request.target.kind, item),
+                );
             }
             if request.send_initial_events && request.bookmarks {
                 write_bookmark(&mut chunk, &shared, request.target.kind, rv, true);
@@ -121,7 +125,8 @@ fn write_bookmark(out: &mut Vec<u8>, shared: &Shared, kind: KindId, rv: u64, ini
     if initial_end {
         metadata["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
     }
-    let object = json!({ "kind": kind.kind, "apiVersion": kind.api_version(), "metadata": metadata });
+    let object =
+        json!({ "kind": kind.kind, "apiVersion": kind.api_version(), "metadata": metadata });
     write_event(out, "BOOKMARK", object.to_string().as_bytes());
 }
 
@@ -177,18 +182,21 @@ async fn next_chunk(state: &mut State) -> Option<Bytes> {
     loop {
         let cursor = state.cursor;
         let storage = state.storage;
-        let read = state.shared.store.read(|view| match view.events_since(storage, cursor, BATCH) {
-            Err(too_old) => Read::TooOld(too_old.oldest_available),
-            Ok(events) if events.is_empty() => Read::Idle(view.rv()),
-            Ok(events) => Read::Events(events),
-        });
+        let read =
+            state
+                .shared
+                .store
+                .read(|view| match view.events_since(storage, cursor, BATCH) {
+                    Err(too_old) => Read::TooOld(too_old.oldest_available),
+                    Ok(events) if events.is_empty() => Read::Idle(view.rv()),
+                    Ok(events) => Read::Events(events),
+                });
         match read {
             Read::TooOld(oldest) => {
                 state.done = true;
-                let status = ApiError::gone(format!(
-                    "too old resource version: {cursor} ({oldest})"
-                ))
-                .to_status();
+                let status =
+                    ApiError::gone(format!("too old resource version: {cursor} ({oldest})"))
+                        .to_status();
                 let mut out = Vec::new();
                 write_event(&mut out, "ERROR", status.to_string().as_bytes());
                 return Some(Bytes::from(out));
@@ -197,7 +205,9 @@ async fn next_chunk(state: &mut State) -> Option<Bytes> {
                 let mut out = Vec::new();
                 for event in &events {
                     if let Some(event_type) = filtered_type(state, event) {
-                        let object = state.shared.render(state.request.target.kind, &event.object);
+                        let object = state
+                            .shared
+                            .render(state.request.target.kind, &event.object);
                         write_event(&mut out, event_type.as_str(), &object);
                     }
                 }
@@ -237,7 +247,9 @@ pub(crate) fn parse_start(resource_version: Option<&str>) -> Result<Start, ApiEr
     match resource_version {
         None | Some("" | "0") => Ok(Start::Now),
         Some(text) => text.parse::<u64>().map(Start::After).map_err(|_| {
-            ApiError::bad_request(format!("resourceVersion {text:?} is not a valid resource version"))
+            ApiError::bad_request(format!(
+                "resourceVersion {text:?} is not a valid resource version"
+            ))
         }),
     }
 }

@@ -23,17 +23,24 @@ fn scratch_dir(name: &str) -> PathBuf {
 
 async fn client_for(kubeconfig: &str) -> kube::Client {
     let parsed = Kubeconfig::from_yaml(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default()).await.unwrap();
+    let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
+        .await
+        .unwrap();
     kube::Client::try_from(config).unwrap()
 }
 
 #[tokio::test]
 async fn kube_rs_reaches_the_loopback_server_through_its_kubeconfig() {
     let emulator = Emulator::new().unwrap();
-    let server = emulator.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let server = emulator
+        .serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     let client = client_for(&server.kubeconfig()).await;
     let pods: Api<Pod> = Api::default_namespaced(client);
-    pods.create(&PostParams::default(), &pod("remote", json!({}))).await.unwrap();
+    pods.create(&PostParams::default(), &pod("remote", json!({})))
+        .await
+        .unwrap();
     let listed = pods.list(&ListParams::default()).await.unwrap();
     assert_eq!(listed.items[0].name_any(), "remote");
     // The in-process client sees the same cluster.
@@ -66,17 +73,31 @@ async fn simulate_serve_writes_a_kubeconfig_and_stops_when_told() {
         let _ = stop.send(());
         found
     });
-    let status = simulate::serve_until(&args, async { let _ = stopped.await; }, &mut out, &mut err).await;
+    let status = simulate::serve_until(
+        &args,
+        async {
+            let _ = stopped.await;
+        },
+        &mut out,
+        &mut err,
+    )
+    .await;
     assert!(checker.await.unwrap(), "the served emulator answered");
     assert_eq!(status.code(), 0, "{}", String::from_utf8_lossy(&err));
     let printed = String::from_utf8(out).unwrap();
-    assert!(printed.contains(&format!("kubeconfig: {}", path.display())), "{printed}");
+    assert!(
+        printed.contains(&format!("kubeconfig: {}", path.display())),
+        "{printed}"
+    );
     std::fs::remove_dir_all(dir).ok();
 }
 
 #[tokio::test]
 async fn simulate_without_serve_explains_what_is_missing() {
-    let args = SimulateArgs { serve: None, kubeconfig: None };
+    let args = SimulateArgs {
+        serve: None,
+        kubeconfig: None,
+    };
     let mut out = Vec::new();
     let mut err = Vec::new();
     let status = simulate::serve_until(&args, async {}, &mut out, &mut err).await;
@@ -135,7 +156,10 @@ async fn kubectls_everyday_verbs_work_against_the_emulator() {
         return;
     }
     let emulator = Emulator::new().unwrap();
-    let server = emulator.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let server = emulator
+        .serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     let dir = scratch_dir("kubectl");
     let kubeconfig = dir.join("kubeconfig");
     server.write_kubeconfig(&kubeconfig).unwrap();
@@ -157,28 +181,88 @@ async fn kubectls_everyday_verbs_work_against_the_emulator() {
             .spawn()
             .unwrap();
 
-        assert!(k(&["apply", "-f", nodepool_file]).contains("nodepool.karpenter.sh/default created"));
+        assert!(
+            k(&["apply", "-f", nodepool_file]).contains("nodepool.karpenter.sh/default created")
+        );
         assert!(k(&["get", "nodepools"]).contains("default"));
-        assert!(k(&["create", "-f", dir.join("configmap.yaml").to_str().unwrap()]).contains("configmap/settings created"));
-        assert!(k(&["run", "web", "--image=nginx", "--labels=app=web,tier=front"]).contains("pod/web created"));
+        assert!(
+            k(&["create", "-f", dir.join("configmap.yaml").to_str().unwrap()])
+                .contains("configmap/settings created")
+        );
+        assert!(
+            k(&["run", "web", "--image=nginx", "--labels=app=web,tier=front"])
+                .contains("pod/web created")
+        );
         k(&["label", "pod", "web", "env=prod"]);
-        assert_eq!(k(&["get", "pods", "-l", "env in (prod,dev),tier", "-o", "name"]).trim(), "pod/web");
-        assert_eq!(k(&["get", "pods", "-l", "env notin (prod)", "-o", "name"]).trim(), "");
-        assert_eq!(k(&["get", "pods", "--field-selector", "status.phase=Pending", "-o", "name"]).trim(), "pod/web");
-        k(&["patch", "pod", "web", "-p", r#"{"metadata":{"labels":{"patched":"strategic"}}}"#]);
-        k(&["patch", "nodepool", "default", "--type", "merge", "-p", r#"{"spec":{"weight":10}}"#]);
-        assert_eq!(k(&["get", "nodepool", "default", "-o", "jsonpath={.spec.weight}"]).trim(), "10");
+        assert_eq!(
+            k(&["get", "pods", "-l", "env in (prod,dev),tier", "-o", "name"]).trim(),
+            "pod/web"
+        );
+        assert_eq!(
+            k(&["get", "pods", "-l", "env notin (prod)", "-o", "name"]).trim(),
+            ""
+        );
+        assert_eq!(
+            k(&[
+                "get",
+                "pods",
+                "--field-selector",
+                "status.phase=Pending",
+                "-o",
+                "name"
+            ])
+            .trim(),
+            "pod/web"
+        );
+        k(&[
+            "patch",
+            "pod",
+            "web",
+            "-p",
+            r#"{"metadata":{"labels":{"patched":"strategic"}}}"#,
+        ]);
+        k(&[
+            "patch",
+            "nodepool",
+            "default",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"weight":10}}"#,
+        ]);
+        assert_eq!(
+            k(&[
+                "get",
+                "nodepool",
+                "default",
+                "-o",
+                "jsonpath={.spec.weight}"
+            ])
+            .trim(),
+            "10"
+        );
         k(&["label", "nodepool", "default", "team=a"]);
         let rejected = Command::new("kubectl")
             .env("KUBECONFIG", &kubeconfig)
-            .args(["patch", "nodepool", "default", "--type", "merge", "-p", r#"{"spec":{"weight":1000}}"#])
+            .args([
+                "patch",
+                "nodepool",
+                "default",
+                "--type",
+                "merge",
+                "-p",
+                r#"{"spec":{"weight":1000}}"#,
+            ])
             .output()
             .unwrap();
         assert!(!rejected.status.success());
         assert!(String::from_utf8_lossy(&rejected.stderr).contains("spec.weight"));
         let current = k(&["get", "pod", "web", "-o", "yaml"]);
         std::fs::write(dir.join("web.yaml"), current).unwrap();
-        assert!(k(&["replace", "-f", dir.join("web.yaml").to_str().unwrap()]).contains("pod/web replaced"));
+        assert!(
+            k(&["replace", "-f", dir.join("web.yaml").to_str().unwrap()])
+                .contains("pod/web replaced")
+        );
         assert!(k(&["delete", "pod", "web"]).contains("deleted"));
         assert!(k(&["delete", "-f", nodepool_file]).contains("deleted"));
         assert_eq!(k(&["get", "nodepools", "-o", "name"]).trim(), "");

@@ -23,7 +23,14 @@ async fn set_based_label_selectors_select_like_the_api_server() {
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let list = |selector: &'static str| {
         let pods = pods.clone();
-        async move { names(&pods.list(&ListParams::default().labels(selector)).await.unwrap()) }
+        async move {
+            names(
+                &pods
+                    .list(&ListParams::default().labels(selector))
+                    .await
+                    .unwrap(),
+            )
+        }
     };
     assert_eq!(list("app in (web, api)").await, ["api", "web"]);
     assert_eq!(list("app notin (web,api)").await, ["db"]);
@@ -48,18 +55,37 @@ async fn pods_are_selected_by_node_and_phase() {
     create_pod(&client, "bound", json!({})).await;
     create_pod(&client, "pending", json!({})).await;
     let binding = json!({ "apiVersion": "v1", "kind": "Binding", "metadata": { "name": "bound" }, "target": { "kind": "Node", "name": "n1" } });
-    pods.create_subresource::<_, serde_json::Value>("binding", "bound", &Default::default(), &binding)
+    pods.create_subresource::<_, serde_json::Value>(
+        "binding",
+        "bound",
+        &Default::default(),
+        &binding,
+    )
+    .await
+    .unwrap();
+    let running = json!({ "status": { "phase": "Running" } });
+    pods.patch_status("bound", &Default::default(), &Patch::Merge(&running))
         .await
         .unwrap();
-    let running = json!({ "status": { "phase": "Running" } });
-    pods.patch_status("bound", &Default::default(), &Patch::Merge(&running)).await.unwrap();
-    let on_node = pods.list(&ListParams::default().fields("spec.nodeName=n1")).await.unwrap();
+    let on_node = pods
+        .list(&ListParams::default().fields("spec.nodeName=n1"))
+        .await
+        .unwrap();
     assert_eq!(names(&on_node), ["bound"]);
-    let unbound = pods.list(&ListParams::default().fields("spec.nodeName=")).await.unwrap();
+    let unbound = pods
+        .list(&ListParams::default().fields("spec.nodeName="))
+        .await
+        .unwrap();
     assert_eq!(names(&unbound), ["pending"]);
-    let not_running = pods.list(&ListParams::default().fields("status.phase!=Running")).await.unwrap();
+    let not_running = pods
+        .list(&ListParams::default().fields("status.phase!=Running"))
+        .await
+        .unwrap();
     assert_eq!(names(&not_running), ["pending"]);
-    let by_name = pods.list(&ListParams::default().fields("metadata.name=pending")).await.unwrap();
+    let by_name = pods
+        .list(&ListParams::default().fields("metadata.name=pending"))
+        .await
+        .unwrap();
     assert_eq!(names(&by_name), ["pending"]);
 }
 
@@ -69,13 +95,30 @@ async fn nodes_are_selected_by_unschedulable_but_not_by_provider_id() {
     let nodes: Api<Node> = Api::all(client.clone());
     create_node(&client, "n1", json!({})).await;
     create_node(&client, "n2", json!({})).await;
-    nodes.patch("n2", &Default::default(), &Patch::Merge(json!({ "spec": { "unschedulable": true } }))).await.unwrap();
-    let cordoned = nodes.list(&ListParams::default().fields("spec.unschedulable=true")).await.unwrap();
+    nodes
+        .patch(
+            "n2",
+            &Default::default(),
+            &Patch::Merge(json!({ "spec": { "unschedulable": true } })),
+        )
+        .await
+        .unwrap();
+    let cordoned = nodes
+        .list(&ListParams::default().fields("spec.unschedulable=true"))
+        .await
+        .unwrap();
     assert_eq!(names(&cordoned), ["n2"]);
-    let schedulable = nodes.list(&ListParams::default().fields("spec.unschedulable=false")).await.unwrap();
+    let schedulable = nodes
+        .list(&ListParams::default().fields("spec.unschedulable=false"))
+        .await
+        .unwrap();
     assert_eq!(names(&schedulable), ["n1"]);
     // A real API server has no such field selector for nodes; neither does the emulator.
-    let status = status_of(nodes.list(&ListParams::default().fields("spec.providerID=aws:///us-west-2a/i-n1")).await);
+    let status = status_of(
+        nodes
+            .list(&ListParams::default().fields("spec.providerID=aws:///us-west-2a/i-n1"))
+            .await,
+    );
     assert_eq!(status.code, 400);
     assert!(status.message.contains("field label not supported"));
 }

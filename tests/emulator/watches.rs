@@ -20,7 +20,13 @@ async fn next_events(
 ) -> Vec<WatchEvent<Pod>> {
     let mut out = Vec::new();
     while out.len() < n {
-        out.push(stream.try_next().await.unwrap().expect("the watch ended early"));
+        out.push(
+            stream
+                .try_next()
+                .await
+                .unwrap()
+                .expect("the watch ended early"),
+        );
     }
     out
 }
@@ -41,18 +47,30 @@ async fn a_watch_resumes_after_the_given_resource_version() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let a = create_pod(&client, "a", json!({})).await;
     create_pod(&client, "b", json!({})).await;
-    pods.patch("a", &Default::default(), &Patch::Merge(json!({ "metadata": { "labels": { "x": "y" } } })))
-        .await
-        .unwrap();
+    pods.patch(
+        "a",
+        &Default::default(),
+        &Patch::Merge(json!({ "metadata": { "labels": { "x": "y" } } })),
+    )
+    .await
+    .unwrap();
     let mut stream = pods
         .watch(&WatchParams::default(), &a.resource_version().unwrap())
         .await
         .unwrap()
         .boxed();
-    let events: Vec<String> = next_events(&mut stream, 2).await.iter().map(describe).collect();
+    let events: Vec<String> = next_events(&mut stream, 2)
+        .await
+        .iter()
+        .map(describe)
+        .collect();
     assert_eq!(events, ["ADDED b", "MODIFIED a"]);
     pods.delete("b", &Default::default()).await.unwrap();
-    let events: Vec<String> = next_events(&mut stream, 1).await.iter().map(describe).collect();
+    let events: Vec<String> = next_events(&mut stream, 1)
+        .await
+        .iter()
+        .map(describe)
+        .collect();
     assert_eq!(events, ["DELETED b"]);
 }
 
@@ -74,7 +92,11 @@ async fn a_watch_from_a_compacted_resource_version_gets_410_gone() {
         .unwrap()
         .boxed();
     let events = next_events(&mut stream, 1).await;
-    assert!(matches!(&events[0], WatchEvent::Error(e) if e.code == 410), "{}", describe(&events[0]));
+    assert!(
+        matches!(&events[0], WatchEvent::Error(e) if e.code == 410),
+        "{}",
+        describe(&events[0])
+    );
 }
 
 /// Drives a reflector stream until the watcher finishes a (re-)list.
@@ -91,7 +113,9 @@ where
         panic!("the watcher ended");
     };
     // A guard against a hang, not a timing assertion.
-    tokio::time::timeout(Duration::from_secs(30), listed).await.expect("no re-list");
+    tokio::time::timeout(Duration::from_secs(30), listed)
+        .await
+        .expect("no re-list");
 }
 
 #[tokio::test]
@@ -100,7 +124,11 @@ async fn the_watcher_relists_after_410_and_its_store_catches_up() {
     create_pod(&client, "before", json!({})).await;
     let (store, writer) = reflector::store::<Pod>();
     let api: Api<Pod> = Api::all(client.clone());
-    let mut stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff()).boxed();
+    let mut stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default()).default_backoff(),
+    )
+    .boxed();
     until_listed(&mut stream).await;
     assert_eq!(store.len(), 1);
     // The stream is lazy: the watcher resumes from its list's resourceVersion only when polled
@@ -136,7 +164,10 @@ async fn an_idle_watch_with_bookmarks_gets_one_with_the_latest_resource_version(
     let WatchEvent::Bookmark(bookmark) = &events[1] else {
         panic!("expected a bookmark, got {}", describe(&events[1]));
     };
-    assert_eq!(bookmark.metadata.resource_version, emulator.resource_version().to_string());
+    assert_eq!(
+        bookmark.metadata.resource_version,
+        emulator.resource_version().to_string()
+    );
 }
 
 #[tokio::test]
@@ -145,14 +176,25 @@ async fn a_filtered_watch_sees_objects_leave_and_enter_its_selection() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let start = create_pod(&client, "web", json!({ "app": "web" })).await;
     let mut stream = pods
-        .watch(&WatchParams::default().labels("app in (web)"), &start.resource_version().unwrap())
+        .watch(
+            &WatchParams::default().labels("app in (web)"),
+            &start.resource_version().unwrap(),
+        )
         .await
         .unwrap()
         .boxed();
     let relabel = |app: &str| Patch::Merge(json!({ "metadata": { "labels": { "app": app } } }));
-    pods.patch("web", &Default::default(), &relabel("db")).await.unwrap();
-    pods.patch("web", &Default::default(), &relabel("web")).await.unwrap();
-    let events: Vec<String> = next_events(&mut stream, 2).await.iter().map(describe).collect();
+    pods.patch("web", &Default::default(), &relabel("db"))
+        .await
+        .unwrap();
+    pods.patch("web", &Default::default(), &relabel("web"))
+        .await
+        .unwrap();
+    let events: Vec<String> = next_events(&mut stream, 2)
+        .await
+        .iter()
+        .map(describe)
+        .collect();
     assert_eq!(events, ["DELETED web", "ADDED web"]);
 }
 
@@ -163,8 +205,11 @@ async fn a_streaming_list_watcher_fills_its_store() {
     create_pod(&client, "b", json!({})).await;
     let (store, writer) = reflector::store::<Pod>();
     let api: Api<Pod> = Api::all(client.clone());
-    let mut stream =
-        reflector::reflector(writer, watcher(api, watcher::Config::default().streaming_lists())).boxed();
+    let mut stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default().streaming_lists()),
+    )
+    .boxed();
     until_listed(&mut stream).await;
     assert_eq!(store.len(), 2);
 }

@@ -51,7 +51,13 @@ async fn a_status_update_retries_through_conflicts() {
     let emulator = Emulator::new().unwrap();
     let (api, _client) = adapter(&emulator);
     api.create_nodeclaim(&nodeclaim("c1", &[])).await.unwrap();
-    emulator.faults().inject(FaultRule::fail(409).on(Verb::Patch).resource("nodeclaims").subresource("status").times(2));
+    emulator.faults().inject(
+        FaultRule::fail(409)
+            .on(Verb::Patch)
+            .resource("nodeclaims")
+            .subresource("status")
+            .times(2),
+    );
     emulator.clear_requests();
     let set = |status: &mut karpenter_actors::apis::NodeClaimStatus| {
         status.provider_id = Some("aws:///us-west-2a/i-1".into());
@@ -61,7 +67,11 @@ async fn a_status_update_retries_through_conflicts() {
     let status = updated.status.unwrap();
     assert_eq!(status.provider_id.as_deref(), Some("aws:///us-west-2a/i-1"));
     assert_eq!(status.conditions[0].status, ConditionStatus::True);
-    let patches = emulator.requests().iter().filter(|r| r.verb == Verb::Patch).count();
+    let patches = emulator
+        .requests()
+        .iter()
+        .filter(|r| r.verb == Verb::Patch)
+        .count();
     assert_eq!(patches, 3, "two conflicts, then the write");
 }
 
@@ -70,10 +80,20 @@ async fn a_status_update_gives_up_after_the_retry_budget() {
     let emulator = Emulator::new().unwrap();
     let (api, _client) = adapter(&emulator);
     api.create_nodeclaim(&nodeclaim("c1", &[])).await.unwrap();
-    emulator.faults().inject(FaultRule::fail(409).on(Verb::Patch).resource("nodeclaims"));
-    let set = |status: &mut karpenter_actors::apis::NodeClaimStatus| status.node_name = Some("n1".into());
+    emulator
+        .faults()
+        .inject(FaultRule::fail(409).on(Verb::Patch).resource("nodeclaims"));
+    let set =
+        |status: &mut karpenter_actors::apis::NodeClaimStatus| status.node_name = Some("n1".into());
     let error = api.update_nodeclaim_status("c1", &set).await.unwrap_err();
-    assert_eq!(error, ClusterError::Conflict { kind: ObjectKind::NodeClaim, name: "c1".into(), attempts: 5 });
+    assert_eq!(
+        error,
+        ClusterError::Conflict {
+            kind: ObjectKind::NodeClaim,
+            name: "c1".into(),
+            attempts: 5
+        }
+    );
     assert_eq!(error.category(), "conflict");
 }
 
@@ -91,7 +111,9 @@ async fn a_real_conflict_is_detected_through_the_resource_version() {
     .await
     .unwrap();
     let patch = json!({ "metadata": { "resourceVersion": stale.resource_version(), "labels": { "b": "2" } } });
-    let result = claims.patch("c1", &Default::default(), &Patch::Merge(&patch)).await;
+    let result = claims
+        .patch("c1", &Default::default(), &Patch::Merge(&patch))
+        .await;
     assert!(matches!(result, Err(kube::Error::Api(s)) if s.code == 409));
     // The adapter always starts from a fresh read, so its own update goes through.
     let updated = api
@@ -109,7 +131,9 @@ async fn an_unchanged_object_is_not_written() {
     let (api, _client) = adapter(&emulator);
     api.create_nodeclaim(&nodeclaim("c1", &[])).await.unwrap();
     emulator.clear_requests();
-    api.update_nodeclaim("c1", &|_: &mut NodeClaim| {}).await.unwrap();
+    api.update_nodeclaim("c1", &|_: &mut NodeClaim| {})
+        .await
+        .unwrap();
     assert!(emulator.requests().iter().all(|r| r.verb == Verb::Get));
 }
 
@@ -120,19 +144,32 @@ async fn an_invalid_nodeclaim_is_refused_with_its_field_paths() {
     let mut claim = nodeclaim("bad", &[]);
     claim.spec.node_class_ref.group = "a/b".into();
     let error = api.create_nodeclaim(&claim).await.unwrap_err();
-    let ClusterError::Invalid { fields, .. } = &error else { panic!("{error:?}") };
-    assert!(fields.iter().any(|f| f.field == "spec.nodeClassRef.group"), "{fields:?}");
+    let ClusterError::Invalid { fields, .. } = &error else {
+        panic!("{error:?}")
+    };
+    assert!(
+        fields.iter().any(|f| f.field == "spec.nodeClassRef.group"),
+        "{fields:?}"
+    );
 }
 
 #[tokio::test]
 async fn deleting_a_nodeclaim_with_a_finalizer_leaves_it_terminating() {
     let emulator = Emulator::new().unwrap();
     let (api, _client) = adapter(&emulator);
-    api.create_nodeclaim(&nodeclaim("c1", &["karpenter.sh/termination"])).await.unwrap();
-    assert_eq!(api.delete_nodeclaim("c1").await.unwrap(), Deletion::Terminating);
+    api.create_nodeclaim(&nodeclaim("c1", &["karpenter.sh/termination"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        api.delete_nodeclaim("c1").await.unwrap(),
+        Deletion::Terminating
+    );
     let drop_finalizer = |c: &mut NodeClaim| c.meta_mut().finalizers = None;
     api.update_nodeclaim("c1", &drop_finalizer).await.unwrap();
-    assert_eq!(api.delete_nodeclaim("c1").await.unwrap(), Deletion::NotFound);
+    assert_eq!(
+        api.delete_nodeclaim("c1").await.unwrap(),
+        Deletion::NotFound
+    );
 }
 
 #[tokio::test]
@@ -140,21 +177,39 @@ async fn node_labels_taints_and_cordon_are_applied() {
     let emulator = Emulator::new().unwrap();
     let (api, client) = adapter(&emulator);
     let nodes: Api<Node> = Api::all(client);
-    let node = serde_json::from_value(json!({ "metadata": { "name": "n1", "labels": { "old": "x" } }, "spec": {
+    let node = serde_json::from_value(
+        json!({ "metadata": { "name": "n1", "labels": { "old": "x" } }, "spec": {
         "taints": [{ "key": "karpenter.sh/unregistered", "effect": "NoExecute" }],
-    } }))
+    } }),
+    )
     .unwrap();
     nodes.create(&PostParams::default(), &node).await.unwrap();
     let labels = BTreeMap::from([
-        ("karpenter.sh/registered".to_owned(), Some("true".to_owned())),
+        (
+            "karpenter.sh/registered".to_owned(),
+            Some("true".to_owned()),
+        ),
         ("old".to_owned(), None),
     ]);
     api.label_node("n1", &labels).await.unwrap();
-    let disrupted = Taint { key: "karpenter.sh/disrupted".into(), effect: "NoSchedule".into(), ..Taint::default() };
-    api.taint_node("n1", std::slice::from_ref(&disrupted), &["karpenter.sh/unregistered".into()]).await.unwrap();
+    let disrupted = Taint {
+        key: "karpenter.sh/disrupted".into(),
+        effect: "NoSchedule".into(),
+        ..Taint::default()
+    };
+    api.taint_node(
+        "n1",
+        std::slice::from_ref(&disrupted),
+        &["karpenter.sh/unregistered".into()],
+    )
+    .await
+    .unwrap();
     api.cordon_node("n1", true).await.unwrap();
     let stored = nodes.get("n1").await.unwrap();
-    assert_eq!(stored.labels(), &BTreeMap::from([("karpenter.sh/registered".to_owned(), "true".to_owned())]));
+    assert_eq!(
+        stored.labels(),
+        &BTreeMap::from([("karpenter.sh/registered".to_owned(), "true".to_owned())])
+    );
     let spec = stored.spec.unwrap();
     assert_eq!(spec.taints.unwrap(), vec![disrupted]);
     assert_eq!(spec.unschedulable, Some(true));
@@ -170,7 +225,9 @@ async fn ready_pod(client: &Client, name: &str) {
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
     let ready = json!({ "status": { "phase": "Running", "conditions": [{ "type": "Ready", "status": "True" }] } });
-    pods.patch_status(name, &Default::default(), &Patch::Merge(&ready)).await.unwrap();
+    pods.patch_status(name, &Default::default(), &Patch::Merge(&ready))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -185,14 +242,26 @@ async fn evictions_report_budgets_and_missing_pods() {
     } }))
     .unwrap();
     pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    assert_eq!(api.evict_pod("default", "web-1").await.unwrap(), Eviction::Evicted);
+    assert_eq!(
+        api.evict_pod("default", "web-1").await.unwrap(),
+        Eviction::Evicted
+    );
     let Eviction::Blocked { message } = api.evict_pod("default", "web-2").await.unwrap() else {
         panic!("the budget allows one disruption only");
     };
     assert!(message.contains("disruption budget web"), "{message}");
-    assert_eq!(api.evict_pod("default", "web-1").await.unwrap(), Eviction::Gone);
-    assert_eq!(api.delete_pod("default", "web-2", Some(0)).await.unwrap(), Deletion::Deleted);
-    assert_eq!(api.delete_pod("default", "web-2", None).await.unwrap(), Deletion::NotFound);
+    assert_eq!(
+        api.evict_pod("default", "web-1").await.unwrap(),
+        Eviction::Gone
+    );
+    assert_eq!(
+        api.delete_pod("default", "web-2", Some(0)).await.unwrap(),
+        Deletion::Deleted
+    );
+    assert_eq!(
+        api.delete_pod("default", "web-2", None).await.unwrap(),
+        Deletion::NotFound
+    );
 }
 
 #[tokio::test]
@@ -217,7 +286,10 @@ async fn events_are_recorded_and_repeats_become_a_series() {
         .unwrap();
     assert_eq!(found.items.len(), 1);
     let recorded = &found.items[0];
-    assert_eq!(recorded.message.as_deref(), Some("pdb web prevents pod evictions"));
+    assert_eq!(
+        recorded.message.as_deref(),
+        Some("pdb web prevents pod evictions")
+    );
     assert_eq!(recorded.type_.as_deref(), Some("Warning"));
     assert_eq!(recorded.series.as_ref().map(|s| s.count), Some(Some(2)));
 }

@@ -43,7 +43,9 @@ async fn until<K: kube::Resource>(
             }
         }
     };
-    tokio::time::timeout(Duration::from_secs(600), receive).await.expect("never converged");
+    tokio::time::timeout(Duration::from_secs(600), receive)
+        .await
+        .expect("never converged");
 }
 
 #[tokio::test(start_paused = true)]
@@ -53,9 +55,14 @@ async fn the_store_and_subscribers_converge_after_watch_errors_and_restarts() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let nodes: Api<Node> = Api::all(client.clone());
     for name in ["a", "b"] {
-        pods.create(&PostParams::default(), &pod(name)).await.unwrap();
+        pods.create(&PostParams::default(), &pod(name))
+            .await
+            .unwrap();
     }
-    nodes.create(&PostParams::default(), &node("n1")).await.unwrap();
+    nodes
+        .create(&PostParams::default(), &node("n1"))
+        .await
+        .unwrap();
 
     let mut ingress = ClusterIngress::new(client.clone());
     let state = ingress.state();
@@ -69,24 +76,51 @@ async fn the_store_and_subscribers_converge_after_watch_errors_and_restarts() {
 
     // An outage: every new watch fails three times, open watches end, the history is
     // compacted, and the cluster changes meanwhile.
-    emulator.faults().inject(FaultRule::fail(500).on(Verb::Watch).resource("pods").times(3));
+    emulator.faults().inject(
+        FaultRule::fail(500)
+            .on(Verb::Watch)
+            .resource("pods")
+            .times(3),
+    );
     emulator.close_watches();
     pods.delete("a", &DeleteParams::default()).await.unwrap();
-    pods.create(&PostParams::default(), &pod("c")).await.unwrap();
-    nodes.create(&PostParams::default(), &node("n2")).await.unwrap();
+    pods.create(&PostParams::default(), &pod("c"))
+        .await
+        .unwrap();
+    nodes
+        .create(&PostParams::default(), &node("n2"))
+        .await
+        .unwrap();
     emulator.compact();
-    pods.create(&PostParams::default(), &pod("d")).await.unwrap();
+    pods.create(&PostParams::default(), &pod("d"))
+        .await
+        .unwrap();
 
-    until(&mut pod_changes, &mut pod_names, |n| n.iter().eq(["b", "c", "d"].iter())).await;
+    until(&mut pod_changes, &mut pod_names, |n| {
+        n.iter().eq(["b", "c", "d"].iter())
+    })
+    .await;
     let mut node_names = BTreeSet::new();
     until(&mut node_changes, &mut node_names, |n| n.len() == 2).await;
 
     let stored: BTreeSet<String> = state.pods.state().iter().map(|p| p.name_any()).collect();
-    let served: BTreeSet<String> =
-        pods.list(&ListParams::default()).await.unwrap().items.iter().map(|p| p.name_any()).collect();
+    let served: BTreeSet<String> = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
     assert_eq!(stored, served);
     assert!(state.node_by_provider_id("aws:///zone/i-n2").is_some());
-    assert!(counters.pods.errors.load(std::sync::atomic::Ordering::Relaxed) >= 3);
+    assert!(
+        counters
+            .pods
+            .errors
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 3
+    );
     task.abort();
 }
 
@@ -104,11 +138,19 @@ async fn a_full_subscriber_loses_changes_but_the_store_does_not() {
     let task = tokio::spawn(ingress.run());
     state.wait_until_ready().await.unwrap();
     for i in 0..5 {
-        pods.create(&PostParams::default(), &pod(&format!("p{i}"))).await.unwrap();
+        pods.create(&PostParams::default(), &pod(&format!("p{i}")))
+            .await
+            .unwrap();
     }
     let mut names = BTreeSet::new();
     until(&mut fast, &mut names, |n| n.len() == 5).await;
     assert_eq!(state.pods.len(), 5);
-    assert_eq!(counters.pods.dropped.load(std::sync::atomic::Ordering::Relaxed), 5);
+    assert_eq!(
+        counters
+            .pods
+            .dropped
+            .load(std::sync::atomic::Ordering::Relaxed),
+        5
+    );
     task.abort();
 }

@@ -12,7 +12,13 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 fn candidate(emulator: &Emulator, identity: &str) -> LeaderElector {
-    LeaderElector::new(emulator.client(), "kube-system", DEFAULT_LEASE_NAME, identity, LeaseTiming::default())
+    LeaderElector::new(
+        emulator.client(),
+        "kube-system",
+        DEFAULT_LEASE_NAME,
+        identity,
+        LeaseTiming::default(),
+    )
 }
 
 async fn until_leading(leading: &mut watch::Receiver<bool>) {
@@ -45,8 +51,14 @@ async fn a_follower_takes_over_once_the_leader_stops_renewing_for_a_lease_durati
     until_leading(&mut b_leading).await;
     let waited = crashed.elapsed();
     let timing = LeaseTiming::default();
-    assert!(waited >= timing.lease_duration - timing.retry_period, "took over after {waited:?}");
-    assert!(waited <= timing.lease_duration + 2 * timing.retry_period, "took over after {waited:?}");
+    assert!(
+        waited >= timing.lease_duration - timing.retry_period,
+        "took over after {waited:?}"
+    );
+    assert!(
+        waited <= timing.lease_duration + 2 * timing.retry_period,
+        "took over after {waited:?}"
+    );
     assert_eq!(holder(&emulator).await, (Some("b".into()), Some(1)));
     b.abort();
 }
@@ -56,7 +68,9 @@ async fn a_leader_that_stops_releases_the_lease_for_a_quick_handover() {
     let emulator = Emulator::new().unwrap();
     let (stop_a, stopped_a) = oneshot::channel::<()>();
     let (a_tx, mut a_leading) = watch::channel(false);
-    let a = tokio::spawn(candidate(&emulator, "a").run(a_tx, async { let _ = stopped_a.await; }));
+    let a = tokio::spawn(candidate(&emulator, "a").run(a_tx, async {
+        let _ = stopped_a.await;
+    }));
     until_leading(&mut a_leading).await;
     let (b_tx, mut b_leading) = watch::channel(false);
     let b = tokio::spawn(candidate(&emulator, "b").run(b_tx, std::future::pending()));
@@ -78,11 +92,17 @@ async fn a_leader_that_cannot_renew_steps_down_after_the_renew_deadline() {
     let (a_tx, mut a_leading) = watch::channel(false);
     let a = tokio::spawn(candidate(&emulator, "a").run(a_tx, std::future::pending()));
     until_leading(&mut a_leading).await;
-    emulator.faults().inject(FaultRule::fail(500).on(Verb::Update).resource("leases"));
+    emulator
+        .faults()
+        .inject(FaultRule::fail(500).on(Verb::Update).resource("leases"));
     let failing = Instant::now();
     assert_eq!(a.await.unwrap(), Ended::Lost);
     assert!(!*a_leading.borrow());
     let timing = LeaseTiming::default();
     let waited = failing.elapsed();
-    assert!(waited >= timing.renew_deadline - timing.retry_period && waited <= timing.renew_deadline + timing.retry_period, "{waited:?}");
+    assert!(
+        waited >= timing.renew_deadline - timing.retry_period
+            && waited <= timing.renew_deadline + timing.retry_period,
+        "{waited:?}"
+    );
 }

@@ -334,21 +334,31 @@ mod tests {
     #[test]
     fn adding_a_taint_replaces_the_one_with_the_same_key_and_effect() {
         let mut node = Node::default();
-        apply_taints(&mut node, &[taint("a", "NoSchedule"), taint("b", "NoExecute")], &[]);
+        apply_taints(
+            &mut node,
+            &[taint("a", "NoSchedule"), taint("b", "NoExecute")],
+            &[],
+        );
         let replacement = Taint {
             value: Some("v".into()),
             ..taint("a", "NoSchedule")
         };
-        apply_taints(&mut node, &[replacement.clone()], &["b".into()]);
+        apply_taints(&mut node, std::slice::from_ref(&replacement), &["b".into()]);
         assert_eq!(node.spec.unwrap().taints.unwrap(), vec![replacement]);
     }
 
     #[test]
     fn labels_with_none_are_removed() {
         let mut node = Node::default();
-        let set = BTreeMap::from([("a".to_owned(), Some("1".to_owned())), ("b".to_owned(), Some("2".to_owned()))]);
+        let set = BTreeMap::from([
+            ("a".to_owned(), Some("1".to_owned())),
+            ("b".to_owned(), Some("2".to_owned())),
+        ]);
         apply_labels(&mut node, &set);
         apply_labels(&mut node, &BTreeMap::from([("a".to_owned(), None)]));
-        assert_eq!(node.metadata.labels.unwrap(), BTreeMap::from([("b".to_owned(), "2".to_owned())]));
+        assert_eq!(
+            node.metadata.labels.unwrap(),
+            BTreeMap::from([("b".to_owned(), "2".to_owned())])
+        );
     }
 }

@@ -14,9 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 
-use super::{
-    Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, ObjectKind,
-};
+use super::{Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, ObjectKind};
 use crate::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
 };
@@ -24,19 +22,49 @@ use crate::apis::{
 /// A call made to the fake, with the identifiers it named.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterCall {
-    CreateNodeClaim { name: String },
-    DeleteNodeClaim { name: String },
-    UpdateNodeClaim { name: String },
-    UpdateNodeClaimStatus { name: String },
-    UpdateNodePool { name: String },
-    UpdateNodePoolStatus { name: String },
-    UpdateEC2NodeClass { name: String },
-    UpdateEC2NodeClassStatus { name: String },
-    UpdateNode { name: String },
-    DeleteNode { name: String },
-    EvictPod { namespace: String, name: String },
-    DeletePod { namespace: String, name: String, grace_period_seconds: Option<i64> },
-    PublishEvent { reason: String, regarding: String },
+    CreateNodeClaim {
+        name: String,
+    },
+    DeleteNodeClaim {
+        name: String,
+    },
+    UpdateNodeClaim {
+        name: String,
+    },
+    UpdateNodeClaimStatus {
+        name: String,
+    },
+    UpdateNodePool {
+        name: String,
+    },
+    UpdateNodePoolStatus {
+        name: String,
+    },
+    UpdateEC2NodeClass {
+        name: String,
+    },
+    UpdateEC2NodeClassStatus {
+        name: String,
+    },
+    UpdateNode {
+        name: String,
+    },
+    DeleteNode {
+        name: String,
+    },
+    EvictPod {
+        namespace: String,
+        name: String,
+    },
+    DeletePod {
+        namespace: String,
+        name: String,
+        grace_period_seconds: Option<i64>,
+    },
+    PublishEvent {
+        reason: String,
+        regarding: String,
+    },
 }
 
 /// The operation of a call, without its identifiers (to target failures).
@@ -387,7 +415,9 @@ impl ClusterApi for FakeClusterApi {
 
     async fn delete_nodeclaim(&self, name: &str) -> Result<Deletion, ClusterError> {
         let mut state = self.lock();
-        state.call(ClusterCall::DeleteNodeClaim { name: name.to_owned() })?;
+        state.call(ClusterCall::DeleteNodeClaim {
+            name: name.to_owned(),
+        })?;
         Ok(delete(&mut state, |s| &mut s.nodeclaims, name))
     }
 
@@ -397,8 +427,16 @@ impl ClusterApi for FakeClusterApi {
         change: Change<'_, NodeClaim>,
     ) -> Result<NodeClaim, ClusterError> {
         let mut state = self.lock();
-        state.call(ClusterCall::UpdateNodeClaim { name: name.to_owned() })?;
-        update(&mut state, |s| &mut s.nodeclaims, ObjectKind::NodeClaim, name, change)
+        state.call(ClusterCall::UpdateNodeClaim {
+            name: name.to_owned(),
+        })?;
+        update(
+            &mut state,
+            |s| &mut s.nodeclaims,
+            ObjectKind::NodeClaim,
+            name,
+            change,
+        )
     }
 
     async fn update_nodeclaim_status(
@@ -407,9 +445,17 @@ impl ClusterApi for FakeClusterApi {
         change: Change<'_, NodeClaimStatus>,
     ) -> Result<NodeClaim, ClusterError> {
         let mut state = self.lock();
-        state.call(ClusterCall::UpdateNodeClaimStatus { name: name.to_owned() })?;
+        state.call(ClusterCall::UpdateNodeClaimStatus {
+            name: name.to_owned(),
+        })?;
         let whole = |nodeclaim: &mut NodeClaim| status_change(&mut nodeclaim.status, change);
-        update(&mut state, |s| &mut s.nodeclaims, ObjectKind::NodeClaim, name, &whole)
+        update(
+            &mut state,
+            |s| &mut s.nodeclaims,
+            ObjectKind::NodeClaim,
+            name,
+            &whole,
+        )
     }
 
     async fn update_nodepool(
@@ -418,8 +464,16 @@ impl ClusterApi for FakeClusterApi {
         change: Change<'_, NodePool>,
     ) -> Result<NodePool, ClusterError> {
         let mut state = self.lock();
-        state.call(ClusterCall::UpdateNodePool { name: name.to_owned() })?;
-        update(&mut state, |s| &mut s.nodepools, ObjectKind::NodePool, name, change)
+        state.call(ClusterCall::UpdateNodePool {
+            name: name.to_owned(),
+        })?;
+        update(
+            &mut state,
+            |s| &mut s.nodepools,
+            ObjectKind::NodePool,
+            name,
+            change,
+        )
     }
 
     async fn update_nodepool_status(
@@ -428,9 +482,17 @@ impl ClusterApi for FakeClusterApi {
         change: Change<'_, NodePoolStatus>,
     ) -> Result<NodePool, ClusterError> {
         let mut state = self.lock();
-        state.call(ClusterCall::UpdateNodePoolStatus { name: name.to_owned() })?;
+        state.call(ClusterCall::UpdateNodePoolStatus {
+            name: name.to_owned(),
+        })?;
         let whole = |nodepool: &mut NodePool| status_change(&mut nodepool.status, change);
-        update(&mut state, |s| &mut s.nodepools, ObjectKind::NodePool, name, &whole)
+        update(
+            &mut state,
+            |s| &mut s.nodepools,
+            ObjectKind::NodePool,
+            name,
+            &whole,
+        )
     }
 
     async fn update_ec2nodeclass(
@@ -439,8 +501,16 @@ impl ClusterApi for FakeClusterApi {
         change: Change<'_, EC2NodeClass>,
     ) -> Result<EC2NodeClass, ClusterError> {
         let mut state = self.lock();
-        state.call(ClusterCall::UpdateEC2NodeClass { name: name.to_owned() })?;
-        update(&mut state, |s| &mut s.ec2nodeclasses, ObjectKind::EC2NodeClass, name, change)
+        state.call(ClusterCall::UpdateEC2NodeClass {
+            name: name.to_owned(),
+        })?;
+        update(
+            &mut state,
+            |s| &mut s.ec2nodeclasses,
+            ObjectKind::EC2NodeClass,
+            name,
+            change,
+        )
     }
 
     async fn update_ec2nodeclass_status(
@@ -449,20 +519,36 @@ impl ClusterApi for FakeClusterApi {
         change: Change<'_, EC2NodeClassStatus>,
     ) -> Result<EC2NodeClass, ClusterError> {
         let mut state = self.lock();
-        state.call(ClusterCall::UpdateEC2NodeClassStatus { name: name.to_owned() })?;
+        state.call(ClusterCall::UpdateEC2NodeClassStatus {
+            name: name.to_owned(),
+        })?;
         let whole = |nodeclass: &mut EC2NodeClass| status_change(&mut nodeclass.status, change);
-        update(&mut state, |s| &mut s.ec2nodeclasses, ObjectKind::EC2NodeClass, name, &whole)
+        update(
+            &mut state,
+            |s| &mut s.ec2nodeclasses,
+            ObjectKind::EC2NodeClass,
+            name,
+            &whole,
+        )
     }
 
-    async fn update_node(&self, name: &str, change: Change<'_, Node>) -> Result<Node, ClusterError> {
+    async fn update_node(
+        &self,
+        name: &str,
+        change: Change<'_, Node>,
+    ) -> Result<Node, ClusterError> {
         let mut state = self.lock();
-        state.call(ClusterCall::UpdateNode { name: name.to_owned() })?;
+        state.call(ClusterCall::UpdateNode {
+            name: name.to_owned(),
+        })?;
         update(&mut state, |s| &mut s.nodes, ObjectKind::Node, name, change)
     }
 
     async fn delete_node(&self, name: &str) -> Result<Deletion, ClusterError> {
         let mut state = self.lock();
-        state.call(ClusterCall::DeleteNode { name: name.to_owned() })?;
+        state.call(ClusterCall::DeleteNode {
+            name: name.to_owned(),
+        })?;
         Ok(delete(&mut state, |s| &mut s.nodes, name))
     }
 
@@ -496,10 +582,12 @@ impl ClusterApi for FakeClusterApi {
             name: name.to_owned(),
             grace_period_seconds,
         })?;
-        Ok(match state.pods.remove(&(namespace.to_owned(), name.to_owned())) {
-            Some(_) => Deletion::Deleted,
-            None => Deletion::NotFound,
-        })
+        Ok(
+            match state.pods.remove(&(namespace.to_owned(), name.to_owned())) {
+                Some(_) => Deletion::Deleted,
+                None => Deletion::NotFound,
+            },
+        )
     }
 
     async fn publish_event(&self, event: &ClusterEvent) -> Result<(), ClusterError> {
@@ -544,8 +632,17 @@ mod tests {
     fn a_node_with_a_finalizer_waits_until_the_finalizer_is_removed() {
         let api = FakeClusterApi::new();
         api.seed_node(node("n1", &["karpenter.sh/termination"]));
-        assert_eq!(block_on(api.delete_node("n1")).unwrap(), Deletion::Terminating);
-        assert!(api.node("n1").unwrap().metadata.deletion_timestamp.is_some());
+        assert_eq!(
+            block_on(api.delete_node("n1")).unwrap(),
+            Deletion::Terminating
+        );
+        assert!(
+            api.node("n1")
+                .unwrap()
+                .metadata
+                .deletion_timestamp
+                .is_some()
+        );
         let remove = |n: &mut Node| n.metadata.finalizers = None;
         block_on(api.update_node("n1", &remove)).unwrap();
         assert!(api.node("n1").is_none());
@@ -565,7 +662,10 @@ mod tests {
         let cordon = block_on(api.cordon_node("n1", true));
         assert_eq!(cordon.unwrap_err(), error);
         assert!(block_on(api.cordon_node("n1", true)).is_ok());
-        assert_eq!(api.node("n1").unwrap().spec.unwrap().unschedulable, Some(true));
+        assert_eq!(
+            api.node("n1").unwrap().spec.unwrap().unschedulable,
+            Some(true)
+        );
         assert_eq!(api.calls_of(Operation::UpdateNode).len(), 2);
     }
 
@@ -575,7 +675,10 @@ mod tests {
         api.seed_node(node("n1", &[]));
         let first = block_on(api.cordon_node("n1", true)).unwrap();
         let second = block_on(api.cordon_node("n1", true)).unwrap();
-        assert_eq!(first.metadata.resource_version, second.metadata.resource_version);
+        assert_eq!(
+            first.metadata.resource_version,
+            second.metadata.resource_version
+        );
     }
 
     #[test]
@@ -590,9 +693,15 @@ mod tests {
             ..Pod::default()
         });
         api.block_eviction("ns", "p", "pdb web needs 2");
-        assert!(matches!(block_on(api.evict_pod("ns", "p")).unwrap(), Eviction::Blocked { .. }));
+        assert!(matches!(
+            block_on(api.evict_pod("ns", "p")).unwrap(),
+            Eviction::Blocked { .. }
+        ));
         api.unblock_eviction("ns", "p");
-        assert_eq!(block_on(api.evict_pod("ns", "p")).unwrap(), Eviction::Evicted);
+        assert_eq!(
+            block_on(api.evict_pod("ns", "p")).unwrap(),
+            Eviction::Evicted
+        );
         assert_eq!(block_on(api.evict_pod("ns", "p")).unwrap(), Eviction::Gone);
     }
 
