@@ -16,7 +16,8 @@
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    reason = "benchmark setup: a failed unwrap is a broken benchmark"
+    clippy::cast_precision_loss,
+    reason = "benchmark setup: a failed unwrap is a broken benchmark; sizes are reported approximately"
 )]
 
 use std::time::{Duration, Instant};
@@ -42,7 +43,7 @@ fn pod(i: usize) -> Pod {
         "metadata": {
             "name": format!("app-{}-{i:05}", i % 100),
             "namespace": format!("team-{}", i % NAMESPACES),
-            "labels": { "app": format!("app-{}", i % 100), "pod-template-hash": "7d9f8c6b5", "tier": if i % 3 == 0 { "front" } else { "back" } },
+            "labels": { "app": format!("app-{}", i % 100), "pod-template-hash": "7d9f8c6b5", "tier": if i.is_multiple_of(3) { "front" } else { "back" } },
             "ownerReferences": [{ "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("app-{}-7d9f8c6b5", i % 100), "uid": "5b0a3c9e-0000-4000-8000-000000000000", "controller": true, "blockOwnerDeletion": true }],
         },
         "spec": {
@@ -71,7 +72,7 @@ fn node(i: usize) -> Node {
             "labels": {
                 "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "kubernetes.io/hostname": format!("node-{i:04}"),
                 "node.kubernetes.io/instance-type": "m5.2xlarge", "topology.kubernetes.io/zone": format!("us-west-2{}", ["a", "b", "c"][i % 3]),
-                "karpenter.sh/capacity-type": if i % 2 == 0 { "spot" } else { "on-demand" }, "karpenter.sh/nodepool": "default",
+                "karpenter.sh/capacity-type": if i.is_multiple_of(2) { "spot" } else { "on-demand" }, "karpenter.sh/nodepool": "default",
                 "karpenter.sh/registered": "true", "karpenter.sh/initialized": "true",
             },
             "finalizers": ["karpenter.sh/termination"],
@@ -146,12 +147,12 @@ async fn watch(service: &mut EmulatorService, uri: &str, events: usize) {
     while seen < events {
         let frame = body.frame().await.unwrap().unwrap();
         let data = frame.into_data().unwrap();
-        seen += data.iter().filter(|b| **b == b'\n').count();
+        seen += data.split(|b| *b == b'\n').count() - 1;
     }
 }
 
-fn benches(c: &mut Criterion) {
-    let runtime = Runtime::new().unwrap();
+/// Loads the cluster and prints load time and memory.
+fn load_and_report(runtime: &Runtime) -> Emulator {
     let before = resident_bytes();
     let emulator = Emulator::new().unwrap();
     let started = Instant::now();
@@ -169,7 +170,7 @@ fn benches(c: &mut Criterion) {
         "memory: stored objects {:.1} MiB, history not shared with them {:.1} MiB, process RSS grew {:.1} MiB",
         stored as f64 / 1_048_576.0,
         history as f64 / 1_048_576.0,
-        (after.saturating_sub(before)) as f64 / 1_048_576.0
+        after.saturating_sub(before) as f64 / 1_048_576.0
     );
     for stat in stats.iter().filter(|s| s.objects > 100) {
         println!(
@@ -179,7 +180,10 @@ fn benches(c: &mut Criterion) {
             stat.object_bytes as f64 / stat.objects as f64
         );
     }
+    emulator
+}
 
+fn list_benches(c: &mut Criterion, runtime: &Runtime, emulator: &Emulator) {
     let service = emulator.service();
     let mut list = c.benchmark_group("list");
     list.sample_size(10)
@@ -191,20 +195,7 @@ fn benches(c: &mut Criterion) {
     });
     list.bench_function("pods_10000_pages_of_500_raw", |b| {
         let mut service = service.clone();
-        b.iter(|| {
-            runtime.block_on(async {
-                let mut token = String::new();
-                loop {
-                    let uri = format!("/api/v1/pods?limit=500&continue={}", form_encode(&token));
-                    let page: serde_json::Value =
-                        serde_json::from_slice(&get(&mut service, &uri).await).unwrap();
-                    match page.pointer("/metadata/continue").and_then(|c| c.as_str()) {
-                        Some(next) if !next.is_empty() => token = next.to_owned(),
-                        _ => break,
-                    }
-                }
-            });
-        });
+        b.iter(|| runtime.block_on(paged(&mut service)));
     });
     list.bench_function("pods_10000_typed_by_kube_rs", |b| {
         let pods: Api<Pod> = Api::all(emulator.client());
@@ -225,26 +216,43 @@ fn benches(c: &mut Criterion) {
         b.iter(|| runtime.block_on(get(&mut service, "/api/v1/nodes")));
     });
     list.finish();
+}
 
+/// Lists all pods in pages of 500, as kube-rs's watcher does.
+async fn paged(service: &mut EmulatorService) {
+    let mut token = String::new();
+    loop {
+        let uri = format!("/api/v1/pods?limit=500&continue={}", form_encode(&token));
+        let page: serde_json::Value = serde_json::from_slice(&get(service, &uri).await).unwrap();
+        match page.pointer("/metadata/continue").and_then(|c| c.as_str()) {
+            Some(next) if !next.is_empty() => next.clone_into(&mut token),
+            _ => break,
+        }
+    }
+}
+
+fn write_benches(c: &mut Criterion, runtime: &Runtime, emulator: &Emulator) {
     let mut writes = c.benchmark_group("write");
     writes
         .sample_size(10)
         .measurement_time(Duration::from_secs(5));
     writes.throughput(Throughput::Elements(1));
     let pods: Api<Pod> = Api::namespaced(emulator.client(), "team-0");
-    let mut flip = 0_u64;
+    let mut round = 0_u64;
     writes.bench_function("patch_pod_status", |b| {
         b.iter(|| {
-            flip += 1;
-            let status = json!({ "status": { "phase": "Running", "podIP": format!("10.0.{}.{}", flip % 250, flip % 200) } });
+            round += 1;
+            let patch = json!({ "status": { "phase": "Running", "podIP": format!("10.0.{}.{}", round % 250, round % 200) } });
             runtime
-                .block_on(pods.patch_status("app-0-00000", &PatchParams::default(), &Patch::Merge(&status)))
+                .block_on(pods.patch_status("app-0-00000", &PatchParams::default(), &Patch::Merge(&patch)))
                 .unwrap()
         });
     });
     writes.finish();
+}
 
-    // History for the catch-up: CATCH_UP modifications of pods.
+fn watch_benches(c: &mut Criterion, runtime: &Runtime, emulator: &Emulator) {
+    // History for the catch-up: CATCH_UP label changes of pods.
     let start_rv = emulator.resource_version();
     runtime.block_on(async {
         for i in 0..CATCH_UP {
@@ -269,12 +277,19 @@ fn benches(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(5));
     watches.throughput(Throughput::Elements(CATCH_UP as u64));
     watches.bench_function("catch_up_5000", |b| {
-        let mut service = service.clone();
-        // The status patches above came after the start too; read at least the label changes.
+        let mut service = emulator.service();
         let uri = format!("/api/v1/pods?watch=true&resourceVersion={start_rv}");
         b.iter(|| runtime.block_on(watch(&mut service, &uri, CATCH_UP)));
     });
     watches.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    let runtime = Runtime::new().unwrap();
+    let emulator = load_and_report(&runtime);
+    list_benches(c, &runtime, &emulator);
+    write_benches(c, &runtime, &emulator);
+    watch_benches(c, &runtime, &emulator);
 }
 
 fn form_encode(text: &str) -> String {

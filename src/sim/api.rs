@@ -307,11 +307,7 @@ impl Shared {
 
     /// Lists matching objects; returns the items, the list's resourceVersion and the continue
     /// token.
-    pub fn list_items(
-        &self,
-        target: &Target,
-        options: &ListOptions,
-    ) -> Result<Listed, ApiError> {
+    pub fn list_items(&self, target: &Target, options: &ListOptions) -> Result<Listed, ApiError> {
         let kind = self.kind(target.kind);
         let (after, token_rv) = match &options.continue_token {
             Some(token) => {

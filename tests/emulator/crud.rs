@@ -65,13 +65,21 @@ async fn a_merge_patch_carrying_a_stale_resource_version_is_a_conflict() {
     let original = create_node(&client, "n1", json!({})).await;
     let bump = json!({ "metadata": { "labels": { "x": "1" } } });
     nodes
-        .patch("n1", &Default::default(), &kube::api::Patch::Merge(&bump))
+        .patch(
+            "n1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&bump),
+        )
         .await
         .unwrap();
     let stale = json!({ "metadata": { "resourceVersion": original.resource_version(), "labels": { "x": "2" } } });
     let status = status_of(
         nodes
-            .patch("n1", &Default::default(), &kube::api::Patch::Merge(&stale))
+            .patch(
+                "n1",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&stale),
+            )
             .await,
     );
     assert_eq!(status.code, 409);
@@ -164,7 +172,7 @@ async fn lists_across_namespaces_and_within_one() {
         system
             .items
             .iter()
-            .map(|p| p.name_any())
+            .map(kube::ResourceExt::name_any)
             .collect::<Vec<_>>(),
         ["b"]
     );
@@ -184,7 +192,7 @@ async fn updating_nothing_keeps_the_resource_version_and_spec_changes_bump_the_g
     let labelled = nodes
         .patch(
             "n1",
-            &Default::default(),
+            &kube::api::PatchParams::default(),
             &kube::api::Patch::Merge(json!({ "metadata": { "labels": { "a": "b" } } })),
         )
         .await
@@ -193,7 +201,7 @@ async fn updating_nothing_keeps_the_resource_version_and_spec_changes_bump_the_g
     let cordoned = nodes
         .patch(
             "n1",
-            &Default::default(),
+            &kube::api::PatchParams::default(),
             &kube::api::Patch::Merge(json!({ "spec": { "unschedulable": true } })),
         )
         .await
@@ -208,8 +216,12 @@ async fn a_pod_cannot_be_moved_to_another_node_by_an_update() {
     create_pod(&client, "web", json!({})).await;
     let moved = json!({ "spec": { "nodeName": "elsewhere" } });
     let status = status_of(
-        pods.patch("web", &Default::default(), &kube::api::Patch::Merge(&moved))
-            .await,
+        pods.patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&moved),
+        )
+        .await,
     );
     assert_eq!(status.code, 422);
 }

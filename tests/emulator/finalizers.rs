@@ -42,7 +42,11 @@ async fn a_finalizer_holds_a_deleted_object_until_it_is_removed() {
         json!({ "metadata": { "finalizers": ["karpenter.sh/termination", "example.com/other"] } });
     let status = status_of(
         claims
-            .patch("default-abcde", &Default::default(), &Patch::Merge(&add))
+            .patch(
+                "default-abcde",
+                &kube::api::PatchParams::default(),
+                &Patch::Merge(&add),
+            )
             .await,
     );
     assert_eq!(status.code, 422);
@@ -55,7 +59,11 @@ async fn a_finalizer_holds_a_deleted_object_until_it_is_removed() {
 
     let remove = json!({ "metadata": { "finalizers": null } });
     claims
-        .patch("default-abcde", &Default::default(), &Patch::Merge(&remove))
+        .patch(
+            "default-abcde",
+            &kube::api::PatchParams::default(),
+            &Patch::Merge(&remove),
+        )
         .await
         .unwrap();
     assert!(claims.get_opt("default-abcde").await.unwrap().is_none());

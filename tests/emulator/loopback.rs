@@ -166,115 +166,74 @@ async fn kubectls_everyday_verbs_work_against_the_emulator() {
     std::fs::write(dir.join("nodepool.yaml"), NODEPOOL).unwrap();
     std::fs::write(dir.join("configmap.yaml"), CONFIGMAP).unwrap();
     let dir_for_blocking = dir.clone();
-    tokio::task::spawn_blocking(move || {
-        let dir = dir_for_blocking;
-        let k = |args: &[&str]| kubectl(&kubeconfig, args);
-        let nodepool_file = dir.join("nodepool.yaml");
-        let nodepool_file = nodepool_file.to_str().unwrap();
-
-        // A watch started first sees the pod created below.
-        let mut watch = Command::new("kubectl")
-            .env("KUBECONFIG", &kubeconfig)
-            .args(["get", "pods", "-w", "-o", "name"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-
-        assert!(
-            k(&["apply", "-f", nodepool_file]).contains("nodepool.karpenter.sh/default created")
-        );
-        assert!(k(&["get", "nodepools"]).contains("default"));
-        assert!(
-            k(&["create", "-f", dir.join("configmap.yaml").to_str().unwrap()])
-                .contains("configmap/settings created")
-        );
-        assert!(
-            k(&["run", "web", "--image=nginx", "--labels=app=web,tier=front"])
-                .contains("pod/web created")
-        );
-        k(&["label", "pod", "web", "env=prod"]);
-        assert_eq!(
-            k(&["get", "pods", "-l", "env in (prod,dev),tier", "-o", "name"]).trim(),
-            "pod/web"
-        );
-        assert_eq!(
-            k(&["get", "pods", "-l", "env notin (prod)", "-o", "name"]).trim(),
-            ""
-        );
-        assert_eq!(
-            k(&[
-                "get",
-                "pods",
-                "--field-selector",
-                "status.phase=Pending",
-                "-o",
-                "name"
-            ])
-            .trim(),
-            "pod/web"
-        );
-        k(&[
-            "patch",
-            "pod",
-            "web",
-            "-p",
-            r#"{"metadata":{"labels":{"patched":"strategic"}}}"#,
-        ]);
-        k(&[
-            "patch",
-            "nodepool",
-            "default",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"weight":10}}"#,
-        ]);
-        assert_eq!(
-            k(&[
-                "get",
-                "nodepool",
-                "default",
-                "-o",
-                "jsonpath={.spec.weight}"
-            ])
-            .trim(),
-            "10"
-        );
-        k(&["label", "nodepool", "default", "team=a"]);
-        let rejected = Command::new("kubectl")
-            .env("KUBECONFIG", &kubeconfig)
-            .args([
-                "patch",
-                "nodepool",
-                "default",
-                "--type",
-                "merge",
-                "-p",
-                r#"{"spec":{"weight":1000}}"#,
-            ])
-            .output()
-            .unwrap();
-        assert!(!rejected.status.success());
-        assert!(String::from_utf8_lossy(&rejected.stderr).contains("spec.weight"));
-        let current = k(&["get", "pod", "web", "-o", "yaml"]);
-        std::fs::write(dir.join("web.yaml"), current).unwrap();
-        assert!(
-            k(&["replace", "-f", dir.join("web.yaml").to_str().unwrap()])
-                .contains("pod/web replaced")
-        );
-        assert!(k(&["delete", "pod", "web"]).contains("deleted"));
-        assert!(k(&["delete", "-f", nodepool_file]).contains("deleted"));
-        assert_eq!(k(&["get", "nodepools", "-o", "name"]).trim(), "");
-
-        let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
-        let first = lines.next().unwrap().unwrap();
-        watch.kill().ok();
-        watch.wait().ok();
-        assert_eq!(first, "pod/web");
-    })
-    .await
-    .unwrap();
+    tokio::task::spawn_blocking(move || exercise_kubectl(&dir_for_blocking, &kubeconfig))
+        .await
+        .unwrap();
     server.shutdown().await;
     std::fs::remove_dir_all(dir).ok();
+}
+
+/// Splits a kubectl command line on spaces (for arguments without spaces).
+fn words(line: &str) -> Vec<&str> {
+    line.split(' ').collect()
+}
+
+/// The kubectl session of the smoke test (blocking: kubectl runs as child processes).
+fn exercise_kubectl(dir: &Path, kubeconfig: &Path) {
+    let k = |line: &str| kubectl(kubeconfig, &words(line));
+    let nodepool_file = dir.join("nodepool.yaml").display().to_string();
+    let configmap_file = dir.join("configmap.yaml").display().to_string();
+
+    // A watch started first sees the pod created below.
+    let mut watch = Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig)
+        .args(words("get pods -w -o name"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    assert!(
+        k(&format!("apply -f {nodepool_file}")).contains("nodepool.karpenter.sh/default created")
+    );
+    assert!(k("get nodepools").contains("default"));
+    assert!(k(&format!("create -f {configmap_file}")).contains("configmap/settings created"));
+    assert!(k("run web --image=nginx --labels=app=web,tier=front").contains("pod/web created"));
+    k("label pod web env=prod");
+    let selected =
+        |selector: &str| kubectl(kubeconfig, &["get", "pods", "-l", selector, "-o", "name"]);
+    assert_eq!(selected("env in (prod,dev),tier").trim(), "pod/web");
+    assert_eq!(selected("env notin (prod)").trim(), "");
+    assert_eq!(
+        k("get pods --field-selector status.phase=Pending -o name").trim(),
+        "pod/web"
+    );
+    k(r#"patch pod web -p {"metadata":{"labels":{"patched":"strategic"}}}"#);
+    k(r#"patch nodepool default --type merge -p {"spec":{"weight":10}}"#);
+    assert_eq!(
+        k("get nodepool default -o jsonpath={.spec.weight}").trim(),
+        "10"
+    );
+    k("label nodepool default team=a");
+    let rejected = Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig)
+        .args(words(
+            r#"patch nodepool default --type merge -p {"spec":{"weight":1000}}"#,
+        ))
+        .output()
+        .unwrap();
+    assert!(!rejected.status.success());
+    assert!(String::from_utf8_lossy(&rejected.stderr).contains("spec.weight"));
+    let web = dir.join("web.yaml");
+    std::fs::write(&web, k("get pod web -o yaml")).unwrap();
+    assert!(k(&format!("replace -f {}", web.display())).contains("pod/web replaced"));
+    assert!(k("delete pod web").contains("deleted"));
+    assert!(k(&format!("delete -f {nodepool_file}")).contains("deleted"));
+    assert_eq!(k("get nodepools -o name").trim(), "");
+
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    watch.kill().ok();
+    watch.wait().ok();
+    assert_eq!(first, "pod/web");
 }

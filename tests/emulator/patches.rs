@@ -86,7 +86,7 @@ async fn a_strategic_merge_patch_of_a_custom_resource_is_unsupported_media() {
     let pools: Api<NodePool> = Api::all(client);
     pools
         .create(
-            &Default::default(),
+            &kube::api::PostParams::default(),
             &serde_json::from_value(nodepool_json("default")).unwrap(),
         )
         .await

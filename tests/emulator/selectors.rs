@@ -58,15 +58,19 @@ async fn pods_are_selected_by_node_and_phase() {
     pods.create_subresource::<_, serde_json::Value>(
         "binding",
         "bound",
-        &Default::default(),
+        &kube::api::PostParams::default(),
         &binding,
     )
     .await
     .unwrap();
     let running = json!({ "status": { "phase": "Running" } });
-    pods.patch_status("bound", &Default::default(), &Patch::Merge(&running))
-        .await
-        .unwrap();
+    pods.patch_status(
+        "bound",
+        &kube::api::PatchParams::default(),
+        &Patch::Merge(&running),
+    )
+    .await
+    .unwrap();
     let on_node = pods
         .list(&ListParams::default().fields("spec.nodeName=n1"))
         .await
@@ -98,7 +102,7 @@ async fn nodes_are_selected_by_unschedulable_but_not_by_provider_id() {
     nodes
         .patch(
             "n2",
-            &Default::default(),
+            &kube::api::PatchParams::default(),
             &Patch::Merge(json!({ "spec": { "unschedulable": true } })),
         )
         .await

@@ -22,7 +22,11 @@ async fn status_and_spec_are_written_through_separate_endpoints() {
     let nodes = |pool: &NodePool| pool.status.as_ref().map(|s| s.resources["nodes"].0.clone());
     let status = json!({ "status": { "resources": { "nodes": "3" } }, "spec": { "weight": 50 } });
     let updated = pools
-        .patch_status("default", &Default::default(), &Patch::Merge(&status))
+        .patch_status(
+            "default",
+            &kube::api::PatchParams::default(),
+            &Patch::Merge(&status),
+        )
         .await
         .unwrap();
     assert_eq!(nodes(&updated).as_deref(), Some("3"));
@@ -31,7 +35,11 @@ async fn status_and_spec_are_written_through_separate_endpoints() {
 
     let spec = json!({ "status": { "resources": { "nodes": "9" } }, "spec": { "weight": 50 } });
     let updated = pools
-        .patch("default", &Default::default(), &Patch::Merge(&spec))
+        .patch(
+            "default",
+            &kube::api::PatchParams::default(),
+            &Patch::Merge(&spec),
+        )
         .await
         .unwrap();
     assert_eq!(updated.spec.weight, Some(50));
@@ -92,9 +100,13 @@ async fn ready_pod(client: &Client, name: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     create_pod(client, name, json!({ "app": "web" })).await;
     let ready = json!({ "status": { "phase": "Running", "conditions": [{ "type": "Ready", "status": "True" }] } });
-    pods.patch_status(name, &Default::default(), &Patch::Merge(&ready))
-        .await
-        .unwrap();
+    pods.patch_status(
+        name,
+        &kube::api::PatchParams::default(),
+        &Patch::Merge(&ready),
+    )
+    .await
+    .unwrap();
 }
 
 async fn budget(client: &Client, min_available: i32) -> Api<PodDisruptionBudget> {
@@ -241,9 +253,13 @@ async fn a_max_unavailable_budget_counts_the_controllers_scale() {
         ]);
         pods.create(&PostParams::default(), &owned).await.unwrap();
         let ready = json!({ "status": { "phase": "Running", "conditions": [{ "type": "Ready", "status": "True" }] } });
-        pods.patch_status(name, &Default::default(), &Patch::Merge(&ready))
-            .await
-            .unwrap();
+        pods.patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &Patch::Merge(&ready),
+        )
+        .await
+        .unwrap();
     }
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
     let pdb = serde_json::from_value(json!({

@@ -19,23 +19,25 @@ pub fn cluster_with(config: EmulatorConfig) -> (Emulator, Client) {
 }
 
 pub fn pod(name: &str, labels: Value) -> Pod {
-    serde_json::from_value(json!({
+    let mut pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": { "name": name, "labels": labels },
+        "metadata": { "name": name },
         "spec": { "containers": [{ "name": "app", "image": "nginx" }] },
-    }))
-    .unwrap()
+    });
+    pod["metadata"]["labels"] = labels;
+    serde_json::from_value(pod).unwrap()
 }
 
 pub fn node(name: &str, labels: Value) -> Node {
-    serde_json::from_value(json!({
+    let mut node = json!({
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": { "name": name, "labels": labels },
+        "metadata": { "name": name },
         "spec": { "providerID": format!("aws:///us-west-2a/i-{name}") },
-    }))
-    .unwrap()
+    });
+    node["metadata"]["labels"] = labels;
+    serde_json::from_value(node).unwrap()
 }
 
 pub fn nodepool(name: &str) -> NodePool {

@@ -49,7 +49,7 @@ async fn a_watch_resumes_after_the_given_resource_version() {
     create_pod(&client, "b", json!({})).await;
     pods.patch(
         "a",
-        &Default::default(),
+        &kube::api::PatchParams::default(),
         &Patch::Merge(json!({ "metadata": { "labels": { "x": "y" } } })),
     )
     .await
@@ -65,7 +65,9 @@ async fn a_watch_resumes_after_the_given_resource_version() {
         .map(describe)
         .collect();
     assert_eq!(events, ["ADDED b", "MODIFIED a"]);
-    pods.delete("b", &Default::default()).await.unwrap();
+    pods.delete("b", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
     let events: Vec<String> = next_events(&mut stream, 1)
         .await
         .iter()
@@ -184,10 +186,10 @@ async fn a_filtered_watch_sees_objects_leave_and_enter_its_selection() {
         .unwrap()
         .boxed();
     let relabel = |app: &str| Patch::Merge(json!({ "metadata": { "labels": { "app": app } } }));
-    pods.patch("web", &Default::default(), &relabel("db"))
+    pods.patch("web", &kube::api::PatchParams::default(), &relabel("db"))
         .await
         .unwrap();
-    pods.patch("web", &Default::default(), &relabel("web"))
+    pods.patch("web", &kube::api::PatchParams::default(), &relabel("web"))
         .await
         .unwrap();
     let events: Vec<String> = next_events(&mut stream, 2)

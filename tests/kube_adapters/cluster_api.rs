@@ -112,7 +112,11 @@ async fn a_real_conflict_is_detected_through_the_resource_version() {
     .unwrap();
     let patch = json!({ "metadata": { "resourceVersion": stale.resource_version(), "labels": { "b": "2" } } });
     let result = claims
-        .patch("c1", &Default::default(), &Patch::Merge(&patch))
+        .patch(
+            "c1",
+            &kube::api::PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await;
     assert!(matches!(result, Err(kube::Error::Api(s)) if s.code == 409));
     // The adapter always starts from a fresh read, so its own update goes through.
@@ -225,9 +229,13 @@ async fn ready_pod(client: &Client, name: &str) {
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
     let ready = json!({ "status": { "phase": "Running", "conditions": [{ "type": "Ready", "status": "True" }] } });
-    pods.patch_status(name, &Default::default(), &Patch::Merge(&ready))
-        .await
-        .unwrap();
+    pods.patch_status(
+        name,
+        &kube::api::PatchParams::default(),
+        &Patch::Merge(&ready),
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test]

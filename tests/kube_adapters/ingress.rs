@@ -43,7 +43,7 @@ async fn until<K: kube::Resource>(
             }
         }
     };
-    tokio::time::timeout(Duration::from_secs(600), receive)
+    tokio::time::timeout(Duration::from_mins(10), receive)
         .await
         .expect("never converged");
 }
@@ -110,7 +110,7 @@ async fn the_store_and_subscribers_converge_after_watch_errors_and_restarts() {
         .unwrap()
         .items
         .iter()
-        .map(|p| p.name_any())
+        .map(kube::ResourceExt::name_any)
         .collect();
     assert_eq!(stored, served);
     assert!(state.node_by_provider_id("aws:///zone/i-n2").is_some());
