@@ -222,6 +222,7 @@ impl Emulator {
     }
 
     /// A kube-rs client talking to this emulator in-process, with `default` as namespace.
+    /// Call it inside a tokio runtime: the client spawns its request buffer there.
     #[must_use]
     pub fn client(&self) -> kube::Client {
         kube::Client::new(self.service(), "default")
