@@ -1,5 +1,5 @@
-//! The verbs: create, get, list, update, patch, delete, deletecollection, and the pod `binding`
-//! and `eviction` subresources, over the [`Store`].
+//! The verbs over the [`Store`]: get, list, create, update and patch (deletes live in
+//! [`super::delete`], the pod subresources in [`super::pods`]), and the request types they share.
 //!
 //! Every write runs inside one [`Store::write`] call: read the stored object, compute the new one
 //! (patch, status split, system metadata, admission of custom resources), check the
@@ -16,11 +16,10 @@ use tokio::sync::watch;
 
 use super::EmulatorConfig;
 use super::apply::{self, ApplyConflict};
-use super::disruption;
 use super::events;
 use super::faults::{Faults, RequestLog};
 use super::kinds::{Behavior, KindId, Kinds, ResourceKind};
-use super::lifecycle::{self, meta_str, remove_meta, set_meta};
+use super::lifecycle::{self, meta_str, set_meta};
 use super::schema::{self, FieldValidation};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{self, ApiError};
@@ -72,7 +71,7 @@ pub(crate) struct Reply {
 }
 
 impl Reply {
-    fn json(code: u16, value: &Value) -> Self {
+    pub(crate) fn json(code: u16, value: &Value) -> Self {
         Self {
             code,
             body: Bytes::from(serde_json::to_vec(value).unwrap_or_default()),
@@ -178,14 +177,14 @@ enum Written {
 }
 
 impl Shared {
-    fn now(&self) -> String {
+    pub(crate) fn now(&self) -> String {
         let now = (self.config.clock)();
         jiff::Timestamp::from_second(now.as_second())
             .unwrap_or(now)
             .to_string()
     }
 
-    fn kind(&self, id: KindId) -> &ResourceKind {
+    pub(crate) fn kind(&self, id: KindId) -> &ResourceKind {
         self.kinds.get(id)
     }
 
@@ -220,7 +219,7 @@ impl Shared {
         }
     }
 
-    fn key(target: &Target) -> Result<ObjectKey, ApiError> {
+    pub(crate) fn key(target: &Target) -> Result<ObjectKey, ApiError> {
         let name = target
             .name
             .as_deref()
@@ -735,341 +734,6 @@ impl Shared {
             self.after_pod_write(txn, &key.namespace, Some(&old.labels), Some(&labels_after));
         }
         Ok((written, warnings))
-    }
-
-    // ---------------------------------------------------------------- delete
-
-    pub fn delete(&self, target: &Target, options: &DeleteOptions) -> Result<Reply, ApiError> {
-        let kind = self.kind(target.kind);
-        let key = Self::key(target)?;
-        let (code, body) = self.store.write(|txn| -> Result<(u16, Bytes), ApiError> {
-            let old = txn
-                .get(kind.storage, &key)
-                .ok_or_else(|| ApiError::not_found(kind, &key.name))?;
-            if kind.behavior == Behavior::Namespace && !options.dry_run {
-                self.delete_namespace_contents(txn, &key.name);
-            }
-            if let Some(remaining) = self.delete_in(txn, target.kind, &old, options)? {
-                return Ok((200, self.render(target.kind, &remaining)));
-            }
-            let uid = meta_str(&old.value(), "uid").map(str::to_owned);
-            let body = status::success(kind, &key.name, uid.as_deref(), 200);
-            Ok((
-                200,
-                Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
-            ))
-        })?;
-        Ok(Reply {
-            code,
-            body,
-            warnings: Vec::new(),
-        })
-    }
-
-    /// Deletes one stored object: marks it while finalizers remain (returns it), or removes it
-    /// (returns `None`).
-    fn delete_in(
-        &self,
-        txn: &mut Txn<'_>,
-        kind_id: KindId,
-        old: &Arc<StoredObject>,
-        options: &DeleteOptions,
-    ) -> Result<Option<Arc<StoredObject>>, ApiError> {
-        let kind = self.kind(kind_id);
-        let mut value = old.value();
-        let name = &old.key.name;
-        if let Some(uid) = &options.uid
-            && meta_str(&value, "uid") != Some(uid.as_str())
-        {
-            return Err(ApiError::conflict(
-                kind,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta_str(&value, "uid").unwrap_or_default()
-                ),
-            ));
-        }
-        if let Some(rv) = &options.resource_version
-            && *rv != old.rv.to_string()
-        {
-            return Err(ApiError::conflict(
-                kind,
-                name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    old.rv
-                ),
-            ));
-        }
-        if options.dry_run {
-            return Ok(Some(Arc::clone(old)));
-        }
-        let graceful_pod = kind.behavior == Behavior::Pod
-            && self.config.graceful_pod_deletion
-            && value
-                .pointer("/spec/nodeName")
-                .and_then(Value::as_str)
-                .is_some_and(|n| !n.is_empty())
-            && options.grace_period_seconds != Some(0);
-        if !lifecycle::finalizers(&value).is_empty() || graceful_pod {
-            if lifecycle::is_deleting(&value) {
-                return Ok(Some(Arc::clone(old)));
-            }
-            set_meta(&mut value, "deletionTimestamp", json!(self.now()));
-            let grace = if graceful_pod {
-                options
-                    .grace_period_seconds
-                    .or_else(|| {
-                        value
-                            .pointer("/spec/terminationGracePeriodSeconds")
-                            .and_then(Value::as_i64)
-                    })
-                    .unwrap_or(30)
-            } else {
-                0
-            };
-            set_meta(&mut value, "deletionGracePeriodSeconds", json!(grace));
-            let stored = txn.put(kind.storage, old.key.clone(), value, EventType::Modified);
-            if kind.behavior == Behavior::Pod {
-                self.after_pod_write(
-                    txn,
-                    &old.key.namespace,
-                    Some(&old.labels),
-                    Some(&stored.labels),
-                );
-            }
-            return Ok(Some(stored));
-        }
-        remove_meta(&mut value, "resourceVersion");
-        txn.remove(kind.storage, &old.key, value);
-        if kind.behavior == Behavior::Pod {
-            self.after_pod_write(txn, &old.key.namespace, Some(&old.labels), None);
-        }
-        Ok(None)
-    }
-
-    /// Namespace deletion: every object in it is deleted (those with finalizers stay, marked).
-    fn delete_namespace_contents(&self, txn: &mut Txn<'_>, namespace: &str) {
-        for (id, kind) in self.kinds.iter() {
-            if !kind.namespaced || kind.storage != id {
-                continue;
-            }
-            let objects: Vec<Arc<StoredObject>> = txn
-                .view()
-                .objects(id, Some(namespace), None)
-                .cloned()
-                .collect();
-            for object in objects {
-                // Preconditions are absent, so deleting cannot fail.
-                let _ = self.delete_in(txn, id, &object, &DeleteOptions::default());
-            }
-        }
-    }
-
-    pub fn delete_collection(
-        &self,
-        target: &Target,
-        list: &ListOptions,
-        options: &DeleteOptions,
-    ) -> Result<Reply, ApiError> {
-        let kind = self.kind(target.kind);
-        let (items, _, _) = self.list_items(
-            target,
-            &ListOptions {
-                limit: None,
-                continue_token: None,
-                ..list.clone()
-            },
-        )?;
-        self.store.write(|txn| {
-            for item in items {
-                if let Some(current) = txn.get(kind.storage, &item.key) {
-                    self.delete_in(txn, target.kind, &current, options)?;
-                }
-            }
-            Ok::<(), ApiError>(())
-        })?;
-        Ok(Reply::json(200, &status::success(kind, "", None, 200)))
-    }
-
-    // ---------------------------------------------------------------- pod subresources
-
-    /// `pods/binding`: assigns the pod to a node once.
-    pub fn bind(&self, target: &Target, body: &[u8]) -> Result<Reply, ApiError> {
-        let kind = self.kind(target.kind);
-        let key = Self::key(target)?;
-        let binding = parse_body(body)?;
-        let node = binding
-            .pointer("/target/name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| ApiError::bad_request("a binding needs target.name"))?
-            .to_owned();
-        let now = self.now();
-        self.store.write(|txn| {
-            let old = txn
-                .get(kind.storage, &key)
-                .ok_or_else(|| ApiError::not_found(kind, &key.name))?;
-            let mut pod = old.value();
-            if let Some(current) = pod
-                .pointer("/spec/nodeName")
-                .and_then(Value::as_str)
-                .filter(|n| !n.is_empty())
-            {
-                return Err(ApiError::conflict(
-                    kind,
-                    &key.name,
-                    &format!("pod {} is already assigned to node \"{current}\"", key.name),
-                ));
-            }
-            if lifecycle::is_deleting(&pod) {
-                return Err(ApiError::conflict(kind, &key.name, "pod is being deleted"));
-            }
-            pod["spec"]["nodeName"] = json!(node);
-            let scheduled =
-                json!({ "type": "PodScheduled", "status": "True", "lastTransitionTime": now });
-            strategic::apply(
-                Behavior::Pod,
-                &mut pod,
-                &json!({ "status": { "conditions": [scheduled] } }),
-            )
-            .map_err(ApiError::internal)?;
-            let stored = txn.put(kind.storage, key.clone(), pod, EventType::Modified);
-            self.after_pod_write(txn, &key.namespace, Some(&old.labels), Some(&stored.labels));
-            Ok(())
-        })?;
-        Ok(Reply::json(
-            201,
-            &status::success(kind, &key.name, None, 201),
-        ))
-    }
-
-    /// `pods/eviction`: deletes the pod unless a PodDisruptionBudget forbids it (429).
-    pub fn evict(&self, target: &Target, body: &[u8]) -> Result<Reply, ApiError> {
-        let kind = self.kind(target.kind);
-        let key = Self::key(target)?;
-        let eviction = if body.is_empty() {
-            json!({})
-        } else {
-            parse_body(body)?
-        };
-        if let Some(name) = meta_str(&eviction, "name")
-            && name != &*key.name
-        {
-            return Err(ApiError::bad_request(format!(
-                "name in URL does not match name in Eviction object: {} vs {name}",
-                key.name
-            )));
-        }
-        let options = DeleteOptions::default()
-            .with_body(eviction.get("deleteOptions").unwrap_or(&Value::Null));
-        let pdb_kind = self
-            .kinds
-            .by_behavior(Behavior::PodDisruptionBudget)
-            .ok_or_else(|| ApiError::internal("no PodDisruptionBudget resource"))?;
-        self.store.write(|txn| {
-            let pod = txn
-                .get(kind.storage, &key)
-                .ok_or_else(|| ApiError::not_found(kind, &key.name))?;
-            let pod_value = pod.value();
-            if !lifecycle::is_deleting(&pod_value) {
-                let view = txn.view();
-                let budgets: Vec<Value> = view
-                    .objects(pdb_kind, Some(&key.namespace), None)
-                    .map(|b| b.value())
-                    .collect();
-                disruption::admit_eviction(
-                    self.kind(pdb_kind),
-                    &pod,
-                    &pod_value,
-                    &budgets,
-                    view.objects(kind.storage, Some(&key.namespace), None),
-                    |controller| self.controller_scale(&view, &key.namespace, controller),
-                )?;
-                self.delete_in(txn, target.kind, &pod, &options)?;
-            }
-            Ok::<(), ApiError>(())
-        })?;
-        Ok(Reply::json(
-            201,
-            &status::success(kind, &key.name, None, 201),
-        ))
-    }
-
-    // ---------------------------------------------------------------- follow-ups
-
-    /// Recomputes the status of the namespace's budgets that select the pod before or after.
-    fn after_pod_write(
-        &self,
-        txn: &mut Txn<'_>,
-        namespace: &str,
-        before: Option<&[(Box<str>, Box<str>)]>,
-        after: Option<&[(Box<str>, Box<str>)]>,
-    ) {
-        let Some(pdb_kind) = self.kinds.by_behavior(Behavior::PodDisruptionBudget) else {
-            return;
-        };
-        let budgets: Vec<Arc<StoredObject>> = txn
-            .view()
-            .objects(pdb_kind, Some(namespace), None)
-            .cloned()
-            .collect();
-        if budgets.is_empty() {
-            return;
-        }
-        let now = self.now();
-        for budget in budgets {
-            let mut value = budget.value();
-            let affected = before.is_some_and(|l| disruption::selects(&value, l))
-                || after.is_some_and(|l| disruption::selects(&value, l));
-            if !affected {
-                continue;
-            }
-            let old = value.clone();
-            self.refresh_budget_status(txn, &mut value, namespace, &now);
-            if disruption::status_changed(&old, value.get("status").unwrap_or(&Value::Null)) {
-                txn.put(pdb_kind, budget.key.clone(), value, EventType::Modified);
-            }
-        }
-    }
-
-    fn refresh_budget_status(&self, txn: &Txn<'_>, pdb: &mut Value, namespace: &str, now: &str) {
-        let Some(pods) = self.kinds.by_behavior(Behavior::Pod) else {
-            return;
-        };
-        let view = txn.view();
-        let budget = disruption::evaluate(
-            pdb,
-            view.objects(pods, Some(namespace), None),
-            |controller| self.controller_scale(&view, namespace, controller),
-        );
-        let status = disruption::status(pdb, budget, now);
-        if let Value::Object(map) = pdb {
-            map.insert("status".into(), status);
-        }
-    }
-}
-
-impl Shared {
-    /// `spec.replicas` of a pod controller named `Kind/name` in `namespace`.
-    fn controller_scale(&self, view: &View<'_>, namespace: &str, controller: &str) -> Option<i64> {
-        let (kind, name) = controller.split_once('/')?;
-        let (group, plural) = match kind {
-            "ReplicaSet" => ("apps", "replicasets"),
-            "StatefulSet" => ("apps", "statefulsets"),
-            "ReplicationController" => ("", "replicationcontrollers"),
-            _ => return None,
-        };
-        let id = self.kinds.find(group, "v1", plural)?;
-        let object = view.get(id, &ObjectKey::new(namespace, name))?;
-        Some(
-            object
-                .value()
-                .pointer("/spec/replicas")
-                .and_then(Value::as_i64)
-                .unwrap_or(1),
-        )
     }
 }
 

@@ -26,6 +26,7 @@
 mod api;
 mod apply;
 mod body;
+mod delete;
 mod disruption;
 mod events;
 mod faults;
@@ -33,6 +34,7 @@ mod http;
 mod kinds;
 mod lifecycle;
 mod openapi;
+mod pods;
 mod schema;
 mod selector;
 mod server;
