@@ -46,6 +46,13 @@ async fn kube_rs_reaches_the_loopback_server_through_its_kubeconfig() {
     // The in-process client sees the same cluster.
     let local: Api<Pod> = Api::namespaced(emulator.client(), "default");
     assert!(local.get("remote").await.is_ok());
+    // So does the daemon's own connection code, from a kubeconfig file.
+    let dir = scratch_dir("connect");
+    let path = dir.join("kubeconfig");
+    server.write_kubeconfig(&path).unwrap();
+    let connected = karpenter::kube::connect(Some(&path)).await.unwrap();
+    assert!(Api::<Pod>::default_namespaced(connected).get("remote").await.is_ok());
+    std::fs::remove_dir_all(dir).ok();
     server.shutdown().await;
 }
 
