@@ -51,7 +51,12 @@ async fn kube_rs_reaches_the_loopback_server_through_its_kubeconfig() {
     let path = dir.join("kubeconfig");
     server.write_kubeconfig(&path).unwrap();
     let connected = karpenter::kube::connect(Some(&path)).await.unwrap();
-    assert!(Api::<Pod>::default_namespaced(connected).get("remote").await.is_ok());
+    assert!(
+        Api::<Pod>::default_namespaced(connected)
+            .get("remote")
+            .await
+            .is_ok()
+    );
     std::fs::remove_dir_all(dir).ok();
     server.shutdown().await;
 }
