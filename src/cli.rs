@@ -40,6 +40,9 @@ pub enum Command {
         #[command(flatten)]
         settings: Box<Settings>,
     },
+    /// Run the daemon against an embedded cluster; today `--serve ADDR` serves the Kubernetes
+    /// API emulator on loopback and writes a kubeconfig for kubectl.
+    Simulate(crate::commands::simulate::SimulateArgs),
 }
 
 #[cfg(test)]

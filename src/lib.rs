@@ -7,4 +7,6 @@
 
 pub mod cli;
 pub mod commands;
+pub mod kube;
 pub mod permissions;
+pub mod sim;

@@ -19,6 +19,7 @@ fn main() -> ExitCode {
         Command::ShowSettings { for_run, settings } => {
             commands::settings::run(&settings, for_run, &mut stdout, &mut stderr)
         }
+        Command::Simulate(args) => commands::simulate::run(&args, &mut stdout, &mut stderr),
     };
     // A closed pipe (`karpenter crds | head`) is not an error worth reporting.
     let _ = stdout.flush();

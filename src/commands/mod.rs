@@ -3,6 +3,7 @@
 
 pub mod crds;
 pub mod settings;
+pub mod simulate;
 pub mod validate;
 
 /// How a command ended; the process exit code.

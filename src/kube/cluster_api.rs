@@ -1,0 +1,441 @@
+//! [`KubeClusterApi`]: the [`ClusterApi`] port over kube-rs.
+//!
+//! Updates read the object, apply the caller's change, and send a JSON merge patch of the
+//! difference carrying the read `metadata.resourceVersion`, so the API server refuses it (409)
+//! when the object changed meanwhile; then they read and try again, up to
+//! [`RetryPolicy::attempts`] times (Karpenter uses client-go's `RetryOnConflict` the same way).
+//! Patching only the difference leaves fields our types do not know untouched. Status changes
+//! go to the `status` subresource. Events go through kube-runtime's [`Recorder`], which
+//! turns repeats into an event series.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use backon::{ConstantBuilder, Retryable as _};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter_actors::apis::{
+    EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
+};
+use karpenter_actors::ports::cluster::{
+    Change, ClusterApi, ClusterError, ClusterEvent, Deletion, EventType, Eviction, FieldProblem,
+    ObjectKind,
+};
+use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
+use kube::{Api, Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+/// Field manager named in the patches this adapter sends.
+pub const FIELD_MANAGER: &str = "karpenter";
+
+/// How often to retry a write that lost a race.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Tries in all, the first included.
+    pub attempts: u32,
+    /// Pause between tries.
+    pub delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// client-go's `retry.DefaultRetry`: 5 tries, 10 ms apart.
+    fn default() -> Self {
+        Self {
+            attempts: 5,
+            delay: Duration::from_millis(10),
+        }
+    }
+}
+
+/// The [`ClusterApi`] adapter over a kube client.
+#[derive(Clone)]
+pub struct KubeClusterApi {
+    client: Client,
+    recorder: Recorder,
+    retry: RetryPolicy,
+}
+
+impl fmt::Debug for KubeClusterApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeClusterApi")
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which part of an object an update writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Main,
+    Status,
+}
+
+/// One try of an update.
+enum Attempt<T> {
+    Done(T),
+    Lost,
+}
+
+impl KubeClusterApi {
+    /// An adapter publishing events as `reporter` (controller `karpenter`, instance the pod name).
+    #[must_use]
+    pub fn new(client: Client, reporter: Reporter) -> Self {
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Reads `name`, applies `change`, patches the difference with the read resourceVersion;
+    /// retries on conflict.
+    async fn update<K>(
+        &self,
+        api: &Api<K>,
+        kind: ObjectKind,
+        name: &str,
+        part: Part,
+        change: &(dyn Fn(&mut K) + Send + Sync),
+    ) -> Result<K, ClusterError>
+    where
+        K: Resource + Clone + Serialize + DeserializeOwned + fmt::Debug,
+    {
+        let attempt = || async {
+            let current = api.get(name).await.map_err(|e| classify(kind, name, e))?;
+            let mut next = current.clone();
+            change(&mut next);
+            let before = serde_json::to_value(&current).unwrap_or(Value::Null);
+            let after = serde_json::to_value(&next).unwrap_or(Value::Null);
+            if before == after {
+                return Ok(Attempt::Done(current));
+            }
+            let mut patch = merge_diff(&before, &after);
+            if let Value::Object(map) = &mut patch {
+                let metadata = map.entry("metadata").or_insert_with(|| json!({}));
+                metadata["resourceVersion"] = json!(current.meta().resource_version);
+            }
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            };
+            let result = match part {
+                Part::Main => api.patch(name, &params, &Patch::Merge(&patch)).await,
+                Part::Status => api.patch_status(name, &params, &Patch::Merge(&patch)).await,
+            };
+            match result {
+                Ok(updated) => Ok(Attempt::Done(updated)),
+                Err(kube::Error::Api(status)) if status.reason == "Conflict" => Ok(Attempt::Lost),
+                Err(error) => Err(classify(kind, name, error)),
+            }
+        };
+        let attempts = self.retry.attempts.max(1);
+        let retried = (|| async {
+            match attempt().await? {
+                Attempt::Done(object) => Ok(object),
+                Attempt::Lost => Err(ClusterError::Conflict {
+                    kind,
+                    name: name.to_owned(),
+                    attempts,
+                }),
+            }
+        })
+        .retry(
+            ConstantBuilder::default()
+                .with_delay(self.retry.delay)
+                .with_max_times((attempts - 1) as usize),
+        )
+        .when(|error: &ClusterError| matches!(error, ClusterError::Conflict { .. }));
+        retried.await
+    }
+
+    async fn delete<K>(
+        &self,
+        api: &Api<K>,
+        kind: ObjectKind,
+        name: &str,
+        params: &DeleteParams,
+    ) -> Result<Deletion, ClusterError>
+    where
+        K: Resource + Clone + DeserializeOwned + fmt::Debug,
+    {
+        match api.delete(name, params).await {
+            Ok(either) => Ok(if either.is_left() {
+                Deletion::Terminating
+            } else {
+                Deletion::Deleted
+            }),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Deletion::NotFound),
+            Err(error) => Err(classify(kind, name, error)),
+        }
+    }
+}
+
+/// A JSON merge patch turning `old` into `new`: changed and added fields, removed ones as null.
+#[must_use]
+pub fn merge_diff(old: &Value, new: &Value) -> Value {
+    match (old, new) {
+        (Value::Object(before), Value::Object(after)) => {
+            let mut patch = Map::new();
+            for (key, value) in after {
+                match before.get(key) {
+                    Some(previous) if previous == value => {}
+                    Some(previous @ Value::Object(_)) if value.is_object() => {
+                        patch.insert(key.clone(), merge_diff(previous, value));
+                    }
+                    _ => {
+                        patch.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+            for key in before.keys().filter(|k| !after.contains_key(*k)) {
+                patch.insert(key.clone(), Value::Null);
+            }
+            Value::Object(patch)
+        }
+        _ => new.clone(),
+    }
+}
+
+/// A kube error as the port's error.
+fn classify(kind: ObjectKind, name: &str, error: kube::Error) -> ClusterError {
+    let name = name.to_owned();
+    match error {
+        kube::Error::Api(status) => match (status.code, status.reason.as_str()) {
+            (404, _) => ClusterError::NotFound { kind, name },
+            (409, "AlreadyExists") => ClusterError::AlreadyExists { kind, name },
+            (409, _) => ClusterError::Conflict {
+                kind,
+                name,
+                attempts: 1,
+            },
+            (422, _) => ClusterError::Invalid {
+                kind,
+                name,
+                fields: status
+                    .details
+                    .iter()
+                    .flat_map(|d| d.causes.iter())
+                    .map(|c| FieldProblem {
+                        field: c.field.clone(),
+                        message: c.message.clone(),
+                    })
+                    .collect(),
+                message: status.message,
+            },
+            (429, _) => ClusterError::Throttled {
+                kind,
+                name,
+                message: status.message,
+            },
+            (401 | 403, _) => ClusterError::Forbidden {
+                kind,
+                name,
+                message: status.message,
+            },
+            (code, _) => ClusterError::Server {
+                kind,
+                name,
+                code,
+                message: status.message,
+            },
+        },
+        other => ClusterError::Transport {
+            kind,
+            name,
+            message: other.to_string(),
+        },
+    }
+}
+
+fn status_of<S: Default>(status: &mut Option<S>, change: &(dyn Fn(&mut S) + Send + Sync)) {
+    change(status.get_or_insert_with(S::default));
+}
+
+#[async_trait]
+impl ClusterApi for KubeClusterApi {
+    async fn create_nodeclaim(&self, nodeclaim: &NodeClaim) -> Result<NodeClaim, ClusterError> {
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let name = nodeclaim
+            .metadata
+            .name
+            .clone()
+            .or_else(|| nodeclaim.metadata.generate_name.clone())
+            .unwrap_or_default();
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        api.create(&params, nodeclaim)
+            .await
+            .map_err(|e| classify(ObjectKind::NodeClaim, &name, e))
+    }
+
+    async fn delete_nodeclaim(&self, name: &str) -> Result<Deletion, ClusterError> {
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        self.delete(&api, ObjectKind::NodeClaim, name, &DeleteParams::default())
+            .await
+    }
+
+    async fn update_nodeclaim(
+        &self,
+        name: &str,
+        change: Change<'_, NodeClaim>,
+    ) -> Result<NodeClaim, ClusterError> {
+        let api = Api::all(self.client.clone());
+        self.update(&api, ObjectKind::NodeClaim, name, Part::Main, change)
+            .await
+    }
+
+    async fn update_nodeclaim_status(
+        &self,
+        name: &str,
+        change: Change<'_, NodeClaimStatus>,
+    ) -> Result<NodeClaim, ClusterError> {
+        let api = Api::all(self.client.clone());
+        let whole = |claim: &mut NodeClaim| status_of(&mut claim.status, change);
+        self.update(&api, ObjectKind::NodeClaim, name, Part::Status, &whole)
+            .await
+    }
+
+    async fn update_nodepool(
+        &self,
+        name: &str,
+        change: Change<'_, NodePool>,
+    ) -> Result<NodePool, ClusterError> {
+        let api = Api::all(self.client.clone());
+        self.update(&api, ObjectKind::NodePool, name, Part::Main, change)
+            .await
+    }
+
+    async fn update_nodepool_status(
+        &self,
+        name: &str,
+        change: Change<'_, NodePoolStatus>,
+    ) -> Result<NodePool, ClusterError> {
+        let api = Api::all(self.client.clone());
+        let whole = |pool: &mut NodePool| status_of(&mut pool.status, change);
+        self.update(&api, ObjectKind::NodePool, name, Part::Status, &whole)
+            .await
+    }
+
+    async fn update_ec2nodeclass(
+        &self,
+        name: &str,
+        change: Change<'_, EC2NodeClass>,
+    ) -> Result<EC2NodeClass, ClusterError> {
+        let api = Api::all(self.client.clone());
+        self.update(&api, ObjectKind::EC2NodeClass, name, Part::Main, change)
+            .await
+    }
+
+    async fn update_ec2nodeclass_status(
+        &self,
+        name: &str,
+        change: Change<'_, EC2NodeClassStatus>,
+    ) -> Result<EC2NodeClass, ClusterError> {
+        let api = Api::all(self.client.clone());
+        let whole = |class: &mut EC2NodeClass| status_of(&mut class.status, change);
+        self.update(&api, ObjectKind::EC2NodeClass, name, Part::Status, &whole)
+            .await
+    }
+
+    async fn update_node(
+        &self,
+        name: &str,
+        change: Change<'_, Node>,
+    ) -> Result<Node, ClusterError> {
+        let api = Api::all(self.client.clone());
+        self.update(&api, ObjectKind::Node, name, Part::Main, change)
+            .await
+    }
+
+    async fn delete_node(&self, name: &str) -> Result<Deletion, ClusterError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        self.delete(&api, ObjectKind::Node, name, &DeleteParams::default())
+            .await
+    }
+
+    async fn evict_pod(&self, namespace: &str, name: &str) -> Result<Eviction, ClusterError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        match api.evict(name, &EvictParams::default()).await {
+            Ok(_) => Ok(Eviction::Evicted),
+            Err(kube::Error::Api(status)) if status.code == 429 => Ok(Eviction::Blocked {
+                message: status
+                    .details
+                    .iter()
+                    .flat_map(|d| d.causes.iter())
+                    .map(|c| c.message.clone())
+                    .next()
+                    .unwrap_or(status.message),
+            }),
+            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => Ok(Eviction::Gone),
+            Err(error) => Err(classify(ObjectKind::Pod, name, error)),
+        }
+    }
+
+    async fn delete_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        grace_period_seconds: Option<i64>,
+    ) -> Result<Deletion, ClusterError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let params = DeleteParams {
+            grace_period_seconds: grace_period_seconds.and_then(|g| u32::try_from(g).ok()),
+            ..DeleteParams::default()
+        };
+        self.delete(&api, ObjectKind::Pod, name, &params).await
+    }
+
+    async fn publish_event(&self, event: &ClusterEvent) -> Result<(), ClusterError> {
+        let published = Event {
+            type_: match event.type_ {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: event.reason.clone(),
+            note: event.note.clone(),
+            action: event.action.clone(),
+            secondary: event.related.clone(),
+        };
+        let name = event.regarding.name.clone().unwrap_or_default();
+        self.recorder
+            .publish(&published, &event.regarding)
+            .await
+            .map_err(|e| classify(ObjectKind::Event, &name, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_merge_diff_holds_only_changes_and_nulls_for_removals() {
+        let old = json!({ "metadata": { "name": "n", "labels": { "a": "1", "b": "2" } }, "spec": { "x": 1 } });
+        let new = json!({ "metadata": { "name": "n", "labels": { "a": "1", "c": "3" } }, "spec": { "x": 1 } });
+        assert_eq!(
+            merge_diff(&old, &new),
+            json!({ "metadata": { "labels": { "b": null, "c": "3" } } })
+        );
+    }
+
+    #[test]
+    fn lists_are_replaced_whole() {
+        let old = json!({ "spec": { "taints": [{ "key": "a" }] } });
+        let new = json!({ "spec": { "taints": [{ "key": "a" }, { "key": "b" }] } });
+        assert_eq!(
+            merge_diff(&old, &new),
+            json!({ "spec": { "taints": [{ "key": "a" }, { "key": "b" }] } })
+        );
+    }
+}

@@ -1,0 +1,313 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with Karpenter's timing (lease 15 s,
+//! renew deadline 10 s, retry every 2 s) and client-go's rules, written on the Lease API rather
+//! than taken from a crate so it runs on tokio's clock (tests pause it) and against the emulator.
+//!
+//! A candidate tries every `retry_period` to take the lease: it may when the lease has no
+//! holder, is its own, or has not changed for `lease_duration` as seen on the candidate's own
+//! monotonic clock (like client-go, it never compares the holder's timestamps with its own
+//! clock). Writes carry the read resourceVersion, so two candidates cannot both win. The leader
+//! renews every `retry_period`; when no renewal succeeds for `renew_deadline` it has lost the
+//! lease. On a clean stop the leader releases the lease so a successor takes over at its next
+//! try instead of waiting out the lease (Karpenter's `LeaderElectionReleaseOnCancel`).
+//!
+//! [`LeaderElector::run`] publishes leadership on a `tokio::sync::watch` channel: `true` while
+//! leading.
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Karpenter's default Lease name.
+pub const DEFAULT_LEASE_NAME: &str = "karpenter-leader-election";
+
+/// Lease timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTiming {
+    /// How long a lease stays valid without renewal.
+    pub lease_duration: Duration,
+    /// How long a leader keeps trying to renew before it gives up.
+    pub renew_deadline: Duration,
+    /// Pause between tries.
+    pub retry_period: Duration,
+}
+
+impl Default for LeaseTiming {
+    /// Karpenter's (controller-runtime's) values: 15 s, 10 s, 2 s.
+    fn default() -> Self {
+        Self {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// How a [`LeaderElector::run`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Asked to stop; the lease was released if held.
+    Stopped,
+    /// Leadership was lost (no renewal within the renew deadline). Karpenter exits then.
+    Lost,
+}
+
+/// Failures talking to the API server during an election step.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    #[error("reading lease {namespace}/{name}")]
+    Read {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("writing lease {namespace}/{name}")]
+    Write {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl LeaderError {
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Read { .. } => "read",
+            Self::Write { .. } => "write",
+        }
+    }
+}
+
+/// One candidate for leadership.
+#[derive(Debug)]
+pub struct LeaderElector {
+    api: Api<Lease>,
+    namespace: String,
+    name: String,
+    identity: String,
+    timing: LeaseTiming,
+    /// The lease as last seen (spec and resourceVersion), and when it was seen to change.
+    observed: Option<(Option<LeaseSpec>, Option<String>)>,
+    observed_at: Instant,
+}
+
+fn now() -> MicroTime {
+    MicroTime(Timestamp::now())
+}
+
+fn seconds(duration: Duration) -> i32 {
+    i32::try_from(duration.as_secs()).unwrap_or(i32::MAX)
+}
+
+impl LeaderElector {
+    /// A candidate named `identity` (unique per process: the pod name) for the Lease
+    /// `namespace/name`.
+    #[must_use]
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        name: &str,
+        identity: &str,
+        timing: LeaseTiming,
+    ) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            identity: identity.to_owned(),
+            timing,
+            observed: None,
+            observed_at: Instant::now(),
+        }
+    }
+
+    #[must_use]
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    fn read_error(&self, source: kube::Error) -> LeaderError {
+        LeaderError::Read {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            source,
+        }
+    }
+
+    fn write_error(&self, source: kube::Error) -> LeaderError {
+        LeaderError::Write {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            source,
+        }
+    }
+
+    /// One try to take or renew the lease; `Ok(true)` when this candidate holds it after.
+    pub async fn try_acquire_or_renew(&mut self) -> Result<bool, LeaderError> {
+        let current = match self.api.get_opt(&self.name).await {
+            Ok(current) => current,
+            Err(error) => return Err(self.read_error(error)),
+        };
+        let Some(current) = current else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    namespace: Some(self.namespace.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(self.identity.clone()),
+                    lease_duration_seconds: Some(seconds(self.timing.lease_duration)),
+                    acquire_time: Some(now()),
+                    renew_time: Some(now()),
+                    lease_transitions: Some(0),
+                    ..LeaseSpec::default()
+                }),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(created) => {
+                    self.observe(&created);
+                    Ok(true)
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+                Err(error) => Err(self.write_error(error)),
+            };
+        };
+        self.observe(&current);
+        let spec = current.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let mine = holder == self.identity;
+        let duration = spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(self.timing.lease_duration, Duration::from_secs);
+        if !holder.is_empty() && !mine && self.observed_at + duration > Instant::now() {
+            return Ok(false);
+        }
+        let mut next = current.clone();
+        next.spec = Some(LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(seconds(self.timing.lease_duration)),
+            renew_time: Some(now()),
+            acquire_time: if mine {
+                spec.acquire_time.clone()
+            } else {
+                Some(now())
+            },
+            lease_transitions: Some(
+                spec.lease_transitions.unwrap_or(0) + i32::from(!mine && !holder.is_empty()),
+            ),
+            ..spec
+        });
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &next)
+            .await
+        {
+            Ok(written) => {
+                self.observe(&written);
+                Ok(true)
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Err(error) => Err(self.write_error(error)),
+        }
+    }
+
+    /// Notes the lease as seen now; restarts the expiry clock when it changed.
+    fn observe(&mut self, lease: &Lease) {
+        let seen = (lease.spec.clone(), lease.metadata.resource_version.clone());
+        if self.observed.as_ref() != Some(&seen) {
+            self.observed = Some(seen);
+            self.observed_at = Instant::now();
+        }
+    }
+
+    /// Gives the lease up if held (holder cleared, duration 1 s).
+    pub async fn release(&mut self) -> Result<(), LeaderError> {
+        let current = match self.api.get_opt(&self.name).await {
+            Ok(Some(current)) => current,
+            Ok(None) => return Ok(()),
+            Err(error) => return Err(self.read_error(error)),
+        };
+        let spec = current.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(());
+        }
+        let mut released = current;
+        released.spec = Some(LeaseSpec {
+            holder_identity: None,
+            lease_duration_seconds: Some(1),
+            renew_time: Some(now()),
+            acquire_time: Some(now()),
+            ..spec
+        });
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &released)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(error) => Err(self.write_error(error)),
+        }
+    }
+
+    /// Campaigns, leads and renews until `stop` completes or leadership is lost; publishes
+    /// whether it leads on `leading`.
+    pub async fn run(
+        mut self,
+        leading: watch::Sender<bool>,
+        stop: impl Future<Output = ()>,
+    ) -> Ended {
+        let mut stop = std::pin::pin!(stop);
+        // Campaign.
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(%error, category = error.category(), "leader election try failed");
+                }
+            }
+            tokio::select! {
+                () = &mut stop => return Ended::Stopped,
+                () = tokio::time::sleep(self.timing.retry_period) => {}
+            }
+        }
+        leading.send_replace(true);
+        tracing::info!(identity = %self.identity, lease = %self.name, "became leader");
+        let mut last_renewal = Instant::now();
+        loop {
+            tokio::select! {
+                () = &mut stop => {
+                    if let Err(error) = self.release().await {
+                        tracing::warn!(%error, "releasing the lease failed");
+                    }
+                    leading.send_replace(false);
+                    return Ended::Stopped;
+                }
+                () = tokio::time::sleep(self.timing.retry_period) => {}
+            }
+            match self.try_acquire_or_renew().await {
+                Ok(true) => last_renewal = Instant::now(),
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(%error, category = error.category(), "renewing the lease failed");
+                }
+            }
+            if last_renewal.elapsed() >= self.timing.renew_deadline {
+                leading.send_replace(false);
+                tracing::warn!(identity = %self.identity, lease = %self.name, "lost leadership");
+                return Ended::Lost;
+            }
+        }
+    }
+}

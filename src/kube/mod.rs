@@ -1,0 +1,68 @@
+//! The Kubernetes adapters: how the daemon reads and writes the cluster through kube-rs.
+//!
+//! - [`ingress`]: watchers and reflectors keep the [`state::ClusterState`] store (one writer,
+//!   many readers) and route each change to the owners subscribed to its kind.
+//! - [`cluster_api`]: the `ClusterApi` port of `karpenter-actors` (every write the daemon makes:
+//!   NodeClaims, statuses with optimistic concurrency, node labels, taints and cordon,
+//!   evictions, pod deletion, events).
+//! - [`leader`]: leader election on a Lease with Karpenter's timing.
+//!
+//! The same code runs against a real API server (in-cluster or from a kubeconfig, see
+//! [`connect`]) and against the emulator in [`crate::sim`] in tests and simulations.
+
+pub mod cluster_api;
+pub mod ingress;
+pub mod leader;
+pub mod state;
+
+use std::path::Path;
+
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+
+/// Failures building a client.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("reading kubeconfig {path}")]
+    Kubeconfig {
+        path: String,
+        #[source]
+        source: KubeconfigError,
+    },
+    #[error("finding a Kubernetes configuration (in-cluster or KUBECONFIG)")]
+    Infer(#[source] kube::config::InferConfigError),
+    #[error("building the Kubernetes client")]
+    Client(#[source] kube::Error),
+}
+
+impl ConnectError {
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Kubeconfig { .. } => "kubeconfig",
+            Self::Infer(_) => "config",
+            Self::Client(_) => "client",
+        }
+    }
+}
+
+/// A client from `kubeconfig` when given, else the in-cluster service account or the default
+/// kubeconfig (kube's inference order).
+pub async fn connect(kubeconfig: Option<&Path>) -> Result<kube::Client, ConnectError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let parsed =
+                Kubeconfig::read_from(path).map_err(|source| ConnectError::Kubeconfig {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
+                .await
+                .map_err(|source| ConnectError::Kubeconfig {
+                    path: path.display().to_string(),
+                    source,
+                })?
+        }
+        None => kube::Config::infer().await.map_err(ConnectError::Infer)?,
+    };
+    kube::Client::try_from(config).map_err(ConnectError::Client)
+}

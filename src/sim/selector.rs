@@ -1,0 +1,598 @@
+//! Label and field selectors, parsed as the API server parses the `labelSelector` and
+//! `fieldSelector` query parameters, and matched against the index the store keeps per object
+//! (sorted labels and the selectable field values of its kind).
+//!
+//! Label selectors: `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`, `k>1`,
+//! `k<1`, joined by commas. Field selectors: `f=v`, `f==v`, `f!=v`, joined by commas, on the
+//! fields each kind supports ([`supported_fields`]); others are rejected as the server does.
+
+use serde_json::Value;
+
+use super::kinds::Behavior;
+
+/// Labels of an object, sorted by key.
+pub(crate) type Labels = Box<[(Box<str>, Box<str>)]>;
+
+/// The selectable field values of an object, by field name.
+pub(crate) type Fields = Box<[(&'static str, Box<str>)]>;
+
+/// One requirement of a label selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LabelRequirement {
+    Exists(String),
+    DoesNotExist(String),
+    Equals(String, String),
+    NotEquals(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    GreaterThan(String, i64),
+    LessThan(String, i64),
+}
+
+/// A parsed label selector; empty matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct LabelSelector(Vec<LabelRequirement>);
+
+/// A label selector that cannot be parsed, with the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unable to parse requirement: {0}")]
+pub(crate) struct SelectorError(pub String);
+
+fn lookup<'a>(labels: &'a [(Box<str>, Box<str>)], key: &str) -> Option<&'a str> {
+    labels
+        .binary_search_by(|(k, _)| k.as_ref().cmp(key))
+        .ok()
+        .map(|i| labels[i].1.as_ref())
+}
+
+impl LabelRequirement {
+    fn matches(&self, labels: &[(Box<str>, Box<str>)]) -> bool {
+        match self {
+            Self::Exists(key) => lookup(labels, key).is_some(),
+            Self::DoesNotExist(key) => lookup(labels, key).is_none(),
+            Self::Equals(key, value) => lookup(labels, key) == Some(value.as_str()),
+            Self::NotEquals(key, value) => lookup(labels, key) != Some(value.as_str()),
+            Self::In(key, values) => {
+                lookup(labels, key).is_some_and(|v| values.iter().any(|x| x == v))
+            }
+            Self::NotIn(key, values) => {
+                lookup(labels, key).is_none_or(|v| values.iter().all(|x| x != v))
+            }
+            Self::GreaterThan(key, bound) => lookup(labels, key)
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v > *bound),
+            Self::LessThan(key, bound) => lookup(labels, key)
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v < *bound),
+        }
+    }
+}
+
+impl LabelSelector {
+    /// Parses the text form (`app=web,tier in (a,b),!legacy`).
+    pub fn parse(text: &str) -> Result<Self, SelectorError> {
+        let mut parser = Parser {
+            chars: text.chars().collect(),
+            at: 0,
+        };
+        let mut requirements = Vec::new();
+        loop {
+            parser.skip_spaces();
+            if parser.done() {
+                break;
+            }
+            requirements.push(parser.requirement()?);
+            parser.skip_spaces();
+            if parser.done() {
+                break;
+            }
+            if !parser.eat(',') {
+                return Err(SelectorError(format!(
+                    "found '{}', expected: ',' or end of string",
+                    parser.rest()
+                )));
+            }
+        }
+        Ok(Self(requirements))
+    }
+
+    /// The selector of a `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`).
+    /// `None` when the object is absent or invalid: such a selector matches nothing.
+    pub fn from_object(selector: &Value) -> Option<Self> {
+        let object = selector.as_object()?;
+        let mut requirements = Vec::new();
+        if let Some(labels) = object.get("matchLabels").and_then(Value::as_object) {
+            for (key, value) in labels {
+                requirements.push(LabelRequirement::Equals(
+                    key.clone(),
+                    value.as_str()?.to_owned(),
+                ));
+            }
+        }
+        if let Some(expressions) = object.get("matchExpressions").and_then(Value::as_array) {
+            for expression in expressions {
+                let key = expression.get("key")?.as_str()?.to_owned();
+                let values: Vec<String> = expression
+                    .get("values")
+                    .and_then(Value::as_array)
+                    .map(|v| {
+                        v.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                requirements.push(match expression.get("operator")?.as_str()? {
+                    "In" => LabelRequirement::In(key, values),
+                    "NotIn" => LabelRequirement::NotIn(key, values),
+                    "Exists" => LabelRequirement::Exists(key),
+                    "DoesNotExist" => LabelRequirement::DoesNotExist(key),
+                    _ => return None,
+                });
+            }
+        }
+        Some(Self(requirements))
+    }
+
+    pub fn matches(&self, labels: &[(Box<str>, Box<str>)]) -> bool {
+        self.0.iter().all(|r| r.matches(labels))
+    }
+}
+
+struct Parser {
+    chars: Vec<char>,
+    at: usize,
+}
+
+impl Parser {
+    fn done(&self) -> bool {
+        self.at >= self.chars.len()
+    }
+
+    fn peek(&self) -> Option<char> {
+        self.chars.get(self.at).copied()
+    }
+
+    fn rest(&self) -> String {
+        self.chars[self.at.min(self.chars.len())..].iter().collect()
+    }
+
+    fn eat(&mut self, c: char) -> bool {
+        if self.peek() == Some(c) {
+            self.at += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn skip_spaces(&mut self) {
+        while self.peek().is_some_and(char::is_whitespace) {
+            self.at += 1;
+        }
+    }
+
+    fn word(&mut self) -> String {
+        let start = self.at;
+        while self
+            .peek()
+            .is_some_and(|c| !c.is_whitespace() && !"=!<>(),".contains(c))
+        {
+            self.at += 1;
+        }
+        self.chars[start..self.at].iter().collect()
+    }
+
+    fn key(&mut self) -> Result<String, SelectorError> {
+        self.skip_spaces();
+        let key = self.word();
+        if key.is_empty() {
+            return Err(SelectorError(format!(
+                "found '{}', expected: identifier",
+                self.rest()
+            )));
+        }
+        Ok(key)
+    }
+
+    fn requirement(&mut self) -> Result<LabelRequirement, SelectorError> {
+        if self.eat('!') {
+            return Ok(LabelRequirement::DoesNotExist(self.key()?));
+        }
+        let key = self.key()?;
+        self.skip_spaces();
+        match self.peek() {
+            None | Some(',') => Ok(LabelRequirement::Exists(key)),
+            Some('=') => {
+                self.at += 1;
+                self.eat('=');
+                Ok(LabelRequirement::Equals(key, self.value()))
+            }
+            Some('!') => {
+                self.at += 1;
+                if !self.eat('=') {
+                    return Err(SelectorError(format!("expected '=' after '!' in {key}")));
+                }
+                Ok(LabelRequirement::NotEquals(key, self.value()))
+            }
+            Some(c @ ('>' | '<')) => {
+                self.at += 1;
+                let value = self.value();
+                let bound = value.parse::<i64>().map_err(|_| {
+                    SelectorError(format!(
+                        "for '{c}' operator, the value must be an integer, got {value:?}"
+                    ))
+                })?;
+                Ok(if c == '>' {
+                    LabelRequirement::GreaterThan(key, bound)
+                } else {
+                    LabelRequirement::LessThan(key, bound)
+                })
+            }
+            Some(_) => {
+                let operator = self.word();
+                let values = self.set()?;
+                match operator.as_str() {
+                    "in" => Ok(LabelRequirement::In(key, values)),
+                    "notin" => Ok(LabelRequirement::NotIn(key, values)),
+                    other => Err(SelectorError(format!(
+                        "found '{other}', expected: in, notin, =, ==, !=, gt, lt"
+                    ))),
+                }
+            }
+        }
+    }
+
+    fn value(&mut self) -> String {
+        self.skip_spaces();
+        let value = self.word();
+        self.skip_spaces();
+        value
+    }
+
+    fn set(&mut self) -> Result<Vec<String>, SelectorError> {
+        self.skip_spaces();
+        if !self.eat('(') {
+            return Err(SelectorError(format!(
+                "found '{}', expected: '('",
+                self.rest()
+            )));
+        }
+        let mut values = Vec::new();
+        loop {
+            self.skip_spaces();
+            let value = self.word();
+            self.skip_spaces();
+            if !value.is_empty() {
+                values.push(value);
+            }
+            if self.eat(')') {
+                return Ok(values);
+            }
+            if !self.eat(',') {
+                return Err(SelectorError(format!(
+                    "found '{}', expected: ',' or ')'",
+                    self.rest()
+                )));
+            }
+        }
+    }
+}
+
+/// One requirement of a field selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FieldRequirement {
+    pub field: String,
+    pub value: String,
+    pub equal: bool,
+}
+
+/// A parsed field selector; empty matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct FieldSelector(Vec<FieldRequirement>);
+
+impl FieldSelector {
+    /// Parses `f=v,g!=w`, accepting only the fields `behavior` supports.
+    pub fn parse(text: &str, behavior: Behavior) -> Result<Self, SelectorError> {
+        let supported = supported_fields(behavior);
+        let mut requirements = Vec::new();
+        for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            let (field, value, equal) = if let Some((f, v)) = term.split_once("!=") {
+                (f, v, false)
+            } else if let Some((f, v)) = term.split_once("==") {
+                (f, v, true)
+            } else if let Some((f, v)) = term.split_once('=') {
+                (f, v, true)
+            } else {
+                return Err(SelectorError(format!(
+                    "invalid selector: '{term}'; can't understand '{term}'"
+                )));
+            };
+            let field = field.trim();
+            let field = canonical_field(behavior, field);
+            if !supported.contains(&field) {
+                return Err(SelectorError(format!("field label not supported: {field}")));
+            }
+            requirements.push(FieldRequirement {
+                field: field.to_owned(),
+                value: value.trim().to_owned(),
+                equal,
+            });
+        }
+        Ok(Self(requirements))
+    }
+
+    /// Whether the object with `name`, `namespace` and kind-specific `fields` matches.
+    pub fn matches(
+        &self,
+        name: &str,
+        namespace: &str,
+        fields: &[(&'static str, Box<str>)],
+    ) -> bool {
+        self.0.iter().all(|r| {
+            let actual = match r.field.as_str() {
+                "metadata.name" => name,
+                "metadata.namespace" => namespace,
+                other => fields
+                    .iter()
+                    .find(|(f, _)| *f == other)
+                    .map_or("", |(_, v)| v.as_ref()),
+            };
+            (actual == r.value) == r.equal
+        })
+    }
+}
+
+/// The field selectors the API server supports per kind (besides `metadata.name` and
+/// `metadata.namespace`, supported everywhere). Nodes support only `spec.unschedulable`: a real
+/// server rejects `spec.providerID`, so the emulator does too (look nodes up by provider ID in
+/// the cluster-state store instead).
+pub(crate) fn supported_fields(behavior: Behavior) -> &'static [&'static str] {
+    match behavior {
+        Behavior::Pod => &[
+            "metadata.name",
+            "metadata.namespace",
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        Behavior::Node => &["metadata.name", "spec.unschedulable"],
+        Behavior::Namespace => &["metadata.name", "status.phase"],
+        Behavior::CoreEvent | Behavior::EventsV1 => &[
+            "metadata.name",
+            "metadata.namespace",
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        _ => &["metadata.name", "metadata.namespace"],
+    }
+}
+
+/// The events.k8s.io field names map onto the core ones, as the server converts them.
+fn canonical_field(behavior: Behavior, field: &str) -> &str {
+    if behavior != Behavior::EventsV1 {
+        return field;
+    }
+    match field {
+        "regarding.kind" => "involvedObject.kind",
+        "regarding.namespace" => "involvedObject.namespace",
+        "regarding.name" => "involvedObject.name",
+        "regarding.uid" => "involvedObject.uid",
+        "regarding.apiVersion" => "involvedObject.apiVersion",
+        "regarding.resourceVersion" => "involvedObject.resourceVersion",
+        "regarding.fieldPath" => "involvedObject.fieldPath",
+        "reportingController" => "reportingComponent",
+        "deprecatedSource" => "source",
+        other => other,
+    }
+}
+
+/// The selectable field values of an object of `behavior` (beyond name and namespace).
+pub(crate) fn extract_fields(behavior: Behavior, object: &Value) -> Fields {
+    let text = |pointer: &str| -> Box<str> {
+        match object.pointer(pointer) {
+            Some(Value::String(s)) => s.as_str().into(),
+            Some(Value::Bool(b)) => b.to_string().into(),
+            _ => "".into(),
+        }
+    };
+    let fields: Vec<(&'static str, Box<str>)> = match behavior {
+        Behavior::Pod => vec![
+            ("spec.nodeName", text("/spec/nodeName")),
+            ("spec.restartPolicy", text("/spec/restartPolicy")),
+            ("spec.schedulerName", text("/spec/schedulerName")),
+            ("spec.serviceAccountName", text("/spec/serviceAccountName")),
+            ("spec.hostNetwork", {
+                let v = text("/spec/hostNetwork");
+                if v.is_empty() { "false".into() } else { v }
+            }),
+            ("status.phase", text("/status/phase")),
+            ("status.podIP", text("/status/podIP")),
+            (
+                "status.nominatedNodeName",
+                text("/status/nominatedNodeName"),
+            ),
+            // Not selectable (absent from `supported_fields`): indexed for PodDisruptionBudgets.
+            (POD_READY, bool_text(pod_ready(object))),
+            (
+                POD_DELETING,
+                bool_text(
+                    object
+                        .pointer("/metadata/deletionTimestamp")
+                        .is_some_and(|v| !v.is_null()),
+                ),
+            ),
+            (POD_CONTROLLER, controller_of(object)),
+        ],
+        Behavior::Node => vec![("spec.unschedulable", {
+            let v = text("/spec/unschedulable");
+            if v.is_empty() { "false".into() } else { v }
+        })],
+        Behavior::Namespace => vec![("status.phase", text("/status/phase"))],
+        Behavior::CoreEvent => vec![
+            ("involvedObject.kind", text("/involvedObject/kind")),
+            (
+                "involvedObject.namespace",
+                text("/involvedObject/namespace"),
+            ),
+            ("involvedObject.name", text("/involvedObject/name")),
+            ("involvedObject.uid", text("/involvedObject/uid")),
+            (
+                "involvedObject.apiVersion",
+                text("/involvedObject/apiVersion"),
+            ),
+            (
+                "involvedObject.resourceVersion",
+                text("/involvedObject/resourceVersion"),
+            ),
+            (
+                "involvedObject.fieldPath",
+                text("/involvedObject/fieldPath"),
+            ),
+            ("reason", text("/reason")),
+            ("reportingComponent", text("/reportingComponent")),
+            ("source", text("/source/component")),
+            ("type", text("/type")),
+        ],
+        _ => Vec::new(),
+    };
+    fields.into_boxed_slice()
+}
+
+/// Index entry of a Pod: whether its `Ready` condition is `True`.
+pub(crate) const POD_READY: &str = "emulator.ready";
+/// Index entry of a Pod: whether it has a deletionTimestamp.
+pub(crate) const POD_DELETING: &str = "emulator.deleting";
+
+/// Index entry of a Pod: its controller as `Kind/name` (empty without one).
+pub(crate) const POD_CONTROLLER: &str = "emulator.controller";
+
+fn controller_of(object: &Value) -> Box<str> {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .and_then(|owners| owners.iter().find(|o| o["controller"] == true))
+        .map_or_else(
+            || "".into(),
+            |o| {
+                format!(
+                    "{}/{}",
+                    o["kind"].as_str().unwrap_or_default(),
+                    o["name"].as_str().unwrap_or_default()
+                )
+                .into()
+            },
+        )
+}
+
+fn bool_text(value: bool) -> Box<str> {
+    if value { "true".into() } else { "false".into() }
+}
+
+fn pod_ready(pod: &Value) -> bool {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+/// The value of an indexed field.
+pub(crate) fn field<'a>(fields: &'a [(&'static str, Box<str>)], name: &str) -> &'a str {
+    fields
+        .iter()
+        .find(|(f, _)| *f == name)
+        .map_or("", |(_, v)| v.as_ref())
+}
+
+/// The labels of an object, sorted by key.
+pub(crate) fn extract_labels(object: &Value) -> Labels {
+    let mut labels: Vec<(Box<str>, Box<str>)> = object
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|map| {
+            map.iter()
+                .map(|(k, v)| (k.as_str().into(), v.as_str().unwrap_or_default().into()))
+                .collect()
+        })
+        .unwrap_or_default();
+    labels.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    labels.into_boxed_slice()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        extract_labels(
+            &json!({ "metadata": { "labels": pairs.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect::<serde_json::Map<_, _>>() } }),
+        )
+    }
+
+    #[test]
+    fn set_based_selectors_match_as_the_server_does() {
+        let web = labels(&[("app", "web"), ("tier", "front")]);
+        let db = labels(&[("app", "db")]);
+        let in_set = LabelSelector::parse("app in (web, api)").unwrap();
+        assert!(in_set.matches(&web));
+        assert!(!in_set.matches(&db));
+        let not_in = LabelSelector::parse("app notin (web),!tier").unwrap();
+        assert!(not_in.matches(&db));
+        assert!(!not_in.matches(&web));
+        let exists = LabelSelector::parse("tier,app!=db").unwrap();
+        assert!(exists.matches(&web));
+        assert!(!exists.matches(&db));
+        assert!(LabelSelector::parse("").unwrap().matches(&db));
+    }
+
+    #[test]
+    fn numeric_comparisons_need_integer_values() {
+        let node = labels(&[("gpus", "4")]);
+        assert!(LabelSelector::parse("gpus>2").unwrap().matches(&node));
+        assert!(!LabelSelector::parse("gpus<2").unwrap().matches(&node));
+        assert!(LabelSelector::parse("gpus>two").is_err());
+    }
+
+    #[test]
+    fn malformed_selectors_are_rejected() {
+        assert!(LabelSelector::parse("app in web").is_err());
+        assert!(LabelSelector::parse("app in (web").is_err());
+        assert!(LabelSelector::parse("=web").is_err());
+    }
+
+    #[test]
+    fn unsupported_field_selectors_are_rejected_like_the_server() {
+        let error = FieldSelector::parse("spec.providerID=aws:///x", Behavior::Node).unwrap_err();
+        assert_eq!(error.0, "field label not supported: spec.providerID");
+        assert!(FieldSelector::parse("spec.unschedulable=true", Behavior::Node).is_ok());
+    }
+
+    #[test]
+    fn field_selectors_compare_extracted_values() {
+        let pod = json!({ "spec": { "nodeName": "n1" }, "status": { "phase": "Running" } });
+        let fields = extract_fields(Behavior::Pod, &pod);
+        let selector =
+            FieldSelector::parse("spec.nodeName=n1,status.phase!=Failed", Behavior::Pod).unwrap();
+        assert!(selector.matches("p", "default", &fields));
+        let other = FieldSelector::parse("spec.nodeName=n2", Behavior::Pod).unwrap();
+        assert!(!other.matches("p", "default", &fields));
+    }
+}

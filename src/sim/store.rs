@@ -1,0 +1,438 @@
+//! The emulator's storage: objects per kind, a global monotonic resourceVersion, and a bounded
+//! history of watch events per kind.
+//!
+//! Objects are kept serialized ([`StoredObject::json`]) next to the index selectors need
+//! (labels, selectable fields), so a list concatenates bytes and a watch event is written once
+//! and shared by every watcher. One `RwLock` guards everything: a write (the handler's
+//! read-modify-write, run inside [`Store::write`]) is short and serialized; lists and watches read
+//! in parallel. Each write bumps the kind's `tokio::sync::watch` channel to wake its watchers.
+//!
+//! The history of a kind keeps its last `history_limit` events. A watch resuming before the
+//! oldest retained event (the kind's `floor`) gets 410 Gone, as from a compacted etcd.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::kinds::{Behavior, KindId, Kinds};
+use super::selector::{self, Fields, Labels};
+
+/// Where an object lives: namespace (empty for cluster-scoped) and name. Ordered as the API
+/// server lists: by namespace, then name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct ObjectKey {
+    pub namespace: Box<str>,
+    pub name: Box<str>,
+}
+
+impl ObjectKey {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+/// One stored version of an object.
+#[derive(Debug)]
+pub(crate) struct StoredObject {
+    pub key: ObjectKey,
+    pub rv: u64,
+    /// The object as JSON, with `metadata.resourceVersion` set to `rv`.
+    pub json: Bytes,
+    pub labels: Labels,
+    pub fields: Fields,
+}
+
+impl StoredObject {
+    /// The object parsed back into a value.
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+    }
+}
+
+/// The type of a watch event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Added => "ADDED",
+            Self::Modified => "MODIFIED",
+            Self::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One entry of a kind's history.
+#[derive(Debug, Clone)]
+pub(crate) struct HistoryEvent {
+    pub event_type: EventType,
+    pub object: Arc<StoredObject>,
+    /// The version before a modification, so a filtered watch can tell an object that left or
+    /// entered its selection.
+    pub previous: Option<Arc<StoredObject>>,
+}
+
+/// A watch asked for events older than the retained history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TooOld {
+    pub oldest_available: u64,
+}
+
+struct KindState {
+    behavior: Behavior,
+    objects: BTreeMap<ObjectKey, Arc<StoredObject>>,
+    history: VecDeque<HistoryEvent>,
+    /// Every event with a resourceVersion above `floor` is in `history`.
+    floor: u64,
+    notify: watch::Sender<u64>,
+}
+
+struct Inner {
+    rv: u64,
+    kinds: Vec<KindState>,
+    rng: u64,
+}
+
+/// The object store shared by every request.
+pub(crate) struct Store {
+    inner: RwLock<Inner>,
+    history_limit: usize,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("history_limit", &self.history_limit)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Read access inside [`Store::read`].
+pub(crate) struct View<'a> {
+    inner: &'a Inner,
+}
+
+/// Read-write access inside [`Store::write`].
+pub(crate) struct Txn<'a> {
+    inner: &'a mut Inner,
+    history_limit: usize,
+}
+
+impl Store {
+    pub fn new(kinds: &Kinds, history_limit: usize, seed: u64) -> Self {
+        let states = kinds
+            .iter()
+            .map(|(_, kind)| KindState {
+                behavior: kind.behavior,
+                objects: BTreeMap::new(),
+                history: VecDeque::new(),
+                floor: 0,
+                notify: watch::channel(0).0,
+            })
+            .collect();
+        Self {
+            inner: RwLock::new(Inner {
+                rv: 0,
+                kinds: states,
+                // Zero would stay zero under xorshift.
+                rng: seed | 1,
+            }),
+            history_limit: history_limit.max(1),
+        }
+    }
+
+    fn read_guard(&self) -> RwLockReadGuard<'_, Inner> {
+        // A panic while writing leaves the maps consistent (each write is one insert or remove),
+        // so a poisoned lock is still usable.
+        self.inner.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write_guard(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn read<R>(&self, f: impl FnOnce(&View<'_>) -> R) -> R {
+        let guard = self.read_guard();
+        f(&View { inner: &guard })
+    }
+
+    pub fn write<R>(&self, f: impl FnOnce(&mut Txn<'_>) -> R) -> R {
+        let mut guard = self.write_guard();
+        let mut txn = Txn {
+            inner: &mut guard,
+            history_limit: self.history_limit,
+        };
+        f(&mut txn)
+    }
+
+    /// The latest resourceVersion.
+    pub fn rv(&self) -> u64 {
+        self.read_guard().rv
+    }
+
+    /// Bytes held by objects and history, and object counts, per kind.
+    pub fn footprint(&self) -> Vec<(usize, usize, usize)> {
+        View {
+            inner: &self.read_guard(),
+        }
+        .footprint()
+    }
+
+    /// A receiver that changes whenever `kind` gets an event.
+    pub fn subscribe(&self, kind: KindId) -> watch::Receiver<u64> {
+        self.read_guard().kinds[kind].notify.subscribe()
+    }
+
+    /// Drops every kind's history: watches resuming from any earlier resourceVersion get 410.
+    pub fn compact(&self) {
+        let mut guard = self.write_guard();
+        let rv = guard.rv;
+        for state in &mut guard.kinds {
+            state.history.clear();
+            state.floor = rv;
+        }
+    }
+}
+
+impl View<'_> {
+    /// The latest resourceVersion: every event of every kind so far is at or below it.
+    pub fn rv(&self) -> u64 {
+        self.inner.rv
+    }
+
+    pub fn get(&self, kind: KindId, key: &ObjectKey) -> Option<Arc<StoredObject>> {
+        self.inner.kinds[kind].objects.get(key).cloned()
+    }
+
+    /// Objects of `kind` in `namespace` (all namespaces when `None`) after `after`, in key order.
+    pub fn objects<'s>(
+        &'s self,
+        kind: KindId,
+        namespace: Option<&str>,
+        after: Option<&ObjectKey>,
+    ) -> Box<dyn Iterator<Item = &'s Arc<StoredObject>> + 's> {
+        range(&self.inner.kinds[kind].objects, namespace, after)
+    }
+
+    /// Events of `kind` after `since`, at most `max`; `TooOld` when some were compacted away.
+    pub fn events_since(
+        &self,
+        kind: KindId,
+        since: u64,
+        max: usize,
+    ) -> Result<Vec<HistoryEvent>, TooOld> {
+        let state = &self.inner.kinds[kind];
+        if since < state.floor {
+            return Err(TooOld {
+                oldest_available: state.floor,
+            });
+        }
+        let start = state.history.partition_point(|e| e.object.rv <= since);
+        Ok(state.history.range(start..).take(max).cloned().collect())
+    }
+
+    /// Bytes held by objects and history, and object counts, per kind.
+    pub fn footprint(&self) -> Vec<(usize, usize, usize)> {
+        self.inner
+            .kinds
+            .iter()
+            .map(|state| {
+                let objects: usize = state.objects.values().map(|o| o.json.len()).sum();
+                let history: usize = state
+                    .history
+                    .iter()
+                    .filter(|e| {
+                        // Shared with the live object when it is the same version.
+                        state
+                            .objects
+                            .get(&e.object.key)
+                            .is_none_or(|live| !Arc::ptr_eq(live, &e.object))
+                    })
+                    .map(|e| e.object.json.len())
+                    .sum();
+                (state.objects.len(), objects, history)
+            })
+            .collect()
+    }
+}
+
+fn range<'s>(
+    objects: &'s BTreeMap<ObjectKey, Arc<StoredObject>>,
+    namespace: Option<&str>,
+    after: Option<&ObjectKey>,
+) -> Box<dyn Iterator<Item = &'s Arc<StoredObject>> + 's> {
+    use std::ops::Bound;
+    let lower = match after {
+        Some(key) => Bound::Excluded(key.clone()),
+        None => match namespace {
+            Some(ns) => Bound::Included(ObjectKey::new(ns, "")),
+            None => Bound::Unbounded,
+        },
+    };
+    match namespace {
+        Some(ns) => {
+            let ns: Box<str> = ns.into();
+            Box::new(
+                objects
+                    .range((lower, Bound::Unbounded))
+                    .take_while(move |(k, _)| k.namespace == ns)
+                    .map(|(_, v)| v),
+            )
+        }
+        None => Box::new(objects.range((lower, Bound::Unbounded)).map(|(_, v)| v)),
+    }
+}
+
+impl Txn<'_> {
+    pub fn view(&self) -> View<'_> {
+        View { inner: self.inner }
+    }
+
+    pub fn get(&self, kind: KindId, key: &ObjectKey) -> Option<Arc<StoredObject>> {
+        self.inner.kinds[kind].objects.get(key).cloned()
+    }
+
+    /// A pseudo-random number (seeded, so simulations replay).
+    pub fn random(&mut self) -> u64 {
+        let mut x = self.inner.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.inner.rng = x;
+        x
+    }
+
+    /// Stores `object` under a new resourceVersion (written into its metadata) and records the
+    /// event.
+    pub fn put(
+        &mut self,
+        kind: KindId,
+        key: ObjectKey,
+        mut object: Value,
+        event_type: EventType,
+    ) -> Arc<StoredObject> {
+        let stored = self.stamp(kind, key, &mut object);
+        let state = &mut self.inner.kinds[kind];
+        let previous = state
+            .objects
+            .insert(stored.key.clone(), Arc::clone(&stored));
+        self.record(kind, event_type, &stored, previous);
+        stored
+    }
+
+    /// Removes the object; `last` is its final state, carried by the DELETED event under a new
+    /// resourceVersion.
+    pub fn remove(&mut self, kind: KindId, key: &ObjectKey, mut last: Value) -> Arc<StoredObject> {
+        let stored = self.stamp(kind, key.clone(), &mut last);
+        let previous = self.inner.kinds[kind].objects.remove(key);
+        self.record(kind, EventType::Deleted, &stored, previous);
+        stored
+    }
+
+    fn stamp(&mut self, kind: KindId, key: ObjectKey, object: &mut Value) -> Arc<StoredObject> {
+        self.inner.rv += 1;
+        let rv = self.inner.rv;
+        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.insert("resourceVersion".into(), Value::String(rv.to_string()));
+        }
+        let behavior = self.inner.kinds[kind].behavior;
+        let json = Bytes::from(serde_json::to_vec(object).unwrap_or_default());
+        Arc::new(StoredObject {
+            key,
+            rv,
+            json,
+            labels: selector::extract_labels(object),
+            fields: selector::extract_fields(behavior, object),
+        })
+    }
+
+    fn record(
+        &mut self,
+        kind: KindId,
+        event_type: EventType,
+        object: &Arc<StoredObject>,
+        previous: Option<Arc<StoredObject>>,
+    ) {
+        let limit = self.history_limit;
+        let state = &mut self.inner.kinds[kind];
+        state.history.push_back(HistoryEvent {
+            event_type,
+            object: Arc::clone(object),
+            previous,
+        });
+        while state.history.len() > limit {
+            if let Some(evicted) = state.history.pop_front() {
+                state.floor = evicted.object.rv;
+            }
+        }
+        state.notify.send_replace(object.rv);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str) -> Value {
+        json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": name, "namespace": "a" } })
+    }
+
+    #[test]
+    fn every_write_gets_a_higher_resource_version_written_into_the_object() {
+        let kinds = Kinds::new();
+        let pods = kinds.find("", "v1", "pods").unwrap();
+        let store = Store::new(&kinds, 10, 1);
+        let first =
+            store.write(|t| t.put(pods, ObjectKey::new("a", "x"), pod("x"), EventType::Added));
+        let second =
+            store.write(|t| t.put(pods, ObjectKey::new("a", "y"), pod("y"), EventType::Added));
+        assert!(second.rv > first.rv);
+        assert_eq!(
+            first.value()["metadata"]["resourceVersion"],
+            json!(first.rv.to_string())
+        );
+    }
+
+    #[test]
+    fn history_beyond_the_limit_makes_old_resource_versions_too_old() {
+        let kinds = Kinds::new();
+        let pods = kinds.find("", "v1", "pods").unwrap();
+        let store = Store::new(&kinds, 2, 1);
+        for name in ["a", "b", "c"] {
+            store.write(|t| t.put(pods, ObjectKey::new("a", name), pod(name), EventType::Added));
+        }
+        store.read(|v| {
+            assert!(v.events_since(pods, 0, 10).is_err());
+            assert_eq!(v.events_since(pods, 1, 10).unwrap().len(), 2);
+            assert_eq!(v.events_since(pods, 3, 10).unwrap().len(), 0);
+        });
+    }
+
+    #[test]
+    fn namespaced_ranges_list_only_that_namespace_in_name_order() {
+        let kinds = Kinds::new();
+        let pods = kinds.find("", "v1", "pods").unwrap();
+        let store = Store::new(&kinds, 10, 1);
+        for (ns, name) in [("b", "z"), ("a", "y"), ("b", "a"), ("c", "a")] {
+            store.write(|t| t.put(pods, ObjectKey::new(ns, name), pod(name), EventType::Added));
+        }
+        let names: Vec<String> = store.read(|v| {
+            v.objects(pods, Some("b"), None)
+                .map(|o| o.key.name.to_string())
+                .collect()
+        });
+        assert_eq!(names, ["a", "z"]);
+    }
+}

@@ -1,0 +1,116 @@
+//! Leader election on a Lease, on tokio's paused clock: one leader at a time, handover when the
+//! leader stops renewing (after the lease duration) or releases (at the next retry), and a
+//! leader that cannot renew steps down after the renew deadline.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use karpenter::kube::leader::{DEFAULT_LEASE_NAME, Ended, LeaderElector, LeaseTiming};
+use karpenter::sim::{Emulator, FaultRule, Verb};
+use kube::Api;
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+fn candidate(emulator: &Emulator, identity: &str) -> LeaderElector {
+    LeaderElector::new(
+        emulator.client(),
+        "kube-system",
+        DEFAULT_LEASE_NAME,
+        identity,
+        LeaseTiming::default(),
+    )
+}
+
+async fn until_leading(leading: &mut watch::Receiver<bool>) {
+    leading.wait_for(|l| *l).await.unwrap();
+}
+
+async fn holder(emulator: &Emulator) -> (Option<String>, Option<i32>) {
+    let leases: Api<Lease> = Api::namespaced(emulator.client(), "kube-system");
+    let spec = leases.get(DEFAULT_LEASE_NAME).await.unwrap().spec.unwrap();
+    (spec.holder_identity, spec.lease_transitions)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_follower_takes_over_once_the_leader_stops_renewing_for_a_lease_duration() {
+    let emulator = Emulator::new().unwrap();
+    let (a_tx, mut a_leading) = watch::channel(false);
+    let a = tokio::spawn(candidate(&emulator, "a").run(a_tx, std::future::pending()));
+    until_leading(&mut a_leading).await;
+
+    let (b_tx, mut b_leading) = watch::channel(false);
+    let b = tokio::spawn(candidate(&emulator, "b").run(b_tx, std::future::pending()));
+    // A minute of renewals: b never leads meanwhile.
+    tokio::time::sleep(Duration::from_mins(1)).await;
+    assert!(!*b_leading.borrow());
+    assert_eq!(holder(&emulator).await, (Some("a".into()), Some(0)));
+
+    // a crashes without releasing.
+    a.abort();
+    let crashed = Instant::now();
+    until_leading(&mut b_leading).await;
+    let waited = crashed.elapsed();
+    let timing = LeaseTiming::default();
+    assert!(
+        waited
+            >= timing
+                .lease_duration
+                .checked_sub(timing.retry_period)
+                .unwrap(),
+        "took over after {waited:?}"
+    );
+    assert!(
+        waited <= timing.lease_duration + 2 * timing.retry_period,
+        "took over after {waited:?}"
+    );
+    assert_eq!(holder(&emulator).await, (Some("b".into()), Some(1)));
+    b.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_that_stops_releases_the_lease_for_a_quick_handover() {
+    let emulator = Emulator::new().unwrap();
+    let (stop_a, stopped_a) = oneshot::channel::<()>();
+    let (a_tx, mut a_leading) = watch::channel(false);
+    let a = tokio::spawn(candidate(&emulator, "a").run(a_tx, async {
+        let _ = stopped_a.await;
+    }));
+    until_leading(&mut a_leading).await;
+    let (b_tx, mut b_leading) = watch::channel(false);
+    let b = tokio::spawn(candidate(&emulator, "b").run(b_tx, std::future::pending()));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    stop_a.send(()).unwrap();
+    assert_eq!(a.await.unwrap(), Ended::Stopped);
+    assert!(!*a_leading.borrow());
+    let released = Instant::now();
+    until_leading(&mut b_leading).await;
+    assert!(released.elapsed() <= LeaseTiming::default().retry_period);
+    assert_eq!(holder(&emulator).await.0.as_deref(), Some("b"));
+    b.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_that_cannot_renew_steps_down_after_the_renew_deadline() {
+    let emulator = Emulator::new().unwrap();
+    let (a_tx, mut a_leading) = watch::channel(false);
+    let a = tokio::spawn(candidate(&emulator, "a").run(a_tx, std::future::pending()));
+    until_leading(&mut a_leading).await;
+    emulator
+        .faults()
+        .inject(FaultRule::fail(500).on(Verb::Update).resource("leases"));
+    let failing = Instant::now();
+    assert_eq!(a.await.unwrap(), Ended::Lost);
+    assert!(!*a_leading.borrow());
+    let timing = LeaseTiming::default();
+    let waited = failing.elapsed();
+    assert!(
+        waited
+            >= timing
+                .renew_deadline
+                .checked_sub(timing.retry_period)
+                .unwrap()
+            && waited <= timing.renew_deadline + timing.retry_period,
+        "{waited:?}"
+    );
+}
