@@ -148,3 +148,58 @@ impl ClusterState {
         })
     }
 }
+
+/// [`ClusterState`] is the production [`ClusterView`]: the actors read the reflector stores
+/// through it.
+impl karpenter_actors::ports::cluster_view::ClusterView for ClusterState {
+    fn nodeclaims(&self) -> Vec<Arc<NodeClaim>> {
+        self.nodeclaims.state()
+    }
+    fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>> {
+        ClusterState::nodeclaim(self, name)
+    }
+    fn nodeclaim_by_provider_id(&self, provider_id: &str) -> Option<Arc<NodeClaim>> {
+        ClusterState::nodeclaim_by_provider_id(self, provider_id)
+    }
+    fn nodepools(&self) -> Vec<Arc<NodePool>> {
+        self.nodepools.state()
+    }
+    fn nodepool(&self, name: &str) -> Option<Arc<NodePool>> {
+        ClusterState::nodepool(self, name)
+    }
+    fn ec2nodeclasses(&self) -> Vec<Arc<EC2NodeClass>> {
+        self.ec2nodeclasses.state()
+    }
+    fn ec2nodeclass(&self, name: &str) -> Option<Arc<EC2NodeClass>> {
+        ClusterState::ec2nodeclass(self, name)
+    }
+    fn nodes(&self) -> Vec<Arc<Node>> {
+        self.nodes.state()
+    }
+    fn node(&self, name: &str) -> Option<Arc<Node>> {
+        ClusterState::node(self, name)
+    }
+    fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
+        ClusterState::node_by_provider_id(self, provider_id)
+    }
+    fn pods(&self) -> Vec<Arc<Pod>> {
+        self.pods.state()
+    }
+    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        ClusterState::pod(self, namespace, name)
+    }
+    fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
+        ClusterState::pods_on_node(self, node)
+    }
+    fn daemonsets(&self) -> Vec<Arc<DaemonSet>> {
+        self.daemonsets.state()
+    }
+    fn pdbs(&self) -> Vec<Arc<PodDisruptionBudget>> {
+        self.pdbs.state()
+    }
+    fn is_synced(&self) -> bool {
+        // A store is ready once its first list has been applied; polling the readiness future
+        // once answers without waiting.
+        futures::FutureExt::now_or_never(self.wait_until_ready()).is_some_and(|ready| ready.is_ok())
+    }
+}

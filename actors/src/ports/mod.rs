@@ -2,3 +2,4 @@
 //! with an in-memory fake that records calls and fails on demand.
 
 pub mod cluster;
+pub mod cluster_view;
