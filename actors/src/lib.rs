@@ -1,2 +1,3 @@
 //! The brain of karpenter.
 pub mod apis;
+pub mod domain;
