@@ -6,7 +6,8 @@
 //! `cargo bench --bench scheduling` runs criterion; `cargo bench --bench scheduling -- --report`
 //! prints one table instead: pods/s, µs per pod, nodes and the plan's cost against the lower
 //! bound, for the diverse mix, the generic-only mix and the preference cases
-//! (`-- --report diverse/20000` runs the cases whose name contains the text).
+//! (`-- --report diverse/20000` runs the cases whose name contains the text; `--runs N` runs
+//! each case exactly N times, for instruction counts with `perf stat`).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -70,8 +71,14 @@ fn cases(filter: Option<&str>) -> Vec<(String, Snapshot, PreferencePolicy)> {
             PreferencePolicy::Respect,
         ));
     }
+    // An exact name picks one case; otherwise every case containing the text.
+    let exact = filter.is_some_and(|f| all.iter().any(|(name, _, _)| name == f));
     all.into_iter()
-        .filter(|(name, _, _)| filter.is_none_or(|f| name.contains(f)))
+        .filter(|(name, _, _)| match filter {
+            None => true,
+            Some(f) if exact => name == f,
+            Some(f) => name.contains(f),
+        })
         .map(|(name, build, policy)| (name, snapshot(&build()), policy))
         .collect()
 }
@@ -94,11 +101,15 @@ fn count(n: usize) -> f64 {
     n as f64
 }
 
-fn best_run(snapshot: &Snapshot, options: &Options) -> (Duration, Plan) {
+fn best_run(snapshot: &Snapshot, options: &Options, fixed_runs: Option<usize>) -> (Duration, Plan) {
     let mut best: Option<(Duration, Plan)> = None;
     let started = Instant::now();
     let mut runs = 0;
-    while runs < REPORT_MIN_RUNS || started.elapsed() < REPORT_BUDGET {
+    let more = |runs: usize| match fixed_runs {
+        Some(n) => runs < n,
+        None => runs < REPORT_MIN_RUNS || started.elapsed() < REPORT_BUDGET,
+    };
+    while more(runs) {
         let start = Instant::now();
         let plan = solve(snapshot, options);
         let elapsed = start.elapsed();
@@ -110,7 +121,7 @@ fn best_run(snapshot: &Snapshot, options: &Options) -> (Duration, Plan) {
     best.unwrap_or_else(|| (Duration::ZERO, Plan::default()))
 }
 
-fn report(filter: Option<&str>) {
+fn report(filter: Option<&str>, fixed_runs: Option<usize>) {
     println!(
         "{:<22} {:>7} {:>7} {:>10} {:>9} {:>11} {:>10} {:>10} {:>7} {:>7}",
         "case",
@@ -125,7 +136,7 @@ fn report(filter: Option<&str>) {
         "failed"
     );
     for (name, snapshot, policy) in cases(filter) {
-        let (elapsed, plan) = best_run(&snapshot, &options(policy));
+        let (elapsed, plan) = best_run(&snapshot, &options(policy), fixed_runs);
         let pods = snapshot.pods.len();
         let cost = cost_report(&snapshot, &plan);
         let seconds = elapsed.as_secs_f64();
@@ -162,8 +173,15 @@ fn report(filter: Option<&str>) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == "--report") {
-        report(args.get(i + 1).map(String::as_str));
+    if args.iter().any(|a| a == "--report") {
+        let value = |flag: &str| {
+            args.iter()
+                .position(|a| a == flag)
+                .and_then(|i| args.get(i + 1))
+                .filter(|v| !v.starts_with("--"))
+        };
+        let runs = value("--runs").and_then(|v| v.parse().ok());
+        report(value("--report").map(String::as_str), runs);
         return;
     }
     let mut criterion = Criterion::default().sample_size(10).configure_from_args();

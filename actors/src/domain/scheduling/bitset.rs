@@ -106,22 +106,6 @@ impl BitSet {
         self.words.len()
     }
 
-    /// Keeps the ids for which `keep` holds; returns whether any was removed.
-    pub fn retain(&mut self, mut keep: impl FnMut(usize) -> bool) -> bool {
-        let mut removed = false;
-        for (i, word) in self.words.iter_mut().enumerate() {
-            let mut kept = *word;
-            for bit in BitsOf(*word) {
-                if !keep(i * WORD + bit) {
-                    kept &= !(1u64 << bit);
-                }
-            }
-            removed |= kept != *word;
-            *word = kept;
-        }
-        removed
-    }
-
     /// Keeps only ids also in `other`.
     pub fn intersect_with(&mut self, other: &Self) {
         for (i, word) in self.words.iter_mut().enumerate() {
