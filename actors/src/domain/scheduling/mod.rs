@@ -29,7 +29,10 @@ mod solver;
 mod topology;
 pub mod workload;
 
-pub use input::{ExistingNode, NodePoolError, NodePoolInput, Snapshot};
+pub use input::{
+    ExistingNode, NodePoolError, NodePoolInput, Snapshot, daemon_requests_for_node,
+    scheduling_taints,
+};
 pub use plan::{
     CostReport, ExistingPlacement, NewNodeClaim, Placement, Plan, PodFailure, PoolReason, Reason,
     TopologyRule, cost_report,
