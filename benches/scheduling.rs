@@ -5,7 +5,8 @@
 //!
 //! `cargo bench --bench scheduling` runs criterion; `cargo bench --bench scheduling -- --report`
 //! prints one table instead: pods/s, µs per pod, nodes and the plan's cost against the lower
-//! bound, for the diverse mix, the generic-only mix and the preference cases
+//! bound, for the diverse mix, the generic-only mix, the preference cases and a cluster with
+//! 1,000 existing nodes
 //! (`-- --report diverse/20000` runs the cases whose name contains the text; `--runs N` runs
 //! each case exactly N times, for instruction counts with `perf stat`).
 
@@ -13,12 +14,15 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
+use karpenter_actors::apis::labels;
+use karpenter_actors::domain::resources::Resources;
 use karpenter_actors::domain::scheduling::workload::{
-    BENCHMARK_INSTANCE_TYPES, BENCHMARK_SIZES, PREFERENCE_PODS, PodFactory, benchmark_node_pool,
-    fake_instance_types,
+    BENCHMARK_INSTANCE_TYPES, BENCHMARK_SIZES, PREFERENCE_PODS, PodFactory, ZONES,
+    benchmark_node_pool, fake_instance_types,
 };
 use karpenter_actors::domain::scheduling::{
-    Options, Plan, PreferencePolicy, SchedulingPod, Snapshot, cost_report, solve,
+    BoundPod, ExistingNode, Options, Plan, PreferencePolicy, SchedulingPod, Snapshot, cost_report,
+    solve,
 };
 
 /// How long the report mode keeps repeating one case before taking the best run.
@@ -38,6 +42,46 @@ fn snapshot(pods: &[k8s_openapi::api::core::v1::Pod]) -> Snapshot {
         ..Snapshot::default()
     }
 }
+
+/// Existing nodes like the fake instance type `fake-it-7` (8 CPUs, 16 GiB), half full, each
+/// running two bound pods with the workload's labels, in the three zones.
+fn existing_nodes(count: usize) -> Vec<ExistingNode> {
+    let mut factory = PodFactory::new(7);
+    (0..count)
+        .map(|i| {
+            let name = format!("node-{i:05}");
+            let zone = ZONES[i % ZONES.len()];
+            ExistingNode {
+                labels: [
+                    (labels::HOSTNAME.to_owned(), name.clone()),
+                    (labels::ZONE.to_owned(), zone.to_owned()),
+                    (labels::NODEPOOL.to_owned(), "default".to_owned()),
+                    (labels::INSTANCE_TYPE.to_owned(), "fake-it-7".to_owned()),
+                ]
+                .into(),
+                name,
+                allocatable: Resources::core(7900, 16 * GIB - 10 * MIB, 80),
+                requested: Resources::core(4000, 8 * GIB, 2),
+                capacity: Resources::core(8000, 16 * GIB, 80),
+                pods: factory.diverse(2).iter().map(pod_on_node).collect(),
+                initialized: true,
+                registered: true,
+                ..ExistingNode::default()
+            }
+        })
+        .collect()
+}
+
+fn pod_on_node(pod: &k8s_openapi::api::core::v1::Pod) -> BoundPod {
+    let mut pod = pod.clone();
+    if let Some(spec) = &mut pod.spec {
+        spec.node_name = Some("node".to_owned());
+    }
+    BoundPod::from_pod(&pod)
+}
+
+const GIB: i64 = 1 << 30;
+const MIB: i64 = 1 << 20;
 
 fn options(policy: PreferencePolicy) -> Options {
     Options {
@@ -71,6 +115,11 @@ fn cases(filter: Option<&str>) -> Vec<(String, Snapshot, PreferencePolicy)> {
             PreferencePolicy::Respect,
         ));
     }
+    all.push((
+        "existing-1000/5000".to_owned(),
+        Box::new(|| PodFactory::default().diverse(5000)),
+        PreferencePolicy::Respect,
+    ));
     // An exact name picks one case; otherwise every case containing the text.
     let exact = filter.is_some_and(|f| all.iter().any(|(name, _, _)| name == f));
     all.into_iter()
@@ -79,7 +128,13 @@ fn cases(filter: Option<&str>) -> Vec<(String, Snapshot, PreferencePolicy)> {
             Some(f) if exact => name == f,
             Some(f) => name.contains(f),
         })
-        .map(|(name, build, policy)| (name, snapshot(&build()), policy))
+        .map(|(name, build, policy)| {
+            let mut snapshot = snapshot(&build());
+            if name.starts_with("existing") {
+                snapshot.existing_nodes = existing_nodes(1000);
+            }
+            (name, snapshot, policy)
+        })
         .collect()
 }
 
@@ -123,10 +178,11 @@ fn best_run(snapshot: &Snapshot, options: &Options, fixed_runs: Option<usize>) -
 
 fn report(filter: Option<&str>, fixed_runs: Option<usize>) {
     println!(
-        "{:<22} {:>7} {:>7} {:>10} {:>9} {:>11} {:>10} {:>10} {:>7} {:>7}",
+        "{:<22} {:>7} {:>7} {:>9} {:>10} {:>9} {:>11} {:>10} {:>10} {:>7} {:>7}",
         "case",
         "pods",
         "nodes",
+        "existing",
         "time",
         "µs/pod",
         "pods/s",
@@ -141,10 +197,11 @@ fn report(filter: Option<&str>, fixed_runs: Option<usize>) {
         let cost = cost_report(&snapshot, &plan);
         let seconds = elapsed.as_secs_f64();
         println!(
-            "{:<22} {:>7} {:>7} {:>8.2}ms {:>9.2} {:>11.0} {:>10.2} {:>10.2} {:>7.3} {:>7}",
+            "{:<22} {:>7} {:>7} {:>9} {:>8.2}ms {:>9.2} {:>11.0} {:>10.2} {:>10.2} {:>7.3} {:>7}",
             name,
             pods,
             plan.new_node_claims.len(),
+            plan.existing.iter().map(|e| e.pods.len()).sum::<usize>(),
             seconds * 1000.0,
             seconds * 1e6 / count(pods),
             count(pods) / seconds,
