@@ -92,7 +92,7 @@ impl ResourceError {
 }
 
 /// A quantity parsed exactly: `(-1)^negative * mantissa * 10^exp10 * 2^exp2`, plus whether
-/// nonzero digits beyond [`MAX_SIGNIFICANT_DIGITS`] were dropped (the value is then a little
+/// nonzero digits beyond `MAX_SIGNIFICANT_DIGITS` (36) were dropped (the value is then a little
 /// larger in magnitude than the mantissa says, which only matters for rounding up).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParsedQuantity {

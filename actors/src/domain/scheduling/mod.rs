@@ -17,7 +17,8 @@
 //! (`minDomains`, `matchLabelKeys`, node affinity and taint policies, `ScheduleAnyway`), pod affinity
 //! and anti-affinity (required and preferred, including the inverse direction), preference
 //! relaxation under `PREFERENCE_POLICY` Respect or Ignore, NodePool weights and limits.
-//! See [`solver`] for how it is made fast and where it deliberately differs from Karpenter.
+//! The (private) `solver` module explains how it is made fast, how plans get cheaper, and where
+//! it deliberately differs from Karpenter.
 
 mod bitset;
 mod explain;

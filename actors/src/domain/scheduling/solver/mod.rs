@@ -1,7 +1,8 @@
-//! The scheduling loop: Karpenter's algorithm (first-fit decreasing over existing nodes, then
-//! NodeClaims being planned, then a new NodeClaim from the heaviest NodePool that can take
-//! the pod, relaxing preferences one at a time) on data structures that keep the time per
-//! pod flat as the batch grows.
+//! The scheduling loop: Karpenter's algorithm (each pod in turn, largest first: existing
+//! nodes, then NodeClaims being planned, then a new NodeClaim from the heaviest NodePool that
+//! can take it, relaxing preferences one at a time; failed pods retried until a pass places
+//! nothing) on data structures that keep the time per pod flat as the batch grows, with two
+//! cheap changes that make plans cheaper.
 //!
 //! How it stays fast:
 //! - Pods with equal [`PodShape`]s share a signature; each signature's requirements,
@@ -15,14 +16,27 @@
 //!   counted) only grows, so an identical pod need not look at those slots again.
 //! - Topology counts are updated incrementally on placement; the node-independent part of
 //!   each topology decision is computed once per attempt, not once per slot.
+//! - A NodeClaim's instance types are filtered by requirements when those change and by fit
+//!   only where it matters (the cheapest-type cursor, fit checks, the plan).
 //!
-//! Differences from Karpenter, all deliberate: NodeClaims are tried oldest first rather than
-//! fewest pods first (true first-fit packs tighter and needs no sort per pod); ties between
+//! How plans get cheaper:
+//! - The queue is largest-first by cost (the cheapest $ per CPU and per byte), merged from
+//!   CPU-heavy and memory-heavy pods so every stretch of the queue keeps the batch's
+//!   CPU:memory ratio and NodeClaims fill both at once ([`Solver::queue_order`]).
+//! - Before first fit, a pod goes where a NodeClaim's cheapest instance type still has room
+//!   for it, at no extra cost (the free-room index, searched with a fixed budget).
+//!
+//! Other deliberate differences from Karpenter: NodeClaims are tried oldest first rather than
+//! fewest pods first (true first fit packs tighter and needs no sort per pod); ties between
 //! topology domains go to the lowest domain instead of a random one; topology rules on the
 //! same key narrow one after another instead of independently (so a spread and an affinity on
 //! the zone can agree on a zone); `NotIn` values are not topology domains; `minDomains` is part
 //! of a spread group's identity; a NodePool's `nodes` limit counts NodeClaims, and limits get
-//! back the capacity of instance types a NodeClaim can no longer use.
+//! back the capacity of instance types a NodeClaim's narrowed requirements rule out.
+//!
+//! Modules: [`setup`] builds the state, [`variants`] the relaxation steps, [`groups`] the
+//! topology groups, [`search`] finds where a pod fits, [`placement`] commits it, [`results`]
+//! writes the plan.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::Hash;
@@ -338,10 +352,8 @@ impl<'a> Solver<'a> {
         solver
     }
 
-    // ---- variants -------------------------------------------------------------------------
-
-    // ---- the loop -------------------------------------------------------------------------
-
+    /// Karpenter's queue: each pod in turn, failed pods back at the end, until a full pass
+    /// places nothing.
     pub fn run(&mut self) {
         let order = self.queue_order();
         let mut queue: VecDeque<usize> = order.into();

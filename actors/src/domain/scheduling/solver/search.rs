@@ -71,8 +71,6 @@ impl Solver<'_> {
         self.attempt = attempt;
     }
 
-    /// The first slot (existing nodes first, then NodeClaims oldest first) that can take the
-    /// pod, resuming from the variant's cursor.
     /// Hostname groups whose nonzero slots the attempt must skip, and the hostname affinity
     /// group whose nonzero slots it must stay within.
     pub(super) fn masks(&self) -> (Vec<usize>, Option<usize>) {
