@@ -30,8 +30,9 @@ use karpenter_actors::domain::requirements::{
 use karpenter_actors::domain::resources::{CPU, MEMORY, NODES, ResourceLimits, Resources};
 use karpenter_actors::domain::scheduling::workload::{ZONES, fake_instance_type};
 use karpenter_actors::domain::scheduling::{
-    BoundPod, ExistingNode, NodePoolInput, Options, Placement, Plan, PreferencePolicy, Reason,
-    SchedulingPod, Snapshot, TopologyRule, cost_report, first_untolerated, solve,
+    BoundPod, ExistingNode, InstanceTypeChecks, NodePoolInput, Options, Placement, Plan,
+    PreferencePolicy, Reason, SchedulingPod, Snapshot, TopologyRule, cost_report,
+    first_untolerated, solve,
 };
 
 const GI: i64 = 1 << 30;
@@ -473,24 +474,56 @@ fn resource_requests_decide_placement() {
         case(
             "larger than every type",
             &[pod("a").requests("17", "1Gi")],
-            Expect::Refused(|r| matches!(r, Reason::InstanceTypes { fits: false, .. })),
+            Expect::Refused(|r| {
+                matches!(
+                    r,
+                    Reason::InstanceTypes {
+                        checks: InstanceTypeChecks { fits: false, .. },
+                        ..
+                    }
+                )
+            }),
         ),
         case(
             "init container larger than every type",
             &[pod("a").requests("1", "1Gi").init_container("16", false)],
-            Expect::Refused(|r| matches!(r, Reason::InstanceTypes { fits: false, .. })),
+            Expect::Refused(|r| {
+                matches!(
+                    r,
+                    Reason::InstanceTypes {
+                        checks: InstanceTypeChecks { fits: false, .. },
+                        ..
+                    }
+                )
+            }),
         ),
         case(
             "sidecar adds to the containers",
             &[pod("a").requests("15", "1Gi").init_container("1", true)],
-            Expect::Refused(|r| matches!(r, Reason::InstanceTypes { fits: false, .. })),
+            Expect::Refused(|r| {
+                matches!(
+                    r,
+                    Reason::InstanceTypes {
+                        checks: InstanceTypeChecks { fits: false, .. },
+                        ..
+                    }
+                )
+            }),
         ),
         case(
             "extended resource no type offers",
             &[pod("a")
                 .requests("1", "1Gi")
                 .resource("nvidia.com/gpu", "1")],
-            Expect::Refused(|r| matches!(r, Reason::InstanceTypes { fits: false, .. })),
+            Expect::Refused(|r| {
+                matches!(
+                    r,
+                    Reason::InstanceTypes {
+                        checks: InstanceTypeChecks { fits: false, .. },
+                        ..
+                    }
+                )
+            }),
         ),
     ]);
 }
@@ -565,7 +598,10 @@ fn node_selectors_and_required_affinity_constrain_the_nodeclaim() {
                 matches!(
                     r,
                     Reason::InstanceTypes {
-                        has_offering: false,
+                        checks: InstanceTypeChecks {
+                            has_offering: false,
+                            ..
+                        },
                         ..
                     }
                 )
@@ -1372,6 +1408,110 @@ fn failure_messages_name_each_nodepool() {
     assert_eq!(json["reasons"][1]["reason"]["kind"], "taint");
 }
 
+// ---- reserved capacity ------------------------------------------------------------------------
+
+fn reserved_pool() -> NodePoolInput {
+    let reserved = |name: &str, cpu: i64, reservation: Option<(&str, u32)>| {
+        let mut offerings = vec![Offering::new("test-zone-1", "on-demand", 0.1 * approx(cpu))];
+        if let Some((id, capacity)) = reservation {
+            offerings.push(Offering::reserved("test-zone-1", id, 0.01, capacity));
+        }
+        Arc::new(InstanceType::new(
+            name,
+            Requirements::from_requirements([
+                Requirement::in_values(INSTANCE_TYPE, &[name]),
+                Requirement::in_values(ZONE, &["test-zone-1"]),
+                Requirement::in_values(CAPACITY_TYPE, &["on-demand", "reserved"]),
+            ]),
+            offerings,
+            Resources::core(cpu * 1000, 2 * cpu * GI, 10 * cpu),
+            Overhead::default(),
+        ))
+    };
+    NodePoolInput::new(
+        "default",
+        vec![
+            reserved("r4", 4, Some(("cr-1", 1))),
+            reserved("o8", 8, None),
+        ],
+    )
+}
+
+fn approx(n: i64) -> f64 {
+    karpenter_actors::domain::resources::approx_f64(n)
+}
+
+fn apart(n: usize) -> Vec<PodBuilder> {
+    (0..n)
+        .map(|i| {
+            pod(&format!("p{i}"))
+                .requests("1", "1Gi")
+                .label("app", "web")
+                .anti_affinity(HOSTNAME, &[("app", "web")])
+        })
+        .collect()
+}
+
+#[test]
+fn reserved_capacity_is_used_until_it_runs_out_then_pods_wait() {
+    let s = snapshot(&apart(2), vec![reserved_pool()]);
+    let options = Options {
+        reserved_capacity: true,
+        ..Options::default()
+    };
+    let plan = solve(&s, &options);
+    assert_eq!(plan.new_node_claims.len(), 1);
+    let claim = &plan.new_node_claims[0];
+    assert_eq!(
+        claim
+            .requirements
+            .get(CAPACITY_TYPE)
+            .and_then(Requirement::single_value),
+        Some("reserved")
+    );
+    assert_eq!(
+        claim
+            .requirements
+            .get(labels::CAPACITY_RESERVATION_ID)
+            .and_then(Requirement::single_value),
+        Some("cr-1")
+    );
+    assert_eq!(claim.instance_type_names(), ["r4"]);
+    let waiting = &plan.failures[0];
+    assert!(waiting.deferred);
+    assert_eq!(waiting.reasons[0].reason, Reason::ReservedCapacity);
+}
+
+#[test]
+fn reserved_capacity_falls_back_or_is_ignored_when_asked() {
+    let s = snapshot(&apart(2), vec![reserved_pool()]);
+    let fallback = Options {
+        reserved_capacity: true,
+        reserved_offering_mode:
+            karpenter_actors::domain::scheduling::ReservedOfferingMode::Fallback,
+        ..Options::default()
+    };
+    let plan = solve(&s, &fallback);
+    assert_eq!((plan.new_node_claims.len(), plan.failures.len()), (2, 0));
+    let reserved = plan
+        .new_node_claims
+        .iter()
+        .filter(|c| c.requirements.has(labels::CAPACITY_RESERVATION_ID))
+        .count();
+    assert_eq!(
+        reserved, 1,
+        "one reservation, the other NodeClaim falls back"
+    );
+
+    let plan = run(&s);
+    assert_eq!(plan.new_node_claims.len(), 2, "the gate is off by default");
+    assert!(
+        plan.new_node_claims
+            .iter()
+            .all(|c| !c.requirements.has(labels::CAPACITY_RESERVATION_ID))
+    );
+}
+
 // ---- properties -------------------------------------------------------------------------------
 
 mod properties {
@@ -1480,6 +1620,7 @@ mod properties {
         tainted_pool: bool,
         existing: Vec<(u8, u8)>,
         ignore: bool,
+        reserved: bool,
     }
 
     fn world() -> impl Strategy<Value = World> {
@@ -1489,14 +1630,18 @@ mod properties {
             any::<bool>(),
             prop::collection::vec((0u8..3, 1u8..8), 0..3),
             any::<bool>(),
+            any::<bool>(),
         )
-            .prop_map(|(pods, cpu_limit, tainted_pool, existing, ignore)| World {
-                pods,
-                cpu_limit,
-                tainted_pool,
-                existing,
-                ignore,
-            })
+            .prop_map(
+                |(pods, cpu_limit, tainted_pool, existing, ignore, reserved)| World {
+                    pods,
+                    cpu_limit,
+                    tainted_pool,
+                    existing,
+                    ignore,
+                    reserved,
+                },
+            )
     }
 
     fn snapshot_of(world: &World) -> Snapshot {
@@ -1515,6 +1660,16 @@ mod properties {
             dedicated.weight = 10;
             dedicated.taints = vec![Taint::new("dedicated", None, TaintEffect::NoSchedule)];
             pools.push(dedicated);
+        }
+        if world.reserved {
+            let mut reserved = reserved_pool();
+            "reserved".clone_into(&mut reserved.name);
+            reserved.requirements = Requirements::from_requirements([Requirement::in_values(
+                labels::NODEPOOL,
+                &["reserved"],
+            )]);
+            reserved.weight = 20;
+            pools.push(reserved);
         }
         let mut s = snapshot(&builders, pools);
         s.existing_nodes = world
@@ -1552,6 +1707,17 @@ mod properties {
         check_limits(s, plan);
         let report = cost_report(s, plan);
         assert!(report.cost + 1e-9 >= report.lower_bound, "{report:?}");
+        // A reservation (cr-1 holds one instance) is never promised twice.
+        let holding = plan
+            .new_node_claims
+            .iter()
+            .filter(|c| {
+                c.requirements
+                    .get(labels::CAPACITY_RESERVATION_ID)
+                    .is_some_and(|r| r.has("cr-1"))
+            })
+            .count();
+        assert!(holding <= 1, "cr-1 promised {holding} times");
     }
 
     /// New NodeClaims: types fit and match, requests add up, pods' requirements, taints, host
@@ -1669,8 +1835,6 @@ mod properties {
                 }
             }
         }
-        let report = cost_report(s, plan);
-        assert!(report.cost + 1e-9 >= report.lower_bound, "{report:?}");
     }
 
     proptest! {
@@ -1681,13 +1845,18 @@ mod properties {
             let s = snapshot_of(&world);
             let options = Options {
                 preference_policy: if world.ignore { PreferencePolicy::Ignore } else { PreferencePolicy::Respect },
+                reserved_capacity: world.reserved,
                 ..Options::default()
             };
             let plan = solve(&s, &options);
             check_plan(&s, &plan);
             // Refused pods are explained for every NodePool.
             for failure in &plan.failures {
-                prop_assert_eq!(failure.reasons.len(), s.node_pools.len());
+                if failure.deferred {
+                    prop_assert_eq!(&failure.reasons.last().unwrap().reason, &Reason::ReservedCapacity);
+                } else {
+                    prop_assert_eq!(failure.reasons.len(), s.node_pools.len());
+                }
             }
         }
     }

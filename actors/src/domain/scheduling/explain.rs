@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::domain::requirements::AllowUndefined;
 
-use super::plan::{Reason, TopologyRule};
+use super::plan::{InstanceTypeChecks, Reason, TopologyRule};
 use super::solver::{Reject, Solver};
 use super::topology::GroupKind;
 
@@ -47,18 +47,19 @@ pub(super) fn reason(
                         .shape
                         .requests
                         .to_string(),
-                    requirements_met: true,
-                    fits: false,
-                    has_offering: true,
-                    requirements_and_fits: false,
-                    requirements_and_offering: true,
-                    fits_and_offering: false,
+                    checks: InstanceTypeChecks {
+                        requirements_met: true,
+                        has_offering: true,
+                        requirements_and_offering: true,
+                        ..InstanceTypeChecks::default()
+                    },
                 },
             }
         }
         Reject::Topology { group, inverse } => topology_reason(solver, variant, group, inverse),
         Reject::Limits(resource) => Reason::Limits { resource },
         Reject::InstanceTypes { class } => instance_types_reason(solver, pool, variant, class),
+        Reject::Reserved => Reason::ReservedCapacity,
         Reject::MinValues(error) => Reason::MinValues {
             key: error.key,
             needed: error.needed,
@@ -126,28 +127,23 @@ fn instance_types_reason(
     let mut need = p.daemon.clone();
     need.add(&shape.requests);
     let requirements = solver.reqs.get(class);
-    let mut flags = [false; 6];
+    let mut checks = InstanceTypeChecks::default();
     for instance_type in &p.types {
         let compatible = instance_type.requirements.intersects_ok(requirements);
         let fits = need.fits_in(instance_type.allocatable());
         let offering = instance_type
             .available_offerings()
             .any(|o| o.is_compatible(requirements));
-        flags[0] |= compatible;
-        flags[1] |= fits;
-        flags[2] |= offering;
-        flags[3] |= compatible && fits && !offering;
-        flags[4] |= compatible && offering && !fits;
-        flags[5] |= fits && offering && !compatible;
+        checks.requirements_met |= compatible;
+        checks.fits |= fits;
+        checks.has_offering |= offering;
+        checks.requirements_and_fits |= compatible && fits && !offering;
+        checks.requirements_and_offering |= compatible && offering && !fits;
+        checks.fits_and_offering |= fits && offering && !compatible;
     }
     Reason::InstanceTypes {
         requirements: requirements.to_string(),
         requests: need.to_string(),
-        requirements_met: flags[0],
-        fits: flags[1],
-        has_offering: flags[2],
-        requirements_and_fits: flags[3],
-        requirements_and_offering: flags[4],
-        fits_and_offering: flags[5],
+        checks,
     }
 }

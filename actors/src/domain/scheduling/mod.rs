@@ -35,8 +35,8 @@ pub use input::{
     scheduling_taints,
 };
 pub use plan::{
-    CostReport, ExistingPlacement, NewNodeClaim, Placement, Plan, PodFailure, PoolReason, Reason,
-    TopologyRule, cost_report,
+    CostReport, ExistingPlacement, InstanceTypeChecks, NewNodeClaim, Placement, Plan, PodFailure,
+    PoolReason, Reason, TopologyRule, cost_report,
 };
 pub use pod::{
     AffinityTerm, BoundPod, HostPort, PodError, PodShape, PreferredTerm, SchedulingPod,
@@ -48,6 +48,17 @@ pub use karpenter_config::PreferencePolicy;
 
 use crate::domain::instance_type::MAX_INSTANCE_TYPES;
 
+/// What to do when placing a pod would take a NodeClaim off the capacity reservations it
+/// could otherwise use (Karpenter's `ReservedOfferingMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReservedOfferingMode {
+    /// Defer the pod to a later run instead (provisioning).
+    #[default]
+    Strict,
+    /// Fall back to on-demand or spot (disruption simulations).
+    Fallback,
+}
+
 /// How the scheduler runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
@@ -55,6 +66,9 @@ pub struct Options {
     pub preference_policy: PreferencePolicy,
     /// Most instance types per new NodeClaim.
     pub max_instance_types: usize,
+    /// The `ReservedCapacity` feature gate: count capacity reservations as they are used.
+    pub reserved_capacity: bool,
+    pub reserved_offering_mode: ReservedOfferingMode,
 }
 
 impl Default for Options {
@@ -62,6 +76,8 @@ impl Default for Options {
         Self {
             preference_policy: PreferencePolicy::Respect,
             max_instance_types: MAX_INSTANCE_TYPES,
+            reserved_capacity: false,
+            reserved_offering_mode: ReservedOfferingMode::Strict,
         }
     }
 }

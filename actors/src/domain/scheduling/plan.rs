@@ -131,12 +131,8 @@ pub enum Reason {
     InstanceTypes {
         requirements: String,
         requests: String,
-        requirements_met: bool,
-        fits: bool,
-        has_offering: bool,
-        requirements_and_fits: bool,
-        requirements_and_offering: bool,
-        fits_and_offering: bool,
+        #[serde(flatten)]
+        checks: InstanceTypeChecks,
     },
     /// Too few instance types remain to offer `minValues` distinct values.
     #[serde(rename_all = "camelCase")]
@@ -145,6 +141,10 @@ pub enum Reason {
         needed: u32,
         available: u32,
     },
+    /// The pod could use a capacity reservation that is used up; it waits for a later run
+    /// rather than falling back to on-demand or spot.
+    #[serde(rename_all = "camelCase")]
+    ReservedCapacity,
 }
 
 impl fmt::Display for Reason {
@@ -195,45 +195,11 @@ impl fmt::Display for Reason {
             Self::InstanceTypes {
                 requirements,
                 requests,
-                requirements_met,
-                fits,
-                has_offering,
-                requirements_and_fits,
-                requirements_and_offering,
-                fits_and_offering,
+                checks,
             } => {
-                let what = match (requirements_met, fits, has_offering) {
-                    (false, false, false) => {
-                        "no instance type met the requirements, had enough resources or had a required offering"
-                    }
-                    (false, false, true) => {
-                        "no instance type met the requirements or had enough resources"
-                    }
-                    (false, true, false) => {
-                        "no instance type met the requirements or had a required offering"
-                    }
-                    (true, false, false) => {
-                        "no instance type had enough resources or had a required offering"
-                    }
-                    (false, true, true) => "no instance type met all requirements",
-                    (true, false, true) => "no instance type has enough resources",
-                    (true, true, false) => "no instance type has the required offering",
-                    (true, true, true) if *requirements_and_fits => {
-                        "no instance type that meets the requirements and has enough resources has a required offering"
-                    }
-                    (true, true, true) if *fits_and_offering => {
-                        "no instance type that has enough resources and a required offering meets the requirements"
-                    }
-                    (true, true, true) if *requirements_and_offering => {
-                        "no instance type that meets the requirements and has a required offering has enough resources"
-                    }
-                    (true, true, true) => {
-                        "no instance type meets the requirements, resources and offering together"
-                    }
-                };
-                write!(f, "{what}, requests={requests}")?;
+                write!(f, "{}, requests={requests}", checks.summary())?;
                 // When only resources are short the requirements are beside the point.
-                let only_resources = *requirements_met && !*fits && *has_offering;
+                let only_resources = checks.requirements_met && !checks.fits && checks.has_offering;
                 if !requirements.is_empty() && !only_resources {
                     write!(f, ", requirements={requirements}")?;
                 }
@@ -247,6 +213,61 @@ impl fmt::Display for Reason {
                 f,
                 "minValues of {key} not met: {available} of {needed} values remain"
             ),
+            Self::ReservedCapacity => f.write_str(
+                "compatible capacity reservations are used up; waiting for reserved capacity",
+            ),
+        }
+    }
+}
+
+/// Which criteria ruled out every instance type of a NodePool: whether any type met the
+/// requirements, had enough resources, had an available compatible offering, and whether any
+/// met each pair while missing the third (Karpenter's `InstanceTypeFilterError`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "one flag per criterion, as Karpenter reports them"
+)]
+pub struct InstanceTypeChecks {
+    pub requirements_met: bool,
+    pub fits: bool,
+    pub has_offering: bool,
+    pub requirements_and_fits: bool,
+    pub requirements_and_offering: bool,
+    pub fits_and_offering: bool,
+}
+
+impl InstanceTypeChecks {
+    /// Karpenter's wording for what ruled the instance types out.
+    #[must_use]
+    pub fn summary(self) -> &'static str {
+        match (self.requirements_met, self.fits, self.has_offering) {
+            (false, false, false) => {
+                "no instance type met the requirements, had enough resources or had a required offering"
+            }
+            (false, false, true) => "no instance type met the requirements or had enough resources",
+            (false, true, false) => {
+                "no instance type met the requirements or had a required offering"
+            }
+            (true, false, false) => {
+                "no instance type had enough resources or had a required offering"
+            }
+            (false, true, true) => "no instance type met all requirements",
+            (true, false, true) => "no instance type has enough resources",
+            (true, true, false) => "no instance type has the required offering",
+            (true, true, true) if self.requirements_and_fits => {
+                "no instance type that meets the requirements and has enough resources has a required offering"
+            }
+            (true, true, true) if self.fits_and_offering => {
+                "no instance type that has enough resources and a required offering meets the requirements"
+            }
+            (true, true, true) if self.requirements_and_offering => {
+                "no instance type that meets the requirements and has a required offering has enough resources"
+            }
+            (true, true, true) => {
+                "no instance type meets the requirements, resources and offering together"
+            }
         }
     }
 }
@@ -269,6 +290,9 @@ pub struct PodFailure {
     pub pod_key: String,
     /// One reason per NodePool, in the order the pools were tried.
     pub reasons: Vec<PoolReason>,
+    /// Deferred for reserved capacity rather than unschedulable: Karpenter records no
+    /// `FailedScheduling` event for these.
+    pub deferred: bool,
 }
 
 impl PodFailure {

@@ -165,6 +165,9 @@ pub(super) struct Pool {
     class_types: FxHashMap<usize, BitSet>,
     /// Per class: its instance types, cheapest compatible offering first.
     class_order: FxHashMap<usize, Vec<usize>>,
+    /// Per class: (instance type, reservation ID) of the available reserved offerings the
+    /// class allows.
+    class_reserved: FxHashMap<usize, Vec<(usize, Arc<str>)>>,
     pub remaining: ResourceLimits,
     /// Types within the remaining limits, and whether that set is current.
     within_limits: BitSet,
@@ -207,6 +210,8 @@ pub(super) struct Slot {
     slack: Resources,
     /// Where the slot is filed in the free-room index: its bucket and position.
     room: Option<(RoomBucket, usize)>,
+    /// NodeClaims: the capacity reservations held for it (one instance each).
+    reserved: Vec<Arc<str>>,
 }
 
 /// Free room in (CPU, memory) buckets: bucket `b` holds amounts in `[2^(b-1), 2^b)`.
@@ -220,23 +225,40 @@ pub(super) enum Reject {
     Resources,
     Hostname,
     Requirements,
-    Topology { group: usize, inverse: bool },
+    Topology {
+        group: usize,
+        inverse: bool,
+    },
     Limits(String),
-    InstanceTypes { class: usize },
+    InstanceTypes {
+        class: usize,
+    },
     MinValues(MinValuesError),
+    /// Strict reserved-offering mode: the pod would take the NodeClaim off capacity
+    /// reservations it could use, or every compatible reservation is used up.
+    Reserved,
 }
 
 /// A slot can take the pod; its class (requirements) becomes `class`.
 #[derive(Debug)]
 struct Fit {
     class: usize,
+    /// The capacity reservations the NodeClaim holds with the pod added.
+    reserve: Vec<Arc<str>>,
 }
 
 /// A new NodeClaim can take the pod.
 #[derive(Debug)]
 struct NewFit {
-    class: usize,
+    fit: Fit,
     types: BitSet,
+}
+
+/// Remaining capacity of each reservation (Karpenter's `ReservationManager`).
+#[derive(Debug)]
+pub(super) struct Reservations {
+    capacity: FxHashMap<Arc<str>, i64>,
+    strict: bool,
 }
 
 /// Per-attempt scratch: the node-independent topology decisions.
@@ -294,6 +316,10 @@ pub(super) struct Solver<'a> {
     /// Set once the groups of the unrelaxed pods exist; groups created later (for relaxed
     /// pods) link themselves to the signatures they select.
     ready: bool,
+    /// Capacity reservations, when the `ReservedCapacity` gate is on and pools offer some.
+    reservations: Option<Reservations>,
+    /// Pods deferred because reserved capacity ran out (strict mode).
+    deferred: Vec<bool>,
 }
 
 /// Karpenter's placeholder hostnames for NodeClaims not launched yet.
@@ -342,9 +368,12 @@ impl<'a> Solver<'a> {
             last_variant: vec![0; snapshot.pods.len()],
             attempt: Attempt::default(),
             ready: false,
+            reservations: None,
+            deferred: vec![false; snapshot.pods.len()],
         };
         solver.empty_req = solver.reqs.intern(Requirements::new());
         solver.init_pools();
+        solver.init_reservations(options);
         solver.init_sigs();
         solver.init_tables();
         solver.init_existing_slots();
@@ -456,9 +485,16 @@ impl<'a> Solver<'a> {
 
     fn try_schedule(&mut self, pod: usize) -> bool {
         let mut variant = self.sigs[self.pod_sig[pod]].base;
+        self.deferred[pod] = false;
         loop {
-            if self.add(pod, variant) {
-                return true;
+            match self.add(pod, variant) {
+                Added::Placed => return true,
+                // Reserved capacity may free up later; relaxing would not help.
+                Added::Deferred => {
+                    self.deferred[pod] = true;
+                    break;
+                }
+                Added::NoRoom => {}
             }
             match self.relax(variant) {
                 Some(next) => variant = next,
@@ -469,7 +505,7 @@ impl<'a> Solver<'a> {
         false
     }
 
-    fn add(&mut self, pod: usize, variant: usize) -> bool {
+    fn add(&mut self, pod: usize, variant: usize) -> Added {
         self.prepare_attempt(variant);
         if self
             .attempt
@@ -477,7 +513,7 @@ impl<'a> Solver<'a> {
             .iter()
             .any(|(a, _)| matches!(a, Allowance::Impossible { .. }))
         {
-            return false;
+            return Added::NoRoom;
         }
         let (existing, total) = (self.existing_slots, self.slots.len());
         let found = self
@@ -485,20 +521,32 @@ impl<'a> Solver<'a> {
             .or_else(|| self.find_free_room(variant))
             .or_else(|| self.find_slot(variant, existing, total));
         if let Some((slot, fit)) = found {
-            self.commit(slot, pod, variant, fit.class);
-            return true;
+            self.commit(slot, pod, variant, fit);
+            return Added::Placed;
         }
         for pool in 0..self.pools.len() {
-            if let Ok(fit) = self.check_new(pool, variant) {
-                let slot = self.open_claim(pool, fit.types);
-                self.commit(slot, pod, variant, fit.class);
-                return true;
+            match self.check_new(pool, variant) {
+                Ok(new) => {
+                    let slot = self.open_claim(pool, new.types);
+                    self.commit(slot, pod, variant, new.fit);
+                    return Added::Placed;
+                }
+                // A heavier pool has reservations for the pod: lighter pools must not take it.
+                Err(Reject::Reserved) => return Added::Deferred,
+                Err(_) => {}
             }
         }
-        false
+        Added::NoRoom
     }
+}
 
-    // ---- results --------------------------------------------------------------------------
+/// The outcome of one placement attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Added {
+    Placed,
+    NoRoom,
+    /// Strict reserved-offering mode refused: try again in a later run.
+    Deferred,
 }
 
 /// Most NodeClaims the free-room search fully checks per pod before falling back to first

@@ -1,12 +1,14 @@
 //! Placing a pod: opening NodeClaims, committing a pod to a slot (resources, requirements,
 //! instance types, limits, topology counts) and keeping the free-room index current.
 
+use std::sync::Arc;
+
 use crate::domain::requirements::AllowUndefined;
 use crate::domain::resources::Resources;
 
 use super::super::bitset::BitSet;
 use super::super::topology::GroupKind;
-use super::{Slot, SlotKind, Solver, bucket_of, fits_sum, placeholder_hostname};
+use super::{Fit, Slot, SlotKind, Solver, bucket_of, fits_sum, placeholder_hostname};
 
 impl Solver<'_> {
     pub(super) fn open_claim(&mut self, pool: usize, types: BitSet) -> usize {
@@ -38,6 +40,7 @@ impl Solver<'_> {
             price_cursor: 0,
             slack: Resources::default(),
             room: None,
+            reserved: Vec::new(),
         });
         self.open.insert(slot);
         slot
@@ -45,7 +48,9 @@ impl Solver<'_> {
 
     /// Places the pod on the slot: resources, requirements, instance types, host ports and
     /// topology counts.
-    pub(super) fn commit(&mut self, slot: usize, pod: usize, variant: usize, class: usize) {
+    pub(super) fn commit(&mut self, slot: usize, pod: usize, variant: usize, fit: Fit) {
+        let Fit { class, reserve } = fit;
+        self.hold_reservations(slot, reserve);
         let sig = self.variants[variant].sig;
         let shape = self.sigs[sig].shape.clone();
         self.placed[pod] = Some(slot);
@@ -185,5 +190,25 @@ impl Solver<'_> {
         order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let order = order.into_iter().map(|(_, t)| t).collect();
         self.pools[pool].class_order.insert(class, order);
+    }
+
+    /// Holds `reserve` for the slot: one instance of each newly held reservation taken, each
+    /// one no longer held given back.
+    pub(super) fn hold_reservations(&mut self, slot: usize, reserve: Vec<Arc<str>>) {
+        let Some(reservations) = &mut self.reservations else {
+            return;
+        };
+        let held = &self.slots[slot].reserved;
+        for id in reserve.iter().filter(|id| !held.contains(id)) {
+            if let Some(capacity) = reservations.capacity.get_mut(id) {
+                *capacity -= 1;
+            }
+        }
+        for id in held.iter().filter(|id| !reserve.contains(id)) {
+            if let Some(capacity) = reservations.capacity.get_mut(id) {
+                *capacity += 1;
+            }
+        }
+        self.slots[slot].reserved = reserve;
     }
 }

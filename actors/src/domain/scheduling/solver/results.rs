@@ -37,10 +37,24 @@ impl Solver<'_> {
                     self.ensure_class_order(pool, class);
                     let (s, p) = (&self.slots[slot], &self.pools[pool]);
                     let mut requirements = self.reqs.get(class).clone();
+                    if !s.reserved.is_empty() {
+                        // Karpenter's FinalizeScheduling: launch into the held reservations.
+                        requirements.set(Requirement::in_values(
+                            labels::CAPACITY_TYPE,
+                            &[labels::CAPACITY_TYPE_RESERVED],
+                        ));
+                        requirements.add(Requirement::in_shared(
+                            Arc::from(labels::CAPACITY_RESERVATION_ID),
+                            s.reserved.iter().cloned(),
+                        ));
+                    }
                     // The class's price order, restricted to the types that still fit.
                     let types: Vec<Arc<InstanceType>> = p.class_order[&class]
                         .iter()
                         .filter(|t| s.types.contains(**t) && s.used.fits_in(&p.alloc[**t]))
+                        .filter(|t| {
+                            s.reserved.is_empty() || p.types[**t].is_compatible(&requirements)
+                        })
                         .take(self.max_instance_types)
                         .map(|t| p.types[*t].clone())
                         .collect();
@@ -96,12 +110,14 @@ impl Solver<'_> {
                 pod,
                 pod_key: self.snapshot.pods[pod].key(),
                 reasons,
+                deferred: self.deferred[pod],
             });
         }
         plan
     }
 
-    /// Why each NodePool refused the pod at its last relaxation step.
+    /// Why each NodePool refused the pod at its last relaxation step. A pod waiting for
+    /// reserved capacity was never offered to the NodePools after the one holding it back.
     pub(super) fn explain(&mut self, pod: usize) -> Vec<PoolReason> {
         let variant = self.last_variant[pod];
         self.prepare_attempt(variant);
@@ -122,7 +138,11 @@ impl Solver<'_> {
                     Err(reject) => explain::reason(self, pool, variant, reject),
                 },
             };
+            let waiting = reason == Reason::ReservedCapacity;
             out.push(PoolReason { node_pool, reason });
+            if waiting {
+                break;
+            }
         }
         out
     }

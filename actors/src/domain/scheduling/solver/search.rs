@@ -418,7 +418,10 @@ impl Solver<'_> {
                     return Err(Reject::Requirements);
                 }
                 self.apply_topology(Some(slot), class, variant, true)?;
-                Ok(Fit { class })
+                Ok(Fit {
+                    class,
+                    reserve: Vec::new(),
+                })
             }
             SlotKind::Claim(pool) => {
                 let current = s.class;
@@ -456,7 +459,15 @@ impl Solver<'_> {
                     satisfies_min_values(&fitting, self.reqs.get(class))
                         .map_err(Reject::MinValues)?;
                 }
-                Ok(Fit { class })
+                let reserve = if self.reservations.is_some() {
+                    self.ensure_class_types(pool, class);
+                    let types = self.pools[pool].class_types[&class].and(&self.slots[slot].types);
+                    let need = self.slots[slot].used.plus(requests);
+                    self.reservations_for(Some(slot), pool, class, &types, &need)?
+                } else {
+                    Vec::new()
+                };
+                Ok(Fit { class, reserve })
             }
         }
     }
@@ -540,6 +551,70 @@ impl Solver<'_> {
             let list: Vec<&InstanceType> = types.iter().map(|t| &*p.types[t]).collect();
             satisfies_min_values(&list, self.reqs.get(class)).map_err(Reject::MinValues)?;
         }
-        Ok(NewFit { class, types })
+        let reserve = if self.reservations.is_some() {
+            self.reservations_for(None, pool, class, &types, &need)?
+        } else {
+            Vec::new()
+        };
+        Ok(NewFit {
+            fit: Fit { class, reserve },
+            types,
+        })
+    }
+
+    /// Karpenter's `offeringsToReserve`: the reservations the NodeClaim (`slot`, or a new one)
+    /// would hold with requirements `class` and instance types `types` fitting `need`. In
+    /// strict mode, refuses when compatible reservations exist but none has room, or when the
+    /// NodeClaim would lose all the reservations it holds.
+    pub(super) fn reservations_for(
+        &mut self,
+        slot: Option<usize>,
+        pool: usize,
+        class: usize,
+        types: &BitSet,
+        need: &Resources,
+    ) -> Result<Vec<Arc<str>>, Reject> {
+        self.ensure_class_reserved(pool, class);
+        let Some(reservations) = &self.reservations else {
+            return Ok(Vec::new());
+        };
+        let held: &[Arc<str>] = slot.map_or(&[], |s| &self.slots[s].reserved);
+        let p = &self.pools[pool];
+        let mut compatible = false;
+        let mut reserve: Vec<Arc<str>> = Vec::new();
+        for (t, id) in &p.class_reserved[&class] {
+            if !types.contains(*t) || !need.fits_in(&p.alloc[*t]) {
+                continue;
+            }
+            compatible = true;
+            let room = held.contains(id) || reservations.capacity.get(id).is_some_and(|c| *c > 0);
+            if room && !reserve.contains(id) {
+                reserve.push(id.clone());
+            }
+        }
+        if reservations.strict && reserve.is_empty() && (compatible || !held.is_empty()) {
+            return Err(Reject::Reserved);
+        }
+        Ok(reserve)
+    }
+
+    fn ensure_class_reserved(&mut self, pool: usize, class: usize) {
+        if self.pools[pool].class_reserved.contains_key(&class) {
+            return;
+        }
+        let reqs = self.reqs.get(class);
+        let p = &self.pools[pool];
+        let mut list = Vec::new();
+        for (t, instance_type) in p.types.iter().enumerate() {
+            for offering in instance_type.available_offerings() {
+                if offering.capacity_type() == Some(labels::CAPACITY_TYPE_RESERVED)
+                    && offering.is_compatible(reqs)
+                    && let Some(id) = offering.reservation_id()
+                {
+                    list.push((t, Arc::from(id)));
+                }
+            }
+        }
+        self.pools[pool].class_reserved.insert(class, list);
     }
 }

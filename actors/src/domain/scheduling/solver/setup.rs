@@ -16,7 +16,8 @@ use crate::domain::resources::Resources;
 use super::super::bitset::BitSet;
 use super::super::pod::AffinityTerm;
 use super::super::topology::{DomainTable, GroupKind, without_hostname};
-use super::{Pool, Relaxation, Sig, Slot, SlotKind, Solver};
+use super::super::{Options, ReservedOfferingMode};
+use super::{Pool, Relaxation, Reservations, Sig, Slot, SlotKind, Solver};
 
 impl Solver<'_> {
     pub(super) fn taintset(&mut self, taints: &[Taint]) -> usize {
@@ -25,6 +26,36 @@ impl Solver<'_> {
         }
         self.taintsets.push(Arc::from(taints.to_vec()));
         self.taintsets.len() - 1
+    }
+
+    /// Capacity reservations of every pool's reserved offerings, when the `ReservedCapacity`
+    /// gate is on (the smallest capacity when pools disagree, as Karpenter takes).
+    pub(super) fn init_reservations(&mut self, options: &Options) {
+        if !options.reserved_capacity {
+            return;
+        }
+        let mut capacity: FxHashMap<Arc<str>, i64> = FxHashMap::default();
+        for pool in &self.pools {
+            for offering in pool.types.iter().flat_map(|t| &t.offerings) {
+                if offering.capacity_type() != Some(labels::CAPACITY_TYPE_RESERVED) {
+                    continue;
+                }
+                let Some(id) = offering.reservation_id() else {
+                    continue;
+                };
+                let amount = i64::from(offering.reservation_capacity);
+                capacity
+                    .entry(Arc::from(id))
+                    .and_modify(|c| *c = (*c).min(amount))
+                    .or_insert(amount);
+            }
+        }
+        if !capacity.is_empty() {
+            self.reservations = Some(Reservations {
+                capacity,
+                strict: options.reserved_offering_mode == ReservedOfferingMode::Strict,
+            });
+        }
     }
 
     pub(super) fn init_pools(&mut self) {
@@ -73,6 +104,7 @@ impl Solver<'_> {
                 types,
                 class_types: FxHashMap::default(),
                 class_order: FxHashMap::default(),
+                class_reserved: FxHashMap::default(),
                 remaining,
                 daemon: pool.daemon_overhead.clone(),
                 daemon_ports: pool.daemon_host_ports.clone(),
@@ -241,6 +273,7 @@ impl Solver<'_> {
                 price_cursor: 0,
                 slack: Resources::default(),
                 room: None,
+                reserved: Vec::new(),
             });
             if self.min_request.fits_in(&self.slots[slot].capacity) {
                 self.open.insert(slot);
