@@ -1,11 +1,19 @@
 //! Pure decisions over snapshots: no I/O, no clocks read, no actors. Each module takes data and
 //! returns data; the actors and adapters carry the results out.
 //!
+//! - [`resources`]: quantities and resource lists as integers, pod requests.
+//! - [`requirements`]: Karpenter's requirements algebra over label keys.
+//! - [`instance_type`]: instance types, offerings, prices, truncation with `minValues`.
+//! - [`scheduling`]: the scheduler that turns pending pods into a plan of NodeClaims.
 //! - [`amifamily`]: per-family facts (default block devices, feature flags, SSM alias
 //!   parameters) and the choice of AMIs among `DescribeImages` candidates.
-//! - [`interruption`]: parsing interruption queue messages and planning what to do about them.
 //! - [`userdata`]: the user data of every AMI family, merged with the user's.
+//! - [`interruption`]: parsing interruption queue messages and planning what to do about them.
 
 pub mod amifamily;
+pub mod instance_type;
 pub mod interruption;
+pub mod requirements;
+pub mod resources;
+pub mod scheduling;
 pub mod userdata;

@@ -1,0 +1,389 @@
+//! Building the solver's state from a snapshot: NodePools in weight order with the instance
+//! types their requirements allow, pod signatures, topology domain tables, existing nodes as
+//! slots, and the topology groups with the existing pods counted.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use crate::apis::labels;
+use crate::apis::taints::{Taint, TaintEffect};
+use crate::domain::instance_type::{InstanceType, order_by_price};
+use crate::domain::requirements::Requirements;
+use crate::domain::resources::Resources;
+
+use super::super::bitset::BitSet;
+use super::super::pod::AffinityTerm;
+use super::super::topology::{DomainTable, GroupKind, without_hostname};
+use super::super::{Options, ReservedOfferingMode};
+use super::{Pool, Relaxation, Reservations, Sig, Slot, SlotKind, Solver};
+
+impl Solver<'_> {
+    pub(super) fn taintset(&mut self, taints: &[Taint]) -> usize {
+        if let Some(i) = self.taintsets.iter().position(|t| **t == *taints) {
+            return i;
+        }
+        self.taintsets.push(Arc::from(taints.to_vec()));
+        self.taintsets.len() - 1
+    }
+
+    /// Capacity reservations of every pool's reserved offerings, when the `ReservedCapacity`
+    /// gate is on (the smallest capacity when pools disagree, as Karpenter takes).
+    pub(super) fn init_reservations(&mut self, options: &Options) {
+        if !options.reserved_capacity {
+            return;
+        }
+        let mut capacity: FxHashMap<Arc<str>, i64> = FxHashMap::default();
+        for pool in &self.pools {
+            for offering in pool.types.iter().flat_map(|t| &t.offerings) {
+                if offering.capacity_type() != Some(labels::CAPACITY_TYPE_RESERVED) {
+                    continue;
+                }
+                let Some(id) = offering.reservation_id() else {
+                    continue;
+                };
+                let amount = i64::from(offering.reservation_capacity);
+                capacity
+                    .entry(Arc::from(id))
+                    .and_modify(|c| *c = (*c).min(amount))
+                    .or_insert(amount);
+            }
+        }
+        if !capacity.is_empty() {
+            self.reservations = Some(Reservations {
+                capacity,
+                strict: options.reserved_offering_mode == ReservedOfferingMode::Strict,
+            });
+        }
+    }
+
+    pub(super) fn init_pools(&mut self) {
+        let mut order: Vec<usize> = (0..self.snapshot.node_pools.len()).collect();
+        order.sort_by(|a, b| {
+            let (pa, pb) = (&self.snapshot.node_pools[*a], &self.snapshot.node_pools[*b]);
+            pb.weight
+                .cmp(&pa.weight)
+                .then_with(|| pa.name.cmp(&pb.name))
+        });
+        for input in order {
+            let pool = &self.snapshot.node_pools[input];
+            self.any_prefer_no_schedule |= pool
+                .taints
+                .iter()
+                .any(|t| t.effect == TaintEffect::PreferNoSchedule);
+            let base_reqs = without_hostname(&pool.requirements);
+            let mut types: Vec<Arc<InstanceType>> = pool
+                .instance_types
+                .iter()
+                .filter(|t| t.is_compatible(&base_reqs))
+                .cloned()
+                .collect();
+            if types.is_empty() {
+                self.skipped_pools.push(input);
+                continue;
+            }
+            order_by_price(&mut types, &base_reqs);
+            let base = self.reqs.intern(base_reqs);
+            let taints = self.taintset(&pool.taints);
+            let mut remaining = pool.limits.clone();
+            for node in &self.snapshot.existing_nodes {
+                if node.node_pool() == Some(pool.name.as_str()) {
+                    remaining.subtract(&node.capacity);
+                }
+            }
+            self.pools.push(Pool {
+                input,
+                name: pool.name.clone(),
+                base,
+                taints,
+                alloc: types.iter().map(|t| t.allocatable().clone()).collect(),
+                capacity: types.iter().map(|t| t.capacity.clone()).collect(),
+                within_limits: BitSet::full(types.len()),
+                within_limits_stale: !remaining.is_unlimited(),
+                types,
+                class_types: FxHashMap::default(),
+                class_order: FxHashMap::default(),
+                class_reserved: FxHashMap::default(),
+                remaining,
+                daemon: pool.daemon_overhead.clone(),
+                daemon_ports: pool.daemon_host_ports.clone(),
+            });
+        }
+    }
+
+    pub(super) fn init_sigs(&mut self) {
+        let mut min_request: Option<Resources> = None;
+        for pod in &self.snapshot.pods {
+            let next = self.sigs.len();
+            let sig = *self.sig_index.entry(pod.shape.clone()).or_insert(next);
+            if sig == next {
+                self.sigs.push(Sig {
+                    shape: pod.shape.clone(),
+                    selected_by: Vec::new(),
+                    inverse_selecting: Vec::new(),
+                    inverse_owned: Vec::new(),
+                    base: usize::MAX,
+                });
+                let requests = &pod.shape.requests;
+                match &mut min_request {
+                    None => min_request = Some(requests.clone()),
+                    Some(min) => {
+                        min.cpu = min.cpu.min(requests.cpu);
+                        min.memory = min.memory.min(requests.memory);
+                        min.pods = min.pods.min(requests.pods);
+                        min.ephemeral_storage =
+                            min.ephemeral_storage.min(requests.ephemeral_storage);
+                    }
+                }
+            }
+            self.pod_sig.push(sig);
+        }
+        // Extended resources are left out of the minimum: a pod without them needs none.
+        let mut min = min_request.unwrap_or_default();
+        for (name, _) in min.extended().to_vec() {
+            min.set(&name, 0);
+        }
+        self.min_request = min;
+    }
+
+    pub(super) fn topology_keys(&self) -> Vec<Arc<str>> {
+        let mut keys: Vec<Arc<str>> = Vec::new();
+        let mut add = |key: &str| {
+            let key = labels::normalize(key);
+            if key != labels::HOSTNAME && !keys.iter().any(|k| &**k == key) {
+                keys.push(Arc::from(key));
+            }
+        };
+        for sig in &self.sigs {
+            let shape = &sig.shape;
+            shape.spread.iter().for_each(|s| add(&s.topology_key));
+            shape
+                .affinity
+                .iter()
+                .chain(&shape.preferred_affinity)
+                .chain(&shape.anti_affinity)
+                .chain(&shape.preferred_anti_affinity)
+                .for_each(|t| add(&t.topology_key));
+        }
+        for node in &self.snapshot.existing_nodes {
+            for pod in &node.pods {
+                pod.anti_affinity.iter().for_each(|t| add(&t.topology_key));
+            }
+        }
+        keys
+    }
+
+    pub(super) fn init_tables(&mut self) {
+        for key in self.topology_keys() {
+            self.table_of.insert(key.clone(), self.tables.len());
+            self.table_keys.push(key);
+            self.tables.push(DomainTable::default());
+        }
+        if self.tables.is_empty() {
+            return;
+        }
+        let keys: Vec<(Arc<str>, usize)> = self
+            .table_keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.clone(), i))
+            .collect();
+        for pool in &self.pools {
+            let base = self.reqs.get(pool.base);
+            let taints = self.taintsets[pool.taints].clone();
+            for (key, table) in &keys {
+                let pool_req = base.get(key);
+                for instance_type in &pool.types {
+                    let combined = match (pool_req, instance_type.requirements.get(key)) {
+                        (None, None) => continue,
+                        (Some(r), None) | (None, Some(r)) => r.clone(),
+                        (Some(a), Some(b)) => a.intersection(b),
+                    };
+                    if !combined.is_complement() {
+                        for value in combined.values() {
+                            self.tables[*table].offer(value, &taints);
+                        }
+                    }
+                }
+                if let Some(r) = pool_req
+                    && !r.is_complement()
+                {
+                    for value in r.values() {
+                        self.tables[*table].offer(value, &taints);
+                    }
+                }
+            }
+        }
+        for node in &self.snapshot.existing_nodes {
+            for (key, value) in &node.labels {
+                if let Some(table) = self.table_of.get(labels::normalize(key)) {
+                    self.tables[*table].intern(value);
+                }
+            }
+        }
+    }
+
+    pub(super) fn init_existing_slots(&mut self) {
+        let nodes = &self.snapshot.existing_nodes;
+        let mut order: Vec<usize> = (0..nodes.len()).collect();
+        order.sort_by(|a, b| {
+            let (na, nb) = (&nodes[*a], &nodes[*b]);
+            nb.initialized
+                .cmp(&na.initialized)
+                .then_with(|| na.name.cmp(&nb.name))
+        });
+        let mut label_sets: FxHashMap<(String, BTreeMap<String, String>), usize> =
+            FxHashMap::default();
+        for index in order {
+            let node = &nodes[index];
+            let class_reqs = without_hostname(&Requirements::from_labels(&node.labels));
+            let class = self.reqs.intern(class_reqs);
+            let taints = self.taintset(&node.taints);
+            let mut daemon = node.pending_daemon_overhead.clone();
+            daemon.clamp_negative_to_zero();
+            let capacity = node.allocatable.minus(&node.requested).minus(&daemon);
+            let slot = self.slots.len();
+            for pod in node.pods.iter().filter(|p| p.counts_for_topology) {
+                let key = (pod.namespace.clone(), pod.labels.clone());
+                let next = self.label_sets.len();
+                let entry = *label_sets.entry(key).or_insert(next);
+                if entry == next {
+                    self.label_sets
+                        .push((pod.namespace.clone(), pod.labels.clone(), Vec::new()));
+                }
+                self.label_sets[entry].2.push(slot);
+            }
+            self.slots.push(Slot {
+                kind: SlotKind::Existing(index),
+                class,
+                taints,
+                used: Resources::default(),
+                capacity,
+                types: BitSet::new(),
+                max_capacity: Resources::default(),
+                pods: Vec::new(),
+                host_ports: node
+                    .pods
+                    .iter()
+                    .flat_map(|p| p.host_ports.clone())
+                    .collect(),
+                hostname: Arc::from(node.hostname()),
+                cheapest: 0,
+                price_cursor: 0,
+                slack: Resources::default(),
+                room: None,
+                reserved: Vec::new(),
+            });
+            if self.min_request.fits_in(&self.slots[slot].capacity) {
+                self.open.insert(slot);
+            }
+        }
+        self.existing_slots = self.slots.len();
+    }
+
+    /// Creates every group the batch's unrelaxed pods and the existing pods' anti-affinity
+    /// define, counts existing pods into them, and links signatures to the groups that select
+    /// them.
+    pub(super) fn init_groups(&mut self) {
+        for sig in 0..self.sigs.len() {
+            let base = self.variant(sig, Relaxation::default());
+            self.sigs[sig].base = base;
+            let shape = self.sigs[sig].shape.clone();
+            let tolerations = shape.tolerations.clone();
+            let owned: Vec<usize> = shape
+                .anti_affinity
+                .iter()
+                .map(|term| {
+                    let key =
+                        self.affinity_key(&shape.namespace, term, GroupKind::AntiAffinity, true);
+                    self.intern_group(key, Some(&tolerations))
+                })
+                .collect();
+            self.sigs[sig].inverse_owned = owned;
+        }
+        let snapshot = self.snapshot;
+        for (slot, node_pod) in self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, s)| match s.kind {
+                SlotKind::Existing(n) => Some((slot, n)),
+                SlotKind::Claim(_) => None,
+            })
+            .flat_map(|(slot, n)| {
+                snapshot.existing_nodes[n]
+                    .pods
+                    .iter()
+                    .filter(|p| p.counts_for_topology && !p.anti_affinity.is_empty())
+                    .map(move |p| (slot, p))
+            })
+            .collect::<Vec<_>>()
+        {
+            for term in &node_pod.anti_affinity {
+                let key =
+                    self.affinity_key(&node_pod.namespace, term, GroupKind::AntiAffinity, true);
+                let group = self.intern_group(key, None);
+                self.record_slot_domains(group, slot, true);
+            }
+        }
+        for sig in 0..self.sigs.len() {
+            let shape = self.sigs[sig].shape.clone();
+            let candidates = self.selection_candidates(&shape.namespace, &shape.labels);
+            for group in candidates {
+                if self.groups[group].selects(&shape.namespace, &shape.labels) {
+                    if self.groups[group].key.inverse {
+                        self.sigs[sig].inverse_selecting.push(group);
+                    } else {
+                        self.sigs[sig].selected_by.push(group);
+                    }
+                }
+            }
+        }
+        self.ready = true;
+    }
+
+    pub(super) fn selection_candidates(
+        &self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Vec<usize> {
+        let mut out: Vec<usize> = self.unanchored.get(namespace).cloned().unwrap_or_default();
+        for (key, value) in labels {
+            if let Some(groups) =
+                self.anchored
+                    .get(&(namespace.to_owned(), key.clone(), value.clone()))
+            {
+                out.extend_from_slice(groups);
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    pub(super) fn resolve_namespaces(
+        &self,
+        pod_namespace: &str,
+        term: &AffinityTerm,
+    ) -> Vec<String> {
+        let mut out = match &term.namespace_selector {
+            None if term.namespaces.is_empty() => vec![pod_namespace.to_owned()],
+            None => term.namespaces.clone(),
+            Some(selector) => {
+                let mut selected: Vec<String> = self
+                    .snapshot
+                    .namespaces
+                    .iter()
+                    .filter(|(_, labels)| selector.matches(labels))
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                selected.extend(term.namespaces.iter().cloned());
+                selected
+            }
+        };
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
