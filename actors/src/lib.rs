@@ -1,2 +1,4 @@
 //! The brain of karpenter.
 pub mod apis;
+pub mod aws;
+pub mod ports;
