@@ -4,6 +4,7 @@
 //! and launching through batched `CreateFleet` calls.
 
 pub mod instance_types;
+pub mod pricing;
 pub mod quantity;
 pub mod retry;
 pub mod unavailable;
