@@ -3,7 +3,10 @@
 //! (reference 4.2-4.4): instance types and offerings, prices, the unavailable-offerings cache,
 //! and launching through batched `CreateFleet` calls.
 
+pub mod batcher;
+pub mod instance_type_provider;
 pub mod instance_types;
+pub mod instances;
 pub mod pricing;
 pub mod quantity;
 pub mod retry;

@@ -745,6 +745,8 @@ impl Ec2Api for KwokEc2 {
                 .fleets
                 .insert(token.clone(), (request.clone(), response.clone()));
         }
+        drop(state);
+        self.faults.check_response(OP)?;
         Ok(response)
     }
 

@@ -17,6 +17,8 @@ pub struct RecordedCall {
 type Predicate = Arc<dyn Fn(&RecordedCall) -> bool + Send + Sync>;
 
 struct Rule {
+    /// Fails the response after the call took effect (a lost answer) instead of the call.
+    after: bool,
     matches: Predicate,
     /// `None`: every matching call fails.
     remaining: Option<usize>,
@@ -49,6 +51,40 @@ impl Faults {
         );
     }
 
+    /// The next `count` calls of `operation` take effect but answer `error`, as when a response
+    /// is lost on the way back. Services check these with [`Faults::check_response`].
+    pub fn lose_next_responses(&self, operation: &'static str, count: usize, error: AwsError) {
+        self.rules
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Rule {
+                after: true,
+                matches: Arc::new(move |call: &RecordedCall| call.operation == operation),
+                remaining: Some(count),
+                error,
+            });
+    }
+
+    /// After a call took effect: the injected error that replaces its answer, if any.
+    pub fn check_response(&self, operation: &'static str) -> Result<(), AwsError> {
+        let call = RecordedCall {
+            operation,
+            detail: String::new(),
+        };
+        let mut rules = self.rules.lock().unwrap_or_else(PoisonError::into_inner);
+        let failure = rules
+            .iter_mut()
+            .find(|rule| rule.after && rule.remaining != Some(0) && (rule.matches)(&call))
+            .map(|rule| {
+                if let Some(remaining) = rule.remaining.as_mut() {
+                    *remaining -= 1;
+                }
+                rule.error.clone()
+            });
+        rules.retain(|rule| rule.remaining != Some(0));
+        failure.map_or(Ok(()), Err)
+    }
+
     /// Every call for which `predicate` holds fails with `error`, until [`Faults::clear`].
     pub fn fail_when(
         &self,
@@ -63,6 +99,7 @@ impl Faults {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(Rule {
+                after: false,
                 matches,
                 remaining,
                 error,
@@ -89,7 +126,7 @@ impl Faults {
         let mut rules = self.rules.lock().unwrap_or_else(PoisonError::into_inner);
         let failure = rules
             .iter_mut()
-            .find(|rule| rule.remaining != Some(0) && (rule.matches)(&call))
+            .find(|rule| !rule.after && rule.remaining != Some(0) && (rule.matches)(&call))
             .map(|rule| {
                 if let Some(remaining) = rule.remaining.as_mut() {
                     *remaining -= 1;
