@@ -1,2 +1,0 @@
-//! Placeholder, filled in below.
-fn main() {}
