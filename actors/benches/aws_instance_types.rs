@@ -1,5 +1,5 @@
 //! Instance-type and offering computation for the full catalogue (kwok's bundled real one, about
-//! 1,400 types) across the three zones of a NodeClass's subnets: resolution alone, a cold
+//! 1,400 types) across the three zones of a `NodeClass`'s subnets: resolution alone, a cold
 //! `list` (catalogue fetch from kwok, resolution, offerings), a cached `list`, and a `list`
 //! after an ICE mark (offerings rebuilt, resolution memoised). Prints the resident-memory
 //! growth of holding one resolved list.

@@ -293,7 +293,12 @@ async fn an_insufficient_capacity_error_hides_the_offering_for_three_minutes() {
     };
     assert!(!offering(&env), "listed as unavailable at once");
 
-    tokio::time::advance(UNAVAILABLE_OFFERINGS_TTL - Duration::from_secs(1)).await;
+    tokio::time::advance(
+        UNAVAILABLE_OFFERINGS_TTL
+            .checked_sub(Duration::from_secs(1))
+            .unwrap(),
+    )
+    .await;
     assert!(!offering(&env));
     tokio::time::advance(Duration::from_secs(2)).await;
     assert!(offering(&env), "available again after the TTL");

@@ -13,8 +13,8 @@ use karpenter_actors::ports::ec2::{
     DescribeImagesRequest, DescribeInstancesRequest, DescribeLaunchTemplatesRequest, Ec2Api,
     Ec2CapacityType, Filter, FleetError, FleetInstance, Gpu, Image, InferenceAccelerator, Instance,
     InstanceState, InstanceStateChange, InstanceStorage, InstanceTypeInfo, InstanceTypeOffering,
-    LaunchTemplate, LaunchTemplateRef, NeuronDevice, RunInstancesRequest, SecurityGroup, SpotPrice,
-    SpotPriceHistoryRequest, Subnet, Tags,
+    LaunchTemplate, LaunchTemplateData, LaunchTemplateRef, NeuronDevice, RunInstancesRequest,
+    SecurityGroup, SpotPrice, SpotPriceHistoryRequest, Subnet, Tags,
 };
 
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
@@ -84,6 +84,10 @@ fn capacity_type(lifecycle: Option<&str>) -> Ec2CapacityType {
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one field conversion per line of the port's InstanceTypeInfo"
+)]
 fn instance_type_info(info: &t::InstanceTypeInfo) -> InstanceTypeInfo {
     let network = info.network_info();
     let default_card = network
@@ -267,6 +271,145 @@ fn state(value: Option<&t::InstanceState>) -> InstanceState {
         .and_then(t::InstanceState::name)
         .and_then(|n| InstanceState::parse(n.as_str()))
         .unwrap_or(InstanceState::Pending)
+}
+
+fn launch_template_data(data: &LaunchTemplateData) -> t::RequestLaunchTemplateData {
+    let mappings: Vec<t::LaunchTemplateBlockDeviceMappingRequest> = data
+        .block_device_mappings
+        .iter()
+        .map(|m| {
+            t::LaunchTemplateBlockDeviceMappingRequest::builder()
+                .device_name(&m.device_name)
+                .ebs(
+                    t::LaunchTemplateEbsBlockDeviceRequest::builder()
+                        .set_volume_size(m.volume_size_gib)
+                        .set_volume_type(m.volume_type.as_deref().map(t::VolumeType::from))
+                        .set_iops(m.iops)
+                        .set_throughput(m.throughput)
+                        .set_encrypted(m.encrypted)
+                        .set_kms_key_id(m.kms_key_id.clone())
+                        .set_delete_on_termination(m.delete_on_termination)
+                        .set_snapshot_id(m.snapshot_id.clone())
+                        .set_volume_initialization_rate(m.volume_initialization_rate)
+                        .build(),
+                )
+                .build()
+        })
+        .collect();
+    let mut builder = t::RequestLaunchTemplateData::builder()
+        .set_image_id(data.image_id.clone())
+        .set_user_data(data.user_data.clone())
+        .set_security_group_ids(
+            (!data.security_group_ids.is_empty()).then(|| data.security_group_ids.clone()),
+        )
+        .set_block_device_mappings((!mappings.is_empty()).then_some(mappings))
+        .monitoring(
+            t::LaunchTemplatesMonitoringRequest::builder()
+                .enabled(data.detailed_monitoring)
+                .build(),
+        );
+    if let Some(profile) = &data.instance_profile_name {
+        builder = builder.iam_instance_profile(
+            t::LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                .name(profile)
+                .build(),
+        );
+    }
+    if let Some(metadata) = &data.metadata_options {
+        builder = builder.metadata_options(
+            t::LaunchTemplateInstanceMetadataOptionsRequest::builder()
+                .http_endpoint(t::LaunchTemplateInstanceMetadataEndpointState::from(
+                    metadata.http_endpoint.as_str(),
+                ))
+                .http_tokens(t::LaunchTemplateHttpTokensState::from(
+                    metadata.http_tokens.as_str(),
+                ))
+                .http_put_response_hop_limit(metadata.http_put_response_hop_limit)
+                .http_protocol_ipv6(t::LaunchTemplateInstanceMetadataProtocolIpv6::from(
+                    metadata.http_protocol_ipv6.as_str(),
+                ))
+                .build(),
+        );
+    }
+    if !data.instance_tags.is_empty() {
+        builder = builder
+            .tag_specifications(
+                t::LaunchTemplateTagSpecificationRequest::builder()
+                    .resource_type(t::ResourceType::Instance)
+                    .set_tags(Some(ec2_tags(&data.instance_tags)))
+                    .build(),
+            )
+            .tag_specifications(
+                t::LaunchTemplateTagSpecificationRequest::builder()
+                    .resource_type(t::ResourceType::Volume)
+                    .set_tags(Some(ec2_tags(&data.instance_tags)))
+                    .build(),
+            );
+    }
+    builder.build()
+}
+
+fn fleet_response(out: &ec2::operation::create_fleet::CreateFleetOutput) -> CreateFleetResponse {
+    let overrides_of = |lt: Option<&t::LaunchTemplateAndOverridesResponse>| {
+        lt.and_then(t::LaunchTemplateAndOverridesResponse::overrides)
+            .cloned()
+    };
+    CreateFleetResponse {
+        fleet_id: out.fleet_id().map(str::to_owned),
+        instances: out
+            .instances()
+            .iter()
+            .map(|i| {
+                let overrides = overrides_of(i.launch_template_and_overrides());
+                FleetInstance {
+                    instance_ids: i.instance_ids().to_vec(),
+                    instance_type: i
+                        .instance_type()
+                        .map(|t| t.as_str().to_owned())
+                        .unwrap_or_default(),
+                    zone: overrides
+                        .as_ref()
+                        .and_then(|o| o.availability_zone())
+                        .unwrap_or("")
+                        .to_owned(),
+                    subnet_id: overrides
+                        .as_ref()
+                        .and_then(|o| o.subnet_id())
+                        .unwrap_or("")
+                        .to_owned(),
+                    image_id: overrides
+                        .as_ref()
+                        .and_then(|o| o.image_id())
+                        .map(str::to_owned),
+                    capacity_type: capacity_type(i.lifecycle().map(t::InstanceLifecycle::as_str)),
+                }
+            })
+            .collect(),
+        errors: out
+            .errors()
+            .iter()
+            .map(|e| {
+                let overrides = overrides_of(e.launch_template_and_overrides());
+                FleetError {
+                    code: e.error_code().unwrap_or("").to_owned(),
+                    message: e.error_message().unwrap_or("").to_owned(),
+                    instance_type: overrides
+                        .as_ref()
+                        .and_then(|o| o.instance_type())
+                        .map(|t| t.as_str().to_owned()),
+                    zone: overrides
+                        .as_ref()
+                        .and_then(|o| o.availability_zone())
+                        .map(str::to_owned),
+                    subnet_id: overrides
+                        .as_ref()
+                        .and_then(|o| o.subnet_id())
+                        .map(str::to_owned),
+                }
+            })
+            .collect(),
+        request_id: aws_types::request_id::RequestId::request_id(out).map(str::to_owned),
+    }
 }
 
 impl Ec2Adapter {
@@ -479,80 +622,7 @@ impl Ec2Api for Ec2Adapter {
         &self,
         request: &CreateLaunchTemplateRequest,
     ) -> Result<LaunchTemplate, AwsError> {
-        let data = &request.data;
-        let mappings: Vec<t::LaunchTemplateBlockDeviceMappingRequest> = data
-            .block_device_mappings
-            .iter()
-            .map(|m| {
-                t::LaunchTemplateBlockDeviceMappingRequest::builder()
-                    .device_name(&m.device_name)
-                    .ebs(
-                        t::LaunchTemplateEbsBlockDeviceRequest::builder()
-                            .set_volume_size(m.volume_size_gib)
-                            .set_volume_type(m.volume_type.as_deref().map(t::VolumeType::from))
-                            .set_iops(m.iops)
-                            .set_throughput(m.throughput)
-                            .set_encrypted(m.encrypted)
-                            .set_kms_key_id(m.kms_key_id.clone())
-                            .set_delete_on_termination(m.delete_on_termination)
-                            .set_snapshot_id(m.snapshot_id.clone())
-                            .set_volume_initialization_rate(m.volume_initialization_rate)
-                            .build(),
-                    )
-                    .build()
-            })
-            .collect();
-        let mut builder = t::RequestLaunchTemplateData::builder()
-            .set_image_id(data.image_id.clone())
-            .set_user_data(data.user_data.clone())
-            .set_security_group_ids(
-                (!data.security_group_ids.is_empty()).then(|| data.security_group_ids.clone()),
-            )
-            .set_block_device_mappings((!mappings.is_empty()).then_some(mappings))
-            .monitoring(
-                t::LaunchTemplatesMonitoringRequest::builder()
-                    .enabled(data.detailed_monitoring)
-                    .build(),
-            );
-        if let Some(profile) = &data.instance_profile_name {
-            builder = builder.iam_instance_profile(
-                t::LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
-                    .name(profile)
-                    .build(),
-            );
-        }
-        if let Some(metadata) = &data.metadata_options {
-            builder = builder.metadata_options(
-                t::LaunchTemplateInstanceMetadataOptionsRequest::builder()
-                    .http_endpoint(t::LaunchTemplateInstanceMetadataEndpointState::from(
-                        metadata.http_endpoint.as_str(),
-                    ))
-                    .http_tokens(t::LaunchTemplateHttpTokensState::from(
-                        metadata.http_tokens.as_str(),
-                    ))
-                    .http_put_response_hop_limit(metadata.http_put_response_hop_limit)
-                    .http_protocol_ipv6(t::LaunchTemplateInstanceMetadataProtocolIpv6::from(
-                        metadata.http_protocol_ipv6.as_str(),
-                    ))
-                    .build(),
-            );
-        }
-        if !data.instance_tags.is_empty() {
-            builder = builder
-                .tag_specifications(
-                    t::LaunchTemplateTagSpecificationRequest::builder()
-                        .resource_type(t::ResourceType::Instance)
-                        .set_tags(Some(ec2_tags(&data.instance_tags)))
-                        .build(),
-                )
-                .tag_specifications(
-                    t::LaunchTemplateTagSpecificationRequest::builder()
-                        .resource_type(t::ResourceType::Volume)
-                        .set_tags(Some(ec2_tags(&data.instance_tags)))
-                        .build(),
-                );
-        }
-        let template_data = builder.build();
+        let template_data = launch_template_data(&request.data);
         let out = self
             .call("CreateLaunchTemplate", |c| {
                 c.create_launch_template()
@@ -684,68 +754,7 @@ impl Ec2Api for Ec2Adapter {
                 call.send()
             })
             .await?;
-        let overrides_of = |lt: Option<&t::LaunchTemplateAndOverridesResponse>| {
-            lt.and_then(t::LaunchTemplateAndOverridesResponse::overrides)
-                .cloned()
-        };
-        Ok(CreateFleetResponse {
-            fleet_id: out.fleet_id().map(str::to_owned),
-            instances: out
-                .instances()
-                .iter()
-                .map(|i| {
-                    let overrides = overrides_of(i.launch_template_and_overrides());
-                    FleetInstance {
-                        instance_ids: i.instance_ids().to_vec(),
-                        instance_type: i
-                            .instance_type()
-                            .map(|t| t.as_str().to_owned())
-                            .unwrap_or_default(),
-                        zone: overrides
-                            .as_ref()
-                            .and_then(|o| o.availability_zone())
-                            .unwrap_or("")
-                            .to_owned(),
-                        subnet_id: overrides
-                            .as_ref()
-                            .and_then(|o| o.subnet_id())
-                            .unwrap_or("")
-                            .to_owned(),
-                        image_id: overrides
-                            .as_ref()
-                            .and_then(|o| o.image_id())
-                            .map(str::to_owned),
-                        capacity_type: capacity_type(
-                            i.lifecycle().map(t::InstanceLifecycle::as_str),
-                        ),
-                    }
-                })
-                .collect(),
-            errors: out
-                .errors()
-                .iter()
-                .map(|e| {
-                    let overrides = overrides_of(e.launch_template_and_overrides());
-                    FleetError {
-                        code: e.error_code().unwrap_or("").to_owned(),
-                        message: e.error_message().unwrap_or("").to_owned(),
-                        instance_type: overrides
-                            .as_ref()
-                            .and_then(|o| o.instance_type())
-                            .map(|t| t.as_str().to_owned()),
-                        zone: overrides
-                            .as_ref()
-                            .and_then(|o| o.availability_zone())
-                            .map(str::to_owned),
-                        subnet_id: overrides
-                            .as_ref()
-                            .and_then(|o| o.subnet_id())
-                            .map(str::to_owned),
-                    }
-                })
-                .collect(),
-            request_id: aws_types::request_id::RequestId::request_id(&out).map(str::to_owned),
-        })
+        Ok(fleet_response(&out))
     }
 
     async fn run_instances(
@@ -794,8 +803,8 @@ impl Ec2Api for Ec2Adapter {
             .await?;
         Ok(pages
             .iter()
-            .flat_map(|page| page.reservations())
-            .flat_map(|r| r.instances())
+            .flat_map(ec2::operation::describe_instances::DescribeInstancesOutput::reservations)
+            .flat_map(t::Reservation::instances)
             .filter_map(instance)
             .collect())
     }

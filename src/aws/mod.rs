@@ -43,7 +43,8 @@ where
 {
     retry
         .run(|| {
-            let fut = call(client.clone());
+            // Boxed: SDK futures are tens of kilobytes, too large to move around inline.
+            let fut = Box::pin(call(client.clone()));
             async move {
                 fut.await
                     .map_err(|e| error::from_sdk(service, operation, &e))

@@ -1,4 +1,4 @@
-//! The aws-sdk adapters of `src/aws` against moto_server on loopback: parsing of the catalogue
+//! The aws-sdk adapters of `src/aws` against `moto_server` on loopback: parsing of the catalogue
 //! calls, the launch path, IAM instance profiles, SSM aliases, SQS and EventBridge, and
 //! injected faults with their structured error fields.
 //!
@@ -10,7 +10,9 @@
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    reason = "integration test helpers: a failed unwrap is a failed test"
+    clippy::too_many_lines,
+    reason = "integration test helpers: a failed unwrap is a failed test; each test walks one \
+              scenario against one moto server, which takes seconds to start"
 )]
 
 mod moto;

@@ -30,13 +30,13 @@ pub const CREATE_FLEET_WINDOW: BatchWindow = BatchWindow {
     max_wait: Duration::from_secs(1),
     max_items: 1000,
 };
-/// Karpenter's DescribeInstances batcher: 100 ms idle, 1 s max, 500 ids.
+/// Karpenter's `DescribeInstances` batcher: 100 ms idle, 1 s max, 500 ids.
 pub const DESCRIBE_INSTANCES_WINDOW: BatchWindow = BatchWindow {
     idle: Duration::from_millis(100),
     max_wait: Duration::from_secs(1),
     max_items: 500,
 };
-/// Karpenter's TerminateInstances batcher: 100 ms idle, 1 s max, 500 ids.
+/// Karpenter's `TerminateInstances` batcher: 100 ms idle, 1 s max, 500 ids.
 pub const TERMINATE_INSTANCES_WINDOW: BatchWindow = DESCRIBE_INSTANCES_WINDOW;
 
 /// A boxed executor future.
@@ -73,7 +73,9 @@ pub struct Batcher<K, I, O> {
 
 impl<K, I, O> std::fmt::Debug for Batcher<K, I, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Batcher").field("name", &self.name).finish()
+        f.debug_struct("Batcher")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -177,7 +179,9 @@ mod tests {
 
     use super::*;
 
-    fn recording() -> (Executor<u8, u32, u32>, Arc<Mutex<Vec<Vec<u32>>>>) {
+    type Calls = Arc<Mutex<Vec<Vec<u32>>>>;
+
+    fn recording() -> (Executor<u8, u32, u32>, Calls) {
         let calls = Arc::new(Mutex::new(Vec::new()));
         let seen = Arc::clone(&calls);
         let executor: Executor<u8, u32, u32> = Arc::new(move |_key, items: Vec<u32>| {

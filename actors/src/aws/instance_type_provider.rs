@@ -1,10 +1,10 @@
 //! The instance-type provider: EC2's catalogue and per-zone offerings (refreshed by its actor,
-//! Karpenter refreshes every 12 h), resolved per NodeClass configuration and memoised, with
+//! Karpenter refreshes every 12 h), resolved per `NodeClass` configuration and memoised, with
 //! offerings (price, availability) attached per zone and capacity type (reference 4.2).
 //!
 //! Data flow: [`InstanceTypeProvider::refresh`] calls `DescribeInstanceTypes` and
 //! `DescribeInstanceTypeOfferings`; [`InstanceTypeProvider::list`] resolves the catalogue for a
-//! NodeClass (memoised per catalogue version, NodeClass settings and subnet zones) and attaches
+//! `NodeClass` (memoised per catalogue version, `NodeClass` settings and subnet zones) and attaches
 //! offerings from the pricing provider and the unavailable-offerings cache (memoised until
 //! either changes).
 
@@ -44,7 +44,7 @@ pub struct InstanceTypeDeps {
 type ResolvedList = Arc<Vec<Arc<ResolvedInstanceType>>>;
 type OfferedList = Arc<Vec<Arc<InstanceType>>>;
 
-/// Instance types per NodeClass.
+/// Instance types per `NodeClass`.
 #[derive(Debug)]
 pub struct InstanceTypeProvider {
     deps: InstanceTypeDeps,
@@ -74,7 +74,7 @@ impl InstanceTypeProvider {
         }
     }
 
-    /// Fetches the catalogue and offerings (hvm, x86_64 and arm64 only, as Karpenter).
+    /// Fetches the catalogue and offerings (hvm, `x86_64` and arm64 only, as Karpenter).
     pub async fn refresh(&self) -> Result<(), AwsError> {
         let infos = self
             .deps
@@ -163,7 +163,7 @@ impl InstanceTypeProvider {
         Ok(list)
     }
 
-    /// Every instance type for a NodeClass, with offerings in every zone of the region
+    /// Every instance type for a `NodeClass`, with offerings in every zone of the region
     /// (unavailable ones included, as Karpenter's `GetInstanceTypes`).
     pub fn list(
         &self,

@@ -153,7 +153,7 @@ impl Overhead {
     }
 }
 
-/// An instance type resolved for one NodeClass configuration, without offerings (they change
+/// An instance type resolved for one `NodeClass` configuration, without offerings (they change
 /// with prices and capacity; see [`InstanceType`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolvedInstanceType {
@@ -259,7 +259,7 @@ impl NodeClassSettings {
     }
 }
 
-/// The NodeClass's AMI family: `spec.amiFamily`, else the family of its alias, else Custom.
+/// The `NodeClass`'s AMI family: `spec.amiFamily`, else the family of its alias, else Custom.
 #[must_use]
 pub fn ami_family(spec: &EC2NodeClassSpec) -> AmiFamily {
     spec.ami_family
@@ -281,7 +281,7 @@ pub struct ResolveSettings {
     pub reserved_enis: u32,
 }
 
-/// Where the instance type can run: zones EC2 offers it in, and the NodeClass's subnet zones with
+/// Where the instance type can run: zones EC2 offers it in, and the `NodeClass`'s subnet zones with
 /// their zone ids.
 #[derive(Debug, Clone, Copy)]
 pub struct Placement<'a> {
@@ -289,7 +289,7 @@ pub struct Placement<'a> {
     pub subnet_zones: &'a BTreeMap<String, String>,
 }
 
-/// A NodeClass value that cannot be used to compute instance types.
+/// A `NodeClass` value that cannot be used to compute instance types.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {source}")]
 pub struct ResolveError {
@@ -309,6 +309,10 @@ impl ResolveError {
 
 /// How an AMI family changes the allocatable arithmetic (Karpenter's family feature flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "Karpenter's four independent family feature flags"
+)]
 struct FamilyFlags {
     uses_eni_limited_memory_overhead: bool,
     pods_per_core_enabled: bool,
@@ -352,7 +356,7 @@ fn ephemeral_device(family: AmiFamily) -> Option<(&'static str, &'static str)> {
 
 // ---- resolution --------------------------------------------------------------------------------
 
-/// Resolves one instance type for a NodeClass configuration.
+/// Resolves one instance type for a `NodeClass` configuration.
 pub fn resolve(
     info: &InstanceTypeInfo,
     placement: Placement<'_>,
@@ -468,6 +472,10 @@ fn category_and_generation(name: &str) -> Option<(&str, &str)> {
     Some((category, &rest[..generation_end]))
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one statement per well-known label, in reference 1.4's order"
+)]
 fn requirements(
     info: &InstanceTypeInfo,
     placement: Placement<'_>,

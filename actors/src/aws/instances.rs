@@ -3,7 +3,7 @@
 //!
 //! Launch flow: [`InstancesProvider::create`] picks the capacity type (spot when allowed and
 //! offered, else on-demand), orders the compatible instance types by their cheapest available
-//! offering, keeps the 60 cheapest, and crosses them with the NodeClass's zonal subnets into
+//! offering, keeps the 60 cheapest, and crosses them with the `NodeClass`'s zonal subnets into
 //! fleet overrides. Equal requests from concurrent NodeClaims are merged by the CreateFleet
 //! batcher (35 ms idle, 1 s max) into one fleet whose target capacity is their number; fleet
 //! errors for lack of capacity mark those offerings unavailable for 3 minutes.
@@ -135,8 +135,18 @@ impl InstancesError {
     }
 }
 
-/// A batch member's outcome; on an ambiguous failure, the request to re-send and its position.
-type FleetOutcome = Result<LaunchedInstance, (AwsError, Option<(CreateFleetRequest, usize)>)>;
+/// A batch member's failure; on an ambiguous one, the request to re-send and its position.
+#[derive(Debug)]
+struct FleetFailure {
+    error: AwsError,
+    resend: Option<(CreateFleetRequest, usize)>,
+}
+
+type FleetOutcome = Result<LaunchedInstance, Box<FleetFailure>>;
+
+fn failure(error: AwsError, resend: Option<(CreateFleetRequest, usize)>) -> Box<FleetFailure> {
+    Box::new(FleetFailure { error, resend })
+}
 
 #[derive(Debug, Clone)]
 enum Ledger {
@@ -249,7 +259,12 @@ fn distribute(
         error
     };
     (0..members)
-        .map(|i| launched.get(i).cloned().ok_or_else(|| (shortfall(), None)))
+        .map(|i| {
+            launched
+                .get(i)
+                .cloned()
+                .ok_or_else(|| failure(shortfall(), None))
+        })
         .collect()
 }
 
@@ -280,7 +295,10 @@ impl InstancesProvider {
                             );
                             (0..tokens.len())
                                 .map(|i| {
-                                    Err((error.clone(), ambiguous.then(|| (request.clone(), i))))
+                                    Err(failure(
+                                        error.clone(),
+                                        ambiguous.then(|| (request.clone(), i)),
+                                    ))
                                 })
                                 .collect()
                         }
@@ -419,7 +437,7 @@ impl InstancesProvider {
                             .into_iter()
                             .nth(index)
                             .unwrap_or_else(|| {
-                                Err((
+                                Err(failure(
                                     AwsError::new(
                                         AwsService::Ec2,
                                         "CreateFleet",
@@ -430,7 +448,7 @@ impl InstancesProvider {
                                 ))
                             })
                     }
-                    Err(error) => Err((error, Some((request, index)))),
+                    Err(error) => Err(failure(error, Some((request, index)))),
                 }
             }
             None => {
@@ -444,8 +462,9 @@ impl InstancesProvider {
                     .insert(token, Ledger::Launched(instance.clone()));
                 Ok(instance)
             }
-            Err((error, ambiguous)) => {
-                match ambiguous {
+            Err(failed) => {
+                let FleetFailure { error, resend } = *failed;
+                match resend {
                     Some((request, index)) => {
                         self.ledger()
                             .insert(token, Ledger::Ambiguous(request, index));
@@ -475,7 +494,7 @@ impl InstancesProvider {
         self.ledger().remove(&client_token(nodeclaim_uid));
     }
 
-    /// One instance, through the DescribeInstances batcher.
+    /// One instance, through the `DescribeInstances` batcher.
     pub async fn get(&self, instance_id: &str) -> Result<Instance, InstancesError> {
         self.describes.add((), instance_id.to_owned()).await?
     }

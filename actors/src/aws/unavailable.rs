@@ -18,7 +18,7 @@ use crate::aws::instance_types::CapacityType;
 
 /// How long an offering stays unavailable after an insufficient-capacity error (Karpenter's
 /// `UnavailableOfferingsTTL`); marking again extends it.
-pub const UNAVAILABLE_OFFERINGS_TTL: Duration = Duration::from_secs(3 * 60);
+pub const UNAVAILABLE_OFFERINGS_TTL: Duration = Duration::from_mins(3);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct OfferingKey {
@@ -190,9 +190,9 @@ mod tests {
     async fn marking_again_extends_the_ttl() {
         let cache = UnavailableOfferings::default();
         cache.mark_unavailable("c5.large", "us-west-2a", CapacityType::OnDemand, "ICE");
-        tokio::time::advance(Duration::from_secs(120)).await;
+        tokio::time::advance(Duration::from_mins(2)).await;
         cache.mark_unavailable("c5.large", "us-west-2a", CapacityType::OnDemand, "ICE");
-        tokio::time::advance(Duration::from_secs(120)).await;
+        tokio::time::advance(Duration::from_mins(2)).await;
         assert!(cache.is_unavailable("c5.large", "us-west-2a", CapacityType::OnDemand));
     }
 

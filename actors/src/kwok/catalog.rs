@@ -27,6 +27,10 @@ struct ZoneEntry {
 }
 
 #[derive(Debug, Deserialize)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "mirrors the data file's flags"
+)]
 struct Entry {
     name: String,
     vcpu: u32,

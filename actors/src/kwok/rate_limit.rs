@@ -15,7 +15,7 @@ pub struct BucketSpec {
 }
 
 /// Karpenter kwok's rates: non-mutating 20/s burst 100, mutating 5/s burst 50, RunInstances 2/s
-/// burst 5, TerminateInstances 5/s burst 100, CreateTags 10/s burst 100 (CreateFleet is
+/// burst 5, `TerminateInstances` 5/s burst 100, `CreateTags` 10/s burst 100 (CreateFleet is
 /// mutating).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RateLimits {

@@ -16,7 +16,7 @@ use crate::apis::nodeclaim::NodeClaim;
 use crate::apis::nodepool::NodePool;
 use crate::aws::instance_types::InstanceType;
 
-/// Why a NodeClaim's instance no longer matches its NodeClass (provider part of drift).
+/// Why a NodeClaim's instance no longer matches its `NodeClass` (provider part of drift).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DriftReason {
     NodeClassDrift,
@@ -49,9 +49,9 @@ pub struct RepairPolicy {
 }
 
 /// Node Repair's unhealthy-condition window for most conditions (reference 2.2).
-const REPAIR_TOLERATION: Duration = Duration::from_secs(30 * 60);
+const REPAIR_TOLERATION: Duration = Duration::from_mins(30);
 /// `AcceleratedHardwareReady=False` is repaired sooner: a broken GPU node is useless at once.
-const ACCELERATED_HARDWARE_TOLERATION: Duration = Duration::from_secs(10 * 60);
+const ACCELERATED_HARDWARE_TOLERATION: Duration = Duration::from_mins(10);
 
 /// The AWS cloud provider's repair policies (reference 2.2).
 pub const AWS_REPAIR_POLICIES: &[RepairPolicy] = &[
@@ -98,7 +98,7 @@ pub enum CloudProviderError {
     /// No offering could be launched; the NodeClaim is deleted and the pods re-provisioned.
     #[error("insufficient capacity for nodeclaim {nodeclaim}: {message}")]
     InsufficientCapacity { nodeclaim: String, message: String },
-    /// The NodeClass is not ready; the NodeClaim is deleted.
+    /// The `NodeClass` is not ready; the NodeClaim is deleted.
     #[error("nodeclass {nodeclass} is not ready")]
     NodeClassNotReady { nodeclass: String },
     /// The instance is gone; `delete` returns this once termination finished.
@@ -138,7 +138,7 @@ pub trait CloudProvider: Send + Sync + std::fmt::Debug {
     async fn delete(&self, nodeclaim: &NodeClaim) -> Result<(), CloudProviderError>;
     async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudProviderError>;
     async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError>;
-    /// Every instance type of the NodePool's NodeClass, unavailable offerings included.
+    /// Every instance type of the NodePool's `NodeClass`, unavailable offerings included.
     async fn instance_types(
         &self,
         nodepool: &NodePool,
@@ -189,7 +189,7 @@ mod tests {
             .find(|p| p.condition_type == "AcceleratedHardwareReady");
         assert_eq!(
             accelerated.map(|p| p.toleration),
-            Some(Duration::from_secs(600))
+            Some(Duration::from_mins(10))
         );
         assert_eq!(AWS_REPAIR_POLICIES.len(), 7);
     }

@@ -99,7 +99,7 @@ pub struct InstanceTypeInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct InstanceStorage {
     pub total_gb: u64,
-    /// NVMe is supported or required.
+    /// `NVMe` is supported or required.
     pub nvme: bool,
 }
 
@@ -460,7 +460,7 @@ pub trait Ec2Api: Send + Sync + std::fmt::Debug {
         request: &CreateFleetRequest,
     ) -> Result<CreateFleetResponse, AwsError>;
 
-    /// Used by NodeClass validation as a dry run; a dry run that would succeed fails with class
+    /// Used by `NodeClass` validation as a dry run; a dry run that would succeed fails with class
     /// `DryRunSucceeded`, as EC2 does.
     async fn run_instances(&self, request: &RunInstancesRequest)
     -> Result<Vec<Instance>, AwsError>;
