@@ -281,6 +281,19 @@ pub struct ResolveSettings {
     pub reserved_enis: u32,
 }
 
+impl ResolveSettings {
+    /// From the controller settings; the region is resolved by the caller (settings, SDK chain
+    /// or IMDS).
+    #[must_use]
+    pub fn from_settings(settings: &karpenter_config::Settings, region: &str) -> Self {
+        ResolveSettings {
+            region: region.to_owned(),
+            vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
+            reserved_enis: settings.reserved_enis,
+        }
+    }
+}
+
 /// Where the instance type can run: zones EC2 offers it in, and the `NodeClass`'s subnet zones with
 /// their zone ids.
 #[derive(Debug, Clone, Copy)]
