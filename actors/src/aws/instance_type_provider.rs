@@ -41,6 +41,10 @@ pub struct InstanceTypeDeps {
     pub settings: ResolveSettings,
 }
 
+/// Distinct `EC2NodeClass` configurations memoised at once; more (configurations churning) start the
+/// memo afresh rather than growing without bound. Clusters have a handful of them.
+const MAX_MEMOISED_CONFIGURATIONS: usize = 64;
+
 type ResolvedList = Arc<Vec<Arc<ResolvedInstanceType>>>;
 type OfferedList = Arc<Vec<Arc<InstanceType>>>;
 
@@ -156,10 +160,11 @@ impl InstanceTypeProvider {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let list = Arc::new(list);
-        self.resolved
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, Arc::clone(&list));
+        let mut resolved = self.resolved.lock().unwrap_or_else(PoisonError::into_inner);
+        if resolved.len() >= MAX_MEMOISED_CONFIGURATIONS {
+            resolved.clear();
+        }
+        resolved.insert(key, Arc::clone(&list));
         Ok(list)
     }
 
@@ -199,10 +204,11 @@ impl InstanceTypeProvider {
             })
             .collect();
         let list = Arc::new(list);
-        self.offered
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, (ice, prices, Arc::clone(&list)));
+        let mut offered = self.offered.lock().unwrap_or_else(PoisonError::into_inner);
+        if offered.len() >= MAX_MEMOISED_CONFIGURATIONS {
+            offered.clear();
+        }
+        offered.insert(key, (ice, prices, Arc::clone(&list)));
         Ok(list)
     }
 

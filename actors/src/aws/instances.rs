@@ -17,6 +17,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::batcher::{
     BatchDropped, Batcher, CREATE_FLEET_WINDOW, DESCRIBE_INSTANCES_WINDOW, Executor,
@@ -36,6 +39,9 @@ pub const MAX_INSTANCE_TYPES: usize = 60;
 /// Spot launches favour pools with spare capacity among the cheap ones.
 pub const SPOT_ALLOCATION_STRATEGY: &str = "price-capacity-optimized";
 pub const ON_DEMAND_ALLOCATION_STRATEGY: &str = "lowest-price";
+/// How long a NodeClaim's launch outcome is remembered for idempotent retries; the NodeClaim
+/// actor retries within minutes, and after registration the provider id is on the NodeClaim.
+pub const LAUNCH_LEDGER_TTL: Duration = Duration::from_hours(1);
 /// States of instances Karpenter still manages.
 const LIVE_STATES: [&str; 5] = ["pending", "running", "stopping", "stopped", "shutting-down"];
 
@@ -169,7 +175,7 @@ pub struct InstancesProvider {
     fleets: Batcher<CreateFleetRequest, String, FleetOutcome>,
     describes: Batcher<(), String, Result<Instance, InstancesError>>,
     terminations: Batcher<(), String, Result<(), InstancesError>>,
-    ledger: Mutex<HashMap<String, Ledger>>,
+    ledger: Mutex<HashMap<String, (Ledger, Instant)>>,
 }
 
 fn ec2_capacity_type(capacity_type: CapacityType) -> Ec2CapacityType {
@@ -334,8 +340,16 @@ impl InstancesProvider {
         }
     }
 
-    fn ledger(&self) -> std::sync::MutexGuard<'_, HashMap<String, Ledger>> {
+    fn ledger(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Ledger, Instant)>> {
         self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records an outcome, dropping outcomes older than [`LAUNCH_LEDGER_TTL`].
+    fn remember(&self, token: String, entry: Ledger) {
+        let now = Instant::now();
+        let mut ledger = self.ledger();
+        ledger.retain(|_, (_, at)| now.duration_since(*at) < LAUNCH_LEDGER_TTL);
+        ledger.insert(token, (entry, now));
     }
 
     /// The fleet request for a launch: capacity type, the 60 cheapest types, their overrides.
@@ -420,7 +434,7 @@ impl InstancesProvider {
     /// same instance.
     pub async fn create(&self, launch: &LaunchRequest) -> Result<LaunchedInstance, InstancesError> {
         let token = client_token(&launch.nodeclaim_uid);
-        let previous = self.ledger().get(&token).cloned();
+        let previous = self.ledger().get(&token).map(|(entry, _)| entry.clone());
         let outcome = match previous {
             Some(Ledger::Launched(instance)) => return Ok(instance),
             Some(Ledger::Ambiguous(request, index)) => {
@@ -458,16 +472,14 @@ impl InstancesProvider {
         };
         match outcome {
             Ok(instance) => {
-                self.ledger()
-                    .insert(token, Ledger::Launched(instance.clone()));
+                self.remember(token, Ledger::Launched(instance.clone()));
                 Ok(instance)
             }
             Err(failed) => {
                 let FleetFailure { error, resend } = *failed;
                 match resend {
                     Some((request, index)) => {
-                        self.ledger()
-                            .insert(token, Ledger::Ambiguous(request, index));
+                        self.remember(token, Ledger::Ambiguous(request, index));
                     }
                     None => {
                         self.ledger().remove(&token);
