@@ -4,9 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Python tools of the tests (moto for the AWS adapter tests) in the project venv; the tests
-# that need them fail instead of skipping when this is set.
-scripts/venv.sh >/dev/null
+# Python tools the tests drive (the Helm SDK, schema validators): see scripts/requirements.txt.
+scripts/venv.sh
+# The AWS adapter tests fail instead of skipping when moto is missing from the venv.
 export KARPENTER_REQUIRE_MOTO=1
 
 cargo nextest run --workspace --no-fail-fast

@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
-# Creates or refreshes the project venv (.venv) with the pinned Python tools of
-# scripts/requirements.txt. Cheap when nothing changed: a stamp holding the requirements' hash
-# skips pip. Prints the venv's path on stdout.
+# Creates or refreshes the project's Python venv (.venv) with the pinned tools the tests drive
+# (scripts/requirements.txt). Quick when nothing changed: a stamp records what was installed.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-venv="$root/.venv"
-requirements="$root/scripts/requirements.txt"
-stamp="$venv/.requirements.sha256"
-want="$(sha256sum "$requirements" | cut -d' ' -f1)"
-if [[ ! -x "$venv/bin/python" ]]; then
-    python3 -m venv "$venv" >&2
+cd "$(dirname "$0")/.."
+
+venv=${KARPENTER_VENV:-.venv}
+requirements=scripts/requirements.txt
+stamp="$venv/.requirements.installed"
+
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
 fi
-if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements" >&2
-    echo "$want" > "$stamp"
+if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  cp "$requirements" "$stamp"
 fi
-echo "$venv"

@@ -8,3 +8,4 @@
 pub mod aws;
 pub mod cli;
 pub mod commands;
+pub mod permissions;

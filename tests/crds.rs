@@ -1,6 +1,7 @@
-//! The CRD YAML committed under `charts/karpenter-crd/templates/` is what `karpenter crds`
-//! generates from the Rust types. Regenerate with
-//! `cargo run -- crds --output-dir charts/karpenter-crd/templates`.
+//! The CRD YAML committed under `charts/karpenter-crd/templates/` and `charts/karpenter/crds/` is
+//! what `karpenter crds` generates from the Rust types. Regenerate with
+//! `cargo run -- crds --output-dir charts/karpenter-crd/templates` and
+//! `cargo run -- crds --output-dir charts/karpenter/crds`.
 
 #![allow(
     clippy::unwrap_used,
@@ -15,14 +16,16 @@ use karpenter::commands::crds;
 
 #[test]
 fn committed_crds_match_the_rust_types() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("charts/karpenter-crd/templates");
-    for (name, generated) in crds::render().unwrap() {
-        let committed = std::fs::read_to_string(dir.join(name))
-            .unwrap_or_else(|e| panic!("{name} missing from {}: {e}", dir.display()));
-        assert!(
-            committed == generated,
-            "{name} is out of date; run `cargo run -- crds --output-dir charts/karpenter-crd/templates`"
-        );
+    for chart_dir in ["charts/karpenter-crd/templates", "charts/karpenter/crds"] {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(chart_dir);
+        for (name, generated) in crds::render().unwrap() {
+            let committed = std::fs::read_to_string(dir.join(name))
+                .unwrap_or_else(|e| panic!("{name} missing from {}: {e}", dir.display()));
+            assert!(
+                committed == generated,
+                "{chart_dir}/{name} is out of date; run `cargo run -- crds --output-dir {chart_dir}`"
+            );
+        }
     }
 }
 

@@ -95,7 +95,10 @@ fn rss_bytes() -> Option<u64> {
 }
 
 fn instance_types(c: &mut Criterion) {
-    let runtime = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("runtime: {e}"));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"));
     let _guard = runtime.enter();
     let catalogue = catalog::bundled().unwrap_or_else(|e| panic!("{e}"));
     let nodeclass = NodeClassSettings::default();

@@ -15,18 +15,13 @@ use crate::apis::ec2nodeclass::{
 };
 use crate::apis::labels;
 use crate::aws::quantity::{self, GIB, MIB, MILLI, QuantityError, Resources, parse_quantity};
+use crate::domain::amifamily::{self, FeatureFlags, NON_ENI_LIMITED_MAX_PODS};
 use crate::ports::ec2::InstanceTypeInfo;
 
 // ---- constants ---------------------------------------------------------------------------------
 
 /// Graviton instances reserve 64 MiB for the contiguous memory allocator that pods cannot use.
 const ARM64_CMA_RESERVED_MIB: u64 = 64;
-/// Pods per node when the AMI family does not limit pods by ENIs (Windows): the kubelet default.
-const DEFAULT_MAX_PODS: i64 = 110;
-/// Karpenter's default root volume size (`amifamily.DefaultEBS`).
-const DEFAULT_EBS_VOLUME: &str = "20Gi";
-/// Windows AMIs need a larger root volume.
-const WINDOWS_EBS_VOLUME: &str = "50Gi";
 /// kube-reserved memory per pod and fixed part (EKS AMI formula: 11 MiB * pods + 255 MiB).
 const KUBE_RESERVED_MIB_PER_POD: i64 = 11;
 const KUBE_RESERVED_MIB_BASE: i64 = 255;
@@ -44,9 +39,6 @@ const KUBE_RESERVED_CPU_RANGES: [(i64, i64, f64); 4] = [
 ];
 pub const MEMORY_AVAILABLE: &str = "memory.available";
 pub const NODEFS_AVAILABLE: &str = "nodefs.available";
-/// Windows build numbers of the Windows AMI families.
-const WINDOWS_2019_BUILD: &str = "10.0.17763";
-const WINDOWS_2022_BUILD: &str = "10.0.20348";
 
 // ---- types -------------------------------------------------------------------------------------
 
@@ -318,55 +310,6 @@ impl ResolveError {
     }
 }
 
-// ---- AMI family traits -------------------------------------------------------------------------
-
-/// How an AMI family changes the allocatable arithmetic (Karpenter's family feature flags).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[expect(
-    clippy::struct_excessive_bools,
-    reason = "Karpenter's four independent family feature flags"
-)]
-struct FamilyFlags {
-    uses_eni_limited_memory_overhead: bool,
-    pods_per_core_enabled: bool,
-    eviction_soft_enabled: bool,
-    supports_eni_limited_pod_density: bool,
-}
-
-fn flags(family: AmiFamily) -> FamilyFlags {
-    match family {
-        AmiFamily::AL2 | AmiFamily::AL2023 | AmiFamily::Custom => FamilyFlags {
-            uses_eni_limited_memory_overhead: true,
-            pods_per_core_enabled: true,
-            eviction_soft_enabled: true,
-            supports_eni_limited_pod_density: true,
-        },
-        // Bottlerocket renders evictionSoft since v1.5 but the flag stays false (reference 4.5).
-        AmiFamily::Bottlerocket => FamilyFlags {
-            uses_eni_limited_memory_overhead: false,
-            pods_per_core_enabled: false,
-            eviction_soft_enabled: false,
-            supports_eni_limited_pod_density: true,
-        },
-        AmiFamily::Windows2019 | AmiFamily::Windows2022 => FamilyFlags {
-            uses_eni_limited_memory_overhead: false,
-            pods_per_core_enabled: true,
-            eviction_soft_enabled: true,
-            supports_eni_limited_pod_density: false,
-        },
-    }
-}
-
-/// The family's ephemeral (kubelet) block device and its default size.
-fn ephemeral_device(family: AmiFamily) -> Option<(&'static str, &'static str)> {
-    match family {
-        AmiFamily::AL2 | AmiFamily::AL2023 => Some(("/dev/xvda", DEFAULT_EBS_VOLUME)),
-        AmiFamily::Bottlerocket => Some(("/dev/xvdb", DEFAULT_EBS_VOLUME)),
-        AmiFamily::Windows2019 | AmiFamily::Windows2022 => Some(("/dev/sda1", WINDOWS_EBS_VOLUME)),
-        AmiFamily::Custom => None,
-    }
-}
-
 // ---- resolution --------------------------------------------------------------------------------
 
 /// Resolves one instance type for a `NodeClass` configuration.
@@ -377,7 +320,7 @@ pub fn resolve(
     settings: &ResolveSettings,
 ) -> Result<ResolvedInstanceType, ResolveError> {
     let family = nodeclass.family();
-    let family_flags = flags(family);
+    let family_flags = amifamily::feature_flags(family);
     let requirements = requirements(info, placement, family, &settings.region);
     let memory = memory(info, settings.vm_memory_overhead_percent);
     let storage = ephemeral_storage(info, nodeclass, family)?;
@@ -448,11 +391,7 @@ pub fn resolve(
 fn kube_architecture(info: &InstanceTypeInfo) -> String {
     info.architectures
         .iter()
-        .find_map(|arch| match arch.as_str() {
-            "x86_64" => Some(labels::ARCH_AMD64),
-            "arm64" => Some(labels::ARCH_ARM64),
-            _ => None,
-        })
+        .find_map(|arch| amifamily::kube_architecture(arch))
         .map_or_else(|| format!("{:?}", info.architectures), str::to_owned)
 }
 
@@ -531,11 +470,7 @@ fn requirements(
     out.insert(labels::REGION, LabelValues::one(region));
     out.insert(
         labels::WINDOWS_BUILD,
-        match family {
-            AmiFamily::Windows2019 => LabelValues::one(WINDOWS_2019_BUILD),
-            AmiFamily::Windows2022 => LabelValues::one(WINDOWS_2022_BUILD),
-            _ => LabelValues::DoesNotExist,
-        },
+        LabelValues::many(amifamily::windows_build(family).map(str::to_owned)),
     );
     out.insert(labels::CAPACITY_TYPE, LabelValues::many(capacity_types));
     out.insert(
@@ -667,57 +602,24 @@ fn memory(info: &InstanceTypeInfo, vm_memory_overhead_percent: f64) -> i64 {
     (bytes - overhead_mib * MIB) * MILLI
 }
 
-fn volume_size(size: &str, field: &str) -> Result<i64, ResolveError> {
-    parse_quantity(size).map_err(|source| ResolveError {
-        field: field.to_owned(),
-        source,
-    })
-}
-
+/// Ephemeral storage in milli-units: the size `domain::amifamily` picks, parsed.
 fn ephemeral_storage(
     info: &InstanceTypeInfo,
     nodeclass: &NodeClassSettings,
     family: AmiFamily,
 ) -> Result<i64, ResolveError> {
-    if nodeclass.instance_store_policy == Some(InstanceStorePolicy::RAID0)
-        && let Some(storage) = &info.instance_storage
-    {
-        let bytes = i64::try_from(storage.total_gb).unwrap_or(0) * 1_000_000_000;
-        return Ok(bytes * MILLI);
-    }
-    let mappings = &nodeclass.block_device_mappings;
-    let size_of = |index: usize| -> Option<Result<i64, ResolveError>> {
-        let size = mappings[index].ebs.as_ref()?.volume_size.as_deref()?;
-        Some(volume_size(
-            size,
-            &format!("spec.blockDeviceMappings[{index}].ebs.volumeSize"),
-        ))
-    };
-    if !mappings.is_empty() {
-        if let Some(index) = mappings.iter().position(|m| m.root_volume == Some(true))
-            && let Some(size) = size_of(index)
-        {
-            return size;
-        }
-        match ephemeral_device(family) {
-            None => {
-                // Custom AMIs: the last mapping is the best guess of the data volume.
-                return size_of(mappings.len() - 1)
-                    .unwrap_or_else(|| volume_size(DEFAULT_EBS_VOLUME, "default volume size"));
-            }
-            Some((device, _)) => {
-                if let Some(index) = mappings
-                    .iter()
-                    .position(|m| m.device_name.as_deref() == Some(device))
-                    && let Some(size) = size_of(index)
-                {
-                    return size;
-                }
-            }
-        }
-    }
-    let default = ephemeral_device(family).map_or(DEFAULT_EBS_VOLUME, |(_, size)| size);
-    volume_size(default, "default volume size")
+    let size = amifamily::ephemeral_storage(
+        family,
+        &nodeclass.block_device_mappings,
+        nodeclass.instance_store_policy,
+        info.instance_storage
+            .as_ref()
+            .and_then(|s| i64::try_from(s.total_gb).ok()),
+    );
+    parse_quantity(&size).map_err(|source| ResolveError {
+        field: "spec.blockDeviceMappings[].ebs.volumeSize".to_owned(),
+        source,
+    })
 }
 
 /// `(ENIs of the default card - RESERVED_ENIS) * (IPv4 per ENI - 1) + 2`, the VPC CNI limit.
@@ -733,13 +635,13 @@ pub fn eni_limited_pods(info: &InstanceTypeInfo, reserved_enis: u32) -> i64 {
 fn pods(
     info: &InstanceTypeInfo,
     kubelet: &KubeletSettings,
-    family: FamilyFlags,
+    family: FeatureFlags,
     eni_pods: i64,
 ) -> i64 {
     let mut count = match kubelet.max_pods {
         Some(max) => i64::from(max),
         None if family.supports_eni_limited_pod_density => eni_pods,
-        None => DEFAULT_MAX_PODS,
+        None => i64::from(NON_ENI_LIMITED_MAX_PODS),
     };
     if let Some(per_core) = kubelet.pods_per_core.filter(|p| *p > 0)
         && family.pods_per_core_enabled
@@ -829,7 +731,7 @@ fn eviction_threshold(
     memory: i64,
     storage: i64,
     kubelet: &KubeletSettings,
-    family: FamilyFlags,
+    family: FeatureFlags,
 ) -> Result<Resources, ResolveError> {
     let mut out = Resources::new();
     out.insert(quantity::MEMORY.into(), EVICTION_MEMORY);

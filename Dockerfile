@@ -1,0 +1,20 @@
+# syntax=docker/dockerfile:1
+# The controller image: a release build of `karpenter` on a distroless, non-root runtime.
+#   docker build -t karpenter:dev .
+
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --bin karpenter \
+    && strip target/release/karpenter \
+    && install -D target/release/karpenter /out/karpenter
+
+# glibc and CA certificates only; no shell, no package manager. uid/gid 65532 as in the chart.
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /out/karpenter /karpenter
+USER 65532:65532
+EXPOSE 8080 8081
+ENTRYPOINT ["/karpenter"]
+CMD ["run"]

@@ -1,0 +1,757 @@
+//! Supervisor groups: a group owns children (actors, families' members, child groups) in start
+//! order and decides what happens when one stops, as OTP supervisors do.
+//!
+//! Flow: a child reports `ChildStopped { reason }`. A normal stop of a transient or temporary
+//! child removes it; anything else is a restart. Each restart is counted in the group's window;
+//! more than `max_restarts` within `within` and the group gives up: it suspends all its
+//! children (reverse start order) and reports `Escalated` to its own parent, which restarts or
+//! stops the whole group (the root instead raises [`RootGroup::escalated`]). Otherwise the
+//! restart happens after the child's next backoff delay (capped exponential with jitter, from
+//! backon): one-for-one restarts the child alone; one-for-all suspends every sibling at once
+//! and restarts them all, in start order, after the delay. Stopping a group stops its children
+//! one by one in reverse start order, each waited for (up to [`CHILD_SHUTDOWN_GRACE`]).
+//!
+//! All timers are tokio timers (actix's `run_later`), so `tokio::time::pause()` drives them.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use actix::{
+    Actor, ActorFutureExt as _, Addr, Arbiter, ArbiterHandle, AsyncContext as _, Context, Handler,
+    WrapFuture as _,
+};
+use backon::{BackoffBuilder as _, ExponentialBackoff, ExponentialBuilder};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::actor::{RestartPolicy, Supervised};
+use super::address::{ActorRef, Wake};
+use super::cell::spawn_cell;
+use super::control::{Command, ControlBlock};
+use super::error::{SpawnError, StopReason};
+use super::family::Family;
+use super::kit::KitInner;
+use super::registry::{ActorRecord, GroupRecord, STATE_RUNNING, STATE_STOPPING, STATE_SUSPENDED};
+
+/// How long a stopping group waits for one child to terminate before it moves on; a kit actor
+/// stops as soon as it sees the command (an in-flight handler is cancelled), so this only bounds
+/// a child stuck on another arbiter.
+pub const CHILD_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Default intensity: 5 restarts within 60 s. A per-object actor failing on a persistent AWS
+/// error restarts at 0.1, 0.2, 0.4, 0.8, 1.6 s and then escalates instead of spinning.
+pub const DEFAULT_MAX_RESTARTS: u32 = 5;
+/// See [`DEFAULT_MAX_RESTARTS`].
+pub const DEFAULT_RESTART_WINDOW: Duration = Duration::from_mins(1);
+/// First restart delay: long enough to let a transient fault clear, short enough not to be seen.
+pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// Longest restart delay.
+pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Delay growth per consecutive restart.
+pub const DEFAULT_BACKOFF_FACTOR: f32 = 2.0;
+
+pub(crate) type ChildId = u64;
+
+/// One-for-one or one-for-all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// Restart only the child that stopped.
+    OneForOne,
+    /// Restart every child when one stops (children that depend on each other).
+    OneForAll,
+}
+
+impl Strategy {
+    fn label(self) -> &'static str {
+        match self {
+            Self::OneForOne => "one_for_one",
+            Self::OneForAll => "one_for_all",
+        }
+    }
+}
+
+/// Restart delays: capped exponential with optional jitter (backon's `ExponentialBuilder`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RestartBackoff {
+    pub min: Duration,
+    pub max: Duration,
+    pub factor: f32,
+    pub jitter: bool,
+    /// Seed for the jitter, for reproducible runs; random when `None`.
+    pub jitter_seed: Option<u64>,
+}
+
+impl Default for RestartBackoff {
+    fn default() -> Self {
+        Self {
+            min: DEFAULT_BACKOFF_MIN,
+            max: DEFAULT_BACKOFF_MAX,
+            factor: DEFAULT_BACKOFF_FACTOR,
+            jitter: true,
+            jitter_seed: None,
+        }
+    }
+}
+
+impl RestartBackoff {
+    fn build(&self) -> ExponentialBackoff {
+        let mut builder = ExponentialBuilder::new()
+            .with_min_delay(self.min)
+            .with_max_delay(self.max)
+            .with_factor(self.factor)
+            .without_max_times();
+        if self.jitter {
+            builder = builder.with_jitter();
+            if let Some(seed) = self.jitter_seed {
+                builder = builder.with_jitter_seed(seed);
+            }
+        }
+        builder.build()
+    }
+}
+
+/// A group's name, strategy, restart intensity and backoff.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupSpec {
+    /// Bounded: used in logs, the registry and the escalation metric label.
+    pub name: &'static str,
+    pub strategy: Strategy,
+    /// More than this many restarts within [`Self::within`] escalates.
+    pub max_restarts: u32,
+    pub within: Duration,
+    pub backoff: RestartBackoff,
+}
+
+impl GroupSpec {
+    /// A one-for-one group with the default intensity and backoff.
+    #[must_use]
+    pub fn one_for_one(name: &'static str) -> Self {
+        Self {
+            name,
+            strategy: Strategy::OneForOne,
+            max_restarts: DEFAULT_MAX_RESTARTS,
+            within: DEFAULT_RESTART_WINDOW,
+            backoff: RestartBackoff::default(),
+        }
+    }
+
+    /// A one-for-all group with the default intensity and backoff.
+    #[must_use]
+    pub fn one_for_all(name: &'static str) -> Self {
+        Self {
+            strategy: Strategy::OneForAll,
+            ..Self::one_for_one(name)
+        }
+    }
+
+    /// Escalate after more than `max_restarts` restarts within `within`.
+    #[must_use]
+    pub fn intensity(mut self, max_restarts: u32, within: Duration) -> Self {
+        self.max_restarts = max_restarts;
+        self.within = within;
+        self
+    }
+
+    /// Restart delays.
+    #[must_use]
+    pub fn backoff(mut self, backoff: RestartBackoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+}
+
+/// Where a child reports to.
+pub(crate) struct ParentLink {
+    pub(crate) group: Addr<GroupActor>,
+    pub(crate) child: ChildId,
+}
+
+/// A child's report to its group.
+pub(crate) struct ChildStopped {
+    pub(crate) child: ChildId,
+    pub(crate) reason: StopReason,
+}
+
+impl actix::Message for ChildStopped {
+    type Result = ();
+}
+
+/// How a group reaches one child.
+enum ChildTarget {
+    Actor {
+        record: Arc<ActorRecord>,
+        wake: Box<dyn Fn() + Send + Sync>,
+    },
+    Group {
+        record: Arc<GroupRecord>,
+        addr: Addr<GroupActor>,
+    },
+}
+
+impl ChildTarget {
+    fn control(&self) -> &ControlBlock {
+        match self {
+            Self::Actor { record, .. } => &record.control,
+            Self::Group { record, .. } => &record.control,
+        }
+    }
+
+    fn command(&self, command: Command) {
+        self.control().post(command);
+        match self {
+            Self::Actor { wake, .. } => wake(),
+            // Internal message outside any capacity, like a cell's Wake.
+            Self::Group { addr, .. } => addr.do_send(Wake),
+        }
+    }
+
+    fn label(&self) -> String {
+        match self {
+            Self::Actor { record, .. } => format!("{} {}", record.kind, record.key),
+            Self::Group { record, .. } => format!("group {}", record.name),
+        }
+    }
+}
+
+struct ChildEntry {
+    id: ChildId,
+    target: Arc<ChildTarget>,
+    restart: RestartPolicy,
+    /// Family members: the key to forget when the child goes away.
+    key: Option<Arc<str>>,
+    backoff: Option<ExponentialBackoff>,
+    last_failure: Option<Instant>,
+}
+
+/// Adds a child to a group (sent by the spawner right after starting the child).
+struct Adopt(Option<ChildEntry>);
+
+impl actix::Message for Adopt {
+    type Result = ();
+}
+
+impl Drop for Adopt {
+    fn drop(&mut self) {
+        // Never handled: the group stopped with this message still queued (a spawn from
+        // another thread raced the group's shutdown). Stop the child rather than orphan it.
+        if let Some(child) = self.0.take() {
+            child.target.command(Command::Stop);
+        }
+    }
+}
+
+/// Called when a family member leaves its group, with its key and child id.
+pub(crate) type RemovalHook = Box<dyn Fn(&str, ChildId) + Send>;
+
+enum GroupParent {
+    Group(ParentLink),
+    Root(Arc<RootSignal>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GroupPhase {
+    Running,
+    /// One-for-all: siblings suspended, restart scheduled.
+    RestartingAll,
+    /// Escalated, or suspended by the parent: waiting for a command.
+    Suspended,
+    Stopping,
+}
+
+pub(crate) struct GroupActor {
+    spec: GroupSpec,
+    kit: Arc<KitInner>,
+    record: Arc<GroupRecord>,
+    parent: GroupParent,
+    children: Vec<ChildEntry>,
+    restarts: VecDeque<Instant>,
+    phase: GroupPhase,
+    on_removed: Option<RemovalHook>,
+}
+
+impl Actor for GroupActor {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        for child in self.children.drain(..) {
+            if let (Some(hook), Some(key)) = (&self.on_removed, &child.key) {
+                hook(key, child.id);
+            }
+        }
+        self.kit.registry.deregister_group(self.record.id);
+        self.record.control.mark_terminated();
+        if let GroupParent::Group(link) = &self.parent {
+            link.report(StopReason::Shutdown);
+        }
+    }
+}
+
+impl Handler<Adopt> for GroupActor {
+    type Result = ();
+
+    fn handle(&mut self, mut adopt: Adopt, _ctx: &mut Context<Self>) {
+        let Some(child) = adopt.0.take() else {
+            return;
+        };
+        match self.phase {
+            GroupPhase::Stopping => child.target.command(Command::Stop),
+            GroupPhase::Suspended | GroupPhase::RestartingAll => {
+                child.target.command(Command::Suspend);
+            }
+            GroupPhase::Running => {}
+        }
+        self.children.push(child);
+        self.record.set_children(self.children.len());
+    }
+}
+
+impl Handler<ChildStopped> for GroupActor {
+    type Result = ();
+
+    fn handle(&mut self, report: ChildStopped, ctx: &mut Context<Self>) {
+        let Some(index) = self.children.iter().position(|c| c.id == report.child) else {
+            return;
+        };
+        if report.reason == StopReason::Shutdown {
+            let child = self.children.remove(index);
+            self.record.set_children(self.children.len());
+            if let (Some(hook), Some(key)) = (&self.on_removed, &child.key) {
+                hook(key, child.id);
+            }
+            return;
+        }
+        if matches!(self.phase, GroupPhase::Stopping | GroupPhase::Suspended) {
+            // Every child is being stopped, or waits for the parent's decision.
+            return;
+        }
+        let child = &self.children[index];
+        let label = child.target.label();
+        let restart = child.restart.restarts_after(report.reason.is_normal());
+        let reason_text = report.reason.to_string();
+        if !restart {
+            self.record.child_stopped(&label, &reason_text, false);
+            child.target.command(Command::Stop);
+            return;
+        }
+        let now = Instant::now();
+        self.restarts.push_back(now);
+        while self
+            .restarts
+            .front()
+            .is_some_and(|at| now.duration_since(*at) > self.spec.within)
+        {
+            self.restarts.pop_front();
+        }
+        if self.restarts.len() > self.spec.max_restarts as usize {
+            self.record.child_stopped(&label, &reason_text, false);
+            self.escalate(&label, &report.reason);
+            return;
+        }
+        self.record.child_stopped(&label, &reason_text, true);
+        let delay = self.next_delay(index, now);
+        tracing::info!(group = self.spec.name, child = %label, reason = %report.reason, ?delay, "restarting child");
+        match self.spec.strategy {
+            Strategy::OneForOne => {
+                let id = report.child;
+                ctx.run_later(delay, move |group, _| group.restart_child(id));
+            }
+            Strategy::OneForAll => {
+                if self.phase == GroupPhase::RestartingAll {
+                    // A restart of everyone is already scheduled.
+                    return;
+                }
+                self.phase = GroupPhase::RestartingAll;
+                for sibling in self.children.iter().rev() {
+                    if sibling.id != report.child {
+                        sibling.target.command(Command::Suspend);
+                    }
+                }
+                ctx.run_later(delay, |group, _| group.restart_all());
+            }
+        }
+    }
+}
+
+impl Handler<Wake> for GroupActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
+        let Some(command) = self.record.control.take() else {
+            return;
+        };
+        if self.phase == GroupPhase::Stopping {
+            return;
+        }
+        match command {
+            Command::Stop => self.shutdown(ctx),
+            Command::Suspend => {
+                self.phase = GroupPhase::Suspended;
+                self.record.set_phase(STATE_SUSPENDED);
+                for child in self.children.iter().rev() {
+                    child.target.command(Command::Suspend);
+                }
+            }
+            Command::Restart => {
+                // A restarted group starts afresh: empty window, fresh backoffs.
+                self.restarts.clear();
+                for child in &mut self.children {
+                    child.backoff = None;
+                    child.last_failure = None;
+                }
+                self.phase = GroupPhase::RestartingAll;
+                self.restart_all();
+            }
+        }
+    }
+}
+
+impl GroupActor {
+    fn next_delay(&mut self, index: usize, now: Instant) -> Duration {
+        let within = self.spec.within;
+        let backoff = self.spec.backoff;
+        let child = &mut self.children[index];
+        // A child that ran a whole window without failing starts its backoff over.
+        if child
+            .last_failure
+            .is_some_and(|at| now.duration_since(at) > within)
+        {
+            child.backoff = None;
+        }
+        child.last_failure = Some(now);
+        child
+            .backoff
+            .get_or_insert_with(|| backoff.build())
+            .next()
+            .unwrap_or(backoff.max)
+    }
+
+    fn restart_child(&mut self, id: ChildId) {
+        if self.phase != GroupPhase::Running {
+            return;
+        }
+        if let Some(child) = self.children.iter().find(|c| c.id == id) {
+            child.target.command(Command::Restart);
+        }
+    }
+
+    fn restart_all(&mut self) {
+        if self.phase != GroupPhase::RestartingAll {
+            return;
+        }
+        self.phase = GroupPhase::Running;
+        self.record.set_phase(STATE_RUNNING);
+        for child in &self.children {
+            child.target.command(Command::Restart);
+        }
+    }
+
+    fn escalate(&mut self, child: &str, reason: &StopReason) {
+        self.phase = GroupPhase::Suspended;
+        self.record.set_phase(STATE_SUSPENDED);
+        self.record.escalated();
+        self.kit.metrics.escalated(self.spec.name);
+        for sibling in self.children.iter().rev() {
+            sibling.target.command(Command::Suspend);
+        }
+        let reason = StopReason::Escalated {
+            group: self.spec.name.to_owned(),
+            cause: format!(
+                "{child} needed more than {} restarts within {:?}; last: {reason}",
+                self.spec.max_restarts, self.spec.within
+            ),
+        };
+        tracing::error!(group = self.spec.name, %reason, "supervisor group escalates");
+        match &self.parent {
+            GroupParent::Group(link) => link.report(reason),
+            GroupParent::Root(signal) => signal.raise(reason),
+        }
+    }
+
+    fn shutdown(&mut self, ctx: &mut Context<Self>) {
+        self.phase = GroupPhase::Stopping;
+        self.record.set_phase(STATE_STOPPING);
+        let order: Vec<Arc<ChildTarget>> = self
+            .children
+            .iter()
+            .rev()
+            .map(|c| Arc::clone(&c.target))
+            .collect();
+        ctx.wait(
+            async move {
+                for child in order {
+                    child.command(Command::Stop);
+                    let _ =
+                        tokio::time::timeout(CHILD_SHUTDOWN_GRACE, child.control().terminated())
+                            .await;
+                }
+            }
+            .into_actor(self)
+            .map(|(), _group, ctx: &mut Context<Self>| {
+                actix::ActorContext::stop(ctx);
+            }),
+        );
+    }
+}
+
+/// The root's escalation, for whoever runs the system (the daemon exits on it).
+#[derive(Debug, Default)]
+pub(crate) struct RootSignal {
+    reason: Mutex<Option<StopReason>>,
+    notify: Notify,
+}
+
+impl RootSignal {
+    fn raise(&self, reason: StopReason) {
+        *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason);
+        self.notify.notify_waiters();
+    }
+
+    fn get(&self) -> Option<StopReason> {
+        self.reason
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// A handle on a supervisor group: spawn children under it, stop it.
+#[derive(Clone)]
+pub struct GroupRef {
+    inner: Arc<GroupRefInner>,
+}
+
+struct GroupRefInner {
+    name: &'static str,
+    addr: Addr<GroupActor>,
+    record: Arc<GroupRecord>,
+    kit: Arc<KitInner>,
+    arbiter: ArbiterHandle,
+}
+
+impl fmt::Debug for GroupRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GroupRef")
+            .field("name", &self.inner.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GroupRef {
+    pub(crate) fn start(
+        kit: &Arc<KitInner>,
+        spec: GroupSpec,
+        parent: Option<&GroupRef>,
+        root: Option<Arc<RootSignal>>,
+        on_removed: Option<RemovalHook>,
+    ) -> Result<Self, SpawnError> {
+        let what = || format!("group {}", spec.name);
+        let arbiter = match parent {
+            Some(parent) => parent.inner.arbiter.clone(),
+            None => Arbiter::try_current().ok_or_else(|| SpawnError::NoArbiter { what: what() })?,
+        };
+        if let Some(parent) = parent {
+            parent.check_running(what)?;
+        }
+        let id = kit.registry.next_id();
+        let record = Arc::new(GroupRecord::new(id, spec.name, spec.strategy.label()));
+        kit.registry.register_group(Arc::clone(&record));
+        let group_parent = match (parent, root) {
+            (Some(parent), _) => GroupParent::Group(ParentLink {
+                group: parent.inner.addr.clone(),
+                child: id,
+            }),
+            (None, Some(signal)) => GroupParent::Root(signal),
+            (None, None) => GroupParent::Root(Arc::default()),
+        };
+        let name = spec.name;
+        let actor = GroupActor {
+            spec,
+            kit: Arc::clone(kit),
+            record: Arc::clone(&record),
+            parent: group_parent,
+            children: Vec::new(),
+            restarts: VecDeque::new(),
+            phase: GroupPhase::Running,
+            on_removed,
+        };
+        let addr = GroupActor::start_in_arbiter(&arbiter, move |_| actor);
+        if let Some(parent) = parent {
+            parent.inner.addr.do_send(Adopt(Some(ChildEntry {
+                id,
+                target: Arc::new(ChildTarget::Group {
+                    record: Arc::clone(&record),
+                    addr: addr.clone(),
+                }),
+                restart: RestartPolicy::Permanent,
+                key: None,
+                backoff: None,
+                last_failure: None,
+            })));
+        }
+        Ok(Self {
+            inner: Arc::new(GroupRefInner {
+                name,
+                addr,
+                record,
+                kit: Arc::clone(kit),
+                arbiter,
+            }),
+        })
+    }
+
+    fn check_running(&self, what: impl FnOnce() -> String) -> Result<(), SpawnError> {
+        if self.inner.record.control.is_terminated() {
+            return Err(SpawnError::GroupStopped {
+                what: what(),
+                group: self.inner.name,
+            });
+        }
+        Ok(())
+    }
+
+    /// The group's name.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        self.inner.name
+    }
+
+    /// Whether the group has stopped for good.
+    #[must_use]
+    pub fn is_stopped(&self) -> bool {
+        self.inner.record.control.is_terminated()
+    }
+
+    /// Spawns an actor under this group. Children start, and are restarted (one-for-all), in
+    /// spawn order, and stop in reverse.
+    pub fn spawn<A: Supervised>(
+        &self,
+        key: impl Into<Arc<str>>,
+        deps: A::Deps,
+    ) -> Result<ActorRef<A>, SpawnError> {
+        self.spawn_shared(key.into(), Arc::new(deps))
+            .map(|(actor, _)| actor)
+    }
+
+    pub(crate) fn spawn_shared<A: Supervised>(
+        &self,
+        key: Arc<str>,
+        deps: Arc<A::Deps>,
+    ) -> Result<(ActorRef<A>, ChildId), SpawnError> {
+        self.spawn_child(key, deps, false)
+    }
+
+    pub(crate) fn spawn_member<A: Supervised>(
+        &self,
+        key: Arc<str>,
+        deps: Arc<A::Deps>,
+    ) -> Result<(ActorRef<A>, ChildId), SpawnError> {
+        self.spawn_child(key, deps, true)
+    }
+
+    fn spawn_child<A: Supervised>(
+        &self,
+        key: Arc<str>,
+        deps: Arc<A::Deps>,
+        member: bool,
+    ) -> Result<(ActorRef<A>, ChildId), SpawnError> {
+        self.check_running(|| format!("{} {key}", A::KIND))?;
+        let kit = &self.inner.kit;
+        let id = kit.registry.next_id();
+        let record = Arc::new(ActorRecord::new(
+            id,
+            A::KIND,
+            Arc::clone(&key),
+            A::MAILBOX_CAPACITY,
+            (kit.wall_clock)(),
+            kit.metrics.kind(A::KIND),
+        ));
+        kit.registry.register(Arc::clone(&record));
+        let parent = ParentLink {
+            group: self.inner.addr.clone(),
+            child: id,
+        };
+        let actor = spawn_cell::<A>(kit, &self.inner.arbiter, Arc::clone(&record), deps, parent);
+        self.inner.addr.do_send(Adopt(Some(ChildEntry {
+            id,
+            target: Arc::new(ChildTarget::Actor {
+                record,
+                wake: Box::new(actor.downgrade_waker()),
+            }),
+            restart: A::RESTART,
+            key: member.then_some(key),
+            backoff: None,
+            last_failure: None,
+        })));
+        Ok((actor, id))
+    }
+
+    /// Starts a child group (a sub-supervisor) under this group.
+    pub fn group(&self, spec: GroupSpec) -> Result<GroupRef, SpawnError> {
+        Self::start(&self.inner.kit, spec, Some(self), None, None)
+    }
+
+    /// Starts a family: a one-for-one (usually) group of per-key actors of kind `A`.
+    pub fn family<A: Supervised>(
+        &self,
+        spec: GroupSpec,
+        deps: A::Deps,
+    ) -> Result<Family<A>, SpawnError> {
+        Family::start(self, spec, Arc::new(deps))
+    }
+
+    pub(crate) fn kit(&self) -> &Arc<KitInner> {
+        &self.inner.kit
+    }
+
+    /// Stops the group: its children one by one in reverse start order (each waited for), then
+    /// the group itself. Resolves when everything has terminated.
+    pub async fn stop(&self) {
+        self.inner.record.control.post(Command::Stop);
+        self.inner.addr.do_send(Wake);
+        self.inner.record.control.terminated().await;
+    }
+}
+
+/// The top group. Its escalation has no parent to go to: it is raised here for the daemon to
+/// exit on.
+#[derive(Debug, Clone)]
+pub struct RootGroup {
+    group: GroupRef,
+    signal: Arc<RootSignal>,
+}
+
+impl RootGroup {
+    pub(crate) fn start(kit: &Arc<KitInner>, spec: GroupSpec) -> Result<Self, SpawnError> {
+        let signal = Arc::new(RootSignal::default());
+        let group = GroupRef::start(kit, spec, None, Some(Arc::clone(&signal)), None)?;
+        Ok(Self { group, signal })
+    }
+
+    /// The escalation, if the root gave up already.
+    #[must_use]
+    pub fn escalation(&self) -> Option<StopReason> {
+        self.signal.get()
+    }
+
+    /// Resolves when the root gives up (a child exceeded the root's intensity).
+    pub async fn escalated(&self) -> StopReason {
+        loop {
+            let notified = self.signal.notify.notified();
+            if let Some(reason) = self.signal.get() {
+                return reason;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Deref for RootGroup {
+    type Target = GroupRef;
+
+    fn deref(&self) -> &GroupRef {
+        &self.group
+    }
+}

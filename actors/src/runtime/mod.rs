@@ -1,0 +1,151 @@
+//! The actor kit: every actor of the daemon runs on it, and only this module knows actix.
+//!
+//! # Defining an actor
+//!
+//! Implement [`Supervised`] (kind, mailbox capacity, restart policy, `Deps`, `build`, optional
+//! `started`/`stopped`), a [`Mail`] type per message and [`Handles<M>`] per message the actor
+//! accepts. Spawn it under a group ([`GroupRef::spawn`]) or, for per-object actors, get it from a
+//! [`Family`] by key. Callers hold an [`ActorRef`] and pick a send style: [`ActorRef::request`]
+//! (reply or a [`SendError`] within a timeout), [`ActorRef::try_send_event`] (queued or an
+//! [`Overflow`], counted) or [`ActorRef::send_lossy`].
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use karpenter_actors::runtime::{
+//!     ActorCtx, ActorError, ActorKit, GroupSpec, Handles, KitOptions, Mail, RestartPolicy,
+//!     Supervised,
+//! };
+//!
+//! /// One per NodeClaim (an illustration, not the real actor).
+//! struct ClaimActor {
+//!     launches: u32,
+//! }
+//!
+//! /// Ports and shared handles, built once at startup.
+//! struct ClaimDeps;
+//!
+//! impl Supervised for ClaimActor {
+//!     const KIND: &'static str = "ClaimActor";
+//!     // A NodeClaim sees a handful of events between reconciles; 32 absorbs a watch resync.
+//!     const MAILBOX_CAPACITY: usize = 32;
+//!     // Stops for good when its NodeClaim is gone; restarted only after a failure.
+//!     const RESTART: RestartPolicy = RestartPolicy::Transient;
+//!     type Deps = ClaimDeps;
+//!
+//!     fn build(_key: &str, _deps: &ClaimDeps) -> Result<Self, ActorError> {
+//!         Ok(Self { launches: 0 })
+//!     }
+//! }
+//!
+//! /// A command: imperative name; `NAME` is its metric label.
+//! struct Launch;
+//! impl Mail for Launch {
+//!     type Reply = u32;
+//!     const NAME: &'static str = "Launch";
+//! }
+//!
+//! impl Handles<Launch> for ClaimActor {
+//!     async fn handle(&mut self, _: Launch, ctx: &mut ActorCtx<Self>) -> Result<u32, ActorError> {
+//!         ctx.set_state("launching");
+//!         self.launches += 1;
+//!         Ok(self.launches)
+//!     }
+//! }
+//!
+//! actix::System::new().block_on(async {
+//!     let mut metrics = prometheus_client::registry::Registry::default();
+//!     let kit = ActorKit::new(&mut metrics, KitOptions::default());
+//!     let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+//!     let claims = root
+//!         .family::<ClaimActor>(GroupSpec::one_for_one("nodeclaims"), ClaimDeps)
+//!         .unwrap();
+//!     // An event (queued or an Overflow error), then a request (a reply or a SendError).
+//!     claims.ensure("default-x7k2p").unwrap().try_send_event(Launch).unwrap();
+//!     let launches = claims
+//!         .request("default-x7k2p", Launch, Duration::from_secs(5))
+//!         .await
+//!         .unwrap();
+//!     assert_eq!(launches, 2);
+//!     assert_eq!(kit.snapshot().actors[0].state, "launching");
+//!     root.stop().await;
+//! });
+//! ```
+//!
+//! # What actix alone does not do, and the kit does
+//!
+//! - actix's `Supervisor` restarts only an actor that stops itself, and a panic in a handler is
+//!   not supervised. Here every poll of a handler (and of `build`/`started`/`stopped`) runs under
+//!   `catch_unwind`; a panic or fatal error becomes a `ChildStopped { reason }` report to the
+//!   group, which restarts a fresh instance after a backoff or escalates ([`GroupRef`]).
+//! - actix's `do_send` ignores the mailbox bound and drops silently when the actor is gone, and
+//!   its bound lets each sender clone add one more message. Here the capacity is enforced by the
+//!   kit per actor ([`Supervised::MAILBOX_CAPACITY`]), events beyond it are rejected and counted,
+//!   requests wait for room within their timeout, and a stopped actor gives a clear error.
+//!
+//! # What happens to messages when an actor fails
+//!
+//! - **The message in flight** (the one whose handler panicked or returned a fatal error) is
+//!   lost: the handler's partial work stays wherever it went (state that must survive lives in
+//!   Kubernetes or AWS), the instance is dropped, and a requester gets
+//!   [`SendError::Panicked`] / [`SendError::Failed`] at once; it never waits for its timeout.
+//! - **Queued messages** stay in the mailbox while the group backs off, and are handled by the
+//!   fresh instance, in order. Senders may keep sending meanwhile (events until the mailbox is
+//!   full; requests wait for room or time out). A message sent while the child restarts is
+//!   therefore delivered afterwards, or fails with `Timeout` if the restart outlasts the
+//!   caller's timeout.
+//! - **If the group escalates**, its children stay suspended with their queues until the parent
+//!   restarts the group (messages delivered to the fresh instances) or stops it (queued messages
+//!   dropped; requesters get [`SendError::Stopped`]).
+//! - **One-for-all**: when a sibling fails, the others are suspended at once; a handler running
+//!   in a sibling is cancelled and its requester gets [`SendError::Interrupted`].
+//! - **Timers** ([`ActorCtx::send_after`]) belong to the instance that set them: after a restart
+//!   they are dropped (counted as `stale_timer`), so a fresh instance sets its own in `started`.
+//!
+//! # Time
+//!
+//! Handlers, timers, restart backoff and request timeouts all use tokio time. actix runs actors
+//! on a tokio current-thread runtime (`actix::System`, `#[actix::test]`), so a test can call
+//! `tokio::time::pause()` (dev-dependency feature `test-util`): the clock then stands still and
+//! jumps to the next timer whenever every actor is idle, so backoffs of seconds take no wall
+//! time and latencies in the registry are exact. The kit's own tests run this way.
+//!
+//! # Observability
+//!
+//! [`ActorKit::snapshot`] returns every live actor (kind, key, state label, start time,
+//! restarts, messages handled by type, errors, panics, mailbox depth/capacity, overflows,
+//! latency last/avg/max, last error) and group; it serializes with serde. Family-level metrics
+//! go to the Prometheus registry given to [`ActorKit::new`]; their names are listed in the
+//! `metrics` module. Faults are injected from a seeded [`FaultPlan`] given in [`KitOptions`].
+
+mod actor;
+mod address;
+mod cell;
+mod control;
+mod error;
+mod family;
+mod fault;
+mod group;
+mod kit;
+mod metrics;
+mod registry;
+
+pub use actor::{ActorCtx, Handles, Mail, RestartPolicy, Supervised};
+pub use address::ActorRef;
+pub use error::{ActorError, INJECTED_CATEGORY, Overflow, SendError, SpawnError, StopReason};
+pub use family::Family;
+pub use fault::{
+    FaultAction, FaultActionName, FaultPlan, FaultPlanError, FaultPlanFile, FaultRule,
+    FaultRuleFile, InjectedFault, MAX_INJECTION_LOG, STARTED_HOOK,
+};
+pub use group::{
+    CHILD_SHUTDOWN_GRACE, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN,
+    DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, GroupRef, GroupSpec, RestartBackoff, RootGroup,
+    Strategy,
+};
+pub use kit::{ActorKit, KitOptions};
+pub use metrics::{ActorMetrics, DropReason, HANDLER_DURATION_BUCKETS_SECONDS};
+pub use registry::{
+    ActorRegistry, ActorSnapshot, LatencySnapshot, MAX_LAST_ERROR_BYTES, RegistrySnapshot,
+    STATE_RUNNING, STATE_STARTING, STATE_STOPPING, STATE_SUSPENDED, SupervisorSnapshot,
+};

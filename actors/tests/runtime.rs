@@ -1,0 +1,898 @@
+//! The actor kit under failure: panics, fatal errors, start failures, escalation, one-for-all,
+//! shutdown order, fault plans, mailbox bounds, and the registry and Prometheus output. Every
+//! test runs in an actix system with tokio time paused, so backoffs and timeouts take no wall
+//! time and nothing sleeps.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "integration test helpers: a failed unwrap is a failed test"
+)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use karpenter_actors::runtime::{
+    ActorCtx, ActorError, ActorKit, ActorRef, FaultAction, FaultPlan, FaultRule, GroupSpec,
+    Handles, KitOptions, Mail, Overflow, RestartBackoff, RestartPolicy, SendError, StopReason,
+    Supervised,
+};
+use prometheus_client::registry::Registry;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A counter whose state is lost on restart.
+struct Counter {
+    count: u64,
+    log: Option<Arc<Mutex<Vec<String>>>>,
+    key: String,
+}
+
+#[derive(Default)]
+struct CounterDeps {
+    /// Shared log of `stopped` calls, to check the order.
+    log: Option<Arc<Mutex<Vec<String>>>>,
+    /// `started` fails while this is above zero (and counts down).
+    failing_starts: AtomicU32,
+}
+
+impl Supervised for Counter {
+    const KIND: &'static str = "Counter";
+    // Tests fill it on purpose in one case; small keeps that cheap.
+    const MAILBOX_CAPACITY: usize = 4;
+    type Deps = CounterDeps;
+
+    fn build(key: &str, deps: &CounterDeps) -> Result<Self, ActorError> {
+        Ok(Self {
+            count: 0,
+            log: deps.log.clone(),
+            key: key.to_owned(),
+        })
+    }
+
+    async fn started(&mut self, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+        ctx.set_state("counting");
+        Ok(())
+    }
+
+    fn stopped(&mut self, _ctx: &mut ActorCtx<Self>) {
+        if let Some(log) = &self.log {
+            log.lock().unwrap().push(self.key.clone());
+        }
+    }
+}
+
+struct Add(u64);
+impl Mail for Add {
+    type Reply = u64;
+    const NAME: &'static str = "Add";
+}
+impl Handles<Add> for Counter {
+    async fn handle(&mut self, Add(n): Add, _: &mut ActorCtx<Self>) -> Result<u64, ActorError> {
+        self.count += n;
+        Ok(self.count)
+    }
+}
+
+struct Boom;
+impl Mail for Boom {
+    type Reply = ();
+    const NAME: &'static str = "Boom";
+}
+impl Handles<Boom> for Counter {
+    async fn handle(&mut self, _: Boom, _: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+        panic!("boom at {}", self.count);
+    }
+}
+
+/// Panics after an await, so the panic happens in a later poll.
+struct LateBoom;
+impl Mail for LateBoom {
+    type Reply = ();
+    const NAME: &'static str = "LateBoom";
+}
+impl Handles<LateBoom> for Counter {
+    async fn handle(&mut self, _: LateBoom, _: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        panic!("late boom");
+    }
+}
+
+struct Wait(Duration);
+impl Mail for Wait {
+    type Reply = u64;
+    const NAME: &'static str = "Wait";
+}
+impl Handles<Wait> for Counter {
+    async fn handle(&mut self, Wait(d): Wait, _: &mut ActorCtx<Self>) -> Result<u64, ActorError> {
+        tokio::time::sleep(d).await;
+        Ok(self.count)
+    }
+}
+
+struct Fail {
+    fatal: bool,
+}
+impl Mail for Fail {
+    type Reply = ();
+    const NAME: &'static str = "Fail";
+}
+impl Handles<Fail> for Counter {
+    async fn handle(&mut self, msg: Fail, _: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+        let error = ActorError::new("test_failure", "asked to fail");
+        Err(if msg.fatal { error.into_fatal() } else { error })
+    }
+}
+
+struct StopSelf;
+impl Mail for StopSelf {
+    type Reply = ();
+    const NAME: &'static str = "StopSelf";
+}
+impl Handles<StopSelf> for Counter {
+    async fn handle(&mut self, _: StopSelf, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+        ctx.stop();
+        Ok(())
+    }
+}
+
+struct Tick;
+impl Mail for Tick {
+    type Reply = ();
+    const NAME: &'static str = "Tick";
+}
+impl Handles<Tick> for Counter {
+    async fn handle(&mut self, _: Tick, _: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+        self.count += 100;
+        Ok(())
+    }
+}
+
+struct ScheduleTick(Duration);
+impl Mail for ScheduleTick {
+    type Reply = ();
+    const NAME: &'static str = "ScheduleTick";
+}
+impl Handles<ScheduleTick> for Counter {
+    async fn handle(
+        &mut self,
+        m: ScheduleTick,
+        ctx: &mut ActorCtx<Self>,
+    ) -> Result<(), ActorError> {
+        ctx.send_after(m.0, Tick);
+        Ok(())
+    }
+}
+
+/// Same as Counter but transient: a normal stop removes it.
+struct Member;
+impl Supervised for Member {
+    const KIND: &'static str = "Member";
+    // One event at a time in these tests.
+    const MAILBOX_CAPACITY: usize = 8;
+    const RESTART: RestartPolicy = RestartPolicy::Transient;
+    type Deps = ();
+
+    fn build(_: &str, (): &()) -> Result<Self, ActorError> {
+        Ok(Self)
+    }
+}
+impl Handles<StopSelf> for Member {
+    async fn handle(&mut self, _: StopSelf, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+        ctx.stop();
+        Ok(())
+    }
+}
+
+/// Fails in `started` while the deps say so.
+struct Flaky {
+    deps_failures: u32,
+}
+impl Supervised for Flaky {
+    const KIND: &'static str = "Flaky";
+    // Never more than one message in flight in these tests.
+    const MAILBOX_CAPACITY: usize = 8;
+    type Deps = CounterDeps;
+
+    fn build(_: &str, deps: &CounterDeps) -> Result<Self, ActorError> {
+        let before = deps
+            .failing_starts
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        Ok(Self {
+            deps_failures: u32::from(before.is_ok()),
+        })
+    }
+
+    async fn started(&mut self, _: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+        tokio::task::yield_now().await;
+        if self.deps_failures > 0 {
+            return Err(ActorError::new("start", "dependency not ready"));
+        }
+        Ok(())
+    }
+}
+impl Handles<Add> for Flaky {
+    async fn handle(&mut self, Add(n): Add, _: &mut ActorCtx<Self>) -> Result<u64, ActorError> {
+        Ok(n)
+    }
+}
+
+fn kit() -> (ActorKit, Registry) {
+    let mut registry = Registry::default();
+    let kit = ActorKit::new(&mut registry, KitOptions::default());
+    (kit, registry)
+}
+
+fn kit_with_faults(plan: FaultPlan) -> (ActorKit, Registry) {
+    let mut registry = Registry::default();
+    let kit = ActorKit::new(
+        &mut registry,
+        KitOptions {
+            faults: Some(Arc::new(plan)),
+            ..KitOptions::default()
+        },
+    );
+    (kit, registry)
+}
+
+fn fast_backoff() -> RestartBackoff {
+    RestartBackoff {
+        jitter_seed: Some(1),
+        ..RestartBackoff::default()
+    }
+}
+
+async fn add(actor: &ActorRef<Counter>, n: u64) -> u64 {
+    actor.request(Add(n), TIMEOUT).await.unwrap()
+}
+
+#[actix::test]
+async fn a_panicking_handler_restarts_the_actor_with_fresh_state_and_counts_one_panic() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    assert_eq!(add(&counter, 5).await, 5);
+
+    let error = counter.request(Boom, TIMEOUT).await.unwrap_err();
+    assert!(matches!(error, SendError::Panicked { ref panic, .. } if panic == "boom at 5"));
+
+    assert_eq!(
+        add(&counter, 1).await,
+        1,
+        "a fresh instance starts from zero"
+    );
+    let snapshot = kit.snapshot();
+    let actor = snapshot.actor("Counter", "c").unwrap();
+    assert_eq!(actor.panics, 1);
+    assert_eq!(actor.restarts, 1);
+    assert_eq!(actor.state, "counting");
+    assert!(actor.last_error.as_deref().unwrap().contains("boom at 5"));
+}
+
+#[actix::test]
+async fn callers_of_a_panicked_request_get_an_error() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    // A panic on the first poll and one after an await: both answer the caller at once.
+    let first = counter.request(Boom, TIMEOUT).await.unwrap_err();
+    assert_eq!(first.category(), "panicked");
+    let late = counter.request(LateBoom, TIMEOUT).await.unwrap_err();
+    assert!(
+        matches!(late, SendError::Panicked { ref panic, message: "LateBoom", .. } if panic == "late boom"),
+        "{late}"
+    );
+    // A fatal error answers the caller too, and restarts.
+    let fatal = counter
+        .request(Fail { fatal: true }, TIMEOUT)
+        .await
+        .unwrap_err();
+    assert_eq!(fatal.actor_error().unwrap().category(), "test_failure");
+    assert_eq!(add(&counter, 2).await, 2);
+    assert_eq!(counter.restarts(), 3);
+    assert_eq!(kit.snapshot().actor("Counter", "c").unwrap().panics, 2);
+}
+
+#[actix::test]
+async fn a_recoverable_error_keeps_the_state() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    add(&counter, 3).await;
+    let error = counter
+        .request(Fail { fatal: false }, TIMEOUT)
+        .await
+        .unwrap_err();
+    assert_eq!(error.category(), "test_failure");
+    assert_eq!(add(&counter, 1).await, 4);
+    let snapshot = kit.snapshot();
+    let actor = snapshot.actor("Counter", "c").unwrap();
+    assert_eq!((actor.errors, actor.restarts), (1, 0));
+    assert_eq!(
+        actor.last_error.as_deref(),
+        Some("test_failure: asked to fail")
+    );
+}
+
+#[actix::test]
+async fn a_child_that_exceeds_its_intensity_escalates() {
+    tokio::time::pause();
+    let (kit, registry) = kit();
+    let root = kit
+        .root(GroupSpec::one_for_one("root").intensity(0, Duration::from_mins(1)))
+        .unwrap();
+    let inner = root
+        .group(
+            GroupSpec::one_for_one("inner")
+                .intensity(2, Duration::from_mins(1))
+                .backoff(fast_backoff()),
+        )
+        .unwrap();
+    let counter = inner.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    for _ in 0..3 {
+        counter.request(Boom, TIMEOUT).await.unwrap_err();
+    }
+    let reason = tokio::time::timeout(TIMEOUT, root.escalated())
+        .await
+        .expect("root escalates");
+    match reason {
+        StopReason::Escalated { group, cause } => {
+            assert_eq!(group, "root");
+            assert!(cause.contains("group inner"), "{cause}");
+        }
+        other => panic!("expected an escalation, got {other:?}"),
+    }
+    let snapshot = kit.snapshot();
+    let inner_snapshot = snapshot
+        .supervisors
+        .iter()
+        .find(|s| s.name == "inner")
+        .unwrap();
+    assert_eq!(inner_snapshot.escalations, 1);
+    assert_eq!(
+        inner_snapshot.restarts, 2,
+        "two restarts, the third escalated"
+    );
+    assert_eq!(snapshot.actor("Counter", "c").unwrap().state, "suspended");
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(text.contains("karpenter_actor_supervisor_escalations_total{supervisor=\"inner\"} 1"));
+}
+
+#[actix::test]
+async fn an_escalated_group_is_restarted_by_its_parent_with_fresh_children() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit
+        .root(GroupSpec::one_for_one("root").backoff(fast_backoff()))
+        .unwrap();
+    let inner = root
+        .group(
+            GroupSpec::one_for_one("inner")
+                .intensity(0, Duration::from_mins(1))
+                .backoff(fast_backoff()),
+        )
+        .unwrap();
+    let counter = inner.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    add(&counter, 7).await;
+    counter.request(Boom, TIMEOUT).await.unwrap_err();
+    // Queued while the inner group is escalated: delivered once the root restarts it.
+    assert_eq!(add(&counter, 1).await, 1);
+    assert!(root.escalation().is_none());
+    let snapshot = kit.snapshot();
+    let root_snapshot = snapshot
+        .supervisors
+        .iter()
+        .find(|s| s.name == "root")
+        .unwrap();
+    assert_eq!(root_snapshot.restarts, 1);
+}
+
+#[actix::test]
+async fn a_child_that_fails_in_started_is_restarted_and_then_serves() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit
+        .root(GroupSpec::one_for_one("root").backoff(fast_backoff()))
+        .unwrap();
+    let deps = CounterDeps {
+        failing_starts: AtomicU32::new(2),
+        ..CounterDeps::default()
+    };
+    let flaky = root.spawn::<Flaky>("f", deps).unwrap();
+    assert_eq!(flaky.request(Add(9), TIMEOUT).await.unwrap(), 9);
+    let snapshot = kit.snapshot();
+    let actor = snapshot.actor("Flaky", "f").unwrap();
+    assert_eq!((actor.restarts, actor.errors), (2, 2));
+    assert_eq!(actor.state, "running");
+    assert!(
+        actor
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("dependency not ready")
+    );
+}
+
+#[actix::test]
+async fn a_panic_injected_in_started_is_supervised() {
+    tokio::time::pause();
+    let plan = FaultPlan::new(1)
+        .with_rule(
+            FaultRule::new(FaultAction::Panic)
+                .kind("Counter")
+                .message("started")
+                .nth(1),
+        )
+        .unwrap();
+    let (kit, _) = kit_with_faults(plan);
+    let root = kit
+        .root(GroupSpec::one_for_one("root").backoff(fast_backoff()))
+        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    assert_eq!(add(&counter, 1).await, 1);
+    let snapshot = kit.snapshot();
+    let actor = snapshot.actor("Counter", "c").unwrap();
+    assert_eq!((actor.panics, actor.restarts), (1, 1));
+}
+
+#[actix::test]
+async fn one_for_all_restarts_the_whole_group() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+    let group = root
+        .group(GroupSpec::one_for_all("aws").backoff(fast_backoff()))
+        .unwrap();
+    let a = group.spawn::<Counter>("a", CounterDeps::default()).unwrap();
+    let b = group.spawn::<Counter>("b", CounterDeps::default()).unwrap();
+    let c = group.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    for actor in [&a, &b, &c] {
+        add(actor, 5).await;
+    }
+    // A handler in flight in a sibling is cancelled, and its caller told so.
+    let waiting = {
+        let a = a.clone();
+        actix::spawn(async move { a.request(Wait(Duration::from_secs(10)), TIMEOUT).await })
+    };
+    tokio::task::yield_now().await;
+    b.request(Boom, TIMEOUT).await.unwrap_err();
+    let interrupted = waiting.await.unwrap().unwrap_err();
+    assert!(
+        matches!(
+            interrupted,
+            SendError::Interrupted {
+                message: "Wait",
+                ..
+            }
+        ),
+        "{interrupted}"
+    );
+    for actor in [&a, &b, &c] {
+        assert_eq!(add(actor, 1).await, 1, "{} restarted fresh", actor.key());
+        assert_eq!(actor.restarts(), 1);
+    }
+}
+
+#[actix::test]
+async fn one_for_one_restarts_only_the_failed_child() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit
+        .root(GroupSpec::one_for_one("root").backoff(fast_backoff()))
+        .unwrap();
+    let a = root.spawn::<Counter>("a", CounterDeps::default()).unwrap();
+    let b = root.spawn::<Counter>("b", CounterDeps::default()).unwrap();
+    add(&a, 5).await;
+    add(&b, 5).await;
+    b.request(Boom, TIMEOUT).await.unwrap_err();
+    assert_eq!(add(&a, 1).await, 6);
+    assert_eq!(add(&b, 1).await, 1);
+}
+
+#[actix::test]
+async fn a_message_sent_while_a_child_restarts_is_delivered_to_the_fresh_instance() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let backoff = RestartBackoff {
+        min: Duration::from_secs(10),
+        jitter: false,
+        ..RestartBackoff::default()
+    };
+    let root = kit
+        .root(GroupSpec::one_for_one("root").backoff(backoff))
+        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    add(&counter, 5).await;
+    counter.request(Boom, TIMEOUT).await.unwrap_err();
+    // The restart waits 10 s: the event and the request queue meanwhile.
+    counter.try_send_event(Add(2)).unwrap();
+    let start = tokio::time::Instant::now();
+    assert_eq!(add(&counter, 1).await, 3, "both go to the fresh instance");
+    assert!(start.elapsed() >= Duration::from_secs(10));
+    // A request whose timeout is shorter than the restart fails with a clear error.
+    counter.request(Boom, TIMEOUT).await.unwrap_err();
+    let error = counter
+        .request(Add(1), Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, SendError::Timeout { message: "Add", .. }),
+        "{error}"
+    );
+}
+
+#[actix::test]
+async fn a_request_queued_behind_an_escalation_fails_with_stopped_when_the_group_stops() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit
+        .root(GroupSpec::one_for_one("root").intensity(0, Duration::from_mins(1)))
+        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    counter.request(Boom, TIMEOUT).await.unwrap_err();
+    root.escalated().await;
+    let pending = {
+        let counter = counter.clone();
+        actix::spawn(async move { counter.request(Add(1), TIMEOUT).await })
+    };
+    tokio::task::yield_now().await;
+    root.stop().await;
+    let error = pending.await.unwrap().unwrap_err();
+    assert!(
+        matches!(error, SendError::Stopped { message: "Add", .. }),
+        "{error}"
+    );
+    let error = counter.try_send_event(Add(1)).unwrap_err();
+    assert!(matches!(error, Overflow::Stopped { .. }), "{error}");
+    assert!(kit.registry().is_empty());
+}
+
+#[actix::test]
+async fn stopping_a_supervisor_stops_children_in_reverse_start_order() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let deps = || CounterDeps {
+        log: Some(Arc::clone(&log)),
+        ..CounterDeps::default()
+    };
+    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+    let a = root.spawn::<Counter>("a", deps()).unwrap();
+    root.spawn::<Counter>("b", deps()).unwrap();
+    let inner = root.group(GroupSpec::one_for_one("inner")).unwrap();
+    inner.spawn::<Counter>("inner-1", deps()).unwrap();
+    inner.spawn::<Counter>("inner-2", deps()).unwrap();
+    root.spawn::<Counter>("c", deps()).unwrap();
+    add(&a, 1).await;
+    root.stop().await;
+    assert_eq!(
+        *log.lock().unwrap(),
+        vec!["c", "inner-2", "inner-1", "b", "a"]
+    );
+    assert!(kit.registry().is_empty());
+    assert!(kit.snapshot().supervisors.is_empty());
+    let late = root.spawn::<Counter>("late", deps()).unwrap_err();
+    assert_eq!(late.category(), "group_stopped");
+}
+
+#[actix::test]
+async fn a_family_routes_by_key_and_a_restarted_member_keeps_its_key() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+    let family = root
+        .family::<Counter>(
+            GroupSpec::one_for_one("counters").backoff(fast_backoff()),
+            CounterDeps::default(),
+        )
+        .unwrap();
+    family.ensure("x").unwrap();
+    family.ensure("y").unwrap();
+    assert_eq!(family.request("x", Add(2), TIMEOUT).await.unwrap(), 2);
+    assert_eq!(family.request("y", Add(3), TIMEOUT).await.unwrap(), 3);
+    family.request("x", Boom, TIMEOUT).await.unwrap_err();
+    assert_eq!(family.request("x", Add(1), TIMEOUT).await.unwrap(), 1);
+    assert_eq!(family.keys(), vec!["x", "y"]);
+    let missing = family.request("z", Add(1), TIMEOUT).await.unwrap_err();
+    assert!(matches!(missing, SendError::NoActor { .. }));
+
+    let y = family.get("y").unwrap();
+    assert!(family.remove("y"));
+    y.terminated().await;
+    assert_eq!(family.keys(), vec!["x"]);
+    assert_eq!(kit.registry().count_kind("Counter"), 1);
+    assert_eq!(
+        family
+            .ensure("y")
+            .unwrap()
+            .request(Add(1), TIMEOUT)
+            .await
+            .unwrap(),
+        1
+    );
+}
+
+#[actix::test]
+async fn a_transient_member_that_stops_itself_leaves_its_family() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+    let family = root
+        .family::<Member>(GroupSpec::one_for_one("members"), ())
+        .unwrap();
+    let member = family.ensure("m").unwrap();
+    member.request(StopSelf, TIMEOUT).await.unwrap();
+    member.terminated().await;
+    assert!(family.get("m").is_none());
+    assert!(kit.registry().is_empty());
+    assert_eq!(member.restarts(), 0);
+}
+
+#[actix::test]
+async fn a_permanent_actor_that_stops_itself_is_restarted() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit
+        .root(GroupSpec::one_for_one("root").backoff(fast_backoff()))
+        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    add(&counter, 4).await;
+    counter.request(StopSelf, TIMEOUT).await.unwrap();
+    assert_eq!(add(&counter, 1).await, 1);
+    assert_eq!(counter.restarts(), 1);
+}
+
+#[actix::test]
+async fn a_full_mailbox_rejects_events_and_counts_overflows() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    add(&counter, 0).await;
+    // Hold the actor busy so nothing drains.
+    let busy = {
+        let counter = counter.clone();
+        actix::spawn(async move { counter.request(Wait(Duration::from_secs(5)), TIMEOUT).await })
+    };
+    tokio::task::yield_now().await;
+    for _ in 0..Counter::MAILBOX_CAPACITY {
+        counter.try_send_event(Add(1)).unwrap();
+    }
+    let overflow = counter.try_send_event(Add(1)).unwrap_err();
+    assert!(
+        matches!(overflow, Overflow::MailboxFull { capacity: 4, .. }),
+        "{overflow}"
+    );
+    counter.send_lossy(Add(1));
+    assert_eq!(counter.mailbox_depth(), 4);
+    // A request waits for room instead of failing.
+    assert_eq!(add(&counter, 10).await, 14);
+    busy.await.unwrap().unwrap();
+    let snapshot = kit.snapshot();
+    let actor = snapshot.actor("Counter", "c").unwrap();
+    assert_eq!(actor.overflows, 2);
+    assert_eq!(actor.mailbox_depth, 0);
+    assert_eq!(actor.mailbox_capacity, 4);
+}
+
+#[actix::test]
+async fn a_timer_set_before_a_restart_is_dropped() {
+    tokio::time::pause();
+    let (kit, registry) = kit();
+    let root = kit
+        .root(GroupSpec::one_for_one("root").backoff(fast_backoff()))
+        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    counter
+        .request(ScheduleTick(Duration::from_secs(5)), TIMEOUT)
+        .await
+        .unwrap();
+    counter.request(Boom, TIMEOUT).await.unwrap_err();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        add(&counter, 0).await,
+        0,
+        "the old instance's tick never arrives"
+    );
+    counter
+        .request(ScheduleTick(Duration::from_secs(1)), TIMEOUT)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        add(&counter, 0).await,
+        100,
+        "the fresh instance's tick arrives"
+    );
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(text.contains(
+        "karpenter_actor_messages_dropped_total{kind=\"Counter\",message=\"Tick\",reason=\"stale_timer\"} 1"
+    ));
+}
+
+/// Runs 3 actors x 40 requests under a probabilistic plan and returns which requests failed.
+async fn failures_under(plan: FaultPlan) -> (Vec<String>, Vec<(String, u64)>) {
+    let (kit, _) = kit_with_faults(plan);
+    let root = kit
+        .root(
+            GroupSpec::one_for_one("root")
+                .intensity(1000, Duration::from_mins(1))
+                .backoff(fast_backoff()),
+        )
+        .unwrap();
+    let actors: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|key| root.spawn::<Counter>(*key, CounterDeps::default()).unwrap())
+        .collect();
+    let mut failures = Vec::new();
+    for round in 0..40 {
+        for actor in &actors {
+            if let Err(error) = actor.request(Add(1), TIMEOUT).await {
+                failures.push(format!("{}#{round}: {}", actor.key(), error.category()));
+            }
+        }
+    }
+    let injected = kit
+        .faults()
+        .unwrap()
+        .injected()
+        .into_iter()
+        .map(|f| (format!("{}/{}", f.key, f.action), f.occurrence))
+        .collect();
+    (failures, injected)
+}
+
+fn chaos_plan(seed: u64) -> FaultPlan {
+    FaultPlan::new(seed)
+        .with_rule(
+            FaultRule::new(FaultAction::Panic)
+                .message("Add")
+                .probability(0.1),
+        )
+        .unwrap()
+        .with_rule(
+            FaultRule::new(FaultAction::Error)
+                .message("Add")
+                .probability(0.1),
+        )
+        .unwrap()
+        .with_rule(
+            FaultRule::new(FaultAction::Drop)
+                .message("Add")
+                .probability(0.1),
+        )
+        .unwrap()
+}
+
+#[actix::test]
+async fn the_same_fault_plan_seed_gives_the_same_failures() {
+    tokio::time::pause();
+    let first = failures_under(chaos_plan(42)).await;
+    let second = failures_under(chaos_plan(42)).await;
+    assert_eq!(first, second);
+    assert!(!first.0.is_empty());
+    for category in ["panicked", "injected", "dropped"] {
+        assert!(
+            first.0.iter().any(|f| f.ends_with(category)),
+            "{category} in {:?}",
+            first.0
+        );
+    }
+    let other = failures_under(chaos_plan(43)).await;
+    assert_ne!(first.0, other.0, "another seed, other failures");
+}
+
+#[actix::test]
+async fn an_injected_delay_stalls_the_actor_and_times_out_its_caller() {
+    tokio::time::pause();
+    let plan = FaultPlan::from_yaml(
+        "seed: 1\nrules:\n  - kind: Counter\n    message: Add\n    nth: 2\n    action: delay\n    delay: 1m\n",
+    )
+    .unwrap();
+    let (kit, _) = kit_with_faults(plan);
+    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    add(&counter, 1).await;
+    let error = counter.request(Add(1), TIMEOUT).await.unwrap_err();
+    assert_eq!(error.category(), "timeout");
+    // The delayed message is still handled, after the delay.
+    assert_eq!(add(&counter, 1).await, 3);
+    let snapshot = kit.snapshot();
+    let actor = snapshot.actor("Counter", "c").unwrap();
+    // Tokio timers round up to the millisecond.
+    assert!(
+        (60.0..60.01).contains(&actor.latency.max_seconds),
+        "{:?}",
+        actor.latency
+    );
+}
+
+#[actix::test]
+async fn the_registry_snapshot_and_prometheus_output_match_the_counts() {
+    tokio::time::pause();
+    let (kit, registry) = kit();
+    let root = kit
+        .root(GroupSpec::one_for_one("root").backoff(fast_backoff()))
+        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    let other = root.spawn::<Counter>("d", CounterDeps::default()).unwrap();
+    for _ in 0..3 {
+        add(&counter, 1).await;
+    }
+    add(&other, 1).await;
+    counter
+        .request(Fail { fatal: false }, TIMEOUT)
+        .await
+        .unwrap_err();
+    counter.request(Boom, TIMEOUT).await.unwrap_err();
+    add(&counter, 1).await;
+
+    let snapshot = kit.snapshot();
+    let actor = snapshot.actor("Counter", "c").unwrap();
+    assert_eq!(actor.handled, 6);
+    assert_eq!(actor.handled_by_message["Add"], 4);
+    assert_eq!(actor.handled_by_message["Fail"], 1);
+    assert_eq!(actor.handled_by_message["Boom"], 1);
+    assert_eq!((actor.errors, actor.panics, actor.restarts), (1, 1, 1));
+    assert_eq!(snapshot.actors.len(), 2);
+    let json = serde_json::to_value(&snapshot).unwrap();
+    assert_eq!(json["actors"][0]["handledByMessage"]["Add"], 4);
+    assert_eq!(json["actors"][0]["mailboxCapacity"], 4);
+    let back: karpenter_actors::runtime::RegistrySnapshot = serde_json::from_value(json).unwrap();
+    assert_eq!(back, snapshot);
+
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for line in [
+        "karpenter_actor_messages_handled_total{kind=\"Counter\",message=\"Add\"} 5",
+        "karpenter_actor_messages_handled_total{kind=\"Counter\",message=\"Boom\"} 1",
+        "karpenter_actor_handler_errors_total{kind=\"Counter\",message=\"Fail\"} 1",
+        "karpenter_actor_panics_total{kind=\"Counter\",message=\"Boom\"} 1",
+        "karpenter_actor_restarts_total{kind=\"Counter\"} 1",
+        "karpenter_actor_live_actors{kind=\"Counter\"} 2",
+        "karpenter_actor_mailbox_depth{kind=\"Counter\"} 0",
+        "karpenter_actor_handler_duration_seconds_count{kind=\"Counter\",message=\"Add\"} 5",
+    ] {
+        assert!(text.contains(line), "missing {line} in\n{text}");
+    }
+    assert!(!text.contains("key="), "keys never become labels");
+}
+
+fn assert_send_sync<T: Send + Sync>(_: &T) {}
+fn assert_send<T: Send>(_: &T) {}
+
+#[actix::test]
+async fn actors_can_be_called_from_another_thread_and_runtime() {
+    let (kit, _) = kit();
+    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+    let family = root
+        .family::<Counter>(GroupSpec::one_for_one("counters"), CounterDeps::default())
+        .unwrap();
+    let counter = family.ensure("c").unwrap();
+    assert_send_sync(&counter);
+    assert_send_sync(&family);
+    assert_send_sync(&*root);
+    assert_send(&counter.request(Add(1), TIMEOUT));
+    // A kube watcher or an HTTP handler runs on another runtime: it routes by key and waits.
+    let remote = tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            family.try_send_event("c", Add(2)).unwrap();
+            family.ensure("d").unwrap();
+            family.request("c", Add(1), TIMEOUT).await
+        })
+    });
+    assert_eq!(remote.await.unwrap().unwrap(), 3);
+    assert_eq!(add(&counter, 0).await, 3);
+    assert_eq!(kit.registry().count_kind("Counter"), 2);
+}

@@ -1,0 +1,113 @@
+"""Writes charts/karpenter/README.md from values.yaml: every value with its default and the
+`# --` comment above it. `--check` exits 1 when the README is out of date (tests/chart.rs runs it).
+"""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+CHART = Path(__file__).resolve().parent.parent / "charts" / "karpenter"
+
+HEADER = """# karpenter chart
+
+Deploys the karpenter controller (`karpenter run`): a Kubernetes node autoscaler for AWS
+compatible with Karpenter v1.5. A Karpenter v1.5 `values.yaml` works unchanged; unknown keys are
+rejected by `values.schema.json`. `settings.clusterName` is required.
+
+```sh
+helm install karpenter charts/karpenter --namespace kube-system \\
+  --set settings.clusterName=my-cluster \\
+  --set settings.interruptionQueue=my-cluster \\
+  --set serviceAccount.annotations."eks\\.amazonaws\\.com/role-arn"=arn:aws:iam::111122223333:role/KarpenterController
+```
+
+Hardened defaults beyond Karpenter's: the pod runs as non-root (`podSecurityContext.runAsNonRoot:
+true`), and the controller has resource requests. The CRDs are in `crds/` (also published as the
+`karpenter-crd` chart).
+
+## Values
+
+Generated from `values.yaml` by `scripts/chart_readme.py`.
+
+| Key | Default | Description |
+|---|---|---|
+"""
+
+
+def described_keys(text: str):
+    """Yields (dotted key, description) for every key preceded by a `# --` comment."""
+    stack: list[tuple[int, str]] = []
+    pending: list[str] = []
+    for line in text.splitlines():
+        comment = re.match(r"^(\s*)# -- ?(.*)$", line)
+        continuation = re.match(r"^(\s*)# ?(.*)$", line)
+        key = re.match(r"^(\s*)([A-Za-z0-9_]+):", line)
+        if comment:
+            pending = [comment.group(2)]
+        elif continuation and pending:
+            pending.append(continuation.group(2))
+        elif key:
+            indent = len(key.group(1))
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            stack.append((indent, key.group(2)))
+            if pending:
+                yield ".".join(name for _, name in stack), " ".join(pending)
+            pending = []
+
+
+def lookup(values, dotted: str):
+    for part in dotted.split("."):
+        values = (values or {}).get(part)
+    return values
+
+
+def leaves(values, prefix=""):
+    if isinstance(values, dict) and values:
+        for key, value in values.items():
+            yield from leaves(value, f"{prefix}{key}.")
+    else:
+        yield prefix.rstrip(".")
+
+
+def undocumented() -> list[str]:
+    text = (CHART / "values.yaml").read_text()
+    described = {key for key, _ in described_keys(text)}
+    missing = []
+    for leaf in leaves(yaml.safe_load(text)):
+        parts = leaf.split(".")
+        if not any(".".join(parts[:n]) in described for n in range(1, len(parts) + 1)):
+            missing.append(leaf)
+    return missing
+
+
+def render() -> str:
+    text = (CHART / "values.yaml").read_text()
+    values = yaml.safe_load(text)
+    rows = []
+    for key, description in described_keys(text):
+        default = json.dumps(lookup(values, key))
+        rows.append(f"| `{key}` | `{default}` | {description} |")
+    return HEADER + "\n".join(rows) + "\n"
+
+
+def main() -> None:
+    readme = CHART / "README.md"
+    expected = render()
+    if "--check" in sys.argv[1:]:
+        missing = undocumented()
+        if missing:
+            print(f"values without a `# --` description: {missing}", file=sys.stderr)
+            sys.exit(1)
+        if not readme.exists() or readme.read_text() != expected:
+            print(f"{readme} is out of date: run scripts/chart_readme.py", file=sys.stderr)
+            sys.exit(1)
+        return
+    readme.write_text(expected)
+
+
+if __name__ == "__main__":
+    main()
