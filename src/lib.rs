@@ -5,6 +5,7 @@
 //! [`commands`]; each returns an [`commands::ExitCode`]-like status and writes its report to the
 //! writer it is given, so tests run commands in-process.
 
+pub mod aws;
 pub mod cli;
 pub mod commands;
 pub mod kube;

@@ -1,0 +1,1061 @@
+//! Instance types as the scheduler sees them: the well-known labels of reference 1.4, capacity,
+//! overhead and allocatable, computed from EC2's `InstanceTypeInfo` and the parts of an
+//! `EC2NodeClass` that change them (AMI family, kubelet settings, block device mappings,
+//! instance-store policy). Pure functions; [`crate::aws::instance_type_provider`] caches them.
+//!
+//! These types are this module's own until the scheduler's domain model
+//! (`crate::domain::instance_type`) lands; the two are to be reconciled then.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use crate::apis::ec2nodeclass::{
+    AmiFamily, BlockDeviceMapping, EC2NodeClassSpec, InstanceStorePolicy, KubeletConfiguration,
+};
+use crate::apis::labels;
+use crate::aws::quantity::{self, GIB, MIB, MILLI, QuantityError, Resources, parse_quantity};
+use crate::domain::amifamily::{self, FeatureFlags, NON_ENI_LIMITED_MAX_PODS};
+use crate::ports::ec2::InstanceTypeInfo;
+
+// ---- constants ---------------------------------------------------------------------------------
+
+/// Graviton instances reserve 64 MiB for the contiguous memory allocator that pods cannot use.
+const ARM64_CMA_RESERVED_MIB: u64 = 64;
+/// kube-reserved memory per pod and fixed part (EKS AMI formula: 11 MiB * pods + 255 MiB).
+const KUBE_RESERVED_MIB_PER_POD: i64 = 11;
+const KUBE_RESERVED_MIB_BASE: i64 = 255;
+/// kube-reserved ephemeral storage.
+const KUBE_RESERVED_EPHEMERAL: i64 = GIB * MILLI;
+/// Eviction threshold defaults: `memory.available<100Mi`, `nodefs.available<10%`.
+const EVICTION_MEMORY: i64 = 100 * MIB * MILLI;
+const EVICTION_NODEFS_PERCENT: f64 = 10.0;
+/// kube-reserved CPU: share of each core range (in millicores), the EKS/Bottlerocket formula.
+const KUBE_RESERVED_CPU_RANGES: [(i64, i64, f64); 4] = [
+    (0, 1000, 0.06),
+    (1000, 2000, 0.01),
+    (2000, 4000, 0.005),
+    (4000, 1 << 31, 0.0025),
+];
+pub const MEMORY_AVAILABLE: &str = "memory.available";
+pub const NODEFS_AVAILABLE: &str = "nodefs.available";
+
+// ---- types -------------------------------------------------------------------------------------
+
+/// The values a label may take on an instance type: some values, or "must not exist".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LabelValues {
+    In(BTreeSet<String>),
+    DoesNotExist,
+}
+
+impl LabelValues {
+    fn one(value: impl Into<String>) -> Self {
+        LabelValues::In(BTreeSet::from([value.into()]))
+    }
+
+    fn many<I: IntoIterator<Item = String>>(values: I) -> Self {
+        let set: BTreeSet<String> = values.into_iter().collect();
+        if set.is_empty() {
+            LabelValues::DoesNotExist
+        } else {
+            LabelValues::In(set)
+        }
+    }
+
+    /// Whether a node with this label value (or without the label, for `None`) matches.
+    #[must_use]
+    pub fn admits(&self, value: Option<&str>) -> bool {
+        match (self, value) {
+            (LabelValues::In(values), Some(value)) => values.contains(value),
+            (LabelValues::DoesNotExist, None) => true,
+            _ => false,
+        }
+    }
+
+    #[must_use]
+    pub fn values(&self) -> Vec<&str> {
+        match self {
+            LabelValues::In(values) => values.iter().map(String::as_str).collect(),
+            LabelValues::DoesNotExist => Vec::new(),
+        }
+    }
+}
+
+/// Requirement per well-known label key.
+pub type Labels = BTreeMap<&'static str, LabelValues>;
+
+/// Karpenter's capacity types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CapacityType {
+    OnDemand,
+    Spot,
+    Reserved,
+}
+
+impl CapacityType {
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapacityType::OnDemand => labels::CAPACITY_TYPE_ON_DEMAND,
+            CapacityType::Spot => labels::CAPACITY_TYPE_SPOT,
+            CapacityType::Reserved => labels::CAPACITY_TYPE_RESERVED,
+        }
+    }
+
+    #[must_use]
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            labels::CAPACITY_TYPE_ON_DEMAND => Some(CapacityType::OnDemand),
+            labels::CAPACITY_TYPE_SPOT => Some(CapacityType::Spot),
+            labels::CAPACITY_TYPE_RESERVED => Some(CapacityType::Reserved),
+            _ => None,
+        }
+    }
+}
+
+/// A place and way to buy an instance type: zone and capacity type, with its price and whether
+/// it can be launched now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offering {
+    pub zone: String,
+    pub zone_id: Option<String>,
+    pub capacity_type: CapacityType,
+    /// USD per hour.
+    pub price: f64,
+    pub available: bool,
+}
+
+/// Resources set aside on a node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Overhead {
+    pub kube_reserved: Resources,
+    pub system_reserved: Resources,
+    pub eviction_threshold: Resources,
+}
+
+impl Overhead {
+    #[must_use]
+    pub fn total(&self) -> Resources {
+        quantity::merge_sum([
+            &self.kube_reserved,
+            &self.system_reserved,
+            &self.eviction_threshold,
+        ])
+    }
+}
+
+/// An instance type resolved for one `NodeClass` configuration, without offerings (they change
+/// with prices and capacity; see [`InstanceType`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedInstanceType {
+    pub name: String,
+    pub requirements: Labels,
+    pub capacity: Resources,
+    pub overhead: Overhead,
+    /// Capacity less overhead, computed once.
+    pub allocatable: Resources,
+}
+
+/// An instance type with its current offerings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceType {
+    pub resolved: Arc<ResolvedInstanceType>,
+    pub offerings: Vec<Offering>,
+}
+
+impl std::ops::Deref for InstanceType {
+    type Target = ResolvedInstanceType;
+    fn deref(&self) -> &ResolvedInstanceType {
+        &self.resolved
+    }
+}
+
+impl InstanceType {
+    /// The cheapest available offering of a capacity type, optionally limited to some zones.
+    #[must_use]
+    pub fn cheapest_available(
+        &self,
+        capacity_type: CapacityType,
+        zones: Option<&BTreeSet<String>>,
+    ) -> Option<&Offering> {
+        self.offerings
+            .iter()
+            .filter(|o| o.available && o.capacity_type == capacity_type)
+            .filter(|o| zones.is_none_or(|zones| zones.contains(&o.zone)))
+            .min_by(|a, b| a.price.total_cmp(&b.price))
+    }
+}
+
+// ---- inputs ------------------------------------------------------------------------------------
+
+/// The parts of an `EC2NodeClass` that change instance types; the memoisation key.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeClassSettings {
+    pub ami_family: Option<AmiFamily>,
+    pub kubelet: KubeletSettings,
+    pub block_device_mappings: Vec<BlockDeviceMapping>,
+    pub instance_store_policy: Option<InstanceStorePolicy>,
+}
+
+/// The kubelet settings that change capacity or overhead.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct KubeletSettings {
+    pub max_pods: Option<i32>,
+    pub pods_per_core: Option<i32>,
+    pub system_reserved: BTreeMap<String, String>,
+    pub kube_reserved: BTreeMap<String, String>,
+    pub eviction_hard: BTreeMap<String, String>,
+    pub eviction_soft: BTreeMap<String, String>,
+}
+
+impl From<&KubeletConfiguration> for KubeletSettings {
+    fn from(kubelet: &KubeletConfiguration) -> Self {
+        KubeletSettings {
+            max_pods: kubelet.max_pods,
+            pods_per_core: kubelet.pods_per_core,
+            system_reserved: kubelet.system_reserved.clone().unwrap_or_default(),
+            kube_reserved: kubelet.kube_reserved.clone().unwrap_or_default(),
+            eviction_hard: kubelet.eviction_hard.clone().unwrap_or_default(),
+            eviction_soft: kubelet.eviction_soft.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl NodeClassSettings {
+    #[must_use]
+    pub fn from_spec(spec: &EC2NodeClassSpec) -> Self {
+        NodeClassSettings {
+            ami_family: Some(ami_family(spec)),
+            kubelet: spec
+                .kubelet
+                .as_ref()
+                .map(KubeletSettings::from)
+                .unwrap_or_default(),
+            block_device_mappings: spec.block_device_mappings.clone(),
+            instance_store_policy: spec.instance_store_policy,
+        }
+    }
+
+    /// A hash of these settings. The API types do not implement `Hash`; their `Debug` text is
+    /// deterministic (ordered maps, declared field order) and names every field, so it is hashed.
+    #[must_use]
+    pub fn key(&self) -> u64 {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        format!("{self:?}").hash(&mut hasher);
+        hasher.finish()
+    }
+
+    fn family(&self) -> AmiFamily {
+        self.ami_family.unwrap_or(AmiFamily::AL2023)
+    }
+}
+
+/// The `NodeClass`'s AMI family: `spec.amiFamily`, else the family of its alias, else Custom.
+#[must_use]
+pub fn ami_family(spec: &EC2NodeClassSpec) -> AmiFamily {
+    spec.ami_family
+        .or_else(|| {
+            spec.ami_selector_terms
+                .iter()
+                .find_map(|term| term.alias.as_deref().and_then(AmiFamily::from_alias))
+        })
+        .unwrap_or(AmiFamily::Custom)
+}
+
+/// Controller settings that change instance types.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolveSettings {
+    pub region: String,
+    /// `VM_MEMORY_OVERHEAD_PERCENT`, a fraction (0.075).
+    pub vm_memory_overhead_percent: f64,
+    /// `RESERVED_ENIS`.
+    pub reserved_enis: u32,
+}
+
+impl ResolveSettings {
+    /// From the controller settings; the region is resolved by the caller (settings, SDK chain
+    /// or IMDS).
+    #[must_use]
+    pub fn from_settings(settings: &karpenter_config::Settings, region: &str) -> Self {
+        ResolveSettings {
+            region: region.to_owned(),
+            vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
+            reserved_enis: settings.reserved_enis,
+        }
+    }
+}
+
+/// Where the instance type can run: zones EC2 offers it in, and the `NodeClass`'s subnet zones with
+/// their zone ids.
+#[derive(Debug, Clone, Copy)]
+pub struct Placement<'a> {
+    pub offered_zones: &'a BTreeSet<String>,
+    pub subnet_zones: &'a BTreeMap<String, String>,
+}
+
+/// A `NodeClass` value that cannot be used to compute instance types.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {source}")]
+pub struct ResolveError {
+    /// Field path, e.g. `spec.kubelet.kubeReserved.memory`.
+    pub field: String,
+    pub source: QuantityError,
+}
+
+impl ResolveError {
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        "invalid_nodeclass_quantity"
+    }
+}
+
+// ---- resolution --------------------------------------------------------------------------------
+
+/// Resolves one instance type for a `NodeClass` configuration.
+pub fn resolve(
+    info: &InstanceTypeInfo,
+    placement: Placement<'_>,
+    nodeclass: &NodeClassSettings,
+    settings: &ResolveSettings,
+) -> Result<ResolvedInstanceType, ResolveError> {
+    let family = nodeclass.family();
+    let family_flags = amifamily::feature_flags(family);
+    let requirements = requirements(info, placement, family, &settings.region);
+    let memory = memory(info, settings.vm_memory_overhead_percent);
+    let storage = ephemeral_storage(info, nodeclass, family)?;
+    let eni_pods = eni_limited_pods(info, settings.reserved_enis);
+    let pods = pods(info, &nodeclass.kubelet, family_flags, eni_pods);
+
+    let mut capacity = Resources::new();
+    capacity.insert(quantity::CPU.into(), i64::from(info.vcpus) * MILLI);
+    capacity.insert(quantity::MEMORY.into(), memory);
+    capacity.insert(quantity::EPHEMERAL_STORAGE.into(), storage);
+    capacity.insert(quantity::PODS.into(), pods * MILLI);
+    // No branch-interface table in the catalogue: pod ENIs are not offered (see module docs).
+    capacity.insert(quantity::POD_ENI.into(), 0);
+    let gpus_of = |maker: &str| -> i64 {
+        info.gpus
+            .iter()
+            .filter(|g| g.manufacturer == maker)
+            .map(|g| i64::from(g.count))
+            .sum()
+    };
+    capacity.insert(quantity::NVIDIA_GPU.into(), gpus_of("NVIDIA") * MILLI);
+    capacity.insert(quantity::AMD_GPU.into(), gpus_of("AMD") * MILLI);
+    capacity.insert(quantity::HABANA_GAUDI.into(), gpus_of("Habana") * MILLI);
+    let neuron_devices: i64 = info.neuron_devices.iter().map(|d| i64::from(d.count)).sum();
+    let neuron_cores = info
+        .neuron_devices
+        .first()
+        .map_or(0, |d| i64::from(d.count) * i64::from(d.cores_per_device));
+    capacity.insert(quantity::AWS_NEURON.into(), neuron_devices * MILLI);
+    capacity.insert(quantity::AWS_NEURON_CORE.into(), neuron_cores * MILLI);
+    capacity.insert(
+        quantity::EFA.into(),
+        i64::from(info.efa_max_interfaces) * MILLI,
+    );
+    if requirements
+        .get(labels::OS)
+        .is_some_and(|os| os.admits(Some(labels::OS_WINDOWS)))
+    {
+        capacity.insert(
+            quantity::PRIVATE_IPV4_ADDRESS.into(),
+            i64::from(info.ipv4_per_eni.saturating_sub(1)) * MILLI,
+        );
+    }
+
+    let memory_pods = if family_flags.uses_eni_limited_memory_overhead {
+        eni_pods
+    } else {
+        pods
+    };
+    let overhead = Overhead {
+        kube_reserved: kube_reserved(info.vcpus, memory_pods, &nodeclass.kubelet.kube_reserved)?,
+        system_reserved: user_resources(
+            &nodeclass.kubelet.system_reserved,
+            "spec.kubelet.systemReserved",
+        )?,
+        eviction_threshold: eviction_threshold(memory, storage, &nodeclass.kubelet, family_flags)?,
+    };
+    let allocatable = quantity::subtract(&capacity, &overhead.total());
+    Ok(ResolvedInstanceType {
+        name: info.name.clone(),
+        requirements,
+        capacity,
+        overhead,
+        allocatable,
+    })
+}
+
+fn kube_architecture(info: &InstanceTypeInfo) -> String {
+    info.architectures
+        .iter()
+        .find_map(|arch| amifamily::kube_architecture(arch))
+        .map_or_else(|| format!("{:?}", info.architectures), str::to_owned)
+}
+
+fn lower_kebab(value: &str) -> String {
+    value.to_lowercase().replace(' ', "-")
+}
+
+/// Category and generation as Karpenter's `(^[a-z]+)(\-[0-9]+tb)?([0-9]+).*\.` reads them.
+fn category_and_generation(name: &str) -> Option<(&str, &str)> {
+    if !name.contains('.') {
+        return None;
+    }
+    let category_end = name.find(|c: char| !c.is_ascii_lowercase())?;
+    if category_end == 0 {
+        return None;
+    }
+    let (category, mut rest) = name.split_at(category_end);
+    if let Some(after_dash) = rest.strip_prefix('-') {
+        let digits = after_dash.find(|c: char| !c.is_ascii_digit()).unwrap_or(0);
+        if digits > 0 && after_dash[digits..].starts_with("tb") {
+            rest = &after_dash[digits + 2..];
+        }
+    }
+    let generation_end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    if generation_end == 0 || !rest[generation_end..].contains('.') {
+        return None;
+    }
+    Some((category, &rest[..generation_end]))
+}
+
+#[expect(
+    clippy::too_many_lines,
+    reason = "one statement per well-known label, in reference 1.4's order"
+)]
+fn requirements(
+    info: &InstanceTypeInfo,
+    placement: Placement<'_>,
+    family: AmiFamily,
+    region: &str,
+) -> Labels {
+    let arch = kube_architecture(info);
+    let os: Vec<String> = if family.is_windows() {
+        if arch == labels::ARCH_AMD64 {
+            vec![labels::OS_WINDOWS.to_owned()]
+        } else {
+            Vec::new()
+        }
+    } else {
+        vec![labels::OS_LINUX.to_owned()]
+    };
+    let zones: Vec<String> = placement
+        .offered_zones
+        .iter()
+        .filter(|zone| placement.subnet_zones.contains_key(*zone))
+        .cloned()
+        .collect();
+    let zone_ids: Vec<String> = zones
+        .iter()
+        .filter_map(|zone| placement.subnet_zones.get(zone))
+        .filter(|id| !id.is_empty())
+        .cloned()
+        .collect();
+    let capacity_types = info
+        .usage_classes
+        .iter()
+        .filter(|c| *c == labels::CAPACITY_TYPE_ON_DEMAND || *c == labels::CAPACITY_TYPE_SPOT)
+        .cloned();
+
+    let mut out = Labels::new();
+    out.insert(labels::INSTANCE_TYPE, LabelValues::one(info.name.clone()));
+    out.insert(labels::ARCH, LabelValues::one(arch));
+    out.insert(labels::OS, LabelValues::many(os));
+    out.insert(labels::ZONE, LabelValues::many(zones));
+    out.insert(labels::REGION, LabelValues::one(region));
+    out.insert(
+        labels::WINDOWS_BUILD,
+        LabelValues::many(amifamily::windows_build(family).map(str::to_owned)),
+    );
+    out.insert(labels::CAPACITY_TYPE, LabelValues::many(capacity_types));
+    out.insert(
+        labels::INSTANCE_CPU,
+        LabelValues::one(info.vcpus.to_string()),
+    );
+    out.insert(
+        labels::INSTANCE_CPU_MANUFACTURER,
+        LabelValues::many(Some(lower_kebab(&info.cpu_manufacturer)).filter(|m| !m.is_empty())),
+    );
+    out.insert(
+        labels::INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
+        LabelValues::many(info.sustained_clock_speed_mhz.map(|mhz| mhz.to_string())),
+    );
+    out.insert(
+        labels::INSTANCE_MEMORY,
+        LabelValues::one(info.memory_mib.to_string()),
+    );
+    out.insert(
+        labels::INSTANCE_EBS_BANDWIDTH,
+        LabelValues::many(info.ebs_bandwidth_mbps.map(|b| b.to_string())),
+    );
+    out.insert(
+        labels::INSTANCE_NETWORK_BANDWIDTH,
+        LabelValues::many(info.network_bandwidth_mbps.map(|b| b.to_string())),
+    );
+    let category_generation = category_and_generation(&info.name);
+    out.insert(
+        labels::INSTANCE_CATEGORY,
+        LabelValues::many(category_generation.map(|(c, _)| c.to_owned())),
+    );
+    out.insert(
+        labels::INSTANCE_GENERATION,
+        LabelValues::many(category_generation.map(|(_, g)| g.to_owned())),
+    );
+    let family_size = info
+        .name
+        .split_once('.')
+        .filter(|(_, size)| !size.contains('.'));
+    out.insert(
+        labels::INSTANCE_FAMILY,
+        LabelValues::many(family_size.map(|(f, _)| f.to_owned())),
+    );
+    out.insert(
+        labels::INSTANCE_SIZE,
+        LabelValues::many(family_size.map(|(_, s)| s.to_owned())),
+    );
+    out.insert(
+        labels::INSTANCE_LOCAL_NVME,
+        LabelValues::many(
+            info.instance_storage
+                .as_ref()
+                .filter(|s| s.nvme)
+                .map(|s| s.total_gb.to_string()),
+        ),
+    );
+    let gpu = (info.gpus.len() == 1).then(|| &info.gpus[0]);
+    out.insert(
+        labels::INSTANCE_GPU_NAME,
+        LabelValues::many(gpu.map(|g| lower_kebab(&g.name))),
+    );
+    out.insert(
+        labels::INSTANCE_GPU_MANUFACTURER,
+        LabelValues::many(gpu.map(|g| lower_kebab(&g.manufacturer))),
+    );
+    out.insert(
+        labels::INSTANCE_GPU_COUNT,
+        LabelValues::many(gpu.map(|g| g.count.to_string())),
+    );
+    out.insert(
+        labels::INSTANCE_GPU_MEMORY,
+        LabelValues::many(gpu.map(|g| g.memory_mib.to_string())),
+    );
+    // Neuron devices win over the older inference-accelerator description of the same chips.
+    let accelerator: Option<(String, String, u32)> = if info.neuron_devices.len() == 1 {
+        let device = &info.neuron_devices[0];
+        Some((lower_kebab(&device.name), "aws".to_owned(), device.count))
+    } else if info.neuron_devices.is_empty() && info.inference_accelerators.len() == 1 {
+        let accelerator = &info.inference_accelerators[0];
+        Some((
+            lower_kebab(&accelerator.name),
+            lower_kebab(&accelerator.manufacturer),
+            accelerator.count,
+        ))
+    } else {
+        None
+    };
+    out.insert(
+        labels::INSTANCE_ACCELERATOR_NAME,
+        LabelValues::many(accelerator.as_ref().map(|a| a.0.clone())),
+    );
+    out.insert(
+        labels::INSTANCE_ACCELERATOR_MANUFACTURER,
+        LabelValues::many(accelerator.as_ref().map(|a| a.1.clone())),
+    );
+    out.insert(
+        labels::INSTANCE_ACCELERATOR_COUNT,
+        LabelValues::many(accelerator.as_ref().map(|a| a.2.to_string())),
+    );
+    out.insert(
+        labels::INSTANCE_HYPERVISOR,
+        LabelValues::one(info.hypervisor.clone()),
+    );
+    out.insert(
+        labels::INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
+        LabelValues::one(info.encryption_in_transit.to_string()),
+    );
+    if !zone_ids.is_empty() {
+        out.insert(labels::ZONE_ID, LabelValues::many(zone_ids));
+    }
+    out.insert(labels::CAPACITY_RESERVATION_ID, LabelValues::DoesNotExist);
+    out
+}
+
+/// Memory capacity: MiB less the arm64 CMA reservation, less the VM overhead share (rounded up
+/// to whole MiB).
+fn memory(info: &InstanceTypeInfo, vm_memory_overhead_percent: f64) -> i64 {
+    let mut mib = info.memory_mib;
+    if info.architectures.first().is_some_and(|a| a == "arm64") {
+        mib = mib.saturating_sub(ARM64_CMA_RESERVED_MIB);
+    }
+    let bytes = i64::try_from(mib).unwrap_or(i64::MAX / MILLI / MIB) * MIB;
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_precision_loss,
+        reason = "memory sizes are far below 2^52 bytes; the overhead is rounded up to whole MiB"
+    )]
+    let overhead_mib = (bytes as f64 * vm_memory_overhead_percent / MIB as f64).ceil() as i64;
+    (bytes - overhead_mib * MIB) * MILLI
+}
+
+/// Ephemeral storage in milli-units: the size `domain::amifamily` picks, parsed.
+fn ephemeral_storage(
+    info: &InstanceTypeInfo,
+    nodeclass: &NodeClassSettings,
+    family: AmiFamily,
+) -> Result<i64, ResolveError> {
+    let size = amifamily::ephemeral_storage(
+        family,
+        &nodeclass.block_device_mappings,
+        nodeclass.instance_store_policy,
+        info.instance_storage
+            .as_ref()
+            .and_then(|s| i64::try_from(s.total_gb).ok()),
+    );
+    parse_quantity(&size).map_err(|source| ResolveError {
+        field: "spec.blockDeviceMappings[].ebs.volumeSize".to_owned(),
+        source,
+    })
+}
+
+/// `(ENIs of the default card - RESERVED_ENIS) * (IPv4 per ENI - 1) + 2`, the VPC CNI limit.
+#[must_use]
+pub fn eni_limited_pods(info: &InstanceTypeInfo, reserved_enis: u32) -> i64 {
+    let usable = i64::from(info.max_enis.saturating_sub(reserved_enis));
+    if usable == 0 {
+        return 0;
+    }
+    usable * (i64::from(info.ipv4_per_eni) - 1) + 2
+}
+
+fn pods(
+    info: &InstanceTypeInfo,
+    kubelet: &KubeletSettings,
+    family: FeatureFlags,
+    eni_pods: i64,
+) -> i64 {
+    let mut count = match kubelet.max_pods {
+        Some(max) => i64::from(max),
+        None if family.supports_eni_limited_pod_density => eni_pods,
+        None => i64::from(NON_ENI_LIMITED_MAX_PODS),
+    };
+    if let Some(per_core) = kubelet.pods_per_core.filter(|p| *p > 0)
+        && family.pods_per_core_enabled
+    {
+        count = count.min(i64::from(per_core) * i64::from(info.vcpus));
+    }
+    count
+}
+
+fn user_resources(
+    values: &BTreeMap<String, String>,
+    field: &str,
+) -> Result<Resources, ResolveError> {
+    values
+        .iter()
+        .map(|(name, value)| {
+            parse_quantity(value)
+                .map(|q| (name.clone(), q))
+                .map_err(|source| ResolveError {
+                    field: format!("{field}.{name}"),
+                    source,
+                })
+        })
+        .collect()
+}
+
+fn kube_reserved(
+    vcpus: u32,
+    pods: i64,
+    user: &BTreeMap<String, String>,
+) -> Result<Resources, ResolveError> {
+    let mut out = Resources::new();
+    out.insert(
+        quantity::MEMORY.into(),
+        (KUBE_RESERVED_MIB_PER_POD * pods + KUBE_RESERVED_MIB_BASE) * MIB * MILLI,
+    );
+    out.insert(quantity::EPHEMERAL_STORAGE.into(), KUBE_RESERVED_EPHEMERAL);
+    let cpu = i64::from(vcpus) * MILLI;
+    let mut reserved = 0;
+    for (start, end, share) in KUBE_RESERVED_CPU_RANGES {
+        if cpu >= start {
+            let span = if cpu < end { cpu - start } else { end - start };
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_precision_loss,
+                reason = "millicore spans are small; Karpenter truncates each range's share"
+            )]
+            let part = (span as f64 * share) as i64;
+            reserved += part;
+        }
+    }
+    out.insert(quantity::CPU.into(), reserved);
+    out.extend(user_resources(user, "spec.kubelet.kubeReserved")?);
+    Ok(out)
+}
+
+/// A signal value: a percentage of the capacity (100% means disabled, so 0) or a quantity.
+fn eviction_signal(capacity: i64, value: &str, field: &str) -> Result<i64, ResolveError> {
+    if let Some(percent) = value.strip_suffix('%') {
+        let percent: f64 = percent.trim().parse().map_err(|_| ResolveError {
+            field: field.to_owned(),
+            source: QuantityError {
+                input: value.to_owned(),
+                rule: "expected a percentage such as 10%",
+            },
+        })?;
+        let percent = if (percent - 100.0).abs() < f64::EPSILON {
+            0.0
+        } else {
+            percent
+        };
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_precision_loss,
+            reason = "Karpenter computes the threshold as ceil(capacity / 100 * percent) in float"
+        )]
+        let units = ((capacity / MILLI) as f64 / 100.0 * percent).ceil() as i64;
+        return Ok(units * MILLI);
+    }
+    parse_quantity(value).map_err(|source| ResolveError {
+        field: field.to_owned(),
+        source,
+    })
+}
+
+fn eviction_threshold(
+    memory: i64,
+    storage: i64,
+    kubelet: &KubeletSettings,
+    family: FeatureFlags,
+) -> Result<Resources, ResolveError> {
+    let mut out = Resources::new();
+    out.insert(quantity::MEMORY.into(), EVICTION_MEMORY);
+    out.insert(
+        quantity::EPHEMERAL_STORAGE.into(),
+        eviction_signal(storage, &format!("{EVICTION_NODEFS_PERCENT}%"), "default")?,
+    );
+    let mut signals = vec![(&kubelet.eviction_hard, "spec.kubelet.evictionHard")];
+    if family.eviction_soft_enabled {
+        signals.push((&kubelet.eviction_soft, "spec.kubelet.evictionSoft"));
+    }
+    let mut overrides = Resources::new();
+    for (map, field) in signals {
+        for (signal, resource, capacity) in [
+            (MEMORY_AVAILABLE, quantity::MEMORY, memory),
+            (NODEFS_AVAILABLE, quantity::EPHEMERAL_STORAGE, storage),
+        ] {
+            if let Some(value) = map.get(signal) {
+                let threshold = eviction_signal(capacity, value, &format!("{field}.{signal}"))?;
+                let slot = overrides.entry(resource.to_owned()).or_insert(threshold);
+                *slot = (*slot).max(threshold);
+            }
+        }
+    }
+    out.extend(overrides);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::ec2::{Gpu, InstanceStorage, NeuronDevice};
+
+    fn m5_large() -> InstanceTypeInfo {
+        InstanceTypeInfo {
+            name: "m5.large".into(),
+            vcpus: 2,
+            memory_mib: 8192,
+            architectures: vec!["x86_64".into()],
+            virtualization_types: vec!["hvm".into()],
+            usage_classes: vec!["on-demand".into(), "spot".into()],
+            hypervisor: "nitro".into(),
+            cpu_manufacturer: "Intel".into(),
+            sustained_clock_speed_mhz: Some(3100),
+            max_enis: 3,
+            ipv4_per_eni: 10,
+            network_bandwidth_mbps: Some(750),
+            ebs_bandwidth_mbps: Some(4750),
+            ..InstanceTypeInfo::default()
+        }
+    }
+
+    fn settings() -> ResolveSettings {
+        ResolveSettings {
+            region: "us-west-2".into(),
+            vm_memory_overhead_percent: 0.075,
+            reserved_enis: 0,
+        }
+    }
+
+    fn zones() -> (BTreeSet<String>, BTreeMap<String, String>) {
+        (
+            ["us-west-2a", "us-west-2b", "us-west-2d"]
+                .map(String::from)
+                .into(),
+            [
+                ("us-west-2a", "usw2-az2"),
+                ("us-west-2b", "usw2-az1"),
+                ("us-west-2c", "usw2-az3"),
+            ]
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .into(),
+        )
+    }
+
+    fn resolve_with(
+        info: &InstanceTypeInfo,
+        nodeclass: &NodeClassSettings,
+    ) -> ResolvedInstanceType {
+        let (offered, subnets) = zones();
+        let placement = Placement {
+            offered_zones: &offered,
+            subnet_zones: &subnets,
+        };
+        resolve(info, placement, nodeclass, &settings()).expect("resolves")
+    }
+
+    fn values<'a>(it: &'a ResolvedInstanceType, key: &str) -> Vec<&'a str> {
+        it.requirements
+            .get(key)
+            .map(LabelValues::values)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn m5_large_gets_karpenters_labels() {
+        let it = resolve_with(&m5_large(), &NodeClassSettings::default());
+        assert_eq!(values(&it, labels::INSTANCE_CATEGORY), ["m"]);
+        assert_eq!(values(&it, labels::INSTANCE_GENERATION), ["5"]);
+        assert_eq!(values(&it, labels::INSTANCE_FAMILY), ["m5"]);
+        assert_eq!(values(&it, labels::INSTANCE_SIZE), ["large"]);
+        assert_eq!(values(&it, labels::INSTANCE_CPU_MANUFACTURER), ["intel"]);
+        assert_eq!(
+            values(&it, labels::INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ),
+            ["3100"]
+        );
+        assert_eq!(values(&it, labels::ARCH), ["amd64"]);
+        assert_eq!(values(&it, labels::OS), ["linux"]);
+        // Offered in a, b, d; subnets in a, b, c: zones a and b.
+        assert_eq!(values(&it, labels::ZONE), ["us-west-2a", "us-west-2b"]);
+        assert_eq!(values(&it, labels::ZONE_ID), ["usw2-az1", "usw2-az2"]);
+        assert_eq!(values(&it, labels::CAPACITY_TYPE), ["on-demand", "spot"]);
+        assert_eq!(values(&it, labels::INSTANCE_EBS_BANDWIDTH), ["4750"]);
+        assert_eq!(
+            it.requirements[labels::INSTANCE_GPU_NAME],
+            LabelValues::DoesNotExist
+        );
+        assert_eq!(
+            it.requirements[labels::WINDOWS_BUILD],
+            LabelValues::DoesNotExist
+        );
+    }
+
+    #[test]
+    fn m5_large_capacity_and_allocatable_match_karpenter() {
+        let it = resolve_with(&m5_large(), &NodeClassSettings::default());
+        // 8192 MiB less ceil(8192 * 0.075) = 615 MiB.
+        assert_eq!(it.capacity[quantity::MEMORY], (8192 - 615) * MIB * MILLI);
+        // 3 ENIs * (10 - 1) + 2 = 29 pods.
+        assert_eq!(it.capacity[quantity::PODS], 29 * MILLI);
+        assert_eq!(it.capacity[quantity::EPHEMERAL_STORAGE], 20 * GIB * MILLI);
+        // kube-reserved: 60m + 10m cpu; (11 * 29 + 255) MiB memory.
+        assert_eq!(it.overhead.kube_reserved[quantity::CPU], 70);
+        assert_eq!(
+            it.overhead.kube_reserved[quantity::MEMORY],
+            574 * MIB * MILLI
+        );
+        assert_eq!(it.allocatable[quantity::CPU], 1930);
+        assert_eq!(
+            it.allocatable[quantity::MEMORY],
+            (8192 - 615 - 574 - 100) * MIB * MILLI
+        );
+        // 20Gi less 1Gi kube-reserved less 10% eviction (rounded up to whole bytes).
+        let eviction = (20 * GIB * 10 + 99) / 100;
+        assert_eq!(
+            it.allocatable[quantity::EPHEMERAL_STORAGE],
+            (19 * GIB - eviction) * MILLI
+        );
+    }
+
+    #[test]
+    fn max_pods_and_pods_per_core_cap_pods_but_memory_overhead_stays_eni_based() {
+        let nodeclass = NodeClassSettings {
+            kubelet: KubeletSettings {
+                max_pods: Some(110),
+                pods_per_core: Some(4),
+                ..KubeletSettings::default()
+            },
+            ..NodeClassSettings::default()
+        };
+        let it = resolve_with(&m5_large(), &nodeclass);
+        assert_eq!(it.capacity[quantity::PODS], 8 * MILLI);
+        assert_eq!(
+            it.overhead.kube_reserved[quantity::MEMORY],
+            574 * MIB * MILLI
+        );
+    }
+
+    #[test]
+    fn bottlerocket_ignores_pods_per_core_and_sizes_kube_reserved_by_pods() {
+        let nodeclass = NodeClassSettings {
+            ami_family: Some(AmiFamily::Bottlerocket),
+            kubelet: KubeletSettings {
+                max_pods: Some(50),
+                pods_per_core: Some(4),
+                ..KubeletSettings::default()
+            },
+            ..NodeClassSettings::default()
+        };
+        let it = resolve_with(&m5_large(), &nodeclass);
+        assert_eq!(it.capacity[quantity::PODS], 50 * MILLI);
+        assert_eq!(
+            it.overhead.kube_reserved[quantity::MEMORY],
+            (11 * 50 + 255) * MIB * MILLI
+        );
+    }
+
+    #[test]
+    fn windows_gets_110_pods_a_build_label_and_private_ips() {
+        let nodeclass = NodeClassSettings {
+            ami_family: Some(AmiFamily::Windows2022),
+            ..NodeClassSettings::default()
+        };
+        let it = resolve_with(&m5_large(), &nodeclass);
+        assert_eq!(it.capacity[quantity::PODS], 110 * MILLI);
+        assert_eq!(values(&it, labels::OS), ["windows"]);
+        assert_eq!(values(&it, labels::WINDOWS_BUILD), ["10.0.20348"]);
+        assert_eq!(it.capacity[quantity::PRIVATE_IPV4_ADDRESS], 9 * MILLI);
+        assert_eq!(it.capacity[quantity::EPHEMERAL_STORAGE], 50 * GIB * MILLI);
+    }
+
+    #[test]
+    fn block_device_mappings_and_raid0_set_ephemeral_storage() {
+        let mut info = m5_large();
+        info.instance_storage = Some(InstanceStorage {
+            total_gb: 75,
+            nvme: true,
+        });
+        let root = NodeClassSettings {
+            block_device_mappings: vec![BlockDeviceMapping {
+                device_name: Some("/dev/xvdb".into()),
+                ebs: Some(crate::apis::ec2nodeclass::BlockDevice {
+                    volume_size: Some("100Gi".into()),
+                    ..Default::default()
+                }),
+                root_volume: Some(true),
+            }],
+            ..NodeClassSettings::default()
+        };
+        let it = resolve_with(&info, &root);
+        assert_eq!(it.capacity[quantity::EPHEMERAL_STORAGE], 100 * GIB * MILLI);
+        assert_eq!(values(&it, labels::INSTANCE_LOCAL_NVME), ["75"]);
+
+        let raid = NodeClassSettings {
+            instance_store_policy: Some(InstanceStorePolicy::RAID0),
+            ..root
+        };
+        let it = resolve_with(&info, &raid);
+        assert_eq!(
+            it.capacity[quantity::EPHEMERAL_STORAGE],
+            75_000_000_000 * MILLI
+        );
+    }
+
+    #[test]
+    fn gpus_neuron_and_efa_become_extended_resources_and_labels() {
+        let mut info = m5_large();
+        info.name = "p4d.24xlarge".into();
+        info.gpus = vec![Gpu {
+            name: "A100".into(),
+            manufacturer: "NVIDIA".into(),
+            count: 8,
+            memory_mib: 40960,
+        }];
+        info.efa_max_interfaces = 4;
+        let it = resolve_with(&info, &NodeClassSettings::default());
+        assert_eq!(it.capacity[quantity::NVIDIA_GPU], 8 * MILLI);
+        assert_eq!(it.capacity[quantity::EFA], 4 * MILLI);
+        assert_eq!(values(&it, labels::INSTANCE_GPU_NAME), ["a100"]);
+        assert_eq!(values(&it, labels::INSTANCE_GPU_MANUFACTURER), ["nvidia"]);
+        assert_eq!(values(&it, labels::INSTANCE_GPU_MEMORY), ["40960"]);
+
+        let mut inf = m5_large();
+        inf.name = "inf2.xlarge".into();
+        inf.neuron_devices = vec![NeuronDevice {
+            name: "Inferentia2".into(),
+            count: 1,
+            cores_per_device: 2,
+            memory_mib: 32768,
+        }];
+        let it = resolve_with(&inf, &NodeClassSettings::default());
+        assert_eq!(it.capacity[quantity::AWS_NEURON], MILLI);
+        assert_eq!(it.capacity[quantity::AWS_NEURON_CORE], 2 * MILLI);
+        assert_eq!(
+            values(&it, labels::INSTANCE_ACCELERATOR_NAME),
+            ["inferentia2"]
+        );
+        assert_eq!(
+            values(&it, labels::INSTANCE_ACCELERATOR_MANUFACTURER),
+            ["aws"]
+        );
+    }
+
+    #[test]
+    fn arm64_loses_the_cma_reservation_and_eviction_hard_overrides_defaults() {
+        let mut info = m5_large();
+        info.name = "m7g.large".into();
+        info.architectures = vec!["arm64".into()];
+        let nodeclass = NodeClassSettings {
+            kubelet: KubeletSettings {
+                eviction_hard: [(MEMORY_AVAILABLE.to_owned(), "500Mi".to_owned())].into(),
+                ..KubeletSettings::default()
+            },
+            ..NodeClassSettings::default()
+        };
+        let it = resolve_with(&info, &nodeclass);
+        // 8128 MiB less ceil(8128 * 0.075) = 610 MiB.
+        assert_eq!(it.capacity[quantity::MEMORY], (8128 - 610) * MIB * MILLI);
+        assert_eq!(
+            it.overhead.eviction_threshold[quantity::MEMORY],
+            500 * MIB * MILLI
+        );
+        assert_eq!(values(&it, labels::ARCH), ["arm64"]);
+    }
+
+    #[test]
+    fn a_bad_quantity_names_its_field() {
+        let nodeclass = NodeClassSettings {
+            kubelet: KubeletSettings {
+                kube_reserved: [("memory".to_owned(), "lots".to_owned())].into(),
+                ..KubeletSettings::default()
+            },
+            ..NodeClassSettings::default()
+        };
+        let (offered, subnets) = zones();
+        let error = resolve(
+            &m5_large(),
+            Placement {
+                offered_zones: &offered,
+                subnet_zones: &subnets,
+            },
+            &nodeclass,
+            &settings(),
+        )
+        .expect_err("rejected");
+        assert_eq!(error.field, "spec.kubelet.kubeReserved.memory");
+    }
+
+    #[test]
+    fn category_and_generation_follow_karpenters_pattern() {
+        assert_eq!(category_and_generation("c7gn.large"), Some(("c", "7")));
+        assert_eq!(category_and_generation("u-6tb1.metal"), Some(("u", "1")));
+        assert_eq!(category_and_generation("inf2.xlarge"), Some(("inf", "2")));
+        assert_eq!(category_and_generation("mac2-m2.metal"), Some(("mac", "2")));
+        assert_eq!(category_and_generation("metal"), None);
+    }
+}

@@ -1,0 +1,656 @@
+//! The instances provider: launches through batched instant `CreateFleet` calls, and gets,
+//! lists, tags and terminates instances (reference 4.2, 4.3).
+//!
+//! Launch flow: [`InstancesProvider::create`] picks the capacity type (spot when allowed and
+//! offered, else on-demand), orders the compatible instance types by their cheapest available
+//! offering, keeps the 60 cheapest, and crosses them with the `NodeClass`'s zonal subnets into
+//! fleet overrides. Equal requests from concurrent NodeClaims are merged by the CreateFleet
+//! batcher (35 ms idle, 1 s max) into one fleet whose target capacity is their number; fleet
+//! errors for lack of capacity mark those offerings unavailable for 3 minutes.
+//!
+//! Idempotence (Karpenter lacks it): every NodeClaim has a deterministic client token
+//! ([`client_token`]); a batch of one uses it, a larger batch a token derived from its members'.
+//! The provider remembers each NodeClaim's outcome: a retried `create` returns the instance it
+//! already launched, and after an ambiguous failure (server or transport error, the fleet may
+//! have launched) it re-sends the very same request with the same token, which EC2 answers with
+//! the first result instead of launching again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::batcher::{
+    BatchDropped, Batcher, CREATE_FLEET_WINDOW, DESCRIBE_INSTANCES_WINDOW, Executor,
+    TERMINATE_INSTANCES_WINDOW,
+};
+use super::instance_types::{CapacityType, InstanceType};
+use super::unavailable::UnavailableOfferings;
+use crate::apis::labels;
+use crate::ports::aws_error::{AwsError, AwsErrorClass, AwsService};
+use crate::ports::ec2::{
+    CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, Ec2Api, Ec2CapacityType,
+    Filter, FleetLaunchTemplateConfig, FleetOverride, Instance, InstanceState, Tags,
+};
+
+/// At most this many instance types go into one launch (Karpenter's `MaxInstanceTypes`).
+pub const MAX_INSTANCE_TYPES: usize = 60;
+/// Spot launches favour pools with spare capacity among the cheap ones.
+pub const SPOT_ALLOCATION_STRATEGY: &str = "price-capacity-optimized";
+pub const ON_DEMAND_ALLOCATION_STRATEGY: &str = "lowest-price";
+/// How long a NodeClaim's launch outcome is remembered for idempotent retries; the NodeClaim
+/// actor retries within minutes, and after registration the provider id is on the NodeClaim.
+pub const LAUNCH_LEDGER_TTL: Duration = Duration::from_hours(1);
+/// States of instances Karpenter still manages.
+const LIVE_STATES: [&str; 5] = ["pending", "running", "stopping", "stopped", "shutting-down"];
+
+/// A deterministic client token for a NodeClaim (EC2 allows 64 ASCII characters).
+#[must_use]
+pub fn client_token(nodeclaim_uid: &str) -> String {
+    format!(
+        "karpenter-{:016x}{:016x}",
+        fnv1a(nodeclaim_uid.as_bytes(), 0xcbf2_9ce4_8422_2325),
+        fnv1a(nodeclaim_uid.as_bytes(), 0x8422_2325_cbf2_9ce4)
+    )
+}
+
+/// FNV-1a: stable across processes and Rust releases, unlike `DefaultHasher`.
+fn fnv1a(bytes: &[u8], seed: u64) -> u64 {
+    bytes.iter().fold(seed, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The token of a batch: its only member's, or one derived from all members'.
+fn batch_token(tokens: &[String]) -> String {
+    if let [only] = tokens {
+        return only.clone();
+    }
+    let mut sorted = tokens.to_vec();
+    sorted.sort();
+    client_token(&sorted.join(","))
+}
+
+/// What to launch for one NodeClaim.
+#[derive(Debug, Clone)]
+pub struct LaunchRequest {
+    pub nodeclaim: String,
+    /// The NodeClaim's uid (its name when the uid is unknown): the idempotency key.
+    pub nodeclaim_uid: String,
+    /// Capacity types the NodeClaim's requirements allow.
+    pub capacity_types: Vec<CapacityType>,
+    /// Instance types compatible with the NodeClaim and fitting its requests.
+    pub instance_types: Vec<Arc<InstanceType>>,
+    /// Zone to the subnet chosen for launches there.
+    pub zonal_subnets: BTreeMap<String, String>,
+    pub launch_template: String,
+    pub image_id: Option<String>,
+    pub tags: Tags,
+    pub context: Option<String>,
+}
+
+/// A launched instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchedInstance {
+    pub id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub subnet_id: String,
+    pub capacity_type: CapacityType,
+    pub image_id: Option<String>,
+}
+
+/// Failures of the instances provider.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InstancesError {
+    /// No offering could be launched; the NodeClaim is deleted and its pods re-provisioned.
+    #[error("launching nodeclaim {nodeclaim}: insufficient capacity: {source}")]
+    InsufficientCapacity { nodeclaim: String, source: AwsError },
+    /// Nothing to launch: no instance type has an available offering in the subnets' zones.
+    #[error(
+        "launching nodeclaim {nodeclaim}: no available offering among {instance_types} instance types"
+    )]
+    NoOfferings {
+        nodeclaim: String,
+        instance_types: usize,
+    },
+    #[error("launching nodeclaim {nodeclaim}: {source}")]
+    Launch { nodeclaim: String, source: AwsError },
+    #[error("instance {instance_id} not found")]
+    NotFound { instance_id: String },
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+    #[error(transparent)]
+    Dropped(#[from] BatchDropped),
+}
+
+impl InstancesError {
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            InstancesError::InsufficientCapacity { .. } | InstancesError::NoOfferings { .. } => {
+                "insufficient_capacity"
+            }
+            InstancesError::Launch { source, .. } | InstancesError::Aws(source) => {
+                source.category()
+            }
+            InstancesError::NotFound { .. } => "not_found",
+            InstancesError::Dropped(_) => "batch_dropped",
+        }
+    }
+}
+
+/// A batch member's failure; on an ambiguous one, the request to re-send and its position.
+#[derive(Debug)]
+struct FleetFailure {
+    error: AwsError,
+    resend: Option<(CreateFleetRequest, usize)>,
+}
+
+type FleetOutcome = Result<LaunchedInstance, Box<FleetFailure>>;
+
+fn failure(error: AwsError, resend: Option<(CreateFleetRequest, usize)>) -> Box<FleetFailure> {
+    Box::new(FleetFailure { error, resend })
+}
+
+#[derive(Debug, Clone)]
+enum Ledger {
+    Launched(LaunchedInstance),
+    Ambiguous(CreateFleetRequest, usize),
+}
+
+/// What the provider is built from.
+#[derive(Debug, Clone)]
+pub struct InstancesDeps {
+    pub ec2: Arc<dyn Ec2Api>,
+    pub unavailable: Arc<UnavailableOfferings>,
+    pub cluster_name: String,
+}
+
+/// Launches, finds and terminates instances.
+#[derive(Debug)]
+pub struct InstancesProvider {
+    deps: InstancesDeps,
+    fleets: Batcher<CreateFleetRequest, String, FleetOutcome>,
+    describes: Batcher<(), String, Result<Instance, InstancesError>>,
+    terminations: Batcher<(), String, Result<(), InstancesError>>,
+    ledger: Mutex<HashMap<String, (Ledger, Instant)>>,
+}
+
+fn ec2_capacity_type(capacity_type: CapacityType) -> Ec2CapacityType {
+    match capacity_type {
+        CapacityType::Spot => Ec2CapacityType::Spot,
+        CapacityType::OnDemand | CapacityType::Reserved => Ec2CapacityType::OnDemand,
+    }
+}
+
+fn capacity_type_of(ec2: Ec2CapacityType) -> CapacityType {
+    match ec2 {
+        Ec2CapacityType::Spot => CapacityType::Spot,
+        Ec2CapacityType::OnDemand => CapacityType::OnDemand,
+    }
+}
+
+/// Marks offerings of capacity fleet errors unavailable (and all spot on a missing spot role).
+fn record_fleet_errors(
+    unavailable: &UnavailableOfferings,
+    response: &CreateFleetResponse,
+    capacity_type: CapacityType,
+) {
+    for error in &response.errors {
+        match AwsErrorClass::classify(Some(&error.code), None) {
+            AwsErrorClass::InsufficientCapacity => {
+                if let (Some(instance_type), Some(zone)) = (&error.instance_type, &error.zone) {
+                    unavailable.mark_unavailable(instance_type, zone, capacity_type, &error.code);
+                }
+            }
+            AwsErrorClass::SpotServiceLinkedRoleMissing => {
+                unavailable.mark_capacity_type_unavailable(CapacityType::Spot);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Splits one fleet answer among the batch members, in order.
+fn distribute(
+    request: &CreateFleetRequest,
+    response: &CreateFleetResponse,
+    members: usize,
+) -> Vec<FleetOutcome> {
+    let launched: Vec<LaunchedInstance> = response
+        .instances
+        .iter()
+        .flat_map(|fleet_instance| {
+            fleet_instance
+                .instance_ids
+                .iter()
+                .map(|id| LaunchedInstance {
+                    id: id.clone(),
+                    instance_type: fleet_instance.instance_type.clone(),
+                    zone: fleet_instance.zone.clone(),
+                    subnet_id: fleet_instance.subnet_id.clone(),
+                    capacity_type: capacity_type_of(fleet_instance.capacity_type),
+                    image_id: fleet_instance.image_id.clone(),
+                })
+        })
+        .collect();
+    let shortfall = || {
+        let message = if response.errors.is_empty() {
+            format!(
+                "fleet returned {} of {} instances",
+                launched.len(),
+                request.total_target_capacity
+            )
+        } else {
+            response
+                .errors
+                .iter()
+                .map(|e| format!("{}: {}", e.code, e.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        // Karpenter v1.5 reports a 200 without instances as this structured error.
+        let mut error = AwsError::new(
+            AwsService::Ec2,
+            "CreateFleet",
+            Some("UnfulfillableCapacity"),
+            message,
+        )
+        .with_status(200);
+        if let Some(id) = &response.request_id {
+            error = error.with_request_id(id.clone());
+        }
+        error
+    };
+    (0..members)
+        .map(|i| {
+            launched
+                .get(i)
+                .cloned()
+                .ok_or_else(|| failure(shortfall(), None))
+        })
+        .collect()
+}
+
+impl InstancesProvider {
+    /// Builds the provider and starts its batchers on the current tokio runtime.
+    #[must_use]
+    pub fn new(deps: InstancesDeps) -> Self {
+        let ec2 = Arc::clone(&deps.ec2);
+        let unavailable = Arc::clone(&deps.unavailable);
+        let fleet_executor: Executor<CreateFleetRequest, String, FleetOutcome> =
+            Arc::new(move |key: CreateFleetRequest, tokens: Vec<String>| {
+                let ec2 = Arc::clone(&ec2);
+                let unavailable = Arc::clone(&unavailable);
+                Box::pin(async move {
+                    let mut request = key;
+                    request.total_target_capacity = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
+                    request.client_token = Some(batch_token(&tokens));
+                    let capacity_type = capacity_type_of(request.capacity_type);
+                    match ec2.create_fleet(&request).await {
+                        Ok(response) => {
+                            record_fleet_errors(&unavailable, &response, capacity_type);
+                            distribute(&request, &response, tokens.len())
+                        }
+                        Err(error) => {
+                            let ambiguous = matches!(
+                                error.class,
+                                AwsErrorClass::Server | AwsErrorClass::Transport
+                            );
+                            (0..tokens.len())
+                                .map(|i| {
+                                    Err(failure(
+                                        error.clone(),
+                                        ambiguous.then(|| (request.clone(), i)),
+                                    ))
+                                })
+                                .collect()
+                        }
+                    }
+                })
+            });
+        let ec2 = Arc::clone(&deps.ec2);
+        let describe_executor: Executor<(), String, Result<Instance, InstancesError>> =
+            Arc::new(move |(), ids: Vec<String>| {
+                let ec2 = Arc::clone(&ec2);
+                Box::pin(async move { describe_batch(ec2.as_ref(), &ids).await })
+            });
+        let ec2 = Arc::clone(&deps.ec2);
+        let terminate_executor: Executor<(), String, Result<(), InstancesError>> =
+            Arc::new(move |(), ids: Vec<String>| {
+                let ec2 = Arc::clone(&ec2);
+                Box::pin(async move { terminate_batch(ec2.as_ref(), &ids).await })
+            });
+        InstancesProvider {
+            deps,
+            fleets: Batcher::spawn("create_fleet", CREATE_FLEET_WINDOW, fleet_executor),
+            describes: Batcher::spawn(
+                "describe_instances",
+                DESCRIBE_INSTANCES_WINDOW,
+                describe_executor,
+            ),
+            terminations: Batcher::spawn(
+                "terminate_instances",
+                TERMINATE_INSTANCES_WINDOW,
+                terminate_executor,
+            ),
+            ledger: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn ledger(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Ledger, Instant)>> {
+        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records an outcome, dropping outcomes older than [`LAUNCH_LEDGER_TTL`].
+    fn remember(&self, token: String, entry: Ledger) {
+        let now = Instant::now();
+        let mut ledger = self.ledger();
+        ledger.retain(|_, (_, at)| now.duration_since(*at) < LAUNCH_LEDGER_TTL);
+        ledger.insert(token, (entry, now));
+    }
+
+    /// The fleet request for a launch: capacity type, the 60 cheapest types, their overrides.
+    pub fn fleet_request(
+        &self,
+        launch: &LaunchRequest,
+    ) -> Result<CreateFleetRequest, InstancesError> {
+        let zones: std::collections::BTreeSet<String> =
+            launch.zonal_subnets.keys().cloned().collect();
+        let offered = |ct: CapacityType| {
+            launch
+                .instance_types
+                .iter()
+                .any(|it| it.cheapest_available(ct, Some(&zones)).is_some())
+        };
+        let capacity_type = [CapacityType::Spot, CapacityType::OnDemand]
+            .into_iter()
+            .find(|ct| launch.capacity_types.contains(ct) && offered(*ct))
+            .ok_or_else(|| InstancesError::NoOfferings {
+                nodeclaim: launch.nodeclaim.clone(),
+                instance_types: launch.instance_types.len(),
+            })?;
+        let mut ranked: Vec<(f64, &Arc<InstanceType>)> = launch
+            .instance_types
+            .iter()
+            .filter_map(|it| {
+                Some((
+                    it.cheapest_available(capacity_type, Some(&zones))?.price,
+                    it,
+                ))
+            })
+            .collect();
+        ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+        ranked.truncate(MAX_INSTANCE_TYPES);
+        let overrides: Vec<FleetOverride> = ranked
+            .iter()
+            .flat_map(|(_, it)| {
+                it.offerings
+                    .iter()
+                    .filter(|o| o.available && o.capacity_type == capacity_type)
+                    .filter_map(|o| {
+                        Some(FleetOverride {
+                            instance_type: it.name.clone(),
+                            subnet_id: launch.zonal_subnets.get(&o.zone)?.clone(),
+                            zone: o.zone.clone(),
+                            image_id: launch.image_id.clone(),
+                        })
+                    })
+            })
+            .collect();
+        let mut tags = launch.tags.clone();
+        tags.entry(labels::TAG_EKS_CLUSTER_NAME.to_owned())
+            .or_insert_with(|| self.deps.cluster_name.clone());
+        tags.entry(format!(
+            "{}{}",
+            labels::TAG_CLUSTER_PREFIX,
+            self.deps.cluster_name
+        ))
+        .or_insert_with(|| "owned".to_owned());
+        Ok(CreateFleetRequest {
+            client_token: None,
+            capacity_type: ec2_capacity_type(capacity_type),
+            total_target_capacity: 1,
+            allocation_strategy: if capacity_type == CapacityType::Spot {
+                SPOT_ALLOCATION_STRATEGY
+            } else {
+                ON_DEMAND_ALLOCATION_STRATEGY
+            }
+            .to_owned(),
+            launch_template_configs: vec![FleetLaunchTemplateConfig {
+                launch_template_name: launch.launch_template.clone(),
+                version: "$Latest".to_owned(),
+                overrides,
+            }],
+            tags,
+            context: launch.context.clone(),
+            dry_run: false,
+        })
+    }
+
+    /// Launches one instance for a NodeClaim; a repeated call for the same NodeClaim returns the
+    /// same instance.
+    pub async fn create(&self, launch: &LaunchRequest) -> Result<LaunchedInstance, InstancesError> {
+        let token = client_token(&launch.nodeclaim_uid);
+        let previous = self.ledger().get(&token).map(|(entry, _)| entry.clone());
+        let outcome = match previous {
+            Some(Ledger::Launched(instance)) => return Ok(instance),
+            Some(Ledger::Ambiguous(request, index)) => {
+                // Same request, same token: EC2 returns the first fleet if it was launched.
+                match self.deps.ec2.create_fleet(&request).await {
+                    Ok(response) => {
+                        record_fleet_errors(
+                            &self.deps.unavailable,
+                            &response,
+                            capacity_type_of(request.capacity_type),
+                        );
+                        let members = usize::try_from(request.total_target_capacity).unwrap_or(1);
+                        distribute(&request, &response, members)
+                            .into_iter()
+                            .nth(index)
+                            .unwrap_or_else(|| {
+                                Err(failure(
+                                    AwsError::new(
+                                        AwsService::Ec2,
+                                        "CreateFleet",
+                                        None,
+                                        "fleet member missing",
+                                    ),
+                                    None,
+                                ))
+                            })
+                    }
+                    Err(error) => Err(failure(error, Some((request, index)))),
+                }
+            }
+            None => {
+                let request = self.fleet_request(launch)?;
+                self.fleets.add(request, token.clone()).await?
+            }
+        };
+        match outcome {
+            Ok(instance) => {
+                self.remember(token, Ledger::Launched(instance.clone()));
+                Ok(instance)
+            }
+            Err(failed) => {
+                let FleetFailure { error, resend } = *failed;
+                match resend {
+                    Some((request, index)) => {
+                        self.remember(token, Ledger::Ambiguous(request, index));
+                    }
+                    None => {
+                        self.ledger().remove(&token);
+                    }
+                }
+                error.log();
+                Err(if error.is_insufficient_capacity() {
+                    InstancesError::InsufficientCapacity {
+                        nodeclaim: launch.nodeclaim.clone(),
+                        source: error,
+                    }
+                } else {
+                    InstancesError::Launch {
+                        nodeclaim: launch.nodeclaim.clone(),
+                        source: error,
+                    }
+                })
+            }
+        }
+    }
+
+    /// Forgets a NodeClaim's launch (after its instance is gone).
+    pub fn forget(&self, nodeclaim_uid: &str) {
+        self.ledger().remove(&client_token(nodeclaim_uid));
+    }
+
+    /// One instance, through the `DescribeInstances` batcher.
+    pub async fn get(&self, instance_id: &str) -> Result<Instance, InstancesError> {
+        self.describes.add((), instance_id.to_owned()).await?
+    }
+
+    /// Every instance of this cluster that Karpenter launched and that is not terminated.
+    pub async fn list(&self) -> Result<Vec<Instance>, InstancesError> {
+        let filters = vec![
+            Filter::tag_key(labels::TAG_NODEPOOL),
+            Filter::tag_key(labels::TAG_EC2NODECLASS),
+            Filter::tag(labels::TAG_EKS_CLUSTER_NAME, &[&self.deps.cluster_name]),
+            Filter::new("instance-state-name", &LIVE_STATES),
+        ];
+        Ok(self
+            .deps
+            .ec2
+            .describe_instances(&DescribeInstancesRequest {
+                instance_ids: Vec::new(),
+                filters,
+            })
+            .await?)
+    }
+
+    /// Starts termination unless already shutting down; `NotFound` once the instance is gone.
+    pub async fn delete(&self, instance_id: &str) -> Result<(), InstancesError> {
+        let instance = self.get(instance_id).await?;
+        if instance.state != InstanceState::ShuttingDown {
+            self.terminations.add((), instance_id.to_owned()).await??;
+        }
+        Ok(())
+    }
+
+    pub async fn create_tags(&self, instance_id: &str, tags: &Tags) -> Result<(), InstancesError> {
+        self.deps
+            .ec2
+            .create_tags(&[instance_id.to_owned()], tags)
+            .await
+            .map_err(|error| {
+                if error.is_not_found() {
+                    InstancesError::NotFound {
+                        instance_id: instance_id.to_owned(),
+                    }
+                } else {
+                    InstancesError::Aws(error)
+                }
+            })
+    }
+}
+
+async fn describe_batch(ec2: &dyn Ec2Api, ids: &[String]) -> Vec<Result<Instance, InstancesError>> {
+    let request = |ids: Vec<String>| DescribeInstancesRequest {
+        instance_ids: ids,
+        filters: vec![Filter::new("instance-state-name", &LIVE_STATES)],
+    };
+    match ec2.describe_instances(&request(ids.to_vec())).await {
+        Ok(instances) => {
+            let by_id: HashMap<&str, &Instance> =
+                instances.iter().map(|i| (i.id.as_str(), i)).collect();
+            ids.iter()
+                .map(|id| {
+                    by_id.get(id.as_str()).map(|i| (*i).clone()).ok_or_else(|| {
+                        InstancesError::NotFound {
+                            instance_id: id.clone(),
+                        }
+                    })
+                })
+                .collect()
+        }
+        // One unknown id fails the whole call: ask for each on its own, as Karpenter does.
+        Err(error) if error.is_not_found() && ids.len() > 1 => {
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                out.push(
+                    match ec2.describe_instances(&request(vec![id.clone()])).await {
+                        Ok(found) => {
+                            found
+                                .into_iter()
+                                .next()
+                                .ok_or_else(|| InstancesError::NotFound {
+                                    instance_id: id.clone(),
+                                })
+                        }
+                        Err(e) if e.is_not_found() => Err(InstancesError::NotFound {
+                            instance_id: id.clone(),
+                        }),
+                        Err(e) => Err(InstancesError::Aws(e)),
+                    },
+                );
+            }
+            out
+        }
+        Err(error) if error.is_not_found() => ids
+            .iter()
+            .map(|id| {
+                Err(InstancesError::NotFound {
+                    instance_id: id.clone(),
+                })
+            })
+            .collect(),
+        Err(error) => ids
+            .iter()
+            .map(|_| Err(InstancesError::Aws(error.clone())))
+            .collect(),
+    }
+}
+
+async fn terminate_batch(ec2: &dyn Ec2Api, ids: &[String]) -> Vec<Result<(), InstancesError>> {
+    let not_found = |id: &String| InstancesError::NotFound {
+        instance_id: id.clone(),
+    };
+    match ec2.terminate_instances(ids).await {
+        Ok(_) => ids.iter().map(|_| Ok(())).collect(),
+        Err(error) if error.is_not_found() && ids.len() > 1 => {
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                out.push(
+                    match ec2.terminate_instances(std::slice::from_ref(id)).await {
+                        Ok(_) => Ok(()),
+                        Err(e) if e.is_not_found() => Err(not_found(id)),
+                        Err(e) => Err(InstancesError::Aws(e)),
+                    },
+                );
+            }
+            out
+        }
+        Err(error) if error.is_not_found() => ids.iter().map(|id| Err(not_found(id))).collect(),
+        Err(error) => ids
+            .iter()
+            .map(|_| Err(InstancesError::Aws(error.clone())))
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_tokens_are_stable_distinct_and_short_enough() {
+        let a = client_token("5f1c0e4e-0000-4000-8000-000000000001");
+        assert_eq!(a, client_token("5f1c0e4e-0000-4000-8000-000000000001"));
+        assert_ne!(a, client_token("5f1c0e4e-0000-4000-8000-000000000002"));
+        assert!(a.len() <= 64 && a.is_ascii());
+        assert_eq!(batch_token(std::slice::from_ref(&a)), a);
+        let (x, y) = ("x".to_owned(), "y".to_owned());
+        assert_eq!(batch_token(&[x.clone(), y.clone()]), batch_token(&[y, x]));
+    }
+}

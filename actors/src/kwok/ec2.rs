@@ -1,0 +1,893 @@
+//! kwok's EC2: the [`Ec2Api`] in memory, realistic enough to run a cluster on.
+//!
+//! - The catalogue is the bundled real one ([`super::catalog`]); subnets (one per zone, tagged
+//!   for discovery), a security group and a few AMIs are made up at construction.
+//! - Capacity pools per (instance type, zone, capacity type) can be limited; an exhausted pool
+//!   answers CreateFleet with an `InsufficientInstanceCapacity` fleet error, as EC2 does.
+//! - CreateFleet launches the cheapest available override per unit (on-demand from the built-in
+//!   price table, spot from a deterministic per-zone discount), honours the client token (the
+//!   same token returns the first answer), and applies the request's tags.
+//! - Instances are `pending` for the launch latency, then `running`; terminated instances are
+//!   `shutting-down` for the same latency, then `terminated`. Time is tokio's, so paused tests
+//!   move through it.
+//! - Token buckets (optional) throttle with `RequestLimitExceeded`; [`Faults`] fail chosen calls;
+//!   every call is recorded.
+//! - [`KwokEc2::interrupt_spot`] sends Spot Interruption Warnings through kwok's EventBridge.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use super::catalog::{self, Catalogue};
+use super::eventbridge::KwokEventBridge;
+use super::faults::Faults;
+use super::rate_limit::{RateLimiter, RateLimits};
+use crate::aws::pricing::builtin_on_demand_prices;
+use crate::ports::aws_error::{AwsError, AwsService, DRY_RUN_OPERATION_CODE};
+use crate::ports::clock::Clock;
+use crate::ports::ec2::{
+    AvailabilityZone, CreateFleetRequest, CreateFleetResponse, CreateLaunchTemplateRequest,
+    DescribeImagesRequest, DescribeInstancesRequest, DescribeLaunchTemplatesRequest, Ec2Api,
+    Ec2CapacityType, Filter, FleetError, FleetInstance, FleetOverride, Image, Instance,
+    InstanceState, InstanceStateChange, InstanceTypeInfo, InstanceTypeOffering, LaunchTemplate,
+    LaunchTemplateData, LaunchTemplateRef, RunInstancesRequest, SecurityGroup, SpotPrice,
+    SpotPriceHistoryRequest, Subnet, Tags,
+};
+use crate::ports::eventbridge::{EventBridgeApi, EventEntry};
+
+/// How long a launched instance stays `pending` by default; EC2 usually takes tens of seconds.
+const DEFAULT_LAUNCH_LATENCY: Duration = Duration::from_secs(15);
+/// Free addresses of each made-up /20 subnet.
+const SUBNET_FREE_ADDRESSES: u32 = 4091;
+/// How many zones of the region get a subnet.
+const SUBNET_ZONES: usize = 3;
+/// The discovery tag key of the made-up subnets and security group.
+const DISCOVERY_TAG: &str = "karpenter.sh/discovery";
+
+/// How kwok's EC2 behaves.
+#[derive(Debug, Clone)]
+pub struct KwokEc2Config {
+    pub region: String,
+    pub cluster_name: String,
+    pub launch_latency: Duration,
+    /// `None`: no throttling.
+    pub rate_limits: Option<RateLimits>,
+}
+
+impl KwokEc2Config {
+    #[must_use]
+    pub fn new(region: &str, cluster_name: &str) -> Self {
+        KwokEc2Config {
+            region: region.to_owned(),
+            cluster_name: cluster_name.to_owned(),
+            launch_latency: DEFAULT_LAUNCH_LATENCY,
+            rate_limits: None,
+        }
+    }
+}
+
+/// What kwok's EC2 is built from.
+#[derive(Debug, Clone)]
+pub struct KwokEc2Deps {
+    pub clock: Arc<dyn Clock>,
+    /// Where spot interruption warnings go; `None` drops them.
+    pub events: Option<Arc<KwokEventBridge>>,
+}
+
+#[derive(Debug, Clone)]
+struct KwokInstance {
+    instance: Instance,
+    /// When the current state's transition (pending → running, shutting-down → terminated)
+    /// completes.
+    settles_at: Instant,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PoolKey {
+    instance_type: String,
+    zone: String,
+    capacity_type: Ec2CapacityType,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    instances: BTreeMap<String, KwokInstance>,
+    templates: BTreeMap<String, (LaunchTemplate, LaunchTemplateData)>,
+    template_ids: HashMap<String, String>,
+    fleets: HashMap<String, (CreateFleetRequest, CreateFleetResponse)>,
+    pools: HashMap<PoolKey, u32>,
+    spot_prices: HashMap<(String, String), f64>,
+    next_id: u64,
+}
+
+impl State {
+    fn id(&mut self, prefix: &str) -> String {
+        self.next_id += 1;
+        format!("{prefix}-{:017x}", self.next_id)
+    }
+}
+
+/// The in-memory EC2.
+#[derive(Debug)]
+pub struct KwokEc2 {
+    config: KwokEc2Config,
+    deps: KwokEc2Deps,
+    catalogue: &'static Catalogue,
+    on_demand: &'static HashMap<String, f64>,
+    subnets: Vec<Subnet>,
+    security_group: SecurityGroup,
+    images: Vec<Image>,
+    limiter: Option<RateLimiter>,
+    faults: Faults,
+    state: Mutex<State>,
+}
+
+fn error(operation: &'static str, code: &str, message: impl Into<String>) -> AwsError {
+    let status = if code == "RequestLimitExceeded" {
+        503
+    } else {
+        400
+    };
+    AwsError::new(AwsService::Ec2, operation, Some(code), message)
+        .with_status(status)
+        .with_request_id(format!("kwok-{operation}"))
+}
+
+fn tag_matches(tags: &Tags, filter: &Filter) -> Option<bool> {
+    if let Some(key) = filter.name.strip_prefix("tag:") {
+        return Some(tags.get(key).is_some_and(|v| filter.values.contains(v)));
+    }
+    if filter.name == "tag-key" {
+        return Some(filter.values.iter().any(|k| tags.contains_key(k)));
+    }
+    None
+}
+
+/// Whether `value` passes the filter named `name` (filters of other names pass).
+fn field_matches(filters: &[Filter], name: &str, value: &str) -> bool {
+    filters
+        .iter()
+        .filter(|f| f.name == name)
+        .all(|f| f.values.iter().any(|v| v == value))
+}
+
+fn tags_match(filters: &[Filter], tags: &Tags) -> bool {
+    filters.iter().all(|f| tag_matches(tags, f).unwrap_or(true))
+}
+
+/// A deterministic spot discount between 55 % and 80 % off on-demand, per type and zone.
+fn spot_discount(instance_type: &str, zone: &str) -> f64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (instance_type, zone).hash(&mut hasher);
+    #[expect(clippy::cast_precision_loss, reason = "a value below 1000 is exact")]
+    let fraction = (hasher.finish() % 1000) as f64 / 1000.0;
+    0.2 + 0.25 * fraction
+}
+
+impl KwokEc2 {
+    pub fn new(config: KwokEc2Config, deps: KwokEc2Deps) -> Result<Self, String> {
+        let catalogue = catalog::bundled()?;
+        let on_demand = builtin_on_demand_prices()?;
+        let zones = catalogue
+            .regions
+            .get(&config.region)
+            .ok_or_else(|| format!("region {} is not in the kwok catalogue", config.region))?;
+        let discovery: Tags = [(DISCOVERY_TAG.to_owned(), config.cluster_name.clone())].into();
+        let subnets = zones
+            .iter()
+            .take(SUBNET_ZONES)
+            .enumerate()
+            .map(|(i, zone)| Subnet {
+                id: format!("subnet-{:017x}", i + 1),
+                zone: zone.name.clone(),
+                zone_id: zone.id.clone(),
+                vpc_id: "vpc-00000000000000001".into(),
+                available_ip_address_count: SUBNET_FREE_ADDRESSES,
+                map_public_ip_on_launch: false,
+                tags: discovery.clone(),
+            })
+            .collect();
+        let security_group = SecurityGroup {
+            id: "sg-00000000000000001".into(),
+            name: format!("{}-node", config.cluster_name),
+            vpc_id: "vpc-00000000000000001".into(),
+            tags: discovery,
+        };
+        let images = [("x86_64", 1), ("arm64", 2)]
+            .into_iter()
+            .map(|(arch, n)| Image {
+                id: format!("ami-{n:017x}"),
+                name: format!("amazon-eks-node-al2023-{arch}-standard-1.32-v20250101"),
+                architecture: arch.into(),
+                creation_date: "2025-01-01T00:00:00.000Z".into(),
+                deprecation_time: None,
+                owner_id: "amazon".into(),
+                state: "available".into(),
+                tags: Tags::new(),
+            })
+            .collect();
+        Ok(KwokEc2 {
+            limiter: config.rate_limits.clone().map(RateLimiter::new),
+            config,
+            deps,
+            catalogue,
+            on_demand,
+            subnets,
+            security_group,
+            images,
+            faults: Faults::default(),
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// Fault hooks and the call log.
+    #[must_use]
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records the call, then applies injected faults and the token buckets.
+    fn enter(&self, operation: &'static str, detail: impl Into<String>) -> Result<(), AwsError> {
+        self.faults.check(operation, detail)?;
+        if let Some(limiter) = &self.limiter
+            && !limiter.try_acquire(operation)
+        {
+            return Err(error(
+                operation,
+                "RequestLimitExceeded",
+                "Request limit exceeded.",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Limits a capacity pool to `count` more launches.
+    pub fn set_capacity(
+        &self,
+        instance_type: &str,
+        zone: &str,
+        capacity_type: Ec2CapacityType,
+        count: u32,
+    ) {
+        self.lock().pools.insert(
+            PoolKey {
+                instance_type: instance_type.to_owned(),
+                zone: zone.to_owned(),
+                capacity_type,
+            },
+            count,
+        );
+    }
+
+    /// Fixes a spot price.
+    pub fn set_spot_price(&self, instance_type: &str, zone: &str, price: f64) {
+        self.lock()
+            .spot_prices
+            .insert((instance_type.to_owned(), zone.to_owned()), price);
+    }
+
+    /// The made-up subnets, one per zone.
+    #[must_use]
+    pub fn subnets(&self) -> &[Subnet] {
+        &self.subnets
+    }
+
+    /// Instances in any state.
+    #[must_use]
+    pub fn instances(&self) -> Vec<Instance> {
+        self.settle();
+        self.lock()
+            .instances
+            .values()
+            .map(|i| i.instance.clone())
+            .collect()
+    }
+
+    fn price(
+        &self,
+        state: &State,
+        instance_type: &str,
+        zone: &str,
+        capacity_type: Ec2CapacityType,
+    ) -> Option<f64> {
+        let on_demand = *self.on_demand.get(instance_type)?;
+        Some(match capacity_type {
+            Ec2CapacityType::OnDemand => on_demand,
+            Ec2CapacityType::Spot => state
+                .spot_prices
+                .get(&(instance_type.to_owned(), zone.to_owned()))
+                .copied()
+                .unwrap_or(on_demand * spot_discount(instance_type, zone)),
+        })
+    }
+
+    fn offered(&self, instance_type: &str, zone: &str) -> bool {
+        self.catalogue
+            .zones_of(instance_type, &self.config.region)
+            .is_some_and(|zones| zones.contains(zone))
+    }
+
+    /// Moves instances whose transition completed to their next state.
+    fn settle(&self) {
+        let now = Instant::now();
+        for entry in self.lock().instances.values_mut() {
+            if entry.settles_at <= now {
+                entry.instance.state = match entry.instance.state {
+                    InstanceState::Pending => InstanceState::Running,
+                    InstanceState::ShuttingDown => InstanceState::Terminated,
+                    other => other,
+                };
+            }
+        }
+    }
+
+    fn launch(
+        &self,
+        state: &mut State,
+        template: &str,
+        over: &FleetOverride,
+        capacity_type: Ec2CapacityType,
+        tags: &Tags,
+    ) -> Instance {
+        let id = state.id("i");
+        let data = state
+            .template_ids
+            .get(template)
+            .and_then(|id| state.templates.get(id))
+            .map(|(_, data)| data.clone())
+            .unwrap_or_default();
+        let mut instance_tags = data.instance_tags.clone();
+        instance_tags.extend(tags.clone());
+        let instance = Instance {
+            id: id.clone(),
+            instance_type: over.instance_type.clone(),
+            zone: over.zone.clone(),
+            subnet_id: over.subnet_id.clone(),
+            image_id: over.image_id.clone().or(data.image_id).unwrap_or_default(),
+            state: InstanceState::Pending,
+            capacity_type,
+            launch_time: Some(self.deps.clock.now()),
+            private_dns_name: format!(
+                "ip-10-0-{}.{}.compute.internal",
+                state.next_id, self.config.region
+            ),
+            security_group_ids: if data.security_group_ids.is_empty() {
+                vec![self.security_group.id.clone()]
+            } else {
+                data.security_group_ids
+            },
+            capacity_reservation_id: None,
+            tags: instance_tags,
+        };
+        state.instances.insert(
+            id,
+            KwokInstance {
+                instance: instance.clone(),
+                settles_at: Instant::now() + self.config.launch_latency,
+            },
+        );
+        instance
+    }
+
+    /// Sends a Spot Instance Interruption Warning for a spot instance through EventBridge, as
+    /// EC2 does two minutes before reclaiming it.
+    pub async fn interrupt_spot(&self, instance_id: &str) -> Result<(), AwsError> {
+        let zone = self
+            .lock()
+            .instances
+            .get(instance_id)
+            .filter(|i| i.instance.capacity_type == Ec2CapacityType::Spot)
+            .map(|i| i.instance.zone.clone())
+            .ok_or_else(|| {
+                error(
+                    "InterruptSpot",
+                    "InvalidInstanceID.NotFound",
+                    format!("The spot instance ID '{instance_id}' does not exist"),
+                )
+            })?;
+        let Some(events) = &self.deps.events else {
+            return Ok(());
+        };
+        events
+            .put_events(&[EventEntry {
+                source: "aws.ec2".into(),
+                detail_type: "EC2 Spot Instance Interruption Warning".into(),
+                detail:
+                    serde_json::json!({"instance-id": instance_id, "instance-action": "terminate"})
+                        .to_string(),
+                resources: vec![format!("arn:aws:ec2:{zone}:instance/{instance_id}")],
+            }])
+            .await
+            .map(|_| ())
+    }
+}
+
+#[async_trait]
+impl Ec2Api for KwokEc2 {
+    async fn describe_instance_types(
+        &self,
+        filters: &[Filter],
+    ) -> Result<Vec<InstanceTypeInfo>, AwsError> {
+        self.enter("DescribeInstanceTypes", "")?;
+        let any = |name: &str, values: &[String]| {
+            filters
+                .iter()
+                .filter(|f| f.name == name)
+                .all(|f| f.values.iter().any(|v| values.contains(v)))
+        };
+        Ok(self
+            .catalogue
+            .instance_types
+            .iter()
+            .filter(|t| {
+                self.catalogue
+                    .offerings
+                    .get(&t.name)
+                    .is_some_and(|r| r.contains_key(&self.config.region))
+                    && any("supported-virtualization-type", &t.virtualization_types)
+                    && any("processor-info.supported-architecture", &t.architectures)
+                    && field_matches(filters, "instance-type", &t.name)
+            })
+            .cloned()
+            .collect())
+    }
+
+    async fn describe_instance_type_offerings(
+        &self,
+        filters: &[Filter],
+    ) -> Result<Vec<InstanceTypeOffering>, AwsError> {
+        self.enter("DescribeInstanceTypeOfferings", "")?;
+        let mut out = Vec::new();
+        for (name, regions) in &self.catalogue.offerings {
+            if !field_matches(filters, "instance-type", name) {
+                continue;
+            }
+            for zone in regions.get(&self.config.region).into_iter().flatten() {
+                if field_matches(filters, "location", zone) {
+                    out.push(InstanceTypeOffering {
+                        instance_type: name.clone(),
+                        location: zone.clone(),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn describe_spot_price_history(
+        &self,
+        request: &SpotPriceHistoryRequest,
+    ) -> Result<Vec<SpotPrice>, AwsError> {
+        self.enter("DescribeSpotPriceHistory", "")?;
+        let state = self.lock();
+        let timestamp = self.deps.clock.now();
+        let mut out = Vec::new();
+        for (name, regions) in &self.catalogue.offerings {
+            if !request.instance_types.is_empty() && !request.instance_types.contains(name) {
+                continue;
+            }
+            for zone in regions.get(&self.config.region).into_iter().flatten() {
+                if let Some(price) = self.price(&state, name, zone, Ec2CapacityType::Spot) {
+                    out.push(SpotPrice {
+                        instance_type: name.clone(),
+                        zone: zone.clone(),
+                        price,
+                        timestamp,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn describe_subnets(&self, filters: &[Filter]) -> Result<Vec<Subnet>, AwsError> {
+        self.enter("DescribeSubnets", "")?;
+        Ok(self
+            .subnets
+            .iter()
+            .filter(|s| {
+                tags_match(filters, &s.tags)
+                    && field_matches(filters, "subnet-id", &s.id)
+                    && field_matches(filters, "availability-zone", &s.zone)
+            })
+            .cloned()
+            .collect())
+    }
+
+    async fn describe_security_groups(
+        &self,
+        filters: &[Filter],
+    ) -> Result<Vec<SecurityGroup>, AwsError> {
+        self.enter("DescribeSecurityGroups", "")?;
+        let group = &self.security_group;
+        let matches = tags_match(filters, &group.tags)
+            && field_matches(filters, "group-id", &group.id)
+            && field_matches(filters, "group-name", &group.name);
+        Ok(if matches {
+            vec![group.clone()]
+        } else {
+            Vec::new()
+        })
+    }
+
+    async fn describe_images(
+        &self,
+        request: &DescribeImagesRequest,
+    ) -> Result<Vec<Image>, AwsError> {
+        self.enter("DescribeImages", request.image_ids.join(","))?;
+        Ok(self
+            .images
+            .iter()
+            .filter(|i| request.image_ids.is_empty() || request.image_ids.contains(&i.id))
+            .filter(|i| tags_match(&request.filters, &i.tags))
+            .cloned()
+            .collect())
+    }
+
+    async fn describe_availability_zones(&self) -> Result<Vec<AvailabilityZone>, AwsError> {
+        self.enter("DescribeAvailabilityZones", "")?;
+        Ok(self
+            .catalogue
+            .regions
+            .get(&self.config.region)
+            .into_iter()
+            .flatten()
+            .map(|z| AvailabilityZone {
+                name: z.name.clone(),
+                zone_id: z.id.clone(),
+                zone_type: "availability-zone".into(),
+            })
+            .collect())
+    }
+
+    async fn create_launch_template(
+        &self,
+        request: &CreateLaunchTemplateRequest,
+    ) -> Result<LaunchTemplate, AwsError> {
+        const OP: &str = "CreateLaunchTemplate";
+        self.enter(OP, request.name.clone())?;
+        if request.dry_run {
+            return Err(error(
+                OP,
+                DRY_RUN_OPERATION_CODE,
+                "Request would have succeeded, but DryRun flag is set.",
+            ));
+        }
+        let mut state = self.lock();
+        if state.template_ids.contains_key(&request.name) {
+            return Err(error(
+                OP,
+                "InvalidLaunchTemplateName.AlreadyExistsException",
+                format!("Launch template name already in use: {}", request.name),
+            ));
+        }
+        let id = state.id("lt");
+        let template = LaunchTemplate {
+            id: id.clone(),
+            name: request.name.clone(),
+            latest_version: 1,
+            tags: request.tags.clone(),
+        };
+        state.template_ids.insert(request.name.clone(), id.clone());
+        state
+            .templates
+            .insert(id, (template.clone(), request.data.clone()));
+        Ok(template)
+    }
+
+    async fn describe_launch_templates(
+        &self,
+        request: &DescribeLaunchTemplatesRequest,
+    ) -> Result<Vec<LaunchTemplate>, AwsError> {
+        const OP: &str = "DescribeLaunchTemplates";
+        self.enter(OP, request.names.join(","))?;
+        let state = self.lock();
+        if let Some(missing) = request
+            .names
+            .iter()
+            .find(|n| !state.template_ids.contains_key(*n))
+        {
+            return Err(error(
+                OP,
+                "InvalidLaunchTemplateName.NotFoundException",
+                format!(
+                    "At least one of the launch templates specified in the request does not exist: {missing}"
+                ),
+            ));
+        }
+        Ok(state
+            .templates
+            .values()
+            .map(|(t, _)| t)
+            .filter(|t| request.names.is_empty() || request.names.contains(&t.name))
+            .filter(|t| tags_match(&request.filters, &t.tags))
+            .cloned()
+            .collect())
+    }
+
+    async fn delete_launch_template(&self, template: &LaunchTemplateRef) -> Result<(), AwsError> {
+        const OP: &str = "DeleteLaunchTemplate";
+        self.enter(OP, format!("{template:?}"))?;
+        let mut state = self.lock();
+        let id = match template {
+            LaunchTemplateRef::Id(id) => Some(id.clone()),
+            LaunchTemplateRef::Name(name) => state.template_ids.get(name).cloned(),
+        };
+        let removed = id.and_then(|id| state.templates.remove(&id));
+        match removed {
+            Some((t, _)) => {
+                state.template_ids.remove(&t.name);
+                Ok(())
+            }
+            None => Err(error(
+                OP,
+                "InvalidLaunchTemplateName.NotFoundException",
+                "The specified launch template does not exist.",
+            )),
+        }
+    }
+
+    #[expect(
+        clippy::too_many_lines,
+        reason = "EC2's instant fleet semantics in one place: token, templates, pools, choice"
+    )]
+    async fn create_fleet(
+        &self,
+        request: &CreateFleetRequest,
+    ) -> Result<CreateFleetResponse, AwsError> {
+        const OP: &str = "CreateFleet";
+        self.enter(OP, request.client_token.clone().unwrap_or_default())?;
+        if request.dry_run {
+            return Err(error(
+                OP,
+                DRY_RUN_OPERATION_CODE,
+                "Request would have succeeded, but DryRun flag is set.",
+            ));
+        }
+        let mut state = self.lock();
+        if let Some(token) = &request.client_token
+            && let Some((first, response)) = state.fleets.get(token)
+        {
+            if first != request {
+                return Err(error(
+                    OP,
+                    "IdempotentParameterMismatch",
+                    "The client token was used with different parameters.",
+                ));
+            }
+            return Ok(response.clone());
+        }
+        for config in &request.launch_template_configs {
+            if !state
+                .template_ids
+                .contains_key(&config.launch_template_name)
+            {
+                return Err(error(
+                    OP,
+                    "InvalidLaunchTemplateName.NotFoundException",
+                    format!(
+                        "The specified launch template, with template name {}, does not exist.",
+                        config.launch_template_name
+                    ),
+                ));
+            }
+        }
+        let capacity_type = request.capacity_type;
+        let mut response = CreateFleetResponse {
+            fleet_id: Some(state.id("fleet")),
+            request_id: Some(format!("kwok-{OP}")),
+            ..CreateFleetResponse::default()
+        };
+        let mut reported: BTreeSet<(String, String)> = BTreeSet::new();
+        for _ in 0..request.total_target_capacity {
+            // Cheapest override with capacity left; exhausted pools become fleet errors.
+            let mut candidates: Vec<(f64, &str, &FleetOverride)> = Vec::new();
+            for config in &request.launch_template_configs {
+                for over in &config.overrides {
+                    let key = PoolKey {
+                        instance_type: over.instance_type.clone(),
+                        zone: over.zone.clone(),
+                        capacity_type,
+                    };
+                    let exhausted = state.pools.get(&key) == Some(&0);
+                    if exhausted || !self.offered(&over.instance_type, &over.zone) {
+                        if reported.insert((over.instance_type.clone(), over.zone.clone())) {
+                            response.errors.push(FleetError {
+                                code: if exhausted { "InsufficientInstanceCapacity" } else { "Unsupported" }.into(),
+                                message: format!(
+                                    "We currently do not have sufficient {} capacity in the Availability Zone you requested ({}).",
+                                    over.instance_type, over.zone
+                                ),
+                                instance_type: Some(over.instance_type.clone()),
+                                zone: Some(over.zone.clone()),
+                                subnet_id: Some(over.subnet_id.clone()),
+                            });
+                        }
+                        continue;
+                    }
+                    if let Some(price) =
+                        self.price(&state, &over.instance_type, &over.zone, capacity_type)
+                    {
+                        candidates.push((price, &config.launch_template_name, over));
+                    }
+                }
+            }
+            let Some((_, template, over)) = candidates
+                .into_iter()
+                .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.2.cmp(b.2)))
+            else {
+                break;
+            };
+            let key = PoolKey {
+                instance_type: over.instance_type.clone(),
+                zone: over.zone.clone(),
+                capacity_type,
+            };
+            if let Some(left) = state.pools.get_mut(&key) {
+                *left -= 1;
+            }
+            let instance = self.launch(&mut state, template, over, capacity_type, &request.tags);
+            response.instances.push(FleetInstance {
+                instance_ids: vec![instance.id],
+                instance_type: instance.instance_type,
+                zone: instance.zone,
+                subnet_id: instance.subnet_id,
+                image_id: over.image_id.clone(),
+                capacity_type,
+            });
+        }
+        if let Some(token) = &request.client_token {
+            state
+                .fleets
+                .insert(token.clone(), (request.clone(), response.clone()));
+        }
+        drop(state);
+        self.faults.check_response(OP)?;
+        Ok(response)
+    }
+
+    async fn run_instances(
+        &self,
+        request: &RunInstancesRequest,
+    ) -> Result<Vec<Instance>, AwsError> {
+        const OP: &str = "RunInstances";
+        self.enter(OP, request.instance_type.clone())?;
+        if request.dry_run {
+            return Err(error(
+                OP,
+                DRY_RUN_OPERATION_CODE,
+                "Request would have succeeded, but DryRun flag is set.",
+            ));
+        }
+        let subnet = request
+            .subnet_id
+            .as_ref()
+            .and_then(|id| self.subnets.iter().find(|s| &s.id == id))
+            .or_else(|| self.subnets.first())
+            .cloned()
+            .unwrap_or_default();
+        let over = FleetOverride {
+            instance_type: request.instance_type.clone(),
+            subnet_id: subnet.id,
+            zone: subnet.zone,
+            image_id: request.image_id.clone(),
+        };
+        let mut state = self.lock();
+        Ok(vec![self.launch(
+            &mut state,
+            &request.launch_template_name,
+            &over,
+            Ec2CapacityType::OnDemand,
+            &request.tags,
+        )])
+    }
+
+    async fn describe_instances(
+        &self,
+        request: &DescribeInstancesRequest,
+    ) -> Result<Vec<Instance>, AwsError> {
+        const OP: &str = "DescribeInstances";
+        self.enter(OP, request.instance_ids.join(","))?;
+        self.settle();
+        let state = self.lock();
+        if let Some(missing) = request
+            .instance_ids
+            .iter()
+            .find(|id| !state.instances.contains_key(*id))
+        {
+            return Err(error(
+                OP,
+                "InvalidInstanceID.NotFound",
+                format!("The instance ID '{missing}' does not exist"),
+            ));
+        }
+        Ok(state
+            .instances
+            .values()
+            .map(|i| &i.instance)
+            .filter(|i| request.instance_ids.is_empty() || request.instance_ids.contains(&i.id))
+            .filter(|i| {
+                tags_match(&request.filters, &i.tags)
+                    && field_matches(&request.filters, "instance-state-name", i.state.as_str())
+                    && field_matches(&request.filters, "instance-id", &i.id)
+            })
+            .cloned()
+            .collect())
+    }
+
+    async fn terminate_instances(
+        &self,
+        instance_ids: &[String],
+    ) -> Result<Vec<InstanceStateChange>, AwsError> {
+        const OP: &str = "TerminateInstances";
+        self.enter(OP, instance_ids.join(","))?;
+        self.settle();
+        let mut state = self.lock();
+        if let Some(missing) = instance_ids
+            .iter()
+            .find(|id| !state.instances.contains_key(*id))
+        {
+            return Err(error(
+                OP,
+                "InvalidInstanceID.NotFound",
+                format!("The instance ID '{missing}' does not exist"),
+            ));
+        }
+        let settles_at = Instant::now() + self.config.launch_latency;
+        let mut changes = Vec::new();
+        let mut freed = Vec::new();
+        for id in instance_ids {
+            if let Some(entry) = state.instances.get_mut(id) {
+                let previous = entry.instance.state;
+                if !matches!(
+                    previous,
+                    InstanceState::ShuttingDown | InstanceState::Terminated
+                ) {
+                    entry.instance.state = InstanceState::ShuttingDown;
+                    entry.settles_at = settles_at;
+                    freed.push(PoolKey {
+                        instance_type: entry.instance.instance_type.clone(),
+                        zone: entry.instance.zone.clone(),
+                        capacity_type: entry.instance.capacity_type,
+                    });
+                }
+                changes.push(InstanceStateChange {
+                    instance_id: id.clone(),
+                    previous_state: previous,
+                    current_state: entry.instance.state,
+                });
+            }
+        }
+        for key in freed {
+            if let Some(left) = state.pools.get_mut(&key) {
+                *left += 1;
+            }
+        }
+        Ok(changes)
+    }
+
+    async fn create_tags(&self, resource_ids: &[String], tags: &Tags) -> Result<(), AwsError> {
+        const OP: &str = "CreateTags";
+        self.enter(OP, resource_ids.join(","))?;
+        let mut state = self.lock();
+        for id in resource_ids {
+            let Some(entry) = state.instances.get_mut(id) else {
+                return Err(error(
+                    OP,
+                    "InvalidInstanceID.NotFound",
+                    format!("The instance ID '{id}' does not exist"),
+                ));
+            };
+            entry.instance.tags.extend(tags.clone());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,196 @@
+//! The high-level cloud provider port (Karpenter's `CloudProvider`, reference 4.1): what the
+//! NodeClaim, NodePool, disruption and garbage-collection actors ask of a cloud.
+//!
+//! The AWS implementation is built from the providers in `crate::aws` over the narrow ports;
+//! kwok's is the same code over `crate::kwok`. Instance types are returned as
+//! [`crate::aws::instance_types::InstanceType`] until the scheduler's domain model lands
+//! (`crate::domain::instance_type`), at which point this port switches to it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::aws_error::AwsError;
+use crate::apis::nodeclaim::NodeClaim;
+use crate::apis::nodepool::NodePool;
+use crate::aws::instance_types::InstanceType;
+
+/// Why a NodeClaim's instance no longer matches its `NodeClass` (provider part of drift).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DriftReason {
+    NodeClassDrift,
+    AmiDrift,
+    SecurityGroupDrift,
+    SubnetDrift,
+    CapacityReservationDrift,
+}
+
+impl DriftReason {
+    /// Karpenter's reason string, used in the `Drifted` condition.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriftReason::NodeClassDrift => "NodeClassDrift",
+            DriftReason::AmiDrift => "AMIDrift",
+            DriftReason::SecurityGroupDrift => "SecurityGroupDrift",
+            DriftReason::SubnetDrift => "SubnetDrift",
+            DriftReason::CapacityReservationDrift => "CapacityReservationDrift",
+        }
+    }
+}
+
+/// A node condition that, held for `toleration`, makes Node Repair replace the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepairPolicy {
+    pub condition_type: &'static str,
+    pub condition_status: &'static str,
+    pub toleration: Duration,
+}
+
+/// Node Repair's unhealthy-condition window for most conditions (reference 2.2).
+const REPAIR_TOLERATION: Duration = Duration::from_mins(30);
+/// `AcceleratedHardwareReady=False` is repaired sooner: a broken GPU node is useless at once.
+const ACCELERATED_HARDWARE_TOLERATION: Duration = Duration::from_mins(10);
+
+/// The AWS cloud provider's repair policies (reference 2.2).
+pub const AWS_REPAIR_POLICIES: &[RepairPolicy] = &[
+    RepairPolicy {
+        condition_type: "Ready",
+        condition_status: "False",
+        toleration: REPAIR_TOLERATION,
+    },
+    RepairPolicy {
+        condition_type: "Ready",
+        condition_status: "Unknown",
+        toleration: REPAIR_TOLERATION,
+    },
+    RepairPolicy {
+        condition_type: "AcceleratedHardwareReady",
+        condition_status: "False",
+        toleration: ACCELERATED_HARDWARE_TOLERATION,
+    },
+    RepairPolicy {
+        condition_type: "StorageReady",
+        condition_status: "False",
+        toleration: REPAIR_TOLERATION,
+    },
+    RepairPolicy {
+        condition_type: "NetworkingReady",
+        condition_status: "False",
+        toleration: REPAIR_TOLERATION,
+    },
+    RepairPolicy {
+        condition_type: "KernelReady",
+        condition_status: "False",
+        toleration: REPAIR_TOLERATION,
+    },
+    RepairPolicy {
+        condition_type: "ContainerRuntimeReady",
+        condition_status: "False",
+        toleration: REPAIR_TOLERATION,
+    },
+];
+
+/// Failures of the high-level port, as the core controllers tell them apart.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CloudProviderError {
+    /// No offering could be launched; the NodeClaim is deleted and the pods re-provisioned.
+    #[error("insufficient capacity for nodeclaim {nodeclaim}: {message}")]
+    InsufficientCapacity { nodeclaim: String, message: String },
+    /// The `NodeClass` is not ready; the NodeClaim is deleted.
+    #[error("nodeclass {nodeclass} is not ready")]
+    NodeClassNotReady { nodeclass: String },
+    /// The instance is gone; `delete` returns this once termination finished.
+    #[error("instance {instance_id} not found")]
+    NodeClaimNotFound { instance_id: String },
+    /// A launch failed for a reason shown on the `Launched` condition; retried with backoff.
+    #[error("{message}")]
+    Create { reason: String, message: String },
+    /// A provider id that does not name an instance.
+    #[error("invalid provider id {provider_id:?}: expected <provider>:///<zone>/<instance-id>")]
+    InvalidProviderId { provider_id: String },
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+}
+
+impl CloudProviderError {
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            CloudProviderError::InsufficientCapacity { .. } => "insufficient_capacity",
+            CloudProviderError::NodeClassNotReady { .. } => "nodeclass_not_ready",
+            CloudProviderError::NodeClaimNotFound { .. } => "nodeclaim_not_found",
+            CloudProviderError::Create { .. } => "create",
+            CloudProviderError::InvalidProviderId { .. } => "invalid_provider_id",
+            CloudProviderError::Aws(error) => error.category(),
+        }
+    }
+}
+
+/// Karpenter's `CloudProvider`.
+#[async_trait]
+pub trait CloudProvider: Send + Sync + std::fmt::Debug {
+    /// Launches an instance for the NodeClaim and returns it hydrated (labels, provider id,
+    /// image id, capacity, allocatable).
+    async fn create(&self, nodeclaim: &NodeClaim) -> Result<NodeClaim, CloudProviderError>;
+    /// Starts termination; returns `NodeClaimNotFound` once the instance is gone.
+    async fn delete(&self, nodeclaim: &NodeClaim) -> Result<(), CloudProviderError>;
+    async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudProviderError>;
+    async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError>;
+    /// Every instance type of the NodePool's `NodeClass`, unavailable offerings included.
+    async fn instance_types(
+        &self,
+        nodepool: &NodePool,
+    ) -> Result<Vec<Arc<InstanceType>>, CloudProviderError>;
+    async fn is_drifted(
+        &self,
+        nodeclaim: &NodeClaim,
+    ) -> Result<Option<DriftReason>, CloudProviderError>;
+    fn repair_policies(&self) -> &'static [RepairPolicy];
+    fn name(&self) -> &'static str;
+}
+
+/// Splits `<provider>:///<zone>/<instance-id>` (any provider prefix, as v1.5 accepts for kwok).
+pub fn parse_provider_id(provider_id: &str) -> Result<(&str, &str), CloudProviderError> {
+    let invalid = || CloudProviderError::InvalidProviderId {
+        provider_id: provider_id.to_owned(),
+    };
+    let (_, rest) = provider_id.split_once(":///").ok_or_else(invalid)?;
+    let (zone, id) = rest.rsplit_once('/').ok_or_else(invalid)?;
+    if id.is_empty() {
+        return Err(invalid());
+    }
+    Ok((zone, id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_ids_of_any_provider_are_parsed() {
+        assert_eq!(
+            parse_provider_id("aws:///us-west-2a/i-0123").ok(),
+            Some(("us-west-2a", "i-0123"))
+        );
+        assert_eq!(
+            parse_provider_id("kwok-aws:///us-west-2b/i-9").ok(),
+            Some(("us-west-2b", "i-9"))
+        );
+        assert!(parse_provider_id("i-0123").is_err());
+        assert!(parse_provider_id("aws:///us-west-2a/").is_err());
+    }
+
+    #[test]
+    fn accelerated_hardware_is_repaired_sooner_than_readiness() {
+        let accelerated = AWS_REPAIR_POLICIES
+            .iter()
+            .find(|p| p.condition_type == "AcceleratedHardwareReady");
+        assert_eq!(
+            accelerated.map(|p| p.toleration),
+            Some(Duration::from_mins(10))
+        );
+        assert_eq!(AWS_REPAIR_POLICIES.len(), 7);
+    }
+}

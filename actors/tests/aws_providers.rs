@@ -1,0 +1,520 @@
+//! The AWS providers over kwok with tokio's paused clock: price ordering, the ICE cache's
+//! expiry, CreateFleet batching, client-token idempotence, throttling recovery, the instance
+//! lifecycle, and spot interruptions reaching the interruption queue.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "integration test helpers: a failed unwrap is a failed test"
+)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use karpenter_actors::aws::instance_type_provider::{InstanceTypeDeps, InstanceTypeProvider};
+use karpenter_actors::aws::instance_types::{
+    CapacityType, InstanceType, NodeClassSettings, ResolveSettings,
+};
+use karpenter_actors::aws::instances::{
+    InstancesDeps, InstancesError, InstancesProvider, LaunchRequest,
+};
+use karpenter_actors::aws::pricing::{PricingDeps, PricingProvider};
+use karpenter_actors::aws::retry::{RetryPolicy, RetryingEc2};
+use karpenter_actors::aws::unavailable::{UNAVAILABLE_OFFERINGS_TTL, UnavailableOfferings};
+use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
+use karpenter_actors::kwok::eventbridge::KwokEventBridge;
+use karpenter_actors::kwok::pricing::KwokPricing;
+use karpenter_actors::kwok::rate_limit::RateLimits;
+use karpenter_actors::kwok::sqs::KwokSqs;
+use karpenter_actors::ports::aws_error::{AwsError, AwsErrorClass, AwsService};
+use karpenter_actors::ports::clock::{Clock, ManualClock};
+use karpenter_actors::ports::ec2::{Ec2Api, Ec2CapacityType, InstanceState, Tags};
+use karpenter_actors::ports::eventbridge::EventBridgeApi;
+use karpenter_actors::ports::sqs::{ReceiveRequest, SqsApi};
+
+const REGION: &str = "us-west-2";
+const CLUSTER: &str = "test-cluster";
+
+/// kwok, the providers over it, and the zones of its subnets.
+struct Env {
+    kwok: Arc<KwokEc2>,
+    sqs: Arc<KwokSqs>,
+    events: Arc<KwokEventBridge>,
+    pricing: Arc<PricingProvider>,
+    unavailable: Arc<UnavailableOfferings>,
+    instance_types: InstanceTypeProvider,
+    instances: InstancesProvider,
+    subnets: BTreeMap<String, String>,
+    zone_ids: BTreeMap<String, String>,
+}
+
+struct EnvBuilder {
+    rate_limits: Option<RateLimits>,
+    retry: Option<RetryPolicy>,
+    pricing_api: bool,
+}
+
+impl EnvBuilder {
+    fn new() -> Self {
+        EnvBuilder {
+            rate_limits: None,
+            retry: None,
+            pricing_api: false,
+        }
+    }
+
+    fn throttled(mut self, retry: RetryPolicy) -> Self {
+        self.rate_limits = Some(RateLimits::default());
+        self.retry = Some(retry);
+        self
+    }
+
+    fn with_pricing_api(mut self) -> Self {
+        self.pricing_api = true;
+        self
+    }
+
+    async fn build(self) -> Env {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let sqs = Arc::new(KwokSqs::new(REGION));
+        let events = Arc::new(KwokEventBridge::new(
+            REGION,
+            Arc::clone(&sqs),
+            Arc::clone(&clock),
+        ));
+        let mut config = KwokEc2Config::new(REGION, CLUSTER);
+        config.rate_limits = self.rate_limits;
+        let kwok = Arc::new(
+            KwokEc2::new(
+                config,
+                KwokEc2Deps {
+                    clock,
+                    events: Some(Arc::clone(&events)),
+                },
+            )
+            .unwrap(),
+        );
+        let ec2: Arc<dyn Ec2Api> = match self.retry {
+            Some(policy) => Arc::new(RetryingEc2::new(
+                Arc::clone(&kwok) as Arc<dyn Ec2Api>,
+                policy,
+            )),
+            None => Arc::clone(&kwok) as Arc<dyn Ec2Api>,
+        };
+        let pricing = Arc::new(
+            PricingProvider::new(PricingDeps {
+                ec2: Arc::clone(&ec2),
+                pricing: self.pricing_api.then(|| {
+                    Arc::new(KwokPricing::new(2.0))
+                        as Arc<dyn karpenter_actors::ports::pricing::PricingApi>
+                }),
+                region: REGION.into(),
+                isolated_vpc: false,
+            })
+            .unwrap(),
+        );
+        let unavailable = Arc::new(UnavailableOfferings::default());
+        let instance_types = InstanceTypeProvider::new(InstanceTypeDeps {
+            ec2: Arc::clone(&ec2),
+            pricing: Arc::clone(&pricing),
+            unavailable: Arc::clone(&unavailable),
+            settings: ResolveSettings {
+                region: REGION.into(),
+                vm_memory_overhead_percent: 0.075,
+                reserved_enis: 0,
+            },
+        });
+        instance_types.refresh().await.unwrap();
+        let instances = InstancesProvider::new(InstancesDeps {
+            ec2,
+            unavailable: Arc::clone(&unavailable),
+            cluster_name: CLUSTER.into(),
+        });
+        let subnets = kwok
+            .subnets()
+            .iter()
+            .map(|s| (s.zone.clone(), s.id.clone()))
+            .collect();
+        let zone_ids = kwok
+            .subnets()
+            .iter()
+            .map(|s| (s.zone.clone(), s.zone_id.clone()))
+            .collect();
+        kwok.create_launch_template(&karpenter_actors::ports::ec2::CreateLaunchTemplateRequest {
+            name: "karpenter.k8s.aws/test".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        Env {
+            kwok,
+            sqs,
+            events,
+            pricing,
+            unavailable,
+            instance_types,
+            instances,
+            subnets,
+            zone_ids,
+        }
+    }
+}
+
+impl Env {
+    fn types(&self, names: &[&str]) -> Vec<Arc<InstanceType>> {
+        let all = self
+            .instance_types
+            .list(&NodeClassSettings::default(), &self.zone_ids)
+            .unwrap();
+        names
+            .iter()
+            .map(|n| Arc::clone(all.iter().find(|t| t.name == *n).unwrap()))
+            .collect()
+    }
+
+    fn launch(
+        &self,
+        nodeclaim: &str,
+        capacity_types: &[CapacityType],
+        names: &[&str],
+    ) -> LaunchRequest {
+        LaunchRequest {
+            nodeclaim: nodeclaim.into(),
+            nodeclaim_uid: format!("uid-{nodeclaim}"),
+            capacity_types: capacity_types.to_vec(),
+            instance_types: self.types(names),
+            zonal_subnets: self.subnets.clone(),
+            launch_template: "karpenter.k8s.aws/test".into(),
+            image_id: None,
+            tags: [
+                ("karpenter.sh/nodepool".to_owned(), "default".to_owned()),
+                (
+                    "karpenter.k8s.aws/ec2nodeclass".to_owned(),
+                    "default".to_owned(),
+                ),
+            ]
+            .into(),
+            context: None,
+        }
+    }
+
+    fn zone(&self, index: usize) -> String {
+        self.subnets.keys().nth(index).unwrap().clone()
+    }
+}
+
+const GENERAL: &[&str] = &["m5.large", "m5.xlarge", "c5.large", "m6i.large", "r5.large"];
+
+#[tokio::test(start_paused = true)]
+async fn launches_take_the_cheapest_offering_and_rank_types_by_price() {
+    let env = EnvBuilder::new().build().await;
+    let (a, b) = (env.zone(0), env.zone(1));
+    for name in GENERAL {
+        for zone in env.subnets.keys() {
+            env.kwok.set_spot_price(name, zone, 0.5);
+        }
+    }
+    env.kwok.set_spot_price("m6i.large", &b, 0.021);
+    env.kwok.set_spot_price("c5.large", &a, 0.034);
+    env.pricing.update_spot_prices().await.unwrap();
+
+    let spot = env.launch(
+        "spot-a",
+        &[CapacityType::Spot, CapacityType::OnDemand],
+        GENERAL,
+    );
+    let request = env.instances.fleet_request(&spot).unwrap();
+    assert_eq!(request.capacity_type, Ec2CapacityType::Spot);
+    assert_eq!(request.allocation_strategy, "price-capacity-optimized");
+    let order: Vec<&str> = request.launch_template_configs[0]
+        .overrides
+        .iter()
+        .map(|o| o.instance_type.as_str())
+        .collect();
+    assert_eq!(order[0], "m6i.large", "cheapest type first: {order:?}");
+    assert_eq!(order[3], "c5.large");
+    assert_eq!(request.tags["eks:eks-cluster-name"], CLUSTER);
+    assert_eq!(request.tags["kubernetes.io/cluster/test-cluster"], "owned");
+
+    let launched = env.instances.create(&spot).await.unwrap();
+    assert_eq!(
+        (launched.instance_type.as_str(), launched.zone.as_str()),
+        ("m6i.large", b.as_str())
+    );
+    assert_eq!(launched.capacity_type, CapacityType::Spot);
+
+    // On-demand only: the lowest on-demand price wins (c5.large, 0.085 USD/h).
+    let on_demand = env.launch("od-a", &[CapacityType::OnDemand], GENERAL);
+    let launched = env.instances.create(&on_demand).await.unwrap();
+    assert_eq!(launched.instance_type, "c5.large");
+    assert_eq!(launched.capacity_type, CapacityType::OnDemand);
+    let request = env.instances.fleet_request(&on_demand).unwrap();
+    assert_eq!(request.allocation_strategy, "lowest-price");
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_demand_prices_come_from_the_pricing_api_when_reachable() {
+    let env = EnvBuilder::new().with_pricing_api().build().await;
+    assert!((env.pricing.on_demand_price("m5.large").unwrap() - 0.096).abs() < 1e-9);
+    env.pricing.update_on_demand_prices().await.unwrap();
+    assert!((env.pricing.on_demand_price("m5.large").unwrap() - 0.192).abs() < 1e-9);
+    // Spot prices are on-demand prices until the first spot refresh.
+    assert_eq!(
+        env.pricing.spot_price("m5.large", "us-west-2a"),
+        env.pricing.on_demand_price("m5.large")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_insufficient_capacity_error_hides_the_offering_for_three_minutes() {
+    let env = EnvBuilder::new().build().await;
+    let a = env.zone(0);
+    env.kwok
+        .set_capacity("c5.large", &a, Ec2CapacityType::OnDemand, 0);
+    // Only zone a, where c5.large is cheapest but its pool is empty: m5.large launches instead.
+    let mut launch = env.launch("ice", &[CapacityType::OnDemand], &["c5.large", "m5.large"]);
+    launch.zonal_subnets.retain(|zone, _| *zone == a);
+    let launched = env.instances.create(&launch).await.unwrap();
+    assert_eq!(launched.instance_type, "m5.large");
+    assert!(
+        env.unavailable
+            .is_unavailable("c5.large", &a, CapacityType::OnDemand)
+    );
+    let offering = |env: &Env| {
+        env.types(&["c5.large"])[0]
+            .offerings
+            .iter()
+            .find(|o| o.zone == a && o.capacity_type == CapacityType::OnDemand)
+            .unwrap()
+            .available
+    };
+    assert!(!offering(&env), "listed as unavailable at once");
+
+    tokio::time::advance(
+        UNAVAILABLE_OFFERINGS_TTL
+            .checked_sub(Duration::from_secs(1))
+            .unwrap(),
+    )
+    .await;
+    assert!(!offering(&env));
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(offering(&env), "available again after the TTL");
+
+    // Every offering out of capacity: the launch fails as insufficient capacity.
+    env.kwok
+        .set_capacity("m5.large", &a, Ec2CapacityType::OnDemand, 0);
+    let mut only = env.launch(
+        "ice-2",
+        &[CapacityType::OnDemand],
+        &["c5.large", "m5.large"],
+    );
+    only.zonal_subnets.retain(|zone, _| *zone == a);
+    let error = env.instances.create(&only).await.unwrap_err();
+    let InstancesError::InsufficientCapacity { source, .. } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(source.code.as_deref(), Some("UnfulfillableCapacity"));
+    assert_eq!(source.operation, "CreateFleet");
+    assert_eq!(source.status, Some(200));
+    assert!(source.request_id.is_some());
+    assert_eq!(error.category(), "insufficient_capacity");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hundred_concurrent_launches_become_a_handful_of_fleet_calls() {
+    let env = Arc::new(EnvBuilder::new().build().await);
+    let handles: Vec<_> = (0..100)
+        .map(|i| {
+            let env = Arc::clone(&env);
+            tokio::spawn(async move {
+                let launch = env.launch(&format!("claim-{i}"), &[CapacityType::OnDemand], GENERAL);
+                env.instances.create(&launch).await
+            })
+        })
+        .collect();
+    let mut ids = std::collections::BTreeSet::new();
+    for handle in handles {
+        ids.insert(handle.await.unwrap().unwrap().id);
+    }
+    assert_eq!(ids.len(), 100, "every NodeClaim got its own instance");
+    let fleets = env.kwok.faults().count("CreateFleet");
+    assert!((1..=3).contains(&fleets), "{fleets} CreateFleet calls");
+    assert_eq!(env.kwok.instances().len(), 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retried_launch_returns_the_same_instance_even_after_a_lost_response() {
+    let env = EnvBuilder::new().build().await;
+    let launch = env.launch("retry", &[CapacityType::OnDemand], GENERAL);
+    let first = env.instances.create(&launch).await.unwrap();
+    assert_eq!(env.instances.create(&launch).await.unwrap(), first);
+    assert_eq!(env.kwok.faults().count("CreateFleet"), 1);
+
+    // The fleet launches but its answer is lost: the retry re-sends the same token.
+    let lost = env.launch("lost", &[CapacityType::OnDemand], GENERAL);
+    env.kwok.faults().lose_next_responses(
+        "CreateFleet",
+        1,
+        AwsError::new(
+            AwsService::Ec2,
+            "CreateFleet",
+            Some("InternalError"),
+            "connection reset",
+        )
+        .with_status(500),
+    );
+    let error = env.instances.create(&lost).await.unwrap_err();
+    assert!(
+        matches!(&error, InstancesError::Launch { source, .. } if source.class == AwsErrorClass::Server),
+        "{error:?}"
+    );
+    assert_eq!(env.kwok.instances().len(), 2, "the lost fleet did launch");
+    let retried = env.instances.create(&lost).await.unwrap();
+    assert_eq!(
+        env.kwok.instances().len(),
+        2,
+        "the retry launched nothing new"
+    );
+    assert!(env.kwok.instances().iter().any(|i| i.id == retried.id));
+    assert_eq!(env.kwok.faults().count("CreateFleet"), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttled_calls_recover_once_the_token_bucket_refills() {
+    let env = EnvBuilder::new()
+        .throttled(RetryPolicy {
+            jitter: false,
+            ..RetryPolicy::default()
+        })
+        .build()
+        .await;
+    // Empty the mutating bucket (burst 50) with dry runs.
+    let mut request = env
+        .instances
+        .fleet_request(&env.launch("drain", &[CapacityType::OnDemand], GENERAL))
+        .unwrap();
+    request.dry_run = true;
+    for _ in 0..60 {
+        let _ = env.kwok.create_fleet(&request).await;
+    }
+    let before = env.kwok.faults().count("CreateFleet");
+    let launched = env
+        .instances
+        .create(&env.launch("after-throttle", &[CapacityType::OnDemand], GENERAL))
+        .await
+        .unwrap();
+    assert!(!launched.id.is_empty());
+    let attempts = env.kwok.faults().count("CreateFleet") - before;
+    assert!(
+        attempts >= 2,
+        "the first attempt was throttled ({attempts} attempts)"
+    );
+
+    // Without retries, the throttling error surfaces classified.
+    let error = env.kwok.create_fleet(&request).await.unwrap_err();
+    assert_eq!(error.class, AwsErrorClass::Throttled);
+    assert_eq!(error.code.as_deref(), Some("RequestLimitExceeded"));
+    assert_eq!(error.status, Some(503));
+}
+
+#[tokio::test(start_paused = true)]
+async fn instances_launch_pending_run_and_terminate_through_the_batchers() {
+    let env = EnvBuilder::new().build().await;
+    let launched = env
+        .instances
+        .create(&env.launch("life", &[CapacityType::OnDemand], GENERAL))
+        .await
+        .unwrap();
+    let instance = env.instances.get(&launched.id).await.unwrap();
+    assert_eq!(instance.state, InstanceState::Pending);
+    assert_eq!(instance.tags["karpenter.sh/nodepool"], "default");
+    tokio::time::advance(Duration::from_secs(16)).await;
+    assert_eq!(
+        env.instances.get(&launched.id).await.unwrap().state,
+        InstanceState::Running
+    );
+    assert_eq!(env.instances.list().await.unwrap().len(), 1);
+
+    env.instances
+        .create_tags(
+            &launched.id,
+            &Tags::from([("Name".to_owned(), "node-1".to_owned())]),
+        )
+        .await
+        .unwrap();
+    env.instances.delete(&launched.id).await.unwrap();
+    assert_eq!(
+        env.instances.get(&launched.id).await.unwrap().state,
+        InstanceState::ShuttingDown
+    );
+    env.instances.delete(&launched.id).await.unwrap();
+    assert_eq!(
+        env.kwok.faults().count("TerminateInstances"),
+        1,
+        "no second terminate while shutting down"
+    );
+    tokio::time::advance(Duration::from_secs(16)).await;
+    assert!(matches!(
+        env.instances.get(&launched.id).await,
+        Err(InstancesError::NotFound { .. })
+    ));
+    assert!(env.instances.list().await.unwrap().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn spot_interruptions_reach_the_interruption_queue() {
+    let env = EnvBuilder::new().build().await;
+    let url = env.sqs.create_queue(CLUSTER).await.unwrap();
+    let arn = env.sqs.get_queue_arn(&url).await.unwrap();
+    env.events
+        .put_rule(
+            "spot",
+            r#"{"source":["aws.ec2"],"detail-type":["EC2 Spot Instance Interruption Warning"]}"#,
+        )
+        .await
+        .unwrap();
+    env.events.put_targets("spot", "1", &arn).await.unwrap();
+    let launched = env
+        .instances
+        .create(&env.launch("spot", &[CapacityType::Spot], GENERAL))
+        .await
+        .unwrap();
+    env.kwok.interrupt_spot(&launched.id).await.unwrap();
+    let messages = env
+        .sqs
+        .receive_messages(
+            &url,
+            ReceiveRequest {
+                max_messages: 10,
+                wait_time_seconds: 20,
+                visibility_timeout_seconds: 20,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(messages.len(), 1);
+    let body: serde_json::Value = serde_json::from_str(&messages[0].body).unwrap();
+    assert_eq!(body["detail"]["instance-id"], launched.id.as_str());
+    assert_eq!(body["source"], "aws.ec2");
+    // A long poll on the empty queue returns when the wait ends, on the paused clock.
+    env.sqs
+        .delete_message(&url, &messages[0].receipt_handle)
+        .await
+        .unwrap();
+    let empty = env
+        .sqs
+        .receive_messages(
+            &url,
+            ReceiveRequest {
+                max_messages: 10,
+                wait_time_seconds: 20,
+                visibility_timeout_seconds: 20,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(empty.is_empty());
+}
