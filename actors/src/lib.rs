@@ -1,6 +1,7 @@
 //! The brain of karpenter.
 pub mod apis;
 pub mod aws;
+pub mod daemon;
 pub mod domain;
 pub mod kwok;
 pub mod ports;

@@ -2,9 +2,9 @@
 //! NodeClaim, NodePool, disruption and garbage-collection actors ask of a cloud.
 //!
 //! The AWS implementation is built from the providers in `crate::aws` over the narrow ports;
-//! kwok's is the same code over `crate::kwok`. Instance types are returned as
-//! [`crate::aws::instance_types::InstanceType`] until the scheduler's domain model lands
-//! (`crate::domain::instance_type`), at which point this port switches to it.
+//! kwok's is the same code over `crate::kwok`. Instance types are the scheduler's domain model
+//! ([`crate::domain::instance_type::InstanceType`]), so the provisioner hands them straight to
+//! the solver.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use super::aws_error::AwsError;
 use crate::apis::nodeclaim::NodeClaim;
 use crate::apis::nodepool::NodePool;
-use crate::aws::instance_types::InstanceType;
+use crate::domain::instance_type::InstanceType;
 
 /// Why a NodeClaim's instance no longer matches its `NodeClass` (provider part of drift).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
