@@ -1,8 +1,9 @@
 //! Instance-type and offering computation for the full catalogue (kwok's bundled real one, about
 //! 1,400 types) across the three zones of a `NodeClass`'s subnets: resolution alone, a cold
 //! `list` (catalogue fetch from kwok, resolution, offerings), a cached `list`, and a `list`
-//! after an ICE mark (offerings rebuilt, resolution memoised). Prints the resident-memory
-//! growth of holding one resolved list.
+//! after an ICE mark (offerings rebuilt, resolution memoised, unchanged types shared). Prints
+//! the heap held by one list (bytes allocated and not freed, counted by `stats_alloc`) and the
+//! extra heap of the list that follows an ICE mark.
 //!
 //! Run: `cargo bench -p karpenter-actors --bench aws_instance_types -- --quick`
 
@@ -13,6 +14,7 @@
     reason = "benchmark setup: a failed unwrap is a broken fixture"
 )]
 
+use std::alloc::System;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hint::black_box;
 use std::sync::Arc;
@@ -20,7 +22,7 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use karpenter_actors::aws::instance_type_provider::{InstanceTypeDeps, InstanceTypeProvider};
 use karpenter_actors::aws::instance_types::{
-    CapacityType, NodeClassSettings, Placement, ResolveSettings, resolve,
+    CapacityType, LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
 };
 use karpenter_actors::aws::pricing::{PricingDeps, PricingProvider};
 use karpenter_actors::aws::unavailable::UnavailableOfferings;
@@ -28,6 +30,10 @@ use karpenter_actors::kwok::catalog;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::ports::ec2::Ec2Api;
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 const REGION: &str = "us-west-2";
 
@@ -88,10 +94,12 @@ fn fixture(runtime: &tokio::runtime::Runtime) -> Fixture {
     }
 }
 
-fn rss_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096)
+/// Bytes allocated and not freed since the region began, in MiB.
+fn net_mib(region: &Region<'_, System>) -> f64 {
+    let change = region.change();
+    #[expect(clippy::cast_precision_loss, reason = "a report, in MiB")]
+    let net = (change.bytes_allocated as f64) - (change.bytes_deallocated as f64);
+    net / (1024.0 * 1024.0)
 }
 
 fn instance_types(c: &mut Criterion) {
@@ -104,34 +112,44 @@ fn instance_types(c: &mut Criterion) {
     let nodeclass = NodeClassSettings::default();
 
     let warm = fixture(&runtime);
-    let before = rss_bytes();
+    let region = Region::new(GLOBAL);
     let list = warm
         .provider
         .list(&nodeclass, &warm.zones)
         .unwrap_or_else(|e| panic!("{e}"));
-    let after = rss_bytes();
+    let held = net_mib(&region);
     let offerings: usize = list.iter().map(|t| t.offerings.len()).sum();
-    if let (Some(before), Some(after)) = (before, after) {
-        #[expect(clippy::cast_precision_loss, reason = "a report, in MiB")]
-        let growth = after.saturating_sub(before) as f64 / (1024.0 * 1024.0);
-        println!(
-            "resolved {} instance types with {offerings} offerings over {} zones: RSS grew {growth:.1} MiB",
-            list.len(),
-            warm.zones.len()
-        );
-    }
+    println!(
+        "resolved {} instance types with {offerings} offerings over {} zones: {held:.2} MiB of heap",
+        list.len(),
+        warm.zones.len()
+    );
+    let zone = warm.zones.keys().next().cloned().unwrap_or_default();
+    let region = Region::new(GLOBAL);
+    warm.unavailable
+        .mark_unavailable("m5.large", &zone, CapacityType::Spot, "bench");
+    let after_ice = warm
+        .provider
+        .list(&nodeclass, &warm.zones)
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "the list after an ICE mark adds {:.3} MiB (unchanged instance types are shared)",
+        net_mib(&region)
+    );
+    drop(after_ice);
 
     let mut group = c.benchmark_group("aws_instance_types");
     group.bench_function("resolve_full_catalogue", |b| {
         let empty = BTreeSet::new();
         b.iter(|| {
+            let mut interner = LabelInterner::default();
             for info in &catalogue.instance_types {
                 let offered = catalogue.zones_of(&info.name, REGION).unwrap_or(&empty);
                 let placement = Placement {
                     offered_zones: offered,
                     subnet_zones: &warm.zones,
                 };
-                black_box(resolve(info, placement, &nodeclass, &settings()).ok());
+                black_box(resolve(info, placement, &nodeclass, &settings(), &mut interner).ok());
             }
         });
     });
@@ -144,7 +162,6 @@ fn instance_types(c: &mut Criterion) {
     group.bench_function("list_cached", |b| {
         b.iter(|| black_box(warm.provider.list(&nodeclass, &warm.zones).ok()));
     });
-    let zone = warm.zones.keys().next().cloned().unwrap_or_default();
     group.bench_function("list_after_ice_mark", |b| {
         b.iter(|| {
             warm.unavailable

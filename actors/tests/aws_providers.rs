@@ -14,16 +14,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
+use karpenter_actors::apis::labels::CAPACITY_TYPE;
 use karpenter_actors::aws::instance_type_provider::{InstanceTypeDeps, InstanceTypeProvider};
-use karpenter_actors::aws::instance_types::{
-    CapacityType, InstanceType, NodeClassSettings, ResolveSettings,
-};
+use karpenter_actors::aws::instance_types::{CapacityType, NodeClassSettings, ResolveSettings};
 use karpenter_actors::aws::instances::{
-    InstancesDeps, InstancesError, InstancesProvider, LaunchRequest,
+    InstancesDeps, InstancesError, InstancesProvider, LaunchRequest, capacity_type_for, overrides,
+    with_capacity_type,
 };
 use karpenter_actors::aws::pricing::{PricingDeps, PricingProvider};
 use karpenter_actors::aws::retry::{RetryPolicy, RetryingEc2};
 use karpenter_actors::aws::unavailable::{UNAVAILABLE_OFFERINGS_TTL, UnavailableOfferings};
+use karpenter_actors::domain::instance_type::{InstanceType, order_by_price};
+use karpenter_actors::domain::requirements::{Requirement, Requirements};
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::kwok::eventbridge::KwokEventBridge;
 use karpenter_actors::kwok::pricing::KwokPricing;
@@ -31,7 +33,9 @@ use karpenter_actors::kwok::rate_limit::RateLimits;
 use karpenter_actors::kwok::sqs::KwokSqs;
 use karpenter_actors::ports::aws_error::{AwsError, AwsErrorClass, AwsService};
 use karpenter_actors::ports::clock::{Clock, ManualClock};
-use karpenter_actors::ports::ec2::{Ec2Api, Ec2CapacityType, InstanceState, Tags};
+use karpenter_actors::ports::ec2::{
+    Ec2Api, Ec2CapacityType, FleetLaunchTemplateConfig, InstanceState, Tags,
+};
 use karpenter_actors::ports::eventbridge::EventBridgeApi;
 use karpenter_actors::ports::sqs::{ReceiveRequest, SqsApi};
 
@@ -181,14 +185,34 @@ impl Env {
         capacity_types: &[CapacityType],
         names: &[&str],
     ) -> LaunchRequest {
+        self.launch_in(nodeclaim, capacity_types, names, &self.subnets)
+    }
+
+    /// A launch as the cloud provider builds it: capacity type, types cheapest first, one
+    /// launch template with an override per available offering in the given subnets' zones.
+    fn launch_in(
+        &self,
+        nodeclaim: &str,
+        capacity_types: &[CapacityType],
+        names: &[&str],
+        subnets: &BTreeMap<String, String>,
+    ) -> LaunchRequest {
+        let allowed: Vec<&str> = capacity_types.iter().map(|c| c.as_str()).collect();
+        let requirements =
+            Requirements::from_requirements([Requirement::in_values(CAPACITY_TYPE, &allowed)]);
+        let mut types = self.types(names);
+        let capacity_type = capacity_type_for(&requirements, &types);
+        let pinned = with_capacity_type(&requirements, capacity_type);
+        order_by_price(&mut types, &pinned);
         LaunchRequest {
             nodeclaim: nodeclaim.into(),
             nodeclaim_uid: format!("uid-{nodeclaim}"),
-            capacity_types: capacity_types.to_vec(),
-            instance_types: self.types(names),
-            zonal_subnets: self.subnets.clone(),
-            launch_template: "karpenter.k8s.aws/test".into(),
-            image_id: None,
+            capacity_type,
+            launch_templates: vec![FleetLaunchTemplateConfig {
+                launch_template_name: "karpenter.k8s.aws/test".into(),
+                version: "$Latest".into(),
+                overrides: overrides(&types, subnets, &pinned, None),
+            }],
             tags: [
                 ("karpenter.sh/nodepool".to_owned(), "default".to_owned()),
                 (
@@ -275,8 +299,14 @@ async fn an_insufficient_capacity_error_hides_the_offering_for_three_minutes() {
     env.kwok
         .set_capacity("c5.large", &a, Ec2CapacityType::OnDemand, 0);
     // Only zone a, where c5.large is cheapest but its pool is empty: m5.large launches instead.
-    let mut launch = env.launch("ice", &[CapacityType::OnDemand], &["c5.large", "m5.large"]);
-    launch.zonal_subnets.retain(|zone, _| *zone == a);
+    let mut only_a = env.subnets.clone();
+    only_a.retain(|zone, _| *zone == a);
+    let launch = env.launch_in(
+        "ice",
+        &[CapacityType::OnDemand],
+        &["c5.large", "m5.large"],
+        &only_a,
+    );
     let launched = env.instances.create(&launch).await.unwrap();
     assert_eq!(launched.instance_type, "m5.large");
     assert!(
@@ -287,7 +317,7 @@ async fn an_insufficient_capacity_error_hides_the_offering_for_three_minutes() {
         env.types(&["c5.large"])[0]
             .offerings
             .iter()
-            .find(|o| o.zone == a && o.capacity_type == CapacityType::OnDemand)
+            .find(|o| o.zone() == Some(a.as_str()) && o.capacity_type() == Some("on-demand"))
             .unwrap()
             .available
     };
@@ -306,12 +336,12 @@ async fn an_insufficient_capacity_error_hides_the_offering_for_three_minutes() {
     // Every offering out of capacity: the launch fails as insufficient capacity.
     env.kwok
         .set_capacity("m5.large", &a, Ec2CapacityType::OnDemand, 0);
-    let mut only = env.launch(
+    let only = env.launch_in(
         "ice-2",
         &[CapacityType::OnDemand],
         &["c5.large", "m5.large"],
+        &only_a,
     );
-    only.zonal_subnets.retain(|zone, _| *zone == a);
     let error = env.instances.create(&only).await.unwrap_err();
     let InstancesError::InsufficientCapacity { source, .. } = &error else {
         panic!("{error:?}");

@@ -22,9 +22,8 @@ use std::collections::BTreeSet;
 
 use karpenter::aws::RetryPolicy;
 use karpenter_actors::aws::instance_types::{
-    NodeClassSettings, Placement, ResolveSettings, resolve,
+    LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
 };
-use karpenter_actors::aws::quantity::{MILLI, PODS};
 use karpenter_actors::ports::aws_error::{AwsErrorClass, AwsService};
 use karpenter_actors::ports::ec2::{
     CreateFleetRequest, CreateLaunchTemplateRequest, DescribeInstancesRequest,
@@ -160,9 +159,10 @@ async fn instance_types_offerings_zones_and_subnets_parse_into_port_types() {
             vm_memory_overhead_percent: 0.075,
             reserved_enis: 0,
         },
+        &mut LabelInterner::default(),
     )
     .unwrap();
-    assert_eq!(resolved.capacity[PODS], 29 * MILLI);
+    assert_eq!(resolved.capacity.pods, 29);
 
     // Subnets and security groups found by Karpenter's discovery tag.
     let raw = moto.raw_ec2().await;

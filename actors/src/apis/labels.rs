@@ -114,6 +114,19 @@ pub const TAG_NODECLAIM: &str = "karpenter.sh/nodeclaim";
 pub const TAG_EC2NODECLASS: &str = EC2NODECLASS;
 pub const TAG_NAME: &str = "Name";
 
+// ---- extended resources (AWS) ---------------------------------------------------------------
+
+/// Extended resources AWS instance types offer (Karpenter's `pkg/apis/v1/labels.go`), counted
+/// in whole devices or interfaces.
+pub const RESOURCE_NVIDIA_GPU: &str = "nvidia.com/gpu";
+pub const RESOURCE_AMD_GPU: &str = "amd.com/gpu";
+pub const RESOURCE_AWS_NEURON: &str = "aws.amazon.com/neuron";
+pub const RESOURCE_AWS_NEURON_CORE: &str = "aws.amazon.com/neuroncore";
+pub const RESOURCE_HABANA_GAUDI: &str = "habana.ai/gaudi";
+pub const RESOURCE_EFA: &str = "vpc.amazonaws.com/efa";
+pub const RESOURCE_AWS_POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
+pub const RESOURCE_PRIVATE_IPV4_ADDRESS: &str = "vpc.amazonaws.com/PrivateIPv4Address";
+
 // ---- label key rules -----------------------------------------------------------------------
 
 /// Labels the scheduler understands that are not AWS-specific (see [`AWS_WELL_KNOWN_LABELS`]).

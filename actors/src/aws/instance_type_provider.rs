@@ -1,24 +1,36 @@
-//! The instance-type provider: EC2's catalogue and per-zone offerings (refreshed by its actor,
-//! Karpenter refreshes every 12 h), resolved per `NodeClass` configuration and memoised, with
-//! offerings (price, availability) attached per zone and capacity type (reference 4.2).
+//! The instance-type provider: EC2's catalogue and per-zone offerings (refreshed by its actor;
+//! Karpenter refreshes every 12 h), resolved per `NodeClass` configuration into the scheduler's
+//! instance types and memoised, with offerings (price, availability) per zone and capacity type
+//! (reference 4.2 `instancetype` and `instancetype/offering`).
 //!
 //! Data flow: [`InstanceTypeProvider::refresh`] calls `DescribeInstanceTypes` and
 //! `DescribeInstanceTypeOfferings`; [`InstanceTypeProvider::list`] resolves the catalogue for a
-//! `NodeClass` (memoised per catalogue version, `NodeClass` settings and subnet zones) and attaches
-//! offerings from the pricing provider and the unavailable-offerings cache (memoised until
-//! either changes).
+//! `NodeClass` (memoised per catalogue version, `NodeClass` settings and subnet zones) and
+//! attaches offerings from the pricing provider and the unavailable-offerings cache. When prices
+//! or the ICE cache change, only the offerings are recomputed, and an instance type whose
+//! offerings did not change is handed out again as the same `Arc`, so consecutive lists share
+//! nearly everything.
+//!
+//! Offerings follow Karpenter: one per zone of the region (every zone where EC2 offers any type)
+//! and capacity type of the instance type (`on-demand`, `spot`), with the capacity type, zone,
+//! zone id (for subnet zones) and `capacity-reservation-id DoesNotExist` as requirements;
+//! available when priced, not marked unavailable, and in a zone the type is offered in that has
+//! a subnet. Reserved offerings (the `ReservedCapacity` gate) are not produced.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use super::instance_types::{
-    CapacityType, InstanceType, LabelValues, NodeClassSettings, Offering, Placement, ResolveError,
-    ResolveSettings, ResolvedInstanceType, resolve,
+    CapacityType, LabelInterner, NodeClassSettings, Placement, ResolveError, ResolveSettings,
+    resolve,
 };
 use super::pricing::PricingProvider;
 use super::unavailable::UnavailableOfferings;
+use crate::apis::EC2NodeClass;
 use crate::apis::labels;
+use crate::domain::instance_type::{InstanceType, Offering};
+use crate::domain::requirements::Requirements;
 use crate::ports::aws_error::AwsError;
 use crate::ports::ec2::{Ec2Api, Filter, InstanceTypeInfo};
 
@@ -41,20 +53,49 @@ pub struct InstanceTypeDeps {
     pub settings: ResolveSettings,
 }
 
-/// Distinct `EC2NodeClass` configurations memoised at once; more (configurations churning) start the
-/// memo afresh rather than growing without bound. Clusters have a handful of them.
+/// Distinct `EC2NodeClass` configurations memoised at once; more (configurations churning)
+/// start the memo afresh rather than growing without bound. Clusters have a handful of them.
 const MAX_MEMOISED_CONFIGURATIONS: usize = 64;
 
-type ResolvedList = Arc<Vec<Arc<ResolvedInstanceType>>>;
-type OfferedList = Arc<Vec<Arc<InstanceType>>>;
+/// A list of instance types, shared.
+pub type InstanceTypes = Arc<Vec<Arc<InstanceType>>>;
+
+/// Why instance types could not be listed for a `NodeClass`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InstanceTypesError {
+    #[error("listing instance types for ec2nodeclass {nodeclass}: no subnets in its status")]
+    NoSubnets { nodeclass: String },
+    #[error("listing instance types for ec2nodeclass {nodeclass}: {source}")]
+    Resolve {
+        nodeclass: String,
+        source: ResolveError,
+    },
+}
+
+impl InstanceTypesError {
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            InstanceTypesError::NoSubnets { .. } => "no_subnets",
+            InstanceTypesError::Resolve { source, .. } => source.category(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Memo {
+    ice: u64,
+    prices: u64,
+    list: InstanceTypes,
+}
 
 /// Instance types per `NodeClass`.
 #[derive(Debug)]
 pub struct InstanceTypeProvider {
     deps: InstanceTypeDeps,
     catalogue: RwLock<Arc<Catalogue>>,
-    resolved: Mutex<HashMap<u64, ResolvedList>>,
-    offered: Mutex<HashMap<u64, (u64, u64, OfferedList)>>,
+    memo: Mutex<HashMap<u64, Memo>>,
+    interner: Mutex<LabelInterner>,
 }
 
 fn key_of(
@@ -67,18 +108,37 @@ fn key_of(
     hasher.finish()
 }
 
+/// The subnet zones of a `NodeClass`'s status with their zone ids (empty when unknown).
+#[must_use]
+pub fn subnet_zones(nodeclass: &EC2NodeClass) -> BTreeMap<String, String> {
+    nodeclass
+        .status
+        .iter()
+        .flat_map(|s| &s.subnets)
+        .map(|s| (s.zone.clone(), s.zone_id.clone().unwrap_or_default()))
+        .collect()
+}
+
+/// One offering's inputs as they stand now: what changes between lists.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct OfferingState {
+    price: f64,
+    available: bool,
+}
+
 impl InstanceTypeProvider {
     #[must_use]
     pub fn new(deps: InstanceTypeDeps) -> Self {
         InstanceTypeProvider {
             deps,
             catalogue: RwLock::new(Arc::new(Catalogue::default())),
-            resolved: Mutex::new(HashMap::new()),
-            offered: Mutex::new(HashMap::new()),
+            memo: Mutex::new(HashMap::new()),
+            interner: Mutex::new(LabelInterner::default()),
         }
     }
 
-    /// Fetches the catalogue and offerings (hvm, `x86_64` and arm64 only, as Karpenter).
+    /// Fetches the catalogue and offerings (hvm, `x86_64` and arm64 only, as Karpenter). The
+    /// memoised lists are dropped only when what EC2 returned changed.
     pub async fn refresh(&self) -> Result<(), AwsError> {
         let infos = self
             .deps
@@ -104,6 +164,9 @@ impl InstanceTypeProvider {
             .catalogue
             .write()
             .unwrap_or_else(PoisonError::into_inner);
+        if current.version > 0 && current.infos == infos && current.zones == zones {
+            return Ok(());
+        }
         *current = Arc::new(Catalogue {
             version: current.version + 1,
             infos,
@@ -111,14 +174,12 @@ impl InstanceTypeProvider {
             all_zones,
         });
         drop(current);
-        self.resolved
+        self.memo
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
-        self.offered
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        // A new catalogue may drop values; start the shared strings afresh with it.
+        *self.interner.lock().unwrap_or_else(PoisonError::into_inner) = LabelInterner::default();
         Ok(())
     }
 
@@ -132,49 +193,14 @@ impl InstanceTypeProvider {
             .len()
     }
 
-    fn resolved(
-        &self,
-        catalogue: &Catalogue,
-        nodeclass: &NodeClassSettings,
-        subnet_zones: &BTreeMap<String, String>,
-        key: u64,
-    ) -> Result<ResolvedList, ResolveError> {
-        if let Some(hit) = self
-            .resolved
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-        {
-            return Ok(Arc::clone(hit));
-        }
-        let empty = BTreeSet::new();
-        let list = catalogue
-            .infos
-            .iter()
-            .map(|info| {
-                let placement = Placement {
-                    offered_zones: catalogue.zones.get(&info.name).unwrap_or(&empty),
-                    subnet_zones,
-                };
-                resolve(info, placement, nodeclass, &self.deps.settings).map(Arc::new)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let list = Arc::new(list);
-        let mut resolved = self.resolved.lock().unwrap_or_else(PoisonError::into_inner);
-        if resolved.len() >= MAX_MEMOISED_CONFIGURATIONS {
-            resolved.clear();
-        }
-        resolved.insert(key, Arc::clone(&list));
-        Ok(list)
-    }
-
-    /// Every instance type for a `NodeClass`, with offerings in every zone of the region
-    /// (unavailable ones included, as Karpenter's `GetInstanceTypes`).
+    /// Every instance type for a `NodeClass`: its settings and the zones of its subnets (with
+    /// zone ids), with offerings in every zone of the region (unavailable ones included, as
+    /// Karpenter's `GetInstanceTypes`).
     pub fn list(
         &self,
         nodeclass: &NodeClassSettings,
         subnet_zones: &BTreeMap<String, String>,
-    ) -> Result<OfferedList, ResolveError> {
+    ) -> Result<InstanceTypes, ResolveError> {
         let catalogue = Arc::clone(
             &self
                 .catalogue
@@ -184,48 +210,123 @@ impl InstanceTypeProvider {
         let key = key_of(catalogue.version, nodeclass, subnet_zones);
         let ice = self.deps.unavailable.seq_num();
         let prices = self.deps.pricing.seq_num();
-        if let Some((i, p, hit)) = self
-            .offered
+        let previous = self
+            .memo
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&key)
-            && (*i, *p) == (ice, prices)
-        {
-            return Ok(Arc::clone(hit));
+            .map(|m| (m.ice, m.prices, Arc::clone(&m.list)));
+        let list = match previous {
+            Some((i, p, list)) if (i, p) == (ice, prices) => return Ok(list),
+            Some((_, _, list)) => self.reoffer(&catalogue, &list, subnet_zones),
+            None => self.resolve_all(&catalogue, nodeclass, subnet_zones)?,
+        };
+        let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
+        if memo.len() >= MAX_MEMOISED_CONFIGURATIONS && !memo.contains_key(&key) {
+            memo.clear();
         }
-        let resolved = self.resolved(&catalogue, nodeclass, subnet_zones, key)?;
-        let list: Vec<Arc<InstanceType>> = resolved
-            .iter()
-            .map(|it| {
-                Arc::new(InstanceType {
-                    offerings: self.offerings(it, &catalogue.all_zones, subnet_zones),
-                    resolved: Arc::clone(it),
-                })
-            })
-            .collect();
-        let list = Arc::new(list);
-        let mut offered = self.offered.lock().unwrap_or_else(PoisonError::into_inner);
-        if offered.len() >= MAX_MEMOISED_CONFIGURATIONS {
-            offered.clear();
-        }
-        offered.insert(key, (ice, prices, Arc::clone(&list)));
+        memo.insert(
+            key,
+            Memo {
+                ice,
+                prices,
+                list: Arc::clone(&list),
+            },
+        );
         Ok(list)
     }
 
-    fn offerings(
+    /// [`InstanceTypeProvider::list`] for an `EC2NodeClass` as the `NodeClass` work resolved it.
+    pub fn list_for(&self, nodeclass: &EC2NodeClass) -> Result<InstanceTypes, InstanceTypesError> {
+        let name = nodeclass.metadata.name.clone().unwrap_or_default();
+        let zones = subnet_zones(nodeclass);
+        if zones.is_empty() {
+            return Err(InstanceTypesError::NoSubnets { nodeclass: name });
+        }
+        self.list(&NodeClassSettings::from_spec(&nodeclass.spec), &zones)
+            .map_err(|source| InstanceTypesError::Resolve {
+                nodeclass: name,
+                source,
+            })
+    }
+
+    fn resolve_all(
         &self,
-        it: &ResolvedInstanceType,
-        all_zones: &BTreeSet<String>,
+        catalogue: &Catalogue,
+        nodeclass: &NodeClassSettings,
         subnet_zones: &BTreeMap<String, String>,
-    ) -> Vec<Offering> {
+    ) -> Result<InstanceTypes, ResolveError> {
+        let empty = BTreeSet::new();
+        let mut interner = self.interner.lock().unwrap_or_else(PoisonError::into_inner);
+        let templates = OfferingTemplates::new(&catalogue.all_zones, subnet_zones, &mut interner);
+        let mut list = Vec::with_capacity(catalogue.infos.len());
+        for info in &catalogue.infos {
+            let placement = Placement {
+                offered_zones: catalogue.zones.get(&info.name).unwrap_or(&empty),
+                subnet_zones,
+            };
+            let mut it = resolve(
+                info,
+                placement,
+                nodeclass,
+                &self.deps.settings,
+                &mut interner,
+            )?;
+            let states = self.offering_states(&it, &catalogue.all_zones);
+            it.offerings = templates.offerings(&states);
+            list.push(Arc::new(it));
+        }
+        Ok(Arc::new(list))
+    }
+
+    /// Recomputes offerings of a memoised list; types whose offerings did not change are kept.
+    fn reoffer(
+        &self,
+        catalogue: &Catalogue,
+        previous: &[Arc<InstanceType>],
+        subnet_zones: &BTreeMap<String, String>,
+    ) -> InstanceTypes {
+        let mut interner = self.interner.lock().unwrap_or_else(PoisonError::into_inner);
+        let templates = OfferingTemplates::new(&catalogue.all_zones, subnet_zones, &mut interner);
+        drop(interner);
+        let list = previous
+            .iter()
+            .map(|it| {
+                let states = self.offering_states(it, &catalogue.all_zones);
+                let unchanged = states.len() == it.offerings.len()
+                    && states.iter().zip(&it.offerings).all(|((_, _, state), o)| {
+                        state.available == o.available && state.price.total_cmp(&o.price).is_eq()
+                    });
+                if unchanged {
+                    Arc::clone(it)
+                } else {
+                    Arc::new(InstanceType::new(
+                        &it.name,
+                        it.requirements.clone(),
+                        templates.offerings(&states),
+                        it.capacity.clone(),
+                        it.overhead.clone(),
+                    ))
+                }
+            })
+            .collect();
+        Arc::new(list)
+    }
+
+    /// Price and availability of each (zone, capacity type) offering of a type, in a fixed
+    /// order: zones sorted, then the type's capacity types (on-demand before spot).
+    fn offering_states<'z>(
+        &self,
+        it: &InstanceType,
+        all_zones: &'z BTreeSet<String>,
+    ) -> Vec<(&'z str, CapacityType, OfferingState)> {
         let type_zones = it.requirements.get(labels::ZONE);
         let capacity_types: Vec<CapacityType> = it
             .requirements
             .get(labels::CAPACITY_TYPE)
-            .map(LabelValues::values)
-            .unwrap_or_default()
+            .map(|r| r.values().iter().filter_map(|v| CapacityType::parse(v)))
             .into_iter()
-            .filter_map(CapacityType::parse)
+            .flatten()
             .filter(|c| *c != CapacityType::Reserved)
             .collect();
         let mut out = Vec::with_capacity(all_zones.len() * capacity_types.len());
@@ -235,22 +336,72 @@ impl InstanceTypeProvider {
                     CapacityType::Spot => self.deps.pricing.spot_price(&it.name, zone),
                     _ => self.deps.pricing.on_demand_price(&it.name),
                 };
-                let in_zone = type_zones.is_some_and(|z| z.admits(Some(zone)));
+                let in_zone = type_zones.is_some_and(|z| z.has(zone));
                 let available = price.is_some()
                     && in_zone
                     && !self
                         .deps
                         .unavailable
                         .is_unavailable(&it.name, zone, *capacity_type);
-                out.push(Offering {
-                    zone: zone.clone(),
-                    zone_id: subnet_zones.get(zone).cloned(),
-                    capacity_type: *capacity_type,
-                    price: price.unwrap_or(0.0),
-                    available,
-                });
+                out.push((
+                    zone.as_str(),
+                    *capacity_type,
+                    OfferingState {
+                        price: price.unwrap_or(0.0),
+                        available,
+                    },
+                ));
             }
         }
         out
+    }
+}
+
+/// The requirements of each (zone, capacity type) offering, built once per list with shared
+/// strings and cloned into every instance type's offerings.
+struct OfferingTemplates<'z> {
+    by_zone: BTreeMap<(&'z str, CapacityType), Requirements>,
+}
+
+impl<'z> OfferingTemplates<'z> {
+    fn new(
+        all_zones: &'z BTreeSet<String>,
+        subnet_zones: &BTreeMap<String, String>,
+        interner: &mut LabelInterner,
+    ) -> Self {
+        let mut by_zone = BTreeMap::new();
+        for zone in all_zones {
+            for capacity_type in [CapacityType::OnDemand, CapacityType::Spot] {
+                let mut requirements = vec![
+                    interner.requirement(labels::CAPACITY_TYPE, [capacity_type.as_str()]),
+                    interner.requirement(labels::ZONE, [zone]),
+                    interner.requirement(labels::CAPACITY_RESERVATION_ID, None::<&str>),
+                ];
+                if let Some(id) = subnet_zones.get(zone).filter(|id| !id.is_empty()) {
+                    requirements.push(interner.requirement(labels::ZONE_ID, [id]));
+                }
+                by_zone.insert(
+                    (zone.as_str(), capacity_type),
+                    Requirements::from_requirements(requirements),
+                );
+            }
+        }
+        OfferingTemplates { by_zone }
+    }
+
+    fn offerings(&self, states: &[(&str, CapacityType, OfferingState)]) -> Vec<Offering> {
+        states
+            .iter()
+            .map(|(zone, capacity_type, state)| Offering {
+                requirements: self
+                    .by_zone
+                    .get(&(*zone, *capacity_type))
+                    .cloned()
+                    .unwrap_or_default(),
+                price: state.price,
+                available: state.available,
+                reservation_capacity: 0,
+            })
+            .collect()
     }
 }

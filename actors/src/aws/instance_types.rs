@@ -1,12 +1,18 @@
-//! Instance types as the scheduler sees them: the well-known labels of reference 1.4, capacity,
-//! overhead and allocatable, computed from EC2's `InstanceTypeInfo` and the parts of an
-//! `EC2NodeClass` that change them (AMI family, kubelet settings, block device mappings,
-//! instance-store policy). Pure functions; [`crate::aws::instance_type_provider`] caches them.
+//! Instance types resolved from EC2's `InstanceTypeInfo` into the scheduler's model
+//! ([`crate::domain::instance_type::InstanceType`]): the well-known labels of reference 1.4 as
+//! requirements, capacity, overhead and allocatable, for the parts of an `EC2NodeClass` that
+//! change them (AMI family, kubelet settings, block device mappings, instance-store policy).
 //!
-//! These types are this module's own until the scheduler's domain model
-//! (`crate::domain::instance_type`) lands; the two are to be reconciled then.
+//! Pure functions: [`resolve`] returns an instance type without offerings; the provider
+//! ([`crate::aws::instance_type_provider`]) memoises the resolved catalogue per `NodeClass`
+//! configuration and attaches offerings (zone, capacity type, price, availability).
+//!
+//! Units are the domain's ([`crate::domain::resources`]): cpu in millicores, memory and storage
+//! in bytes, pods and devices as whole units. Label keys and values are interned through a
+//! [`LabelInterner`], so the 1,400 types of a region share one copy of each distinct string
+//! (`linux`, `nitro`, zone names, ...).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -14,22 +20,26 @@ use crate::apis::ec2nodeclass::{
     AmiFamily, BlockDeviceMapping, EC2NodeClassSpec, InstanceStorePolicy, KubeletConfiguration,
 };
 use crate::apis::labels;
-use crate::aws::quantity::{self, GIB, MIB, MILLI, QuantityError, Resources, parse_quantity};
 use crate::domain::amifamily::{self, FeatureFlags, NON_ENI_LIMITED_MAX_PODS};
+use crate::domain::instance_type::{InstanceType, Overhead};
+use crate::domain::requirements::{Requirement, Requirements};
+use crate::domain::resources::{self, QuantityError, Resources};
 use crate::ports::ec2::InstanceTypeInfo;
 
 // ---- constants ---------------------------------------------------------------------------------
 
+const MIB: i64 = 1 << 20;
+const GIB: i64 = 1 << 30;
 /// Graviton instances reserve 64 MiB for the contiguous memory allocator that pods cannot use.
 const ARM64_CMA_RESERVED_MIB: u64 = 64;
 /// kube-reserved memory per pod and fixed part (EKS AMI formula: 11 MiB * pods + 255 MiB).
 const KUBE_RESERVED_MIB_PER_POD: i64 = 11;
 const KUBE_RESERVED_MIB_BASE: i64 = 255;
-/// kube-reserved ephemeral storage.
-const KUBE_RESERVED_EPHEMERAL: i64 = GIB * MILLI;
+/// kube-reserved ephemeral storage, bytes.
+const KUBE_RESERVED_EPHEMERAL_BYTES: i64 = GIB;
 /// Eviction threshold defaults: `memory.available<100Mi`, `nodefs.available<10%`.
-const EVICTION_MEMORY: i64 = 100 * MIB * MILLI;
-const EVICTION_NODEFS_PERCENT: f64 = 10.0;
+const EVICTION_MEMORY_BYTES: i64 = 100 * MIB;
+const EVICTION_NODEFS_DEFAULT: &str = "10%";
 /// kube-reserved CPU: share of each core range (in millicores), the EKS/Bottlerocket formula.
 const KUBE_RESERVED_CPU_RANGES: [(i64, i64, f64); 4] = [
     (0, 1000, 0.06),
@@ -37,53 +47,15 @@ const KUBE_RESERVED_CPU_RANGES: [(i64, i64, f64); 4] = [
     (2000, 4000, 0.005),
     (4000, 1 << 31, 0.0025),
 ];
+/// Millicores per vCPU.
+const MILLIS_PER_CPU: i64 = 1000;
+/// Kubelet reservations may name `pid`, which is not a node resource: it stays out of the
+/// overhead so allocatable never carries a negative `pid` (which would make nothing fit).
+const PID: &str = "pid";
 pub const MEMORY_AVAILABLE: &str = "memory.available";
 pub const NODEFS_AVAILABLE: &str = "nodefs.available";
 
-// ---- types -------------------------------------------------------------------------------------
-
-/// The values a label may take on an instance type: some values, or "must not exist".
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LabelValues {
-    In(BTreeSet<String>),
-    DoesNotExist,
-}
-
-impl LabelValues {
-    fn one(value: impl Into<String>) -> Self {
-        LabelValues::In(BTreeSet::from([value.into()]))
-    }
-
-    fn many<I: IntoIterator<Item = String>>(values: I) -> Self {
-        let set: BTreeSet<String> = values.into_iter().collect();
-        if set.is_empty() {
-            LabelValues::DoesNotExist
-        } else {
-            LabelValues::In(set)
-        }
-    }
-
-    /// Whether a node with this label value (or without the label, for `None`) matches.
-    #[must_use]
-    pub fn admits(&self, value: Option<&str>) -> bool {
-        match (self, value) {
-            (LabelValues::In(values), Some(value)) => values.contains(value),
-            (LabelValues::DoesNotExist, None) => true,
-            _ => false,
-        }
-    }
-
-    #[must_use]
-    pub fn values(&self) -> Vec<&str> {
-        match self {
-            LabelValues::In(values) => values.iter().map(String::as_str).collect(),
-            LabelValues::DoesNotExist => Vec::new(),
-        }
-    }
-}
-
-/// Requirement per well-known label key.
-pub type Labels = BTreeMap<&'static str, LabelValues>;
+// ---- capacity types ----------------------------------------------------------------------------
 
 /// Karpenter's capacity types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -114,76 +86,48 @@ impl CapacityType {
     }
 }
 
-/// A place and way to buy an instance type: zone and capacity type, with its price and whether
-/// it can be launched now.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Offering {
-    pub zone: String,
-    pub zone_id: Option<String>,
-    pub capacity_type: CapacityType,
-    /// USD per hour.
-    pub price: f64,
-    pub available: bool,
+// ---- interning ---------------------------------------------------------------------------------
+
+/// One shared copy of every label key and value: the catalogue repeats a few hundred distinct
+/// strings tens of thousands of times.
+#[derive(Debug, Default)]
+pub struct LabelInterner {
+    strings: HashSet<Arc<str>>,
 }
 
-/// Resources set aside on a node.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Overhead {
-    pub kube_reserved: Resources,
-    pub system_reserved: Resources,
-    pub eviction_threshold: Resources,
-}
-
-impl Overhead {
-    #[must_use]
-    pub fn total(&self) -> Resources {
-        quantity::merge_sum([
-            &self.kube_reserved,
-            &self.system_reserved,
-            &self.eviction_threshold,
-        ])
+impl LabelInterner {
+    /// The shared copy of `value`.
+    pub fn intern(&mut self, value: &str) -> Arc<str> {
+        if let Some(shared) = self.strings.get(value) {
+            return Arc::clone(shared);
+        }
+        let shared: Arc<str> = Arc::from(value);
+        self.strings.insert(Arc::clone(&shared));
+        shared
     }
-}
 
-/// An instance type resolved for one `NodeClass` configuration, without offerings (they change
-/// with prices and capacity; see [`InstanceType`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ResolvedInstanceType {
-    pub name: String,
-    pub requirements: Labels,
-    pub capacity: Resources,
-    pub overhead: Overhead,
-    /// Capacity less overhead, computed once.
-    pub allocatable: Resources,
-}
-
-/// An instance type with its current offerings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct InstanceType {
-    pub resolved: Arc<ResolvedInstanceType>,
-    pub offerings: Vec<Offering>,
-}
-
-impl std::ops::Deref for InstanceType {
-    type Target = ResolvedInstanceType;
-    fn deref(&self) -> &ResolvedInstanceType {
-        &self.resolved
+    /// `key In [values]`, or `key DoesNotExist` when `values` is empty, with shared strings.
+    pub fn requirement<S: AsRef<str>>(
+        &mut self,
+        key: &str,
+        values: impl IntoIterator<Item = S>,
+    ) -> Requirement {
+        let values: Vec<Arc<str>> = values
+            .into_iter()
+            .map(|v| self.intern(v.as_ref()))
+            .collect();
+        Requirement::in_shared(self.intern(labels::normalize(key)), values)
     }
-}
 
-impl InstanceType {
-    /// The cheapest available offering of a capacity type, optionally limited to some zones.
+    /// Number of distinct strings held.
     #[must_use]
-    pub fn cheapest_available(
-        &self,
-        capacity_type: CapacityType,
-        zones: Option<&BTreeSet<String>>,
-    ) -> Option<&Offering> {
-        self.offerings
-            .iter()
-            .filter(|o| o.available && o.capacity_type == capacity_type)
-            .filter(|o| zones.is_none_or(|zones| zones.contains(&o.zone)))
-            .min_by(|a, b| a.price.total_cmp(&b.price))
+    pub fn len(&self) -> usize {
+        self.strings.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.strings.is_empty()
     }
 }
 
@@ -312,28 +256,26 @@ impl ResolveError {
 
 // ---- resolution --------------------------------------------------------------------------------
 
-/// Resolves one instance type for a `NodeClass` configuration.
+/// Resolves one instance type for a `NodeClass` configuration, without offerings.
 pub fn resolve(
     info: &InstanceTypeInfo,
     placement: Placement<'_>,
     nodeclass: &NodeClassSettings,
     settings: &ResolveSettings,
-) -> Result<ResolvedInstanceType, ResolveError> {
+    interner: &mut LabelInterner,
+) -> Result<InstanceType, ResolveError> {
     let family = nodeclass.family();
     let family_flags = amifamily::feature_flags(family);
-    let requirements = requirements(info, placement, family, &settings.region);
+    let requirements = requirements(info, placement, family, &settings.region, interner);
     let memory = memory(info, settings.vm_memory_overhead_percent);
     let storage = ephemeral_storage(info, nodeclass, family)?;
     let eni_pods = eni_limited_pods(info, settings.reserved_enis);
     let pods = pods(info, &nodeclass.kubelet, family_flags, eni_pods);
 
-    let mut capacity = Resources::new();
-    capacity.insert(quantity::CPU.into(), i64::from(info.vcpus) * MILLI);
-    capacity.insert(quantity::MEMORY.into(), memory);
-    capacity.insert(quantity::EPHEMERAL_STORAGE.into(), storage);
-    capacity.insert(quantity::PODS.into(), pods * MILLI);
-    // No branch-interface table in the catalogue: pod ENIs are not offered (see module docs).
-    capacity.insert(quantity::POD_ENI.into(), 0);
+    let mut capacity = Resources::core(i64::from(info.vcpus) * MILLIS_PER_CPU, memory, pods);
+    capacity.ephemeral_storage = storage;
+    // No branch-interface table in the catalogue: pod ENIs are not offered (their count would
+    // be zero, which a resource list leaves out).
     let gpus_of = |maker: &str| -> i64 {
         info.gpus
             .iter()
@@ -341,27 +283,24 @@ pub fn resolve(
             .map(|g| i64::from(g.count))
             .sum()
     };
-    capacity.insert(quantity::NVIDIA_GPU.into(), gpus_of("NVIDIA") * MILLI);
-    capacity.insert(quantity::AMD_GPU.into(), gpus_of("AMD") * MILLI);
-    capacity.insert(quantity::HABANA_GAUDI.into(), gpus_of("Habana") * MILLI);
+    capacity.set(labels::RESOURCE_NVIDIA_GPU, gpus_of("NVIDIA"));
+    capacity.set(labels::RESOURCE_AMD_GPU, gpus_of("AMD"));
+    capacity.set(labels::RESOURCE_HABANA_GAUDI, gpus_of("Habana"));
     let neuron_devices: i64 = info.neuron_devices.iter().map(|d| i64::from(d.count)).sum();
     let neuron_cores = info
         .neuron_devices
         .first()
         .map_or(0, |d| i64::from(d.count) * i64::from(d.cores_per_device));
-    capacity.insert(quantity::AWS_NEURON.into(), neuron_devices * MILLI);
-    capacity.insert(quantity::AWS_NEURON_CORE.into(), neuron_cores * MILLI);
-    capacity.insert(
-        quantity::EFA.into(),
-        i64::from(info.efa_max_interfaces) * MILLI,
-    );
+    capacity.set(labels::RESOURCE_AWS_NEURON, neuron_devices);
+    capacity.set(labels::RESOURCE_AWS_NEURON_CORE, neuron_cores);
+    capacity.set(labels::RESOURCE_EFA, i64::from(info.efa_max_interfaces));
     if requirements
         .get(labels::OS)
-        .is_some_and(|os| os.admits(Some(labels::OS_WINDOWS)))
+        .is_some_and(|os| os.has(labels::OS_WINDOWS))
     {
-        capacity.insert(
-            quantity::PRIVATE_IPV4_ADDRESS.into(),
-            i64::from(info.ipv4_per_eni.saturating_sub(1)) * MILLI,
+        capacity.set(
+            labels::RESOURCE_PRIVATE_IPV4_ADDRESS,
+            i64::from(info.ipv4_per_eni.saturating_sub(1)),
         );
     }
 
@@ -378,14 +317,13 @@ pub fn resolve(
         )?,
         eviction_threshold: eviction_threshold(memory, storage, &nodeclass.kubelet, family_flags)?,
     };
-    let allocatable = quantity::subtract(&capacity, &overhead.total());
-    Ok(ResolvedInstanceType {
-        name: info.name.clone(),
+    Ok(InstanceType::new(
+        &info.name,
         requirements,
+        Vec::new(),
         capacity,
         overhead,
-        allocatable,
-    })
+    ))
 }
 
 fn kube_architecture(info: &InstanceTypeInfo) -> String {
@@ -424,6 +362,8 @@ fn category_and_generation(name: &str) -> Option<(&str, &str)> {
     Some((category, &rest[..generation_end]))
 }
 
+/// Every well-known label of the type, in reference 1.4's order; a label the type does not
+/// have is `DoesNotExist`.
 #[expect(
     clippy::too_many_lines,
     reason = "one statement per well-known label, in reference 1.4's order"
@@ -433,117 +373,36 @@ fn requirements(
     placement: Placement<'_>,
     family: AmiFamily,
     region: &str,
-) -> Labels {
+    interner: &mut LabelInterner,
+) -> Requirements {
     let arch = kube_architecture(info);
-    let os: Vec<String> = if family.is_windows() {
-        if arch == labels::ARCH_AMD64 {
-            vec![labels::OS_WINDOWS.to_owned()]
-        } else {
-            Vec::new()
-        }
+    let os: Option<&str> = if !family.is_windows() {
+        Some(labels::OS_LINUX)
+    } else if arch == labels::ARCH_AMD64 {
+        Some(labels::OS_WINDOWS)
     } else {
-        vec![labels::OS_LINUX.to_owned()]
+        None
     };
-    let zones: Vec<String> = placement
+    let zones: Vec<&String> = placement
         .offered_zones
         .iter()
         .filter(|zone| placement.subnet_zones.contains_key(*zone))
-        .cloned()
         .collect();
-    let zone_ids: Vec<String> = zones
+    let zone_ids: Vec<&String> = zones
         .iter()
-        .filter_map(|zone| placement.subnet_zones.get(zone))
+        .filter_map(|zone| placement.subnet_zones.get(*zone))
         .filter(|id| !id.is_empty())
-        .cloned()
         .collect();
     let capacity_types = info
         .usage_classes
         .iter()
-        .filter(|c| *c == labels::CAPACITY_TYPE_ON_DEMAND || *c == labels::CAPACITY_TYPE_SPOT)
-        .cloned();
-
-    let mut out = Labels::new();
-    out.insert(labels::INSTANCE_TYPE, LabelValues::one(info.name.clone()));
-    out.insert(labels::ARCH, LabelValues::one(arch));
-    out.insert(labels::OS, LabelValues::many(os));
-    out.insert(labels::ZONE, LabelValues::many(zones));
-    out.insert(labels::REGION, LabelValues::one(region));
-    out.insert(
-        labels::WINDOWS_BUILD,
-        LabelValues::many(amifamily::windows_build(family).map(str::to_owned)),
-    );
-    out.insert(labels::CAPACITY_TYPE, LabelValues::many(capacity_types));
-    out.insert(
-        labels::INSTANCE_CPU,
-        LabelValues::one(info.vcpus.to_string()),
-    );
-    out.insert(
-        labels::INSTANCE_CPU_MANUFACTURER,
-        LabelValues::many(Some(lower_kebab(&info.cpu_manufacturer)).filter(|m| !m.is_empty())),
-    );
-    out.insert(
-        labels::INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
-        LabelValues::many(info.sustained_clock_speed_mhz.map(|mhz| mhz.to_string())),
-    );
-    out.insert(
-        labels::INSTANCE_MEMORY,
-        LabelValues::one(info.memory_mib.to_string()),
-    );
-    out.insert(
-        labels::INSTANCE_EBS_BANDWIDTH,
-        LabelValues::many(info.ebs_bandwidth_mbps.map(|b| b.to_string())),
-    );
-    out.insert(
-        labels::INSTANCE_NETWORK_BANDWIDTH,
-        LabelValues::many(info.network_bandwidth_mbps.map(|b| b.to_string())),
-    );
+        .filter(|c| *c == labels::CAPACITY_TYPE_ON_DEMAND || *c == labels::CAPACITY_TYPE_SPOT);
     let category_generation = category_and_generation(&info.name);
-    out.insert(
-        labels::INSTANCE_CATEGORY,
-        LabelValues::many(category_generation.map(|(c, _)| c.to_owned())),
-    );
-    out.insert(
-        labels::INSTANCE_GENERATION,
-        LabelValues::many(category_generation.map(|(_, g)| g.to_owned())),
-    );
     let family_size = info
         .name
         .split_once('.')
         .filter(|(_, size)| !size.contains('.'));
-    out.insert(
-        labels::INSTANCE_FAMILY,
-        LabelValues::many(family_size.map(|(f, _)| f.to_owned())),
-    );
-    out.insert(
-        labels::INSTANCE_SIZE,
-        LabelValues::many(family_size.map(|(_, s)| s.to_owned())),
-    );
-    out.insert(
-        labels::INSTANCE_LOCAL_NVME,
-        LabelValues::many(
-            info.instance_storage
-                .as_ref()
-                .filter(|s| s.nvme)
-                .map(|s| s.total_gb.to_string()),
-        ),
-    );
     let gpu = (info.gpus.len() == 1).then(|| &info.gpus[0]);
-    out.insert(
-        labels::INSTANCE_GPU_NAME,
-        LabelValues::many(gpu.map(|g| lower_kebab(&g.name))),
-    );
-    out.insert(
-        labels::INSTANCE_GPU_MANUFACTURER,
-        LabelValues::many(gpu.map(|g| lower_kebab(&g.manufacturer))),
-    );
-    out.insert(
-        labels::INSTANCE_GPU_COUNT,
-        LabelValues::many(gpu.map(|g| g.count.to_string())),
-    );
-    out.insert(
-        labels::INSTANCE_GPU_MEMORY,
-        LabelValues::many(gpu.map(|g| g.memory_mib.to_string())),
-    );
     // Neuron devices win over the older inference-accelerator description of the same chips.
     let accelerator: Option<(String, String, u32)> = if info.neuron_devices.len() == 1 {
         let device = &info.neuron_devices[0];
@@ -558,51 +417,103 @@ fn requirements(
     } else {
         None
     };
-    out.insert(
-        labels::INSTANCE_ACCELERATOR_NAME,
-        LabelValues::many(accelerator.as_ref().map(|a| a.0.clone())),
-    );
-    out.insert(
-        labels::INSTANCE_ACCELERATOR_MANUFACTURER,
-        LabelValues::many(accelerator.as_ref().map(|a| a.1.clone())),
-    );
-    out.insert(
-        labels::INSTANCE_ACCELERATOR_COUNT,
-        LabelValues::many(accelerator.as_ref().map(|a| a.2.to_string())),
-    );
-    out.insert(
-        labels::INSTANCE_HYPERVISOR,
-        LabelValues::one(info.hypervisor.clone()),
-    );
-    out.insert(
-        labels::INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
-        LabelValues::one(info.encryption_in_transit.to_string()),
-    );
+
+    let mut out = vec![
+        interner.requirement(labels::INSTANCE_TYPE, [&info.name]),
+        interner.requirement(labels::ARCH, [&arch]),
+        interner.requirement(labels::OS, os),
+        interner.requirement(labels::ZONE, zones),
+        interner.requirement(labels::REGION, [region]),
+        interner.requirement(labels::WINDOWS_BUILD, amifamily::windows_build(family)),
+        interner.requirement(labels::CAPACITY_TYPE, capacity_types),
+        interner.requirement(labels::INSTANCE_CPU, [info.vcpus.to_string()]),
+        interner.requirement(
+            labels::INSTANCE_CPU_MANUFACTURER,
+            Some(lower_kebab(&info.cpu_manufacturer)).filter(|m| !m.is_empty()),
+        ),
+        interner.requirement(
+            labels::INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
+            info.sustained_clock_speed_mhz.map(|mhz| mhz.to_string()),
+        ),
+        interner.requirement(labels::INSTANCE_MEMORY, [info.memory_mib.to_string()]),
+        interner.requirement(
+            labels::INSTANCE_EBS_BANDWIDTH,
+            info.ebs_bandwidth_mbps.map(|b| b.to_string()),
+        ),
+        interner.requirement(
+            labels::INSTANCE_NETWORK_BANDWIDTH,
+            info.network_bandwidth_mbps.map(|b| b.to_string()),
+        ),
+        interner.requirement(
+            labels::INSTANCE_CATEGORY,
+            category_generation.map(|(c, _)| c),
+        ),
+        interner.requirement(
+            labels::INSTANCE_GENERATION,
+            category_generation.map(|(_, g)| g),
+        ),
+        interner.requirement(labels::INSTANCE_FAMILY, family_size.map(|(f, _)| f)),
+        interner.requirement(labels::INSTANCE_SIZE, family_size.map(|(_, s)| s)),
+        interner.requirement(
+            labels::INSTANCE_LOCAL_NVME,
+            info.instance_storage
+                .as_ref()
+                .filter(|s| s.nvme)
+                .map(|s| s.total_gb.to_string()),
+        ),
+        interner.requirement(labels::INSTANCE_GPU_NAME, gpu.map(|g| lower_kebab(&g.name))),
+        interner.requirement(
+            labels::INSTANCE_GPU_MANUFACTURER,
+            gpu.map(|g| lower_kebab(&g.manufacturer)),
+        ),
+        interner.requirement(labels::INSTANCE_GPU_COUNT, gpu.map(|g| g.count.to_string())),
+        interner.requirement(
+            labels::INSTANCE_GPU_MEMORY,
+            gpu.map(|g| g.memory_mib.to_string()),
+        ),
+        interner.requirement(
+            labels::INSTANCE_ACCELERATOR_NAME,
+            accelerator.as_ref().map(|a| a.0.as_str()),
+        ),
+        interner.requirement(
+            labels::INSTANCE_ACCELERATOR_MANUFACTURER,
+            accelerator.as_ref().map(|a| a.1.as_str()),
+        ),
+        interner.requirement(
+            labels::INSTANCE_ACCELERATOR_COUNT,
+            accelerator.as_ref().map(|a| a.2.to_string()),
+        ),
+        interner.requirement(labels::INSTANCE_HYPERVISOR, [&info.hypervisor]),
+        interner.requirement(
+            labels::INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
+            [info.encryption_in_transit.to_string()],
+        ),
+        interner.requirement(labels::CAPACITY_RESERVATION_ID, None::<&str>),
+    ];
     if !zone_ids.is_empty() {
-        out.insert(labels::ZONE_ID, LabelValues::many(zone_ids));
+        out.push(interner.requirement(labels::ZONE_ID, zone_ids));
     }
-    out.insert(labels::CAPACITY_RESERVATION_ID, LabelValues::DoesNotExist);
-    out
+    Requirements::from_requirements(out)
 }
 
-/// Memory capacity: MiB less the arm64 CMA reservation, less the VM overhead share (rounded up
-/// to whole MiB).
+/// Memory capacity in bytes: MiB less the arm64 CMA reservation, less the VM overhead share
+/// (rounded up to whole MiB).
 fn memory(info: &InstanceTypeInfo, vm_memory_overhead_percent: f64) -> i64 {
     let mut mib = info.memory_mib;
     if info.architectures.first().is_some_and(|a| a == "arm64") {
         mib = mib.saturating_sub(ARM64_CMA_RESERVED_MIB);
     }
-    let bytes = i64::try_from(mib).unwrap_or(i64::MAX / MILLI / MIB) * MIB;
+    let bytes = i64::try_from(mib).unwrap_or(i64::MAX / MIB) * MIB;
     #[expect(
         clippy::cast_possible_truncation,
         clippy::cast_precision_loss,
         reason = "memory sizes are far below 2^52 bytes; the overhead is rounded up to whole MiB"
     )]
     let overhead_mib = (bytes as f64 * vm_memory_overhead_percent / MIB as f64).ceil() as i64;
-    (bytes - overhead_mib * MIB) * MILLI
+    bytes - overhead_mib * MIB
 }
 
-/// Ephemeral storage in milli-units: the size `domain::amifamily` picks, parsed.
+/// Ephemeral storage in bytes: the size `domain::amifamily` picks, parsed.
 fn ephemeral_storage(
     info: &InstanceTypeInfo,
     nodeclass: &NodeClassSettings,
@@ -616,7 +527,7 @@ fn ephemeral_storage(
             .as_ref()
             .and_then(|s| i64::try_from(s.total_gb).ok()),
     );
-    parse_quantity(&size).map_err(|source| ResolveError {
+    resources::parse_units(&size).map_err(|source| ResolveError {
         field: "spec.blockDeviceMappings[].ebs.volumeSize".to_owned(),
         source,
     })
@@ -651,21 +562,30 @@ fn pods(
     count
 }
 
+/// Sets user-given reservations (`kubeReserved`, `systemReserved`) on `out`, in domain units,
+/// `pid` left out.
+fn apply_user_resources(
+    out: &mut Resources,
+    values: &BTreeMap<String, String>,
+    field: &str,
+) -> Result<(), ResolveError> {
+    for (name, value) in values.iter().filter(|(name, _)| name.as_str() != PID) {
+        let amount = resources::parse_resource(name, value).map_err(|source| ResolveError {
+            field: format!("{field}.{name}"),
+            source,
+        })?;
+        out.set(name, amount);
+    }
+    Ok(())
+}
+
 fn user_resources(
     values: &BTreeMap<String, String>,
     field: &str,
 ) -> Result<Resources, ResolveError> {
-    values
-        .iter()
-        .map(|(name, value)| {
-            parse_quantity(value)
-                .map(|q| (name.clone(), q))
-                .map_err(|source| ResolveError {
-                    field: format!("{field}.{name}"),
-                    source,
-                })
-        })
-        .collect()
+    let mut out = Resources::new();
+    apply_user_resources(&mut out, values, field)?;
+    Ok(out)
 }
 
 fn kube_reserved(
@@ -674,13 +594,9 @@ fn kube_reserved(
     user: &BTreeMap<String, String>,
 ) -> Result<Resources, ResolveError> {
     let mut out = Resources::new();
-    out.insert(
-        quantity::MEMORY.into(),
-        (KUBE_RESERVED_MIB_PER_POD * pods + KUBE_RESERVED_MIB_BASE) * MIB * MILLI,
-    );
-    out.insert(quantity::EPHEMERAL_STORAGE.into(), KUBE_RESERVED_EPHEMERAL);
-    let cpu = i64::from(vcpus) * MILLI;
-    let mut reserved = 0;
+    out.memory = (KUBE_RESERVED_MIB_PER_POD * pods + KUBE_RESERVED_MIB_BASE) * MIB;
+    out.ephemeral_storage = KUBE_RESERVED_EPHEMERAL_BYTES;
+    let cpu = i64::from(vcpus) * MILLIS_PER_CPU;
     for (start, end, share) in KUBE_RESERVED_CPU_RANGES {
         if cpu >= start {
             let span = if cpu < end { cpu - start } else { end - start };
@@ -690,21 +606,21 @@ fn kube_reserved(
                 reason = "millicore spans are small; Karpenter truncates each range's share"
             )]
             let part = (span as f64 * share) as i64;
-            reserved += part;
+            out.cpu += part;
         }
     }
-    out.insert(quantity::CPU.into(), reserved);
-    out.extend(user_resources(user, "spec.kubelet.kubeReserved")?);
+    apply_user_resources(&mut out, user, "spec.kubelet.kubeReserved")?;
     Ok(out)
 }
 
-/// A signal value: a percentage of the capacity (100% means disabled, so 0) or a quantity.
+/// A signal value in bytes: a percentage of the capacity (100% means disabled, so 0) or a
+/// quantity.
 fn eviction_signal(capacity: i64, value: &str, field: &str) -> Result<i64, ResolveError> {
     if let Some(percent) = value.strip_suffix('%') {
         let percent: f64 = percent.trim().parse().map_err(|_| ResolveError {
             field: field.to_owned(),
-            source: QuantityError {
-                input: value.to_owned(),
+            source: QuantityError::Malformed {
+                value: value.to_owned(),
                 rule: "expected a percentage such as 10%",
             },
         })?;
@@ -718,10 +634,10 @@ fn eviction_signal(capacity: i64, value: &str, field: &str) -> Result<i64, Resol
             clippy::cast_precision_loss,
             reason = "Karpenter computes the threshold as ceil(capacity / 100 * percent) in float"
         )]
-        let units = ((capacity / MILLI) as f64 / 100.0 * percent).ceil() as i64;
-        return Ok(units * MILLI);
+        let bytes = (capacity as f64 / 100.0 * percent).ceil() as i64;
+        return Ok(bytes);
     }
-    parse_quantity(value).map_err(|source| ResolveError {
+    resources::parse_units(value).map_err(|source| ResolveError {
         field: field.to_owned(),
         source,
     })
@@ -734,35 +650,37 @@ fn eviction_threshold(
     family: FeatureFlags,
 ) -> Result<Resources, ResolveError> {
     let mut out = Resources::new();
-    out.insert(quantity::MEMORY.into(), EVICTION_MEMORY);
-    out.insert(
-        quantity::EPHEMERAL_STORAGE.into(),
-        eviction_signal(storage, &format!("{EVICTION_NODEFS_PERCENT}%"), "default")?,
-    );
+    out.memory = EVICTION_MEMORY_BYTES;
+    out.ephemeral_storage = eviction_signal(storage, EVICTION_NODEFS_DEFAULT, "default")?;
     let mut signals = vec![(&kubelet.eviction_hard, "spec.kubelet.evictionHard")];
     if family.eviction_soft_enabled {
         signals.push((&kubelet.eviction_soft, "spec.kubelet.evictionSoft"));
     }
-    let mut overrides = Resources::new();
+    let (mut memory_override, mut storage_override) = (None::<i64>, None::<i64>);
     for (map, field) in signals {
-        for (signal, resource, capacity) in [
-            (MEMORY_AVAILABLE, quantity::MEMORY, memory),
-            (NODEFS_AVAILABLE, quantity::EPHEMERAL_STORAGE, storage),
-        ] {
-            if let Some(value) = map.get(signal) {
-                let threshold = eviction_signal(capacity, value, &format!("{field}.{signal}"))?;
-                let slot = overrides.entry(resource.to_owned()).or_insert(threshold);
-                *slot = (*slot).max(threshold);
-            }
+        if let Some(value) = map.get(MEMORY_AVAILABLE) {
+            let threshold = eviction_signal(memory, value, &format!("{field}.{MEMORY_AVAILABLE}"))?;
+            memory_override = Some(memory_override.map_or(threshold, |m| m.max(threshold)));
+        }
+        if let Some(value) = map.get(NODEFS_AVAILABLE) {
+            let threshold =
+                eviction_signal(storage, value, &format!("{field}.{NODEFS_AVAILABLE}"))?;
+            storage_override = Some(storage_override.map_or(threshold, |s| s.max(threshold)));
         }
     }
-    out.extend(overrides);
+    if let Some(memory) = memory_override {
+        out.memory = memory;
+    }
+    if let Some(storage) = storage_override {
+        out.ephemeral_storage = storage;
+    }
     Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::resources::{CPU, MEMORY};
     use crate::ports::ec2::{Gpu, InstanceStorage, NeuronDevice};
 
     fn m5_large() -> InstanceTypeInfo {
@@ -807,23 +725,31 @@ mod tests {
         )
     }
 
-    fn resolve_with(
-        info: &InstanceTypeInfo,
-        nodeclass: &NodeClassSettings,
-    ) -> ResolvedInstanceType {
+    fn resolve_with(info: &InstanceTypeInfo, nodeclass: &NodeClassSettings) -> InstanceType {
         let (offered, subnets) = zones();
         let placement = Placement {
             offered_zones: &offered,
             subnet_zones: &subnets,
         };
-        resolve(info, placement, nodeclass, &settings()).expect("resolves")
+        resolve(
+            info,
+            placement,
+            nodeclass,
+            &settings(),
+            &mut LabelInterner::default(),
+        )
+        .expect("resolves")
     }
 
-    fn values<'a>(it: &'a ResolvedInstanceType, key: &str) -> Vec<&'a str> {
+    fn values<'a>(it: &'a InstanceType, key: &str) -> Vec<&'a str> {
         it.requirements
             .get(key)
-            .map(LabelValues::values)
+            .map(|r| r.values().iter().map(|v| &**v).collect())
             .unwrap_or_default()
+    }
+
+    fn does_not_exist(it: &InstanceType, key: &str) -> bool {
+        it.requirements.get(key).is_some_and(Requirement::is_empty)
     }
 
     #[test]
@@ -845,41 +771,28 @@ mod tests {
         assert_eq!(values(&it, labels::ZONE_ID), ["usw2-az1", "usw2-az2"]);
         assert_eq!(values(&it, labels::CAPACITY_TYPE), ["on-demand", "spot"]);
         assert_eq!(values(&it, labels::INSTANCE_EBS_BANDWIDTH), ["4750"]);
-        assert_eq!(
-            it.requirements[labels::INSTANCE_GPU_NAME],
-            LabelValues::DoesNotExist
-        );
-        assert_eq!(
-            it.requirements[labels::WINDOWS_BUILD],
-            LabelValues::DoesNotExist
-        );
+        assert!(does_not_exist(&it, labels::INSTANCE_GPU_NAME));
+        assert!(does_not_exist(&it, labels::WINDOWS_BUILD));
+        assert!(does_not_exist(&it, labels::CAPACITY_RESERVATION_ID));
+        assert!(it.offerings.is_empty());
     }
 
     #[test]
     fn m5_large_capacity_and_allocatable_match_karpenter() {
         let it = resolve_with(&m5_large(), &NodeClassSettings::default());
         // 8192 MiB less ceil(8192 * 0.075) = 615 MiB.
-        assert_eq!(it.capacity[quantity::MEMORY], (8192 - 615) * MIB * MILLI);
+        assert_eq!(it.capacity.memory, (8192 - 615) * MIB);
         // 3 ENIs * (10 - 1) + 2 = 29 pods.
-        assert_eq!(it.capacity[quantity::PODS], 29 * MILLI);
-        assert_eq!(it.capacity[quantity::EPHEMERAL_STORAGE], 20 * GIB * MILLI);
+        assert_eq!(it.capacity.pods, 29);
+        assert_eq!(it.capacity.ephemeral_storage, 20 * GIB);
         // kube-reserved: 60m + 10m cpu; (11 * 29 + 255) MiB memory.
-        assert_eq!(it.overhead.kube_reserved[quantity::CPU], 70);
-        assert_eq!(
-            it.overhead.kube_reserved[quantity::MEMORY],
-            574 * MIB * MILLI
-        );
-        assert_eq!(it.allocatable[quantity::CPU], 1930);
-        assert_eq!(
-            it.allocatable[quantity::MEMORY],
-            (8192 - 615 - 574 - 100) * MIB * MILLI
-        );
+        assert_eq!(it.overhead.kube_reserved.cpu, 70);
+        assert_eq!(it.overhead.kube_reserved.memory, 574 * MIB);
+        assert_eq!(it.allocatable().cpu, 1930);
+        assert_eq!(it.allocatable().memory, (8192 - 615 - 574 - 100) * MIB);
         // 20Gi less 1Gi kube-reserved less 10% eviction (rounded up to whole bytes).
         let eviction = (20 * GIB * 10 + 99) / 100;
-        assert_eq!(
-            it.allocatable[quantity::EPHEMERAL_STORAGE],
-            (19 * GIB - eviction) * MILLI
-        );
+        assert_eq!(it.allocatable().ephemeral_storage, 19 * GIB - eviction);
     }
 
     #[test]
@@ -893,11 +806,8 @@ mod tests {
             ..NodeClassSettings::default()
         };
         let it = resolve_with(&m5_large(), &nodeclass);
-        assert_eq!(it.capacity[quantity::PODS], 8 * MILLI);
-        assert_eq!(
-            it.overhead.kube_reserved[quantity::MEMORY],
-            574 * MIB * MILLI
-        );
+        assert_eq!(it.capacity.pods, 8);
+        assert_eq!(it.overhead.kube_reserved.memory, 574 * MIB);
     }
 
     #[test]
@@ -912,11 +822,8 @@ mod tests {
             ..NodeClassSettings::default()
         };
         let it = resolve_with(&m5_large(), &nodeclass);
-        assert_eq!(it.capacity[quantity::PODS], 50 * MILLI);
-        assert_eq!(
-            it.overhead.kube_reserved[quantity::MEMORY],
-            (11 * 50 + 255) * MIB * MILLI
-        );
+        assert_eq!(it.capacity.pods, 50);
+        assert_eq!(it.overhead.kube_reserved.memory, (11 * 50 + 255) * MIB);
     }
 
     #[test]
@@ -926,11 +833,11 @@ mod tests {
             ..NodeClassSettings::default()
         };
         let it = resolve_with(&m5_large(), &nodeclass);
-        assert_eq!(it.capacity[quantity::PODS], 110 * MILLI);
+        assert_eq!(it.capacity.pods, 110);
         assert_eq!(values(&it, labels::OS), ["windows"]);
         assert_eq!(values(&it, labels::WINDOWS_BUILD), ["10.0.20348"]);
-        assert_eq!(it.capacity[quantity::PRIVATE_IPV4_ADDRESS], 9 * MILLI);
-        assert_eq!(it.capacity[quantity::EPHEMERAL_STORAGE], 50 * GIB * MILLI);
+        assert_eq!(it.capacity.get(labels::RESOURCE_PRIVATE_IPV4_ADDRESS), 9);
+        assert_eq!(it.capacity.ephemeral_storage, 50 * GIB);
     }
 
     #[test]
@@ -952,7 +859,7 @@ mod tests {
             ..NodeClassSettings::default()
         };
         let it = resolve_with(&info, &root);
-        assert_eq!(it.capacity[quantity::EPHEMERAL_STORAGE], 100 * GIB * MILLI);
+        assert_eq!(it.capacity.ephemeral_storage, 100 * GIB);
         assert_eq!(values(&it, labels::INSTANCE_LOCAL_NVME), ["75"]);
 
         let raid = NodeClassSettings {
@@ -960,10 +867,7 @@ mod tests {
             ..root
         };
         let it = resolve_with(&info, &raid);
-        assert_eq!(
-            it.capacity[quantity::EPHEMERAL_STORAGE],
-            75_000_000_000 * MILLI
-        );
+        assert_eq!(it.capacity.ephemeral_storage, 75_000_000_000);
     }
 
     #[test]
@@ -978,8 +882,9 @@ mod tests {
         }];
         info.efa_max_interfaces = 4;
         let it = resolve_with(&info, &NodeClassSettings::default());
-        assert_eq!(it.capacity[quantity::NVIDIA_GPU], 8 * MILLI);
-        assert_eq!(it.capacity[quantity::EFA], 4 * MILLI);
+        assert_eq!(it.capacity.get(labels::RESOURCE_NVIDIA_GPU), 8);
+        assert_eq!(it.capacity.get(labels::RESOURCE_EFA), 4);
+        assert_eq!(it.allocatable().get(labels::RESOURCE_NVIDIA_GPU), 8);
         assert_eq!(values(&it, labels::INSTANCE_GPU_NAME), ["a100"]);
         assert_eq!(values(&it, labels::INSTANCE_GPU_MANUFACTURER), ["nvidia"]);
         assert_eq!(values(&it, labels::INSTANCE_GPU_MEMORY), ["40960"]);
@@ -993,8 +898,8 @@ mod tests {
             memory_mib: 32768,
         }];
         let it = resolve_with(&inf, &NodeClassSettings::default());
-        assert_eq!(it.capacity[quantity::AWS_NEURON], MILLI);
-        assert_eq!(it.capacity[quantity::AWS_NEURON_CORE], 2 * MILLI);
+        assert_eq!(it.capacity.get(labels::RESOURCE_AWS_NEURON), 1);
+        assert_eq!(it.capacity.get(labels::RESOURCE_AWS_NEURON_CORE), 2);
         assert_eq!(
             values(&it, labels::INSTANCE_ACCELERATOR_NAME),
             ["inferentia2"]
@@ -1019,12 +924,30 @@ mod tests {
         };
         let it = resolve_with(&info, &nodeclass);
         // 8128 MiB less ceil(8128 * 0.075) = 610 MiB.
-        assert_eq!(it.capacity[quantity::MEMORY], (8128 - 610) * MIB * MILLI);
-        assert_eq!(
-            it.overhead.eviction_threshold[quantity::MEMORY],
-            500 * MIB * MILLI
-        );
+        assert_eq!(it.capacity.memory, (8128 - 610) * MIB);
+        assert_eq!(it.overhead.eviction_threshold.memory, 500 * MIB);
         assert_eq!(values(&it, labels::ARCH), ["arm64"]);
+    }
+
+    #[test]
+    fn reservations_override_defaults_and_pid_stays_out_of_allocatable() {
+        let nodeclass = NodeClassSettings {
+            kubelet: KubeletSettings {
+                kube_reserved: [
+                    (CPU.to_owned(), "250m".to_owned()),
+                    (PID.to_owned(), "1000".to_owned()),
+                ]
+                .into(),
+                system_reserved: [(MEMORY.to_owned(), "1Gi".to_owned())].into(),
+                ..KubeletSettings::default()
+            },
+            ..NodeClassSettings::default()
+        };
+        let it = resolve_with(&m5_large(), &nodeclass);
+        assert_eq!(it.overhead.kube_reserved.cpu, 250);
+        assert_eq!(it.overhead.system_reserved.memory, GIB);
+        assert_eq!(it.allocatable().get(PID), 0);
+        assert_eq!(it.allocatable().cpu, 1750);
     }
 
     #[test]
@@ -1045,9 +968,36 @@ mod tests {
             },
             &nodeclass,
             &settings(),
+            &mut LabelInterner::default(),
         )
         .expect_err("rejected");
         assert_eq!(error.field, "spec.kubelet.kubeReserved.memory");
+    }
+
+    #[test]
+    fn interned_types_share_label_values() {
+        let mut interner = LabelInterner::default();
+        let (offered, subnets) = zones();
+        let placement = Placement {
+            offered_zones: &offered,
+            subnet_zones: &subnets,
+        };
+        let nodeclass = NodeClassSettings::default();
+        let a = resolve(
+            &m5_large(),
+            placement,
+            &nodeclass,
+            &settings(),
+            &mut interner,
+        )
+        .expect("resolves");
+        let mut c5 = m5_large();
+        c5.name = "c5.large".into();
+        let b = resolve(&c5, placement, &nodeclass, &settings(), &mut interner).expect("resolves");
+        let os = |it: &InstanceType| {
+            Arc::clone(&it.requirements.get(labels::OS).expect("os").values()[0])
+        };
+        assert!(Arc::ptr_eq(&os(&a), &os(&b)));
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! The instances provider: launches through batched instant `CreateFleet` calls, and gets,
 //! lists, tags and terminates instances (reference 4.2, 4.3).
 //!
-//! Launch flow: [`InstancesProvider::create`] picks the capacity type (spot when allowed and
-//! offered, else on-demand), orders the compatible instance types by their cheapest available
-//! offering, keeps the 60 cheapest, and crosses them with the `NodeClass`'s zonal subnets into
-//! fleet overrides. Equal requests from concurrent NodeClaims are merged by the CreateFleet
-//! batcher (35 ms idle, 1 s max) into one fleet whose target capacity is their number; fleet
-//! errors for lack of capacity mark those offerings unavailable for 3 minutes.
+//! Launch flow: the cloud provider ([`super::cloud_provider`]) decides the capacity type
+//! ([`capacity_type_for`]), the instance types (at most 60, cheapest first) and their launch
+//! templates, and builds the fleet overrides per launch template ([`overrides`]: the cross
+//! product of available compatible offerings and the zonal subnets). [`InstancesProvider::create`]
+//! sends them as one instant fleet; equal requests from concurrent NodeClaims are merged by the
+//! CreateFleet batcher (35 ms idle, 1 s max) into one fleet whose target capacity is their
+//! number; fleet errors for lack of capacity mark those offerings unavailable for 3 minutes.
 //!
 //! Idempotence (Karpenter lacks it): every NodeClaim has a deterministic client token
 //! ([`client_token`]); a batch of one uses it, a larger batch a token derived from its members'.
@@ -25,17 +26,17 @@ use super::batcher::{
     BatchDropped, Batcher, CREATE_FLEET_WINDOW, DESCRIBE_INSTANCES_WINDOW, Executor,
     TERMINATE_INSTANCES_WINDOW,
 };
-use super::instance_types::{CapacityType, InstanceType};
+use super::instance_types::CapacityType;
 use super::unavailable::UnavailableOfferings;
 use crate::apis::labels;
+use crate::domain::instance_type::InstanceType;
+use crate::domain::requirements::{Requirement, Requirements};
 use crate::ports::aws_error::{AwsError, AwsErrorClass, AwsService};
 use crate::ports::ec2::{
     CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, Ec2Api, Ec2CapacityType,
     Filter, FleetLaunchTemplateConfig, FleetOverride, Instance, InstanceState, Tags,
 };
 
-/// At most this many instance types go into one launch (Karpenter's `MaxInstanceTypes`).
-pub const MAX_INSTANCE_TYPES: usize = 60;
 /// Spot launches favour pools with spare capacity among the cheap ones.
 pub const SPOT_ALLOCATION_STRATEGY: &str = "price-capacity-optimized";
 pub const ON_DEMAND_ALLOCATION_STRATEGY: &str = "lowest-price";
@@ -78,14 +79,10 @@ pub struct LaunchRequest {
     pub nodeclaim: String,
     /// The NodeClaim's uid (its name when the uid is unknown): the idempotency key.
     pub nodeclaim_uid: String,
-    /// Capacity types the NodeClaim's requirements allow.
-    pub capacity_types: Vec<CapacityType>,
-    /// Instance types compatible with the NodeClaim and fitting its requests.
-    pub instance_types: Vec<Arc<InstanceType>>,
-    /// Zone to the subnet chosen for launches there.
-    pub zonal_subnets: BTreeMap<String, String>,
-    pub launch_template: String,
-    pub image_id: Option<String>,
+    /// Spot or on-demand ([`capacity_type_for`]); reserved launches go out as on-demand.
+    pub capacity_type: CapacityType,
+    /// One config per launch template, with its overrides ([`overrides`]).
+    pub launch_templates: Vec<FleetLaunchTemplateConfig>,
     pub tags: Tags,
     pub context: Option<String>,
 }
@@ -107,14 +104,11 @@ pub enum InstancesError {
     /// No offering could be launched; the NodeClaim is deleted and its pods re-provisioned.
     #[error("launching nodeclaim {nodeclaim}: insufficient capacity: {source}")]
     InsufficientCapacity { nodeclaim: String, source: AwsError },
-    /// Nothing to launch: no instance type has an available offering in the subnets' zones.
+    /// Nothing to launch: no launch template has an override.
     #[error(
-        "launching nodeclaim {nodeclaim}: no available offering among {instance_types} instance types"
+        "launching nodeclaim {nodeclaim}: no capacity offerings are currently available given the constraints"
     )]
-    NoOfferings {
-        nodeclaim: String,
-        instance_types: usize,
-    },
+    NoOfferings { nodeclaim: String },
     #[error("launching nodeclaim {nodeclaim}: {source}")]
     Launch { nodeclaim: String, source: AwsError },
     #[error("instance {instance_id} not found")]
@@ -274,6 +268,74 @@ fn distribute(
         .collect()
 }
 
+/// Karpenter's `getCapacityType`: spot when the requirements allow it and some type has an
+/// available compatible spot offering, else on-demand (reserved launches are not made here).
+#[must_use]
+pub fn capacity_type_for(
+    requirements: &Requirements,
+    instance_types: &[Arc<InstanceType>],
+) -> CapacityType {
+    let allows_spot = requirements
+        .get(labels::CAPACITY_TYPE)
+        .is_none_or(|r| r.has(labels::CAPACITY_TYPE_SPOT));
+    if allows_spot {
+        let spot = with_capacity_type(requirements, CapacityType::Spot);
+        if instance_types
+            .iter()
+            .any(|it| it.available_offerings().any(|o| o.is_compatible(&spot)))
+        {
+            return CapacityType::Spot;
+        }
+    }
+    CapacityType::OnDemand
+}
+
+/// The requirements with the capacity type pinned to one value.
+#[must_use]
+pub fn with_capacity_type(
+    requirements: &Requirements,
+    capacity_type: CapacityType,
+) -> Requirements {
+    let mut pinned = requirements.clone();
+    pinned.set(Requirement::in_values(
+        labels::CAPACITY_TYPE,
+        &[capacity_type.as_str()],
+    ));
+    pinned
+}
+
+/// Karpenter's `getOverrides`: one override per available offering compatible with the
+/// requirements (capacity type pinned) whose zone has a launch subnet, in instance-type order.
+#[must_use]
+pub fn overrides(
+    instance_types: &[Arc<InstanceType>],
+    zonal_subnets: &BTreeMap<String, String>,
+    requirements: &Requirements,
+    image_id: Option<&str>,
+) -> Vec<FleetOverride> {
+    let mut out = Vec::new();
+    for it in instance_types {
+        for offering in it
+            .available_offerings()
+            .filter(|o| o.is_compatible(requirements))
+        {
+            let Some(zone) = offering.zone() else {
+                continue;
+            };
+            let Some(subnet) = zonal_subnets.get(zone) else {
+                continue;
+            };
+            out.push(FleetOverride {
+                instance_type: it.name.clone(),
+                subnet_id: subnet.clone(),
+                zone: zone.to_owned(),
+                image_id: image_id.map(str::to_owned),
+            });
+        }
+    }
+    out
+}
+
 impl InstancesProvider {
     /// Builds the provider and starts its batchers on the current tokio runtime.
     #[must_use]
@@ -352,54 +414,22 @@ impl InstancesProvider {
         ledger.insert(token, (entry, now));
     }
 
-    /// The fleet request for a launch: capacity type, the 60 cheapest types, their overrides.
+    /// The fleet request for a launch, with the cluster's ownership tags.
     pub fn fleet_request(
         &self,
         launch: &LaunchRequest,
     ) -> Result<CreateFleetRequest, InstancesError> {
-        let zones: std::collections::BTreeSet<String> =
-            launch.zonal_subnets.keys().cloned().collect();
-        let offered = |ct: CapacityType| {
-            launch
-                .instance_types
-                .iter()
-                .any(|it| it.cheapest_available(ct, Some(&zones)).is_some())
-        };
-        let capacity_type = [CapacityType::Spot, CapacityType::OnDemand]
-            .into_iter()
-            .find(|ct| launch.capacity_types.contains(ct) && offered(*ct))
-            .ok_or_else(|| InstancesError::NoOfferings {
+        let launch_template_configs: Vec<FleetLaunchTemplateConfig> = launch
+            .launch_templates
+            .iter()
+            .filter(|config| !config.overrides.is_empty())
+            .cloned()
+            .collect();
+        if launch_template_configs.is_empty() {
+            return Err(InstancesError::NoOfferings {
                 nodeclaim: launch.nodeclaim.clone(),
-                instance_types: launch.instance_types.len(),
-            })?;
-        let mut ranked: Vec<(f64, &Arc<InstanceType>)> = launch
-            .instance_types
-            .iter()
-            .filter_map(|it| {
-                Some((
-                    it.cheapest_available(capacity_type, Some(&zones))?.price,
-                    it,
-                ))
-            })
-            .collect();
-        ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
-        ranked.truncate(MAX_INSTANCE_TYPES);
-        let overrides: Vec<FleetOverride> = ranked
-            .iter()
-            .flat_map(|(_, it)| {
-                it.offerings
-                    .iter()
-                    .filter(|o| o.available && o.capacity_type == capacity_type)
-                    .filter_map(|o| {
-                        Some(FleetOverride {
-                            instance_type: it.name.clone(),
-                            subnet_id: launch.zonal_subnets.get(&o.zone)?.clone(),
-                            zone: o.zone.clone(),
-                            image_id: launch.image_id.clone(),
-                        })
-                    })
-            })
-            .collect();
+            });
+        }
         let mut tags = launch.tags.clone();
         tags.entry(labels::TAG_EKS_CLUSTER_NAME.to_owned())
             .or_insert_with(|| self.deps.cluster_name.clone());
@@ -411,23 +441,28 @@ impl InstancesProvider {
         .or_insert_with(|| "owned".to_owned());
         Ok(CreateFleetRequest {
             client_token: None,
-            capacity_type: ec2_capacity_type(capacity_type),
+            capacity_type: ec2_capacity_type(launch.capacity_type),
             total_target_capacity: 1,
-            allocation_strategy: if capacity_type == CapacityType::Spot {
+            allocation_strategy: if launch.capacity_type == CapacityType::Spot {
                 SPOT_ALLOCATION_STRATEGY
             } else {
                 ON_DEMAND_ALLOCATION_STRATEGY
             }
             .to_owned(),
-            launch_template_configs: vec![FleetLaunchTemplateConfig {
-                launch_template_name: launch.launch_template.clone(),
-                version: "$Latest".to_owned(),
-                overrides,
-            }],
+            launch_template_configs,
             tags,
             context: launch.context.clone(),
             dry_run: false,
         })
+    }
+
+    /// The instance a NodeClaim already launched, when this provider remembers it.
+    #[must_use]
+    pub fn launched(&self, nodeclaim_uid: &str) -> Option<LaunchedInstance> {
+        match self.ledger().get(&client_token(nodeclaim_uid)) {
+            Some((Ledger::Launched(instance), _)) => Some(instance.clone()),
+            _ => None,
+        }
     }
 
     /// Launches one instance for a NodeClaim; a repeated call for the same NodeClaim returns the

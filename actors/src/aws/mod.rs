@@ -8,6 +8,5 @@ pub mod instance_type_provider;
 pub mod instance_types;
 pub mod instances;
 pub mod pricing;
-pub mod quantity;
 pub mod retry;
 pub mod unavailable;
