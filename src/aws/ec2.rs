@@ -273,9 +273,10 @@ fn state(value: Option<&t::InstanceState>) -> InstanceState {
         .unwrap_or(InstanceState::Pending)
 }
 
-fn launch_template_data(data: &LaunchTemplateData) -> t::RequestLaunchTemplateData {
-    let mappings: Vec<t::LaunchTemplateBlockDeviceMappingRequest> = data
-        .block_device_mappings
+fn launch_block_devices(
+    data: &LaunchTemplateData,
+) -> Vec<t::LaunchTemplateBlockDeviceMappingRequest> {
+    data.block_device_mappings
         .iter()
         .map(|m| {
             t::LaunchTemplateBlockDeviceMappingRequest::builder()
@@ -295,7 +296,30 @@ fn launch_template_data(data: &LaunchTemplateData) -> t::RequestLaunchTemplateDa
                 )
                 .build()
         })
-        .collect();
+        .collect()
+}
+
+fn launch_network_interfaces(
+    data: &LaunchTemplateData,
+) -> Vec<t::LaunchTemplateInstanceNetworkInterfaceSpecificationRequest> {
+    data.network_interfaces
+        .iter()
+        .map(|interface| {
+            t::LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                .device_index(interface.device_index)
+                .set_network_card_index(interface.network_card_index)
+                .set_interface_type(interface.efa.then(|| "efa".to_owned()))
+                .set_groups(Some(interface.security_group_ids.clone()))
+                .set_associate_public_ip_address(interface.associate_public_ip_address)
+                .set_primary_ipv6(interface.primary_ipv6.then_some(true))
+                .set_ipv6_address_count(interface.primary_ipv6.then_some(1))
+                .build()
+        })
+        .collect()
+}
+
+fn launch_template_data(data: &LaunchTemplateData) -> t::RequestLaunchTemplateData {
+    let mappings = launch_block_devices(data);
     let mut builder = t::RequestLaunchTemplateData::builder()
         .set_image_id(data.image_id.clone())
         .set_user_data(data.user_data.clone())
@@ -328,8 +352,34 @@ fn launch_template_data(data: &LaunchTemplateData) -> t::RequestLaunchTemplateDa
                 .http_protocol_ipv6(t::LaunchTemplateInstanceMetadataProtocolIpv6::from(
                     metadata.http_protocol_ipv6.as_str(),
                 ))
+                // Karpenter's tags (kubernetes.io/cluster/*) are not valid IMDS tag names, and an
+                // account default could turn IMDS tags on: always off, as Karpenter sets it.
+                .instance_metadata_tags(t::LaunchTemplateInstanceMetadataTagsState::Disabled)
                 .build(),
         );
+    }
+    let interfaces = launch_network_interfaces(data);
+    if !interfaces.is_empty() {
+        builder = builder.set_network_interfaces(Some(interfaces));
+    }
+    for (resource, tags) in [
+        (
+            t::ResourceType::NetworkInterface,
+            &data.network_interface_tags,
+        ),
+        (
+            t::ResourceType::SpotInstancesRequest,
+            &data.spot_request_tags,
+        ),
+    ] {
+        if !tags.is_empty() {
+            builder = builder.tag_specifications(
+                t::LaunchTemplateTagSpecificationRequest::builder()
+                    .resource_type(resource)
+                    .set_tags(Some(ec2_tags(tags)))
+                    .build(),
+            );
+        }
     }
     if !data.instance_tags.is_empty() {
         builder = builder

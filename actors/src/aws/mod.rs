@@ -3,10 +3,15 @@
 //! (reference 4.2-4.4): instance types and offerings, prices, the unavailable-offerings cache,
 //! and launching through batched `CreateFleet` calls.
 
+pub mod amis;
 pub mod batcher;
+pub mod cloud_provider;
 pub mod instance_type_provider;
 pub mod instance_types;
 pub mod instances;
+pub mod launch_templates;
 pub mod pricing;
 pub mod retry;
+pub mod subnets;
 pub mod unavailable;
+pub mod validation;

@@ -280,6 +280,14 @@ impl KwokEc2 {
         &self.subnets
     }
 
+    /// The data a launch template was created with, by name.
+    #[must_use]
+    pub fn launch_template_data(&self, name: &str) -> Option<LaunchTemplateData> {
+        let state = self.lock();
+        let id = state.template_ids.get(name)?;
+        state.templates.get(id).map(|(_, data)| data.clone())
+    }
+
     /// Instances in any state.
     #[must_use]
     pub fn instances(&self) -> Vec<Instance> {
@@ -359,10 +367,19 @@ impl KwokEc2 {
                 "ip-10-0-{}.{}.compute.internal",
                 state.next_id, self.config.region
             ),
-            security_group_ids: if data.security_group_ids.is_empty() {
-                vec![self.security_group.id.clone()]
-            } else {
-                data.security_group_ids
+            security_group_ids: {
+                let mut groups = data.security_group_ids;
+                for interface in data
+                    .network_interfaces
+                    .iter()
+                    .filter(|i| i.device_index == 0)
+                {
+                    groups.extend(interface.security_group_ids.iter().cloned());
+                }
+                if groups.is_empty() {
+                    groups.push(self.security_group.id.clone());
+                }
+                groups
             },
             capacity_reservation_id: None,
             tags: instance_tags,

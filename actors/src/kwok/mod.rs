@@ -6,6 +6,7 @@
 //! Used by tests over the providers and by `karpenter simulate`.
 
 pub mod catalog;
+pub mod cloud_provider;
 pub mod ec2;
 pub mod eventbridge;
 pub mod faults;

@@ -107,6 +107,10 @@ pub enum CloudProviderError {
     /// A launch failed for a reason shown on the `Launched` condition; retried with backoff.
     #[error("{message}")]
     Create { reason: String, message: String },
+    /// The `NodeClass` lacks what the call needs (resolved AMIs, subnets, security groups, an
+    /// instance type it no longer offers) or holds a value that cannot be used.
+    #[error("ec2nodeclass {nodeclass}: {message}")]
+    NodeClassIncomplete { nodeclass: String, message: String },
     /// A provider id that does not name an instance.
     #[error("invalid provider id {provider_id:?}: expected <provider>:///<zone>/<instance-id>")]
     InvalidProviderId { provider_id: String },
@@ -122,6 +126,7 @@ impl CloudProviderError {
             CloudProviderError::NodeClassNotReady { .. } => "nodeclass_not_ready",
             CloudProviderError::NodeClaimNotFound { .. } => "nodeclaim_not_found",
             CloudProviderError::Create { .. } => "create",
+            CloudProviderError::NodeClassIncomplete { .. } => "nodeclass_incomplete",
             CloudProviderError::InvalidProviderId { .. } => "invalid_provider_id",
             CloudProviderError::Aws(error) => error.category(),
         }

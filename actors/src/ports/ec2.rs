@@ -223,6 +223,26 @@ pub struct LaunchTemplateData {
     pub associate_public_ip_address: Option<bool>,
     /// Tags put on instances and volumes launched from the template.
     pub instance_tags: Tags,
+    /// Network interfaces to attach (EFA cards, a public IP, IPv6); when present the security
+    /// groups are set on them and `security_group_ids` is empty, as EC2 requires.
+    pub network_interfaces: Vec<LaunchNetworkInterface>,
+    /// Tags put on network interfaces launched from the template.
+    pub network_interface_tags: Tags,
+    /// Tags put on spot requests (spot launch templates only).
+    pub spot_request_tags: Tags,
+}
+
+/// One network interface of a launch template.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LaunchNetworkInterface {
+    pub device_index: i32,
+    pub network_card_index: Option<i32>,
+    /// An Elastic Fabric Adapter interface (`InterfaceType=efa`).
+    pub efa: bool,
+    pub security_group_ids: Vec<String>,
+    pub associate_public_ip_address: Option<bool>,
+    /// IPv6 clusters: a primary IPv6 address (and one IPv6 address) on the interface.
+    pub primary_ipv6: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

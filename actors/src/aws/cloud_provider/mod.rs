@@ -1,0 +1,386 @@
+//! The AWS [`CloudProvider`] (Karpenter's `pkg/cloudprovider`, reference 4.1): launches,
+//! terminates, finds and lists instances for NodeClaims, lists instance types per NodePool, and
+//! tells why a NodeClaim drifted, over the providers of [`crate::aws`] and the narrow ports.
+//!
+//! It reads the cluster through the [`ClusterView`] (NodePools and `EC2NodeClass`es as the
+//! `NodeClass` work resolved them: subnets, security groups, AMIs, instance profile, the hash
+//! annotations); it never resolves a class itself.
+//!
+//! Create flow ([`create`]): class and readiness → the class's instance types filtered by the
+//! NodeClaim's requirements, an available compatible offering and its requests
+//! ([`filter::launch_candidates`]: Karpenter's `FilterRejectInstanceTypes`, truncation to 60
+//! respecting `minValues`) → capacity type → launch subnets per zone → launch templates per AMI
+//! group → one instant fleet through the batcher (retried once when a template vanished) → the
+//! NodeClaim hydrated with the instance's labels, provider id, image, capacity, allocatable and
+//! the class's hash annotations. Production builds it with [`AwsProviders::new`] over the
+//! `karpenter::aws` adapters; kwok's is the same code over kwok's ports
+//! ([`crate::kwok::cloud_provider`]).
+
+mod create;
+mod drift;
+pub mod filter;
+mod hydrate;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use karpenter_config::Settings;
+
+use super::instance_type_provider::{InstanceTypeDeps, InstanceTypeProvider};
+use super::instance_types::ResolveSettings;
+use super::instances::{InstancesDeps, InstancesError, InstancesProvider};
+use super::launch_templates::{LaunchTemplateDeps, LaunchTemplateProvider};
+use super::pricing::{PricingDeps, PricingError, PricingProvider};
+use super::subnets::SubnetProvider;
+use super::unavailable::UnavailableOfferings;
+use super::validation;
+use crate::apis::conditions::ConditionStatus;
+use crate::apis::nodeclaim::NodeClaim;
+use crate::apis::nodepool::NodePool;
+use crate::apis::{EC2NodeClass, labels};
+use crate::domain::instance_type::InstanceType;
+use crate::domain::userdata::ClusterInfo;
+use crate::ports::aws_error::AwsError;
+use crate::ports::clock::Clock;
+use crate::ports::cloud_provider::{
+    AWS_REPAIR_POLICIES, CloudProvider, CloudProviderError, DriftReason, RepairPolicy,
+    parse_provider_id,
+};
+use crate::ports::cluster_view::ClusterView;
+use crate::ports::ec2::Ec2Api;
+use crate::ports::pricing::PricingApi;
+
+/// The controller settings the AWS providers are built with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AwsProviderSettings {
+    /// `CLUSTER_NAME`: the `eks:eks-cluster-name` and `kubernetes.io/cluster/<name>` tags.
+    pub cluster_name: String,
+    pub region: String,
+    /// `VM_MEMORY_OVERHEAD_PERCENT`.
+    pub vm_memory_overhead_percent: f64,
+    /// `RESERVED_ENIS`.
+    pub reserved_enis: u32,
+    /// `ISOLATED_VPC`: no Pricing API; the built-in on-demand table stays.
+    pub isolated_vpc: bool,
+    /// The `ReservedCapacity` feature gate: instances in a capacity reservation count as
+    /// reserved (and drift when the reservation is no longer selected).
+    pub reserved_capacity: bool,
+    /// Cluster facts for user data (endpoint, CA bundle, DNS addresses, service CIDR).
+    pub cluster: ClusterInfo,
+}
+
+impl AwsProviderSettings {
+    /// From the controller settings, the resolved region and the cluster facts found at
+    /// startup; the cluster facts' name is the cluster name.
+    #[must_use]
+    pub fn from_settings(settings: &Settings, region: &str, mut cluster: ClusterInfo) -> Self {
+        let cluster_name = settings.cluster_name.clone().unwrap_or_default();
+        cluster.name.clone_from(&cluster_name);
+        AwsProviderSettings {
+            cluster_name,
+            region: region.to_owned(),
+            vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
+            reserved_enis: settings.reserved_enis,
+            isolated_vpc: settings.isolated_vpc,
+            reserved_capacity: settings.feature_gates.reserved_capacity,
+            cluster,
+        }
+    }
+}
+
+/// A refresh of the AWS catalogue or prices failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RefreshError {
+    #[error("refreshing instance types: {0}")]
+    InstanceTypes(AwsError),
+    #[error(transparent)]
+    Pricing(#[from] PricingError),
+}
+
+impl RefreshError {
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            RefreshError::InstanceTypes(source) => source.category(),
+            RefreshError::Pricing(source) => source.category(),
+        }
+    }
+}
+
+/// The AWS providers, shared by the cloud provider and the AWS subsystem actors.
+#[derive(Debug, Clone)]
+pub struct AwsProviders {
+    pub ec2: Arc<dyn Ec2Api>,
+    pub pricing: Arc<PricingProvider>,
+    pub unavailable: Arc<UnavailableOfferings>,
+    pub instance_types: Arc<InstanceTypeProvider>,
+    pub instances: Arc<InstancesProvider>,
+    pub launch_templates: Arc<LaunchTemplateProvider>,
+    pub subnets: Arc<SubnetProvider>,
+}
+
+impl AwsProviders {
+    /// Builds every provider over the EC2 port (and the Pricing API when reachable). Must run
+    /// on a tokio runtime: the batchers and the launch-template janitor start here.
+    pub fn new(
+        ec2: Arc<dyn Ec2Api>,
+        pricing_api: Option<Arc<dyn PricingApi>>,
+        settings: &AwsProviderSettings,
+    ) -> Result<Self, PricingError> {
+        let pricing = Arc::new(PricingProvider::new(PricingDeps {
+            ec2: Arc::clone(&ec2),
+            pricing: pricing_api,
+            region: settings.region.clone(),
+            isolated_vpc: settings.isolated_vpc,
+        })?);
+        let unavailable = Arc::new(UnavailableOfferings::default());
+        let instance_types = Arc::new(InstanceTypeProvider::new(InstanceTypeDeps {
+            ec2: Arc::clone(&ec2),
+            pricing: Arc::clone(&pricing),
+            unavailable: Arc::clone(&unavailable),
+            settings: ResolveSettings {
+                region: settings.region.clone(),
+                vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
+                reserved_enis: settings.reserved_enis,
+            },
+        }));
+        let instances = Arc::new(InstancesProvider::new(InstancesDeps {
+            ec2: Arc::clone(&ec2),
+            unavailable: Arc::clone(&unavailable),
+            cluster_name: settings.cluster_name.clone(),
+        }));
+        let mut cluster = settings.cluster.clone();
+        cluster.name.clone_from(&settings.cluster_name);
+        let launch_templates = Arc::new(LaunchTemplateProvider::new(LaunchTemplateDeps {
+            ec2: Arc::clone(&ec2),
+            cluster,
+        }));
+        launch_templates.spawn_janitor();
+        let subnets = Arc::new(SubnetProvider::new(Arc::clone(&ec2)));
+        Ok(AwsProviders {
+            ec2,
+            pricing,
+            unavailable,
+            instance_types,
+            instances,
+            launch_templates,
+            subnets,
+        })
+    }
+
+    /// Fetches the instance-type catalogue and spot prices, and on-demand prices when the
+    /// Pricing API is used (a failure there keeps the previous prices and is logged). The AWS
+    /// subsystem actors call this every 12 hours; call it once before the first launch.
+    pub async fn refresh(&self) -> Result<(), RefreshError> {
+        self.instance_types
+            .refresh()
+            .await
+            .map_err(RefreshError::InstanceTypes)?;
+        if let Err(error) = self.pricing.update_on_demand_prices().await {
+            tracing::warn!(%error, category = error.category(), "keeping the previous on-demand prices");
+        }
+        self.pricing.update_spot_prices().await?;
+        Ok(())
+    }
+}
+
+/// The AWS cloud provider.
+#[derive(Debug)]
+pub struct AwsCloudProvider {
+    view: Arc<dyn ClusterView>,
+    providers: AwsProviders,
+    clock: Arc<dyn Clock>,
+    cluster_name: String,
+    reserved_capacity: bool,
+}
+
+impl AwsCloudProvider {
+    /// The cloud provider over these providers, reading NodePools and classes from `view`.
+    #[must_use]
+    pub fn new(
+        view: Arc<dyn ClusterView>,
+        providers: AwsProviders,
+        clock: Arc<dyn Clock>,
+        settings: &AwsProviderSettings,
+    ) -> Self {
+        AwsCloudProvider {
+            view,
+            providers,
+            clock,
+            cluster_name: settings.cluster_name.clone(),
+            reserved_capacity: settings.reserved_capacity,
+        }
+    }
+
+    /// The providers underneath (for the AWS subsystem actors and the `NodeClass` work).
+    #[must_use]
+    pub fn providers(&self) -> &AwsProviders {
+        &self.providers
+    }
+
+    /// A class that exists and is not being deleted (Karpenter treats a deleting class as
+    /// absent).
+    fn nodeclass(&self, name: &str) -> Option<Arc<EC2NodeClass>> {
+        self.view
+            .ec2nodeclass(name)
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+    }
+
+    fn nodeclass_of_pool(&self, nodepool: &NodePool) -> Option<Arc<EC2NodeClass>> {
+        self.nodeclass(&nodepool.spec.template.spec.node_class_ref.name)
+    }
+
+    /// Every instance type of the NodePool's class; `None` when the pool or class is gone.
+    fn pool_instance_types(
+        &self,
+        nodepool: &NodePool,
+    ) -> Result<Option<Vec<Arc<InstanceType>>>, CloudProviderError> {
+        let Some(nodeclass) = self.nodeclass_of_pool(nodepool) else {
+            return Ok(None);
+        };
+        let list = self
+            .providers
+            .instance_types
+            .list_for(&nodeclass)
+            .map_err(|error| CloudProviderError::NodeClassIncomplete {
+                nodeclass: nodeclass.metadata.name.clone().unwrap_or_default(),
+                message: error.to_string(),
+            })?;
+        Ok(Some(list.as_ref().clone()))
+    }
+
+    /// The instance types the `NodeClass` validation dry-runs with (reference 5.1): the first
+    /// is the one `RunInstances` uses. Reads the NodePools that use the class from the view.
+    pub fn validation_instance_types(
+        &self,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Vec<String>, CloudProviderError> {
+        let name = nodeclass.metadata.name.clone().unwrap_or_default();
+        let nodepools: Vec<Arc<NodePool>> = self
+            .view
+            .nodepools()
+            .into_iter()
+            .filter(|p| {
+                let reference = &p.spec.template.spec.node_class_ref;
+                reference.name == name && reference.group == labels::AWS_GROUP
+            })
+            .collect();
+        let instance_types = match self.providers.instance_types.list_for(nodeclass) {
+            Ok(list) => list.as_ref().clone(),
+            // No subnets yet: nothing to choose from; the fallback types apply.
+            Err(super::instance_type_provider::InstanceTypesError::NoSubnets { .. }) => Vec::new(),
+            Err(error) => {
+                return Err(CloudProviderError::NodeClassIncomplete {
+                    nodeclass: name,
+                    message: error.to_string(),
+                });
+            }
+        };
+        validation::validation_instance_types(nodeclass, &instance_types, &nodepools).map_err(
+            |error| CloudProviderError::NodeClassIncomplete {
+                nodeclass: name,
+                message: error.to_string(),
+            },
+        )
+    }
+}
+
+/// The `Ready` condition's status of a class (`Unknown` when it has none yet).
+fn readiness(nodeclass: &EC2NodeClass) -> (ConditionStatus, String) {
+    nodeclass
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == crate::apis::conditions::READY)
+        .map_or((ConditionStatus::Unknown, String::new()), |c| {
+            (c.status, c.message.clone())
+        })
+}
+
+fn not_found(error: InstancesError) -> CloudProviderError {
+    match error {
+        InstancesError::NotFound { instance_id } => {
+            CloudProviderError::NodeClaimNotFound { instance_id }
+        }
+        InstancesError::Aws(source)
+        | InstancesError::Launch { source, .. }
+        | InstancesError::InsufficientCapacity { source, .. } => CloudProviderError::Aws(source),
+        other => CloudProviderError::Create {
+            reason: "LaunchFailed".to_owned(),
+            message: other.to_string(),
+        },
+    }
+}
+
+#[async_trait]
+impl CloudProvider for AwsCloudProvider {
+    async fn create(&self, nodeclaim: &NodeClaim) -> Result<NodeClaim, CloudProviderError> {
+        self.create_nodeclaim(nodeclaim).await
+    }
+
+    async fn delete(&self, nodeclaim: &NodeClaim) -> Result<(), CloudProviderError> {
+        let provider_id = nodeclaim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .unwrap_or_default();
+        let (_, instance_id) = parse_provider_id(provider_id)?;
+        match self.providers.instances.delete(instance_id).await {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                let error = not_found(error);
+                if matches!(error, CloudProviderError::NodeClaimNotFound { .. }) {
+                    let uid = nodeclaim
+                        .metadata
+                        .uid
+                        .clone()
+                        .or_else(|| nodeclaim.metadata.name.clone())
+                        .unwrap_or_default();
+                    self.providers.instances.forget(&uid);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudProviderError> {
+        let (_, instance_id) = parse_provider_id(provider_id)?;
+        let instance = self
+            .providers
+            .instances
+            .get(instance_id)
+            .await
+            .map_err(not_found)?;
+        self.instance_to_nodeclaim(&instance)
+    }
+
+    async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
+        let instances = self.providers.instances.list().await.map_err(not_found)?;
+        instances
+            .iter()
+            .map(|instance| self.instance_to_nodeclaim(instance))
+            .collect()
+    }
+
+    async fn instance_types(
+        &self,
+        nodepool: &NodePool,
+    ) -> Result<Vec<Arc<InstanceType>>, CloudProviderError> {
+        Ok(self.pool_instance_types(nodepool)?.unwrap_or_default())
+    }
+
+    async fn is_drifted(
+        &self,
+        nodeclaim: &NodeClaim,
+    ) -> Result<Option<DriftReason>, CloudProviderError> {
+        self.drift(nodeclaim).await
+    }
+
+    fn repair_policies(&self) -> &'static [RepairPolicy] {
+        AWS_REPAIR_POLICIES
+    }
+
+    fn name(&self) -> &'static str {
+        "aws"
+    }
+}

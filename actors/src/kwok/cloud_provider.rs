@@ -1,0 +1,98 @@
+//! kwok's [`crate::ports::cloud_provider::CloudProvider`]: the AWS cloud provider
+//! ([`AwsCloudProvider`]) and its providers, unchanged, over kwok's EC2 (and optionally kwok's
+//! Pricing API). `karpenter simulate` and the suites build theirs with [`cloud_provider`]:
+//!
+//! ```text
+//! let ec2 = Arc::new(KwokEc2::new(KwokEc2Config::new(region, cluster), deps)?);
+//! let cloud = kwok::cloud_provider::cloud_provider(KwokCloudDeps {
+//!     ec2, pricing: None, view, clock, settings: kwok::cloud_provider::settings(region, cluster),
+//! }).await?;
+//! // Deps { cloud: cloud.clone(), .. }; cloud.providers() for the AWS subsystem actors.
+//! ```
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use super::ec2::KwokEc2;
+use super::pricing::KwokPricing;
+use crate::aws::cloud_provider::{
+    AwsCloudProvider, AwsProviderSettings, AwsProviders, RefreshError,
+};
+use crate::aws::pricing::PricingError;
+use crate::domain::userdata::ClusterInfo;
+use crate::ports::clock::Clock;
+use crate::ports::cluster_view::ClusterView;
+use crate::ports::ec2::Ec2Api;
+use crate::ports::pricing::PricingApi;
+
+/// The API endpoint kwok's nodes are told to join (nothing listens there).
+pub const KWOK_CLUSTER_ENDPOINT: &str = "https://kwok.cluster.local";
+/// EKS's default service CIDR, which AL2023 user data needs.
+pub const KWOK_SERVICE_CIDR: &str = "10.100.0.0/16";
+/// The cluster DNS address inside [`KWOK_SERVICE_CIDR`].
+pub const KWOK_CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(10, 100, 0, 10);
+
+/// What kwok's cloud provider is built from.
+#[derive(Debug, Clone)]
+pub struct KwokCloudDeps {
+    pub ec2: Arc<KwokEc2>,
+    /// kwok's Pricing API; `None` keeps the built-in on-demand table.
+    pub pricing: Option<Arc<KwokPricing>>,
+    pub view: Arc<dyn ClusterView>,
+    pub clock: Arc<dyn Clock>,
+    pub settings: AwsProviderSettings,
+}
+
+/// kwok's cloud provider could not start.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum KwokCloudError {
+    #[error("building the AWS providers over kwok: {0}")]
+    Pricing(#[from] PricingError),
+    #[error("loading kwok's catalogue: {0}")]
+    Refresh(#[from] RefreshError),
+}
+
+impl KwokCloudError {
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            KwokCloudError::Pricing(error) => error.category(),
+            KwokCloudError::Refresh(error) => error.category(),
+        }
+    }
+}
+
+/// Provider settings for a kwok cluster: Karpenter's defaults and made-up cluster facts.
+#[must_use]
+pub fn settings(region: &str, cluster_name: &str) -> AwsProviderSettings {
+    AwsProviderSettings {
+        cluster_name: cluster_name.to_owned(),
+        region: region.to_owned(),
+        vm_memory_overhead_percent: 0.075,
+        reserved_enis: 0,
+        isolated_vpc: false,
+        reserved_capacity: false,
+        cluster: ClusterInfo {
+            name: cluster_name.to_owned(),
+            endpoint: KWOK_CLUSTER_ENDPOINT.to_owned(),
+            ca_bundle: None,
+            dns_ips: vec![IpAddr::V4(KWOK_CLUSTER_DNS)],
+            service_cidr: Some(KWOK_SERVICE_CIDR.to_owned()),
+        },
+    }
+}
+
+/// The AWS cloud provider over kwok, with its catalogue and prices loaded. Must run on a
+/// tokio runtime (the providers' batchers and janitor start here).
+pub async fn cloud_provider(deps: KwokCloudDeps) -> Result<Arc<AwsCloudProvider>, KwokCloudError> {
+    let ec2: Arc<dyn Ec2Api> = deps.ec2;
+    let pricing = deps.pricing.map(|p| p as Arc<dyn PricingApi>);
+    let providers = AwsProviders::new(ec2, pricing, &deps.settings)?;
+    providers.refresh().await?;
+    Ok(Arc::new(AwsCloudProvider::new(
+        deps.view,
+        providers,
+        deps.clock,
+        &deps.settings,
+    )))
+}

@@ -1,0 +1,749 @@
+//! The AWS cloud provider end to end over kwok with tokio's paused clock: a NodeClaim becomes an
+//! instance of the cheapest compatible type in an allowed zone with Karpenter's tags and a
+//! launch template whose user data carries its labels and taints; ICE falls back and hides the
+//! offering; retried creates are idempotent; delete, get and list; drift reasons; readiness
+//! errors; launch templates expiring, re-created and deleted with their class; launch subnets
+//! tracking addresses in flight; the validation's choice of instance type.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "integration test helpers: a failed unwrap is a failed test"
+)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use karpenter_actors::apis::conditions::{Condition, ConditionStatus};
+use karpenter_actors::apis::ec2nodeclass::{
+    Ami, AmiRequirement, EC2NodeClassStatus, SecurityGroup, Subnet,
+};
+use karpenter_actors::apis::labels;
+use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_actors::aws::cloud_provider::AwsCloudProvider;
+use karpenter_actors::aws::instance_types::CapacityType;
+use karpenter_actors::aws::launch_templates::LAUNCH_TEMPLATE_TTL;
+use karpenter_actors::kwok::cloud_provider::{KwokCloudDeps, cloud_provider, settings};
+use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
+use karpenter_actors::ports::clock::{Clock, ManualClock};
+use karpenter_actors::ports::cloud_provider::{CloudProvider, CloudProviderError, DriftReason};
+use karpenter_actors::ports::cluster_view::{ClusterView, MemoryClusterView};
+use karpenter_actors::ports::ec2::{
+    Ec2Api, Ec2CapacityType, InstanceState, LaunchTemplateData, LaunchTemplateRef,
+};
+use serde_json::json;
+
+const REGION: &str = "us-west-2";
+const CLUSTER: &str = "test-cluster";
+const AMI_X86: &str = "ami-00000000000000001";
+const AMI_ARM: &str = "ami-00000000000000002";
+const SECURITY_GROUP: &str = "sg-00000000000000001";
+const LAUNCH_LATENCY: Duration = Duration::from_secs(16);
+
+struct Env {
+    kwok: Arc<KwokEc2>,
+    view: Arc<MemoryClusterView>,
+    cloud: Arc<AwsCloudProvider>,
+}
+
+fn ami(id: &str, arch: &str) -> Ami {
+    Ami {
+        id: id.into(),
+        name: Some(format!("{id}-name")),
+        deprecated: None,
+        requirements: vec![AmiRequirement {
+            key: labels::ARCH.into(),
+            operator: "In".into(),
+            values: vec![arch.into()],
+        }],
+    }
+}
+
+fn ready(status: ConditionStatus) -> Condition {
+    Condition {
+        type_: "Ready".into(),
+        status,
+        observed_generation: None,
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        reason: if status == ConditionStatus::True {
+            "Ready".into()
+        } else {
+            "NotReady".into()
+        },
+        message: String::new(),
+    }
+}
+
+/// The class as the `NodeClass` work would have resolved it over kwok.
+fn nodeclass(kwok: &KwokEc2) -> EC2NodeClass {
+    let mut class: EC2NodeClass = serde_json::from_value(json!({
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {
+            "name": "default",
+            "annotations": {
+                labels::EC2NODECLASS_HASH: "1111",
+                labels::EC2NODECLASS_HASH_VERSION: "v4",
+            },
+        },
+        "spec": {
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": CLUSTER}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": CLUSTER}}],
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "role": "KarpenterNodeRole",
+            "tags": {"team": "ml"},
+        },
+    }))
+    .unwrap();
+    class.status = Some(EC2NodeClassStatus {
+        subnets: kwok
+            .subnets()
+            .iter()
+            .map(|s| Subnet {
+                id: s.id.clone(),
+                zone: s.zone.clone(),
+                zone_id: Some(s.zone_id.clone()),
+            })
+            .collect(),
+        security_groups: vec![SecurityGroup {
+            id: SECURITY_GROUP.into(),
+            name: Some("test-cluster-node".into()),
+        }],
+        capacity_reservations: Vec::new(),
+        amis: vec![ami(AMI_X86, "amd64"), ami(AMI_ARM, "arm64")],
+        instance_profile: Some("test-cluster_1234".into()),
+        conditions: vec![ready(ConditionStatus::True)],
+    });
+    class
+}
+
+fn nodepool() -> NodePool {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "default"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [],
+        }}},
+    }))
+    .unwrap()
+}
+
+/// A NodeClaim of the default pool with these requirements and requests.
+fn nodeclaim(
+    name: &str,
+    requirements: &serde_json::Value,
+    requests: &serde_json::Value,
+) -> NodeClaim {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {
+            "name": name,
+            "uid": format!("uid-{name}"),
+            "labels": {labels::NODEPOOL: "default", "project": "apollo"},
+        },
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": requirements,
+            "resources": {"requests": requests},
+            "taints": [{"key": "example.com/dedicated", "value": "ml", "effect": "NoSchedule"}],
+            "startupTaints": [{"key": "example.com/booting", "effect": "NoExecute"}],
+        },
+    }))
+    .unwrap()
+}
+
+/// On-demand, amd64, families c5 and m5, in one zone.
+fn od_claim(name: &str, zone: &str) -> NodeClaim {
+    nodeclaim(
+        name,
+        &json!([
+            {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            {"key": labels::ZONE, "operator": "In", "values": [zone]},
+            {"key": labels::INSTANCE_FAMILY, "operator": "In", "values": ["c5", "m5"]},
+            {"key": labels::ARCH, "operator": "In", "values": ["amd64"]},
+            {"key": "team", "operator": "In", "values": ["ml"]},
+        ]),
+        &json!({"cpu": "1", "memory": "2Gi"}),
+    )
+}
+
+impl Env {
+    async fn new() -> Env {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH));
+        let kwok = Arc::new(
+            KwokEc2::new(
+                KwokEc2Config::new(REGION, CLUSTER),
+                KwokEc2Deps {
+                    clock: Arc::clone(&clock),
+                    events: None,
+                },
+            )
+            .unwrap(),
+        );
+        let view = Arc::new(MemoryClusterView::new());
+        view.put_ec2nodeclass(nodeclass(&kwok));
+        view.put_nodepool(nodepool());
+        let cloud = cloud_provider(KwokCloudDeps {
+            ec2: Arc::clone(&kwok),
+            pricing: None,
+            view: Arc::clone(&view) as _,
+            clock,
+            settings: settings(REGION, CLUSTER),
+        })
+        .await
+        .unwrap();
+        Env { kwok, view, cloud }
+    }
+
+    fn zone(&self, index: usize) -> String {
+        self.kwok.subnets()[index].zone.clone()
+    }
+
+    fn subnet(&self, index: usize) -> String {
+        self.kwok.subnets()[index].id.clone()
+    }
+
+    fn class(&self) -> EC2NodeClass {
+        (*self.view.ec2nodeclass("default").unwrap()).clone()
+    }
+
+    /// The cached launch template whose user data gives the kubelet `max_pods` (one template
+    /// per AMI and max-pods group).
+    fn launch_template(&self, max_pods: u32) -> (String, LaunchTemplateData) {
+        let names = self.cloud.providers().launch_templates.cached();
+        let found: Vec<(String, LaunchTemplateData)> = names
+            .into_iter()
+            .filter_map(|name| {
+                let data = self.kwok.launch_template_data(&name)?;
+                user_data(&data)
+                    .contains(&format!("maxPods: {max_pods}\n"))
+                    .then_some((name, data))
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{found:?}");
+        found.into_iter().next().unwrap()
+    }
+}
+
+fn user_data(data: &LaunchTemplateData) -> String {
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(data.user_data.as_deref().unwrap_or_default())
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+fn label<'a>(claim: &'a NodeClaim, key: &str) -> &'a str {
+    claim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map_or("", String::as_str)
+}
+
+fn provider_id(claim: &NodeClaim) -> String {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.clone())
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nodeclaim_becomes_the_cheapest_compatible_instance_with_karpenters_tags_and_user_data() {
+    let env = Env::new().await;
+    let zone = env.zone(1);
+    let created = env.cloud.create(&od_claim("claim-a", &zone)).await.unwrap();
+
+    // c5.large (0.085 USD/h) is the cheapest on-demand c5/m5 type with room for 1 CPU, 2 GiB.
+    assert_eq!(label(&created, labels::INSTANCE_TYPE), "c5.large");
+    assert_eq!(label(&created, labels::ZONE), zone);
+    assert_eq!(
+        label(&created, labels::ZONE_ID),
+        env.kwok.subnets()[1].zone_id
+    );
+    assert_eq!(label(&created, labels::CAPACITY_TYPE), "on-demand");
+    assert_eq!(label(&created, labels::ARCH), "amd64");
+    assert_eq!(label(&created, labels::OS), "linux");
+    assert_eq!(label(&created, labels::INSTANCE_FAMILY), "c5");
+    assert_eq!(label(&created, labels::INSTANCE_CPU), "2");
+    assert_eq!(label(&created, labels::NODEPOOL), "default");
+    assert_eq!(
+        label(&created, "project"),
+        "apollo",
+        "the NodeClaim's own labels stay"
+    );
+    let status = created.status.clone().unwrap();
+    let instances = env.kwok.instances();
+    assert_eq!(instances.len(), 1);
+    let instance = &instances[0];
+    assert_eq!(
+        status.provider_id.as_deref(),
+        Some(format!("aws:///{zone}/{}", instance.id).as_str())
+    );
+    assert_eq!(status.image_id.as_deref(), Some(AMI_X86));
+    assert_eq!(status.capacity["cpu"].0, "2");
+    assert_eq!(status.capacity["pods"].0, "29");
+    assert_eq!(status.allocatable["cpu"].0, "1930m");
+    assert!(!status.capacity.contains_key(labels::RESOURCE_EFA));
+    let annotations = created.metadata.annotations.clone().unwrap();
+    assert_eq!(annotations[labels::EC2NODECLASS_HASH], "1111");
+    assert_eq!(annotations[labels::EC2NODECLASS_HASH_VERSION], "v4");
+
+    // The instance: the type and zone chosen, the class's security group, Karpenter's tags.
+    assert_eq!(instance.instance_type, "c5.large");
+    assert_eq!(instance.capacity_type, Ec2CapacityType::OnDemand);
+    assert_eq!(instance.subnet_id, env.subnet(1));
+    assert_eq!(instance.security_group_ids, [SECURITY_GROUP]);
+    for (key, value) in [
+        ("eks:eks-cluster-name", CLUSTER),
+        ("kubernetes.io/cluster/test-cluster", "owned"),
+        ("karpenter.sh/nodepool", "default"),
+        ("karpenter.k8s.aws/ec2nodeclass", "default"),
+        ("team", "ml"),
+    ] {
+        assert_eq!(
+            instance.tags.get(key).map(String::as_str),
+            Some(value),
+            "{key}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_launch_template_carries_the_ami_profile_groups_volumes_and_the_kubelet_labels_and_taints()
+ {
+    let env = Env::new().await;
+    env.cloud
+        .create(&od_claim("claim-lt", &env.zone(1)))
+        .await
+        .unwrap();
+    // Its launch template: the AMI, the class's profile and groups, IMDSv2, the default volume
+    // and user data registering the labels and taints.
+    let (name, data) = env.launch_template(29);
+    assert!(name.starts_with("karpenter.k8s.aws/"), "{name}");
+    assert_eq!(data.image_id.as_deref(), Some(AMI_X86));
+    assert_eq!(
+        data.instance_profile_name.as_deref(),
+        Some("test-cluster_1234")
+    );
+    assert_eq!(data.security_group_ids, [SECURITY_GROUP]);
+    let metadata = data.metadata_options.clone().unwrap();
+    assert_eq!(
+        (
+            metadata.http_tokens.as_str(),
+            metadata.http_put_response_hop_limit
+        ),
+        ("required", 1)
+    );
+    assert_eq!(data.block_device_mappings.len(), 1);
+    let root = &data.block_device_mappings[0];
+    assert_eq!(
+        (
+            root.device_name.as_str(),
+            root.volume_size_gib,
+            root.volume_type.as_deref()
+        ),
+        ("/dev/xvda", Some(20), Some("gp3"))
+    );
+    assert_eq!(root.encrypted, Some(true));
+    assert_eq!(
+        data.network_interface_tags["karpenter.sh/nodepool"],
+        "default"
+    );
+    assert!(
+        data.spot_request_tags.is_empty(),
+        "on-demand templates tag no spot requests"
+    );
+    let user_data = user_data(&data);
+    for expected in [
+        "karpenter.sh/nodepool=default",
+        "karpenter.sh/capacity-type=on-demand",
+        "karpenter.sh/do-not-sync-taints=true",
+        "project=apollo",
+        "team=ml",
+        "key: example.com/dedicated",
+        "key: example.com/booting",
+        "key: karpenter.sh/unregistered",
+        "maxPods: 29",
+        "apiServerEndpoint: https://kwok.cluster.local",
+    ] {
+        assert!(
+            user_data.contains(expected),
+            "{expected} missing from:\n{user_data}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn insufficient_capacity_on_the_cheapest_offering_falls_back_to_the_next_and_hides_it() {
+    let env = Env::new().await;
+    let zone = env.zone(0);
+    env.kwok
+        .set_capacity("c5.large", &zone, Ec2CapacityType::OnDemand, 0);
+    let created = env.cloud.create(&od_claim("ice", &zone)).await.unwrap();
+    assert_eq!(label(&created, labels::INSTANCE_TYPE), "m5.large");
+    let providers = env.cloud.providers();
+    assert!(
+        providers
+            .unavailable
+            .is_unavailable("c5.large", &zone, CapacityType::OnDemand)
+    );
+    let types = env.cloud.instance_types(&nodepool()).await.unwrap();
+    let c5 = types.iter().find(|t| t.name == "c5.large").unwrap();
+    let offering = c5
+        .offerings
+        .iter()
+        .find(|o| o.zone() == Some(zone.as_str()) && o.capacity_type() == Some("on-demand"))
+        .unwrap();
+    assert!(
+        !offering.available,
+        "the ICE'd offering is listed as unavailable"
+    );
+    assert!(
+        c5.offerings.iter().any(|o| o.available),
+        "other offerings of the type stay available"
+    );
+
+    // With the only compatible offerings out of capacity, the launch is insufficient capacity.
+    env.kwok
+        .set_capacity("m5.large", &zone, Ec2CapacityType::OnDemand, 0);
+    let only_large = nodeclaim(
+        "ice-2",
+        &json!([
+            {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            {"key": labels::ZONE, "operator": "In", "values": [zone]},
+            {"key": labels::INSTANCE_TYPE, "operator": "In", "values": ["c5.large", "m5.large"]},
+        ]),
+        &json!({}),
+    );
+    let error = env.cloud.create(&only_large).await.unwrap_err();
+    assert!(
+        matches!(error, CloudProviderError::InsufficientCapacity { .. }),
+        "{error:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retried_create_of_the_same_nodeclaim_returns_the_same_instance() {
+    let env = Env::new().await;
+    let claim = od_claim("retry", &env.zone(0));
+    let first = env.cloud.create(&claim).await.unwrap();
+    let second = env.cloud.create(&claim).await.unwrap();
+    assert_eq!(provider_id(&first), provider_id(&second));
+    assert_eq!(env.kwok.instances().len(), 1);
+    assert_eq!(env.kwok.faults().count("CreateFleet"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn spot_launches_pick_spot_and_tag_spot_requests() {
+    let env = Env::new().await;
+    let claim = nodeclaim(
+        "spot",
+        &json!([
+            {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["spot", "on-demand"]},
+            {"key": labels::INSTANCE_FAMILY, "operator": "In", "values": ["m5"]},
+        ]),
+        &json!({}),
+    );
+    let created = env.cloud.create(&claim).await.unwrap();
+    assert_eq!(label(&created, labels::CAPACITY_TYPE), "spot");
+    assert_eq!(env.kwok.instances()[0].capacity_type, Ec2CapacityType::Spot);
+    let (_, data) = env.launch_template(29);
+    assert_eq!(data.spot_request_tags["karpenter.sh/nodepool"], "default");
+}
+
+#[tokio::test(start_paused = true)]
+async fn delete_get_and_list_follow_the_instances() {
+    let env = Env::new().await;
+    let a = env
+        .cloud
+        .create(&od_claim("a", &env.zone(0)))
+        .await
+        .unwrap();
+    let b = env
+        .cloud
+        .create(&od_claim("b", &env.zone(1)))
+        .await
+        .unwrap();
+
+    let listed = env.cloud.list().await.unwrap();
+    let mut ids: Vec<String> = listed.iter().map(provider_id).collect();
+    ids.sort();
+    let mut expected = vec![provider_id(&a), provider_id(&b)];
+    expected.sort();
+    assert_eq!(ids, expected);
+    assert!(
+        listed
+            .iter()
+            .all(|c| label(c, labels::INSTANCE_TYPE) == "c5.large")
+    );
+    assert!(
+        listed
+            .iter()
+            .all(|c| label(c, labels::NODEPOOL) == "default")
+    );
+    assert!(
+        listed
+            .iter()
+            .all(|c| c.metadata.creation_timestamp.is_some())
+    );
+
+    let got = env.cloud.get(&provider_id(&a)).await.unwrap();
+    assert_eq!(label(&got, labels::ZONE), env.zone(0));
+    assert_eq!(label(&got, labels::ZONE_ID), env.kwok.subnets()[0].zone_id);
+    assert_eq!(
+        got.status.unwrap().capacity["memory"],
+        a.status.clone().unwrap().capacity["memory"]
+    );
+    // Any provider prefix names the same instance (v1.5 accepts kwok's).
+    let kwok_style = provider_id(&a).replacen("aws:", "kwok-aws:", 1);
+    assert!(env.cloud.get(&kwok_style).await.is_ok());
+
+    env.cloud.delete(&a).await.unwrap();
+    let id = provider_id(&a).rsplit('/').next().unwrap().to_owned();
+    let state = |env: &Env| {
+        env.kwok
+            .instances()
+            .into_iter()
+            .find(|i| i.id == id)
+            .unwrap()
+            .state
+    };
+    assert_eq!(state(&env), InstanceState::ShuttingDown);
+    let shutting_down = env.cloud.get(&provider_id(&a)).await.unwrap();
+    assert!(shutting_down.metadata.deletion_timestamp.is_some());
+    env.cloud.delete(&a).await.unwrap();
+    assert_eq!(env.kwok.faults().count("TerminateInstances"), 1);
+    tokio::time::advance(LAUNCH_LATENCY).await;
+    assert_eq!(state(&env), InstanceState::Terminated);
+    let gone = env.cloud.delete(&a).await.unwrap_err();
+    assert!(
+        matches!(gone, CloudProviderError::NodeClaimNotFound { .. }),
+        "{gone:?}"
+    );
+    assert!(matches!(
+        env.cloud.get(&provider_id(&a)).await,
+        Err(CloudProviderError::NodeClaimNotFound { .. })
+    ));
+    assert_eq!(env.cloud.list().await.unwrap().len(), 1);
+    assert!(matches!(
+        env.cloud.get("i-0123").await,
+        Err(CloudProviderError::InvalidProviderId { .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn drift_is_told_from_the_hash_the_ami_the_security_groups_and_the_subnet() {
+    let env = Env::new().await;
+    let created = env
+        .cloud
+        .create(&od_claim("drift", &env.zone(0)))
+        .await
+        .unwrap();
+    assert_eq!(env.cloud.is_drifted(&created).await.unwrap(), None);
+    let original = env.class();
+
+    let mut class = original.clone();
+    class
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(labels::EC2NODECLASS_HASH.into(), "2222".into());
+    env.view.put_ec2nodeclass(class);
+    assert_eq!(
+        env.cloud.is_drifted(&created).await.unwrap(),
+        Some(DriftReason::NodeClassDrift)
+    );
+    // A different hash version is not drift: the claim is re-stamped instead.
+    let mut class = env.class();
+    class
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(labels::EC2NODECLASS_HASH_VERSION.into(), "v5".into());
+    env.view.put_ec2nodeclass(class);
+    assert_eq!(env.cloud.is_drifted(&created).await.unwrap(), None);
+
+    let mut class = original.clone();
+    class.status.as_mut().unwrap().amis[0].id = "ami-0new".into();
+    env.view.put_ec2nodeclass(class);
+    assert_eq!(
+        env.cloud.is_drifted(&created).await.unwrap(),
+        Some(DriftReason::AmiDrift)
+    );
+
+    let mut class = original.clone();
+    class.status.as_mut().unwrap().security_groups[0].id = "sg-0new".into();
+    env.view.put_ec2nodeclass(class);
+    assert_eq!(
+        env.cloud.is_drifted(&created).await.unwrap(),
+        Some(DriftReason::SecurityGroupDrift)
+    );
+
+    let mut class = original.clone();
+    class.status.as_mut().unwrap().subnets.remove(0);
+    env.view.put_ec2nodeclass(class);
+    assert_eq!(
+        env.cloud.is_drifted(&created).await.unwrap(),
+        Some(DriftReason::SubnetDrift)
+    );
+
+    let mut class = original;
+    class.status.as_mut().unwrap().amis.clear();
+    env.view.put_ec2nodeclass(class);
+    assert!(matches!(
+        env.cloud.is_drifted(&created).await,
+        Err(CloudProviderError::NodeClassIncomplete { .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_class_not_ready_unknown_or_missing_stops_the_launch_with_karpenters_errors() {
+    let env = Env::new().await;
+    let claim = od_claim("blocked", &env.zone(0));
+    let mut class = env.class();
+    class.status.as_mut().unwrap().conditions = vec![ready(ConditionStatus::False)];
+    env.view.put_ec2nodeclass(class);
+    assert!(matches!(
+        env.cloud.create(&claim).await,
+        Err(CloudProviderError::NodeClassNotReady { .. })
+    ));
+    let mut class = env.class();
+    class.status.as_mut().unwrap().conditions.clear();
+    env.view.put_ec2nodeclass(class);
+    let error = env.cloud.create(&claim).await.unwrap_err();
+    let CloudProviderError::Create { reason, .. } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(reason, "NodeClassReadinessUnknown");
+    env.view.remove_ec2nodeclass("default");
+    assert!(matches!(
+        env.cloud.create(&claim).await,
+        Err(CloudProviderError::InsufficientCapacity { .. })
+    ));
+    assert!(
+        env.cloud
+            .instance_types(&nodepool())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(env.kwok.instances().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn launch_templates_expire_unused_are_recreated_and_go_with_their_class() {
+    let env = Env::new().await;
+    let zone = env.zone(0);
+    env.cloud.create(&od_claim("lt-1", &zone)).await.unwrap();
+    let (name, _) = env.launch_template(29);
+    let created_templates = env.kwok.faults().count("CreateLaunchTemplate");
+    assert!(created_templates >= 1);
+
+    // A second launch with the same configuration reuses the cached templates.
+    env.cloud.create(&od_claim("lt-2", &zone)).await.unwrap();
+    assert_eq!(
+        env.kwok.faults().count("CreateLaunchTemplate"),
+        created_templates
+    );
+
+    // Unused for its TTL: the janitor deletes it in EC2.
+    tokio::time::sleep(LAUNCH_TEMPLATE_TTL * 3).await;
+    assert!(env.kwok.launch_template_data(&name).is_none());
+    assert!(env.cloud.providers().launch_templates.cached().is_empty());
+
+    // Re-created on demand.
+    env.cloud.create(&od_claim("lt-3", &zone)).await.unwrap();
+    assert!(env.kwok.launch_template_data(&name).is_some());
+    assert_eq!(
+        env.kwok.faults().count("CreateLaunchTemplate"),
+        2 * created_templates
+    );
+
+    // Deleted behind the cache's back: the fleet fails once, the cache is dropped, and only the
+    // missing template is made again.
+    env.kwok
+        .delete_launch_template(&LaunchTemplateRef::Name(name.clone()))
+        .await
+        .unwrap();
+    env.cloud.create(&od_claim("lt-4", &zone)).await.unwrap();
+    assert_eq!(
+        env.kwok.faults().count("CreateLaunchTemplate"),
+        2 * created_templates + 1
+    );
+    assert_eq!(env.kwok.instances().len(), 4);
+
+    // The class goes: its templates go.
+    let deleted = env
+        .cloud
+        .providers()
+        .launch_templates
+        .delete_all("default")
+        .await
+        .unwrap();
+    assert_eq!(deleted, created_templates);
+    assert!(env.kwok.launch_template_data(&name).is_none());
+    assert!(env.cloud.providers().launch_templates.cached().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn launch_subnets_debit_addresses_in_flight_and_credit_back_the_unused_zones() {
+    let env = Env::new().await;
+    let claim = nodeclaim(
+        "ips",
+        &json!([
+            {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            {"key": labels::INSTANCE_TYPE, "operator": "In", "values": ["c5.large"]},
+        ]),
+        &json!({}),
+    );
+    let created = env.cloud.create(&claim).await.unwrap();
+    let launched_zone = label(&created, labels::ZONE).to_owned();
+    let subnets = &env.cloud.providers().subnets;
+    for subnet in env.kwok.subnets() {
+        let free = i64::from(subnet.available_ip_address_count);
+        let expected = if subnet.zone == launched_zone {
+            free - 29
+        } else {
+            free
+        };
+        assert_eq!(
+            subnets.inflight_ips(&subnet.id),
+            Some(expected),
+            "{}",
+            subnet.zone
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn validation_dry_runs_with_a_type_the_nodepools_could_launch() {
+    let env = Env::new().await;
+    let mut arm_pool = nodepool();
+    arm_pool.spec.template.spec.requirements = serde_json::from_value(json!([
+        {"key": labels::ARCH, "operator": "In", "values": ["arm64"]},
+        {"key": labels::INSTANCE_FAMILY, "operator": "In", "values": ["m7g"]},
+    ]))
+    .unwrap();
+    env.view.put_nodepool(arm_pool);
+    let chosen = env.cloud.validation_instance_types(&env.class()).unwrap();
+    assert!(chosen[0].starts_with("m7g."), "{chosen:?}");
+    assert!(chosen.iter().all(|n| n.starts_with("m7g.")));
+    env.view.remove_nodepool("default");
+    assert_eq!(
+        env.cloud.validation_instance_types(&env.class()).unwrap(),
+        ["m5.large", "m6g.large"]
+    );
+}
