@@ -1,6 +1,7 @@
 //! The aws-sdk adapters of `src/aws` against `moto_server` on loopback: parsing of the catalogue
-//! calls, the launch path, IAM instance profiles, SSM aliases, SQS and EventBridge, and
-//! injected faults with their structured error fields.
+//! calls, the launch path (and the AWS cloud provider launching through the adapters: launch
+//! templates, CreateFleet with an ICE fallback, list, delete), IAM instance profiles, SSM
+//! aliases, SQS and EventBridge, and injected faults with their structured error fields.
 //!
 //! Each test starts its own moto through `scripts/moto_launcher.py` from the project venv
 //! (`scripts/venv.sh`). Without the venv a test prints why and passes, unless
@@ -16,15 +17,23 @@
 )]
 
 mod moto;
+mod narrow;
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use karpenter::aws::RetryPolicy;
+use karpenter_actors::apis::labels;
+use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_actors::aws::cloud_provider::{AwsCloudProvider, AwsProviders};
 use karpenter_actors::aws::instance_types::{
-    LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
+    CapacityType, LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
 };
 use karpenter_actors::ports::aws_error::{AwsErrorClass, AwsService};
+use karpenter_actors::ports::clock::SystemClock;
+use karpenter_actors::ports::cloud_provider::CloudProvider;
+use karpenter_actors::ports::cluster_view::MemoryClusterView;
 use karpenter_actors::ports::ec2::{
     CreateFleetRequest, CreateLaunchTemplateRequest, DescribeInstancesRequest,
     DescribeLaunchTemplatesRequest, Ec2Api, Ec2CapacityType, Filter, FleetLaunchTemplateConfig,
@@ -318,6 +327,255 @@ async fn launch_templates_fleets_instances_and_tags_round_trip() {
     assert!(missing.request_id.is_some());
     assert_eq!(missing.category(), "not_found");
     assert!(missing.to_string().contains("i-0123456789abcdef0"));
+
+    cloud_provider_launches_through_the_adapters(&moto).await;
+}
+
+/// A class resolved over moto's default VPC, with a snapshot-backed data volume that uses
+/// every EBS field.
+async fn moto_nodeclass(moto: &Moto, snapshot: &str) -> EC2NodeClass {
+    let ec2 = moto.clients.ec2.as_ref();
+    let subnets = ec2
+        .describe_subnets(&[Filter::new("default-for-az", &["true"])])
+        .await
+        .unwrap();
+    let vpc = subnets[0].vpc_id.clone();
+    let group = ec2
+        .describe_security_groups(&[
+            Filter::new("group-name", &["default"]),
+            Filter::new("vpc-id", &[&vpc]),
+        ])
+        .await
+        .unwrap()
+        .remove(0);
+    moto.clients
+        .iam
+        .create_instance_profile("test-cluster_moto", "/", &Tags::new())
+        .await
+        .unwrap();
+    let mut class: EC2NodeClass = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": "moto"},
+        "spec": {
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test-cluster"}}],
+            "securityGroupSelectorTerms": [{"id": group.id}],
+            "amiSelectorTerms": [{"id": "ami-12c6146b"}],
+            "amiFamily": "AL2023",
+            "role": "KarpenterNodeRole",
+            "tags": {"team": "ml"},
+            "blockDeviceMappings": [
+                {"deviceName": "/dev/xvda", "rootVolume": true,
+                 "ebs": {"volumeSize": "30Gi", "volumeType": "gp3", "encrypted": true}},
+                {"deviceName": "/dev/xvdb",
+                 "ebs": {"snapshotID": snapshot, "volumeSize": "50Gi", "volumeType": "gp3",
+                         "iops": 4000, "throughput": 250, "kmsKeyID": "alias/karpenter",
+                         "encrypted": true, "deleteOnTermination": true,
+                         "volumeInitializationRate": 200}},
+            ],
+            "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 2},
+        },
+    }))
+    .unwrap();
+    class.status = serde_json::from_value(serde_json::json!({
+        "subnets": subnets.iter().map(|s| serde_json::json!({"id": s.id, "zone": s.zone, "zoneID": s.zone_id})).collect::<Vec<_>>(),
+        "securityGroups": [{"id": group.id, "name": group.name}],
+        "amis": [{"id": "ami-12c6146b", "requirements": [{"key": labels::ARCH, "operator": "In", "values": ["amd64"]}]}],
+        "instanceProfile": "test-cluster_moto",
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                        "lastTransitionTime": "2025-01-01T00:00:00Z"}],
+    }))
+    .unwrap();
+    class
+}
+
+/// The AWS cloud provider over the SDK adapters: a NodeClaim whose cheapest type is out of
+/// capacity launches as the next one, with a launch template EC2 stores as sent; then list,
+/// delete, and the class's templates deleted.
+async fn cloud_provider_launches_through_the_adapters(moto: &Moto) {
+    let raw = moto.raw_ec2().await;
+    let volume = raw
+        .create_volume()
+        .availability_zone("us-west-2a")
+        .size(50)
+        .send()
+        .await
+        .unwrap();
+    let snapshot = raw
+        .create_snapshot()
+        .volume_id(volume.volume_id().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .snapshot_id()
+        .unwrap()
+        .to_owned();
+    let class = moto_nodeclass(moto, &snapshot).await;
+    let zone = class.status.as_ref().unwrap().subnets[0].zone.clone();
+    let view = Arc::new(MemoryClusterView::new());
+    view.put_ec2nodeclass(class);
+    let pool: NodePool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "moto"},
+            "requirements": [],
+        }}},
+    }))
+    .unwrap();
+    view.put_nodepool(pool);
+    let mut settings =
+        karpenter_actors::kwok::cloud_provider::settings("us-west-2", "test-cluster");
+    settings.cluster.endpoint = "https://test-cluster.example.com".into();
+    let ec2: Arc<dyn Ec2Api> = Arc::new(narrow::NarrowCatalogue {
+        inner: moto.clients.ec2.clone(),
+        instance_types: vec!["c5.large".into(), "m5.large".into()],
+    });
+    let providers = AwsProviders::new(ec2, None, &settings).unwrap();
+    providers.refresh().await.unwrap();
+    let cloud = AwsCloudProvider::new(view, providers, Arc::new(SystemClock), &settings);
+
+    moto.set_faults(&["c5.large"], &[]).await;
+    let claim: NodeClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "moto-claim", "uid": "uid-moto-claim", "labels": {labels::NODEPOOL: "default"}},
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "moto"},
+            "requirements": [
+                {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+                {"key": labels::INSTANCE_TYPE, "operator": "In", "values": ["c5.large", "m5.large"]},
+                {"key": labels::ZONE, "operator": "In", "values": [zone]},
+            ],
+            "taints": [{"key": "example.com/dedicated", "value": "ml", "effect": "NoSchedule"}],
+        },
+    }))
+    .unwrap();
+    let created = cloud.create(&claim).await.unwrap();
+    moto.set_faults(&[], &[]).await;
+    let created_labels = created.metadata.labels.clone().unwrap();
+    assert_eq!(
+        created_labels[labels::INSTANCE_TYPE],
+        "m5.large",
+        "c5.large was out of capacity"
+    );
+    assert_eq!(created_labels[labels::ZONE], zone);
+    assert!(
+        cloud
+            .providers()
+            .unavailable
+            .is_unavailable("c5.large", &zone, CapacityType::OnDemand),
+        "the fleet error marked the offering"
+    );
+    let provider_id = created
+        .status
+        .as_ref()
+        .unwrap()
+        .provider_id
+        .clone()
+        .unwrap();
+    let instance_id = provider_id.rsplit('/').next().unwrap().to_owned();
+    let instance = moto
+        .clients
+        .ec2
+        .describe_instances(&DescribeInstancesRequest {
+            instance_ids: vec![instance_id.clone()],
+            filters: Vec::new(),
+        })
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(instance.instance_type, "m5.large");
+    assert_eq!(instance.tags["karpenter.k8s.aws/ec2nodeclass"], "moto");
+    assert_eq!(instance.tags["kubernetes.io/cluster/test-cluster"], "owned");
+    assert_eq!(instance.tags["team"], "ml");
+
+    // The launch template as EC2 keeps it.
+    let templates = cloud.providers().launch_templates.cached();
+    assert_eq!(templates.len(), 1, "{templates:?}");
+    let versions = raw
+        .describe_launch_template_versions()
+        .launch_template_name(&templates[0])
+        .versions("$Latest")
+        .send()
+        .await
+        .unwrap();
+    let data = versions.launch_template_versions()[0]
+        .launch_template_data()
+        .unwrap();
+    assert_eq!(data.image_id(), Some("ami-12c6146b"));
+    assert_eq!(
+        data.iam_instance_profile().and_then(|p| p.name()),
+        Some("test-cluster_moto")
+    );
+    let metadata = data.metadata_options().unwrap();
+    assert_eq!(metadata.http_put_response_hop_limit(), Some(2));
+    assert_eq!(
+        metadata
+            .http_tokens()
+            .map(aws_sdk_ec2::types::LaunchTemplateHttpTokensState::as_str),
+        Some("required")
+    );
+    let devices = data.block_device_mappings();
+    assert_eq!(devices.len(), 2);
+    let root = devices[0].ebs().unwrap();
+    assert_eq!(
+        (root.volume_size(), root.encrypted()),
+        (Some(30), Some(true))
+    );
+    let data_volume = devices[1].ebs().unwrap();
+    assert_eq!(devices[1].device_name(), Some("/dev/xvdb"));
+    assert_eq!(data_volume.snapshot_id(), Some(snapshot.as_str()));
+    assert_eq!(
+        (
+            data_volume.volume_size(),
+            data_volume.iops(),
+            data_volume.throughput()
+        ),
+        (Some(50), Some(4000), Some(250))
+    );
+    assert_eq!(data_volume.kms_key_id(), Some("alias/karpenter"));
+    assert_eq!(data_volume.delete_on_termination(), Some(true));
+    let user_data =
+        String::from_utf8(aws_smithy_types::base64::decode(data.user_data().unwrap()).unwrap())
+            .unwrap();
+    for expected in [
+        "karpenter.sh/nodepool=default",
+        "karpenter.sh/capacity-type=on-demand",
+        "key: example.com/dedicated",
+        "key: karpenter.sh/unregistered",
+        "cidr: 10.100.0.0/16",
+    ] {
+        assert!(
+            user_data.contains(expected),
+            "{expected} missing:\n{user_data}"
+        );
+    }
+
+    // Listed, deleted, and the class's templates removed.
+    let listed = cloud.list().await.unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref())
+                == Some(provider_id.as_str()))
+    );
+    cloud.delete(&created).await.unwrap();
+    let deleted = cloud
+        .providers()
+        .launch_templates
+        .delete_all("moto")
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let gone = moto
+        .clients
+        .ec2
+        .describe_launch_templates(&DescribeLaunchTemplatesRequest {
+            names: templates.clone(),
+            filters: Vec::new(),
+        })
+        .await
+        .unwrap_err();
+    assert!(gone.is_launch_template_not_found());
 }
 
 #[tokio::test]
