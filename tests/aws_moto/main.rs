@@ -534,6 +534,18 @@ async fn cloud_provider_launches_through_the_adapters(moto: &Moto) {
     );
     assert_eq!(data_volume.kms_key_id(), Some("alias/karpenter"));
     assert_eq!(data_volume.delete_on_termination(), Some(true));
+    assert_eq!(data_volume.volume_initialization_rate(), Some(200));
+    let interface_tags = data
+        .tag_specifications()
+        .iter()
+        .find(|t| t.resource_type() == Some(&aws_sdk_ec2::types::ResourceType::NetworkInterface))
+        .expect("network interfaces are tagged");
+    assert!(
+        interface_tags
+            .tags()
+            .iter()
+            .any(|t| t.key() == Some("karpenter.sh/nodepool") && t.value() == Some("default"))
+    );
     let user_data =
         String::from_utf8(aws_smithy_types::base64::decode(data.user_data().unwrap()).unwrap())
             .unwrap();
