@@ -22,6 +22,7 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use karpenter_actors::aws::cloud_provider::{AwsProviderSettings, AwsProviders};
 use karpenter_actors::ports::aws_error::{AwsError, AwsService};
 use karpenter_config::Settings;
 
@@ -146,5 +147,17 @@ impl AwsClients {
                 retry,
             )),
         }
+    }
+
+    /// The AWS providers over these adapters (the Pricing API unless `ISOLATED_VPC`); the
+    /// cloud provider is `AwsCloudProvider::new(view, providers, clock, settings)`. Must run on
+    /// the tokio runtime (the batchers and the launch-template janitor start here).
+    pub fn providers(
+        &self,
+        settings: &AwsProviderSettings,
+    ) -> Result<AwsProviders, karpenter_actors::aws::pricing::PricingError> {
+        let pricing: Option<Arc<dyn karpenter_actors::ports::pricing::PricingApi>> =
+            (!settings.isolated_vpc).then(|| Arc::clone(&self.pricing) as _);
+        AwsProviders::new(Arc::clone(&self.ec2) as _, pricing, settings)
     }
 }

@@ -731,3 +731,292 @@ impl LaunchTemplateProvider {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::apis::ec2nodeclass::{Ami, AmiRequirement, EC2NodeClassStatus, SecurityGroup};
+    use crate::domain::instance_type::Overhead;
+    use crate::domain::requirements::{Requirement, Requirements};
+    use crate::domain::resources::Resources;
+
+    fn it(name: &str, arch: &str, pods: i64, efa: i64) -> Arc<InstanceType> {
+        let mut capacity = Resources::core(2000, 8 << 30, pods);
+        capacity.set(labels::RESOURCE_EFA, efa);
+        Arc::new(InstanceType::new(
+            name,
+            Requirements::from_requirements([
+                Requirement::in_values(labels::INSTANCE_TYPE, &[name]),
+                Requirement::in_values(labels::ARCH, &[arch]),
+            ]),
+            Vec::new(),
+            capacity,
+            Overhead::default(),
+        ))
+    }
+
+    fn class(spec: &serde_json::Value) -> EC2NodeClass {
+        let mut spec_json = serde_json::json!({
+            "subnetSelectorTerms": [{"id": "subnet-1"}],
+            "securityGroupSelectorTerms": [{"id": "sg-1"}],
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "role": "node",
+        });
+        if let (Some(base), Some(extra)) = (spec_json.as_object_mut(), spec.as_object()) {
+            base.extend(extra.clone());
+        }
+        let mut class =
+            EC2NodeClass::new("default", serde_json::from_value(spec_json).expect("spec"));
+        let ami = |id: &str, arch: &str| Ami {
+            id: id.into(),
+            name: None,
+            deprecated: None,
+            requirements: vec![AmiRequirement {
+                key: labels::ARCH.into(),
+                operator: "In".into(),
+                values: vec![arch.into()],
+            }],
+        };
+        class.status = Some(EC2NodeClassStatus {
+            security_groups: vec![SecurityGroup {
+                id: "sg-1".into(),
+                name: None,
+            }],
+            amis: vec![ami("ami-x86", "amd64"), ami("ami-arm", "arm64")],
+            instance_profile: Some("profile".into()),
+            ..EC2NodeClassStatus::default()
+        });
+        class
+    }
+
+    fn claim(requests: &serde_json::Value) -> NodeClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": "c", "labels": {labels::NODEPOOL: "default"}},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [],
+                "resources": {"requests": requests},
+            },
+        }))
+        .expect("nodeclaim")
+    }
+
+    fn cluster() -> ClusterInfo {
+        ClusterInfo {
+            name: "test".into(),
+            endpoint: "https://test".into(),
+            ca_bundle: None,
+            dns_ips: vec!["10.100.0.10".parse().expect("ip")],
+            service_cidr: Some("10.100.0.0/16".into()),
+        }
+    }
+
+    fn resolve_for(
+        class: &EC2NodeClass,
+        claim: &NodeClaim,
+        types: &[Arc<InstanceType>],
+    ) -> Result<Vec<ResolvedLaunchTemplate>, LaunchTemplateError> {
+        resolve(
+            &LaunchInput {
+                nodeclass: class,
+                nodeclaim: claim,
+                instance_types: types,
+                capacity_type: CapacityType::OnDemand,
+                tags: &Tags::from([(labels::TAG_EC2NODECLASS.to_owned(), "default".to_owned())]),
+            },
+            &cluster(),
+        )
+    }
+
+    #[test]
+    fn instance_types_group_by_ami_and_max_pods_with_one_template_each() {
+        let types = [
+            it("m5.large", "amd64", 29, 0),
+            it("c5.large", "amd64", 29, 0),
+            it("m5.xlarge", "amd64", 58, 0),
+            it("m7g.large", "arm64", 29, 0),
+        ];
+        let resolved = resolve_for(
+            &class(&serde_json::json!({})),
+            &claim(&serde_json::json!({})),
+            &types,
+        )
+        .expect("resolves");
+        let groups: Vec<(&str, i64, Vec<&str>)> = resolved
+            .iter()
+            .map(|t| {
+                (
+                    t.image_id.as_str(),
+                    t.max_pods,
+                    t.instance_types.iter().map(|i| i.name.as_str()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                ("ami-x86", 29, vec!["m5.large", "c5.large"]),
+                ("ami-x86", 58, vec!["m5.xlarge"]),
+                ("ami-arm", 29, vec!["m7g.large"]),
+            ]
+        );
+        let names: BTreeSet<&str> = resolved.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names.len(), 3, "distinct configurations get distinct names");
+        // Resolving again names the same templates.
+        let again = resolve_for(
+            &class(&serde_json::json!({})),
+            &claim(&serde_json::json!({})),
+            &types,
+        )
+        .expect("resolves");
+        assert_eq!(again[0].name, resolved[0].name);
+        let data = &resolved[0].request.data;
+        assert_eq!(data.security_group_ids, ["sg-1"]);
+        assert!(data.network_interfaces.is_empty());
+        assert_eq!(
+            resolved[0].request.tags[labels::TAG_EC2NODECLASS],
+            "default"
+        );
+    }
+
+    #[test]
+    fn requested_efa_puts_one_efa_interface_per_card_and_the_groups_on_them() {
+        let types = [
+            it("p5.48xlarge", "amd64", 100, 2),
+            it("m5.large", "amd64", 100, 0),
+        ];
+        let resolved = resolve_for(
+            &class(&serde_json::json!({})),
+            &claim(&serde_json::json!({labels::RESOURCE_EFA: "1"})),
+            &types,
+        )
+        .expect("resolves");
+        assert_eq!(resolved.len(), 2, "EFA counts split the templates");
+        let efa = resolved
+            .iter()
+            .find(|t| t.efa_count == 2)
+            .expect("efa group");
+        let interfaces = &efa.request.data.network_interfaces;
+        assert_eq!(interfaces.len(), 2);
+        assert!(
+            interfaces
+                .iter()
+                .all(|i| i.efa && i.security_group_ids == ["sg-1"])
+        );
+        assert_eq!(
+            (interfaces[0].device_index, interfaces[1].device_index),
+            (0, 1)
+        );
+        assert!(efa.request.data.security_group_ids.is_empty());
+        // Without an EFA request, the same types share a template.
+        let plain = resolve_for(
+            &class(&serde_json::json!({})),
+            &claim(&serde_json::json!({})),
+            &types,
+        )
+        .expect("resolves");
+        assert_eq!(plain.len(), 1);
+    }
+
+    #[test]
+    fn block_devices_carry_every_ebs_field_and_bottlerocket_gets_its_two_volumes() {
+        let types = [it("m5.large", "amd64", 29, 0)];
+        let with_volumes = class(&serde_json::json!({
+            "associatePublicIPAddress": true,
+            "blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {
+                "volumeSize": "100G", "volumeType": "io2", "iops": 3000, "throughput": 125,
+                "encrypted": true, "kmsKeyID": "key", "deleteOnTermination": false,
+                "snapshotID": "snap-1", "volumeInitializationRate": 150}}],
+        }));
+        let resolved =
+            resolve_for(&with_volumes, &claim(&serde_json::json!({})), &types).expect("resolves");
+        let data = &resolved[0].request.data;
+        assert_eq!(
+            data.block_device_mappings,
+            [LaunchBlockDevice {
+                device_name: "/dev/xvda".into(),
+                // 100 GB is 93.1 GiB: rounded up.
+                volume_size_gib: Some(94),
+                volume_type: Some("io2".into()),
+                iops: Some(3000),
+                throughput: Some(125),
+                encrypted: Some(true),
+                kms_key_id: Some("key".into()),
+                delete_on_termination: Some(false),
+                snapshot_id: Some("snap-1".into()),
+                volume_initialization_rate: Some(150),
+            }]
+        );
+        assert_eq!(
+            data.network_interfaces.len(),
+            1,
+            "a public IP needs the interface"
+        );
+        assert_eq!(
+            data.network_interfaces[0].associate_public_ip_address,
+            Some(true)
+        );
+
+        let bottlerocket = class(&serde_json::json!({
+            "amiSelectorTerms": [{"alias": "bottlerocket@latest"}],
+        }));
+        let resolved =
+            resolve_for(&bottlerocket, &claim(&serde_json::json!({})), &types).expect("resolves");
+        let devices: Vec<(&str, Option<i32>)> = resolved[0]
+            .request
+            .data
+            .block_device_mappings
+            .iter()
+            .map(|d| (d.device_name.as_str(), d.volume_size_gib))
+            .collect();
+        assert_eq!(devices, [("/dev/xvda", Some(4)), ("/dev/xvdb", Some(20))]);
+    }
+
+    #[test]
+    fn unusable_classes_fail_with_the_field_or_the_missing_status() {
+        let types = [it("m5.large", "amd64", 29, 0)];
+        let mut no_groups = class(&serde_json::json!({}));
+        if let Some(status) = no_groups.status.as_mut() {
+            status.security_groups.clear();
+        }
+        assert!(matches!(
+            resolve_for(&no_groups, &claim(&serde_json::json!({})), &types),
+            Err(LaunchTemplateError::NoSecurityGroups { .. })
+        ));
+        let huge = class(&serde_json::json!({
+            "blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "20Gi", "iops": 99_999_999_999_i64}}],
+        }));
+        let error =
+            resolve_for(&huge, &claim(&serde_json::json!({})), &types).expect_err("refused");
+        assert_eq!(error.category(), "invalid_block_device");
+        assert!(
+            error
+                .to_string()
+                .contains("spec.blockDeviceMappings[0].ebs.iops"),
+            "{error}"
+        );
+        let bad_toml = class(&serde_json::json!({
+            "amiSelectorTerms": [{"alias": "bottlerocket@latest"}],
+            "userData": "[settings.kubernetes\nbroken",
+        }));
+        let error =
+            resolve_for(&bad_toml, &claim(&serde_json::json!({})), &types).expect_err("refused");
+        assert!(
+            matches!(error, LaunchTemplateError::UserData { .. }),
+            "{error:?}"
+        );
+        let s390 = [it("z.large", "s390x", 29, 0)];
+        assert!(matches!(
+            resolve_for(
+                &class(&serde_json::json!({})),
+                &claim(&serde_json::json!({})),
+                &s390
+            ),
+            Err(LaunchTemplateError::NoCompatibleAmi { .. })
+        ));
+    }
+}

@@ -21,6 +21,9 @@ mod drift;
 pub mod filter;
 mod hydrate;
 
+pub use create::{launch_tags, reason_message};
+pub use drift::static_drift;
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
