@@ -202,3 +202,94 @@ impl SubnetProvider {
         self.lock().inflight.get(subnet_id).copied()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::ec2nodeclass::{EC2NodeClassStatus, Subnet as StatusSubnet};
+    use crate::domain::instance_type::{Offering, Overhead};
+    use crate::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
+    use crate::ports::clock::SystemClock;
+
+    fn subnet(id: &str, zone: &str, free: u32) -> Subnet {
+        Subnet {
+            id: id.into(),
+            zone: zone.into(),
+            available_ip_address_count: free,
+            ..Subnet::default()
+        }
+    }
+
+    fn nodeclass(subnets: &[Subnet]) -> EC2NodeClass {
+        let spec = serde_json::from_value(serde_json::json!({
+            "subnetSelectorTerms": [{"id": "subnet-a"}],
+            "securityGroupSelectorTerms": [{"id": "sg-1"}],
+            "amiSelectorTerms": [{"id": "ami-1"}],
+            "amiFamily": "AL2023",
+            "role": "node",
+        }))
+        .expect("spec");
+        let mut class = EC2NodeClass::new("default", spec);
+        class.status = Some(EC2NodeClassStatus {
+            subnets: subnets
+                .iter()
+                .map(|s| StatusSubnet {
+                    id: s.id.clone(),
+                    zone: s.zone.clone(),
+                    zone_id: None,
+                })
+                .collect(),
+            ..EC2NodeClassStatus::default()
+        });
+        class
+    }
+
+    fn types() -> Vec<Arc<InstanceType>> {
+        [("small", 10), ("big", 50)]
+            .into_iter()
+            .map(|(name, pods)| {
+                Arc::new(InstanceType::new(
+                    name,
+                    Requirements::new(),
+                    vec![Offering::new("z1", "on-demand", 0.1)],
+                    crate::domain::resources::Resources::core(1000, 1 << 30, pods),
+                    Overhead::default(),
+                ))
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_subnet_with_most_free_addresses_wins_and_launches_in_flight_count() {
+        let ec2 = KwokEc2::new(
+            KwokEc2Config::new("us-west-2", "test"),
+            KwokEc2Deps {
+                clock: Arc::new(SystemClock),
+                events: None,
+            },
+        )
+        .expect("kwok");
+        let provider = SubnetProvider::new(Arc::new(ec2));
+        let subnets = [subnet("subnet-a", "z1", 100), subnet("subnet-b", "z1", 105)];
+        provider.record(&subnets);
+        let class = nodeclass(&subnets);
+        let chosen = provider
+            .zonal_subnets_for_launch(&class, &types(), CapacityType::OnDemand)
+            .await
+            .expect("chosen");
+        assert_eq!(chosen["z1"].id, "subnet-b");
+        // The launch takes at least the smallest type's 10 pods: b has 95 left, a still 100.
+        assert_eq!(provider.inflight_ips("subnet-b"), Some(95));
+        let next = provider
+            .zonal_subnets_for_launch(&class, &types(), CapacityType::OnDemand)
+            .await
+            .expect("chosen");
+        assert_eq!(next["z1"].id, "subnet-a");
+        // The fleet used neither: the addresses come back.
+        provider.update_inflight(&next, None, &types(), CapacityType::OnDemand);
+        assert_eq!(provider.inflight_ips("subnet-a"), Some(100));
+        // A fresh count replaces what was tracked.
+        provider.record(&[subnet("subnet-b", "z1", 80)]);
+        assert_eq!(provider.inflight_ips("subnet-b"), None);
+    }
+}
