@@ -442,6 +442,18 @@ async fn a_retried_create_of_the_same_nodeclaim_returns_the_same_instance() {
     assert_eq!(provider_id(&first), provider_id(&second));
     assert_eq!(env.kwok.instances().len(), 1);
     assert_eq!(env.kwok.faults().count("CreateFleet"), 1);
+    // Even with every offering gone meanwhile, the retry answers with the instance it has.
+    env.cloud
+        .providers()
+        .unavailable
+        .mark_capacity_type_unavailable(CapacityType::OnDemand);
+    let third = env.cloud.create(&claim).await.unwrap();
+    assert_eq!(provider_id(&third), provider_id(&first));
+    let other = od_claim("other", &env.zone(0));
+    assert!(matches!(
+        env.cloud.create(&other).await,
+        Err(CloudProviderError::InsufficientCapacity { .. })
+    ));
 }
 
 #[tokio::test(start_paused = true)]
@@ -659,7 +671,8 @@ async fn launch_templates_expire_unused_are_recreated_and_go_with_their_class() 
         created_templates
     );
 
-    // Unused for its TTL: the janitor deletes it in EC2.
+    // Unused for its TTL: the janitor deletes it in EC2. (The clock is paused: this sleep moves
+    // tokio's time and lets the janitor's timer fire, it does not wait.)
     tokio::time::sleep(LAUNCH_TEMPLATE_TTL * 3).await;
     assert!(env.kwok.launch_template_data(&name).is_none());
     assert!(env.cloud.providers().launch_templates.cached().is_empty());

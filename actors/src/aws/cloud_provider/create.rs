@@ -284,9 +284,15 @@ impl AwsCloudProvider {
             .uid
             .clone()
             .unwrap_or_else(|| name.clone());
-        // A retried create finds the instance this NodeClaim already launched.
+        // A retried create finds the instance this NodeClaim already launched (even when its
+        // offering has since become unavailable).
         let instance = if let Some(instance) = self.providers.instances.launched(&uid) {
             instance
+        } else if candidates.instance_types.is_empty() {
+            return Err(CloudProviderError::InsufficientCapacity {
+                nodeclaim: name,
+                message: "all requested instance types were unavailable during launch".to_owned(),
+            });
         } else {
             let capacity_type = capacity_type_for(&requirements, &candidates.instance_types);
             let launch = Launch {
@@ -374,12 +380,6 @@ impl AwsCloudProvider {
         })?;
         if !candidates.rejected.is_empty() {
             tracing::debug!(nodeclaim = %name, instance_types = ?candidates.rejected, "filtered out instance types from launch");
-        }
-        if candidates.instance_types.is_empty() {
-            return Err(CloudProviderError::InsufficientCapacity {
-                nodeclaim: name.to_owned(),
-                message: "all requested instance types were unavailable during launch".to_owned(),
-            });
         }
         Ok((requirements, all, candidates))
     }
