@@ -4,5 +4,6 @@ pub mod aws;
 pub mod daemon;
 pub mod domain;
 pub mod kwok;
+pub mod nodeclass;
 pub mod ports;
 pub mod runtime;
