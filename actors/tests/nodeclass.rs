@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use karpenter_actors::apis::conditions::{ConditionStatus, READY, ec2nodeclass as types};
@@ -25,9 +24,7 @@ use karpenter_actors::apis::labels::{
     EC2NODECLASS_HASH, EC2NODECLASS_HASH_VERSION, EC2NODECLASS_TERMINATION_FINALIZER,
     TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME,
 };
-use karpenter_actors::apis::{
-    EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
-};
+use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodeClaimStatus, NodePool};
 use karpenter_actors::aws::amis::AmiProvider;
 use karpenter_actors::aws::instance_profiles::{InstanceProfileProvider, profile_name};
 use karpenter_actors::aws::security_groups::SecurityGroupProvider;
@@ -51,7 +48,7 @@ use karpenter_actors::ports::cloud_provider::{
 };
 use karpenter_actors::ports::cluster::fake::ClusterCall;
 use karpenter_actors::ports::cluster::{
-    Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, FakeClusterApi,
+    ClusterApi, ClusterEvent, FakeClusterApi, MirroredClusterApi,
 };
 use karpenter_actors::ports::cluster_view::MemoryClusterView;
 use karpenter_actors::ports::ec2::{
@@ -67,120 +64,6 @@ const REGION: &str = "us-west-2";
 const TIMEOUT: Duration = Duration::from_secs(30);
 const X86_IMAGE: &str = "ami-00000000000000001";
 const ARM_IMAGE: &str = "ami-00000000000000002";
-
-/// A `ClusterApi` over the recording fake that mirrors every write into the store the actors
-/// read, as the watch would.
-#[derive(Debug)]
-struct MirroredCluster {
-    api: Arc<FakeClusterApi>,
-    view: Arc<MemoryClusterView>,
-}
-
-impl MirroredCluster {
-    fn sync_class(&self, name: &str) {
-        match self.api.ec2nodeclass(name) {
-            Some(class) => self.view.put_ec2nodeclass(class),
-            None => self.view.remove_ec2nodeclass(name),
-        }
-    }
-
-    fn sync_claim(&self, name: &str) {
-        match self.api.nodeclaim(name) {
-            Some(claim) => self.view.put_nodeclaim(claim),
-            None => self.view.remove_nodeclaim(name),
-        }
-    }
-}
-
-#[async_trait]
-impl ClusterApi for MirroredCluster {
-    async fn create_nodeclaim(&self, nodeclaim: &NodeClaim) -> Result<NodeClaim, ClusterError> {
-        let created = self.api.create_nodeclaim(nodeclaim).await?;
-        self.view.put_nodeclaim(created.clone());
-        Ok(created)
-    }
-    async fn delete_nodeclaim(&self, name: &str) -> Result<Deletion, ClusterError> {
-        let result = self.api.delete_nodeclaim(name).await;
-        self.sync_claim(name);
-        result
-    }
-    async fn update_nodeclaim(
-        &self,
-        name: &str,
-        change: Change<'_, NodeClaim>,
-    ) -> Result<NodeClaim, ClusterError> {
-        let result = self.api.update_nodeclaim(name, change).await;
-        self.sync_claim(name);
-        result
-    }
-    async fn update_nodeclaim_status(
-        &self,
-        name: &str,
-        change: Change<'_, NodeClaimStatus>,
-    ) -> Result<NodeClaim, ClusterError> {
-        let result = self.api.update_nodeclaim_status(name, change).await;
-        self.sync_claim(name);
-        result
-    }
-    async fn update_nodepool(
-        &self,
-        name: &str,
-        change: Change<'_, NodePool>,
-    ) -> Result<NodePool, ClusterError> {
-        self.api.update_nodepool(name, change).await
-    }
-    async fn update_nodepool_status(
-        &self,
-        name: &str,
-        change: Change<'_, NodePoolStatus>,
-    ) -> Result<NodePool, ClusterError> {
-        self.api.update_nodepool_status(name, change).await
-    }
-    async fn update_ec2nodeclass(
-        &self,
-        name: &str,
-        change: Change<'_, EC2NodeClass>,
-    ) -> Result<EC2NodeClass, ClusterError> {
-        let result = self.api.update_ec2nodeclass(name, change).await;
-        self.sync_class(name);
-        result
-    }
-    async fn update_ec2nodeclass_status(
-        &self,
-        name: &str,
-        change: Change<'_, EC2NodeClassStatus>,
-    ) -> Result<EC2NodeClass, ClusterError> {
-        let result = self.api.update_ec2nodeclass_status(name, change).await;
-        self.sync_class(name);
-        result
-    }
-    async fn update_node(
-        &self,
-        name: &str,
-        change: Change<'_, Node>,
-    ) -> Result<Node, ClusterError> {
-        self.api.update_node(name, change).await
-    }
-    async fn delete_node(&self, name: &str) -> Result<Deletion, ClusterError> {
-        self.api.delete_node(name).await
-    }
-    async fn evict_pod(&self, namespace: &str, name: &str) -> Result<Eviction, ClusterError> {
-        self.api.evict_pod(namespace, name).await
-    }
-    async fn delete_pod(
-        &self,
-        namespace: &str,
-        name: &str,
-        grace_period_seconds: Option<i64>,
-    ) -> Result<Deletion, ClusterError> {
-        self.api
-            .delete_pod(namespace, name, grace_period_seconds)
-            .await
-    }
-    async fn publish_event(&self, event: &ClusterEvent) -> Result<(), ClusterError> {
-        self.api.publish_event(event).await
-    }
-}
 
 fn cluster_info() -> ClusterInfo {
     ClusterInfo {
@@ -208,7 +91,7 @@ struct Env {
 struct Ports {
     api: Arc<FakeClusterApi>,
     view: Arc<MemoryClusterView>,
-    mirrored: Arc<MirroredCluster>,
+    mirrored: Arc<MirroredClusterApi>,
     clock: Arc<ManualClock>,
     ec2: Arc<KwokEc2>,
     iam: Arc<KwokIam>,
@@ -222,10 +105,7 @@ fn ports() -> Ports {
     let api = Arc::new(FakeClusterApi::new());
     api.set_now(clock.now());
     let view = Arc::new(MemoryClusterView::new());
-    let mirrored = Arc::new(MirroredCluster {
-        api: Arc::clone(&api),
-        view: Arc::clone(&view),
-    });
+    let mirrored = Arc::new(MirroredClusterApi::new(Arc::clone(&api), Arc::clone(&view)));
     let ec2 = Arc::new(
         KwokEc2::new(
             KwokEc2Config::new(REGION, CLUSTER),
