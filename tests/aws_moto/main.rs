@@ -16,6 +16,7 @@
 )]
 
 mod moto;
+mod nodeclass;
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
