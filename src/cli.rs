@@ -43,6 +43,11 @@ pub enum Command {
     /// Run the daemon against an embedded cluster; today `--serve ADDR` serves the Kubernetes
     /// API emulator on loopback and writes a kubeconfig for kubectl.
     Simulate(crate::commands::simulate::SimulateArgs),
+    /// Set up or check the SQS interruption queue and its EventBridge rules.
+    Interruption {
+        #[command(subcommand)]
+        command: crate::commands::interruption::InterruptionCommand,
+    },
 }
 
 #[cfg(test)]

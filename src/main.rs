@@ -20,6 +20,9 @@ fn main() -> ExitCode {
             commands::settings::run(&settings, for_run, &mut stdout, &mut stderr)
         }
         Command::Simulate(args) => commands::simulate::run(&args, &mut stdout, &mut stderr),
+        Command::Interruption { command } => {
+            commands::interruption::run(&command, &mut stdout, &mut stderr)
+        }
     };
     // A closed pipe (`karpenter crds | head`) is not an error worth reporting.
     let _ = stdout.flush();

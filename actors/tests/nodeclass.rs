@@ -29,6 +29,7 @@ use karpenter_actors::aws::amis::AmiProvider;
 use karpenter_actors::aws::instance_profiles::{InstanceProfileProvider, profile_name};
 use karpenter_actors::aws::security_groups::SecurityGroupProvider;
 use karpenter_actors::aws::subnets::SubnetProvider;
+use karpenter_actors::aws::unavailable::UnavailableOfferings;
 use karpenter_actors::daemon::{AwsPorts, Cause, ClusterChange, Daemon, Deps, Reconcile};
 use karpenter_actors::domain::nodeclass_hash::HASH_VERSION;
 use karpenter_actors::domain::userdata::ClusterInfo;
@@ -862,6 +863,7 @@ async fn the_daemon_routes_class_changes_and_nodeclaim_deletions_to_the_class_ac
             ssm: p.ssm.clone(),
             pricing: Arc::new(KwokPricing::default()),
         },
+        unavailable: Arc::new(UnavailableOfferings::default()),
         cluster_info: cluster_info(),
         region: REGION.into(),
         kubernetes_version: KubernetesVersion::default(),
@@ -869,7 +871,7 @@ async fn the_daemon_routes_class_changes_and_nodeclaim_deletions_to_the_class_ac
     let mut metrics = Registry::default();
     let kit = ActorKit::new(&mut metrics, KitOptions::default());
     let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
-    let daemon = Daemon::start((*root).clone(), deps).unwrap();
+    let daemon = Daemon::start((*root).clone(), deps, &mut metrics).unwrap();
 
     let class = class_from("default", serde_json::json!({}));
     p.api.seed_ec2nodeclass(class.clone());

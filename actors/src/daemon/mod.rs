@@ -23,10 +23,14 @@ mod change;
 use std::sync::Arc;
 
 use karpenter_config::Settings;
+use prometheus_client::registry::Registry;
 
 pub use change::{Cause, ClusterChange, Reconcile, WatchedKind};
 
+use crate::aws::unavailable::UnavailableOfferings;
 use crate::domain::userdata::ClusterInfo;
+use crate::interruption::{InterruptionActor, InterruptionDeps, InterruptionMetrics};
+use crate::metrics::SharedMetrics;
 use crate::nodeclass::{KubernetesVersion, NodeClassActor, NodeClassDeps};
 use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::CloudProvider;
@@ -38,7 +42,7 @@ use crate::ports::iam::IamApi;
 use crate::ports::pricing::PricingApi;
 use crate::ports::sqs::SqsApi;
 use crate::ports::ssm::SsmApi;
-use crate::runtime::{Family, GroupRef, GroupSpec, SpawnError};
+use crate::runtime::{ActorRef, Family, GroupRef, GroupSpec, SpawnError};
 
 /// The narrow AWS ports, for the providers and actors that call AWS directly.
 #[derive(Debug, Clone)]
@@ -64,6 +68,9 @@ pub struct Deps {
     /// Launch, terminate, list instances; instance types; drift.
     pub cloud: Arc<dyn CloudProvider>,
     pub aws: AwsPorts,
+    /// The ICE cache: written by launches and spot interruptions, read by instance types. The
+    /// cloud provider must be built over this same instance.
+    pub unavailable: Arc<UnavailableOfferings>,
     /// Cluster name (`CLUSTER_NAME`), API endpoint and CA (`CLUSTER_ENDPOINT`,
     /// `CLUSTER_CA_BUNDLE` or `DescribeCluster`), DNS (`kube-dns` Service) and service CIDR:
     /// tags, instance-profile names and user data.
@@ -79,12 +86,35 @@ pub struct Deps {
 pub struct Daemon {
     root: GroupRef,
     deps: Deps,
+    metrics: SharedMetrics,
+    /// The interruption actor, when `INTERRUPTION_QUEUE` is set.
+    interruption: Option<ActorRef<InterruptionActor>>,
     nodeclasses: Family<NodeClassActor>,
 }
 
 impl Daemon {
-    /// Starts every actor under `root`.
-    pub fn start(root: GroupRef, deps: Deps) -> Result<Self, SpawnError> {
+    /// Starts every actor under `root`, registering their metrics in `registry`.
+    pub fn start(root: GroupRef, deps: Deps, registry: &mut Registry) -> Result<Self, SpawnError> {
+        let metrics = SharedMetrics::register(registry);
+        let interruption = match &deps.settings.interruption_queue {
+            Some(queue) => Some(root.spawn::<InterruptionActor>(
+                "interruption",
+                InterruptionDeps {
+                    sqs: Arc::clone(&deps.aws.sqs),
+                    cluster: Arc::clone(&deps.cluster),
+                    view: Arc::clone(&deps.view),
+                    unavailable: Arc::clone(&deps.unavailable),
+                    clock: Arc::clone(&deps.clock),
+                    queue: queue.clone(),
+                    rebalance_replace: deps.settings.interruption_rebalance_replace,
+                    metrics: InterruptionMetrics::register(
+                        registry,
+                        metrics.nodeclaims_disrupted.clone(),
+                    ),
+                },
+            )?),
+            None => None,
+        };
         let nodeclasses = root.family::<NodeClassActor>(
             GroupSpec::one_for_one("nodeclasses"),
             NodeClassDeps::from_daemon(&deps),
@@ -92,8 +122,22 @@ impl Daemon {
         Ok(Self {
             root,
             deps,
+            metrics,
+            interruption,
             nodeclasses,
         })
+    }
+
+    /// Metrics several actors write.
+    #[must_use]
+    pub fn metrics(&self) -> &SharedMetrics {
+        &self.metrics
+    }
+
+    /// The interruption actor, when one runs.
+    #[must_use]
+    pub fn interruption(&self) -> Option<&ActorRef<InterruptionActor>> {
+        self.interruption.as_ref()
     }
 
     /// Routes one cluster change to the actors that own it. Never blocks: events go to
