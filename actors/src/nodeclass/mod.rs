@@ -390,10 +390,12 @@ impl NodeClassActor {
                     Next::After(delay) => self.schedule(ctx, delay),
                     Next::Idle => self.timer_token += 1,
                 }
-                ctx.set_state(if class.metadata.deletion_timestamp.is_some() {
-                    "finalizing"
-                } else {
-                    "ready"
+                ctx.set_state(match next {
+                    Next::After(_) if class.metadata.deletion_timestamp.is_some() => {
+                        "waiting-for-nodeclaims"
+                    }
+                    Next::After(_) => "reconciled",
+                    Next::Idle => "idle",
                 });
                 Ok(())
             }

@@ -380,7 +380,11 @@ fn launch_data(input: &DryRunInput<'_>) -> LaunchTemplateData {
     };
     LaunchTemplateData {
         image_id: Some(input.image_id.to_owned()),
-        user_data: input.user_data.map(UserData::to_base64),
+        // Custom classes without user data render nothing; EC2 gets no user data then.
+        user_data: input
+            .user_data
+            .filter(|u| !u.as_str().is_empty())
+            .map(UserData::to_base64),
         instance_profile_name: input.status.instance_profile.clone(),
         security_group_ids: input
             .status
