@@ -7,7 +7,10 @@ Prints "READY <port>" once serving, and exits when its standard input closes (th
 that started it went away). On top of moto it:
 
 * seeds the public SSM parameters moto lacks (EKS AL2/AL2023, Bottlerocket and Windows AMI
-  aliases) and seeds them again after every POST /moto-api/reset;
+  aliases) and seeds them again after every POST /moto-api/reset; before the first
+  DescribeImages (after start or reset) it also adds an EC2 image for each parameter's value,
+  named after the parameter path, with the path's architecture (lazily: building moto's EC2
+  backend costs a second that tests without images should not pay);
 * injects faults, set with POST /_launcher/faults and a JSON body:
     {"ice_instance_types": ["p5.48xlarge"],        # CreateFleet/RunInstances: no capacity
      "fail": [{"action": "DescribeInstances",      # the next `count` matching calls fail
@@ -25,6 +28,8 @@ import sys
 import threading
 
 from moto.ec2.exceptions import EC2ClientError
+from moto.ec2.models import ec2_backends
+from moto.ec2.models.amis import Ami
 from moto.ec2.models.fleets import FleetsBackend
 from moto.ec2.models.instances import InstanceBackend
 from moto.ec2.responses.fleets import Fleets as FleetsResponse
@@ -39,6 +44,8 @@ KUBERNETES_VERSIONS = ["1.30", "1.31", "1.32", "1.33"]
 
 LOCK = threading.Lock()
 FAULTS = {"ice": set(), "fail": []}
+IMAGES = {"seeded": False}  # whether the alias images exist since the last start or reset
+IMAGES_LOCK = threading.Lock()  # held while seeding, so no DescribeImages overtakes it
 
 
 def alias_parameters():
@@ -60,6 +67,9 @@ def alias_parameters():
 ALIASES = alias_parameters()
 
 
+ALIAS_IMAGES_CREATED = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
+
+
 def seed(region):
     backend = ssm_backends[ACCOUNT][region]
     for name, value in ALIASES.items():
@@ -67,6 +77,21 @@ def seed(region):
             account_id=ACCOUNT, name=name, value=value, parameter_type="String", description=None,
             allowed_pattern=None, keyid=None, last_modified_date=datetime.datetime.now(),
             version=1, data_type="aws:ec2:image")]
+    with IMAGES_LOCK:
+        IMAGES["seeded"] = False
+
+
+def seed_images(region):
+    """The images the aliases name, so DescribeImages finds them: owned by the account
+    ("self"), named after the parameter path."""
+    ec2 = ec2_backends[ACCOUNT][region]
+    for name, image_id in ALIASES.items():
+        if image_id not in ec2.amis:
+            ec2.amis[image_id] = Ami(
+                ec2, image_id, name=name.strip("/").replace("/", "-")[:128],
+                architecture="arm64" if "arm64" in name else "x86_64",
+                virtualization_type="hvm", creation_date=ALIAS_IMAGES_CREATED,
+                region_name=f"{region}a")
 
 
 # ---- capacity faults ----------------------------------------------------------------------------
@@ -193,6 +218,11 @@ class Launcher:
             seed(self.region)
             return result
         action = action_of(environ, body)
+        if action == "DescribeImages":
+            with IMAGES_LOCK:
+                if not IMAGES["seeded"]:
+                    seed_images(self.region)
+                    IMAGES["seeded"] = True
         with LOCK:
             for rule in FAULTS["fail"]:
                 if rule["action"] == action and rule["served"] < rule.get("count", 1) and \

@@ -6,5 +6,6 @@ pub mod domain;
 pub mod interruption;
 pub mod kwok;
 pub mod metrics;
+pub mod nodeclass;
 pub mod ports;
 pub mod runtime;

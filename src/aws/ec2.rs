@@ -399,6 +399,78 @@ fn launch_template_data(data: &LaunchTemplateData) -> t::RequestLaunchTemplateDa
     builder.build()
 }
 
+/// A `RunInstances` call carrying a launch specification inline (the `NodeClass` validation
+/// dry run): the template's fields, with the request's tags on the instance and its volumes.
+fn inline_launch_data(
+    call: ec2::operation::run_instances::builders::RunInstancesFluentBuilder,
+    data: &LaunchTemplateData,
+    tags: &Tags,
+) -> ec2::operation::run_instances::builders::RunInstancesFluentBuilder {
+    let mappings: Vec<t::BlockDeviceMapping> = data
+        .block_device_mappings
+        .iter()
+        .map(|m| {
+            t::BlockDeviceMapping::builder()
+                .device_name(&m.device_name)
+                .ebs(
+                    t::EbsBlockDevice::builder()
+                        .set_volume_size(m.volume_size_gib)
+                        .set_volume_type(m.volume_type.as_deref().map(t::VolumeType::from))
+                        .set_iops(m.iops)
+                        .set_throughput(m.throughput)
+                        .set_encrypted(m.encrypted)
+                        .set_kms_key_id(m.kms_key_id.clone())
+                        .set_delete_on_termination(m.delete_on_termination)
+                        .set_snapshot_id(m.snapshot_id.clone())
+                        .set_volume_initialization_rate(m.volume_initialization_rate)
+                        .build(),
+                )
+                .build()
+        })
+        .collect();
+    let mut call = call
+        .set_image_id(data.image_id.clone())
+        .set_user_data(data.user_data.clone())
+        .set_security_group_ids(
+            (!data.security_group_ids.is_empty()).then(|| data.security_group_ids.clone()),
+        )
+        .set_block_device_mappings((!mappings.is_empty()).then_some(mappings))
+        .monitoring(
+            t::RunInstancesMonitoringEnabled::builder()
+                .enabled(data.detailed_monitoring)
+                .build(),
+        );
+    if let Some(profile) = &data.instance_profile_name {
+        call = call.iam_instance_profile(
+            t::IamInstanceProfileSpecification::builder()
+                .name(profile)
+                .build(),
+        );
+    }
+    if let Some(metadata) = &data.metadata_options {
+        call = call.metadata_options(
+            t::InstanceMetadataOptionsRequest::builder()
+                .http_endpoint(t::InstanceMetadataEndpointState::from(
+                    metadata.http_endpoint.as_str(),
+                ))
+                .http_tokens(t::HttpTokensState::from(metadata.http_tokens.as_str()))
+                .http_put_response_hop_limit(metadata.http_put_response_hop_limit)
+                .http_protocol_ipv6(t::InstanceMetadataProtocolState::from(
+                    metadata.http_protocol_ipv6.as_str(),
+                ))
+                .build(),
+        );
+    }
+    let mut all_tags = data.instance_tags.clone();
+    all_tags.extend(tags.clone());
+    if !all_tags.is_empty() {
+        call = call
+            .tag_specifications(tag_spec(t::ResourceType::Instance, &all_tags))
+            .tag_specifications(tag_spec(t::ResourceType::Volume, &all_tags));
+    }
+    call
+}
+
 fn fleet_response(out: &ec2::operation::create_fleet::CreateFleetOutput) -> CreateFleetResponse {
     let overrides_of = |lt: Option<&t::LaunchTemplateAndOverridesResponse>| {
         lt.and_then(t::LaunchTemplateAndOverridesResponse::overrides)
@@ -627,6 +699,7 @@ impl Ec2Api for Ec2Adapter {
                     )
                     .set_owners((!request.owners.is_empty()).then(|| request.owners.clone()))
                     .set_filters(filters(&request.filters))
+                    .set_include_deprecated(request.include_deprecated.then_some(true))
                     .into_paginator()
                     .items()
                     .send()
@@ -813,19 +886,23 @@ impl Ec2Api for Ec2Adapter {
     ) -> Result<Vec<Instance>, AwsError> {
         let out = self
             .call("RunInstances", |c| {
-                c.run_instances()
-                    .launch_template(
-                        t::LaunchTemplateSpecification::builder()
-                            .launch_template_name(&request.launch_template_name)
-                            .build(),
-                    )
-                    .instance_type(t::InstanceType::from(request.instance_type.as_str()))
+                let call = c.run_instances();
+                let call = match &request.launch_data {
+                    Some(data) => inline_launch_data(call, data, &request.tags),
+                    None => call
+                        .launch_template(
+                            t::LaunchTemplateSpecification::builder()
+                                .launch_template_name(&request.launch_template_name)
+                                .build(),
+                        )
+                        .set_tag_specifications(
+                            (!request.tags.is_empty())
+                                .then(|| vec![tag_spec(t::ResourceType::Instance, &request.tags)]),
+                        ),
+                };
+                call.instance_type(t::InstanceType::from(request.instance_type.as_str()))
                     .set_subnet_id(request.subnet_id.clone())
                     .set_image_id(request.image_id.clone())
-                    .set_tag_specifications(
-                        (!request.tags.is_empty())
-                            .then(|| vec![tag_spec(t::ResourceType::Instance, &request.tags)]),
-                    )
                     .min_count(1)
                     .max_count(1)
                     .dry_run(request.dry_run)

@@ -18,6 +18,7 @@
 
 mod moto;
 mod narrow;
+mod nodeclass;
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;

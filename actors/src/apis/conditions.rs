@@ -148,4 +148,10 @@ pub mod ec2nodeclass {
     pub const REASON_DEPENDENCIES_NOT_READY: &str = "DependenciesNotReady";
     pub const REASON_TAG_VALIDATION_FAILED: &str = "TagValidationFailed";
     pub const REASON_NODE_CLASS_NOT_READY: &str = "NodeClassNotReady";
+    /// Not Karpenter's: the class's user data (or kubelet settings) cannot be rendered, which
+    /// Karpenter only finds out when a launch fails.
+    pub const REASON_USER_DATA_VALIDATION_FAILED: &str = "UserDataValidationFailed";
+    /// Not Karpenter's (which leaves the condition as it was and retries): IAM refused to
+    /// create the instance profile or to put the role in it.
+    pub const REASON_INSTANCE_PROFILE_CREATION_FAILED: &str = "InstanceProfileCreationFailed";
 }

@@ -79,8 +79,10 @@ pub const NODEPOOL_HASH_VERSION_VALUE: &str = "v3";
 pub const NODECLAIM_TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
 pub const EC2NODECLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
 pub const EC2NODECLASS_HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
-/// Current `EC2NodeClass` hash version.
-pub const EC2NODECLASS_HASH_VERSION_VALUE: &str = "v4";
+/// Current `EC2NodeClass` hash version. Not Karpenter's `v4`: our hash encoding differs from
+/// Go's `hashstructure`, so a class stamped by Karpenter must look like an older version, which
+/// re-stamps its NodeClaims instead of drifting them (`crate::domain::nodeclass_hash`).
+pub const EC2NODECLASS_HASH_VERSION_VALUE: &str = "v4-rs1";
 pub const TAGGED: &str = "karpenter.k8s.aws/tagged";
 pub const CLUSTER_NAME_TAGGED: &str = "compatibility.karpenter.k8s.aws/cluster-name-tagged";
 /// A `NodePool` carrying this annotation was converted from v1beta1 and may not be served.

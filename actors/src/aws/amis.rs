@@ -1,210 +1,438 @@
-//! Which of an `EC2NodeClass`'s resolved AMIs (`status.amis`) each instance type launches with
-//! (Karpenter's `MapToInstanceTypes`): the first AMI, in status order, whose requirements
-//! (architecture, GPU or accelerator variant, OS) the instance type is compatible with.
+//! The AMI provider (reference 1.3 `amiSelectorTerms`, 4.2 `amifamily` and `ssm`): the images
+//! an `EC2NodeClass` selects, with the instance requirements each serves, which become
+//! `status.amis`.
 //!
-//! Used by the launch templates (one template per AMI group), AMI drift (the instance's image
-//! must be the one its type maps to) and the `NodeClass` validation's choice of instance type.
+//! Data flow for [`AmiProvider::list`]:
+//!
+//! - an **alias** (`al2023@latest`) names the public SSM parameters of its family for the
+//!   cluster's Kubernetes version ([`crate::domain::amifamily::alias_parameters`]); each is read
+//!   with `GetParameter` through [`SsmParameters`] (cached 24 h), missing ones are skipped (a
+//!   variant not built for that version), and the image ids found become one `DescribeImages`
+//!   query that knows which variant (standard, nvidia, neuron) each image is;
+//! - other terms become queries by id (all ids in one), by name (owners default to `self` and
+//!   `amazon`), by owner, by tags, or by a **custom SSM parameter** (cached 5 minutes) holding
+//!   an image id;
+//! - every query asks for available images, deprecated ones included, and its answer is cached
+//!   for a minute; [`crate::domain::amifamily::select_amis`] then keeps the newest
+//!   non-deprecated image per architecture and variant.
+//!
+//! A `latest` alias parameter whose image has become deprecated is evicted at once, so the next
+//! reconcile reads the parameter again (Karpenter's SSM invalidation controller does this every
+//! 30 minutes).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::NodeSelectorRequirement;
+use k8s_openapi::jiff::Timestamp;
 
-use crate::apis::ec2nodeclass::Ami;
-use crate::domain::amifamily::Variant;
-use crate::domain::instance_type::InstanceType;
-use crate::domain::requirements::{AllowUndefined, RequirementError, Requirements};
+use super::selector::tag_filters;
+use super::ttl_cache::TtlCache;
+use crate::apis::ec2nodeclass::{Ami, AmiSelectorTerm};
+use crate::domain::amifamily::{
+    Alias, AliasError, AliasParameter, ImageCandidate, QueryImages, known_requirements, select_amis,
+};
+use crate::ports::aws_error::AwsError;
+use crate::ports::ec2::{DescribeImagesRequest, Ec2Api, Filter, Image};
+use crate::ports::ssm::SsmApi;
 
-/// An AMI whose status requirements cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("status.amis[{index}] ({ami}): {source}")]
-pub struct AmiRequirementsError {
-    pub index: usize,
-    pub ami: String,
-    pub source: RequirementError,
+/// How long a public (EKS, Bottlerocket, Windows) SSM parameter is trusted (Karpenter: 24 h).
+pub const SSM_PUBLIC_PARAMETER_TTL: Duration = Duration::from_hours(24);
+/// How long a custom `ssmParameter` term's value is trusted (Karpenter: 5 minutes), since
+/// users update their own parameters to roll AMIs.
+pub const SSM_CUSTOM_PARAMETER_TTL: Duration = Duration::from_mins(5);
+/// How long a `DescribeImages` answer is reused (Karpenter's AMI query cache TTL).
+pub const IMAGE_QUERY_CACHE_TTL: Duration = Duration::from_mins(1);
+/// Owners a `name` term searches when it names none: the account itself and Amazon, so a
+/// public image from a stranger with a matching name is never picked up by accident.
+pub const DEFAULT_NAME_OWNERS: [&str; 2] = ["self", "amazon"];
+/// The prefix every image id has; a custom parameter holding anything else is ignored.
+const IMAGE_ID_PREFIX: &str = "ami-";
+
+/// Whose parameter it is, which decides how long its value is trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParameterKind {
+    /// AWS's public alias parameters.
+    Public,
+    /// A parameter the user named in `ssmParameter`.
+    Custom,
 }
 
-impl AmiRequirementsError {
+impl ParameterKind {
+    fn ttl(self) -> Duration {
+        match self {
+            Self::Public => SSM_PUBLIC_PARAMETER_TTL,
+            Self::Custom => SSM_CUSTOM_PARAMETER_TTL,
+        }
+    }
+}
+
+/// SSM parameter values, cached per name.
+#[derive(Debug)]
+pub struct SsmParameters {
+    ssm: Arc<dyn SsmApi>,
+    cache: TtlCache<String, String>,
+}
+
+impl SsmParameters {
+    #[must_use]
+    pub fn new(ssm: Arc<dyn SsmApi>) -> Self {
+        Self {
+            ssm,
+            cache: TtlCache::new(SSM_PUBLIC_PARAMETER_TTL),
+        }
+    }
+
+    /// The parameter's value; `None` when it does not exist.
+    pub async fn get(&self, name: &str, kind: ParameterKind) -> Result<Option<String>, AwsError> {
+        if let Some(value) = self.cache.get(&name.to_owned()) {
+            return Ok(Some(value));
+        }
+        match self.ssm.get_parameter(name).await {
+            Ok(parameter) => {
+                tracing::debug!(parameter = name, value = %parameter.value, "discovered ssm parameter");
+                self.cache
+                    .insert_for(name.to_owned(), parameter.value.clone(), kind.ttl());
+                Ok(Some(parameter.value))
+            }
+            Err(error) if error.is_not_found() => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Forgets a value, so the next read asks SSM.
+    pub fn evict(&self, name: &str) {
+        self.cache.remove(&name.to_owned());
+    }
+}
+
+/// Why the AMIs of a class could not be listed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AmiError {
+    /// None of the alias's SSM parameters exist for this Kubernetes version.
+    #[error(
+        "failed to discover any AMIs for alias {alias}: none of its SSM parameters exist for Kubernetes {kubernetes_version}"
+    )]
+    AliasNotFound {
+        alias: String,
+        kubernetes_version: String,
+    },
+    #[error(transparent)]
+    InvalidAlias(#[from] AliasError),
+    #[error("reading ssm parameter {parameter}")]
+    Ssm {
+        parameter: String,
+        #[source]
+        source: AwsError,
+    },
+    #[error("describing images")]
+    DescribeImages {
+        #[source]
+        source: AwsError,
+    },
+}
+
+impl AmiError {
+    /// A bounded label for metrics and events.
     #[must_use]
     pub fn category(&self) -> &'static str {
-        "invalid_ami_requirements"
-    }
-}
-
-/// The requirements of one resolved AMI.
-pub fn ami_requirements(ami: &Ami) -> Result<Requirements, RequirementError> {
-    let selectors: Vec<NodeSelectorRequirement> = ami
-        .requirements
-        .iter()
-        .map(|r| NodeSelectorRequirement {
-            key: r.key.clone(),
-            operator: r.operator.clone(),
-            values: Some(r.values.clone()),
-        })
-        .collect();
-    Requirements::from_node_selector_requirements(&selectors)
-}
-
-/// The AMIs with their requirements, in status order.
-pub fn parsed_amis(amis: &[Ami]) -> Result<Vec<(&Ami, Requirements)>, AmiRequirementsError> {
-    amis.iter()
-        .enumerate()
-        .map(|(index, ami)| {
-            ami_requirements(ami)
-                .map(|requirements| (ami, requirements))
-                .map_err(|source| AmiRequirementsError {
-                    index,
-                    ami: ami.id.clone(),
-                    source,
-                })
-        })
-        .collect()
-}
-
-/// AMI ids with the instance types that launch with them.
-pub type AmiGroups = Vec<(String, Vec<Arc<InstanceType>>)>;
-
-/// Each AMI (in status order) with the instance types that launch with it (in their order);
-/// AMIs no type maps to are left out, and so are types no AMI serves.
-pub fn map_to_instance_types(
-    instance_types: &[Arc<InstanceType>],
-    amis: &[Ami],
-) -> Result<AmiGroups, AmiRequirementsError> {
-    let parsed = parsed_amis(amis)?;
-    let mut groups: AmiGroups = parsed
-        .iter()
-        .map(|(a, _)| (a.id.clone(), Vec::new()))
-        .collect();
-    for it in instance_types {
-        if let Some(index) = parsed.iter().position(|(_, requirements)| {
-            it.requirements
-                .is_compatible(requirements, AllowUndefined::None)
-        }) {
-            groups[index].1.push(Arc::clone(it));
+        match self {
+            Self::AliasNotFound { .. } => "ami_not_found",
+            Self::InvalidAlias(error) => error.category(),
+            Self::Ssm { source, .. } | Self::DescribeImages { source } => source.category(),
         }
     }
-    // Two status entries may name the same image (one per variant): merge them.
-    let mut merged: AmiGroups = Vec::new();
-    for (id, types) in groups.into_iter().filter(|(_, t)| !t.is_empty()) {
-        match merged.iter_mut().find(|(existing, _)| *existing == id) {
-            Some((_, existing)) => existing.extend(types),
-            None => merged.push((id, types)),
-        }
+
+    /// Whether the selector itself resolves to nothing (a condition), rather than a call
+    /// failing (a retry).
+    #[must_use]
+    pub fn is_selector_problem(&self) -> bool {
+        matches!(self, Self::AliasNotFound { .. } | Self::InvalidAlias(_))
     }
-    Ok(merged)
 }
 
-/// Whether an AMI serves instances without GPUs or accelerators (the standard variant).
-#[must_use]
-pub fn is_standard_variant(requirements: &Requirements) -> bool {
-    let standard = Requirements::from_node_selector_requirements(
-        &Variant::Standard
-            .requirements()
-            .iter()
-            .map(|r| NodeSelectorRequirement {
-                key: r.key.clone(),
-                operator: r.operator.clone(),
-                values: Some(r.values.clone()),
-            })
-            .collect::<Vec<_>>(),
-    );
-    standard.is_ok_and(|standard| requirements.is_compatible(&standard, AllowUndefined::None))
+/// One `DescribeImages` query and what its SSM parameters said its images serve.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageQuery {
+    pub owners: Vec<String>,
+    pub filters: Vec<Filter>,
+    pub known_requirements: BTreeMap<String, Vec<Vec<crate::apis::ec2nodeclass::AmiRequirement>>>,
+}
+
+impl ImageQuery {
+    /// The request: available images only, deprecated ones included (a pinned image keeps
+    /// working, marked deprecated, after AWS deprecates it).
+    #[must_use]
+    pub fn request(&self) -> DescribeImagesRequest {
+        let mut filters = self.filters.clone();
+        filters.push(Filter::new("state", &["available"]));
+        DescribeImagesRequest {
+            image_ids: Vec::new(),
+            owners: self.owners.clone(),
+            filters,
+            include_deprecated: true,
+        }
+    }
+
+    fn cache_key(&self) -> QueryKey {
+        let mut owners = self.owners.clone();
+        owners.sort();
+        let mut filters = self.filters.clone();
+        filters.sort();
+        (owners, filters)
+    }
+}
+
+/// The AMIs of a class, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedAmis {
+    /// `status.amis`, newest first.
+    pub amis: Vec<Ami>,
+    /// The alias parameters that resolved, with the image each named.
+    pub alias_images: Vec<(AliasParameter, String)>,
+}
+
+/// A `DescribeImages` query's cache key: owners and filters, sorted.
+type QueryKey = (Vec<String>, Vec<Filter>);
+
+/// AMIs by selector.
+#[derive(Debug)]
+pub struct AmiProvider {
+    ec2: Arc<dyn Ec2Api>,
+    ssm: SsmParameters,
+    images: TtlCache<QueryKey, Arc<Vec<Image>>>,
+}
+
+impl AmiProvider {
+    #[must_use]
+    pub fn new(ec2: Arc<dyn Ec2Api>, ssm: Arc<dyn SsmApi>) -> Self {
+        Self {
+            ec2,
+            ssm: SsmParameters::new(ssm),
+            images: TtlCache::new(IMAGE_QUERY_CACHE_TTL),
+        }
+    }
+
+    /// The SSM parameter cache (shared with nothing else; exposed for eviction in tests).
+    #[must_use]
+    pub fn ssm(&self) -> &SsmParameters {
+        &self.ssm
+    }
+
+    /// `status.amis` for these terms and Kubernetes version (`1.33`), judged at `now`.
+    pub async fn list(
+        &self,
+        terms: &[AmiSelectorTerm],
+        kubernetes_version: &str,
+        now: Timestamp,
+    ) -> Result<ResolvedAmis, AmiError> {
+        let (queries, alias_images) = self.queries(terms, kubernetes_version).await?;
+        let mut answered = Vec::with_capacity(queries.len());
+        for query in queries {
+            let images = self.describe(&query).await?;
+            answered.push(QueryImages {
+                known_requirements: query.known_requirements,
+                images: images.iter().map(candidate).collect(),
+            });
+        }
+        let amis = select_amis(&answered, now);
+        self.invalidate_deprecated(&alias_images, &answered, now);
+        Ok(ResolvedAmis { amis, alias_images })
+    }
+
+    async fn describe(&self, query: &ImageQuery) -> Result<Arc<Vec<Image>>, AmiError> {
+        let key = query.cache_key();
+        if let Some(hit) = self.images.get(&key) {
+            return Ok(hit);
+        }
+        let images = Arc::new(
+            self.ec2
+                .describe_images(&query.request())
+                .await
+                .map_err(|source| AmiError::DescribeImages { source })?,
+        );
+        self.images.insert(key, Arc::clone(&images));
+        Ok(images)
+    }
+
+    /// The queries of the terms: one for an alias; otherwise one per name/owner/tag term and
+    /// one for every id (ids from custom SSM parameters included).
+    pub async fn queries(
+        &self,
+        terms: &[AmiSelectorTerm],
+        kubernetes_version: &str,
+    ) -> Result<(Vec<ImageQuery>, Vec<(AliasParameter, String)>), AmiError> {
+        // The CRD allows an alias only as the one term.
+        if let Some(alias) = terms.iter().find_map(|t| t.alias.as_deref()) {
+            let parsed = Alias::parse(alias)?;
+            let mut resolved: Vec<(AliasParameter, String)> = Vec::new();
+            for parameter in parsed.parameters(kubernetes_version) {
+                let value = self
+                    .ssm
+                    .get(&parameter.name, ParameterKind::Public)
+                    .await
+                    .map_err(|source| AmiError::Ssm {
+                        parameter: parameter.name.clone(),
+                        source,
+                    })?;
+                if let Some(image_id) = value {
+                    resolved.push((parameter, image_id));
+                }
+            }
+            if resolved.is_empty() {
+                return Err(AmiError::AliasNotFound {
+                    alias: alias.to_owned(),
+                    kubernetes_version: kubernetes_version.to_owned(),
+                });
+            }
+            let ids: BTreeSet<&str> = resolved.iter().map(|(_, id)| id.as_str()).collect();
+            let ids: Vec<&str> = ids.into_iter().collect();
+            let query = ImageQuery {
+                owners: Vec::new(),
+                filters: vec![Filter::new("image-id", &ids)],
+                known_requirements: known_requirements(
+                    resolved.iter().map(|(p, id)| (p, id.as_str())),
+                ),
+            };
+            return Ok((vec![query], resolved));
+        }
+        let mut ids: BTreeSet<String> = BTreeSet::new();
+        let mut queries = Vec::new();
+        for term in terms {
+            if let Some(id) = &term.id {
+                ids.insert(id.clone());
+            } else if let Some(parameter) = &term.ssm_parameter {
+                let value = self
+                    .ssm
+                    .get(parameter, ParameterKind::Custom)
+                    .await
+                    .map_err(|source| AmiError::Ssm {
+                        parameter: parameter.clone(),
+                        source,
+                    })?;
+                match value {
+                    Some(id) if id.starts_with(IMAGE_ID_PREFIX) => {
+                        ids.insert(id);
+                    }
+                    Some(value) => {
+                        tracing::warn!(parameter, value, "ssm parameter is not an AMI id; ignored");
+                    }
+                    None => tracing::debug!(parameter, "ssm parameter not found"),
+                }
+            } else {
+                queries.push(term_query(term));
+            }
+        }
+        if !ids.is_empty() {
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            queries.push(ImageQuery {
+                filters: vec![Filter::new("image-id", &ids)],
+                ..ImageQuery::default()
+            });
+        }
+        Ok((queries, Vec::new()))
+    }
+
+    /// Evicts `latest` alias parameters whose image is deprecated, so AWS's next release is
+    /// picked up on the next reconcile instead of after the 24-hour TTL.
+    fn invalidate_deprecated(
+        &self,
+        alias_images: &[(AliasParameter, String)],
+        answered: &[QueryImages],
+        now: Timestamp,
+    ) {
+        for (parameter, image_id) in alias_images.iter().filter(|(p, _)| p.mutable) {
+            let deprecated = answered
+                .iter()
+                .flat_map(|q| &q.images)
+                .filter(|image| &image.id == image_id)
+                .any(|image| is_deprecated(image, now));
+            if deprecated {
+                tracing::debug!(
+                    parameter = %parameter.name,
+                    image_id,
+                    "evicting ssm parameter whose AMI is deprecated"
+                );
+                self.ssm.evict(&parameter.name);
+            }
+        }
+    }
+}
+
+fn is_deprecated(image: &ImageCandidate, now: Timestamp) -> bool {
+    image
+        .deprecation_time
+        .as_deref()
+        .and_then(|t| t.parse::<Timestamp>().ok())
+        .is_some_and(|at| at <= now)
+}
+
+/// A name, owner or tags term as a query.
+fn term_query(term: &AmiSelectorTerm) -> ImageQuery {
+    let mut query = ImageQuery::default();
+    if let Some(owner) = &term.owner {
+        query.owners = vec![owner.clone()];
+    }
+    if let Some(name) = &term.name {
+        if term.owner.is_none() {
+            query.owners = DEFAULT_NAME_OWNERS.iter().map(|&o| o.to_owned()).collect();
+        }
+        query.filters.push(Filter::new("name", &[name]));
+    }
+    if let Some(tags) = &term.tags {
+        query.filters.extend(tag_filters(tags));
+    }
+    query
+}
+
+fn candidate(image: &Image) -> ImageCandidate {
+    ImageCandidate {
+        id: image.id.clone(),
+        name: image.name.clone(),
+        architecture: image.architecture.clone(),
+        creation_date: Some(image.creation_date.clone()).filter(|d| !d.is_empty()),
+        deprecation_time: image.deprecation_time.clone(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::ec2nodeclass::AmiRequirement;
-    use crate::apis::labels::{ARCH, INSTANCE_GPU_COUNT, INSTANCE_TYPE};
-    use crate::domain::instance_type::Overhead;
-    use crate::domain::requirements::Requirement;
-    use crate::domain::resources::Resources;
-
-    fn it(name: &str, arch: &str, gpus: Option<&str>) -> Arc<InstanceType> {
-        let gpu = match gpus {
-            Some(count) => Requirement::in_values(INSTANCE_GPU_COUNT, &[count]),
-            None => Requirement::does_not_exist(INSTANCE_GPU_COUNT),
-        };
-        Arc::new(InstanceType::new(
-            name,
-            Requirements::from_requirements([
-                Requirement::in_values(INSTANCE_TYPE, &[name]),
-                Requirement::in_values(ARCH, &[arch]),
-                gpu,
-            ]),
-            Vec::new(),
-            Resources::default(),
-            Overhead::default(),
-        ))
-    }
-
-    fn ami(id: &str, requirements: &[(&str, &str, &[&str])]) -> Ami {
-        Ami {
-            id: id.into(),
-            name: None,
-            deprecated: None,
-            requirements: requirements
-                .iter()
-                .map(|(k, o, v)| AmiRequirement {
-                    key: (*k).into(),
-                    operator: (*o).into(),
-                    values: v.iter().map(|s| (*s).to_owned()).collect(),
-                })
-                .collect(),
-        }
-    }
+    use crate::apis::ec2nodeclass::SelectorTags;
 
     #[test]
-    fn types_map_to_the_first_compatible_ami_in_status_order() {
-        let amis = [
-            ami(
-                "ami-gpu",
-                &[
-                    (ARCH, "In", &["amd64"]),
-                    (INSTANCE_GPU_COUNT, "Exists", &[]),
-                ],
-            ),
-            ami(
-                "ami-x86",
-                &[
-                    (ARCH, "In", &["amd64"]),
-                    (INSTANCE_GPU_COUNT, "DoesNotExist", &[]),
-                ],
-            ),
-            ami("ami-arm", &[(ARCH, "In", &["arm64"])]),
-        ];
-        let types = [
-            it("m5.large", "amd64", None),
-            it("g5.xlarge", "amd64", Some("1")),
-            it("m7g.large", "arm64", None),
-            it("x.weird", "s390x", None),
-        ];
-        let mapped = map_to_instance_types(&types, &amis).expect("valid");
-        let names: Vec<(&str, Vec<&str>)> = mapped
-            .iter()
-            .map(|(id, ts)| (id.as_str(), ts.iter().map(|t| t.name.as_str()).collect()))
-            .collect();
+    fn a_name_term_searches_self_and_amazon_unless_it_names_an_owner() {
+        let by_name = term_query(&AmiSelectorTerm {
+            name: Some("my-ami-*".into()),
+            ..AmiSelectorTerm::default()
+        });
+        assert_eq!(by_name.owners, ["self", "amazon"]);
+        assert_eq!(by_name.filters, vec![Filter::new("name", &["my-ami-*"])]);
+        let with_owner = term_query(&AmiSelectorTerm {
+            name: Some("my-ami-*".into()),
+            owner: Some("123456789012".into()),
+            tags: Some(SelectorTags([("team".to_owned(), "*".to_owned())].into())),
+            ..AmiSelectorTerm::default()
+        });
+        assert_eq!(with_owner.owners, ["123456789012"]);
         assert_eq!(
-            names,
-            [
-                ("ami-gpu", vec!["g5.xlarge"]),
-                ("ami-x86", vec!["m5.large"]),
-                ("ami-arm", vec!["m7g.large"]),
-            ]
-        );
-        let parsed = parsed_amis(&amis).expect("valid");
-        assert!(!is_standard_variant(&parsed[0].1));
-        assert!(is_standard_variant(&parsed[1].1));
-        assert!(
-            is_standard_variant(&parsed[2].1),
-            "arch-only images are standard"
+            with_owner.filters,
+            vec![Filter::new("name", &["my-ami-*"]), Filter::tag_key("team")]
         );
     }
 
     #[test]
-    fn a_bad_operator_in_the_status_names_the_ami() {
-        let error = map_to_instance_types(&[], &[ami("ami-1", &[(ARCH, "Near", &["x"])])])
-            .expect_err("refused");
-        assert_eq!(error.ami, "ami-1");
-        assert!(error.to_string().starts_with("status.amis[0] (ami-1)"));
+    fn queries_ask_for_available_images_including_deprecated_ones() {
+        let request = ImageQuery {
+            filters: vec![Filter::new("image-id", &["ami-1"])],
+            ..ImageQuery::default()
+        }
+        .request();
+        assert!(request.include_deprecated);
+        assert!(
+            request
+                .filters
+                .contains(&Filter::new("state", &["available"]))
+        );
     }
 }

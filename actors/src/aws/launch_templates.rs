@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::amis::{AmiRequirementsError, map_to_instance_types};
+use super::ami_mapping::{AmiRequirementsError, map_to_instance_types};
 use super::instance_types::{CapacityType, ami_family};
 use crate::apis::EC2NodeClass;
 use crate::apis::ec2nodeclass::{
@@ -174,13 +174,13 @@ fn volume_type(volume_type: VolumeType) -> &'static str {
 }
 
 /// The class's block devices (or the family's defaults) as EC2 takes them; sizes round up to
-/// whole GiB.
-fn block_devices(
-    nodeclass: &EC2NodeClass,
+/// whole GiB. Errors name the class `nodeclass` and the field.
+pub(crate) fn block_devices(
+    nodeclass: &str,
     mappings: &[BlockDeviceMapping],
 ) -> Result<Vec<LaunchBlockDevice>, LaunchTemplateError> {
     let invalid = |index: usize, field: &str, message: String| LaunchTemplateError::BlockDevice {
-        nodeclass: nodeclass_name(nodeclass),
+        nodeclass: nodeclass.to_owned(),
         field: format!("spec.blockDeviceMappings[{index}].{field}"),
         message,
     };
@@ -230,7 +230,8 @@ fn toggle(value: Toggle) -> &'static str {
     }
 }
 
-fn metadata_options(options: &MetadataOptions) -> LaunchMetadataOptions {
+/// The class's instance metadata options as EC2 takes them.
+pub(crate) fn metadata_options(options: &MetadataOptions) -> LaunchMetadataOptions {
     LaunchMetadataOptions {
         http_endpoint: toggle(options.http_endpoint).to_owned(),
         http_tokens: match options.http_tokens {
@@ -392,7 +393,7 @@ fn common(input: &LaunchInput<'_>) -> Result<Common, LaunchTemplateError> {
         instance_profile,
         labels,
         taints,
-        block_device_mappings: block_devices(nodeclass, &mappings)?,
+        block_device_mappings: block_devices(&nodeclass_name(nodeclass), &mappings)?,
     })
 }
 

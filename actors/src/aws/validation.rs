@@ -13,7 +13,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::amis::{AmiRequirementsError, is_standard_variant, map_to_instance_types, parsed_amis};
+use super::ami_mapping::{
+    AmiRequirementsError, is_standard_variant, map_to_instance_types, parsed_amis,
+};
 use super::instance_types::ami_family;
 use crate::apis::EC2NodeClass;
 use crate::apis::nodepool::NodePool;

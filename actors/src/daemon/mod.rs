@@ -28,8 +28,10 @@ use prometheus_client::registry::Registry;
 pub use change::{Cause, ClusterChange, Reconcile, WatchedKind};
 
 use crate::aws::unavailable::UnavailableOfferings;
+use crate::domain::userdata::ClusterInfo;
 use crate::interruption::{InterruptionActor, InterruptionDeps, InterruptionMetrics};
 use crate::metrics::SharedMetrics;
+use crate::nodeclass::{KubernetesVersion, NodeClassActor, NodeClassDeps};
 use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::CloudProvider;
 use crate::ports::cluster::ClusterApi;
@@ -40,7 +42,7 @@ use crate::ports::iam::IamApi;
 use crate::ports::pricing::PricingApi;
 use crate::ports::sqs::SqsApi;
 use crate::ports::ssm::SsmApi;
-use crate::runtime::{ActorRef, GroupRef, SpawnError};
+use crate::runtime::{ActorRef, Family, GroupRef, GroupSpec, SpawnError};
 
 /// The narrow AWS ports, for the providers and actors that call AWS directly.
 #[derive(Debug, Clone)]
@@ -69,6 +71,14 @@ pub struct Deps {
     /// The ICE cache: written by launches and spot interruptions, read by instance types. The
     /// cloud provider must be built over this same instance.
     pub unavailable: Arc<UnavailableOfferings>,
+    /// Cluster name (`CLUSTER_NAME`), API endpoint and CA (`CLUSTER_ENDPOINT`,
+    /// `CLUSTER_CA_BUNDLE` or `DescribeCluster`), DNS (`kube-dns` Service) and service CIDR:
+    /// tags, instance-profile names and user data.
+    pub cluster_info: ClusterInfo,
+    /// The AWS region (`AWS_REGION` or IMDS).
+    pub region: String,
+    /// The cluster's Kubernetes version, kept current by the binary from `/version`.
+    pub kubernetes_version: KubernetesVersion,
 }
 
 /// The running actors.
@@ -79,6 +89,7 @@ pub struct Daemon {
     metrics: SharedMetrics,
     /// The interruption actor, when `INTERRUPTION_QUEUE` is set.
     interruption: Option<ActorRef<InterruptionActor>>,
+    nodeclasses: Family<NodeClassActor>,
 }
 
 impl Daemon {
@@ -104,11 +115,16 @@ impl Daemon {
             )?),
             None => None,
         };
+        let nodeclasses = root.family::<NodeClassActor>(
+            GroupSpec::one_for_one("nodeclasses"),
+            NodeClassDeps::from_daemon(&deps),
+        )?;
         Ok(Self {
             root,
             deps,
             metrics,
             interruption,
+            nodeclasses,
         })
     }
 
@@ -129,14 +145,80 @@ impl Daemon {
     /// actor's own requeue catches up, since actors re-read the store).
     pub fn observe(&self, change: &ClusterChange) {
         match change {
+            ClusterChange::EC2NodeClass { name, deleted } => self.route_nodeclass(name, *deleted),
+            ClusterChange::Relisted(WatchedKind::EC2NodeClass) => self.relist_nodeclasses(),
+            ClusterChange::NodeClaim { deleted: true, .. }
+            | ClusterChange::Relisted(WatchedKind::NodeClaim) => self.nudge_deleting_nodeclasses(),
             ClusterChange::NodeClaim { .. }
             | ClusterChange::NodePool { .. }
-            | ClusterChange::EC2NodeClass { .. }
             | ClusterChange::Node { .. }
             | ClusterChange::Pod { .. }
             | ClusterChange::DaemonSet { .. }
             | ClusterChange::PodDisruptionBudget { .. }
             | ClusterChange::Relisted(_) => {}
+        }
+    }
+
+    /// The `NodeClassActor` family (one per `EC2NodeClass`).
+    #[must_use]
+    pub fn nodeclasses(&self) -> &Family<NodeClassActor> {
+        &self.nodeclasses
+    }
+
+    fn route_nodeclass(&self, name: &str, deleted: bool) {
+        if deleted {
+            self.nodeclasses.remove(name);
+            return;
+        }
+        let cause = Cause::Changed;
+        match self.nodeclasses.ensure(name) {
+            Ok(actor) => {
+                // A full mailbox is counted by the kit; the actor re-reads the store anyway.
+                let _ = actor.try_send_event(Reconcile { cause });
+            }
+            Err(error) => tracing::error!(ec2nodeclass = name, %error, "starting NodeClassActor"),
+        }
+    }
+
+    /// After a relist: every class in the store gets an actor and a look; actors of classes
+    /// that are gone stop.
+    fn relist_nodeclasses(&self) {
+        let present: Vec<String> = self
+            .deps
+            .view
+            .ec2nodeclasses()
+            .iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+        for name in self.nodeclasses.keys() {
+            if !present.contains(&name) {
+                self.nodeclasses.remove(&name);
+            }
+        }
+        for name in &present {
+            if let Ok(actor) = self.nodeclasses.ensure(name) {
+                let _ = actor.try_send_event(Reconcile {
+                    cause: Cause::Relisted,
+                });
+            }
+        }
+    }
+
+    /// A NodeClaim went: classes waiting in deletion for their NodeClaims look again (the
+    /// deleted NodeClaim is no longer in the store to say which class it used).
+    fn nudge_deleting_nodeclasses(&self) {
+        for class in self.deps.view.ec2nodeclasses() {
+            if class.metadata.deletion_timestamp.is_none() {
+                continue;
+            }
+            if let Some(name) = &class.metadata.name {
+                let _ = self.nodeclasses.try_send_event(
+                    name,
+                    Reconcile {
+                        cause: Cause::Related,
+                    },
+                );
+            }
         }
     }
 

@@ -9,10 +9,12 @@
 //!   parameters) and the choice of AMIs among `DescribeImages` candidates.
 //! - [`userdata`]: the user data of every AMI family, merged with the user's.
 //! - [`interruption`]: parsing interruption queue messages and planning what to do about them.
+//! - [`nodeclass_hash`]: the `EC2NodeClass` static-field hash that drift detection compares.
 
 pub mod amifamily;
 pub mod instance_type;
 pub mod interruption;
+pub mod nodeclass_hash;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;

@@ -95,6 +95,10 @@ struct PoolKey {
 
 #[derive(Debug, Default)]
 struct State {
+    /// Subnets, security groups and images a test added besides the made-up ones.
+    extra_subnets: Vec<Subnet>,
+    extra_security_groups: Vec<SecurityGroup>,
+    extra_images: Vec<Image>,
     instances: BTreeMap<String, KwokInstance>,
     templates: BTreeMap<String, (LaunchTemplate, LaunchTemplateData)>,
     template_ids: HashMap<String, String>,
@@ -158,6 +162,34 @@ fn field_matches(filters: &[Filter], name: &str, value: &str) -> bool {
 fn tags_match(filters: &[Filter], tags: &Tags) -> bool {
     filters.iter().all(|f| tag_matches(tags, f).unwrap_or(true))
 }
+
+/// Whether an image belongs to one of `owners` (any owner when empty). `amazon` matches
+/// images owned by `amazon`; `self` matches images owned by kwok's account.
+fn owner_matches(owners: &[String], image: &Image) -> bool {
+    owners.is_empty()
+        || owners.iter().any(|owner| match owner.as_str() {
+            "self" => image.owner_id == KWOK_ACCOUNT,
+            other => image.owner_id == other,
+        })
+}
+
+/// EC2's filter wildcards: `*` any run of characters, `?` one character.
+fn wildcard_matches(pattern: &str, value: &str) -> bool {
+    fn go(pattern: &[char], value: &[char]) -> bool {
+        match pattern.split_first() {
+            None => value.is_empty(),
+            Some(('*', rest)) => (0..=value.len()).any(|skip| go(rest, &value[skip..])),
+            Some(('?', rest)) => !value.is_empty() && go(rest, &value[1..]),
+            Some((c, rest)) => value.first() == Some(c) && go(rest, &value[1..]),
+        }
+    }
+    let pattern: Vec<char> = pattern.chars().collect();
+    let value: Vec<char> = value.chars().collect();
+    go(&pattern, &value)
+}
+
+/// The account that owns kwok's resources (images owned by `self`).
+pub const KWOK_ACCOUNT: &str = "000000000000";
 
 /// A deterministic spot discount between 55 % and 80 % off on-demand, per type and zone.
 fn spot_discount(instance_type: &str, zone: &str) -> f64 {
@@ -286,6 +318,23 @@ impl KwokEc2 {
         let state = self.lock();
         let id = state.template_ids.get(name)?;
         state.templates.get(id).map(|(_, data)| data.clone())
+    }
+
+    /// Adds a subnet besides the made-up ones.
+    pub fn add_subnet(&self, subnet: Subnet) {
+        self.lock().extra_subnets.push(subnet);
+    }
+
+    /// Adds a security group besides the made-up one.
+    pub fn add_security_group(&self, group: SecurityGroup) {
+        self.lock().extra_security_groups.push(group);
+    }
+
+    /// Adds an image besides the made-up ones (replacing one with the same id).
+    pub fn add_image(&self, image: Image) {
+        let mut state = self.lock();
+        state.extra_images.retain(|i| i.id != image.id);
+        state.extra_images.push(image);
     }
 
     /// Instances in any state.
@@ -507,9 +556,11 @@ impl Ec2Api for KwokEc2 {
 
     async fn describe_subnets(&self, filters: &[Filter]) -> Result<Vec<Subnet>, AwsError> {
         self.enter("DescribeSubnets", "")?;
+        let extra = self.lock().extra_subnets.clone();
         Ok(self
             .subnets
             .iter()
+            .chain(&extra)
             .filter(|s| {
                 tags_match(filters, &s.tags)
                     && field_matches(filters, "subnet-id", &s.id)
@@ -524,15 +575,16 @@ impl Ec2Api for KwokEc2 {
         filters: &[Filter],
     ) -> Result<Vec<SecurityGroup>, AwsError> {
         self.enter("DescribeSecurityGroups", "")?;
-        let group = &self.security_group;
-        let matches = tags_match(filters, &group.tags)
-            && field_matches(filters, "group-id", &group.id)
-            && field_matches(filters, "group-name", &group.name);
-        Ok(if matches {
-            vec![group.clone()]
-        } else {
-            Vec::new()
-        })
+        let extra = self.lock().extra_security_groups.clone();
+        Ok(std::iter::once(&self.security_group)
+            .chain(&extra)
+            .filter(|group| {
+                tags_match(filters, &group.tags)
+                    && field_matches(filters, "group-id", &group.id)
+                    && field_matches(filters, "group-name", &group.name)
+            })
+            .cloned()
+            .collect())
     }
 
     async fn describe_images(
@@ -540,11 +592,33 @@ impl Ec2Api for KwokEc2 {
         request: &DescribeImagesRequest,
     ) -> Result<Vec<Image>, AwsError> {
         self.enter("DescribeImages", request.image_ids.join(","))?;
+        let extra = self.lock().extra_images.clone();
+        let now = self.deps.clock.now();
+        // EC2 hides deprecated images unless asked for them or named by id.
+        let hide_deprecated = !request.include_deprecated && request.image_ids.is_empty();
         Ok(self
             .images
             .iter()
+            .chain(&extra)
             .filter(|i| request.image_ids.is_empty() || request.image_ids.contains(&i.id))
-            .filter(|i| tags_match(&request.filters, &i.tags))
+            .filter(|i| owner_matches(&request.owners, i))
+            .filter(|i| {
+                tags_match(&request.filters, &i.tags)
+                    && field_matches(&request.filters, "image-id", &i.id)
+                    && field_matches(&request.filters, "state", &i.state)
+                    && request
+                        .filters
+                        .iter()
+                        .filter(|f| f.name == "name")
+                        .all(|f| f.values.iter().any(|p| wildcard_matches(p, &i.name)))
+            })
+            .filter(|i| {
+                !hide_deprecated
+                    || i.deprecation_time
+                        .as_deref()
+                        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                        .is_none_or(|at| at > now)
+            })
             .cloned()
             .collect())
     }

@@ -10,9 +10,10 @@
 //!
 //! The production adapter is `karpenter::kube::cluster_api::KubeClusterApi`; tests use
 //! [`fake::FakeClusterApi`], which keeps objects in memory, records every call and fails on
-//! demand. Types here are k8s-openapi's and our CRDs', never the kube client's.
+//! demand ([`mirror::MirroredClusterApi`] also copies its writes into a `MemoryClusterView`). Types here are k8s-openapi's and our CRDs', never the kube client's.
 
 pub mod fake;
+pub mod mirror;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,6 +26,7 @@ use crate::apis::{
 };
 
 pub use fake::FakeClusterApi;
+pub use mirror::MirroredClusterApi;
 
 /// A change applied to the current version of an object; may run more than once.
 pub type Change<'a, T> = &'a (dyn Fn(&mut T) + Send + Sync);

@@ -177,6 +177,9 @@ pub struct DescribeImagesRequest {
     pub image_ids: Vec<String>,
     pub owners: Vec<String>,
     pub filters: Vec<Filter>,
+    /// Also return deprecated images (EC2 omits them by default); the AMI provider sets it so
+    /// a pinned image keeps resolving, marked deprecated, after AWS deprecates it.
+    pub include_deprecated: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -360,6 +363,9 @@ pub struct RunInstancesRequest {
     pub image_id: Option<String>,
     pub tags: Tags,
     pub dry_run: bool,
+    /// The launch specification inline instead of a launch template (the `NodeClass`
+    /// validation dry run, which has no template): `launch_template_name` is then ignored.
+    pub launch_data: Option<LaunchTemplateData>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

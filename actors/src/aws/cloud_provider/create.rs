@@ -17,8 +17,8 @@ use crate::aws::instances::{
     InstancesError, LaunchRequest, LaunchedInstance, capacity_type_for, overrides,
     with_capacity_type,
 };
+use crate::aws::launch_subnets::ZonalSubnet;
 use crate::aws::launch_templates::{LaunchInput, LaunchTemplateError, ResolvedLaunchTemplate};
-use crate::aws::subnets::ZonalSubnet;
 use crate::domain::instance_type::InstanceType;
 use crate::domain::requirements::Requirements;
 use crate::domain::resources::Resources;

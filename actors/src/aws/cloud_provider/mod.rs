@@ -32,9 +32,9 @@ use karpenter_config::Settings;
 use super::instance_type_provider::{InstanceTypeDeps, InstanceTypeProvider};
 use super::instance_types::ResolveSettings;
 use super::instances::{InstancesDeps, InstancesError, InstancesProvider};
+use super::launch_subnets::LaunchSubnets;
 use super::launch_templates::{LaunchTemplateDeps, LaunchTemplateProvider};
 use super::pricing::{PricingDeps, PricingError, PricingProvider};
-use super::subnets::SubnetProvider;
 use super::unavailable::UnavailableOfferings;
 use super::validation;
 use crate::apis::conditions::ConditionStatus;
@@ -119,7 +119,7 @@ pub struct AwsProviders {
     pub instance_types: Arc<InstanceTypeProvider>,
     pub instances: Arc<InstancesProvider>,
     pub launch_templates: Arc<LaunchTemplateProvider>,
-    pub subnets: Arc<SubnetProvider>,
+    pub subnets: Arc<LaunchSubnets>,
 }
 
 impl AwsProviders {
@@ -159,7 +159,7 @@ impl AwsProviders {
             cluster,
         }));
         launch_templates.spawn_janitor();
-        let subnets = Arc::new(SubnetProvider::new(Arc::clone(&ec2)));
+        let subnets = Arc::new(LaunchSubnets::new(Arc::clone(&ec2)));
         Ok(AwsProviders {
             ec2,
             pricing,

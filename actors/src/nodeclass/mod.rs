@@ -1,0 +1,829 @@
+//! The `NodeClassActor`: one per `EC2NodeClass`, keyed by its name, in a family under the
+//! daemon's root group (reference 1.3, 2.2 `nodeclass` and `nodeclass.hash`, 4.2, 5.1).
+//!
+//! Data flow:
+//!
+//! ```text
+//! Daemon::observe: EC2NodeClass changed / NodeClaim deleted (classes being deleted) / relist
+//!     --Reconcile--> NodeClassActor --reads--> ClusterView (the class, its NodeClaims)
+//!                                   --calls--> providers in crate::aws (subnets, security
+//!                                              groups, AMIs + SSM, instance profiles), Ec2Api
+//!                                   --writes--> ClusterApi (finalizer, hash annotations,
+//!                                               NodeClaim re-stamps, status, events)
+//!     own timer --RequeueNodeClass--> itself (Karpenter's requeue intervals, error backoff)
+//! ```
+//!
+//! A reconcile of a live class:
+//!
+//! 1. adds the `karpenter.k8s.aws/termination` finalizer and the hash annotations
+//!    ([`metadata`]); when the class's hash version is not ours (Karpenter's `v4`, or an older
+//!    one of ours) its NodeClaims are re-stamped first;
+//! 2. resolves AMIs (requeue 5 min; 1 min when none match), subnets (1 min), security groups
+//!    (5 min; 1 min when none match) and the instance profile, each setting its condition
+//!    with Karpenter's reasons; a failed AWS call leaves that part of the status as it was;
+//! 3. validates ([`validation`]): dependencies, tags, user data, dry-run authorization;
+//! 4. marks the class not ready when it is AL2023 and the cluster CIDR is unknown;
+//! 5. writes the status when it changed, with the API server's optimistic concurrency
+//!    (`ClusterApi::update_ec2nodeclass_status` re-applies the plan on a conflict).
+//!
+//! A class being deleted waits for its NodeClaims, then deletes its instance profile and
+//! launch templates and drops the finalizer ([`finalize`]). Errors are returned to the kit
+//! (counted, last error kept) and retried with a capped exponential backoff.
+//!
+//! # Conditions and reasons
+//!
+//! | condition | status | reason | when |
+//! |---|---|---|---|
+//! | `AMIsReady` | True | `AMIsReady` | at least one AMI resolved |
+//! | | False | `AMINotFound` | the selector (or alias, for this Kubernetes version) matches none |
+//! | `SubnetsReady` | True / False | `SubnetsReady` / `SubnetsNotFound` | |
+//! | `SecurityGroupsReady` | True / False | `SecurityGroupsReady` / `SecurityGroupsNotFound` | |
+//! | `InstanceProfileReady` | True | `InstanceProfileReady` | profile exists with the role, or `instanceProfile` given |
+//! | | False | `InstanceProfileCreationFailed` (ours) | IAM refused (not throttling or a server error) |
+//! | `ValidationSucceeded` | Unknown / False | `DependenciesNotReady` | a resolution condition is Unknown / False |
+//! | | False | `TagValidationFailed` | `spec.tags` sets a tag Karpenter owns |
+//! | | False | `UserDataValidationFailed` (ours) | user data or kubelet settings do not render |
+//! | | False | `CreateFleetAuthCheckFailed`, `CreateLaunchTemplateAuthCheckFailed`, `RunInstancesAuthCheckFailed` | a dry run was unauthorized |
+//! | | True | `ValidationSucceeded` | all dry runs would succeed |
+//! | `Ready` | True | `Ready` | every condition above True |
+//! | | False / Unknown | `UnhealthyDependents` / `ReconcilingDependents` | message lists the others |
+//! | | False | `NodeClassNotReady` | AL2023 and the cluster's service CIDR is unknown |
+//!
+//! Capacity reservations (`ReservedCapacity` gate) are not resolved by this build; their
+//! condition is neither written nor required for `Ready`.
+
+pub mod finalize;
+pub mod metadata;
+pub mod status;
+pub mod validation;
+
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use tokio::time::Instant;
+
+use crate::apis::EC2NodeClass;
+use crate::apis::conditions::{READY, ec2nodeclass as types};
+use crate::apis::ec2nodeclass::AmiFamily;
+use crate::aws::amis::{AmiError, AmiProvider};
+use crate::aws::instance_profiles::{
+    InstanceProfileError, InstanceProfileProvider, profile_name, profile_tags,
+};
+use crate::aws::security_groups::{SecurityGroupProvider, status_security_groups};
+use crate::aws::subnets::{SubnetProvider, status_subnets};
+use crate::daemon::{Cause, Reconcile};
+use crate::domain::nodeclass_hash::{HASH_VERSION, nodeclass_hash, resolved_ami_family};
+use crate::domain::userdata::ClusterInfo;
+use crate::ports::aws_error::AwsError;
+use crate::ports::clock::Clock;
+use crate::ports::cluster::{ClusterApi, ClusterError};
+use crate::ports::cluster_view::ClusterView;
+use crate::ports::ec2::Ec2Api;
+use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervised};
+
+use self::status::{ConditionUpdate, StatusPlan};
+use self::validation::{UserDataCheck, Verdict};
+
+/// The Kubernetes version tests and a daemon that has not asked the API server yet assume: the
+/// newest Karpenter v1.5 supports.
+pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
+/// Requeue after AMIs resolved (Karpenter's AMI reconciler).
+pub const AMI_REQUEUE: Duration = Duration::from_mins(5);
+/// Requeue while no AMI matches: users often tag their images after creating the class.
+pub const AMI_NOT_FOUND_REQUEUE: Duration = Duration::from_mins(1);
+/// Requeue of the subnet reconciler, found or not (free addresses change all the time).
+pub const SUBNET_REQUEUE: Duration = Duration::from_mins(1);
+/// Requeue after security groups resolved.
+pub const SECURITY_GROUP_REQUEUE: Duration = Duration::from_mins(5);
+/// Requeue while no security group matches.
+pub const SECURITY_GROUP_NOT_FOUND_REQUEUE: Duration = Duration::from_mins(1);
+/// Requeue after IAM refused the instance profile: someone has to fix a policy first.
+pub const INSTANCE_PROFILE_FAILED_REQUEUE: Duration = Duration::from_mins(1);
+/// Requeue when a dry run was throttled or the new profile is not visible to EC2 yet (IAM is
+/// eventually consistent within seconds).
+pub const VALIDATION_RETRY: Duration = Duration::from_secs(10);
+/// First retry delay after a failed reconcile; doubles per failure.
+pub const ERROR_BACKOFF_BASE: Duration = Duration::from_secs(1);
+/// Longest retry delay after failures (Karpenter's controllers cap theirs at a minute).
+pub const ERROR_BACKOFF_MAX: Duration = Duration::from_mins(1);
+
+/// The cluster's Kubernetes version (`1.33`), shared between the daemon, which refreshes it
+/// from the API server's `/version`, and the actors, which read it for AMI aliases.
+#[derive(Debug, Clone)]
+pub struct KubernetesVersion(Arc<RwLock<String>>);
+
+impl Default for KubernetesVersion {
+    fn default() -> Self {
+        Self::new(DEFAULT_KUBERNETES_VERSION)
+    }
+}
+
+impl KubernetesVersion {
+    #[must_use]
+    pub fn new(version: &str) -> Self {
+        Self(Arc::new(RwLock::new(version.to_owned())))
+    }
+
+    /// The version as `<major>.<minor>`.
+    #[must_use]
+    pub fn get(&self) -> String {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn set(&self, version: &str) {
+        version.clone_into(&mut self.0.write().unwrap_or_else(PoisonError::into_inner));
+    }
+
+    /// `<major>.<minor>` from the `major` and `minor` fields of `/version`; EKS reports minors
+    /// such as `33+`, whose suffix is dropped. `None` when they are not numbers.
+    #[must_use]
+    pub fn from_version_info(major: &str, minor: &str) -> Option<String> {
+        let minor = minor.trim_end_matches('+');
+        let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        (numeric(major) && numeric(minor)).then(|| format!("{major}.{minor}"))
+    }
+}
+
+/// What every `NodeClassActor` uses, built once at startup; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct NodeClassDeps {
+    pub cluster: Arc<dyn ClusterApi>,
+    pub view: Arc<dyn ClusterView>,
+    /// Condition transition times.
+    pub clock: Arc<dyn Clock>,
+    /// Dry runs and launch-template cleanup.
+    pub ec2: Arc<dyn Ec2Api>,
+    pub subnets: Arc<SubnetProvider>,
+    pub security_groups: Arc<SecurityGroupProvider>,
+    pub amis: Arc<AmiProvider>,
+    pub instance_profiles: Arc<InstanceProfileProvider>,
+    /// Cluster name, endpoint, CA, DNS and service CIDR: tags, profile names, user data.
+    pub cluster_info: ClusterInfo,
+    pub region: String,
+    pub kubernetes_version: KubernetesVersion,
+}
+
+impl NodeClassDeps {
+    /// The actors' dependencies from the daemon's, with fresh providers over its AWS ports.
+    #[must_use]
+    pub fn from_daemon(deps: &crate::daemon::Deps) -> Self {
+        let aws = &deps.aws;
+        Self {
+            cluster: Arc::clone(&deps.cluster),
+            view: Arc::clone(&deps.view),
+            clock: Arc::clone(&deps.clock),
+            ec2: Arc::clone(&aws.ec2),
+            subnets: Arc::new(SubnetProvider::new(Arc::clone(&aws.ec2))),
+            security_groups: Arc::new(SecurityGroupProvider::new(Arc::clone(&aws.ec2))),
+            amis: Arc::new(AmiProvider::new(Arc::clone(&aws.ec2), Arc::clone(&aws.ssm))),
+            instance_profiles: Arc::new(InstanceProfileProvider::new(Arc::clone(&aws.iam))),
+            cluster_info: deps.cluster_info.clone(),
+            region: deps.region.clone(),
+            kubernetes_version: deps.kubernetes_version.clone(),
+        }
+    }
+}
+
+/// The actor's own requeue timer; only the newest one acts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequeueNodeClass {
+    token: u64,
+}
+
+impl Mail for RequeueNodeClass {
+    type Reply = ();
+    const NAME: &'static str = "RequeueNodeClass";
+}
+
+/// A failed step of a reconcile.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NodeClassError {
+    #[error("updating ec2nodeclass {name}")]
+    Update {
+        name: String,
+        #[source]
+        source: ClusterError,
+    },
+    #[error("re-stamping nodeclaim {nodeclaim} with the new hash version")]
+    Restamp {
+        nodeclaim: String,
+        #[source]
+        source: ClusterError,
+    },
+    #[error("resolving amis")]
+    Amis(#[source] AmiError),
+    #[error("resolving subnets")]
+    Subnets(#[source] AwsError),
+    #[error("resolving security groups")]
+    SecurityGroups(#[source] AwsError),
+    #[error("reconciling the instance profile")]
+    InstanceProfile(#[source] InstanceProfileError),
+    #[error("validating the controller's ec2 authorization")]
+    Validation(#[source] AwsError),
+    #[error("deleting the launch templates of ec2nodeclass {name}")]
+    LaunchTemplates {
+        name: String,
+        #[source]
+        source: AwsError,
+    },
+}
+
+impl NodeClassError {
+    /// A bounded label for metrics and events.
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Update { source, .. } | Self::Restamp { source, .. } => source.category(),
+            Self::Amis(error) => error.category(),
+            Self::Subnets(error)
+            | Self::SecurityGroups(error)
+            | Self::Validation(error)
+            | Self::LaunchTemplates { source: error, .. } => error.category(),
+            Self::InstanceProfile(error) => error.category(),
+        }
+    }
+}
+
+/// The message of an error and its sources.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+/// What to do after a reconcile that did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    After(Duration),
+    /// Nothing left to do (the class is finalized, or not ours to finalize).
+    Idle,
+}
+
+/// What the steps of one reconcile produced.
+#[derive(Debug, Default)]
+struct Step {
+    plan: StatusPlan,
+    /// Each step's requeue interval; the soonest wins.
+    requeue: Vec<Duration>,
+    errors: Vec<NodeClassError>,
+}
+
+/// A cached dry-run verdict.
+#[derive(Debug, Clone)]
+struct CachedVerdict {
+    key: u64,
+    failure: Option<&'static str>,
+    expires: Instant,
+}
+
+/// One per `EC2NodeClass`.
+#[derive(Debug)]
+pub struct NodeClassActor {
+    name: String,
+    deps: NodeClassDeps,
+    /// The newest requeue timer; older ones are ignored when they fire.
+    timer_token: u64,
+    /// Reconciles failed in a row, for the backoff.
+    failures: u32,
+    verdict: Option<CachedVerdict>,
+    last_waiting_event: Option<Instant>,
+}
+
+impl Supervised for NodeClassActor {
+    const KIND: &'static str = "NodeClassActor";
+    // A class sees a change per spec edit, status write and NodeClaim deletion during its own
+    // deletion; every message makes it re-read the store, so 32 queued is plenty.
+    const MAILBOX_CAPACITY: usize = 32;
+    // Stops for good when its class is gone; restarted only after a failure.
+    const RESTART: RestartPolicy = RestartPolicy::Transient;
+    type Deps = NodeClassDeps;
+
+    fn build(key: &str, deps: &NodeClassDeps) -> Result<Self, ActorError> {
+        Ok(Self {
+            name: key.to_owned(),
+            deps: deps.clone(),
+            timer_token: 0,
+            failures: 0,
+            verdict: None,
+            last_waiting_event: None,
+        })
+    }
+
+    async fn started(&mut self, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+        // A restarted instance lost its predecessor's timer: look again now.
+        if ctx.restarts() > 0 {
+            self.schedule(ctx, Duration::ZERO);
+        }
+        Ok(())
+    }
+}
+
+impl Handles<Reconcile> for NodeClassActor {
+    async fn handle(
+        &mut self,
+        message: Reconcile,
+        ctx: &mut ActorCtx<Self>,
+    ) -> Result<(), ActorError> {
+        self.run(message.cause, ctx).await
+    }
+}
+
+impl Handles<RequeueNodeClass> for NodeClassActor {
+    async fn handle(
+        &mut self,
+        message: RequeueNodeClass,
+        ctx: &mut ActorCtx<Self>,
+    ) -> Result<(), ActorError> {
+        if message.token != self.timer_token {
+            return Ok(());
+        }
+        self.run(Cause::Requeue, ctx).await
+    }
+}
+
+impl NodeClassActor {
+    /// Replaces the pending timer by one firing after `delay`.
+    fn schedule(&mut self, ctx: &ActorCtx<Self>, delay: Duration) {
+        self.timer_token += 1;
+        ctx.send_after(
+            delay,
+            RequeueNodeClass {
+                token: self.timer_token,
+            },
+        );
+    }
+
+    fn backoff(&self) -> Duration {
+        let factor = 1_u32 << self.failures.min(16);
+        ERROR_BACKOFF_BASE
+            .saturating_mul(factor)
+            .min(ERROR_BACKOFF_MAX)
+    }
+
+    async fn run(&mut self, cause: Cause, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+        let Some(class) = self.deps.view.ec2nodeclass(&self.name) else {
+            tracing::debug!(ec2nodeclass = %self.name, ?cause, "ec2nodeclass is gone");
+            ctx.set_state("gone");
+            ctx.stop();
+            return Ok(());
+        };
+        let outcome = if class.metadata.deletion_timestamp.is_some() {
+            ctx.set_state("finalizing");
+            self.finalize(&class).await
+        } else {
+            ctx.set_state("reconciling");
+            self.reconcile(&class).await
+        };
+        match outcome {
+            Ok(next) => {
+                self.failures = 0;
+                match next {
+                    Next::After(delay) => self.schedule(ctx, delay),
+                    Next::Idle => self.timer_token += 1,
+                }
+                ctx.set_state(match next {
+                    Next::After(_) if class.metadata.deletion_timestamp.is_some() => {
+                        "waiting-for-nodeclaims"
+                    }
+                    Next::After(_) => "reconciled",
+                    Next::Idle => "idle",
+                });
+                Ok(())
+            }
+            Err(errors) => {
+                let delay = self.backoff();
+                self.failures = self.failures.saturating_add(1);
+                self.schedule(ctx, delay);
+                ctx.set_state("retrying");
+                let category = errors.first().map_or("unknown", NodeClassError::category);
+                let message = errors
+                    .iter()
+                    .map(|e| chain(e))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                tracing::warn!(ec2nodeclass = %self.name, retry_in = ?delay, "{message}");
+                Err(ActorError::new(category, message))
+            }
+        }
+    }
+
+    /// Reconciles a live class.
+    async fn reconcile(&mut self, class: &EC2NodeClass) -> Result<Next, Vec<NodeClassError>> {
+        if metadata::metadata_stale(class) && !self.stamp(class).await.map_err(|e| vec![e])? {
+            return Ok(Next::Idle);
+        }
+        let now = self.deps.clock.now();
+        let mut step = Step::default();
+        self.resolve_amis(class, now, &mut step).await;
+        self.resolve_subnets(class, &mut step).await;
+        self.resolve_security_groups(class, &mut step).await;
+        self.reconcile_instance_profile(class, &mut step).await;
+
+        let spec = &class.spec;
+        let mut projected = class.status.clone().unwrap_or_default();
+        step.plan
+            .apply(&mut projected, class.metadata.generation, now);
+        let user_data = validation::check_user_data(spec, &self.deps.cluster_info);
+        match self.validate(class, &projected, &user_data).await {
+            Ok((update, retry)) => {
+                if let Some(update) = update {
+                    step.plan.set(update);
+                }
+                step.requeue.extend(retry);
+            }
+            Err(error) => step.errors.push(error),
+        }
+
+        // Karpenter's readiness reconciler: nodeadm cannot join without the service CIDR.
+        if resolved_ami_family(spec) == AmiFamily::AL2023
+            && user_data == UserDataCheck::ClusterCidrUnknown
+        {
+            step.plan.ready_override = Some(ConditionUpdate::not_ready(
+                READY,
+                types::REASON_NODE_CLASS_NOT_READY,
+                "Failed to detect the cluster CIDR",
+            ));
+        }
+
+        if let Err(error) = self.write_status(class, &step.plan, now).await {
+            step.errors.push(error);
+        }
+        if step.errors.is_empty() {
+            Ok(Next::After(
+                step.requeue.into_iter().min().unwrap_or(SUBNET_REQUEUE),
+            ))
+        } else {
+            Err(step.errors)
+        }
+    }
+
+    /// Adds the finalizer and hash annotations, re-stamping NodeClaims first on a hash-version
+    /// change. `false` when the class is gone.
+    async fn stamp(&self, class: &EC2NodeClass) -> Result<bool, NodeClassError> {
+        if metadata::hash_version(class) != Some(HASH_VERSION) {
+            self.restamp_nodeclaims(class).await?;
+        }
+        match self
+            .deps
+            .cluster
+            .update_ec2nodeclass(&self.name, &metadata::stamp_class)
+            .await
+        {
+            Ok(_) => Ok(true),
+            // Deleted meanwhile: the watch brings the deletion.
+            Err(ClusterError::NotFound { .. }) => Ok(false),
+            Err(source) => Err(NodeClassError::Update {
+                name: self.name.clone(),
+                source,
+            }),
+        }
+    }
+
+    async fn resolve_amis(&self, class: &EC2NodeClass, now: Timestamp, step: &mut Step) {
+        let version = self.deps.kubernetes_version.get();
+        let listed = self
+            .deps
+            .amis
+            .list(&class.spec.ami_selector_terms, &version, now)
+            .await;
+        let not_found = |message: String, step: &mut Step| {
+            step.plan.amis = Some(Vec::new());
+            step.plan.set(ConditionUpdate::not_ready(
+                types::AMIS_READY,
+                types::REASON_AMI_NOT_FOUND,
+                message,
+            ));
+            step.requeue.push(AMI_NOT_FOUND_REQUEUE);
+        };
+        match listed {
+            Ok(resolved) if resolved.amis.is_empty() => {
+                not_found("AMISelector did not match any AMIs".to_owned(), step);
+            }
+            Ok(resolved) => {
+                step.plan.amis = Some(resolved.amis);
+                step.plan.set(ConditionUpdate::ready(types::AMIS_READY));
+                step.requeue.push(AMI_REQUEUE);
+            }
+            Err(error) if error.is_selector_problem() => not_found(error.to_string(), step),
+            Err(error) => step.errors.push(NodeClassError::Amis(error)),
+        }
+    }
+
+    async fn resolve_subnets(&self, class: &EC2NodeClass, step: &mut Step) {
+        match self
+            .deps
+            .subnets
+            .list(&class.spec.subnet_selector_terms)
+            .await
+        {
+            Ok(subnets) if subnets.is_empty() => {
+                step.plan.subnets = Some(Vec::new());
+                step.plan.set(ConditionUpdate::not_ready(
+                    types::SUBNETS_READY,
+                    types::REASON_SUBNETS_NOT_FOUND,
+                    "SubnetSelector did not match any Subnets",
+                ));
+                step.requeue.push(SUBNET_REQUEUE);
+            }
+            Ok(subnets) => {
+                step.plan.subnets = Some(status_subnets(&subnets));
+                step.plan.set(ConditionUpdate::ready(types::SUBNETS_READY));
+                step.requeue.push(SUBNET_REQUEUE);
+            }
+            Err(error) => step.errors.push(NodeClassError::Subnets(error)),
+        }
+    }
+
+    async fn resolve_security_groups(&self, class: &EC2NodeClass, step: &mut Step) {
+        let terms = &class.spec.security_group_selector_terms;
+        match self.deps.security_groups.list(terms).await {
+            Ok(groups) if groups.is_empty() => {
+                step.plan.security_groups = Some(Vec::new());
+                step.plan.set(ConditionUpdate::not_ready(
+                    types::SECURITY_GROUPS_READY,
+                    types::REASON_SECURITY_GROUPS_NOT_FOUND,
+                    "SecurityGroupSelector did not match any SecurityGroups",
+                ));
+                step.requeue.push(SECURITY_GROUP_NOT_FOUND_REQUEUE);
+            }
+            Ok(groups) => {
+                step.plan.security_groups = Some(status_security_groups(&groups));
+                step.plan
+                    .set(ConditionUpdate::ready(types::SECURITY_GROUPS_READY));
+                step.requeue.push(SECURITY_GROUP_REQUEUE);
+            }
+            Err(error) => step.errors.push(NodeClassError::SecurityGroups(error)),
+        }
+    }
+
+    async fn reconcile_instance_profile(&self, class: &EC2NodeClass, step: &mut Step) {
+        let spec = &class.spec;
+        let Some(role) = spec.role.as_deref() else {
+            step.plan.instance_profile = Some(spec.instance_profile.clone());
+            step.plan
+                .set(ConditionUpdate::ready(types::INSTANCE_PROFILE_READY));
+            return;
+        };
+        let cluster = &self.deps.cluster_info.name;
+        let region = &self.deps.region;
+        let name = profile_name(cluster, region, &self.name);
+        let tags = profile_tags(&spec.tags, cluster, region, &self.name);
+        match self.deps.instance_profiles.ensure(&name, role, &tags).await {
+            Ok(()) => {
+                step.plan.instance_profile = Some(Some(name));
+                step.plan
+                    .set(ConditionUpdate::ready(types::INSTANCE_PROFILE_READY));
+            }
+            Err(error) if !error.aws().is_retryable() => {
+                step.plan.set(ConditionUpdate::not_ready(
+                    types::INSTANCE_PROFILE_READY,
+                    types::REASON_INSTANCE_PROFILE_CREATION_FAILED,
+                    chain(&error),
+                ));
+                step.requeue.push(INSTANCE_PROFILE_FAILED_REQUEUE);
+            }
+            Err(error) => step.errors.push(NodeClassError::InstanceProfile(error)),
+        }
+    }
+
+    /// The `ValidationSucceeded` update (none when a retry keeps the current one) and how soon
+    /// to look again.
+    async fn validate(
+        &mut self,
+        class: &EC2NodeClass,
+        projected: &crate::apis::EC2NodeClassStatus,
+        user_data: &UserDataCheck,
+    ) -> Result<(Option<ConditionUpdate>, Option<Duration>), NodeClassError> {
+        if let Some(update) = validation::dependencies_not_ready(&projected.conditions) {
+            return Ok((Some(update), None));
+        }
+        let spec = &class.spec;
+        let tags = match validation::launch_tags(&self.name, spec, &self.deps.cluster_info.name) {
+            Ok(tags) => tags,
+            Err(message) => {
+                return Ok((
+                    Some(ConditionUpdate::not_ready(
+                        types::VALIDATION_SUCCEEDED,
+                        types::REASON_TAG_VALIDATION_FAILED,
+                        message,
+                    )),
+                    None,
+                ));
+            }
+        };
+        if let UserDataCheck::Invalid(message) = user_data {
+            return Ok((
+                Some(ConditionUpdate::not_ready(
+                    types::VALIDATION_SUCCEEDED,
+                    types::REASON_USER_DATA_VALIDATION_FAILED,
+                    message.clone(),
+                )),
+                None,
+            ));
+        }
+        let key = validation::cache_key(spec, projected, &tags);
+        if let Some(cached) = &self.verdict
+            && cached.key == key
+            && cached.expires > Instant::now()
+        {
+            return Ok((Some(verdict_condition(cached.failure)), None));
+        }
+        let Some((instance_type, ami)) = validation::validation_launch(&projected.amis) else {
+            return Ok((
+                Some(ConditionUpdate::unknown(
+                    types::VALIDATION_SUCCEEDED,
+                    types::REASON_DEPENDENCIES_NOT_READY,
+                    validation::DEPENDENCIES_MESSAGE,
+                )),
+                None,
+            ));
+        };
+        let rendered = match user_data {
+            UserDataCheck::Rendered(rendered) => Some(rendered),
+            _ => None,
+        };
+        let input = validation::DryRunInput {
+            class_name: &self.name,
+            spec,
+            status: projected,
+            tags: &tags,
+            user_data: rendered,
+            instance_type,
+            image_id: &ami.id,
+        };
+        let verdict = validation::dry_runs(self.deps.ec2.as_ref(), &input)
+            .await
+            .map_err(NodeClassError::Validation)?;
+        let failure = match verdict {
+            Verdict::Passed => None,
+            Verdict::Failed(reason) => Some(reason),
+            Verdict::Retry(message) => {
+                tracing::debug!(ec2nodeclass = %self.name, "validation retry: {message}");
+                return Ok((None, Some(VALIDATION_RETRY)));
+            }
+        };
+        self.verdict = Some(CachedVerdict {
+            key,
+            failure,
+            expires: Instant::now() + validation::VALIDATION_CACHE_TTL,
+        });
+        Ok((Some(verdict_condition(failure)), None))
+    }
+
+    async fn write_status(
+        &self,
+        class: &EC2NodeClass,
+        plan: &StatusPlan,
+        now: Timestamp,
+    ) -> Result<(), NodeClassError> {
+        let generation = class.metadata.generation;
+        let current = class.status.clone().unwrap_or_default();
+        let mut next = current.clone();
+        plan.apply(&mut next, generation, now);
+        if class.status.is_some() && next == current {
+            return Ok(());
+        }
+        let change = |status: &mut crate::apis::EC2NodeClassStatus| {
+            plan.apply(status, generation, now);
+        };
+        match self
+            .deps
+            .cluster
+            .update_ec2nodeclass_status(&self.name, &change)
+            .await
+        {
+            Ok(_) | Err(ClusterError::NotFound { .. }) => Ok(()),
+            Err(source) => Err(NodeClassError::Update {
+                name: self.name.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Stamps the class's NodeClaims with our hash version (and hash, unless drifted).
+    async fn restamp_nodeclaims(&self, class: &EC2NodeClass) -> Result<(), NodeClassError> {
+        let hash = nodeclass_hash(&class.spec);
+        let change = |nodeclaim: &mut crate::apis::NodeClaim| metadata::restamp(nodeclaim, &hash);
+        for nodeclaim in self.deps.view.nodeclaims() {
+            if !metadata::uses_class(&nodeclaim, &self.name) || !metadata::needs_restamp(&nodeclaim)
+            {
+                continue;
+            }
+            let name = nodeclaim.metadata.name.clone().unwrap_or_default();
+            match self.deps.cluster.update_nodeclaim(&name, &change).await {
+                Ok(_) | Err(ClusterError::NotFound { .. }) => {}
+                Err(source) => {
+                    return Err(NodeClassError::Restamp {
+                        nodeclaim: name,
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletion: wait for NodeClaims, then clean up and drop the finalizer.
+    async fn finalize(&mut self, class: &EC2NodeClass) -> Result<Next, Vec<NodeClassError>> {
+        if !metadata::has_finalizer(class) {
+            return Ok(Next::Idle);
+        }
+        let mut waiting: Vec<String> = self
+            .deps
+            .view
+            .nodeclaims()
+            .iter()
+            .filter(|c| metadata::uses_class(c, &self.name))
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+        if !waiting.is_empty() {
+            waiting.sort();
+            let due = self
+                .last_waiting_event
+                .is_none_or(|at| at.elapsed() >= finalize::WAITING_EVENT_INTERVAL);
+            if due {
+                let event = finalize::waiting_event(class, &waiting);
+                // Events are best effort: a failure is logged, the wait goes on.
+                if let Err(error) = self.deps.cluster.publish_event(&event).await {
+                    tracing::warn!(ec2nodeclass = %self.name, %error, "publishing event");
+                }
+                self.last_waiting_event = Some(Instant::now());
+            }
+            return Ok(Next::After(finalize::WAITING_EVENT_INTERVAL));
+        }
+        let cluster = self.deps.cluster_info.name.clone();
+        if class.spec.role.is_some() {
+            let name = profile_name(&cluster, &self.deps.region, &self.name);
+            self.deps
+                .instance_profiles
+                .delete(&name)
+                .await
+                .map_err(|e| vec![NodeClassError::InstanceProfile(e)])?;
+        }
+        let deleted =
+            finalize::delete_launch_templates(self.deps.ec2.as_ref(), &cluster, &self.name)
+                .await
+                .map_err(|source| {
+                    vec![NodeClassError::LaunchTemplates {
+                        name: self.name.clone(),
+                        source,
+                    }]
+                })?;
+        tracing::debug!(ec2nodeclass = %self.name, launch_templates = deleted, "cleaned up");
+        match self
+            .deps
+            .cluster
+            .update_ec2nodeclass(&self.name, &metadata::remove_finalizer)
+            .await
+        {
+            Ok(_) | Err(ClusterError::NotFound { .. }) => {}
+            Err(source) => {
+                return Err(vec![NodeClassError::Update {
+                    name: self.name.clone(),
+                    source,
+                }]);
+            }
+        }
+        self.verdict = None;
+        Ok(Next::Idle)
+    }
+}
+
+/// `ValidationSucceeded` from a dry-run verdict.
+fn verdict_condition(failure: Option<&'static str>) -> ConditionUpdate {
+    match failure {
+        None => ConditionUpdate::ready(types::VALIDATION_SUCCEEDED),
+        Some(reason) => ConditionUpdate::not_ready(
+            types::VALIDATION_SUCCEEDED,
+            reason,
+            validation::failure_message(reason),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eks_minor_versions_lose_their_plus() {
+        assert_eq!(
+            KubernetesVersion::from_version_info("1", "33+").as_deref(),
+            Some("1.33")
+        );
+        assert_eq!(KubernetesVersion::from_version_info("1", "x"), None);
+        let version = KubernetesVersion::default();
+        assert_eq!(version.get(), DEFAULT_KUBERNETES_VERSION);
+        version.set("1.32");
+        assert_eq!(version.clone().get(), "1.32");
+    }
+}
