@@ -4,5 +4,7 @@ pub mod aws;
 pub mod daemon;
 pub mod domain;
 pub mod kwok;
+pub mod metrics;
+pub mod nodeclaim;
 pub mod ports;
 pub mod runtime;

@@ -26,6 +26,7 @@ use karpenter_config::Settings;
 
 pub use change::{Cause, ClusterChange, Reconcile, WatchedKind};
 
+use crate::metrics::Metrics;
 use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::CloudProvider;
 use crate::ports::cluster::ClusterApi;
@@ -62,6 +63,9 @@ pub struct Deps {
     /// Launch, terminate, list instances; instance types; drift.
     pub cloud: Arc<dyn CloudProvider>,
     pub aws: AwsPorts,
+    /// Karpenter's node-lifecycle metrics, registered in the daemon's Registry
+    /// (`Metrics::register`); `Metrics::default()` in tests.
+    pub metrics: Arc<Metrics>,
 }
 
 /// The running actors.
