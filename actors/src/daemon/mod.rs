@@ -17,6 +17,12 @@
 //!
 //! Each actor family adds itself here: a field in [`Daemon`], one spawn line in
 //! [`Daemon::start`], and its routes in [`Daemon::observe`].
+//!
+//! Node lifecycle routes: a NodeClaim change goes to its `NodeClaimActor` (started on demand)
+//! and its `NodePoolActor`; a Node change to the NodeClaim with its provider id; a change of a
+//! pod bound to a node whose NodeClaim is being deleted to that NodeClaim (its drain goes on);
+//! a NodePool change to its actor; an `EC2NodeClass` change to the pools using it. The
+//! `GarbageCollectorActor` runs on its own timers.
 
 mod change;
 
@@ -26,7 +32,10 @@ use karpenter_config::Settings;
 
 pub use change::{Cause, ClusterChange, Reconcile, WatchedKind};
 
+use crate::garbage_collection::{GarbageCollectorActor, GarbageCollectorDeps};
 use crate::metrics::Metrics;
+use crate::nodeclaim::{LaunchCache, NodeClaimActor, NodeClaimDeps};
+use crate::nodepool::NodePoolActor;
 use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::CloudProvider;
 use crate::ports::cluster::ClusterApi;
@@ -37,7 +46,7 @@ use crate::ports::iam::IamApi;
 use crate::ports::pricing::PricingApi;
 use crate::ports::sqs::SqsApi;
 use crate::ports::ssm::SsmApi;
-use crate::runtime::{GroupRef, SpawnError};
+use crate::runtime::{ActorRef, Family, GroupRef, GroupSpec, SpawnError};
 
 /// The narrow AWS ports, for the providers and actors that call AWS directly.
 #[derive(Debug, Clone)]
@@ -73,12 +82,45 @@ pub struct Deps {
 pub struct Daemon {
     root: GroupRef,
     deps: Deps,
+    /// One `NodeClaimActor` per NodeClaim (launch, registration, initialization, liveness,
+    /// drain and termination).
+    nodeclaims: Family<NodeClaimActor>,
+    /// One `NodePoolActor` per NodePool (status, hash, readiness, limits).
+    nodepools: Family<NodePoolActor>,
+    /// Leaked instances and NodeClaims whose instance vanished.
+    garbage_collector: ActorRef<GarbageCollectorActor>,
+    /// Launch outcomes shared by the NodeClaim actors and the garbage collector.
+    launches: Arc<LaunchCache>,
 }
 
 impl Daemon {
     /// Starts every actor under `root`.
     pub fn start(root: GroupRef, deps: Deps) -> Result<Self, SpawnError> {
-        Ok(Self { root, deps })
+        let launches = Arc::new(LaunchCache::new());
+        let nodeclaims = root.family::<NodeClaimActor>(
+            GroupSpec::one_for_one("nodeclaims"),
+            NodeClaimDeps {
+                deps: deps.clone(),
+                launches: Arc::clone(&launches),
+            },
+        )?;
+        let nodepools =
+            root.family::<NodePoolActor>(GroupSpec::one_for_one("nodepools"), deps.clone())?;
+        let garbage_collector = root.spawn::<GarbageCollectorActor>(
+            "garbage-collector",
+            GarbageCollectorDeps {
+                deps: deps.clone(),
+                launches: Arc::clone(&launches),
+            },
+        )?;
+        Ok(Self {
+            root,
+            deps,
+            nodeclaims,
+            nodepools,
+            garbage_collector,
+            launches,
+        })
     }
 
     /// Routes one cluster change to the actors that own it. Never blocks: events go to
@@ -86,15 +128,171 @@ impl Daemon {
     /// actor's own requeue catches up, since actors re-read the store).
     pub fn observe(&self, change: &ClusterChange) {
         match change {
-            ClusterChange::NodeClaim { .. }
-            | ClusterChange::NodePool { .. }
-            | ClusterChange::EC2NodeClass { .. }
-            | ClusterChange::Node { .. }
-            | ClusterChange::Pod { .. }
+            ClusterChange::NodeClaim { name, deleted } => self.nodeclaim_changed(name, *deleted),
+            ClusterChange::NodePool { name, deleted } => self.nodepool_changed(name, *deleted),
+            ClusterChange::EC2NodeClass { name, .. } => self.nodeclass_changed(name),
+            ClusterChange::Node {
+                provider_id: Some(provider_id),
+                ..
+            } => self.node_changed(provider_id),
+            ClusterChange::Pod {
+                node_name: Some(node),
+                ..
+            } => self.pod_on_node_changed(node),
+            ClusterChange::Relisted(kind) => self.relisted(*kind),
+            ClusterChange::Node {
+                provider_id: None, ..
+            }
+            | ClusterChange::Pod {
+                node_name: None, ..
+            }
             | ClusterChange::DaemonSet { .. }
-            | ClusterChange::PodDisruptionBudget { .. }
-            | ClusterChange::Relisted(_) => {}
+            | ClusterChange::PodDisruptionBudget { .. } => {}
         }
+    }
+
+    /// Queues `Reconcile` for a NodeClaim's actor, starting it unless the NodeClaim is gone.
+    fn nodeclaim_changed(&self, name: &str, deleted: bool) {
+        let cause = if deleted {
+            Cause::Deleted
+        } else {
+            Cause::Changed
+        };
+        if deleted {
+            let _ = self.nodeclaims.try_send_event(name, Reconcile { cause });
+        } else {
+            send(&self.nodeclaims, name, cause);
+        }
+        // Its pool recounts: a NodeClaim's capacity or deletion changes the pool's resources.
+        match self.deps.view.nodeclaim(name) {
+            Some(nodeclaim) => {
+                if let Some(pool) = nodeclaim
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(crate::apis::labels::NODEPOOL))
+                {
+                    let _ = self.nodepools.try_send_event(
+                        pool,
+                        Reconcile {
+                            cause: Cause::Related,
+                        },
+                    );
+                }
+            }
+            // Gone: its pool is unknown now, and pools are few.
+            None => broadcast(&self.nodepools, Cause::Related),
+        }
+    }
+
+    fn nodepool_changed(&self, name: &str, deleted: bool) {
+        if deleted {
+            let _ = self.nodepools.try_send_event(
+                name,
+                Reconcile {
+                    cause: Cause::Deleted,
+                },
+            );
+        } else {
+            send(&self.nodepools, name, Cause::Changed);
+        }
+    }
+
+    /// The pools using the class re-check its readiness.
+    fn nodeclass_changed(&self, name: &str) {
+        for pool in self.deps.view.nodepools() {
+            if pool.spec.template.spec.node_class_ref.name == name
+                && let Some(pool_name) = pool.metadata.name.as_deref()
+            {
+                send(&self.nodepools, pool_name, Cause::Related);
+            }
+        }
+    }
+
+    /// The node's NodeClaim looks again (registration, initialization, termination).
+    fn node_changed(&self, provider_id: &str) {
+        if let Some(name) = self
+            .deps
+            .view
+            .nodeclaim_by_provider_id(provider_id)
+            .and_then(|nc| nc.metadata.name.clone())
+        {
+            send(&self.nodeclaims, &name, Cause::Related);
+        }
+    }
+
+    /// A pod on a draining node moved: its NodeClaim's drain goes on. Pods on other nodes do
+    /// not concern the lifecycle actors.
+    fn pod_on_node_changed(&self, node: &str) {
+        let Some(provider_id) = self
+            .deps
+            .view
+            .node(node)
+            .and_then(|n| n.spec.as_ref().and_then(|s| s.provider_id.clone()))
+        else {
+            return;
+        };
+        if let Some(nodeclaim) = self.deps.view.nodeclaim_by_provider_id(&provider_id)
+            && nodeclaim.metadata.deletion_timestamp.is_some()
+            && let Some(name) = nodeclaim.metadata.name.as_deref()
+        {
+            let _ = self.nodeclaims.try_send_event(
+                name,
+                Reconcile {
+                    cause: Cause::Related,
+                },
+            );
+        }
+    }
+
+    fn relisted(&self, kind: WatchedKind) {
+        match kind {
+            WatchedKind::NodeClaim => {
+                for nodeclaim in self.deps.view.nodeclaims() {
+                    if let Some(name) = nodeclaim.metadata.name.as_deref() {
+                        send(&self.nodeclaims, name, Cause::Relisted);
+                    }
+                }
+                // Actors whose NodeClaim vanished during the gap stop themselves.
+                broadcast(&self.nodeclaims, Cause::Relisted);
+                broadcast(&self.nodepools, Cause::Related);
+            }
+            WatchedKind::NodePool => {
+                for nodepool in self.deps.view.nodepools() {
+                    if let Some(name) = nodepool.metadata.name.as_deref() {
+                        send(&self.nodepools, name, Cause::Relisted);
+                    }
+                }
+                broadcast(&self.nodepools, Cause::Relisted);
+            }
+            WatchedKind::EC2NodeClass => broadcast(&self.nodepools, Cause::Related),
+            WatchedKind::Node => broadcast(&self.nodeclaims, Cause::Related),
+            WatchedKind::Pod | WatchedKind::DaemonSet | WatchedKind::PodDisruptionBudget => {}
+        }
+    }
+
+    /// The NodeClaim actors.
+    #[must_use]
+    pub fn nodeclaims(&self) -> &Family<NodeClaimActor> {
+        &self.nodeclaims
+    }
+
+    /// The NodePool actors.
+    #[must_use]
+    pub fn nodepools(&self) -> &Family<NodePoolActor> {
+        &self.nodepools
+    }
+
+    /// The garbage collector.
+    #[must_use]
+    pub fn garbage_collector(&self) -> &ActorRef<GarbageCollectorActor> {
+        &self.garbage_collector
+    }
+
+    /// Launch outcomes of the last minute (the NodeClaim actors' and garbage collector's).
+    #[must_use]
+    pub fn launches(&self) -> &Arc<LaunchCache> {
+        &self.launches
     }
 
     /// The group every actor runs under.
@@ -107,5 +305,31 @@ impl Daemon {
     #[must_use]
     pub fn deps(&self) -> &Deps {
         &self.deps
+    }
+}
+
+/// Queues `Reconcile` for the actor of `key`, starting it if needed. An event, not a request:
+/// a full mailbox is counted by the kit and the actor re-reads its object anyway.
+fn send<A>(family: &Family<A>, key: &str, cause: Cause)
+where
+    A: crate::runtime::Handles<Reconcile>,
+{
+    match family.ensure(key) {
+        Ok(actor) => {
+            let _ = actor.try_send_event(Reconcile { cause });
+        }
+        Err(error) => {
+            tracing::warn!(kind = A::KIND, key, error = %error, "starting an actor failed");
+        }
+    }
+}
+
+/// Queues `Reconcile` for every running actor of a family.
+fn broadcast<A>(family: &Family<A>, cause: Cause)
+where
+    A: crate::runtime::Handles<Reconcile>,
+{
+    for key in family.keys() {
+        let _ = family.try_send_event(&key, Reconcile { cause });
     }
 }
