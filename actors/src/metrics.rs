@@ -401,7 +401,7 @@ mod tests {
         let metrics = Metrics::register(&mut registry);
         metrics.nodeclaim_disrupted(disruption_reason::LIVENESS, "default", "spot");
         metrics.nodeclaim_terminated("default", "spot", Duration::from_secs(3), None);
-        metrics.node_terminated("default", Duration::from_secs(1), Duration::from_secs(3600));
+        metrics.node_terminated("default", Duration::from_secs(1), Duration::from_hours(1));
         metrics.eviction_request(429);
         metrics.pod_drained(FORCEFUL_TERMINATION);
         let mut text = String::new();

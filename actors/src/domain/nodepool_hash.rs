@@ -115,6 +115,7 @@ mod tests {
     use super::*;
     use crate::apis::NodePool;
 
+    #[expect(clippy::needless_pass_by_value, reason = "tests pass json! literals")]
     fn template(spec: serde_json::Value) -> NodeClaimTemplate {
         let pool: NodePool = serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodePool",

@@ -248,6 +248,10 @@ mod tests {
     }
 
     #[derive(Default)]
+    #[expect(
+        clippy::struct_excessive_bools,
+        reason = "a test builder: one flag per pod trait"
+    )]
     struct PodBuilder {
         name: &'static str,
         daemon: bool,

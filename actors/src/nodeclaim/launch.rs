@@ -231,6 +231,7 @@ pub fn truncate(message: &str) -> String {
 mod tests {
     use super::*;
 
+    #[expect(clippy::needless_pass_by_value, reason = "tests pass json! literals")]
     fn claim(labels: serde_json::Value, requirements: serde_json::Value) -> NodeClaim {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",

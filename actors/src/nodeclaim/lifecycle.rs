@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
+use tokio::time::Instant;
 
 use super::initialization::{self, NotInitialized};
 use super::launch::{self, LaunchState};
 use super::registration::{self, NodeLookup};
 use super::{
-    LAUNCH_CHECK_INTERVAL, LaunchCompleted, Next, NodeClaimActor, NodeClaimError, REGISTRATION_TTL,
-    elapsed, events, has_finalizer, label, provider_id, soonest, uid,
+    ERROR_BACKOFF_MAX, ERROR_BACKOFF_MIN, LAUNCH_CHECK_INTERVAL, LaunchCompleted, Next,
+    NodeClaimActor, NodeClaimError, REGISTRATION_TTL, elapsed, events, exponential, has_finalizer,
+    label, provider_id, soonest, uid,
 };
 use crate::apis::condition_set::{
     self, ConditionSet, NODECLAIM_DEPENDENTS, NODEPOOL_DEPENDENTS, ObjectFacts,
@@ -265,6 +267,8 @@ impl NodeClaimActor {
                 let Some(written) = self.record_launch(&nodeclaim, &created).await? else {
                     return Ok(Step::Stop);
                 };
+                self.launch_failures = 0;
+                self.launch_not_before = None;
                 Ok(Step::Continue(written, None))
             }
             Some(LaunchState::InFlight | LaunchState::Failed(_)) => {
@@ -272,6 +276,10 @@ impl NodeClaimActor {
                 Ok(Step::Continue(nodeclaim, Some(LAUNCH_CHECK_INTERVAL)))
             }
             None => {
+                let now = Instant::now();
+                if let Some(at) = self.launch_not_before.filter(|at| *at > now) {
+                    return Ok(Step::Continue(nodeclaim, Some(at - now)));
+                }
                 ctx.set_state("launching");
                 self.start_launch(ctx, Arc::clone(&nodeclaim), uid);
                 Ok(Step::Continue(nodeclaim, Some(LAUNCH_CHECK_INTERVAL)))
@@ -341,7 +349,7 @@ impl NodeClaimActor {
     }
 
     async fn launch_failed(
-        &self,
+        &mut self,
         nodeclaim: &Arc<NodeClaim>,
         error: CloudProviderError,
     ) -> Result<Step, NodeClaimError> {
@@ -368,6 +376,9 @@ impl NodeClaimActor {
             );
             return Ok(Step::Stop);
         }
+        let delay = exponential(ERROR_BACKOFF_MIN, ERROR_BACKOFF_MAX, self.launch_failures);
+        self.launch_failures = self.launch_failures.saturating_add(1);
+        self.launch_not_before = Some(Instant::now() + delay);
         let (reason, message) = launch::launch_failure_condition(&error);
         self.set_conditions(nodeclaim, "writing the launch failure", &|set| {
             set.set_unknown_with_reason(cond::LAUNCHED, &reason, &message);

@@ -182,6 +182,10 @@ pub struct NodeClaimActor {
     failures: u32,
     /// The earliest timer pending, so a burst of reconciles sets one timer.
     wake: Option<Instant>,
+    /// Consecutive failed launches, and when the next may start (events do not bypass the
+    /// launch backoff; a restart does).
+    launch_failures: u32,
+    launch_not_before: Option<Instant>,
     evictions: HashMap<drain::PodKey, EvictionBackoff>,
     last_drain_event: Option<Instant>,
     node_grace_event_sent: bool,
@@ -205,6 +209,8 @@ impl Supervised for NodeClaimActor {
             launches: Arc::clone(&deps.launches),
             failures: 0,
             wake: None,
+            launch_failures: 0,
+            launch_not_before: None,
             evictions: HashMap::new(),
             last_drain_event: None,
             node_grace_event_sent: false,

@@ -1,8 +1,9 @@
 //! [`FakeCloudProvider`]: an in-memory [`CloudProvider`] for actor tests. It launches
 //! instances with predictable ids, labels and capacities, lists and gets them, terminates them
 //! in two steps as EC2 does (the first `delete` starts termination, a later one reports
-//! `NodeClaimNotFound`), records every call with the NodeClaim it was given, and fails calls on
-//! demand. Tests can also plant a leaked instance or make one vanish.
+//! `NodeClaimNotFound` once the termination delay has passed), records every call with the
+//! NodeClaim it was given, and fails calls on demand. Launches can take time (tokio time, so
+//! paused in tests). Tests can also plant a leaked instance or make one vanish.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -74,8 +75,9 @@ impl CloudCall {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FakeInstanceState {
     Running,
-    /// `delete` was called once; the next `delete` reports it gone.
-    ShuttingDown,
+    /// `delete` was called at this time; a `delete` after the termination delay reports it
+    /// gone.
+    ShuttingDown(k8s_openapi::jiff::Timestamp),
 }
 
 /// An instance the fake runs.
@@ -100,6 +102,8 @@ struct State {
     calls: Vec<CloudCall>,
     failures: VecDeque<FailureRule>,
     next_id: u64,
+    create_latency: std::time::Duration,
+    termination_delay: std::time::Duration,
 }
 
 impl State {
@@ -165,6 +169,17 @@ impl FakeCloudProvider {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `create` takes this long (tokio time) before it answers.
+    pub fn set_create_latency(&self, latency: std::time::Duration) {
+        self.lock().create_latency = latency;
+    }
+
+    /// A terminating instance is gone this long after its first `delete` (zero: at the next
+    /// `delete`).
+    pub fn set_termination_delay(&self, delay: std::time::Duration) {
+        self.lock().termination_delay = delay;
     }
 
     /// Every call so far, failed ones included, oldest first.
@@ -352,6 +367,10 @@ fn not_found(provider_id: &str) -> CloudProviderError {
 #[async_trait]
 impl CloudProvider for FakeCloudProvider {
     async fn create(&self, nodeclaim: &NodeClaim) -> Result<NodeClaim, CloudProviderError> {
+        let latency = self.lock().create_latency;
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
         let now = self.clock.now();
         let mut state = self.lock();
         state.call(CloudCall::Create(Box::new(nodeclaim.clone())))?;
@@ -379,16 +398,22 @@ impl CloudProvider for FakeCloudProvider {
             .as_ref()
             .and_then(|s| s.provider_id.clone())
             .unwrap_or_default();
+        let now = self.clock.now();
         let mut state = self.lock();
         state.call(CloudCall::Delete {
             provider_id: provider_id.clone(),
         })?;
-        match state.instances.get_mut(&provider_id) {
-            Some(instance) if instance.state == FakeInstanceState::Running => {
-                instance.state = FakeInstanceState::ShuttingDown;
+        let delay = k8s_openapi::jiff::SignedDuration::try_from(state.termination_delay)
+            .unwrap_or(k8s_openapi::jiff::SignedDuration::MAX);
+        match state.instances.get_mut(&provider_id).map(|i| &mut i.state) {
+            Some(state @ FakeInstanceState::Running) => {
+                *state = FakeInstanceState::ShuttingDown(now);
                 Ok(())
             }
-            Some(_) => {
+            Some(FakeInstanceState::ShuttingDown(since)) if now.duration_since(*since) < delay => {
+                Ok(())
+            }
+            Some(FakeInstanceState::ShuttingDown(_)) => {
                 state.instances.remove(&provider_id);
                 Err(not_found(&provider_id))
             }
@@ -417,7 +442,7 @@ impl CloudProvider for FakeCloudProvider {
             .values()
             .map(|instance| {
                 let mut listed = instance.nodeclaim.clone();
-                if instance.state == FakeInstanceState::ShuttingDown {
+                if matches!(instance.state, FakeInstanceState::ShuttingDown(_)) {
                     // Karpenter marks shutting-down instances as deleting.
                     listed.metadata.deletion_timestamp = Some(Time(now));
                 }
