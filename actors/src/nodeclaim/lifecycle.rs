@@ -467,10 +467,13 @@ impl NodeClaimActor {
         else {
             return Ok(Step::Stop);
         };
-        tracing::info!(nodeclaim = %self.name, node = %node_name, "registered nodeclaim");
-        let nodepool = label(&written, labels::NODEPOOL).to_owned();
-        self.deps.metrics.node_created(&nodepool);
-        self.set_registration_health(&written, true).await;
+        if !std::mem::replace(&mut self.reported.registered, true) {
+            tracing::info!(nodeclaim = %self.name, node = %node_name, "registered nodeclaim");
+            self.deps
+                .metrics
+                .node_created(label(&written, labels::NODEPOOL));
+            self.set_registration_health(&written, true).await;
+        }
         Ok(Step::Continue(written, None))
     }
 
@@ -552,7 +555,7 @@ impl NodeClaimActor {
             .unwrap_or_else(|| self.now())
     }
 
-    async fn liveness(&self, nodeclaim: &Arc<NodeClaim>) -> Result<Step, NodeClaimError> {
+    async fn liveness(&mut self, nodeclaim: &Arc<NodeClaim>) -> Result<Step, NodeClaimError> {
         if is_true(nodeclaim, cond::REGISTERED) {
             return Ok(Step::Continue(Arc::clone(nodeclaim), None));
         }
@@ -566,12 +569,14 @@ impl NodeClaimActor {
         self.set_registration_health(nodeclaim, false).await;
         self.delete_nodeclaim("deleting a nodeclaim that did not register")
             .await?;
-        tracing::info!(nodeclaim = %self.name, ttl = ?REGISTRATION_TTL, "terminating due to registration ttl");
-        self.deps.metrics.nodeclaim_disrupted(
-            disruption_reason::LIVENESS,
-            label(nodeclaim, labels::NODEPOOL),
-            label(nodeclaim, labels::CAPACITY_TYPE),
-        );
+        if !std::mem::replace(&mut self.reported.liveness, true) {
+            tracing::info!(nodeclaim = %self.name, ttl = ?REGISTRATION_TTL, "terminating due to registration ttl");
+            self.deps.metrics.nodeclaim_disrupted(
+                disruption_reason::LIVENESS,
+                label(nodeclaim, labels::NODEPOOL),
+                label(nodeclaim, labels::CAPACITY_TYPE),
+            );
+        }
         Ok(Step::Stop)
     }
 

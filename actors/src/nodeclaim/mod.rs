@@ -188,9 +188,26 @@ pub struct NodeClaimActor {
     launch_not_before: Option<Instant>,
     evictions: HashMap<drain::PodKey, EvictionBackoff>,
     last_drain_event: Option<Instant>,
-    node_grace_event_sent: bool,
-    drained_reported: bool,
+    /// Once-only reports: a reconcile that runs on a view older than its own last write must
+    /// not count a registration, liveness deletion or termination twice (Karpenter sleeps a
+    /// second after each write for the same reason).
+    reported: Reported,
     instance_gone: bool,
+}
+
+/// What this actor has counted and logged already.
+#[derive(Debug, Default)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent once-only flags, not a state machine"
+)]
+struct Reported {
+    registered: bool,
+    liveness: bool,
+    node_grace_event: bool,
+    drained: bool,
+    node_released: bool,
+    nodeclaim_released: bool,
 }
 
 impl Supervised for NodeClaimActor {
@@ -213,8 +230,7 @@ impl Supervised for NodeClaimActor {
             launch_not_before: None,
             evictions: HashMap::new(),
             last_drain_event: None,
-            node_grace_event_sent: false,
-            drained_reported: false,
+            reported: Reported::default(),
             instance_gone: false,
         })
     }

@@ -259,9 +259,8 @@ impl NodeClaimActor {
             }
         }
         if let Some(deadline) = termination_time
-            && !self.node_grace_event_sent
+            && !std::mem::replace(&mut self.reported.node_grace_event, true)
         {
-            self.node_grace_event_sent = true;
             self.publish(events::node_grace_period_expiring(node, &rfc3339(deadline)))
                 .await;
         }
@@ -301,8 +300,7 @@ impl NodeClaimActor {
                 soonest(retry, deadline),
             )));
         }
-        if !self.drained_reported {
-            self.drained_reported = true;
+        if !std::mem::replace(&mut self.reported.drained, true) {
             self.deps
                 .metrics
                 .node_drained(label(nodeclaim, labels::NODEPOOL));
@@ -474,7 +472,7 @@ impl NodeClaimActor {
     }
 
     /// Removes our finalizer from the node (the instance is gone or unreachable).
-    async fn release_node(&self, node: &Node) -> Result<(), NodeClaimError> {
+    async fn release_node(&mut self, node: &Node) -> Result<(), NodeClaimError> {
         let node_name = node.metadata.name.clone().unwrap_or_default();
         let change = |node: &mut Node| remove_finalizer(&mut node.metadata.finalizers);
         match self.deps.cluster.update_node(&node_name, &change).await {
@@ -487,6 +485,9 @@ impl NodeClaimActor {
                     source,
                 });
             }
+        }
+        if std::mem::replace(&mut self.reported.node_released, true) {
+            return Ok(());
         }
         let now = self.now();
         let deleted = node
@@ -513,13 +514,14 @@ impl NodeClaimActor {
     }
 
     /// Removes the NodeClaim's finalizer: the instance is gone.
-    async fn release_nodeclaim(&self, nodeclaim: &NodeClaim) -> Result<(), NodeClaimError> {
+    async fn release_nodeclaim(&mut self, nodeclaim: &NodeClaim) -> Result<(), NodeClaimError> {
         let change =
             |nodeclaim: &mut NodeClaim| remove_finalizer(&mut nodeclaim.metadata.finalizers);
         if self
             .write_nodeclaim("removing the termination finalizer", &change)
             .await?
             .is_none()
+            || std::mem::replace(&mut self.reported.nodeclaim_released, true)
         {
             return Ok(());
         }
