@@ -930,3 +930,35 @@ async fn the_garbage_collector_deletes_a_nodeclaim_whose_instance_vanished() {
         1
     );
 }
+
+#[actix::test]
+async fn a_nodeclaim_created_again_under_the_same_name_gets_its_own_instance() {
+    tokio::time::pause();
+    let h = Harness::start();
+    ready_nodeclaim(&h, "default-a", json!({})).await;
+    let first = h.provider_id("default-a").unwrap();
+    h.delete_nodeclaim("default-a").await;
+    h.advance(Duration::from_secs(10)).await;
+    assert!(h.nodeclaim("default-a").is_none());
+
+    h.add_nodeclaim(nodeclaim(
+        "default-a",
+        json!({ "metadata": { "uid": "uid-second" } }),
+    ));
+    h.settle().await;
+    let second = h.provider_id("default-a").unwrap();
+    assert_ne!(first, second);
+    assert_eq!(h.cloud.creates().len(), 2);
+    assert_eq!(
+        h.cloud.instances()[&second].state,
+        FakeInstanceState::Running
+    );
+    // Its termination does not trust what the actor knew about the first one.
+    h.delete_nodeclaim("default-a").await;
+    h.advance(Duration::from_secs(10)).await;
+    assert!(h.nodeclaim("default-a").is_none());
+    assert!(
+        !h.cloud.instances().contains_key(&second),
+        "second instance terminated"
+    );
+}

@@ -176,6 +176,9 @@ fn exponential(min: Duration, max: Duration, attempts: u32) -> Duration {
 #[derive(Debug)]
 pub struct NodeClaimActor {
     name: String,
+    /// The UID of the NodeClaim the fields below are about: a NodeClaim deleted and created
+    /// again under the same name starts from scratch.
+    uid: Option<String>,
     deps: Deps,
     launches: Arc<LaunchCache>,
     /// Consecutive failed reconciles, for the backoff.
@@ -222,6 +225,7 @@ impl Supervised for NodeClaimActor {
     fn build(key: &str, deps: &NodeClaimDeps) -> Result<Self, ActorError> {
         Ok(Self {
             name: key.to_owned(),
+            uid: None,
             deps: deps.deps.clone(),
             launches: Arc::clone(&deps.launches),
             failures: 0,
@@ -327,6 +331,11 @@ impl NodeClaimActor {
             ctx.set_state("unmanaged");
             return Ok(());
         }
+        let current = uid(&nodeclaim);
+        if self.uid.as_deref() != Some(current.as_str()) {
+            self.forget();
+            self.uid = Some(current);
+        }
         let outcome = if nodeclaim.metadata.deletion_timestamp.is_some() {
             self.finalize(ctx, nodeclaim).await
         } else {
@@ -346,6 +355,17 @@ impl NodeClaimActor {
                 Err(error.into_actor_error())
             }
         }
+    }
+
+    /// Drops what this actor knew about a previous NodeClaim of the same name.
+    fn forget(&mut self) {
+        self.failures = 0;
+        self.launch_failures = 0;
+        self.launch_not_before = None;
+        self.evictions.clear();
+        self.last_drain_event = None;
+        self.reported = Reported::default();
+        self.instance_gone = false;
     }
 
     /// Sets a timer unless an earlier one is pending.
