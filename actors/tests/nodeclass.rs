@@ -39,6 +39,7 @@ use karpenter_actors::kwok::iam::KwokIam;
 use karpenter_actors::kwok::pricing::KwokPricing;
 use karpenter_actors::kwok::sqs::KwokSqs;
 use karpenter_actors::kwok::ssm::KwokSsm;
+use karpenter_actors::metrics::Metrics;
 use karpenter_actors::nodeclass::finalize::REASON_WAITING_ON_NODECLAIM_TERMINATION;
 use karpenter_actors::nodeclass::status::find;
 use karpenter_actors::nodeclass::{KubernetesVersion, NodeClassActor, NodeClassDeps};
@@ -867,6 +868,7 @@ async fn the_daemon_routes_class_changes_and_nodeclaim_deletions_to_the_class_ac
         cluster_info: cluster_info(),
         region: REGION.into(),
         kubernetes_version: KubernetesVersion::default(),
+        metrics: Arc::new(Metrics::default()),
     };
     let mut metrics = Registry::default();
     let kit = ActorKit::new(&mut metrics, KitOptions::default());

@@ -75,7 +75,10 @@ pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
 pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
 /// Current `NodePool` hash version; a change re-stamps NodeClaims instead of drifting them.
-pub const NODEPOOL_HASH_VERSION_VALUE: &str = "v3";
+/// Karpenter v1.5 writes `v3`; our hash covers the same fields with another algorithm
+/// (`crate::domain::nodepool_hash`), so it carries its own version and a switch between the two
+/// re-stamps NodeClaims instead of drifting every node.
+pub const NODEPOOL_HASH_VERSION_VALUE: &str = "v3-rs1";
 pub const NODECLAIM_TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
 pub const EC2NODECLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
 pub const EC2NODECLASS_HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";

@@ -7,6 +7,7 @@
 //! emits carries the same patterns, enums, bounds and CEL rules so a real API server enforces
 //! what [`validation`] checks.
 
+pub mod condition_set;
 pub mod conditions;
 pub mod crd;
 pub mod duration;

@@ -17,6 +17,13 @@
 //!
 //! Each actor family adds itself here: a field in [`Daemon`], one spawn line in
 //! [`Daemon::start`], and its routes in [`Daemon::observe`].
+//!
+//! Node lifecycle routes: a NodeClaim change goes to its `NodeClaimActor` (started on demand)
+//! and its `NodePoolActor`; a Node change to the NodeClaim with its provider id; a change of a
+//! pod bound to a node whose NodeClaim is being deleted to that NodeClaim (its drain goes on);
+//! a NodePool change to its actor; an `EC2NodeClass` change to its `NodeClassActor` and the
+//! pools using it; a deleted NodeClaim to the classes waiting in deletion. The
+//! `GarbageCollectorActor` runs on its own timers, the `InterruptionActor` on its SQS polls.
 
 mod change;
 
@@ -29,9 +36,12 @@ pub use change::{Cause, ClusterChange, Reconcile, WatchedKind};
 
 use crate::aws::unavailable::UnavailableOfferings;
 use crate::domain::userdata::ClusterInfo;
+use crate::garbage_collection::{GarbageCollectorActor, GarbageCollectorDeps};
 use crate::interruption::{InterruptionActor, InterruptionDeps, InterruptionMetrics};
-use crate::metrics::SharedMetrics;
+use crate::metrics::Metrics;
+use crate::nodeclaim::{LaunchCache, NodeClaimActor, NodeClaimDeps};
 use crate::nodeclass::{KubernetesVersion, NodeClassActor, NodeClassDeps};
+use crate::nodepool::NodePoolActor;
 use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::CloudProvider;
 use crate::ports::cluster::ClusterApi;
@@ -79,6 +89,9 @@ pub struct Deps {
     pub region: String,
     /// The cluster's Kubernetes version, kept current by the binary from `/version`.
     pub kubernetes_version: KubernetesVersion,
+    /// Karpenter's node-lifecycle metrics, registered in the daemon's Registry
+    /// (`Metrics::register`); `Metrics::default()` in tests.
+    pub metrics: Arc<Metrics>,
 }
 
 /// The running actors.
@@ -86,16 +99,69 @@ pub struct Deps {
 pub struct Daemon {
     root: GroupRef,
     deps: Deps,
-    metrics: SharedMetrics,
+    /// One `NodeClaimActor` per NodeClaim (launch, registration, initialization, liveness,
+    /// drain and termination).
+    nodeclaims: Family<NodeClaimActor>,
+    /// One `NodePoolActor` per NodePool (status, hash, readiness, limits).
+    nodepools: Family<NodePoolActor>,
+    /// Leaked instances and NodeClaims whose instance vanished.
+    garbage_collector: ActorRef<GarbageCollectorActor>,
+    /// Launch outcomes shared by the NodeClaim actors and the garbage collector.
+    launches: Arc<LaunchCache>,
     /// The interruption actor, when `INTERRUPTION_QUEUE` is set.
     interruption: Option<ActorRef<InterruptionActor>>,
+    /// One `NodeClassActor` per `EC2NodeClass` (resolution, validation, status, deletion).
     nodeclasses: Family<NodeClassActor>,
+    options: StartOptions,
+}
+
+/// Which optional actors [`Daemon::start_with`] routes to. The default runs them all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartOptions {
+    /// Route `EC2NodeClass` changes to `NodeClassActor`s. Tests of the node lifecycle that
+    /// write a class's status by hand turn this off, so no actor rewrites it.
+    pub nodeclass_actors: bool,
+}
+
+impl Default for StartOptions {
+    fn default() -> Self {
+        Self {
+            nodeclass_actors: true,
+        }
+    }
 }
 
 impl Daemon {
-    /// Starts every actor under `root`, registering their metrics in `registry`.
+    /// Starts every actor under `root`; actors with their own metric families register them
+    /// in `registry` (the shared ones are in `deps.metrics`).
     pub fn start(root: GroupRef, deps: Deps, registry: &mut Registry) -> Result<Self, SpawnError> {
-        let metrics = SharedMetrics::register(registry);
+        Self::start_with(root, deps, registry, StartOptions::default())
+    }
+
+    /// [`Daemon::start`] with some actors left out (see [`StartOptions`]).
+    pub fn start_with(
+        root: GroupRef,
+        deps: Deps,
+        registry: &mut Registry,
+        options: StartOptions,
+    ) -> Result<Self, SpawnError> {
+        let launches = Arc::new(LaunchCache::new());
+        let nodeclaims = root.family::<NodeClaimActor>(
+            GroupSpec::one_for_one("nodeclaims"),
+            NodeClaimDeps {
+                deps: deps.clone(),
+                launches: Arc::clone(&launches),
+            },
+        )?;
+        let nodepools =
+            root.family::<NodePoolActor>(GroupSpec::one_for_one("nodepools"), deps.clone())?;
+        let garbage_collector = root.spawn::<GarbageCollectorActor>(
+            "garbage-collector",
+            GarbageCollectorDeps {
+                deps: deps.clone(),
+                launches: Arc::clone(&launches),
+            },
+        )?;
         let interruption = match &deps.settings.interruption_queue {
             Some(queue) => Some(root.spawn::<InterruptionActor>(
                 "interruption",
@@ -109,7 +175,7 @@ impl Daemon {
                     rebalance_replace: deps.settings.interruption_rebalance_replace,
                     metrics: InterruptionMetrics::register(
                         registry,
-                        metrics.nodeclaims_disrupted.clone(),
+                        deps.metrics.nodeclaims_disrupted(),
                     ),
                 },
             )?),
@@ -122,22 +188,14 @@ impl Daemon {
         Ok(Self {
             root,
             deps,
-            metrics,
+            nodeclaims,
+            nodepools,
+            garbage_collector,
+            launches,
             interruption,
             nodeclasses,
+            options,
         })
-    }
-
-    /// Metrics several actors write.
-    #[must_use]
-    pub fn metrics(&self) -> &SharedMetrics {
-        &self.metrics
-    }
-
-    /// The interruption actor, when one runs.
-    #[must_use]
-    pub fn interruption(&self) -> Option<&ActorRef<InterruptionActor>> {
-        self.interruption.as_ref()
     }
 
     /// Routes one cluster change to the actors that own it. Never blocks: events go to
@@ -145,18 +203,183 @@ impl Daemon {
     /// actor's own requeue catches up, since actors re-read the store).
     pub fn observe(&self, change: &ClusterChange) {
         match change {
-            ClusterChange::EC2NodeClass { name, deleted } => self.route_nodeclass(name, *deleted),
-            ClusterChange::Relisted(WatchedKind::EC2NodeClass) => self.relist_nodeclasses(),
-            ClusterChange::NodeClaim { deleted: true, .. }
-            | ClusterChange::Relisted(WatchedKind::NodeClaim) => self.nudge_deleting_nodeclasses(),
-            ClusterChange::NodeClaim { .. }
-            | ClusterChange::NodePool { .. }
-            | ClusterChange::Node { .. }
-            | ClusterChange::Pod { .. }
+            ClusterChange::NodeClaim { name, deleted } => {
+                self.nodeclaim_changed(name, *deleted);
+                if *deleted {
+                    self.nudge_deleting_nodeclasses();
+                }
+            }
+            ClusterChange::NodePool { name, deleted } => self.nodepool_changed(name, *deleted),
+            ClusterChange::EC2NodeClass { name, deleted } => {
+                self.route_nodeclass(name, *deleted);
+                self.nodeclass_changed(name);
+            }
+            ClusterChange::Node {
+                provider_id: Some(provider_id),
+                ..
+            } => self.node_changed(provider_id),
+            ClusterChange::Pod {
+                node_name: Some(node),
+                ..
+            } => self.pod_on_node_changed(node),
+            ClusterChange::Relisted(kind) => self.relisted(*kind),
+            ClusterChange::Node {
+                provider_id: None, ..
+            }
+            | ClusterChange::Pod {
+                node_name: None, ..
+            }
             | ClusterChange::DaemonSet { .. }
-            | ClusterChange::PodDisruptionBudget { .. }
-            | ClusterChange::Relisted(_) => {}
+            | ClusterChange::PodDisruptionBudget { .. } => {}
         }
+    }
+
+    /// Queues `Reconcile` for a NodeClaim's actor, starting it unless the NodeClaim is gone.
+    fn nodeclaim_changed(&self, name: &str, deleted: bool) {
+        let cause = if deleted {
+            Cause::Deleted
+        } else {
+            Cause::Changed
+        };
+        if deleted {
+            let _ = self.nodeclaims.try_send_event(name, Reconcile { cause });
+        } else {
+            send(&self.nodeclaims, name, cause);
+        }
+        // Its pool recounts: a NodeClaim's capacity or deletion changes the pool's resources.
+        match self.deps.view.nodeclaim(name) {
+            Some(nodeclaim) => {
+                if let Some(pool) = nodeclaim
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(crate::apis::labels::NODEPOOL))
+                {
+                    let _ = self.nodepools.try_send_event(
+                        pool,
+                        Reconcile {
+                            cause: Cause::Related,
+                        },
+                    );
+                }
+            }
+            // Gone: its pool is unknown now, and pools are few.
+            None => broadcast(&self.nodepools, Cause::Related),
+        }
+    }
+
+    fn nodepool_changed(&self, name: &str, deleted: bool) {
+        if deleted {
+            let _ = self.nodepools.try_send_event(
+                name,
+                Reconcile {
+                    cause: Cause::Deleted,
+                },
+            );
+        } else {
+            send(&self.nodepools, name, Cause::Changed);
+        }
+    }
+
+    /// The pools using the class re-check its readiness.
+    fn nodeclass_changed(&self, name: &str) {
+        for pool in self.deps.view.nodepools() {
+            if pool.spec.template.spec.node_class_ref.name == name
+                && let Some(pool_name) = pool.metadata.name.as_deref()
+            {
+                send(&self.nodepools, pool_name, Cause::Related);
+            }
+        }
+    }
+
+    /// The node's NodeClaim looks again (registration, initialization, termination).
+    fn node_changed(&self, provider_id: &str) {
+        if let Some(name) = self
+            .deps
+            .view
+            .nodeclaim_by_provider_id(provider_id)
+            .and_then(|nc| nc.metadata.name.clone())
+        {
+            send(&self.nodeclaims, &name, Cause::Related);
+        }
+    }
+
+    /// A pod on a draining node moved: its NodeClaim's drain goes on. Pods on other nodes do
+    /// not concern the lifecycle actors.
+    fn pod_on_node_changed(&self, node: &str) {
+        let Some(provider_id) = self
+            .deps
+            .view
+            .node(node)
+            .and_then(|n| n.spec.as_ref().and_then(|s| s.provider_id.clone()))
+        else {
+            return;
+        };
+        if let Some(nodeclaim) = self.deps.view.nodeclaim_by_provider_id(&provider_id)
+            && nodeclaim.metadata.deletion_timestamp.is_some()
+            && let Some(name) = nodeclaim.metadata.name.as_deref()
+        {
+            let _ = self.nodeclaims.try_send_event(
+                name,
+                Reconcile {
+                    cause: Cause::Related,
+                },
+            );
+        }
+    }
+
+    fn relisted(&self, kind: WatchedKind) {
+        match kind {
+            WatchedKind::NodeClaim => {
+                for nodeclaim in self.deps.view.nodeclaims() {
+                    if let Some(name) = nodeclaim.metadata.name.as_deref() {
+                        send(&self.nodeclaims, name, Cause::Relisted);
+                    }
+                }
+                // Actors whose NodeClaim vanished during the gap stop themselves.
+                broadcast(&self.nodeclaims, Cause::Relisted);
+                broadcast(&self.nodepools, Cause::Related);
+                self.nudge_deleting_nodeclasses();
+            }
+            WatchedKind::NodePool => {
+                for nodepool in self.deps.view.nodepools() {
+                    if let Some(name) = nodepool.metadata.name.as_deref() {
+                        send(&self.nodepools, name, Cause::Relisted);
+                    }
+                }
+                broadcast(&self.nodepools, Cause::Relisted);
+            }
+            WatchedKind::EC2NodeClass => {
+                self.relist_nodeclasses();
+                broadcast(&self.nodepools, Cause::Related);
+            }
+            WatchedKind::Node => broadcast(&self.nodeclaims, Cause::Related),
+            WatchedKind::Pod | WatchedKind::DaemonSet | WatchedKind::PodDisruptionBudget => {}
+        }
+    }
+
+    /// The NodeClaim actors.
+    #[must_use]
+    pub fn nodeclaims(&self) -> &Family<NodeClaimActor> {
+        &self.nodeclaims
+    }
+
+    /// The NodePool actors.
+    #[must_use]
+    pub fn nodepools(&self) -> &Family<NodePoolActor> {
+        &self.nodepools
+    }
+
+    /// The garbage collector.
+    #[must_use]
+    pub fn garbage_collector(&self) -> &ActorRef<GarbageCollectorActor> {
+        &self.garbage_collector
+    }
+
+    /// Launch outcomes of the last minute (the NodeClaim actors' and garbage collector's).
+    #[must_use]
+    pub fn launches(&self) -> &Arc<LaunchCache> {
+        &self.launches
     }
 
     /// The `NodeClassActor` family (one per `EC2NodeClass`).
@@ -166,23 +389,22 @@ impl Daemon {
     }
 
     fn route_nodeclass(&self, name: &str, deleted: bool) {
+        if !self.options.nodeclass_actors {
+            return;
+        }
         if deleted {
             self.nodeclasses.remove(name);
             return;
         }
-        let cause = Cause::Changed;
-        match self.nodeclasses.ensure(name) {
-            Ok(actor) => {
-                // A full mailbox is counted by the kit; the actor re-reads the store anyway.
-                let _ = actor.try_send_event(Reconcile { cause });
-            }
-            Err(error) => tracing::error!(ec2nodeclass = name, %error, "starting NodeClassActor"),
-        }
+        send(&self.nodeclasses, name, Cause::Changed);
     }
 
     /// After a relist: every class in the store gets an actor and a look; actors of classes
     /// that are gone stop.
     fn relist_nodeclasses(&self) {
+        if !self.options.nodeclass_actors {
+            return;
+        }
         let present: Vec<String> = self
             .deps
             .view
@@ -196,17 +418,16 @@ impl Daemon {
             }
         }
         for name in &present {
-            if let Ok(actor) = self.nodeclasses.ensure(name) {
-                let _ = actor.try_send_event(Reconcile {
-                    cause: Cause::Relisted,
-                });
-            }
+            send(&self.nodeclasses, name, Cause::Relisted);
         }
     }
 
     /// A NodeClaim went: classes waiting in deletion for their NodeClaims look again (the
     /// deleted NodeClaim is no longer in the store to say which class it used).
     fn nudge_deleting_nodeclasses(&self) {
+        if !self.options.nodeclass_actors {
+            return;
+        }
         for class in self.deps.view.ec2nodeclasses() {
             if class.metadata.deletion_timestamp.is_none() {
                 continue;
@@ -222,6 +443,18 @@ impl Daemon {
         }
     }
 
+    /// Metrics several actors write.
+    #[must_use]
+    pub fn metrics(&self) -> &Metrics {
+        &self.deps.metrics
+    }
+
+    /// The interruption actor, when one runs.
+    #[must_use]
+    pub fn interruption(&self) -> Option<&ActorRef<InterruptionActor>> {
+        self.interruption.as_ref()
+    }
+
     /// The group every actor runs under.
     #[must_use]
     pub fn root(&self) -> &GroupRef {
@@ -232,5 +465,31 @@ impl Daemon {
     #[must_use]
     pub fn deps(&self) -> &Deps {
         &self.deps
+    }
+}
+
+/// Queues `Reconcile` for the actor of `key`, starting it if needed. An event, not a request:
+/// a full mailbox is counted by the kit and the actor re-reads its object anyway.
+fn send<A>(family: &Family<A>, key: &str, cause: Cause)
+where
+    A: crate::runtime::Handles<Reconcile>,
+{
+    match family.ensure(key) {
+        Ok(actor) => {
+            let _ = actor.try_send_event(Reconcile { cause });
+        }
+        Err(error) => {
+            tracing::warn!(kind = A::KIND, key, error = %error, "starting an actor failed");
+        }
+    }
+}
+
+/// Queues `Reconcile` for every running actor of a family.
+fn broadcast<A>(family: &Family<A>, cause: Cause)
+where
+    A: crate::runtime::Handles<Reconcile>,
+{
+    for key in family.keys() {
+        let _ = family.try_send_event(&key, Reconcile { cause });
     }
 }

@@ -10,12 +10,18 @@
 //! - [`userdata`]: the user data of every AMI family, merged with the user's.
 //! - [`interruption`]: parsing interruption queue messages and planning what to do about them.
 //! - [`nodeclass_hash`]: the `EC2NodeClass` static-field hash that drift detection compares.
+//! - [`limits`]: what a NodePool runs (`status.resources`) and what is left of its limits.
+//! - [`nodepool_hash`]: the NodePool template hash static drift compares.
+//! - [`version`]: the supported Kubernetes versions.
 
 pub mod amifamily;
 pub mod instance_type;
 pub mod interruption;
+pub mod limits;
 pub mod nodeclass_hash;
+pub mod nodepool_hash;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;
 pub mod userdata;
+pub mod version;

@@ -1,0 +1,384 @@
+//! What a `NodePool` runs and how much of its `spec.limits` is left: the numbers behind
+//! `status.resources` (the NodePoolActor writes them) and the Provisioner's limit checks.
+//!
+//! Usage follows Karpenter's cluster state (`NodePoolResourcesFor`): every NodeClaim labelled
+//! with the pool that is not being deleted contributes its capacity and one `nodes`; an
+//! initialized NodeClaim counts its Node's capacity, one still starting counts the Node's
+//! capacity with the NodeClaim's filling the resources the kubelet has not reported yet (or the
+//! NodeClaim's alone before the Node registers). A NodeClaim without any capacity yet (not
+//! launched) counts nothing, as in Karpenter; the Provisioner subtracts in-flight launches
+//! itself.
+//!
+//! Data flow: `ClusterView` (NodeClaims, Nodes) -> [`nodepool_usage`] -> [`NodePoolUsage`] ->
+//! [`status_resources`] (NodePool status) and [`remaining_limits`] / [`first_exceeded`]
+//! (Provisioner).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::resources::{
+    CPU, EPHEMERAL_STORAGE, MEMORY, NODES, PODS, ResourceError, ResourceLimits, Resources,
+    format_resource,
+};
+use crate::apis::condition_set;
+use crate::apis::conditions::nodeclaim as conditions;
+use crate::apis::labels;
+use crate::apis::{NodeClaim, NodePool};
+use crate::ports::cluster_view::ClusterView;
+
+/// The resources `status.resources` always lists, zero when the pool runs nothing (Karpenter's
+/// `BaseResources`).
+pub const BASE_RESOURCES: [&str; 5] = [CPU, MEMORY, PODS, EPHEMERAL_STORAGE, NODES];
+
+/// A NodeClaim or NodePool whose resource lists could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitsError {
+    #[error("nodeclaim {nodeclaim}: status.capacity: {source}")]
+    Capacity {
+        nodeclaim: String,
+        #[source]
+        source: ResourceError,
+    },
+    #[error("node {node}: status.capacity: {source}")]
+    NodeCapacity {
+        node: String,
+        #[source]
+        source: ResourceError,
+    },
+    #[error("nodepool {nodepool}: spec.limits: {source}")]
+    Limits {
+        nodepool: String,
+        #[source]
+        source: ResourceError,
+    },
+}
+
+impl LimitsError {
+    /// Label for metrics and events.
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Capacity { source, .. }
+            | Self::NodeCapacity { source, .. }
+            | Self::Limits { source, .. } => source.category(),
+        }
+    }
+}
+
+/// What a pool runs now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodePoolUsage {
+    /// Summed capacity, with `nodes` as a resource.
+    pub total: Resources,
+    /// NodeClaims whose capacity could not be read (left out of `total`).
+    pub errors: Vec<LimitsError>,
+}
+
+/// A NodeClaim's capacity as cluster state counts it (see the module docs).
+pub fn nodeclaim_capacity(
+    nodeclaim: &NodeClaim,
+    node: Option<&Node>,
+) -> Result<Resources, LimitsError> {
+    let name = nodeclaim.metadata.name.clone().unwrap_or_default();
+    let claimed = match &nodeclaim.status {
+        Some(status) => {
+            Resources::from_list(&status.capacity).map_err(|source| LimitsError::Capacity {
+                nodeclaim: name.clone(),
+                source,
+            })?
+        }
+        None => Resources::default(),
+    };
+    let Some(node) = node else {
+        return Ok(claimed);
+    };
+    let reported = node
+        .status
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .map(Resources::from_list)
+        .transpose()
+        .map_err(|source| LimitsError::NodeCapacity {
+            node: node.metadata.name.clone().unwrap_or_default(),
+            source,
+        })?
+        .unwrap_or_default();
+    let initialized = nodeclaim
+        .status
+        .as_ref()
+        .is_some_and(|s| condition_set::is_true(&s.conditions, conditions::INITIALIZED));
+    if initialized {
+        return Ok(reported);
+    }
+    let mut capacity = reported;
+    for (resource, amount) in claimed.iter() {
+        if capacity.get(resource) == 0 {
+            capacity.set(resource, amount);
+        }
+    }
+    Ok(capacity)
+}
+
+/// Whether a NodeClaim belongs to the pool and counts (not being deleted).
+fn counts_for(nodeclaim: &NodeClaim, nodepool: &str) -> bool {
+    nodeclaim.metadata.deletion_timestamp.is_none()
+        && nodeclaim
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODEPOOL))
+            .is_some_and(|pool| pool == nodepool)
+}
+
+/// Sums the pool's NodeClaims, finding their Nodes with `node_for` (by provider id).
+pub fn usage_of<'a>(
+    nodeclaims: impl IntoIterator<Item = &'a NodeClaim>,
+    node_for: impl Fn(&str) -> Option<Arc<Node>>,
+    nodepool: &str,
+) -> NodePoolUsage {
+    let mut usage = NodePoolUsage::default();
+    for nodeclaim in nodeclaims.into_iter().filter(|nc| counts_for(nc, nodepool)) {
+        let node = nodeclaim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(&node_for);
+        match nodeclaim_capacity(nodeclaim, node.as_deref()) {
+            Ok(capacity) if capacity.is_zero() => {}
+            Ok(capacity) => {
+                usage.total.add(&capacity);
+                let nodes = usage.total.get(NODES);
+                usage.total.set(NODES, nodes.saturating_add(1));
+            }
+            Err(error) => usage.errors.push(error),
+        }
+    }
+    usage
+}
+
+/// The pool's usage as the `ClusterView` shows it now.
+#[must_use]
+pub fn nodepool_usage(view: &dyn ClusterView, nodepool: &str) -> NodePoolUsage {
+    let nodeclaims = view.nodeclaims();
+    usage_of(
+        nodeclaims.iter().map(AsRef::as_ref),
+        |provider_id| view.node_by_provider_id(provider_id),
+        nodepool,
+    )
+}
+
+/// `status.resources`: the base resources (zero when absent) and every other resource used.
+#[must_use]
+pub fn status_resources(usage: &Resources) -> BTreeMap<String, Quantity> {
+    let mut out: BTreeMap<String, Quantity> = BASE_RESOURCES
+        .iter()
+        .map(|name| ((*name).to_owned(), Quantity(format_resource(name, 0))))
+        .collect();
+    for (name, amount) in usage.iter().filter(|(_, amount)| *amount != 0) {
+        out.insert(name.to_owned(), Quantity(format_resource(name, amount)));
+    }
+    out
+}
+
+/// What is left of the pool's `spec.limits` after `usage` (negative when over); unlimited
+/// resources stay unbounded.
+pub fn remaining_limits(
+    nodepool: &NodePool,
+    usage: &Resources,
+) -> Result<ResourceLimits, LimitsError> {
+    let limits =
+        ResourceLimits::from_list(&nodepool.spec.limits).map_err(|source| LimitsError::Limits {
+            nodepool: nodepool.metadata.name.clone().unwrap_or_default(),
+            source,
+        })?;
+    let mut remaining = ResourceLimits::unlimited();
+    for (name, limit) in limits.iter() {
+        remaining = remaining.with(name, limit.saturating_sub(usage.get(name)));
+    }
+    Ok(remaining)
+}
+
+/// A limit the pool's usage is already above (Karpenter's `ExceededBy`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitExceeded {
+    pub resource: String,
+    pub usage: i64,
+    pub limit: i64,
+}
+
+impl std::fmt::Display for LimitExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "resource usage exceeds limit: {} usage {} > limit {}",
+            self.resource,
+            format_resource(&self.resource, self.usage),
+            format_resource(&self.resource, self.limit)
+        )
+    }
+}
+
+/// The first limit `usage` exceeds, if any.
+pub fn first_exceeded(
+    nodepool: &NodePool,
+    usage: &Resources,
+) -> Result<Option<LimitExceeded>, LimitsError> {
+    let limits =
+        ResourceLimits::from_list(&nodepool.spec.limits).map_err(|source| LimitsError::Limits {
+            nodepool: nodepool.metadata.name.clone().unwrap_or_default(),
+            source,
+        })?;
+    Ok(limits.iter().find_map(|(name, limit)| {
+        let used = usage.get(name);
+        (used > limit).then(|| LimitExceeded {
+            resource: name.to_owned(),
+            usage: used,
+            limit,
+        })
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::NodeClaimStatus;
+    use crate::apis::conditions::{Condition, ConditionStatus};
+    use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::jiff::Timestamp;
+
+    fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+            .collect()
+    }
+
+    fn claim(name: &str, pool: &str, capacity: &[(&str, &str)], initialized: bool) -> NodeClaim {
+        let mut nodeclaim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": { "name": name, "labels": { "karpenter.sh/nodepool": pool } },
+            "spec": { "requirements": [], "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" } },
+        }))
+        .unwrap();
+        let conditions = if initialized {
+            vec![Condition {
+                type_: conditions::INITIALIZED.to_owned(),
+                status: ConditionStatus::True,
+                observed_generation: None,
+                last_transition_time: Time(Timestamp::UNIX_EPOCH),
+                reason: String::new(),
+                message: String::new(),
+            }]
+        } else {
+            Vec::new()
+        };
+        nodeclaim.status = Some(NodeClaimStatus {
+            provider_id: Some(format!("aws:///zone/{name}")),
+            capacity: quantities(capacity),
+            conditions,
+            ..NodeClaimStatus::default()
+        });
+        nodeclaim
+    }
+
+    fn node(provider_id: &str, capacity: &[(&str, &str)]) -> Arc<Node> {
+        Arc::new(Node {
+            metadata: ObjectMeta {
+                name: Some(provider_id.to_owned()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: Some(provider_id.to_owned()),
+                ..NodeSpec::default()
+            }),
+            status: Some(NodeStatus {
+                capacity: Some(quantities(capacity)),
+                ..NodeStatus::default()
+            }),
+        })
+    }
+
+    #[test]
+    fn usage_sums_the_pools_live_nodeclaims_and_counts_nodes() {
+        let a = claim("a", "default", &[("cpu", "4"), ("memory", "16Gi")], false);
+        let b = claim("b", "default", &[("cpu", "2"), ("memory", "8Gi")], false);
+        let other = claim("c", "other", &[("cpu", "64")], false);
+        let mut deleting = claim("d", "default", &[("cpu", "8")], false);
+        deleting.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        let unlaunched = claim("e", "default", &[], false);
+        let usage = usage_of(
+            [&a, &b, &other, &deleting, &unlaunched],
+            |_| None,
+            "default",
+        );
+        assert_eq!(usage.total.cpu, 6000);
+        assert_eq!(usage.total.memory, 24 << 30);
+        assert_eq!(usage.total.get(NODES), 2);
+        assert!(usage.errors.is_empty());
+        let status = status_resources(&usage.total);
+        assert_eq!(status["cpu"].0, "6");
+        assert_eq!(status["memory"].0, "24Gi");
+        assert_eq!(status["pods"].0, "0", "base resources are always listed");
+        assert_eq!(status["nodes"].0, "2");
+    }
+
+    #[test]
+    fn an_initialized_nodeclaim_counts_its_nodes_capacity() {
+        let a = claim("a", "default", &[("cpu", "4"), ("pods", "29")], true);
+        let b = claim("b", "default", &[("cpu", "4"), ("pods", "29")], false);
+        let nodes = [
+            node("aws:///zone/a", &[("cpu", "3")]),
+            node("aws:///zone/b", &[("cpu", "3"), ("pods", "0")]),
+        ];
+        let usage = usage_of(
+            [&a, &b],
+            |pid| {
+                nodes
+                    .iter()
+                    .find(|n| n.metadata.name.as_deref() == Some(pid))
+                    .cloned()
+            },
+            "default",
+        );
+        // a: the node's 3 cpu and no pods; b: the node's 3 cpu and the claim's 29 pods.
+        assert_eq!(usage.total.cpu, 6000);
+        assert_eq!(usage.total.pods, 29);
+    }
+
+    #[test]
+    fn remaining_limits_subtract_usage_and_exceeded_limits_are_named() {
+        let pool: NodePool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": { "name": "default" },
+            "spec": {
+                "limits": { "cpu": "10", "nodes": "2" },
+                "template": { "spec": { "requirements": [], "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" } } },
+            },
+        }))
+        .unwrap();
+        let mut usage = Resources::core(6000, 1 << 30, 0);
+        usage.set(NODES, 2);
+        let remaining = remaining_limits(&pool, &usage).unwrap();
+        let left: BTreeMap<&str, i64> = remaining.iter().collect();
+        assert_eq!(left, BTreeMap::from([("cpu", 4000), ("nodes", 0)]));
+        assert_eq!(first_exceeded(&pool, &usage).unwrap(), None);
+        usage.set(NODES, 3);
+        let exceeded = first_exceeded(&pool, &usage).unwrap().unwrap();
+        assert_eq!(exceeded.resource, "nodes");
+        assert!(exceeded.to_string().contains("nodes usage 3 > limit 2"));
+    }
+
+    #[test]
+    fn a_bad_capacity_is_reported_and_left_out() {
+        let bad = claim("bad", "default", &[("cpu", "lots")], false);
+        let good = claim("good", "default", &[("cpu", "1")], false);
+        let usage = usage_of([&bad, &good], |_| None, "default");
+        assert_eq!(usage.total.cpu, 1000);
+        assert_eq!(usage.errors.len(), 1);
+        assert!(usage.errors[0].to_string().contains("nodeclaim bad"));
+    }
+}

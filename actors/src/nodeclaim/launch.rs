@@ -1,0 +1,306 @@
+//! Launching a NodeClaim's instance: the launch-result cache and what a launch writes back.
+//!
+//! [`LaunchCache`] remembers, per NodeClaim UID, a launch in flight and its outcome for one
+//! minute (Karpenter's launch cache). It is shared by every NodeClaimActor incarnation (it lives
+//! in the family's deps), so an actor that crashes between `CloudProvider::create` and writing
+//! `Launched` finds the instance it launched instead of launching another; the cloud's client
+//! token covers a crash of the whole process. The garbage collector reads it too, so an
+//! instance whose NodeClaim status is not written yet is never taken for a leak.
+//!
+//! After a launch, [`apply_launch_metadata`] and [`apply_launch_status`] copy the cloud's answer
+//! onto the NodeClaim (Karpenter's `PopulateNodeClaimDetails`): labels from the instance, then
+//! from single-valued requirements, then the NodeClaim's own (later ones win); annotations;
+//! provider id, image id, capacity and allocatable.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::apis::requirements::NodeClaimRequirement;
+use crate::apis::{NodeClaim, NodeClaimStatus};
+use crate::domain::requirements::Requirements;
+use crate::ports::cloud_provider::CloudProviderError;
+
+/// How long a launch outcome is remembered (Karpenter's launch cache TTL).
+pub const LAUNCH_CACHE_TTL: Duration = Duration::from_mins(1);
+/// Longest launch error message written to the `Launched` condition (Karpenter truncates at
+/// 300 characters).
+pub const MAX_LAUNCH_MESSAGE: usize = 300;
+
+/// Where a NodeClaim's launch is.
+#[derive(Debug, Clone)]
+pub enum LaunchState {
+    /// `CloudProvider::create` is running.
+    InFlight,
+    /// The instance, as the cloud described it.
+    Launched(Arc<NodeClaim>),
+    /// The launch failed; the actor handles the error once.
+    Failed(CloudProviderError),
+}
+
+#[derive(Debug)]
+struct Entry {
+    state: LaunchState,
+    /// `None` while in flight: a running launch never expires.
+    expires: Option<Instant>,
+}
+
+/// Launch outcomes by NodeClaim UID, kept for [`LAUNCH_CACHE_TTL`].
+#[derive(Debug, Default)]
+pub struct LaunchCache {
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+impl LaunchCache {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        entries.retain(|_, entry| entry.expires.is_none_or(|at| at > now));
+        entries
+    }
+
+    /// The launch of this NodeClaim, if one is running or finished within the TTL.
+    #[must_use]
+    pub fn get(&self, uid: &str) -> Option<LaunchState> {
+        self.lock().get(uid).map(|entry| entry.state.clone())
+    }
+
+    /// Marks a launch as started; `false` if one is running or remembered already.
+    pub fn begin(&self, uid: &str) -> bool {
+        let mut entries = self.lock();
+        if entries.contains_key(uid) {
+            return false;
+        }
+        entries.insert(
+            uid.to_owned(),
+            Entry {
+                state: LaunchState::InFlight,
+                expires: None,
+            },
+        );
+        true
+    }
+
+    /// Records a launch's outcome.
+    pub fn finish(&self, uid: &str, outcome: Result<NodeClaim, CloudProviderError>) {
+        let state = match outcome {
+            Ok(created) => LaunchState::Launched(Arc::new(created)),
+            Err(error) => LaunchState::Failed(error),
+        };
+        self.lock().insert(
+            uid.to_owned(),
+            Entry {
+                state,
+                expires: Some(Instant::now() + LAUNCH_CACHE_TTL),
+            },
+        );
+    }
+
+    /// Forgets a launch that ended without an outcome (its task died).
+    pub fn abandon(&self, uid: &str) {
+        let mut entries = self.lock();
+        if matches!(
+            entries.get(uid).map(|e| &e.state),
+            Some(LaunchState::InFlight)
+        ) {
+            entries.remove(uid);
+        }
+    }
+
+    /// Takes a failure out, so each is handled once.
+    pub fn take_failure(&self, uid: &str) -> Option<CloudProviderError> {
+        let mut entries = self.lock();
+        match entries.get(uid).map(|e| &e.state) {
+            Some(LaunchState::Failed(_)) => match entries.remove(uid) {
+                Some(Entry {
+                    state: LaunchState::Failed(error),
+                    ..
+                }) => Some(error),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Provider ids of instances launched within the TTL (their NodeClaims may not show them
+    /// yet).
+    #[must_use]
+    pub fn launched_provider_ids(&self) -> HashSet<String> {
+        self.lock()
+            .values()
+            .filter_map(|entry| match &entry.state {
+                LaunchState::Launched(created) => {
+                    created.status.as_ref().and_then(|s| s.provider_id.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether any launch is running now.
+    #[must_use]
+    pub fn any_in_flight(&self) -> bool {
+        self.lock()
+            .values()
+            .any(|entry| matches!(entry.state, LaunchState::InFlight))
+    }
+}
+
+/// A stable seed from a NodeClaim's name, for the labels of open requirements.
+fn seed(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The labels a launch puts on the NodeClaim (see the module docs).
+#[must_use]
+pub fn launch_labels(nodeclaim: &NodeClaim, created: &NodeClaim) -> BTreeMap<String, String> {
+    let mut labels = created.metadata.labels.clone().unwrap_or_default();
+    let requirements: Vec<_> = nodeclaim
+        .spec
+        .requirements
+        .iter()
+        .map(NodeClaimRequirement::as_requirement)
+        .collect();
+    // Requirements were validated when the NodeClaim was admitted; one that does not parse
+    // contributes no labels rather than blocking the launch.
+    if let Ok(requirements) = Requirements::from_api(&requirements) {
+        labels.extend(
+            requirements.labels(seed(nodeclaim.metadata.name.as_deref().unwrap_or_default())),
+        );
+    }
+    labels.extend(nodeclaim.metadata.labels.clone().unwrap_or_default());
+    labels
+}
+
+/// Copies the launch's labels and annotations onto a NodeClaim (a metadata change).
+pub fn apply_launch_metadata(nodeclaim: &mut NodeClaim, created: &NodeClaim) {
+    let labels = launch_labels(nodeclaim, created);
+    nodeclaim.metadata.labels = Some(labels);
+    if let Some(annotations) = &created.metadata.annotations
+        && !annotations.is_empty()
+    {
+        let current = nodeclaim.metadata.annotations.get_or_insert_default();
+        for (key, value) in annotations {
+            current.insert(key.clone(), value.clone());
+        }
+    }
+}
+
+/// Copies the instance's identity and resources into a NodeClaim's status.
+pub fn apply_launch_status(status: &mut NodeClaimStatus, created: &NodeClaim) {
+    if let Some(launched) = &created.status {
+        status.provider_id.clone_from(&launched.provider_id);
+        status.image_id.clone_from(&launched.image_id);
+        status.capacity.clone_from(&launched.capacity);
+        status.allocatable.clone_from(&launched.allocatable);
+    }
+}
+
+/// The `Launched=Unknown` reason and message for a launch error (Karpenter: the create error's
+/// condition reason, else `LaunchFailed` with the error truncated).
+#[must_use]
+pub fn launch_failure_condition(error: &CloudProviderError) -> (String, String) {
+    match error {
+        CloudProviderError::Create { reason, message } => (reason.clone(), truncate(message)),
+        other => (
+            crate::apis::conditions::nodeclaim::REASON_LAUNCH_FAILED.to_owned(),
+            truncate(&other.to_string()),
+        ),
+    }
+}
+
+/// Karpenter's `truncateMessage`: the first 300 characters and `...`.
+#[must_use]
+pub fn truncate(message: &str) -> String {
+    match message.char_indices().nth(MAX_LAUNCH_MESSAGE) {
+        Some((cut, _)) => format!("{}...", &message[..cut]),
+        None => message.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[expect(clippy::needless_pass_by_value, reason = "tests pass json! literals")]
+    fn claim(labels: serde_json::Value, requirements: serde_json::Value) -> NodeClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": { "name": "default-abc", "labels": labels },
+            "spec": {
+                "requirements": requirements,
+                "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_nodeclaims_labels_win_over_requirements_and_the_instances() {
+        let nodeclaim = claim(
+            serde_json::json!({ "team": "mine" }),
+            serde_json::json!([
+                { "key": "team", "operator": "In", "values": ["required"] },
+                { "key": "example.com/tier", "operator": "In", "values": ["gold"] },
+            ]),
+        );
+        let created = claim(
+            serde_json::json!({ "team": "instance", "node.kubernetes.io/instance-type": "m5.large" }),
+            serde_json::json!([]),
+        );
+        let labels = launch_labels(&nodeclaim, &created);
+        assert_eq!(labels["team"], "mine");
+        assert_eq!(labels["example.com/tier"], "gold");
+        assert_eq!(labels["node.kubernetes.io/instance-type"], "m5.large");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn outcomes_expire_after_a_minute_but_running_launches_do_not() {
+        let cache = LaunchCache::new();
+        assert!(cache.begin("uid-1"));
+        assert!(!cache.begin("uid-1"), "one launch at a time");
+        tokio::time::advance(Duration::from_mins(5)).await;
+        assert!(matches!(cache.get("uid-1"), Some(LaunchState::InFlight)));
+        cache.finish(
+            "uid-1",
+            Ok(claim(serde_json::json!({}), serde_json::json!([]))),
+        );
+        assert!(matches!(cache.get("uid-1"), Some(LaunchState::Launched(_))));
+        tokio::time::advance(LAUNCH_CACHE_TTL + Duration::from_secs(1)).await;
+        assert!(cache.get("uid-1").is_none());
+    }
+
+    #[test]
+    fn failures_are_taken_once() {
+        let cache = LaunchCache::new();
+        cache.finish(
+            "uid-1",
+            Err(CloudProviderError::NodeClassNotReady {
+                nodeclass: "default".into(),
+            }),
+        );
+        assert!(cache.take_failure("uid-1").is_some());
+        assert!(cache.take_failure("uid-1").is_none());
+        assert!(cache.begin("uid-1"), "a new launch may start");
+    }
+
+    #[test]
+    fn long_launch_errors_are_truncated_like_karpenter() {
+        let long = "x".repeat(400);
+        let (reason, message) = launch_failure_condition(&CloudProviderError::Create {
+            reason: "SubnetResolutionFailed".into(),
+            message: long,
+        });
+        assert_eq!(reason, "SubnetResolutionFailed");
+        assert_eq!(message.len(), 303);
+    }
+}

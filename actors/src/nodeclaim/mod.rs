@@ -1,0 +1,390 @@
+//! `NodeClaimActor`: one per NodeClaim, carrying it from request to running node and, once it
+//! is deleted, back to nothing (Karpenter's `nodeclaim.lifecycle` and `node.termination`
+//! controllers in one owner; reference 2.1).
+//!
+//! Flow: the daemon routes every change of the NodeClaim, of its Node (by provider id) and of
+//! the pods on a draining node to the actor as [`Reconcile`]; the actor re-reads the NodeClaim
+//! from the `ClusterView` and takes the next steps, writing through `ClusterApi` and
+//! `CloudProvider`:
+//!
+//! 1. **finalizer**: `karpenter.sh/termination` is added before anything is launched, so an
+//!    instance can never outlive its NodeClaim unnoticed;
+//! 2. **launch** ([`launch`]): `CloudProvider::create` runs in a task beside the actor (so a
+//!    deletion is seen while CreateFleet is slow) and reports back with [`LaunchCompleted`]; its
+//!    result sits in the shared [`LaunchCache`] for a minute, so a crash before `Launched` is
+//!    written does not launch twice. No capacity or a `NodeClass` that is not ready deletes the
+//!    NodeClaim; other errors set `Launched=Unknown` and retry with backoff (1 s to 1 min);
+//! 3. **registration** ([`registration`]): the Node with the instance's provider id is synced
+//!    (finalizer, owner, labels, annotations, taints unless `karpenter.sh/do-not-sync-taints`)
+//!    and `Registered` set; the NodePool's `NodeRegistrationHealthy` turns `True`;
+//! 4. **initialization** ([`initialization`]): Ready, no startup or ephemeral taints, requested
+//!    resources present: the node is labelled `karpenter.sh/initialized` and `Initialized` set;
+//! 5. **liveness**: a NodeClaim not registered 15 minutes after its launch (the `Launched`
+//!    condition's transition time, so the window survives restarts) is deleted, and its
+//!    NodePool's `NodeRegistrationHealthy` turns `False`;
+//! 6. **termination** (`termination`), once the NodeClaim has a deletion timestamp: the
+//!    termination time annotation from `terminationGracePeriod`; the Node is deleted, tainted
+//!    `karpenter.sh/disrupted:NoSchedule` and drained ([`drain`]) through the eviction API; the
+//!    instance is deleted until the cloud reports it gone (`InstanceTerminating`); then the
+//!    Node's and the NodeClaim's finalizers are removed.
+//!
+//! Waits use timers on tokio time (`ActorCtx::send_after`); timestamps written to Kubernetes
+//! and deadlines read from it use the `Clock` port. Nothing that must survive a restart lives
+//! only here: the actor's own fields are eviction backoffs and once-only metric flags.
+//!
+//! The actor stops itself ([`crate::runtime::RestartPolicy::Transient`]) when its NodeClaim is
+//! gone from the view.
+
+pub mod drain;
+pub mod events;
+pub mod initialization;
+pub mod launch;
+mod lifecycle;
+pub mod registration;
+mod termination;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use tokio::time::Instant;
+
+pub use launch::{LaunchCache, LaunchState};
+
+use crate::apis::NodeClaim;
+use crate::apis::labels;
+use crate::daemon::{Cause, Deps, Reconcile};
+use crate::ports::cloud_provider::CloudProviderError;
+use crate::ports::cluster::ClusterError;
+use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervised};
+
+/// A node must register within this window after its launch (Karpenter's `registrationTTL`).
+pub const REGISTRATION_TTL: Duration = Duration::from_mins(15);
+/// First retry after a failed reconcile (Karpenter's lifecycle rate limiter base).
+pub const ERROR_BACKOFF_MIN: Duration = Duration::from_secs(1);
+/// Longest wait between retries of a failing reconcile (Karpenter's lifecycle rate limiter cap).
+pub const ERROR_BACKOFF_MAX: Duration = Duration::from_mins(1);
+/// While a launch runs the actor looks again this often, in case the completion notice was lost
+/// to a full mailbox.
+pub const LAUNCH_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+/// While the instance shuts down the actor asks the cloud again this often (Karpenter's 5 s).
+pub const INSTANCE_TERMINATION_POLL: Duration = Duration::from_secs(5);
+/// While pods drain the actor looks again this often even without pod events (Karpenter's
+/// node termination requeue).
+pub const DRAIN_POLL: Duration = Duration::from_secs(1);
+/// First retry of an eviction a PodDisruptionBudget refused (Karpenter's eviction queue).
+pub const EVICTION_BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// Longest wait between eviction retries of one pod (Karpenter's eviction queue).
+pub const EVICTION_BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// `FailedDraining` events about one node are published at most this often (the API server
+/// folds repeats into a series anyway; this keeps the calls down while a PDB blocks for hours).
+pub const DRAIN_EVENT_INTERVAL: Duration = Duration::from_mins(1);
+
+/// The launch task finished (or died); the actor reads the outcome from the [`LaunchCache`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchCompleted;
+
+impl Mail for LaunchCompleted {
+    type Reply = ();
+    const NAME: &'static str = "LaunchCompleted";
+}
+
+/// What every NodeClaimActor shares: the daemon's ports and the launch cache that outlives
+/// restarts of any one actor.
+#[derive(Debug, Clone)]
+pub struct NodeClaimDeps {
+    pub deps: Deps,
+    pub launches: Arc<LaunchCache>,
+}
+
+/// A failed step of a NodeClaim's reconcile.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeClaimError {
+    /// A Kubernetes write failed.
+    #[error("{what} for nodeclaim {nodeclaim}")]
+    Write {
+        what: &'static str,
+        nodeclaim: String,
+        #[source]
+        source: ClusterError,
+    },
+    /// `CloudProvider::create` failed with an error that is retried.
+    #[error("launching nodeclaim {nodeclaim}")]
+    Launch {
+        nodeclaim: String,
+        #[source]
+        source: Box<CloudProviderError>,
+    },
+    /// `CloudProvider::delete` or `get` failed.
+    #[error("{what} for nodeclaim {nodeclaim}")]
+    Cloud {
+        what: &'static str,
+        nodeclaim: String,
+        #[source]
+        source: Box<CloudProviderError>,
+    },
+    /// The termination time annotation is not an RFC 3339 time.
+    #[error(
+        "nodeclaim {nodeclaim}: annotation {}: {value:?} is not an RFC 3339 time",
+        labels::NODECLAIM_TERMINATION_TIMESTAMP
+    )]
+    TerminationTimestamp { nodeclaim: String, value: String },
+}
+
+impl NodeClaimError {
+    /// Label for metrics and events.
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Write { source, .. } => source.category(),
+            Self::Launch { source, .. } | Self::Cloud { source, .. } => source.category(),
+            Self::TerminationTimestamp { .. } => "bad_termination_timestamp",
+        }
+    }
+
+    fn into_actor_error(self) -> ActorError {
+        ActorError::from_error(self.category(), &self)
+    }
+}
+
+/// When to look again: `None` waits for the next event.
+type Next = Option<Duration>;
+
+fn soonest(a: Next, b: Next) -> Next {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+/// An eviction that a PodDisruptionBudget refused, waiting for its retry.
+#[derive(Debug, Clone, Copy)]
+struct EvictionBackoff {
+    attempts: u32,
+    next: Instant,
+}
+
+fn exponential(min: Duration, max: Duration, attempts: u32) -> Duration {
+    min.saturating_mul(2u32.saturating_pow(attempts.min(31)))
+        .min(max)
+}
+
+/// One NodeClaim's actor.
+#[derive(Debug)]
+pub struct NodeClaimActor {
+    name: String,
+    /// The UID of the NodeClaim the fields below are about: a NodeClaim deleted and created
+    /// again under the same name starts from scratch.
+    uid: Option<String>,
+    deps: Deps,
+    launches: Arc<LaunchCache>,
+    /// Consecutive failed reconciles, for the backoff.
+    failures: u32,
+    /// The earliest timer pending, so a burst of reconciles sets one timer.
+    wake: Option<Instant>,
+    /// Consecutive failed launches, and when the next may start (events do not bypass the
+    /// launch backoff; a restart does).
+    launch_failures: u32,
+    launch_not_before: Option<Instant>,
+    evictions: HashMap<drain::PodKey, EvictionBackoff>,
+    last_drain_event: Option<Instant>,
+    /// Once-only reports: a reconcile that runs on a view older than its own last write must
+    /// not count a registration, liveness deletion or termination twice (Karpenter sleeps a
+    /// second after each write for the same reason).
+    reported: Reported,
+    instance_gone: bool,
+}
+
+/// What this actor has counted and logged already.
+#[derive(Debug, Default)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent once-only flags, not a state machine"
+)]
+struct Reported {
+    registered: bool,
+    liveness: bool,
+    node_grace_event: bool,
+    drained: bool,
+    node_released: bool,
+    nodeclaim_released: bool,
+}
+
+impl Supervised for NodeClaimActor {
+    const KIND: &'static str = "NodeClaimActor";
+    // A NodeClaim sees a handful of events between reconciles; a draining node's pods can send
+    // a burst (one per pod), and an overflow only drops a redundant "look again".
+    const MAILBOX_CAPACITY: usize = 64;
+    // Stops for good when its NodeClaim is gone; restarted only after a failure.
+    const RESTART: RestartPolicy = RestartPolicy::Transient;
+    type Deps = NodeClaimDeps;
+
+    fn build(key: &str, deps: &NodeClaimDeps) -> Result<Self, ActorError> {
+        Ok(Self {
+            name: key.to_owned(),
+            uid: None,
+            deps: deps.deps.clone(),
+            launches: Arc::clone(&deps.launches),
+            failures: 0,
+            wake: None,
+            launch_failures: 0,
+            launch_not_before: None,
+            evictions: HashMap::new(),
+            last_drain_event: None,
+            reported: Reported::default(),
+            instance_gone: false,
+        })
+    }
+
+    async fn started(&mut self, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+        // A fresh instance (first start or after a crash) looks at its NodeClaim at once: the
+        // message that was in flight is lost and timers of the old instance are dropped.
+        let _ = ctx.myself().try_send_event(Reconcile {
+            cause: Cause::Requeue,
+        });
+        Ok(())
+    }
+}
+
+impl Handles<Reconcile> for NodeClaimActor {
+    async fn handle(
+        &mut self,
+        _message: Reconcile,
+        ctx: &mut ActorCtx<Self>,
+    ) -> Result<(), ActorError> {
+        self.reconcile(ctx).await
+    }
+}
+
+impl Handles<LaunchCompleted> for NodeClaimActor {
+    async fn handle(
+        &mut self,
+        _message: LaunchCompleted,
+        ctx: &mut ActorCtx<Self>,
+    ) -> Result<(), ActorError> {
+        self.reconcile(ctx).await
+    }
+}
+
+/// Whether this NodeClaim is ours to manage (its class is an `EC2NodeClass`).
+#[must_use]
+pub fn is_managed(nodeclaim: &NodeClaim) -> bool {
+    let class = &nodeclaim.spec.node_class_ref;
+    class.group == labels::AWS_GROUP && class.kind == "EC2NodeClass"
+}
+
+fn has_finalizer(meta: &ObjectMeta) -> bool {
+    meta.finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == labels::TERMINATION_FINALIZER))
+}
+
+fn label<'a>(nodeclaim: &'a NodeClaim, key: &str) -> &'a str {
+    nodeclaim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map_or("", String::as_str)
+}
+
+fn provider_id(nodeclaim: &NodeClaim) -> Option<&str> {
+    nodeclaim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .filter(|p| !p.is_empty())
+}
+
+fn uid(nodeclaim: &NodeClaim) -> String {
+    nodeclaim
+        .metadata
+        .uid
+        .clone()
+        .or_else(|| nodeclaim.metadata.name.clone())
+        .unwrap_or_default()
+}
+
+/// `to - from` as a duration, zero when `to` is earlier.
+fn elapsed(from: Timestamp, to: Timestamp) -> Duration {
+    Duration::try_from(to.duration_since(from)).unwrap_or(Duration::ZERO)
+}
+
+impl NodeClaimActor {
+    fn now(&self) -> Timestamp {
+        self.deps.clock.now()
+    }
+
+    async fn reconcile(&mut self, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+        if self.wake.is_some_and(|at| at <= Instant::now()) {
+            self.wake = None;
+        }
+        let Some(nodeclaim) = self.deps.view.nodeclaim(&self.name) else {
+            ctx.set_state("gone");
+            ctx.stop();
+            return Ok(());
+        };
+        if !is_managed(&nodeclaim) {
+            ctx.set_state("unmanaged");
+            return Ok(());
+        }
+        let current = uid(&nodeclaim);
+        if self.uid.as_deref() != Some(current.as_str()) {
+            self.forget();
+            self.uid = Some(current);
+        }
+        let outcome = if nodeclaim.metadata.deletion_timestamp.is_some() {
+            self.finalize(ctx, nodeclaim).await
+        } else {
+            self.lifecycle(ctx, nodeclaim).await
+        };
+        match outcome {
+            Ok(next) => {
+                self.failures = 0;
+                self.schedule(ctx, next);
+                Ok(())
+            }
+            Err(error) => {
+                let delay = exponential(ERROR_BACKOFF_MIN, ERROR_BACKOFF_MAX, self.failures);
+                self.failures = self.failures.saturating_add(1);
+                tracing::warn!(nodeclaim = %self.name, error = %error, retry_in = ?delay, "reconciling nodeclaim failed");
+                self.schedule(ctx, Some(delay));
+                Err(error.into_actor_error())
+            }
+        }
+    }
+
+    /// Drops what this actor knew about a previous NodeClaim of the same name.
+    fn forget(&mut self) {
+        self.failures = 0;
+        self.launch_failures = 0;
+        self.launch_not_before = None;
+        self.evictions.clear();
+        self.last_drain_event = None;
+        self.reported = Reported::default();
+        self.instance_gone = false;
+    }
+
+    /// Sets a timer unless an earlier one is pending.
+    fn schedule(&mut self, ctx: &ActorCtx<Self>, next: Next) {
+        let Some(delay) = next else { return };
+        let now = Instant::now();
+        let at = now + delay;
+        if self
+            .wake
+            .is_some_and(|pending| pending > now && pending <= at)
+        {
+            return;
+        }
+        self.wake = Some(at);
+        ctx.send_after(
+            delay,
+            Reconcile {
+                cause: Cause::Requeue,
+            },
+        );
+    }
+}

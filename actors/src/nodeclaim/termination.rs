@@ -1,0 +1,580 @@
+//! The NodeClaimActor's steps for a NodeClaim being deleted (Karpenter's lifecycle `finalize`
+//! and `node.termination` in one): termination time annotation, Node deletion, taint, drain,
+//! instance termination, and the finalizers last, once the instance is gone.
+//!
+//! `VolumeAttachments` are not in the `ClusterView`, so the wait for volumes to detach before the
+//! instance is terminated (Karpenter waits unless past the grace period) is skipped: the EBS CSI
+//! driver detaches them when the instance stops.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Taint as ApiTaint};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use tokio::time::Instant;
+
+use super::drain::{self, DrainPlan, PodKey};
+use super::initialization::is_ready;
+use super::lifecycle::{condition, is_true, until};
+use super::{
+    DRAIN_EVENT_INTERVAL, DRAIN_POLL, EVICTION_BACKOFF_MAX, EVICTION_BACKOFF_MIN, EvictionBackoff,
+    INSTANCE_TERMINATION_POLL, LAUNCH_CHECK_INTERVAL, LaunchState, Next, NodeClaimActor,
+    NodeClaimError, elapsed, events, exponential, has_finalizer, label, provider_id, soonest, uid,
+};
+use crate::apis::NodeClaim;
+use crate::apis::conditions::{ConditionStatus, nodeclaim as cond};
+use crate::apis::labels;
+use crate::metrics::FORCEFUL_TERMINATION;
+use crate::ports::cloud_provider::CloudProviderError;
+use crate::ports::cluster::{ClusterError, Deletion, Eviction};
+use crate::runtime::ActorCtx;
+
+/// Value of `node.kubernetes.io/exclude-from-external-load-balancers` while draining.
+const EXCLUDE_FROM_LOAD_BALANCERS_VALUE: &str = "karpenter";
+
+/// Where the node's termination is.
+enum NodeProgress {
+    /// Still draining or shutting down; look again after `Next`.
+    Waiting(Next),
+    /// The node is gone or released.
+    Released,
+}
+
+fn http_code(error: &ClusterError) -> u16 {
+    match error {
+        ClusterError::NotFound { .. } => 404,
+        ClusterError::Conflict { .. } | ClusterError::AlreadyExists { .. } => 409,
+        ClusterError::Throttled { .. } => 429,
+        ClusterError::Forbidden { .. } => 403,
+        ClusterError::Invalid { .. } => 422,
+        ClusterError::Server { code, .. } => *code,
+        ClusterError::Transport { .. } => 0,
+    }
+}
+
+fn is_tainted(node: &Node) -> bool {
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| {
+            t.iter()
+                .any(|t| t.key == labels::DISRUPTED_TAINT && t.effect == "NoSchedule")
+        });
+    let excluded = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS))
+        .is_some_and(|v| v == EXCLUDE_FROM_LOAD_BALANCERS_VALUE);
+    tainted && excluded
+}
+
+/// Karpenter's `Terminator.Taint`: the disrupted taint (replacing one with its key and another
+/// effect) and the load-balancer exclusion label.
+fn taint_for_termination(node: &mut Node) {
+    let spec = node.spec.get_or_insert_default();
+    let taints = spec.taints.get_or_insert_default();
+    if !taints
+        .iter()
+        .any(|t| t.key == labels::DISRUPTED_TAINT && t.effect == "NoSchedule")
+    {
+        taints.retain(|t| t.key != labels::DISRUPTED_TAINT);
+        taints.push(ApiTaint {
+            key: labels::DISRUPTED_TAINT.to_owned(),
+            effect: "NoSchedule".to_owned(),
+            ..ApiTaint::default()
+        });
+    }
+    node.metadata.labels.get_or_insert_default().insert(
+        labels::EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS.to_owned(),
+        EXCLUDE_FROM_LOAD_BALANCERS_VALUE.to_owned(),
+    );
+}
+
+fn remove_finalizer(finalizers: &mut Option<Vec<String>>) {
+    if let Some(list) = finalizers {
+        list.retain(|f| f != labels::TERMINATION_FINALIZER);
+    }
+}
+
+/// RFC 3339 to the second, as Karpenter writes the termination timestamp.
+fn rfc3339(at: Timestamp) -> String {
+    Timestamp::from_second(at.as_second())
+        .unwrap_or(at)
+        .to_string()
+}
+
+impl NodeClaimActor {
+    pub(super) async fn finalize(
+        &mut self,
+        ctx: &mut ActorCtx<Self>,
+        nodeclaim: Arc<NodeClaim>,
+    ) -> Result<Next, NodeClaimError> {
+        if !has_finalizer(&nodeclaim.metadata) {
+            ctx.set_state("deleted");
+            return Ok(None);
+        }
+        ctx.set_state("terminating");
+        let Some(mut nodeclaim) = self.ensure_termination_timestamp(nodeclaim).await? else {
+            return Ok(None);
+        };
+        // A launch still running must finish first, or its instance would leak.
+        let uid = uid(&nodeclaim);
+        let _ = self.launches.take_failure(&uid);
+        match self.launches.get(&uid) {
+            Some(LaunchState::InFlight) => return Ok(Some(LAUNCH_CHECK_INTERVAL)),
+            Some(LaunchState::Launched(created)) if provider_id(&nodeclaim).is_none() => {
+                match self.record_launch(&nodeclaim, &created).await? {
+                    Some(written) => nodeclaim = written,
+                    None => return Ok(None),
+                }
+            }
+            _ => {}
+        }
+        let termination_time = self.termination_time(&nodeclaim)?;
+        if is_true(&nodeclaim, cond::REGISTERED)
+            && let Some(node) = self.node_of(&nodeclaim)
+        {
+            ctx.set_state("draining");
+            match self
+                .terminate_node(&nodeclaim, &node, termination_time)
+                .await?
+            {
+                NodeProgress::Waiting(next) => return Ok(next),
+                NodeProgress::Released => {}
+            }
+        }
+        if provider_id(&nodeclaim).is_some() {
+            ctx.set_state("terminating instance");
+            if !self.ensure_instance_terminated(&nodeclaim).await? {
+                return Ok(Some(INSTANCE_TERMINATION_POLL));
+            }
+        }
+        self.release_nodeclaim(&nodeclaim).await?;
+        Ok(None)
+    }
+
+    /// Writes `karpenter.sh/nodeclaim-termination-timestamp` (deletion + grace period) once.
+    async fn ensure_termination_timestamp(
+        &self,
+        nodeclaim: Arc<NodeClaim>,
+    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+        let annotated = nodeclaim
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(labels::NODECLAIM_TERMINATION_TIMESTAMP));
+        let (Some(grace), Some(deleted), false) = (
+            nodeclaim.spec.termination_grace_period.as_ref(),
+            nodeclaim.metadata.deletion_timestamp.as_ref(),
+            annotated,
+        ) else {
+            return Ok(Some(nodeclaim));
+        };
+        let Ok(grace) = grace.get().map(SignedDuration::try_from) else {
+            // Admission rejects bad durations; a NodeClaim that slipped through drains
+            // without a deadline rather than not at all.
+            return Ok(Some(nodeclaim));
+        };
+        let deadline = deleted
+            .0
+            .checked_add(grace.unwrap_or(SignedDuration::MAX))
+            .unwrap_or(deleted.0);
+        let value = rfc3339(deadline);
+        // Another writer (node repair) may have set it first; theirs stays.
+        let change = |nodeclaim: &mut NodeClaim| {
+            nodeclaim
+                .metadata
+                .annotations
+                .get_or_insert_default()
+                .entry(labels::NODECLAIM_TERMINATION_TIMESTAMP.to_owned())
+                .or_insert_with(|| value.clone());
+        };
+        let written = self
+            .write_nodeclaim("annotating the termination time", &change)
+            .await?;
+        if let Some(written) = &written {
+            tracing::info!(nodeclaim = %self.name, termination_time = %value, "annotated nodeclaim");
+            self.publish(events::nodeclaim_grace_period_expiring(written, &value))
+                .await;
+        }
+        Ok(written)
+    }
+
+    fn termination_time(&self, nodeclaim: &NodeClaim) -> Result<Option<Timestamp>, NodeClaimError> {
+        let Some(value) = nodeclaim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(labels::NODECLAIM_TERMINATION_TIMESTAMP))
+        else {
+            return Ok(None);
+        };
+        value
+            .parse::<Timestamp>()
+            .map(Some)
+            .map_err(|_| NodeClaimError::TerminationTimestamp {
+                nodeclaim: self.name.clone(),
+                value: value.clone(),
+            })
+    }
+
+    async fn terminate_node(
+        &mut self,
+        nodeclaim: &Arc<NodeClaim>,
+        node: &Node,
+        termination_time: Option<Timestamp>,
+    ) -> Result<NodeProgress, NodeClaimError> {
+        let node_name = node.metadata.name.clone().unwrap_or_default();
+        let write_error = |what: &'static str, source: ClusterError| NodeClaimError::Write {
+            what,
+            nodeclaim: self.name.clone(),
+            source,
+        };
+        if node.metadata.deletion_timestamp.is_none() {
+            match self.deps.cluster.delete_node(&node_name).await {
+                Ok(Deletion::Terminating) => {}
+                Ok(Deletion::Deleted | Deletion::NotFound) | Err(ClusterError::NotFound { .. }) => {
+                    return Ok(NodeProgress::Released);
+                }
+                Err(source) => return Err(write_error("deleting the node", source)),
+            }
+        }
+        if !has_finalizer(&node.metadata) {
+            // Someone else's finalizer holds the node; it goes when they let it.
+            return Ok(NodeProgress::Waiting(None));
+        }
+        if !is_tainted(node) {
+            match self
+                .deps
+                .cluster
+                .update_node(&node_name, &taint_for_termination)
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(nodeclaim = %self.name, node = %node_name, taint = labels::DISRUPTED_TAINT, "tainted node");
+                }
+                Err(ClusterError::NotFound { .. }) => return Ok(NodeProgress::Released),
+                Err(source) => return Err(write_error("tainting the node", source)),
+            }
+        }
+        if let Some(deadline) = termination_time
+            && !std::mem::replace(&mut self.reported.node_grace_event, true)
+        {
+            self.publish(events::node_grace_period_expiring(node, &rfc3339(deadline)))
+                .await;
+        }
+        let now = self.now();
+        let pods = self.deps.view.pods_on_node(&node_name);
+        let plan = drain::plan(&pods, now, termination_time);
+        let retry = self
+            .carry_out(nodeclaim, node, &plan, termination_time)
+            .await?;
+        if !plan.is_drained() {
+            self.report_drain_blocked(node, &plan).await;
+            // A node whose kubelet is gone and whose instance is gone cannot drain: release it
+            // (Karpenter, like the cloud node lifecycle controller, trusts a Ready node over
+            // the cloud's word).
+            if !is_ready(node)
+                && let Some(id) = provider_id(nodeclaim)
+            {
+                match self.deps.cloud.get(id).await {
+                    Err(CloudProviderError::NodeClaimNotFound { .. }) => {
+                        self.instance_gone = true;
+                        self.release_node(node).await?;
+                        return Ok(NodeProgress::Released);
+                    }
+                    Err(source) => {
+                        return Err(NodeClaimError::Cloud {
+                            what: "looking up the instance of a node that does not drain",
+                            nodeclaim: self.name.clone(),
+                            source: Box::new(source),
+                        });
+                    }
+                    Ok(_) => {}
+                }
+            }
+            let deadline = plan.next_deadline.map(|at| until(now, at));
+            return Ok(NodeProgress::Waiting(soonest(
+                Some(DRAIN_POLL),
+                soonest(retry, deadline),
+            )));
+        }
+        if !std::mem::replace(&mut self.reported.drained, true) {
+            self.deps
+                .metrics
+                .node_drained(label(nodeclaim, labels::NODEPOOL));
+        }
+        if !self.ensure_instance_terminated(nodeclaim).await? {
+            return Ok(NodeProgress::Waiting(Some(INSTANCE_TERMINATION_POLL)));
+        }
+        self.release_node(node).await?;
+        Ok(NodeProgress::Released)
+    }
+
+    /// Deletes the pods that must go now and evicts the current group; returns when the next
+    /// refused eviction may be retried.
+    async fn carry_out(
+        &mut self,
+        nodeclaim: &NodeClaim,
+        node: &Node,
+        plan: &DrainPlan,
+        termination_time: Option<Timestamp>,
+    ) -> Result<Next, NodeClaimError> {
+        let deadline = termination_time.map(rfc3339).unwrap_or_default();
+        for deletion in &plan.delete {
+            let pod = &deletion.pod;
+            match self
+                .deps
+                .cluster
+                .delete_pod(&pod.namespace, &pod.name, Some(deletion.grace_seconds))
+                .await
+            {
+                Ok(_) | Err(ClusterError::NotFound { .. }) => {
+                    tracing::info!(nodeclaim = %self.name, namespace = %pod.namespace, pod = %pod.name, grace_seconds = deletion.grace_seconds, "deleting pod before the termination time");
+                    self.publish(events::pod_deleted_for_grace_period(
+                        pod,
+                        deletion.grace_seconds,
+                        deletion.pod_grace_seconds,
+                        &deadline,
+                    ))
+                    .await;
+                }
+                Err(source) => {
+                    return Err(NodeClaimError::Write {
+                        what: "deleting a pod at the termination time",
+                        nodeclaim: self.name.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        self.evictions.retain(|key, _| plan.evict.contains(key));
+        let reason = condition(nodeclaim, cond::DISRUPTION_REASON)
+            .filter(|c| c.status == ConditionStatus::True)
+            .map_or_else(|| FORCEFUL_TERMINATION.to_owned(), |c| c.reason.clone());
+        let mut retry: Next = None;
+        for pod in &plan.evict {
+            let now = Instant::now();
+            if let Some(backoff) = self.evictions.get(pod)
+                && backoff.next > now
+            {
+                retry = soonest(retry, Some(backoff.next - now));
+                continue;
+            }
+            let outcome = self.deps.cluster.evict_pod(&pod.namespace, &pod.name).await;
+            let refused = match outcome {
+                Ok(Eviction::Evicted) => {
+                    self.deps.metrics.eviction_request(200);
+                    self.deps.metrics.pod_drained(&reason);
+                    self.publish(events::evicted(pod, &reason)).await;
+                    false
+                }
+                Ok(Eviction::Gone) => {
+                    self.deps.metrics.eviction_request(404);
+                    false
+                }
+                Ok(Eviction::Blocked { message }) => {
+                    self.deps.metrics.eviction_request(429);
+                    self.note_blocked_eviction(node, pod, &message).await;
+                    true
+                }
+                Err(error) => {
+                    self.deps.metrics.eviction_request(http_code(&error));
+                    tracing::warn!(nodeclaim = %self.name, namespace = %pod.namespace, pod = %pod.name, error = %error, "failed evicting pod");
+                    true
+                }
+            };
+            if refused {
+                let attempts = self.evictions.get(pod).map_or(0, |b| b.attempts);
+                let delay = exponential(EVICTION_BACKOFF_MIN, EVICTION_BACKOFF_MAX, attempts);
+                self.evictions.insert(
+                    pod.clone(),
+                    EvictionBackoff {
+                        attempts: attempts.saturating_add(1),
+                        next: now + delay,
+                    },
+                );
+                retry = soonest(retry, Some(delay));
+            } else {
+                self.evictions.remove(pod);
+            }
+        }
+        Ok(retry)
+    }
+
+    async fn note_blocked_eviction(&mut self, node: &Node, pod: &PodKey, message: &str) {
+        tracing::debug!(nodeclaim = %self.name, namespace = %pod.namespace, pod = %pod.name, message, "eviction blocked by a pod disruption budget");
+        if self.drain_event_due() {
+            let why = format!(
+                "evicting pod {}/{} violates a PDB: {message}",
+                pod.namespace, pod.name
+            );
+            self.publish(events::failed_draining(node, &why)).await;
+        }
+    }
+
+    async fn report_drain_blocked(&mut self, node: &Node, plan: &DrainPlan) {
+        if self.drain_event_due() {
+            let why = if plan.do_not_disrupt > 0 {
+                format!(
+                    "{} pods are waiting to be evicted ({} with the {} annotation)",
+                    plan.waiting,
+                    plan.do_not_disrupt,
+                    labels::DO_NOT_DISRUPT
+                )
+            } else {
+                format!("{} pods are waiting to be evicted", plan.waiting)
+            };
+            self.publish(events::failed_draining(node, &why)).await;
+        }
+    }
+
+    fn drain_event_due(&mut self) -> bool {
+        let now = Instant::now();
+        if self
+            .last_drain_event
+            .is_some_and(|last| now.duration_since(last) < DRAIN_EVENT_INTERVAL)
+        {
+            return false;
+        }
+        self.last_drain_event = Some(now);
+        true
+    }
+
+    /// Deletes the instance until the cloud reports it gone; sets `InstanceTerminating`.
+    async fn ensure_instance_terminated(
+        &mut self,
+        nodeclaim: &Arc<NodeClaim>,
+    ) -> Result<bool, NodeClaimError> {
+        if self.instance_gone {
+            return Ok(true);
+        }
+        let gone = match self.deps.cloud.delete(nodeclaim).await {
+            Ok(()) => false,
+            Err(CloudProviderError::NodeClaimNotFound { .. }) => true,
+            Err(source) => {
+                return Err(NodeClaimError::Cloud {
+                    what: "terminating the instance",
+                    nodeclaim: self.name.clone(),
+                    source: Box::new(source),
+                });
+            }
+        };
+        if !is_true(nodeclaim, cond::INSTANCE_TERMINATING) {
+            self.set_conditions(nodeclaim, "writing the instance termination", &|set| {
+                set.set_true(cond::INSTANCE_TERMINATING);
+            })
+            .await?;
+        }
+        self.instance_gone = gone;
+        Ok(gone)
+    }
+
+    /// Removes our finalizer from the node (the instance is gone or unreachable).
+    async fn release_node(&mut self, node: &Node) -> Result<(), NodeClaimError> {
+        let node_name = node.metadata.name.clone().unwrap_or_default();
+        let change = |node: &mut Node| remove_finalizer(&mut node.metadata.finalizers);
+        match self.deps.cluster.update_node(&node_name, &change).await {
+            Ok(_) => {}
+            Err(ClusterError::NotFound { .. }) => return Ok(()),
+            Err(source) => {
+                return Err(NodeClaimError::Write {
+                    what: "removing the node's finalizer",
+                    nodeclaim: self.name.clone(),
+                    source,
+                });
+            }
+        }
+        if std::mem::replace(&mut self.reported.node_released, true) {
+            return Ok(());
+        }
+        let now = self.now();
+        let deleted = node
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .map_or(now, |t| t.0);
+        let created = node
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(now, |t| t.0);
+        let nodepool = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODEPOOL))
+            .map_or("", String::as_str);
+        self.deps
+            .metrics
+            .node_terminated(nodepool, elapsed(deleted, now), elapsed(created, now));
+        tracing::info!(nodeclaim = %self.name, node = %node_name, "deleted node");
+        Ok(())
+    }
+
+    /// Removes the NodeClaim's finalizer: the instance is gone.
+    async fn release_nodeclaim(&mut self, nodeclaim: &NodeClaim) -> Result<(), NodeClaimError> {
+        let change =
+            |nodeclaim: &mut NodeClaim| remove_finalizer(&mut nodeclaim.metadata.finalizers);
+        if self
+            .write_nodeclaim("removing the termination finalizer", &change)
+            .await?
+            .is_none()
+            || std::mem::replace(&mut self.reported.nodeclaim_released, true)
+        {
+            return Ok(());
+        }
+        let now = self.now();
+        let deleted = nodeclaim
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .map_or(now, |t| t.0);
+        let instance = condition(nodeclaim, cond::INSTANCE_TERMINATING)
+            .filter(|c| c.status == ConditionStatus::True)
+            .map(|c| elapsed(c.last_transition_time.0, now));
+        self.deps.metrics.nodeclaim_terminated(
+            label(nodeclaim, labels::NODEPOOL),
+            label(nodeclaim, labels::CAPACITY_TYPE),
+            elapsed(deleted, now),
+            instance,
+        );
+        tracing::info!(nodeclaim = %self.name, "deleted nodeclaim");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_termination_taint_replaces_a_disrupted_taint_with_another_effect() {
+        let mut node = Node::default();
+        node.spec.get_or_insert_default().taints = Some(vec![ApiTaint {
+            key: labels::DISRUPTED_TAINT.into(),
+            effect: "NoExecute".into(),
+            ..ApiTaint::default()
+        }]);
+        taint_for_termination(&mut node);
+        assert!(is_tainted(&node));
+        assert_eq!(node.spec.unwrap().taints.unwrap().len(), 1);
+    }
+
+    #[test]
+    fn termination_times_are_written_to_the_second() {
+        let at = Timestamp::from_millisecond(1_700_000_000_500).unwrap();
+        assert_eq!(rfc3339(at), "2023-11-14T22:13:20Z");
+    }
+
+    #[test]
+    fn eviction_errors_map_to_http_codes() {
+        let throttled = ClusterError::Throttled {
+            kind: crate::ports::cluster::ObjectKind::Pod,
+            name: "p".into(),
+            message: String::new(),
+        };
+        assert_eq!(http_code(&throttled), 429);
+    }
+}

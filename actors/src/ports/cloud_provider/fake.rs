@@ -1,0 +1,547 @@
+//! [`FakeCloudProvider`]: an in-memory [`CloudProvider`] for actor tests. It launches
+//! instances with predictable ids, labels and capacities, lists and gets them, terminates them
+//! in two steps as EC2 does (the first `delete` starts termination, a later one reports
+//! `NodeClaimNotFound` once the termination delay has passed), records every call with the
+//! NodeClaim it was given, and fails calls on demand. Launches can take time (tokio time, so
+//! paused in tests). Tests can also plant a leaked instance or make one vanish.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+use super::{AWS_REPAIR_POLICIES, CloudProvider, CloudProviderError, DriftReason, RepairPolicy};
+use crate::apis::labels;
+use crate::apis::nodeclaim::NodeClaimStatus;
+use crate::apis::nodeclaim::{NodeClaim, NodeClaimSpec, NodeClassReference};
+use crate::apis::nodepool::NodePool;
+use crate::apis::requirements::Operator;
+use crate::domain::instance_type::InstanceType;
+use crate::ports::clock::Clock;
+
+/// The zone fake instances run in.
+pub const FAKE_ZONE: &str = "us-west-2a";
+/// The instance type when the NodeClaim does not pin one.
+pub const FAKE_INSTANCE_TYPE: &str = "m5.large";
+/// The image id of every fake instance.
+pub const FAKE_IMAGE_ID: &str = "ami-0fake00000000000";
+
+/// A call made to the fake.
+#[derive(Debug, Clone)]
+pub enum CloudCall {
+    /// `create`, with the NodeClaim as it was passed.
+    Create(Box<NodeClaim>),
+    Delete {
+        provider_id: String,
+    },
+    Get {
+        provider_id: String,
+    },
+    List,
+    InstanceTypes {
+        nodepool: String,
+    },
+    IsDrifted {
+        nodeclaim: String,
+    },
+}
+
+/// The operation of a call, to target failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CloudOperation {
+    Create,
+    Delete,
+    Get,
+    List,
+}
+
+impl CloudCall {
+    #[must_use]
+    pub fn operation(&self) -> Option<CloudOperation> {
+        match self {
+            Self::Create(_) => Some(CloudOperation::Create),
+            Self::Delete { .. } => Some(CloudOperation::Delete),
+            Self::Get { .. } => Some(CloudOperation::Get),
+            Self::List => Some(CloudOperation::List),
+            Self::InstanceTypes { .. } | Self::IsDrifted { .. } => None,
+        }
+    }
+}
+
+/// Where a fake instance is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FakeInstanceState {
+    Running,
+    /// `delete` was called at this time; a `delete` after the termination delay reports it
+    /// gone.
+    ShuttingDown(k8s_openapi::jiff::Timestamp),
+}
+
+/// An instance the fake runs.
+#[derive(Debug, Clone)]
+pub struct FakeInstance {
+    /// The NodeClaim as `list` and `get` return it (labels, provider id, capacity).
+    pub nodeclaim: NodeClaim,
+    pub state: FakeInstanceState,
+}
+
+type Predicate = Box<dyn Fn(&CloudCall) -> bool + Send + Sync>;
+
+struct FailureRule {
+    matches: Predicate,
+    error: CloudProviderError,
+    remaining: Option<usize>,
+}
+
+#[derive(Default)]
+struct State {
+    instances: BTreeMap<String, FakeInstance>,
+    calls: Vec<CloudCall>,
+    failures: VecDeque<FailureRule>,
+    next_id: u64,
+    create_latency: std::time::Duration,
+    termination_delay: std::time::Duration,
+}
+
+impl State {
+    fn call(&mut self, call: CloudCall) -> Result<(), CloudProviderError> {
+        let index = self.failures.iter().position(|rule| (rule.matches)(&call));
+        self.calls.push(call);
+        let Some(index) = index else { return Ok(()) };
+        let rule = &mut self.failures[index];
+        let error = rule.error.clone();
+        if let Some(remaining) = &mut rule.remaining {
+            *remaining = remaining.saturating_sub(1);
+            if *remaining == 0 {
+                self.failures.remove(index);
+            }
+        }
+        Err(error)
+    }
+}
+
+/// An in-memory, recording [`CloudProvider`].
+pub struct FakeCloudProvider {
+    clock: Arc<dyn Clock>,
+    state: Mutex<State>,
+}
+
+impl fmt::Debug for FakeCloudProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        f.debug_struct("FakeCloudProvider")
+            .field("instances", &state.instances.len())
+            .field("calls", &state.calls.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+        .collect()
+}
+
+/// The value a NodeClaim's `In` requirement pins for `key`, if it names exactly one.
+fn pinned(nodeclaim: &NodeClaim, key: &str) -> Option<String> {
+    nodeclaim
+        .spec
+        .requirements
+        .iter()
+        .map(crate::apis::requirements::NodeClaimRequirement::as_requirement)
+        .find(|r| r.key == key && r.operator == Operator::In && r.values.len() == 1)
+        .and_then(|r| r.values.first().cloned())
+}
+
+impl FakeCloudProvider {
+    /// A fake whose instances are stamped with launch times from `clock`.
+    #[must_use]
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            state: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `create` takes this long (tokio time) before it answers.
+    pub fn set_create_latency(&self, latency: std::time::Duration) {
+        self.lock().create_latency = latency;
+    }
+
+    /// A terminating instance is gone this long after its first `delete` (zero: at the next
+    /// `delete`).
+    pub fn set_termination_delay(&self, delay: std::time::Duration) {
+        self.lock().termination_delay = delay;
+    }
+
+    /// Every call so far, failed ones included, oldest first.
+    #[must_use]
+    pub fn calls(&self) -> Vec<CloudCall> {
+        self.lock().calls.clone()
+    }
+
+    /// Calls of one operation.
+    #[must_use]
+    pub fn calls_of(&self, operation: CloudOperation) -> Vec<CloudCall> {
+        self.lock()
+            .calls
+            .iter()
+            .filter(|c| c.operation() == Some(operation))
+            .cloned()
+            .collect()
+    }
+
+    /// The NodeClaims `create` was called with, in order.
+    #[must_use]
+    pub fn creates(&self) -> Vec<NodeClaim> {
+        self.lock()
+            .calls
+            .iter()
+            .filter_map(|c| match c {
+                CloudCall::Create(nodeclaim) => Some((**nodeclaim).clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Instances that exist (running or shutting down), by provider id.
+    #[must_use]
+    pub fn instances(&self) -> BTreeMap<String, FakeInstance> {
+        self.lock().instances.clone()
+    }
+
+    /// Fails the next call of `operation` with `error`.
+    pub fn fail_next(&self, operation: CloudOperation, error: CloudProviderError) {
+        self.fail_times(operation, 1, error);
+    }
+
+    /// Fails the next `times` calls of `operation` with `error`.
+    pub fn fail_times(&self, operation: CloudOperation, times: usize, error: CloudProviderError) {
+        self.lock().failures.push_back(FailureRule {
+            matches: Box::new(move |call| call.operation() == Some(operation)),
+            error,
+            remaining: Some(times),
+        });
+    }
+
+    /// Fails every call `predicate` accepts, until [`Self::clear_failures`].
+    pub fn fail_when(
+        &self,
+        predicate: impl Fn(&CloudCall) -> bool + Send + Sync + 'static,
+        error: CloudProviderError,
+    ) {
+        self.lock().failures.push_back(FailureRule {
+            matches: Box::new(predicate),
+            error,
+            remaining: None,
+        });
+    }
+
+    pub fn clear_failures(&self) {
+        self.lock().failures.clear();
+    }
+
+    /// Plants a running instance no NodeClaim knows about (a leak), launched at `launched`;
+    /// returns its provider id.
+    pub fn plant_instance(&self, nodepool: &str, launched: k8s_openapi::jiff::Timestamp) -> String {
+        let mut state = self.lock();
+        state.next_id += 1;
+        let id = state.next_id;
+        let template = NodeClaim::new(
+            "",
+            NodeClaimSpec {
+                taints: Vec::new(),
+                startup_taints: Vec::new(),
+                requirements: Vec::new(),
+                resources: crate::apis::nodeclaim::ResourceRequirements::default(),
+                node_class_ref: NodeClassReference::ec2("default"),
+                termination_grace_period: None,
+                expire_after: crate::apis::nodeclaim::default_expire_after(),
+            },
+        );
+        let mut instance = Self::instance(&template, id, launched);
+        instance
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert(labels::NODEPOOL.to_owned(), nodepool.to_owned());
+        let provider_id = provider_id(id);
+        state.instances.insert(
+            provider_id.clone(),
+            FakeInstance {
+                nodeclaim: instance,
+                state: FakeInstanceState::Running,
+            },
+        );
+        provider_id
+    }
+
+    /// Makes an instance disappear at once (terminated outside Karpenter).
+    pub fn vanish(&self, provider_id: &str) -> bool {
+        self.lock().instances.remove(provider_id).is_some()
+    }
+
+    fn instance(
+        nodeclaim: &NodeClaim,
+        id: u64,
+        launched: k8s_openapi::jiff::Timestamp,
+    ) -> NodeClaim {
+        let instance_type = pinned(nodeclaim, labels::INSTANCE_TYPE)
+            .unwrap_or_else(|| FAKE_INSTANCE_TYPE.to_owned());
+        let capacity_type = pinned(nodeclaim, labels::CAPACITY_TYPE)
+            .unwrap_or_else(|| labels::CAPACITY_TYPE_ON_DEMAND.to_owned());
+        let zone = pinned(nodeclaim, labels::ZONE).unwrap_or_else(|| FAKE_ZONE.to_owned());
+        let mut node_labels: BTreeMap<String, String> = [
+            (labels::INSTANCE_TYPE, instance_type),
+            (labels::CAPACITY_TYPE, capacity_type),
+            (labels::ZONE, zone.clone()),
+            (labels::ARCH, labels::ARCH_AMD64.to_owned()),
+            (labels::OS, labels::OS_LINUX.to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        if let Some(pool) = nodeclaim
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODEPOOL))
+        {
+            node_labels.insert(labels::NODEPOOL.to_owned(), pool.clone());
+        }
+        NodeClaim {
+            metadata: ObjectMeta {
+                name: nodeclaim.metadata.name.clone(),
+                labels: Some(node_labels),
+                creation_timestamp: Some(Time(launched)),
+                ..ObjectMeta::default()
+            },
+            spec: nodeclaim.spec.clone(),
+            status: Some(NodeClaimStatus {
+                provider_id: Some(format!("aws:///{zone}/{}", instance_id(id))),
+                image_id: Some(FAKE_IMAGE_ID.to_owned()),
+                capacity: quantities(&[
+                    ("cpu", "2"),
+                    ("memory", "8Gi"),
+                    ("pods", "29"),
+                    ("ephemeral-storage", "20Gi"),
+                ]),
+                allocatable: quantities(&[
+                    ("cpu", "1930m"),
+                    ("memory", "7Gi"),
+                    ("pods", "29"),
+                    ("ephemeral-storage", "18Gi"),
+                ]),
+                ..NodeClaimStatus::default()
+            }),
+        }
+    }
+}
+
+fn instance_id(id: u64) -> String {
+    format!("i-{id:017x}")
+}
+
+fn provider_id(id: u64) -> String {
+    format!("aws:///{FAKE_ZONE}/{}", instance_id(id))
+}
+
+fn not_found(provider_id: &str) -> CloudProviderError {
+    CloudProviderError::NodeClaimNotFound {
+        instance_id: provider_id
+            .rsplit('/')
+            .next()
+            .unwrap_or(provider_id)
+            .to_owned(),
+    }
+}
+
+#[async_trait]
+impl CloudProvider for FakeCloudProvider {
+    async fn create(&self, nodeclaim: &NodeClaim) -> Result<NodeClaim, CloudProviderError> {
+        let latency = self.lock().create_latency;
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        let now = self.clock.now();
+        let mut state = self.lock();
+        state.call(CloudCall::Create(Box::new(nodeclaim.clone())))?;
+        state.next_id += 1;
+        let id = state.next_id;
+        let created = Self::instance(nodeclaim, id, now);
+        let key = created
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .unwrap_or_default();
+        state.instances.insert(
+            key,
+            FakeInstance {
+                nodeclaim: created.clone(),
+                state: FakeInstanceState::Running,
+            },
+        );
+        Ok(created)
+    }
+
+    async fn delete(&self, nodeclaim: &NodeClaim) -> Result<(), CloudProviderError> {
+        let provider_id = nodeclaim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .unwrap_or_default();
+        let now = self.clock.now();
+        let mut state = self.lock();
+        state.call(CloudCall::Delete {
+            provider_id: provider_id.clone(),
+        })?;
+        let delay = k8s_openapi::jiff::SignedDuration::try_from(state.termination_delay)
+            .unwrap_or(k8s_openapi::jiff::SignedDuration::MAX);
+        match state.instances.get_mut(&provider_id).map(|i| &mut i.state) {
+            Some(state @ FakeInstanceState::Running) => {
+                *state = FakeInstanceState::ShuttingDown(now);
+                Ok(())
+            }
+            Some(FakeInstanceState::ShuttingDown(since)) if now.duration_since(*since) < delay => {
+                Ok(())
+            }
+            Some(FakeInstanceState::ShuttingDown(_)) => {
+                state.instances.remove(&provider_id);
+                Err(not_found(&provider_id))
+            }
+            None => Err(not_found(&provider_id)),
+        }
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudProviderError> {
+        let mut state = self.lock();
+        state.call(CloudCall::Get {
+            provider_id: provider_id.to_owned(),
+        })?;
+        state
+            .instances
+            .get(provider_id)
+            .map(|i| i.nodeclaim.clone())
+            .ok_or_else(|| not_found(provider_id))
+    }
+
+    async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        state.call(CloudCall::List)?;
+        Ok(state
+            .instances
+            .values()
+            .map(|instance| {
+                let mut listed = instance.nodeclaim.clone();
+                if matches!(instance.state, FakeInstanceState::ShuttingDown(_)) {
+                    // Karpenter marks shutting-down instances as deleting.
+                    listed.metadata.deletion_timestamp = Some(Time(now));
+                }
+                listed
+            })
+            .collect())
+    }
+
+    async fn instance_types(
+        &self,
+        nodepool: &NodePool,
+    ) -> Result<Vec<Arc<InstanceType>>, CloudProviderError> {
+        self.lock().calls.push(CloudCall::InstanceTypes {
+            nodepool: nodepool.metadata.name.clone().unwrap_or_default(),
+        });
+        Ok(Vec::new())
+    }
+
+    async fn is_drifted(
+        &self,
+        nodeclaim: &NodeClaim,
+    ) -> Result<Option<DriftReason>, CloudProviderError> {
+        self.lock().calls.push(CloudCall::IsDrifted {
+            nodeclaim: nodeclaim.metadata.name.clone().unwrap_or_default(),
+        });
+        Ok(None)
+    }
+
+    fn repair_policies(&self) -> &'static [RepairPolicy] {
+        AWS_REPAIR_POLICIES
+    }
+
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::clock::ManualClock;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        let waker = std::task::Waker::noop();
+        let mut context = std::task::Context::from_waker(waker);
+        let mut future = std::pin::pin!(future);
+        match future.as_mut().poll(&mut context) {
+            std::task::Poll::Ready(output) => output,
+            std::task::Poll::Pending => panic!("the fake awaited"),
+        }
+    }
+
+    fn nodeclaim() -> NodeClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": { "name": "default-abc", "labels": { "karpenter.sh/nodepool": "default" } },
+            "spec": {
+                "requirements": [{ "key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.xlarge"] }],
+                "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_launched_instance_is_listed_and_terminates_in_two_steps() {
+        let fake = FakeCloudProvider::new(Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH)));
+        let created = block_on(fake.create(&nodeclaim())).unwrap();
+        let labels = created.metadata.labels.clone().unwrap();
+        assert_eq!(labels[labels::INSTANCE_TYPE], "c5.xlarge");
+        assert_eq!(labels[labels::NODEPOOL], "default");
+        let provider_id = created.status.clone().unwrap().provider_id.unwrap();
+        assert_eq!(block_on(fake.list()).unwrap().len(), 1);
+        assert!(
+            block_on(fake.delete(&created)).is_ok(),
+            "termination starts"
+        );
+        assert!(matches!(
+            block_on(fake.delete(&created)),
+            Err(CloudProviderError::NodeClaimNotFound { .. })
+        ));
+        assert!(block_on(fake.get(&provider_id)).is_err());
+        assert_eq!(fake.creates().len(), 1);
+    }
+
+    #[test]
+    fn injected_failures_hit_the_chosen_operation_only() {
+        let fake = FakeCloudProvider::new(Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH)));
+        fake.fail_next(
+            CloudOperation::Create,
+            CloudProviderError::InsufficientCapacity {
+                nodeclaim: "default-abc".into(),
+                message: "no capacity".into(),
+            },
+        );
+        assert!(block_on(fake.list()).unwrap().is_empty());
+        assert!(block_on(fake.create(&nodeclaim())).is_err());
+        assert!(block_on(fake.create(&nodeclaim())).is_ok());
+        assert_eq!(fake.calls_of(CloudOperation::Create).len(), 2);
+    }
+}

@@ -1,0 +1,900 @@
+//! A small cluster for actor tests: the recording [`FakeClusterApi`] holds the objects, a
+//! [`MemoryClusterView`] mirrors them after every write (the watch, without lag), and every
+//! change is routed to the [`Daemon`] as the ingress pump would. The cloud is a
+//! [`FakeCloudProvider`]; time is tokio's, paused, and [`PausedClock`] stamps Kubernetes
+//! timestamps from it, so a timer and the timestamps it compares always agree.
+
+#![allow(
+    dead_code,
+    reason = "each test file uses a different part of the harness"
+)]
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{
+    Container, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, Taint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use karpenter_actors::apis::{
+    EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
+};
+use karpenter_actors::aws::unavailable::UnavailableOfferings;
+use karpenter_actors::daemon::{AwsPorts, ClusterChange, Daemon, Deps, StartOptions};
+use karpenter_actors::domain::userdata::ClusterInfo;
+use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
+use karpenter_actors::kwok::eventbridge::KwokEventBridge;
+use karpenter_actors::kwok::iam::KwokIam;
+use karpenter_actors::kwok::pricing::KwokPricing;
+use karpenter_actors::kwok::sqs::KwokSqs;
+use karpenter_actors::kwok::ssm::KwokSsm;
+use karpenter_actors::metrics::Metrics;
+use karpenter_actors::nodeclass::KubernetesVersion;
+use karpenter_actors::ports::clock::Clock;
+use karpenter_actors::ports::cloud_provider::fake::FakeCloudProvider;
+use karpenter_actors::ports::cluster::{
+    Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, FakeClusterApi,
+};
+use karpenter_actors::ports::cluster_view::{ClusterView, MemoryClusterView};
+use karpenter_actors::runtime::{ActorKit, FaultPlan, GroupSpec, KitOptions, RootGroup};
+use kube::Resource;
+use prometheus_client::registry::Registry;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// The wall clock as tokio's paused clock moves it: `start` plus the tokio time elapsed.
+#[derive(Debug)]
+pub struct PausedClock {
+    start: Timestamp,
+    origin: Instant,
+}
+
+impl PausedClock {
+    #[must_use]
+    pub fn new(start: Timestamp) -> Self {
+        Self {
+            start,
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Clock for PausedClock {
+    fn now(&self) -> Timestamp {
+        let elapsed =
+            SignedDuration::try_from(self.origin.elapsed()).unwrap_or(SignedDuration::MAX);
+        self.start.saturating_add(elapsed).unwrap_or(self.start)
+    }
+}
+
+/// The time tests start at.
+pub fn start_time() -> Timestamp {
+    "2025-06-01T12:00:00Z".parse().unwrap()
+}
+
+/// A `ClusterApi` that writes to the fake and mirrors the result into the view, then queues
+/// the change for the daemon.
+#[derive(Debug)]
+struct MirrorApi {
+    api: Arc<FakeClusterApi>,
+    view: Arc<MemoryClusterView>,
+    clock: Arc<PausedClock>,
+    changes: mpsc::UnboundedSender<ClusterChange>,
+}
+
+fn rv<K: Resource>(object: Option<&K>) -> Option<String> {
+    object.and_then(|o| o.meta().resource_version.clone())
+}
+
+impl MirrorApi {
+    fn before(&self) {
+        self.api.set_now(self.clock.now());
+    }
+
+    fn nodeclaim(&self, name: &str) {
+        mirror_nodeclaim(&self.api, &self.view, &self.changes, name);
+    }
+
+    fn nodepool(&self, name: &str) {
+        mirror_nodepool(&self.api, &self.view, &self.changes, name);
+    }
+
+    fn nodeclass(&self, name: &str) {
+        let old = rv(self.view.ec2nodeclass(name).as_deref());
+        let new = self.api.ec2nodeclass(name);
+        if rv(new.as_ref()) == old {
+            return;
+        }
+        match new {
+            Some(class) => self.view.put_ec2nodeclass(class),
+            None => self.view.remove_ec2nodeclass(name),
+        }
+        let _ = self.changes.send(ClusterChange::EC2NodeClass {
+            name: name.to_owned(),
+            deleted: self.view.ec2nodeclass(name).is_none(),
+        });
+    }
+
+    fn node(&self, name: &str) {
+        mirror_node(&self.api, &self.view, &self.changes, name);
+    }
+
+    fn pod(&self, namespace: &str, name: &str) {
+        mirror_pod(&self.api, &self.view, &self.changes, namespace, name);
+    }
+}
+
+fn mirror_nodeclaim(
+    api: &FakeClusterApi,
+    view: &MemoryClusterView,
+    changes: &mpsc::UnboundedSender<ClusterChange>,
+    name: &str,
+) {
+    let old = rv(view.nodeclaim(name).as_deref());
+    let new = api.nodeclaim(name);
+    if rv(new.as_ref()) == old {
+        return;
+    }
+    let deleted = new.is_none();
+    match new {
+        Some(nodeclaim) => view.put_nodeclaim(nodeclaim),
+        None => view.remove_nodeclaim(name),
+    }
+    let _ = changes.send(ClusterChange::NodeClaim {
+        name: name.to_owned(),
+        deleted,
+    });
+}
+
+fn mirror_nodepool(
+    api: &FakeClusterApi,
+    view: &MemoryClusterView,
+    changes: &mpsc::UnboundedSender<ClusterChange>,
+    name: &str,
+) {
+    let old = rv(view.nodepool(name).as_deref());
+    let new = api.nodepool(name);
+    if rv(new.as_ref()) == old {
+        return;
+    }
+    let deleted = new.is_none();
+    match new {
+        Some(nodepool) => view.put_nodepool(nodepool),
+        None => view.remove_nodepool(name),
+    }
+    let _ = changes.send(ClusterChange::NodePool {
+        name: name.to_owned(),
+        deleted,
+    });
+}
+
+fn mirror_node(
+    api: &FakeClusterApi,
+    view: &MemoryClusterView,
+    changes: &mpsc::UnboundedSender<ClusterChange>,
+    name: &str,
+) {
+    let previous = view.node(name);
+    let old = rv(previous.as_deref());
+    let new = api.node(name);
+    if rv(new.as_ref()) == old {
+        return;
+    }
+    let provider_id = new
+        .as_ref()
+        .or(previous.as_deref())
+        .and_then(|n| n.spec.as_ref())
+        .and_then(|s| s.provider_id.clone());
+    let deleted = new.is_none();
+    match new {
+        Some(node) => view.put_node(node),
+        None => view.remove_node(name),
+    }
+    let _ = changes.send(ClusterChange::Node {
+        name: name.to_owned(),
+        provider_id,
+        deleted,
+    });
+}
+
+fn mirror_pod(
+    api: &FakeClusterApi,
+    view: &MemoryClusterView,
+    changes: &mpsc::UnboundedSender<ClusterChange>,
+    namespace: &str,
+    name: &str,
+) {
+    let previous = view.pod(namespace, name);
+    let new = api.pod(namespace, name);
+    if rv(new.as_ref()) == rv(previous.as_deref()) && new.is_some() == previous.is_some() {
+        return;
+    }
+    let node_name = new
+        .as_ref()
+        .or(previous.as_deref())
+        .and_then(|p| p.spec.as_ref())
+        .and_then(|s| s.node_name.clone());
+    let deleted = new.is_none();
+    match new {
+        Some(pod) => view.put_pod(pod),
+        None => view.remove_pod(&format!("{namespace}/{name}")),
+    }
+    let _ = changes.send(ClusterChange::Pod {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        node_name,
+        pending: false,
+        deleted,
+    });
+}
+
+#[async_trait]
+impl ClusterApi for MirrorApi {
+    async fn create_nodeclaim(&self, nodeclaim: &NodeClaim) -> Result<NodeClaim, ClusterError> {
+        self.before();
+        let created = self.api.create_nodeclaim(nodeclaim).await?;
+        self.nodeclaim(created.metadata.name.as_deref().unwrap_or_default());
+        Ok(created)
+    }
+
+    async fn delete_nodeclaim(&self, name: &str) -> Result<Deletion, ClusterError> {
+        self.before();
+        let result = self.api.delete_nodeclaim(name).await;
+        self.nodeclaim(name);
+        result
+    }
+
+    async fn update_nodeclaim(
+        &self,
+        name: &str,
+        change: Change<'_, NodeClaim>,
+    ) -> Result<NodeClaim, ClusterError> {
+        self.before();
+        let result = self.api.update_nodeclaim(name, change).await;
+        self.nodeclaim(name);
+        result
+    }
+
+    async fn update_nodeclaim_status(
+        &self,
+        name: &str,
+        change: Change<'_, NodeClaimStatus>,
+    ) -> Result<NodeClaim, ClusterError> {
+        self.before();
+        let result = self.api.update_nodeclaim_status(name, change).await;
+        self.nodeclaim(name);
+        result
+    }
+
+    async fn update_nodepool(
+        &self,
+        name: &str,
+        change: Change<'_, NodePool>,
+    ) -> Result<NodePool, ClusterError> {
+        self.before();
+        let result = self.api.update_nodepool(name, change).await;
+        self.nodepool(name);
+        result
+    }
+
+    async fn update_nodepool_status(
+        &self,
+        name: &str,
+        change: Change<'_, NodePoolStatus>,
+    ) -> Result<NodePool, ClusterError> {
+        self.before();
+        let result = self.api.update_nodepool_status(name, change).await;
+        self.nodepool(name);
+        result
+    }
+
+    async fn update_ec2nodeclass(
+        &self,
+        name: &str,
+        change: Change<'_, EC2NodeClass>,
+    ) -> Result<EC2NodeClass, ClusterError> {
+        self.before();
+        let result = self.api.update_ec2nodeclass(name, change).await;
+        self.nodeclass(name);
+        result
+    }
+
+    async fn update_ec2nodeclass_status(
+        &self,
+        name: &str,
+        change: Change<'_, EC2NodeClassStatus>,
+    ) -> Result<EC2NodeClass, ClusterError> {
+        self.before();
+        let result = self.api.update_ec2nodeclass_status(name, change).await;
+        self.nodeclass(name);
+        result
+    }
+
+    async fn update_node(
+        &self,
+        name: &str,
+        change: Change<'_, Node>,
+    ) -> Result<Node, ClusterError> {
+        self.before();
+        let result = self.api.update_node(name, change).await;
+        self.node(name);
+        result
+    }
+
+    async fn delete_node(&self, name: &str) -> Result<Deletion, ClusterError> {
+        self.before();
+        let result = self.api.delete_node(name).await;
+        self.node(name);
+        result
+    }
+
+    async fn evict_pod(&self, namespace: &str, name: &str) -> Result<Eviction, ClusterError> {
+        self.before();
+        let result = self.api.evict_pod(namespace, name).await;
+        self.pod(namespace, name);
+        result
+    }
+
+    async fn delete_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        grace_period_seconds: Option<i64>,
+    ) -> Result<Deletion, ClusterError> {
+        self.before();
+        let result = self
+            .api
+            .delete_pod(namespace, name, grace_period_seconds)
+            .await;
+        self.pod(namespace, name);
+        result
+    }
+
+    async fn publish_event(&self, event: &ClusterEvent) -> Result<(), ClusterError> {
+        self.api.publish_event(event).await
+    }
+}
+
+/// Everything a lifecycle test touches.
+pub struct Harness {
+    pub api: Arc<FakeClusterApi>,
+    pub view: Arc<MemoryClusterView>,
+    pub cloud: Arc<FakeCloudProvider>,
+    pub clock: Arc<PausedClock>,
+    pub metrics: Arc<Metrics>,
+    pub registry: Registry,
+    pub kit: ActorKit,
+    pub root: RootGroup,
+    pub daemon: Rc<Daemon>,
+    changes: mpsc::UnboundedSender<ClusterChange>,
+    versions: AtomicU64,
+}
+
+fn aws_ports(clock: Arc<dyn Clock>) -> AwsPorts {
+    let sqs = Arc::new(KwokSqs::new("us-west-2"));
+    let eventbridge = Arc::new(KwokEventBridge::new(
+        "us-west-2",
+        Arc::clone(&sqs),
+        Arc::clone(&clock),
+    ));
+    let ec2 = KwokEc2::new(
+        KwokEc2Config::new("us-west-2", "test-cluster"),
+        KwokEc2Deps {
+            clock,
+            events: None,
+        },
+    )
+    .unwrap();
+    AwsPorts {
+        ec2: Arc::new(ec2),
+        sqs,
+        eventbridge,
+        iam: Arc::new(KwokIam::default()),
+        ssm: Arc::new(KwokSsm::default()),
+        pricing: Arc::new(KwokPricing::default()),
+    }
+}
+
+impl Harness {
+    /// Starts the daemon's actors over an empty fake cluster. Call inside `#[actix::test]`
+    /// after `tokio::time::pause()`.
+    pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Like [`Harness::start`], with a fault plan in the actor kit.
+    pub fn start_with(faults: Option<FaultPlan>) -> Self {
+        let clock = Arc::new(PausedClock::new(start_time()));
+        let api = Arc::new(FakeClusterApi::new());
+        api.set_now(clock.now());
+        let view = Arc::new(MemoryClusterView::new());
+        let cloud = Arc::new(FakeCloudProvider::new(clock.clone()));
+        let mut registry = Registry::default();
+        let metrics = Arc::new(Metrics::register(&mut registry));
+        let (changes, mut receiver) = mpsc::unbounded_channel();
+        let mirror = Arc::new(MirrorApi {
+            api: Arc::clone(&api),
+            view: Arc::clone(&view),
+            clock: Arc::clone(&clock),
+            changes: changes.clone(),
+        });
+        let deps = Deps {
+            settings: Arc::new(karpenter_config::Settings::default()),
+            clock: clock.clone(),
+            cluster: mirror,
+            view: view.clone(),
+            cloud: cloud.clone(),
+            aws: aws_ports(clock.clone()),
+            unavailable: Arc::new(UnavailableOfferings::default()),
+            cluster_info: ClusterInfo {
+                name: "test-cluster".into(),
+                endpoint: "https://test-cluster.example.com".into(),
+                ..ClusterInfo::default()
+            },
+            region: "us-west-2".into(),
+            kubernetes_version: KubernetesVersion::default(),
+            metrics: Arc::clone(&metrics),
+        };
+        let kit = ActorKit::new(
+            &mut registry,
+            KitOptions {
+                faults: faults.map(Arc::new),
+                ..KitOptions::default()
+            },
+        );
+        let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+        let daemon = Rc::new(
+            Daemon::start_with(
+                (*root).clone(),
+                deps,
+                &mut registry,
+                // These tests write the classes' status themselves.
+                StartOptions {
+                    nodeclass_actors: false,
+                },
+            )
+            .unwrap(),
+        );
+        let pump = Rc::clone(&daemon);
+        tokio::task::spawn_local(async move {
+            while let Some(change) = receiver.recv().await {
+                pump.observe(&change);
+            }
+        });
+        Self {
+            api,
+            view,
+            cloud,
+            clock,
+            metrics,
+            registry,
+            kit,
+            root,
+            daemon,
+            changes,
+            versions: AtomicU64::new(0),
+        }
+    }
+
+    fn stamp<K: Resource>(&self, object: &mut K) {
+        let version = self.versions.fetch_add(1, Ordering::SeqCst);
+        let meta = object.meta_mut();
+        meta.resource_version = Some(format!("seed-{version}"));
+        if meta.creation_timestamp.is_none() {
+            meta.creation_timestamp = Some(Time(self.clock.now()));
+        }
+        if meta.uid.is_none() {
+            meta.uid = Some(format!("uid-{}", meta.name.clone().unwrap_or_default()));
+        }
+    }
+
+    /// Lets every actor run until it waits (tokio's paused clock moves by 1 ms).
+    pub async fn settle(&self) {
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Moves time forward by `by`, firing every timer on the way.
+    pub async fn advance(&self, by: Duration) {
+        tokio::time::sleep(by).await;
+        self.settle().await;
+    }
+
+    /// Advances time in `step`s until `condition` holds, at most `limit`; returns whether it
+    /// held.
+    pub async fn wait_for(
+        &self,
+        limit: Duration,
+        step: Duration,
+        mut condition: impl FnMut(&Self) -> bool,
+    ) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            self.settle().await;
+            if condition(self) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(step).await;
+        }
+    }
+
+    pub fn add_nodeclaim(&self, mut nodeclaim: NodeClaim) {
+        self.stamp(&mut nodeclaim);
+        let name = nodeclaim.metadata.name.clone().unwrap();
+        self.api.seed_nodeclaim(nodeclaim);
+        mirror_nodeclaim(&self.api, &self.view, &self.changes, &name);
+    }
+
+    pub fn add_nodepool(&self, mut nodepool: NodePool) {
+        self.stamp(&mut nodepool);
+        let name = nodepool.metadata.name.clone().unwrap();
+        self.api.seed_nodepool(nodepool);
+        mirror_nodepool(&self.api, &self.view, &self.changes, &name);
+    }
+
+    pub fn add_nodeclass(&self, mut nodeclass: EC2NodeClass) {
+        self.stamp(&mut nodeclass);
+        let name = nodeclass.metadata.name.clone().unwrap();
+        self.api.seed_ec2nodeclass(nodeclass.clone());
+        self.view.put_ec2nodeclass(nodeclass);
+        let _ = self.changes.send(ClusterChange::EC2NodeClass {
+            name,
+            deleted: false,
+        });
+    }
+
+    /// Adds or replaces a node (the kubelet's writes).
+    pub fn put_node(&self, mut node: Node) {
+        self.stamp(&mut node);
+        let name = node.metadata.name.clone().unwrap();
+        self.api.seed_node(node);
+        mirror_node(&self.api, &self.view, &self.changes, &name);
+    }
+
+    /// Changes a node as the kubelet would.
+    pub fn edit_node(&self, name: &str, edit: impl FnOnce(&mut Node)) {
+        let mut node = self.api.node(name).unwrap();
+        edit(&mut node);
+        self.put_node(node);
+    }
+
+    pub fn put_pod(&self, mut pod: Pod) {
+        self.stamp(&mut pod);
+        let namespace = pod.metadata.namespace.clone().unwrap();
+        let name = pod.metadata.name.clone().unwrap();
+        self.api.seed_pod(pod);
+        mirror_pod(&self.api, &self.view, &self.changes, &namespace, &name);
+    }
+
+    /// Removes a pod as if it finished and was cleaned up.
+    pub async fn remove_pod(&self, namespace: &str, name: &str) {
+        self.api.delete_pod(namespace, name, None).await.unwrap();
+        mirror_pod(&self.api, &self.view, &self.changes, namespace, name);
+    }
+
+    /// Deletes a NodeClaim as a user would (`kubectl delete nodeclaim`).
+    pub async fn delete_nodeclaim(&self, name: &str) {
+        self.api.set_now(self.clock.now());
+        self.api.delete_nodeclaim(name).await.unwrap();
+        mirror_nodeclaim(&self.api, &self.view, &self.changes, name);
+    }
+
+    /// Now, as the actors' clock tells it.
+    pub fn clock_now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// The NodeClaim as stored.
+    pub fn nodeclaim(&self, name: &str) -> Option<NodeClaim> {
+        self.api.nodeclaim(name)
+    }
+
+    /// The status of one condition of a NodeClaim: (status, reason).
+    pub fn condition(&self, name: &str, kind: &str) -> Option<(String, String)> {
+        let nodeclaim = self.api.nodeclaim(name)?;
+        nodeclaim
+            .status?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == kind)
+            .map(|c| (c.status.as_str().to_owned(), c.reason.clone()))
+    }
+
+    /// The status of one condition of a NodePool: (status, reason).
+    pub fn pool_condition(&self, name: &str, kind: &str) -> Option<(String, String)> {
+        let nodepool = self.api.nodepool(name)?;
+        nodepool
+            .status?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == kind)
+            .map(|c| (c.status.as_str().to_owned(), c.reason.clone()))
+    }
+
+    /// The provider id the NodeClaim's status names.
+    pub fn provider_id(&self, name: &str) -> Option<String> {
+        self.api.nodeclaim(name)?.status?.provider_id
+    }
+
+    /// Registers a node for the NodeClaim's instance as its kubelet would: the NodeClaim's
+    /// provider id, the unregistered taint, not Ready yet. Returns the node name.
+    pub fn register_node(
+        &self,
+        nodeclaim: &str,
+        labels: &[(&str, &str)],
+        taints: &[(&str, &str)],
+    ) -> String {
+        let provider_id = self.provider_id(nodeclaim).expect("launched");
+        let name = format!("ip-{nodeclaim}.ec2.internal");
+        let mut node = node(&name, &provider_id, false);
+        let node_labels = node.metadata.labels.get_or_insert_default();
+        for (key, value) in labels {
+            node_labels.insert((*key).to_owned(), (*value).to_owned());
+        }
+        let node_taints = node.spec.as_mut().unwrap().taints.get_or_insert_default();
+        node_taints.push(taint(
+            karpenter_actors::apis::labels::UNREGISTERED_TAINT,
+            "NoExecute",
+        ));
+        for (key, effect) in taints {
+            node_taints.push(taint(key, effect));
+        }
+        self.put_node(node);
+        name
+    }
+
+    /// The node's taint keys.
+    pub fn node_taints(&self, name: &str) -> Vec<String> {
+        self.api
+            .node(name)
+            .and_then(|n| n.spec)
+            .and_then(|s| s.taints)
+            .map(|t| t.into_iter().map(|t| t.key).collect())
+            .unwrap_or_default()
+    }
+
+    /// Events published so far: (reason, regarding name).
+    pub fn events(&self) -> Vec<(String, String)> {
+        self.api
+            .events()
+            .into_iter()
+            .map(|e| (e.reason, e.regarding.name.unwrap_or_default()))
+            .collect()
+    }
+}
+
+pub fn taint(key: &str, effect: &str) -> Taint {
+    Taint {
+        key: key.to_owned(),
+        effect: effect.to_owned(),
+        ..Taint::default()
+    }
+}
+
+fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+        .collect()
+}
+
+/// A node as a kubelet registers it.
+pub fn node(name: &str, provider_id: &str, ready: bool) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(BTreeMap::from([(
+                "kubernetes.io/hostname".to_owned(),
+                name.to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NodeSpec {
+            provider_id: Some(provider_id.to_owned()),
+            taints: Some(Vec::new()),
+            ..NodeSpec::default()
+        }),
+        status: Some(NodeStatus {
+            conditions: Some(vec![ready_condition(ready)]),
+            capacity: Some(quantities(&[
+                ("cpu", "2"),
+                ("memory", "8Gi"),
+                ("pods", "29"),
+            ])),
+            allocatable: Some(quantities(&[
+                ("cpu", "1930m"),
+                ("memory", "7Gi"),
+                ("pods", "29"),
+            ])),
+            ..NodeStatus::default()
+        }),
+    }
+}
+
+pub fn ready_condition(ready: bool) -> NodeCondition {
+    NodeCondition {
+        type_: "Ready".to_owned(),
+        status: if ready { "True" } else { "False" }.to_owned(),
+        ..NodeCondition::default()
+    }
+}
+
+/// Makes a node Ready and drops the taints the kubelet and CNI remove on their own.
+pub fn make_ready(node: &mut Node, remove_taints: &[&str]) {
+    node.status.as_mut().unwrap().conditions = Some(vec![ready_condition(true)]);
+    if let Some(taints) = node.spec.as_mut().unwrap().taints.as_mut() {
+        taints.retain(|t| !remove_taints.contains(&t.key.as_str()));
+    }
+}
+
+/// A NodeClaim as the provisioner creates it.
+pub fn nodeclaim(name: &str, extra: serde_json::Value) -> NodeClaim {
+    let mut document = serde_json::json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {
+            "name": name,
+            "labels": { "karpenter.sh/nodepool": "default" },
+        },
+        "spec": {
+            "requirements": [
+                { "key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"] },
+                { "key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"] },
+            ],
+            "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
+        },
+    });
+    merge(&mut document, extra);
+    serde_json::from_value(document).unwrap()
+}
+
+/// A NodePool named `name` using the `default` EC2NodeClass.
+pub fn nodepool(name: &str, extra: serde_json::Value) -> NodePool {
+    let mut document = serde_json::json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": { "name": name, "generation": 1 },
+        "spec": {
+            "template": {
+                "metadata": { "labels": { "team": "a" } },
+                "spec": {
+                    "requirements": [{ "key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"] }],
+                    "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
+                },
+            },
+        },
+    });
+    merge(&mut document, extra);
+    serde_json::from_value(document).unwrap()
+}
+
+/// An EC2NodeClass named `default` whose `Ready` condition is `ready`.
+pub fn nodeclass(ready: Option<bool>) -> EC2NodeClass {
+    let mut document = serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": { "name": "default", "generation": 1 },
+        "spec": {
+            "role": "KarpenterNodeRole",
+            "amiSelectorTerms": [{ "alias": "al2023@latest" }],
+            "subnetSelectorTerms": [{ "tags": { "karpenter.sh/discovery": "test-cluster" } }],
+            "securityGroupSelectorTerms": [{ "tags": { "karpenter.sh/discovery": "test-cluster" } }],
+        },
+    });
+    if let Some(ready) = ready {
+        document["status"] = serde_json::json!({
+            "conditions": [{
+                "type": "Ready",
+                "status": if ready { "True" } else { "False" },
+                "reason": if ready { "Ready" } else { "AMIsNotReady" },
+                "message": if ready { "" } else { "no AMI matched" },
+                "lastTransitionTime": "2025-06-01T11:00:00Z",
+            }],
+        });
+    }
+    serde_json::from_value(document).unwrap()
+}
+
+/// A pod bound to `node`.
+pub struct PodSpecBuilder {
+    pub name: String,
+    pub node: String,
+    pub daemon: bool,
+    pub critical: bool,
+    pub do_not_disrupt: bool,
+    pub grace_seconds: Option<i64>,
+}
+
+impl PodSpecBuilder {
+    pub fn new(name: &str, node: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            node: node.to_owned(),
+            daemon: false,
+            critical: false,
+            do_not_disrupt: false,
+            grace_seconds: Some(30),
+        }
+    }
+
+    pub fn daemon(mut self) -> Self {
+        self.daemon = true;
+        self
+    }
+
+    pub fn critical(mut self) -> Self {
+        self.critical = true;
+        self
+    }
+
+    pub fn do_not_disrupt(mut self) -> Self {
+        self.do_not_disrupt = true;
+        self
+    }
+
+    pub fn grace(mut self, seconds: i64) -> Self {
+        self.grace_seconds = Some(seconds);
+        self
+    }
+
+    pub fn build(self) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                namespace: Some("default".to_owned()),
+                owner_references: self.daemon.then(|| {
+                    vec![OwnerReference {
+                        api_version: "apps/v1".to_owned(),
+                        kind: "DaemonSet".to_owned(),
+                        name: "agent".to_owned(),
+                        uid: "ds-uid".to_owned(),
+                        ..OwnerReference::default()
+                    }]
+                }),
+                annotations: self.do_not_disrupt.then(|| {
+                    BTreeMap::from([(
+                        karpenter_actors::apis::labels::DO_NOT_DISRUPT.to_owned(),
+                        "true".to_owned(),
+                    )])
+                }),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some(self.node),
+                priority_class_name: self.critical.then(|| "system-cluster-critical".to_owned()),
+                termination_grace_period_seconds: self.grace_seconds,
+                containers: vec![Container {
+                    name: "app".to_owned(),
+                    ..Container::default()
+                }],
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".to_owned()),
+                ..PodStatus::default()
+            }),
+        }
+    }
+}
+
+/// Deep-merges `extra` into `target` (objects merge, anything else replaces).
+pub fn merge(target: &mut serde_json::Value, extra: serde_json::Value) {
+    match (target, extra) {
+        (serde_json::Value::Object(target), serde_json::Value::Object(extra)) => {
+            for (key, value) in extra {
+                merge(target.entry(key).or_insert(serde_json::Value::Null), value);
+            }
+        }
+        (target, extra) => *target = extra,
+    }
+}
