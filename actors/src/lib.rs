@@ -5,4 +5,5 @@ pub mod daemon;
 pub mod domain;
 pub mod kwok;
 pub mod ports;
+pub mod provisioner;
 pub mod runtime;

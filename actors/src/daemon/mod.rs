@@ -15,14 +15,19 @@
 //! [`Daemon`] holds the actor handles and is what the ingress pump, `/debug/actors` and
 //! shutdown use.
 //!
+//! The Provisioner singleton is spawned here and triggered from [`Daemon::observe`]; the
+//! daemon's HTTP server answers `explain` through [`Daemon::explain_pod`].
+//!
 //! Each actor family adds itself here: a field in [`Daemon`], one spawn line in
 //! [`Daemon::start`], and its routes in [`Daemon::observe`].
 
 mod change;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use karpenter_config::Settings;
+use prometheus_client::registry::Registry;
 
 pub use change::{Cause, ClusterChange, Reconcile, WatchedKind};
 
@@ -36,7 +41,11 @@ use crate::ports::iam::IamApi;
 use crate::ports::pricing::PricingApi;
 use crate::ports::sqs::SqsApi;
 use crate::ports::ssm::SsmApi;
-use crate::runtime::{GroupRef, SpawnError};
+use crate::provisioner::{
+    Explain, PROVISIONER_KEY, PodExplanation, ProvisionerActor, ProvisionerDeps,
+    ProvisionerMetrics, ProvisionerPorts, TriggerSource, Triggered,
+};
+use crate::runtime::{ActorRef, GroupRef, SendError, SpawnError};
 
 /// The narrow AWS ports, for the providers and actors that call AWS directly.
 #[derive(Debug, Clone)]
@@ -62,6 +71,9 @@ pub struct Deps {
     /// Launch, terminate, list instances; instance types; drift.
     pub cloud: Arc<dyn CloudProvider>,
     pub aws: AwsPorts,
+    /// The Prometheus registry actor families register their metrics into at start (the one
+    /// the kit's metrics are in); `/metrics` encodes it.
+    pub metrics: Arc<Mutex<Registry>>,
 }
 
 /// The running actors.
@@ -69,18 +81,42 @@ pub struct Deps {
 pub struct Daemon {
     root: GroupRef,
     deps: Deps,
+    provisioner: ActorRef<ProvisionerActor>,
 }
+
+/// How long `explain` waits for the Provisioner's answer.
+const EXPLAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Daemon {
     /// Starts every actor under `root`.
     pub fn start(root: GroupRef, deps: Deps) -> Result<Self, SpawnError> {
-        Ok(Self { root, deps })
+        let provisioner = root.spawn::<ProvisionerActor>(
+            PROVISIONER_KEY,
+            ProvisionerDeps::new(
+                ProvisionerPorts {
+                    settings: Arc::clone(&deps.settings),
+                    clock: Arc::clone(&deps.clock),
+                    cluster: Arc::clone(&deps.cluster),
+                    view: Arc::clone(&deps.view),
+                    cloud: Arc::clone(&deps.cloud),
+                },
+                ProvisionerMetrics::register(
+                    &mut deps.metrics.lock().unwrap_or_else(PoisonError::into_inner),
+                ),
+            ),
+        )?;
+        Ok(Self {
+            root,
+            deps,
+            provisioner,
+        })
     }
 
     /// Routes one cluster change to the actors that own it. Never blocks: events go to
     /// mailboxes with `try_send`, and an overflow is counted by the kit (the next change or the
     /// actor's own requeue catches up, since actors re-read the store).
     pub fn observe(&self, change: &ClusterChange) {
+        self.trigger_provisioner(change);
         match change {
             ClusterChange::NodeClaim { .. }
             | ClusterChange::NodePool { .. }
@@ -91,6 +127,68 @@ impl Daemon {
             | ClusterChange::PodDisruptionBudget { .. }
             | ClusterChange::Relisted(_) => {}
         }
+    }
+
+    /// Pending pods, nodes being disrupted, NodePool and node class changes and NodeClaims going
+    /// away make the Provisioner look for capacity (Karpenter's `provisioner.trigger.pod` and
+    /// `provisioner.trigger.node`). A full mailbox loses the trigger, which is fine: its window
+    /// is open and the run reads every pending pod from the view.
+    fn trigger_provisioner(&self, change: &ClusterChange) {
+        let trigger = match change {
+            ClusterChange::Pod {
+                namespace,
+                name,
+                pending: true,
+                deleted: false,
+                ..
+            } => Triggered::pod(namespace, name),
+            ClusterChange::Node {
+                name,
+                deleted: false,
+                ..
+            } if self
+                .deps
+                .view
+                .node(name)
+                .is_some_and(|node| crate::provisioner::is_disrupted(&node)) =>
+            {
+                Triggered::by(TriggerSource::NodeDisrupted)
+            }
+            ClusterChange::NodePool { .. } | ClusterChange::EC2NodeClass { .. } => {
+                Triggered::by(TriggerSource::NodePoolChanged)
+            }
+            ClusterChange::NodeClaim { deleted: true, .. } => {
+                Triggered::by(TriggerSource::NodeClaimDeleted)
+            }
+            ClusterChange::Relisted(WatchedKind::Pod | WatchedKind::NodePool) => {
+                Triggered::by(TriggerSource::Relisted)
+            }
+            _ => return,
+        };
+        self.provisioner.send_lossy(trigger);
+    }
+
+    /// The Provisioner singleton (for `explain` and `/debug` routes).
+    #[must_use]
+    pub fn provisioner(&self) -> &ActorRef<ProvisionerActor> {
+        &self.provisioner
+    }
+
+    /// Why a pod is pending: the Provisioner's latest decision for it (`karpenter explain pod`).
+    pub async fn explain_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<PodExplanation, SendError> {
+        self.provisioner
+            .request(
+                Explain {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                },
+                EXPLAIN_TIMEOUT,
+            )
+            .await
     }
 
     /// The group every actor runs under.

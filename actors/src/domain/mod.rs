@@ -5,6 +5,7 @@
 //! - [`requirements`]: Karpenter's requirements algebra over label keys.
 //! - [`instance_type`]: instance types, offerings, prices, truncation with `minValues`.
 //! - [`scheduling`]: the scheduler that turns pending pods into a plan of NodeClaims.
+//! - [`limits`]: a NodePool's remaining limits given the NodeClaims it already has.
 //! - [`amifamily`]: per-family facts (default block devices, feature flags, SSM alias
 //!   parameters) and the choice of AMIs among `DescribeImages` candidates.
 //! - [`userdata`]: the user data of every AMI family, merged with the user's.
@@ -13,6 +14,7 @@
 pub mod amifamily;
 pub mod instance_type;
 pub mod interruption;
+pub mod limits;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;

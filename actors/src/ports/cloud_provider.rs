@@ -4,7 +4,9 @@
 //! The AWS implementation is built from the providers in `crate::aws` over the narrow ports;
 //! kwok's is the same code over `crate::kwok`. Instance types are the scheduler's domain model
 //! ([`crate::domain::instance_type::InstanceType`]), so the provisioner hands them straight to
-//! the solver.
+//! the solver. Tests use [`fake::FakeCloudProvider`].
+
+pub mod fake;
 
 use std::sync::Arc;
 use std::time::Duration;
