@@ -434,6 +434,30 @@ fn daemon_pods(daemonsets: &[Arc<DaemonSet>]) -> Vec<SchedulingPod> {
         .collect()
 }
 
+/// Whether a run has anything to place: a provisionable pod, or a node or NodeClaim being
+/// deleted or disrupted (whose pods may need a new home). A cheap scan, so an idle cluster
+/// costs no instance type lookups.
+pub(super) fn has_work(view: &dyn ClusterView) -> bool {
+    if view.pods().iter().any(|p| provisionable(p).is_ok()) {
+        return true;
+    }
+    let deleting_node = view.nodes().iter().any(|n| {
+        StateNode {
+            node: Some(n.as_ref()),
+            claim: None,
+        }
+        .deleting()
+    });
+    deleting_node
+        || view.nodeclaims().iter().any(|c| {
+            StateNode {
+                node: None,
+                claim: Some(c.as_ref()),
+            }
+            .deleting()
+        })
+}
+
 /// Reads the snapshot for one run.
 pub(super) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
     let mut built = Built::default();

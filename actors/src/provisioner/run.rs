@@ -140,6 +140,18 @@ async fn usable_pools(deps: &ProvisionerDeps) -> (Vec<UsablePool>, Vec<PoolVerdi
 /// Runs once; never fails (failures are in the report).
 pub(super) async fn run(deps: &ProvisionerDeps, run: u64) -> RunReport {
     let decided_at = deps.clock.now().to_string();
+    if !build::has_work(deps.view.as_ref()) {
+        // Karpenter returns before building a scheduler (and asking for instance types).
+        return RunReport {
+            summary: RunSummary {
+                run,
+                ..RunSummary::default()
+            },
+            decided_at,
+            decisions: Vec::new(),
+            skipped_pools: Vec::new(),
+        };
+    }
     let (pools, mut left_out) = usable_pools(deps).await;
     let types_by_pool: HashMap<String, Vec<Arc<InstanceType>>> = pools
         .iter()
