@@ -20,7 +20,7 @@
 //! Left out, because the cluster view does not carry them: volume zone requirements from
 //! `PersistentVolumeClaims`, and namespace labels for pod affinity `namespaceSelector`s.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -467,7 +467,7 @@ pub(super) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
 
     // Pair NodeClaims with their Nodes by provider id.
     let mut paired: HashSet<String> = HashSet::new();
-    let mut states: Vec<(StateNode<'_>, Option<Arc<Node>>)> = Vec::new();
+    let mut states: Vec<StateNode<'_>> = Vec::new();
     let mut node_by_provider: BTreeMap<&str, &Arc<Node>> = BTreeMap::new();
     for node in &nodes {
         if let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) {
@@ -483,58 +483,59 @@ pub(super) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
         if let Some(node) = node {
             paired.insert(node.metadata.name.clone().unwrap_or_default());
         }
-        states.push((
-            StateNode {
-                node: node.map(AsRef::as_ref),
-                claim: Some(claim.as_ref()),
-            },
-            node.cloned(),
-        ));
+        states.push(StateNode {
+            node: node.map(AsRef::as_ref),
+            claim: Some(claim.as_ref()),
+        });
     }
     for node in &nodes {
         if !paired.contains(node.metadata.name.as_deref().unwrap_or_default()) {
-            states.push((
-                StateNode {
-                    node: Some(node.as_ref()),
-                    claim: None,
-                },
-                Some(Arc::clone(node)),
-            ));
+            states.push(StateNode {
+                node: Some(node.as_ref()),
+                claim: None,
+            });
+        }
+    }
+
+    // Every pod once: bound ones by node (one pass, not a scan per node), pending ones aside.
+    let pods = view.pods();
+    let mut pending: Vec<&Arc<Pod>> = Vec::new();
+    let mut by_node: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
+    for pod in &pods {
+        match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            Some(node) if !node.is_empty() => by_node.entry(node).or_default().push(pod),
+            _ if provisionable(pod).is_ok() => pending.push(pod),
+            _ => {}
         }
     }
 
     // Pending pods first, then those of deleting nodes.
-    let mut deleting_pods: Vec<Arc<Pod>> = Vec::new();
+    let mut deleting_pods: Vec<&Arc<Pod>> = Vec::new();
     let mut deleting_claims: Vec<&NodeClaim> = Vec::new();
-    for (state, node) in &states {
-        let pods_on = node
-            .as_ref()
+    for state in &states {
+        let pods_on: &[&Arc<Pod>] = state
+            .node
             .and_then(|n| n.metadata.name.as_deref())
-            .map(|name| view.pods_on_node(name))
-            .unwrap_or_default();
+            .and_then(|name| by_node.get(name))
+            .map_or(&[], Vec::as_slice);
         if state.deleting() {
-            deleting_pods.extend(pods_on.into_iter().filter(|p| reschedulable(p)));
+            deleting_pods.extend(pods_on.iter().copied().filter(|p| reschedulable(p)));
             deleting_claims.extend(state.claim);
             continue;
         }
         built
             .snapshot
             .existing_nodes
-            .push(existing_node(state, &pods_on, &daemons));
+            .push(existing_node(state, pods_on, &daemons));
         built.nodes.push(NodeRef {
             node: state.node.and_then(|n| n.metadata.name.clone()),
             node_claim: state.claim.and_then(|c| c.metadata.name.clone()),
         });
     }
-    let pending: Vec<Arc<Pod>> = view
-        .pods()
-        .into_iter()
-        .filter(|p| provisionable(p).is_ok())
-        .collect();
     let candidates = pending
-        .iter()
+        .into_iter()
         .map(|p| (p, true))
-        .chain(deleting_pods.iter().map(|p| (p, false)));
+        .chain(deleting_pods.into_iter().map(|p| (p, false)));
     for (pod, is_pending) in candidates {
         let reference = PodRef::of(pod);
         if refuses_karpenter_nodes(pod) {
@@ -569,7 +570,7 @@ pub(super) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
 
 fn existing_node(
     state: &StateNode<'_>,
-    pods_on: &[Arc<Pod>],
+    pods_on: &[&Arc<Pod>],
     daemons: &[SchedulingPod],
 ) -> ExistingNode {
     let labels = state.labels();
