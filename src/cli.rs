@@ -46,6 +46,11 @@ pub enum Command {
     /// Ask a running daemon why a pod is pending: the Provisioner's last decision, with a
     /// reason per NodePool (`karpenter explain pod NAMESPACE/NAME`).
     Explain(crate::commands::explain::ExplainArgs),
+    /// Set up or check the SQS interruption queue and its EventBridge rules.
+    Interruption {
+        #[command(subcommand)]
+        command: crate::commands::interruption::InterruptionCommand,
+    },
 }
 
 #[cfg(test)]

@@ -21,6 +21,9 @@ fn main() -> ExitCode {
         }
         Command::Simulate(args) => commands::simulate::run(&args, &mut stdout, &mut stderr),
         Command::Explain(args) => commands::explain::run(&args, &mut stdout, &mut stderr),
+        Command::Interruption { command } => {
+            commands::interruption::run(&command, &mut stdout, &mut stderr)
+        }
     };
     // A closed pipe (`karpenter crds | head`) is not an error worth reporting.
     let _ = stdout.flush();

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -26,6 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use karpenter::commands::explain::{self, EXPLAIN_ROUTE_PREFIX};
 use karpenter_actors::apis::nodepool::NodePool;
+use karpenter_actors::aws::unavailable::UnavailableOfferings;
 use karpenter_actors::daemon::{AwsPorts, ClusterChange, Daemon, Deps};
 use karpenter_actors::domain::scheduling::workload::fake_instance_type;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
@@ -125,7 +126,7 @@ fn deps(view: Arc<MemoryClusterView>) -> Deps {
             ssm: Arc::new(KwokSsm::default()),
             pricing: Arc::new(KwokPricing::new(1.0)),
         },
-        metrics: Arc::new(Mutex::new(Registry::default())),
+        unavailable: Arc::new(UnavailableOfferings::default()),
     }
 }
 
@@ -170,9 +171,7 @@ async fn explain_prints_why_a_pod_routed_by_the_daemon_is_pending() {
     let mut registry = Registry::default();
     let kit = ActorKit::new(&mut registry, KitOptions::default());
     let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
-    let deps = deps(view.clone());
-    let metrics = deps.metrics.clone();
-    let daemon = Daemon::start((*root).clone(), deps).unwrap();
+    let daemon = Daemon::start((*root).clone(), deps(view.clone()), &mut registry).unwrap();
 
     // One pod fits the default pool; one needs more CPU than any instance type has.
     for (name, cpu) in [("web", "1"), ("huge", "64")] {
@@ -195,7 +194,7 @@ async fn explain_prints_why_a_pod_routed_by_the_daemon_is_pending() {
         "the pending pod was routed and provisioned"
     );
     let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &metrics.lock().unwrap()).unwrap();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
     assert!(
         text.contains("karpenter_nodeclaims_created_total"),
         "{text}"

@@ -28,6 +28,7 @@ use karpenter_actors::apis::requirements::Operator;
 use karpenter_actors::domain::instance_type::InstanceType;
 use karpenter_actors::domain::scheduling::workload::{ZONES, fake_instance_type};
 use karpenter_actors::domain::scheduling::{Options, Plan, Snapshot, solve};
+use karpenter_actors::metrics::SharedMetrics;
 use karpenter_actors::ports::clock::ManualClock;
 use karpenter_actors::ports::cloud_provider::CloudProviderError;
 use karpenter_actors::ports::cloud_provider::fake::{CloudOperation, FakeCloudProvider};
@@ -262,7 +263,8 @@ impl Setup {
     fn start(self) -> Harness {
         let mut registry = Registry::default();
         let kit = ActorKit::new(&mut registry, KitOptions::default());
-        let metrics = ProvisionerMetrics::register(&mut registry);
+        let shared = SharedMetrics::register(&mut registry);
+        let metrics = ProvisionerMetrics::register(&mut registry, shared.nodeclaims_created);
         let clock = Arc::new(ManualClock::new(
             "2026-01-01T00:00:00Z".parse::<Timestamp>().unwrap(),
         ));

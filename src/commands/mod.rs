@@ -3,6 +3,7 @@
 
 pub mod crds;
 pub mod explain;
+pub mod interruption;
 pub mod settings;
 pub mod simulate;
 pub mod validate;

@@ -23,7 +23,7 @@
 
 mod change;
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use karpenter_config::Settings;
@@ -31,6 +31,9 @@ use prometheus_client::registry::Registry;
 
 pub use change::{Cause, ClusterChange, Reconcile, WatchedKind};
 
+use crate::aws::unavailable::UnavailableOfferings;
+use crate::interruption::{InterruptionActor, InterruptionDeps, InterruptionMetrics};
+use crate::metrics::SharedMetrics;
 use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::CloudProvider;
 use crate::ports::cluster::ClusterApi;
@@ -71,9 +74,9 @@ pub struct Deps {
     /// Launch, terminate, list instances; instance types; drift.
     pub cloud: Arc<dyn CloudProvider>,
     pub aws: AwsPorts,
-    /// The Prometheus registry actor families register their metrics into at start (the one
-    /// the kit's metrics are in); `/metrics` encodes it.
-    pub metrics: Arc<Mutex<Registry>>,
+    /// The ICE cache: written by launches and spot interruptions, read by instance types. The
+    /// cloud provider must be built over this same instance.
+    pub unavailable: Arc<UnavailableOfferings>,
 }
 
 /// The running actors.
@@ -81,6 +84,9 @@ pub struct Deps {
 pub struct Daemon {
     root: GroupRef,
     deps: Deps,
+    metrics: SharedMetrics,
+    /// The interruption actor, when `INTERRUPTION_QUEUE` is set.
+    interruption: Option<ActorRef<InterruptionActor>>,
     provisioner: ActorRef<ProvisionerActor>,
 }
 
@@ -88,8 +94,28 @@ pub struct Daemon {
 const EXPLAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Daemon {
-    /// Starts every actor under `root`.
-    pub fn start(root: GroupRef, deps: Deps) -> Result<Self, SpawnError> {
+    /// Starts every actor under `root`, registering their metrics in `registry`.
+    pub fn start(root: GroupRef, deps: Deps, registry: &mut Registry) -> Result<Self, SpawnError> {
+        let metrics = SharedMetrics::register(registry);
+        let interruption = match &deps.settings.interruption_queue {
+            Some(queue) => Some(root.spawn::<InterruptionActor>(
+                "interruption",
+                InterruptionDeps {
+                    sqs: Arc::clone(&deps.aws.sqs),
+                    cluster: Arc::clone(&deps.cluster),
+                    view: Arc::clone(&deps.view),
+                    unavailable: Arc::clone(&deps.unavailable),
+                    clock: Arc::clone(&deps.clock),
+                    queue: queue.clone(),
+                    rebalance_replace: deps.settings.interruption_rebalance_replace,
+                    metrics: InterruptionMetrics::register(
+                        registry,
+                        metrics.nodeclaims_disrupted.clone(),
+                    ),
+                },
+            )?),
+            None => None,
+        };
         let provisioner = root.spawn::<ProvisionerActor>(
             PROVISIONER_KEY,
             ProvisionerDeps::new(
@@ -100,16 +126,28 @@ impl Daemon {
                     view: Arc::clone(&deps.view),
                     cloud: Arc::clone(&deps.cloud),
                 },
-                ProvisionerMetrics::register(
-                    &mut deps.metrics.lock().unwrap_or_else(PoisonError::into_inner),
-                ),
+                ProvisionerMetrics::register(registry, metrics.nodeclaims_created.clone()),
             ),
         )?;
         Ok(Self {
             root,
             deps,
+            metrics,
+            interruption,
             provisioner,
         })
+    }
+
+    /// Metrics several actors write.
+    #[must_use]
+    pub fn metrics(&self) -> &SharedMetrics {
+        &self.metrics
+    }
+
+    /// The interruption actor, when one runs.
+    #[must_use]
+    pub fn interruption(&self) -> Option<&ActorRef<InterruptionActor>> {
+        self.interruption.as_ref()
     }
 
     /// Routes one cluster change to the actors that own it. Never blocks: events go to

@@ -7,7 +7,7 @@
 //! | `karpenter_scheduler_queue_depth` | gauge | controller, `scheduling_id` (removed when the solve ends) |
 //! | `karpenter_scheduler_unschedulable_pods_count` | gauge | controller |
 //! | `karpenter_scheduler_ignored_pods_count` | gauge | |
-//! | `karpenter_nodeclaims_created_total` | counter | reason, nodepool, `capacity_type` |
+//! | `karpenter_nodeclaims_created_total` | counter | reason, nodepool, `capacity_type` (the shared family) |
 //! | `karpenter_pods_scheduling_decision_duration_seconds` | histogram | |
 //!
 //! `controller` is always `provisioner` here (the disruption simulations use their own);
@@ -21,6 +21,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::metrics::CreatedLabels;
 
 /// The `controller` label of the Provisioner's scheduler metrics.
 pub const CONTROLLER: &str = "provisioner";
@@ -45,13 +47,6 @@ struct SchedulingLabels {
     scheduling_id: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct CreatedLabels {
-    reason: &'static str,
-    nodepool: String,
-    capacity_type: String,
-}
-
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn duration_histogram() -> Histogram {
@@ -70,14 +65,16 @@ pub struct ProvisionerMetrics {
 }
 
 impl ProvisionerMetrics {
-    /// Creates the families and registers them in `registry`.
-    pub fn register(registry: &mut Registry) -> Self {
+    /// Creates the Provisioner's families and registers them in `registry`; `created` is the
+    /// shared `karpenter_nodeclaims_created_total` family
+    /// ([`crate::metrics::SharedMetrics::nodeclaims_created`], registered by its owner).
+    pub fn register(registry: &mut Registry, created: Family<CreatedLabels, Counter>) -> Self {
         let metrics = Self {
             scheduling_duration: Family::new_with_constructor(duration_histogram),
             queue_depth: Family::default(),
             unschedulable: Family::default(),
             ignored: Gauge::default(),
-            created: Family::default(),
+            created,
             decision_duration: duration_histogram(),
         };
         registry.register(
@@ -99,11 +96,6 @@ impl ProvisionerMetrics {
             "karpenter_scheduler_ignored_pods_count",
             "Number of pods ignored during scheduling by Karpenter",
             metrics.ignored.clone(),
-        );
-        registry.register(
-            "karpenter_nodeclaims_created",
-            "Number of nodeclaims created in total by Karpenter. Labeled by reason, nodepool and capacity type.",
-            metrics.created.clone(),
         );
         registry.register(
             "karpenter_pods_scheduling_decision_duration_seconds",
@@ -152,7 +144,7 @@ impl ProvisionerMetrics {
     pub(super) fn count_created(&self, nodepool: &str, capacity_type: &str) {
         self.created
             .get_or_create(&CreatedLabels {
-                reason: PROVISIONED_REASON,
+                reason: PROVISIONED_REASON.to_owned(),
                 nodepool: nodepool.to_owned(),
                 capacity_type: capacity_type.to_owned(),
             })
