@@ -52,6 +52,14 @@ pub struct RunSummary {
     pub ignored: usize,
     /// Why the run decided nothing (timed out, solver failed).
     pub error: Option<String>,
+    /// Wall time reading the snapshot from the cluster view (pod conversion included), µs.
+    pub build_micros: u64,
+    /// Wall time of the solve, µs.
+    pub solve_micros: u64,
+}
+
+fn micros(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// What a run tells the actor.
@@ -174,6 +182,7 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64) -> RunReport {
     let solve = tokio::task::spawn_blocking(move || {
         let started = WallInstant::now();
         let built = build::build(view.as_ref(), &pools);
+        let built_at = WallInstant::now();
         metrics.set_queue_depth(run, built.snapshot.pods.len());
         let plan = if built.snapshot.pods.is_empty() {
             Plan::default()
@@ -182,9 +191,18 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64) -> RunReport {
         };
         metrics.clear_queue_depth(run);
         metrics.observe_scheduling(started.elapsed());
-        (built, plan)
+        let timings = (
+            micros(built_at.duration_since(started)),
+            micros(built_at.elapsed()),
+        );
+        (built, plan, timings)
     });
-    let (built, plan) = match tokio::time::timeout(SOLVE_TIMEOUT, solve).await {
+    let (built, plan, (build_micros, solve_micros)) = match tokio::time::timeout(
+        SOLVE_TIMEOUT,
+        solve,
+    )
+    .await
+    {
         Ok(Ok(done)) => done,
         Ok(Err(error)) => {
             tracing::error!(%error, run, "the scheduling solve failed");
@@ -208,6 +226,8 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64) -> RunReport {
     };
     left_out.extend(built.skipped_pools.iter().cloned());
     let mut outcome = Outcome::new(run);
+    outcome.summary.build_micros = build_micros;
+    outcome.summary.solve_micros = solve_micros;
     outcome.ignored(&built);
     outcome.existing(&built, &plan);
     outcome.failures(&built, &plan);
