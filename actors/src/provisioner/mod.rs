@@ -384,7 +384,8 @@ impl ProvisionerActor {
             return;
         }
         if self.running() {
-            // RunFinished looks again.
+            // RunFinished looks again; the poll covers a report that never arrives.
+            ctx.send_after(SYNC_POLL, BatchDue);
             return;
         }
         if let Some(why) = self.deps.not_synced(now) {
