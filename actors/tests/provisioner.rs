@@ -962,3 +962,36 @@ async fn a_nodepool_whose_instance_types_fail_to_resolve_is_left_out_with_the_er
     assert_eq!(h.api.nodeclaims().len(), 1);
     assert_eq!(h.cloud.calls_of(CloudOperation::InstanceTypes).len(), 2);
 }
+
+#[actix::test]
+async fn daemonset_overhead_is_part_of_every_new_nodeclaim() {
+    tokio::time::pause();
+    let setup = Setup::new();
+    setup.view.put_nodepool(nodepool("default"));
+    let template = pod("agent", "500m", "256Mi");
+    setup.view.put_daemonset(
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "agent", "namespace": "kube-system"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "agent"}},
+                "template": {
+                    "metadata": {"labels": {"app": "agent"}},
+                    "spec": template.spec,
+                },
+            },
+        }))
+        .unwrap(),
+    );
+    let h = setup.start();
+    h.add_pod(pod("p", "1", "1Gi"));
+    h.wait(Duration::from_millis(1100)).await;
+    let claims = h.api.nodeclaims();
+    assert_eq!(claims.len(), 1);
+    assert_eq!(
+        claims[0].spec.resources.requests,
+        quantities(&[("cpu", "1500m"), ("memory", "1280Mi"), ("pods", "2")]),
+        "the pod and the daemon"
+    );
+}
