@@ -43,6 +43,9 @@ pub enum Command {
     /// Run the daemon against an embedded cluster; today `--serve ADDR` serves the Kubernetes
     /// API emulator on loopback and writes a kubeconfig for kubectl.
     Simulate(crate::commands::simulate::SimulateArgs),
+    /// Ask a running daemon why a pod is pending: the Provisioner's last decision, with a
+    /// reason per NodePool (`karpenter explain pod NAMESPACE/NAME`).
+    Explain(crate::commands::explain::ExplainArgs),
     /// Set up or check the SQS interruption queue and its EventBridge rules.
     Interruption {
         #[command(subcommand)]

@@ -20,6 +20,7 @@ fn main() -> ExitCode {
             commands::settings::run(&settings, for_run, &mut stdout, &mut stderr)
         }
         Command::Simulate(args) => commands::simulate::run(&args, &mut stdout, &mut stderr),
+        Command::Explain(args) => commands::explain::run(&args, &mut stdout, &mut stderr),
         Command::Interruption { command } => {
             commands::interruption::run(&command, &mut stdout, &mut stderr)
         }

@@ -11,4 +11,5 @@ pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodepool;
 pub mod ports;
+pub mod provisioner;
 pub mod runtime;

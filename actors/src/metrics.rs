@@ -2,7 +2,8 @@
 //! created, terminated and disrupted, node registration, draining and termination, evictions.
 //! Names and label names are Karpenter's so its dashboards keep working.
 //! `karpenter_nodeclaims_disrupted_total` is shared: the lifecycle actors, the garbage
-//! collector and the interruption actor all count into the one family registered here.
+//! collector and the interruption actor all count into the one family registered here;
+//! `karpenter_nodeclaims_created_total` too (the Provisioner, later the disruption actor).
 //!
 //! One [`Metrics`] is registered into the daemon's `prometheus-client` Registry at startup and
 //! passed down in [`crate::daemon::Deps`]; actors record through its methods. Labels come from
@@ -98,11 +99,13 @@ struct PoolCapacityLabels {
     capacity_type: String,
 }
 
+/// `karpenter_nodeclaims_created_total`'s labels: `reason` is `provisioned` or the disruption
+/// reason of a replacement; NodePool names are bounded by the NodePools.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct ReasonPoolCapacityLabels {
-    reason: String,
-    nodepool: String,
-    capacity_type: String,
+pub struct CreatedLabels {
+    pub reason: String,
+    pub nodepool: String,
+    pub capacity_type: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -136,7 +139,7 @@ fn lifetime_histogram() -> Histogram {
 /// The node-lifecycle metric families.
 #[derive(Debug, Clone)]
 pub struct Metrics {
-    nodeclaims_created: Family<ReasonPoolCapacityLabels, Counter>,
+    nodeclaims_created: Family<CreatedLabels, Counter>,
     nodeclaims_terminated: Family<PoolCapacityLabels, Counter>,
     nodeclaims_disrupted: Family<DisruptedLabels, Counter>,
     nodeclaims_termination_duration: HistogramFamily,
@@ -250,7 +253,7 @@ impl Metrics {
     /// replacement). Recorded by whoever creates NodeClaims (the Provisioner, Disruption).
     pub fn nodeclaim_created(&self, reason: &str, nodepool: &str, capacity_type: &str) {
         self.nodeclaims_created
-            .get_or_create(&ReasonPoolCapacityLabels {
+            .get_or_create(&CreatedLabels {
                 reason: reason.to_owned(),
                 nodepool: nodepool.to_owned(),
                 capacity_type: capacity_type.to_owned(),
@@ -280,6 +283,13 @@ impl Metrics {
                 .get_or_create(&pool(nodepool))
                 .observe(instance.as_secs_f64());
         }
+    }
+
+    /// The shared `karpenter_nodeclaims_created_total` family, for actors that keep their own
+    /// metric handles (the Provisioner).
+    #[must_use]
+    pub fn nodeclaims_created(&self) -> Family<CreatedLabels, Counter> {
+        self.nodeclaims_created.clone()
     }
 
     /// The shared `karpenter_nodeclaims_disrupted_total` family, for actors that keep their own

@@ -2,6 +2,7 @@
 //! returns a [`Status`], so tests run commands in-process and read what they print.
 
 pub mod crds;
+pub mod explain;
 pub mod interruption;
 pub mod settings;
 pub mod simulate;

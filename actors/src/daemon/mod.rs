@@ -15,6 +15,9 @@
 //! [`Daemon`] holds the actor handles and is what the ingress pump, `/debug/actors` and
 //! shutdown use.
 //!
+//! The Provisioner singleton is spawned here and triggered from [`Daemon::observe`]; the
+//! daemon's HTTP server answers `explain` through [`Daemon::explain_pod`].
+//!
 //! Each actor family adds itself here: a field in [`Daemon`], one spawn line in
 //! [`Daemon::start`], and its routes in [`Daemon::observe`].
 //!
@@ -28,6 +31,7 @@
 mod change;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use karpenter_config::Settings;
 use prometheus_client::registry::Registry;
@@ -52,7 +56,11 @@ use crate::ports::iam::IamApi;
 use crate::ports::pricing::PricingApi;
 use crate::ports::sqs::SqsApi;
 use crate::ports::ssm::SsmApi;
-use crate::runtime::{ActorRef, Family, GroupRef, GroupSpec, SpawnError};
+use crate::provisioner::{
+    Explain, PROVISIONER_KEY, PodExplanation, ProvisionerActor, ProvisionerDeps,
+    ProvisionerMetrics, ProvisionerPorts, TriggerSource, Triggered,
+};
+use crate::runtime::{ActorRef, Family, GroupRef, GroupSpec, SendError, SpawnError};
 
 /// The narrow AWS ports, for the providers and actors that call AWS directly.
 #[derive(Debug, Clone)]
@@ -112,6 +120,8 @@ pub struct Daemon {
     interruption: Option<ActorRef<InterruptionActor>>,
     /// One `NodeClassActor` per `EC2NodeClass` (resolution, validation, status, deletion).
     nodeclasses: Family<NodeClassActor>,
+    /// The Provisioner singleton: pending pods to NodeClaims.
+    provisioner: ActorRef<ProvisionerActor>,
     options: StartOptions,
 }
 
@@ -130,6 +140,9 @@ impl Default for StartOptions {
         }
     }
 }
+
+/// How long `explain` waits for the Provisioner's answer.
+const EXPLAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Daemon {
     /// Starts every actor under `root`; actors with their own metric families register them
@@ -185,6 +198,19 @@ impl Daemon {
             GroupSpec::one_for_one("nodeclasses"),
             NodeClassDeps::from_daemon(&deps),
         )?;
+        let provisioner = root.spawn::<ProvisionerActor>(
+            PROVISIONER_KEY,
+            ProvisionerDeps::new(
+                ProvisionerPorts {
+                    settings: Arc::clone(&deps.settings),
+                    clock: Arc::clone(&deps.clock),
+                    cluster: Arc::clone(&deps.cluster),
+                    view: Arc::clone(&deps.view),
+                    cloud: Arc::clone(&deps.cloud),
+                },
+                ProvisionerMetrics::register(registry, deps.metrics.nodeclaims_created()),
+            ),
+        )?;
         Ok(Self {
             root,
             deps,
@@ -194,6 +220,7 @@ impl Daemon {
             launches,
             interruption,
             nodeclasses,
+            provisioner,
             options,
         })
     }
@@ -202,6 +229,7 @@ impl Daemon {
     /// mailboxes with `try_send`, and an overflow is counted by the kit (the next change or the
     /// actor's own requeue catches up, since actors re-read the store).
     pub fn observe(&self, change: &ClusterChange) {
+        self.trigger_provisioner(change);
         match change {
             ClusterChange::NodeClaim { name, deleted } => {
                 self.nodeclaim_changed(name, *deleted);
@@ -453,6 +481,68 @@ impl Daemon {
     #[must_use]
     pub fn interruption(&self) -> Option<&ActorRef<InterruptionActor>> {
         self.interruption.as_ref()
+    }
+
+    /// Pending pods, nodes being disrupted, NodePool and node class changes and NodeClaims going
+    /// away make the Provisioner look for capacity (Karpenter's `provisioner.trigger.pod` and
+    /// `provisioner.trigger.node`). A full mailbox loses the trigger, which is fine: its window
+    /// is open and the run reads every pending pod from the view.
+    fn trigger_provisioner(&self, change: &ClusterChange) {
+        let trigger = match change {
+            ClusterChange::Pod {
+                namespace,
+                name,
+                pending: true,
+                deleted: false,
+                ..
+            } => Triggered::pod(namespace, name),
+            ClusterChange::Node {
+                name,
+                deleted: false,
+                ..
+            } if self
+                .deps
+                .view
+                .node(name)
+                .is_some_and(|node| crate::provisioner::is_disrupted(&node)) =>
+            {
+                Triggered::by(TriggerSource::NodeDisrupted)
+            }
+            ClusterChange::NodePool { .. } | ClusterChange::EC2NodeClass { .. } => {
+                Triggered::by(TriggerSource::NodePoolChanged)
+            }
+            ClusterChange::NodeClaim { deleted: true, .. } => {
+                Triggered::by(TriggerSource::NodeClaimDeleted)
+            }
+            ClusterChange::Relisted(WatchedKind::Pod | WatchedKind::NodePool) => {
+                Triggered::by(TriggerSource::Relisted)
+            }
+            _ => return,
+        };
+        self.provisioner.send_lossy(trigger);
+    }
+
+    /// The Provisioner singleton (for `explain` and `/debug` routes).
+    #[must_use]
+    pub fn provisioner(&self) -> &ActorRef<ProvisionerActor> {
+        &self.provisioner
+    }
+
+    /// Why a pod is pending: the Provisioner's latest decision for it (`karpenter explain pod`).
+    pub async fn explain_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<PodExplanation, SendError> {
+        self.provisioner
+            .request(
+                Explain {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                },
+                EXPLAIN_TIMEOUT,
+            )
+            .await
     }
 
     /// The group every actor runs under.

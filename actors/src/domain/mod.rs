@@ -10,7 +10,8 @@
 //! - [`userdata`]: the user data of every AMI family, merged with the user's.
 //! - [`interruption`]: parsing interruption queue messages and planning what to do about them.
 //! - [`nodeclass_hash`]: the `EC2NodeClass` static-field hash that drift detection compares.
-//! - [`limits`]: what a NodePool runs (`status.resources`) and what is left of its limits.
+//! - [`limits`]: what a NodePool runs (`status.resources`) and what is left of its limits,
+//!   in-flight launches included for the Provisioner.
 //! - [`nodepool_hash`]: the NodePool template hash static drift compares.
 //! - [`version`]: the supported Kubernetes versions.
 

@@ -3,7 +3,8 @@
 //! in two steps as EC2 does (the first `delete` starts termination, a later one reports
 //! `NodeClaimNotFound` once the termination delay has passed), records every call with the
 //! NodeClaim it was given, and fails calls on demand. Launches can take time (tokio time, so
-//! paused in tests). Tests can also plant a leaked instance or make one vanish.
+//! paused in tests). Tests can also plant a leaked instance or make one vanish, and set the
+//! instance types offered to every NodePool or to one.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -56,17 +57,20 @@ pub enum CloudOperation {
     Delete,
     Get,
     List,
+    InstanceTypes,
+    IsDrifted,
 }
 
 impl CloudCall {
     #[must_use]
-    pub fn operation(&self) -> Option<CloudOperation> {
+    pub fn operation(&self) -> CloudOperation {
         match self {
-            Self::Create(_) => Some(CloudOperation::Create),
-            Self::Delete { .. } => Some(CloudOperation::Delete),
-            Self::Get { .. } => Some(CloudOperation::Get),
-            Self::List => Some(CloudOperation::List),
-            Self::InstanceTypes { .. } | Self::IsDrifted { .. } => None,
+            Self::Create(_) => CloudOperation::Create,
+            Self::Delete { .. } => CloudOperation::Delete,
+            Self::Get { .. } => CloudOperation::Get,
+            Self::List => CloudOperation::List,
+            Self::InstanceTypes { .. } => CloudOperation::InstanceTypes,
+            Self::IsDrifted { .. } => CloudOperation::IsDrifted,
         }
     }
 }
@@ -104,6 +108,8 @@ struct State {
     next_id: u64,
     create_latency: std::time::Duration,
     termination_delay: std::time::Duration,
+    default_types: Vec<Arc<InstanceType>>,
+    types_by_pool: BTreeMap<String, Vec<Arc<InstanceType>>>,
 }
 
 impl State {
@@ -167,6 +173,25 @@ impl FakeCloudProvider {
         }
     }
 
+    /// A fake on the system clock offering `types` to every NodePool (Provisioner tests,
+    /// which do not look at launch times).
+    #[must_use]
+    pub fn with_instance_types(types: Vec<Arc<InstanceType>>) -> Self {
+        let fake = Self::new(Arc::new(crate::ports::clock::SystemClock));
+        fake.set_instance_types(types);
+        fake
+    }
+
+    /// The instance types of every NodePool without its own list.
+    pub fn set_instance_types(&self, types: Vec<Arc<InstanceType>>) {
+        self.lock().default_types = types;
+    }
+
+    /// The instance types of one NodePool.
+    pub fn set_instance_types_for(&self, nodepool: &str, types: Vec<Arc<InstanceType>>) {
+        self.lock().types_by_pool.insert(nodepool.to_owned(), types);
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -194,7 +219,7 @@ impl FakeCloudProvider {
         self.lock()
             .calls
             .iter()
-            .filter(|c| c.operation() == Some(operation))
+            .filter(|c| c.operation() == operation)
             .cloned()
             .collect()
     }
@@ -226,7 +251,7 @@ impl FakeCloudProvider {
     /// Fails the next `times` calls of `operation` with `error`.
     pub fn fail_times(&self, operation: CloudOperation, times: usize, error: CloudProviderError) {
         self.lock().failures.push_back(FailureRule {
-            matches: Box::new(move |call| call.operation() == Some(operation)),
+            matches: Box::new(move |call| call.operation() == operation),
             error,
             remaining: Some(times),
         });
@@ -455,19 +480,25 @@ impl CloudProvider for FakeCloudProvider {
         &self,
         nodepool: &NodePool,
     ) -> Result<Vec<Arc<InstanceType>>, CloudProviderError> {
-        self.lock().calls.push(CloudCall::InstanceTypes {
-            nodepool: nodepool.metadata.name.clone().unwrap_or_default(),
-        });
-        Ok(Vec::new())
+        let name = nodepool.metadata.name.clone().unwrap_or_default();
+        let mut state = self.lock();
+        state.call(CloudCall::InstanceTypes {
+            nodepool: name.clone(),
+        })?;
+        Ok(state
+            .types_by_pool
+            .get(&name)
+            .unwrap_or(&state.default_types)
+            .clone())
     }
 
     async fn is_drifted(
         &self,
         nodeclaim: &NodeClaim,
     ) -> Result<Option<DriftReason>, CloudProviderError> {
-        self.lock().calls.push(CloudCall::IsDrifted {
+        self.lock().call(CloudCall::IsDrifted {
             nodeclaim: nodeclaim.metadata.name.clone().unwrap_or_default(),
-        });
+        })?;
         Ok(None)
     }
 

@@ -3,7 +3,7 @@
 //! and the 4,000 preference pods under Respect and Ignore. Only `solve` is timed, as Karpenter
 //! times only `Solve()`; pods are converted from k8s `Pod`s beforehand.
 //!
-//! `cargo bench --bench scheduling` runs criterion; `cargo bench --bench scheduling -- --report`
+//! `cargo bench -p karpenter-actors --bench scheduling` runs criterion; `... -- --report`
 //! prints one table instead: pods/s, µs per pod, nodes and the plan's cost against the lower
 //! bound, for the diverse mix, the generic-only mix, the preference cases and a cluster with
 //! 1,000 existing nodes

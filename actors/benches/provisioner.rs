@@ -1,0 +1,185 @@
+//! The Provisioner end to end, on the scheduling benchmark's workload: pending pods in a
+//! `MemoryClusterView`, the benchmark's 400 instance types from a fake cloud provider, NodeClaims
+//! created through a `FakeClusterApi`. For each case it prints the time from the actor's start to
+//! its run report, split into reading the snapshot from the view (pod conversion included),
+//! the solve, and the rest (limits check, creating NodeClaims, queueing events).
+//!
+//! Run: `cargo bench -p karpenter-actors --bench provisioner` (a report, no criterion groups;
+//! the batch window is cut to 1 ms so only the work is timed).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "benchmark setup: a failed unwrap is a broken fixture"
+)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use karpenter_actors::apis::labels;
+use karpenter_actors::apis::nodepool::NodePool;
+use karpenter_actors::domain::scheduling::workload::{
+    BENCHMARK_INSTANCE_TYPES, PodFactory, ZONES, fake_instance_types,
+};
+use karpenter_actors::metrics::Metrics;
+use karpenter_actors::ports::clock::ManualClock;
+use karpenter_actors::ports::cloud_provider::fake::FakeCloudProvider;
+use karpenter_actors::ports::cluster::FakeClusterApi;
+use karpenter_actors::ports::cluster_view::MemoryClusterView;
+use karpenter_actors::provisioner::{
+    GetProvisionerStatus, PROVISIONER_KEY, ProvisionerActor, ProvisionerDeps, ProvisionerMetrics,
+    ProvisionerPorts, RunSummary,
+};
+use karpenter_actors::runtime::{ActorKit, GroupSpec, KitOptions};
+use karpenter_config::Settings;
+use prometheus_client::registry::Registry;
+
+/// How long to wait between status polls (real time).
+const POLL: Duration = Duration::from_millis(2);
+
+fn nodepool() -> NodePool {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "default"},
+        "spec": {"template": {"spec": {
+            "requirements": [],
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+        }}},
+        "status": {"conditions": [{
+            "type": "Ready", "status": "True", "reason": "Ready", "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }]},
+    }))
+    .unwrap()
+}
+
+fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+        .collect()
+}
+
+/// An unmanaged 8-CPU node with two of the workload's pods on it.
+fn node(i: usize, view: &MemoryClusterView, factory: &mut PodFactory) {
+    let name = format!("node-{i:05}");
+    view.put_node(Node {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(BTreeMap::from([
+                (labels::HOSTNAME.to_owned(), name.clone()),
+                (labels::ZONE.to_owned(), ZONES[i % ZONES.len()].to_owned()),
+            ])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NodeSpec {
+            provider_id: Some(format!("aws:///zone/i-{i:08}")),
+            ..NodeSpec::default()
+        }),
+        status: Some(NodeStatus {
+            allocatable: Some(quantities(&[
+                ("cpu", "7900m"),
+                ("memory", "15Gi"),
+                ("pods", "80"),
+            ])),
+            capacity: Some(quantities(&[
+                ("cpu", "8"),
+                ("memory", "16Gi"),
+                ("pods", "80"),
+            ])),
+            ..NodeStatus::default()
+        }),
+    });
+    for mut pod in factory.diverse(2) {
+        pod.metadata.name = Some(format!("{name}-{}", pod.metadata.name.unwrap_or_default()));
+        pod.spec.as_mut().unwrap().node_name = Some(name.clone());
+        view.put_pod(pod);
+    }
+}
+
+fn run_case(pods: usize, nodes: usize) -> (Duration, RunSummary, usize) {
+    actix::System::new().block_on(async move {
+        let view = Arc::new(MemoryClusterView::new());
+        view.put_nodepool(nodepool());
+        let mut factory = PodFactory::new(9);
+        for i in 0..nodes {
+            node(i, &view, &mut factory);
+        }
+        for pod in PodFactory::default().diverse(pods) {
+            view.put_pod(pod);
+        }
+        let api = Arc::new(FakeClusterApi::new());
+        let cloud = Arc::new(FakeCloudProvider::with_instance_types(fake_instance_types(
+            BENCHMARK_INSTANCE_TYPES,
+        )));
+        let settings = Settings {
+            batch_idle_duration: Duration::from_millis(1),
+            ..Settings::default()
+        };
+        let mut registry = Registry::default();
+        let kit = ActorKit::new(&mut registry, KitOptions::default());
+        let created = Metrics::register(&mut registry).nodeclaims_created();
+        let deps = ProvisionerDeps::new(
+            ProvisionerPorts {
+                settings: Arc::new(settings),
+                clock: Arc::new(ManualClock::new(
+                    "2026-01-01T00:00:00Z".parse::<Timestamp>().unwrap(),
+                )),
+                cluster: api.clone(),
+                view: view.clone(),
+                cloud,
+            },
+            ProvisionerMetrics::register(&mut registry, created),
+        );
+        let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+        let started = Instant::now();
+        let actor = root
+            .spawn::<ProvisionerActor>(PROVISIONER_KEY, deps)
+            .unwrap();
+        let summary = loop {
+            tokio::time::sleep(POLL).await;
+            let status = actor
+                .request(GetProvisionerStatus, Duration::from_mins(10))
+                .await
+                .unwrap();
+            if let Some(summary) = status.last_run {
+                break summary;
+            }
+        };
+        let elapsed = started.elapsed();
+        root.stop().await;
+        (elapsed, summary, api.nodeclaims().len())
+    })
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    println!(
+        "{:<22} {:>8} {:>10} {:>10} {:>10} {:>10} {:>11}",
+        "case", "pods", "total", "snapshot", "solve", "rest", "nodeclaims"
+    );
+    for (pods, nodes) in [(1000, 0), (5000, 0), (20_000, 0), (5000, 1000)] {
+        let (elapsed, summary, claims) = run_case(pods, nodes);
+        let ms = |micros: u64| Duration::from_micros(micros).as_secs_f64() * 1000.0;
+        let total = elapsed.as_secs_f64() * 1000.0;
+        println!(
+            "{:<22} {:>8} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>11}",
+            format!("diverse/{pods} nodes={nodes}"),
+            summary.pods,
+            total,
+            ms(summary.build_micros),
+            ms(summary.solve_micros),
+            total - ms(summary.build_micros) - ms(summary.solve_micros),
+            claims,
+        );
+    }
+}

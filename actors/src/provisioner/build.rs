@@ -1,0 +1,629 @@
+//! The scheduling snapshot, read from the cluster view (Karpenter's `Provisioner.Schedule` and
+//! `NewScheduler`, core `pkg/controllers/provisioning/provisioner.go`, and the state nodes of
+//! `pkg/controllers/state`).
+//!
+//! What goes in:
+//! - **Pods**: pending provisionable pods ([`provisionable`]: unbound, not terminal or
+//!   terminating, not owned by a DaemonSet or a Node, not preempting, not gated), then the
+//!   reschedulable pods of deleting nodes. Pods that cannot be read, or that refuse Karpenter
+//!   nodes (`karpenter.sh/nodepool DoesNotExist`), are set aside as ignored.
+//! - **Existing nodes**: every Node and every launched NodeClaim, paired by provider id, except
+//!   those being deleted: a deleting Node or NodeClaim, an instance terminating, or a node
+//!   tainted `karpenter.sh/disrupted` (being disrupted: its pods are rescheduled here). Labels,
+//!   taints, allocatable and capacity follow Karpenter's `StateNode`: the NodeClaim's until the
+//!   Node registers and initializes. NodeClaims not launched yet are not nodes: the actor waits
+//!   for them before a run, as Karpenter's cluster-state sync does.
+//! - **NodePools** with their instance types (given), DaemonSet overhead (from the DaemonSets'
+//!   pod templates) and limits less what their deleting NodeClaims still hold (the solver
+//!   subtracts the existing nodes itself).
+//!
+//! Left out, because the cluster view does not carry them: volume zone requirements from
+//! `PersistentVolumeClaims`, and namespace labels for pod affinity `namespaceSelector`s.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::apis::conditions::{ConditionStatus, nodeclaim as claim_conditions};
+use crate::apis::labels;
+use crate::apis::nodeclaim::NodeClaim;
+use crate::apis::nodepool::NodePool;
+use crate::apis::taints::{Taint, TaintEffect};
+use crate::domain::instance_type::InstanceType;
+use crate::domain::limits;
+use crate::domain::resources::{Resources, pod_requests};
+use crate::domain::scheduling::{
+    BoundPod, ExistingNode, NodePoolInput, SchedulingPod, Snapshot, daemon_requests_for_node,
+    scheduling_taints, taints_from_api,
+};
+use crate::ports::cluster_view::ClusterView;
+
+use super::explain::PoolVerdict;
+
+/// Why a pod is not something the Provisioner acts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotProvisionable {
+    Bound {
+        node: String,
+    },
+    Terminal {
+        phase: String,
+    },
+    Terminating,
+    OwnedByDaemonSet,
+    /// A static (mirror) pod, owned by its Node.
+    Static,
+    /// kube-scheduler is preempting pods for it on this node.
+    Preempting {
+        node: String,
+    },
+    /// `spec.schedulingGates` hold it back.
+    Gated,
+}
+
+impl fmt::Display for NotProvisionable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Bound { node } => write!(f, "it is bound to node {node}"),
+            Self::Terminal { phase } => write!(f, "it has finished ({phase})"),
+            Self::Terminating => f.write_str("it is being deleted"),
+            Self::OwnedByDaemonSet => f.write_str("it belongs to a DaemonSet"),
+            Self::Static => f.write_str("it is a static pod"),
+            Self::Preempting { node } => {
+                write!(
+                    f,
+                    "kube-scheduler nominated node {node} and is preempting for it"
+                )
+            }
+            Self::Gated => f.write_str("scheduling gates hold it back"),
+        }
+    }
+}
+
+fn owned_by(pod: &Pod, api_version: &str, kind: &str) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.api_version == api_version && o.kind == kind)
+}
+
+fn is_terminal(pod: &Pod) -> Option<String> {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref())?;
+    matches!(phase, "Succeeded" | "Failed").then(|| phase.to_owned())
+}
+
+/// Whether the Provisioner should find capacity for this pod (Karpenter's `IsProvisionable`).
+/// Unlike Karpenter, a pod kube-scheduler has not marked `Unschedulable` yet counts too: the
+/// scheduler tries existing nodes first, so such a pod is only nominated where it already fits,
+/// and an emulated cluster without a kube-scheduler still provisions.
+pub fn provisionable(pod: &Pod) -> Result<(), NotProvisionable> {
+    let spec = pod.spec.as_ref();
+    if let Some(node) = spec.and_then(|s| s.node_name.as_deref())
+        && !node.is_empty()
+    {
+        return Err(NotProvisionable::Bound {
+            node: node.to_owned(),
+        });
+    }
+    if let Some(phase) = is_terminal(pod) {
+        return Err(NotProvisionable::Terminal { phase });
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Err(NotProvisionable::Terminating);
+    }
+    if owned_by(pod, "apps/v1", "DaemonSet") {
+        return Err(NotProvisionable::OwnedByDaemonSet);
+    }
+    if owned_by(pod, "v1", "Node") {
+        return Err(NotProvisionable::Static);
+    }
+    if let Some(node) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        && !node.is_empty()
+    {
+        return Err(NotProvisionable::Preempting {
+            node: node.to_owned(),
+        });
+    }
+    if spec
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty())
+    {
+        return Err(NotProvisionable::Gated);
+    }
+    Ok(())
+}
+
+/// Whether a pod on a deleting node needs a new home (Karpenter's `IsReschedulable`): active (a
+/// terminating `StatefulSet` pod too, since its replacement waits for it), not a DaemonSet or
+/// static pod.
+fn reschedulable(pod: &Pod) -> bool {
+    let active = is_terminal(pod).is_none() && pod.metadata.deletion_timestamp.is_none();
+    let stateful_terminating = owned_by(pod, "apps/v1", "StatefulSet")
+        && pod.metadata.deletion_timestamp.is_some()
+        && is_terminal(pod).is_none();
+    (active || stateful_terminating)
+        && !owned_by(pod, "apps/v1", "DaemonSet")
+        && !owned_by(pod, "v1", "Node")
+}
+
+/// Karpenter's `validateKarpenterManagedLabelCanExist`: a pod requiring that
+/// `karpenter.sh/nodepool` does not exist will never run on a Karpenter node.
+fn refuses_karpenter_nodes(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .is_some_and(|selector| {
+            selector.node_selector_terms.iter().any(|term| {
+                term.match_expressions
+                    .iter()
+                    .flatten()
+                    .any(|e| e.key == labels::NODEPOOL && e.operator == "DoesNotExist")
+            })
+        })
+}
+
+/// `namespace/name`.
+pub(super) fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// A pod of the snapshot, to address events and decisions.
+#[derive(Debug, Clone)]
+pub(super) struct PodRef {
+    pub key: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: Option<String>,
+}
+
+impl PodRef {
+    fn of(pod: &Pod) -> Self {
+        Self {
+            key: pod_key(pod),
+            namespace: pod
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".to_owned()),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone(),
+        }
+    }
+}
+
+/// An existing node of the snapshot: its Node and NodeClaim names.
+#[derive(Debug, Clone, Default)]
+pub(super) struct NodeRef {
+    pub node: Option<String>,
+    pub node_claim: Option<String>,
+}
+
+/// A NodePool the run schedules with.
+#[derive(Debug, Clone)]
+pub(super) struct UsablePool {
+    pub nodepool: Arc<NodePool>,
+    pub instance_types: Vec<Arc<InstanceType>>,
+}
+
+/// The snapshot and what its indices refer to.
+#[derive(Debug, Default)]
+pub(super) struct Built {
+    pub snapshot: Snapshot,
+    /// One per `snapshot.pods`.
+    pub pods: Vec<PodRef>,
+    /// One per `snapshot.existing_nodes`.
+    pub nodes: Vec<NodeRef>,
+    /// Pods left out, with why.
+    pub ignored: Vec<(PodRef, String)>,
+    /// NodePools whose template could not be read.
+    pub skipped_pools: Vec<PoolVerdict>,
+    /// How many of `pods` are pending (the rest come from deleting nodes).
+    pub pending: usize,
+}
+
+/// A Node, its NodeClaim, or both (Karpenter's `StateNode`).
+struct StateNode<'a> {
+    node: Option<&'a Node>,
+    claim: Option<&'a NodeClaim>,
+}
+
+fn label_is_true(node: Option<&Node>, key: &str) -> bool {
+    node.and_then(|n| n.metadata.labels.as_ref())
+        .and_then(|l| l.get(key))
+        .is_some_and(|v| v == "true")
+}
+
+fn quantities(list: Option<&BTreeMap<String, Quantity>>) -> Resources {
+    list.and_then(|l| Resources::from_list(l).ok())
+        .unwrap_or_default()
+}
+
+/// The node's figure with zero entries filled in from the NodeClaim's (a node still starting
+/// reports zeros for resources its device plugins have not registered yet).
+fn overlay(node: Resources, claim: &Resources) -> Resources {
+    let mut out = node;
+    for (name, amount) in claim.iter() {
+        if out.get(name) == 0 {
+            out.set(name, amount);
+        }
+    }
+    out
+}
+
+impl StateNode<'_> {
+    fn managed(&self) -> bool {
+        self.claim.is_some()
+    }
+
+    fn registered(&self) -> bool {
+        !self.managed() || label_is_true(self.node, labels::REGISTERED)
+    }
+
+    fn initialized(&self) -> bool {
+        !self.managed() || label_is_true(self.node, labels::INITIALIZED)
+    }
+
+    fn name(&self) -> String {
+        self.node
+            .and_then(|n| n.metadata.name.clone())
+            .or_else(|| self.claim.and_then(|c| c.metadata.name.clone()))
+            .unwrap_or_default()
+    }
+
+    fn labels(&self) -> BTreeMap<String, String> {
+        let from_claim = || {
+            self.claim
+                .and_then(|c| c.metadata.labels.clone())
+                .unwrap_or_default()
+        };
+        match self.node {
+            Some(node) if self.registered() => node.metadata.labels.clone().unwrap_or_default(),
+            _ => from_claim(),
+        }
+    }
+
+    fn raw_taints(&self) -> Vec<Taint> {
+        match (self.node, self.claim) {
+            (Some(node), _) if self.registered() => taints_from_api(
+                node.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_deref())
+                    .unwrap_or_default(),
+            ),
+            (_, Some(claim)) => claim.spec.taints.clone(),
+            (Some(node), None) => taints_from_api(
+                node.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_deref())
+                    .unwrap_or_default(),
+            ),
+            (None, None) => Vec::new(),
+        }
+    }
+
+    fn taints(&self) -> Vec<Taint> {
+        let startup = self
+            .claim
+            .map(|c| c.spec.startup_taints.as_slice())
+            .unwrap_or_default();
+        scheduling_taints(
+            &self.raw_taints(),
+            startup,
+            self.managed() && !self.initialized(),
+        )
+    }
+
+    /// Allocatable (or capacity): the Node's once initialized; before, the Node's with zero
+    /// entries taken from the NodeClaim; the NodeClaim's when there is no Node yet.
+    fn figure(&self, allocatable: bool) -> Resources {
+        let node = self.node.map(|n| {
+            let status = n.status.as_ref();
+            let list = if allocatable {
+                status.and_then(|s| s.allocatable.as_ref())
+            } else {
+                status.and_then(|s| s.capacity.as_ref())
+            };
+            quantities(list)
+        });
+        let claim = self.claim.and_then(|c| c.status.as_ref()).map(|s| {
+            quantities(Some(if allocatable {
+                &s.allocatable
+            } else {
+                &s.capacity
+            }))
+        });
+        match (node, claim) {
+            (Some(node), Some(claim)) if !self.initialized() => overlay(node, &claim),
+            (Some(node), _) => node,
+            (None, Some(claim)) => claim,
+            (None, None) => Resources::default(),
+        }
+    }
+
+    fn allocatable(&self) -> Resources {
+        self.figure(true)
+    }
+
+    fn capacity(&self) -> Resources {
+        self.figure(false)
+    }
+
+    /// Being deleted or disrupted: its pods need a new home and it takes no new ones.
+    fn deleting(&self) -> bool {
+        let claim_deleting = self.claim.is_some_and(|c| {
+            c.metadata.deletion_timestamp.is_some()
+                || c.status.as_ref().is_some_and(|s| {
+                    s.conditions.iter().any(|cond| {
+                        cond.type_ == claim_conditions::INSTANCE_TERMINATING
+                            && cond.status == ConditionStatus::True
+                    })
+                })
+        });
+        let node_deleting = self
+            .node
+            .is_some_and(|n| n.metadata.deletion_timestamp.is_some());
+        claim_deleting || node_deleting || self.disrupted()
+    }
+
+    fn disrupted(&self) -> bool {
+        self.raw_taints()
+            .iter()
+            .any(|t| t.key == labels::DISRUPTED_TAINT && t.effect == TaintEffect::NoSchedule)
+    }
+}
+
+/// Whether the node carries Karpenter's `karpenter.sh/disrupted:NoSchedule` taint (a
+/// `provisioner.trigger.node` trigger).
+#[must_use]
+pub fn is_disrupted(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|taints| {
+            taints
+                .iter()
+                .any(|t| t.key == labels::DISRUPTED_TAINT && t.effect == "NoSchedule")
+        })
+}
+
+fn is_daemon_pod(pod: &Pod) -> bool {
+    owned_by(pod, "apps/v1", "DaemonSet")
+}
+
+/// The pods the DaemonSets would run on a new node, from their templates (Karpenter uses a
+/// running pod of the DaemonSet when it has one; the template carries the same requests and
+/// node affinity).
+fn daemon_pods(daemonsets: &[Arc<DaemonSet>]) -> Vec<SchedulingPod> {
+    daemonsets
+        .iter()
+        .filter_map(|ds| {
+            let spec = &ds.spec;
+            let mut metadata = spec.template.metadata.clone().unwrap_or_default();
+            metadata.namespace.clone_from(&ds.metadata.namespace);
+            metadata.name.clone_from(&ds.metadata.name);
+            let pod = Pod {
+                metadata,
+                spec: spec.template.spec.clone(),
+                status: None,
+            };
+            match SchedulingPod::from_pod(&pod) {
+                Ok(p) => Some(p),
+                Err(error) => {
+                    tracing::debug!(%error, "leaving a daemonset out of the overhead");
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// Whether a run has anything to place: a provisionable pod, or a node or NodeClaim being
+/// deleted or disrupted (whose pods may need a new home). A cheap scan, so an idle cluster
+/// costs no instance type lookups.
+pub(super) fn has_work(view: &dyn ClusterView) -> bool {
+    if view.pods().iter().any(|p| provisionable(p).is_ok()) {
+        return true;
+    }
+    let deleting_node = view.nodes().iter().any(|n| {
+        StateNode {
+            node: Some(n.as_ref()),
+            claim: None,
+        }
+        .deleting()
+    });
+    deleting_node
+        || view.nodeclaims().iter().any(|c| {
+            StateNode {
+                node: None,
+                claim: Some(c.as_ref()),
+            }
+            .deleting()
+        })
+}
+
+/// Reads the snapshot for one run.
+pub(super) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
+    let mut built = Built::default();
+    let daemons = daemon_pods(&view.daemonsets());
+    let nodes = view.nodes();
+    let claims = view.nodeclaims();
+
+    // Pair NodeClaims with their Nodes by provider id.
+    let mut paired: HashSet<String> = HashSet::new();
+    let mut states: Vec<StateNode<'_>> = Vec::new();
+    let mut node_by_provider: BTreeMap<&str, &Arc<Node>> = BTreeMap::new();
+    for node in &nodes {
+        if let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) {
+            node_by_provider.insert(id, node);
+        }
+    }
+    for claim in &claims {
+        let Some(id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
+            // Not launched yet: no node to place pods on.
+            continue;
+        };
+        let node = node_by_provider.get(id).copied();
+        if let Some(node) = node {
+            paired.insert(node.metadata.name.clone().unwrap_or_default());
+        }
+        states.push(StateNode {
+            node: node.map(AsRef::as_ref),
+            claim: Some(claim.as_ref()),
+        });
+    }
+    for node in &nodes {
+        if !paired.contains(node.metadata.name.as_deref().unwrap_or_default()) {
+            states.push(StateNode {
+                node: Some(node.as_ref()),
+                claim: None,
+            });
+        }
+    }
+
+    // Every pod once: bound ones by node (one pass, not a scan per node), pending ones aside.
+    let pods = view.pods();
+    let mut pending: Vec<&Arc<Pod>> = Vec::new();
+    let mut by_node: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
+    for pod in &pods {
+        match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            Some(node) if !node.is_empty() => by_node.entry(node).or_default().push(pod),
+            _ if provisionable(pod).is_ok() => pending.push(pod),
+            _ => {}
+        }
+    }
+
+    // Pending pods first, then those of deleting nodes.
+    let mut deleting_pods: Vec<&Arc<Pod>> = Vec::new();
+    let mut deleting_claims: Vec<&NodeClaim> = Vec::new();
+    for state in &states {
+        let pods_on: &[&Arc<Pod>] = state
+            .node
+            .and_then(|n| n.metadata.name.as_deref())
+            .and_then(|name| by_node.get(name))
+            .map_or(&[], Vec::as_slice);
+        if state.deleting() {
+            deleting_pods.extend(pods_on.iter().copied().filter(|p| reschedulable(p)));
+            deleting_claims.extend(state.claim);
+            continue;
+        }
+        built
+            .snapshot
+            .existing_nodes
+            .push(existing_node(state, pods_on, &daemons));
+        built.nodes.push(NodeRef {
+            node: state.node.and_then(|n| n.metadata.name.clone()),
+            node_claim: state.claim.and_then(|c| c.metadata.name.clone()),
+        });
+    }
+    let candidates = pending
+        .into_iter()
+        .map(|p| (p, true))
+        .chain(deleting_pods.into_iter().map(|p| (p, false)));
+    for (pod, is_pending) in candidates {
+        let reference = PodRef::of(pod);
+        if refuses_karpenter_nodes(pod) {
+            built.ignored.push((
+                reference,
+                "configured to not run on a Karpenter provisioned node (karpenter.sh/nodepool DoesNotExist)".to_owned(),
+            ));
+            continue;
+        }
+        match SchedulingPod::from_pod(pod) {
+            Ok(scheduling) => {
+                built.snapshot.pods.push(scheduling);
+                built.pods.push(reference);
+                built.pending += usize::from(is_pending);
+            }
+            Err(error) => built.ignored.push((reference, error.to_string())),
+        }
+    }
+
+    for pool in pools {
+        match node_pool_input(pool, &deleting_claims, &daemons) {
+            Ok(input) => built.snapshot.node_pools.push(input),
+            Err(reason) => built.skipped_pools.push(PoolVerdict {
+                node_pool: pool.nodepool.metadata.name.clone().unwrap_or_default(),
+                reason,
+                detail: serde_json::Value::Null,
+            }),
+        }
+    }
+    built
+}
+
+fn existing_node(
+    state: &StateNode<'_>,
+    pods_on: &[&Arc<Pod>],
+    daemons: &[SchedulingPod],
+) -> ExistingNode {
+    let labels = state.labels();
+    let taints = state.taints();
+    let mut requested = Resources::default();
+    let mut daemon_running = Resources::default();
+    let mut bound = Vec::with_capacity(pods_on.len());
+    for pod in pods_on {
+        if is_terminal(pod).is_some() {
+            continue;
+        }
+        if let Some(spec) = &pod.spec
+            && let Ok(requests) = pod_requests(spec)
+        {
+            requested.add(&requests);
+            if is_daemon_pod(pod) {
+                daemon_running.add(&requests);
+            }
+        }
+        bound.push(BoundPod::from_pod(pod));
+    }
+    let mut pending_daemons = daemon_requests_for_node(&labels, &taints, daemons);
+    pending_daemons.sub(&daemon_running);
+    pending_daemons.clamp_negative_to_zero();
+    ExistingNode {
+        name: state.name(),
+        taints,
+        allocatable: state.allocatable(),
+        requested,
+        pending_daemon_overhead: pending_daemons,
+        capacity: state.capacity(),
+        pods: bound,
+        initialized: state.initialized(),
+        registered: state.registered(),
+        labels,
+    }
+}
+
+fn node_pool_input(
+    pool: &UsablePool,
+    deleting_claims: &[&NodeClaim],
+    daemons: &[SchedulingPod],
+) -> Result<NodePoolInput, String> {
+    let mut input = NodePoolInput::from_node_pool(&pool.nodepool, pool.instance_types.clone())
+        .map_err(|e| e.to_string())?
+        .with_daemonsets(daemons);
+    // The solver subtracts the existing nodes; deleting NodeClaims still hold capacity.
+    let held = limits::remaining_with_in_flight(
+        &pool.nodepool,
+        deleting_claims.iter().copied(),
+        &pool.instance_types,
+    )
+    .map_err(|e| e.to_string())?;
+    input.limits = held;
+    Ok(input)
+}

@@ -1,0 +1,548 @@
+//! One provisioning run, off the actor: the NodePools to use and their instance types (from the
+//! cloud provider), the snapshot and the solve on a blocking thread with a one-minute cap, the
+//! limits check against current usage, the NodeClaims created in parallel, the events queued
+//! for publishing in the background, and a [`RunReport`] for the actor (Karpenter's
+//! `Provisioner.Schedule` + `CreateNodeClaims`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant as WallInstant;
+
+use serde::Serialize;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::apis::conditions::{ConditionStatus, READY};
+use crate::apis::labels;
+use crate::apis::nodepool::NodePool;
+use crate::domain::instance_type::{InstanceType, MAX_INSTANCE_TYPES};
+use crate::domain::limits;
+use crate::domain::requirements::Requirements;
+use crate::domain::resources::{ResourceLimits, Resources};
+use crate::domain::scheduling::{NewNodeClaim, Options, Plan, ReservedOfferingMode};
+use crate::ports::cluster::{ClusterApi, ClusterError, ClusterEvent};
+
+use super::build::{self, Built, PodRef, UsablePool};
+use super::events::{self, MAX_EVENTS_PER_RUN};
+use super::explain::{Decision, PoolVerdict, failure_message};
+use super::launch::{self, Admission};
+use super::{ProvisionerDeps, SOLVE_TIMEOUT};
+
+/// Names tried for one NodeClaim before giving up on `AlreadyExists` (a clash of five random
+/// characters is rare; three in a row means something else is wrong).
+const NAME_ATTEMPTS: usize = 3;
+/// Instance types a `Provisioned` decision lists (the NodeClaim itself has up to 60).
+const LISTED_INSTANCE_TYPES: usize = 5;
+
+/// The counts of one run, for the actor's status and logs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    pub run: u64,
+    /// Pods scheduled (pending and from deleting nodes), ignored ones excluded.
+    pub pods: usize,
+    pub nominated: usize,
+    /// Pods given a new NodeClaim.
+    pub provisioned: usize,
+    pub node_claims_created: usize,
+    /// Planned NodeClaims not created (limits reached since the solve, or a failed create).
+    pub node_claims_not_created: usize,
+    pub unschedulable: usize,
+    pub deferred: usize,
+    pub ignored: usize,
+    /// Why the run decided nothing (timed out, solver failed).
+    pub error: Option<String>,
+    /// Wall time reading the snapshot from the cluster view (pod conversion included), µs.
+    pub build_micros: u64,
+    /// Wall time of the solve, µs.
+    pub solve_micros: u64,
+}
+
+fn micros(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// What a run tells the actor.
+#[derive(Debug)]
+pub(super) struct RunReport {
+    pub summary: RunSummary,
+    /// RFC 3339.
+    pub decided_at: String,
+    /// One per pod the run looked at; empty when the run failed.
+    pub decisions: Vec<(String, Decision)>,
+    /// NodePools left out before scheduling.
+    pub skipped_pools: Vec<PoolVerdict>,
+}
+
+impl RunReport {
+    fn failed(run: u64, decided_at: String, error: String, skipped: Vec<PoolVerdict>) -> Self {
+        Self {
+            summary: RunSummary {
+                run,
+                error: Some(error),
+                ..RunSummary::default()
+            },
+            decided_at,
+            decisions: Vec::new(),
+            skipped_pools: skipped,
+        }
+    }
+}
+
+/// Why a NodePool is not scheduled with: deleting, or not `Ready` (Karpenter skips both).
+fn unusable(nodepool: &NodePool) -> Option<String> {
+    if nodepool.metadata.deletion_timestamp.is_some() {
+        return Some("being deleted".to_owned());
+    }
+    let ready = nodepool
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == READY));
+    match ready {
+        Some(c) if c.status == ConditionStatus::True => None,
+        Some(c) if c.message.is_empty() => Some(format!("not ready ({})", c.reason)),
+        Some(c) => Some(format!("not ready ({}: {})", c.reason, c.message)),
+        None => Some("not ready (no Ready condition yet)".to_owned()),
+    }
+}
+
+fn skipped(nodepool: &NodePool, reason: String) -> PoolVerdict {
+    PoolVerdict {
+        node_pool: nodepool.metadata.name.clone().unwrap_or_default(),
+        reason,
+        detail: serde_json::Value::Null,
+    }
+}
+
+/// The NodePools to schedule with, and why the others are left out.
+async fn usable_pools(deps: &ProvisionerDeps) -> (Vec<UsablePool>, Vec<PoolVerdict>) {
+    let mut nodepools = deps.view.nodepools();
+    nodepools.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut usable = Vec::new();
+    let mut left_out = Vec::new();
+    for nodepool in nodepools {
+        if let Some(reason) = unusable(&nodepool) {
+            left_out.push(skipped(&nodepool, reason));
+            continue;
+        }
+        match deps.cloud.instance_types(&nodepool).await {
+            Ok(types) if types.is_empty() => {
+                left_out.push(skipped(&nodepool, "no instance types resolved".to_owned()));
+            }
+            Ok(instance_types) => usable.push(UsablePool {
+                nodepool,
+                instance_types,
+            }),
+            Err(error) => {
+                tracing::warn!(nodepool = ?nodepool.metadata.name, %error, "skipping nodepool, unable to resolve instance types");
+                left_out.push(skipped(
+                    &nodepool,
+                    format!("resolving instance types failed: {error}"),
+                ));
+            }
+        }
+    }
+    (usable, left_out)
+}
+
+/// Runs once; never fails (failures are in the report).
+pub(super) async fn run(deps: &ProvisionerDeps, run: u64) -> RunReport {
+    let decided_at = deps.clock.now().to_string();
+    if !build::has_work(deps.view.as_ref()) {
+        // Karpenter returns before building a scheduler (and asking for instance types).
+        return RunReport {
+            summary: RunSummary {
+                run,
+                ..RunSummary::default()
+            },
+            decided_at,
+            decisions: Vec::new(),
+            skipped_pools: Vec::new(),
+        };
+    }
+    let (pools, mut left_out) = usable_pools(deps).await;
+    let types_by_pool: HashMap<String, Vec<Arc<InstanceType>>> = pools
+        .iter()
+        .map(|p| {
+            (
+                p.nodepool.metadata.name.clone().unwrap_or_default(),
+                p.instance_types.clone(),
+            )
+        })
+        .collect();
+    let options = Options {
+        preference_policy: deps.settings.preference_policy,
+        max_instance_types: MAX_INSTANCE_TYPES,
+        reserved_capacity: deps.settings.feature_gates.reserved_capacity,
+        reserved_offering_mode: ReservedOfferingMode::Strict,
+    };
+    let view = Arc::clone(&deps.view);
+    let solver = Arc::clone(&deps.solver);
+    let metrics = deps.metrics.clone();
+    let solve = tokio::task::spawn_blocking(move || {
+        let started = WallInstant::now();
+        let built = build::build(view.as_ref(), &pools);
+        let built_at = WallInstant::now();
+        metrics.set_queue_depth(run, built.snapshot.pods.len());
+        let plan = if built.snapshot.pods.is_empty() {
+            Plan::default()
+        } else {
+            solver(&built.snapshot, &options)
+        };
+        metrics.clear_queue_depth(run);
+        metrics.observe_scheduling(started.elapsed());
+        let timings = (
+            micros(built_at.duration_since(started)),
+            micros(built_at.elapsed()),
+        );
+        (built, plan, timings)
+    });
+    let (built, plan, (build_micros, solve_micros)) = match tokio::time::timeout(
+        SOLVE_TIMEOUT,
+        solve,
+    )
+    .await
+    {
+        Ok(Ok(done)) => done,
+        Ok(Err(error)) => {
+            tracing::error!(%error, run, "the scheduling solve failed");
+            return RunReport::failed(
+                run,
+                decided_at,
+                format!("the scheduling solve failed: {error}"),
+                left_out,
+            );
+        }
+        Err(_) => {
+            deps.metrics.clear_queue_depth(run);
+            tracing::error!(run, timeout = ?SOLVE_TIMEOUT, "the scheduling solve timed out; the next batch tries again");
+            return RunReport::failed(
+                run,
+                decided_at,
+                format!("the scheduling solve took longer than {SOLVE_TIMEOUT:?}"),
+                left_out,
+            );
+        }
+    };
+    left_out.extend(built.skipped_pools.iter().cloned());
+    let mut outcome = Outcome::new(run);
+    outcome.summary.build_micros = build_micros;
+    outcome.summary.solve_micros = solve_micros;
+    outcome.ignored(&built);
+    outcome.existing(&built, &plan);
+    outcome.failures(&built, &plan);
+    outcome.pools_without_types(deps, &plan);
+    outcome.launch(deps, &built, &plan, &types_by_pool).await;
+    deps.metrics
+        .set_unschedulable(outcome.summary.unschedulable + outcome.summary.node_claims_not_created);
+    deps.metrics.set_ignored(outcome.summary.ignored);
+    outcome.publish(deps);
+    if outcome.summary.node_claims_created > 0 || outcome.summary.unschedulable > 0 {
+        tracing::info!(summary = ?outcome.summary, "provisioning run");
+    }
+    RunReport {
+        summary: outcome.summary,
+        decided_at,
+        decisions: outcome.decisions,
+        skipped_pools: left_out,
+    }
+}
+
+/// What a run decided, built up step by step.
+struct Outcome {
+    summary: RunSummary,
+    decisions: Vec<(String, Decision)>,
+    /// Events with the key of the object they are about (for dedupe).
+    events: Vec<(ClusterEvent, String)>,
+}
+
+impl Outcome {
+    fn new(run: u64) -> Self {
+        Self {
+            summary: RunSummary {
+                run,
+                ..RunSummary::default()
+            },
+            decisions: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+
+    fn decide(&mut self, pod: &PodRef, decision: Decision) {
+        self.decisions.push((pod.key.clone(), decision));
+    }
+
+    fn ignored(&mut self, built: &Built) {
+        self.summary.pods = built.pods.len();
+        self.summary.ignored = built.ignored.len();
+        for (pod, reason) in &built.ignored {
+            tracing::debug!(pod = %pod.key, %reason, "ignoring pod");
+            self.decide(
+                pod,
+                Decision::Ignored {
+                    reason: reason.clone(),
+                },
+            );
+        }
+    }
+
+    fn existing(&mut self, built: &Built, plan: &Plan) {
+        for placement in &plan.existing {
+            let Some(node) = built.nodes.get(placement.node) else {
+                continue;
+            };
+            for pod in placement.pods.iter().filter_map(|i| built.pods.get(*i)) {
+                self.summary.nominated += 1;
+                self.events.push((
+                    events::nominated(pod, node.node_claim.as_deref(), node.node.as_deref()),
+                    pod.key.clone(),
+                ));
+                self.decide(
+                    pod,
+                    Decision::Nominated {
+                        node: node.node.clone(),
+                        node_claim: node.node_claim.clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn failures(&mut self, built: &Built, plan: &Plan) {
+        for failure in &plan.failures {
+            let Some(pod) = built.pods.get(failure.pod) else {
+                continue;
+            };
+            let pools: Vec<PoolVerdict> = failure
+                .reasons
+                .iter()
+                .map(|r| PoolVerdict {
+                    node_pool: r.node_pool.clone(),
+                    reason: r.reason.to_string(),
+                    detail: serde_json::to_value(&r.reason).unwrap_or_default(),
+                })
+                .collect();
+            if failure.deferred {
+                self.summary.deferred += 1;
+                self.decide(pod, Decision::Deferred { pools });
+            } else {
+                self.summary.unschedulable += 1;
+                self.events.push((
+                    events::failed_scheduling(pod, &failure_message(&pools)),
+                    pod.key.clone(),
+                ));
+                self.decide(pod, Decision::Unschedulable { pools });
+            }
+        }
+    }
+
+    fn pools_without_types(&mut self, deps: &ProvisionerDeps, plan: &Plan) {
+        for name in &plan.pools_without_instance_types {
+            let uid = deps
+                .view
+                .nodepool(name)
+                .and_then(|np| np.metadata.uid.clone());
+            self.events.push((
+                events::no_compatible_instance_types(name, uid),
+                name.clone(),
+            ));
+        }
+    }
+
+    /// Checks the planned NodeClaims against the NodePools' limits as they are now, creates
+    /// the admitted ones in parallel and records the outcome for their pods.
+    async fn launch(
+        &mut self,
+        deps: &ProvisionerDeps,
+        built: &Built,
+        plan: &Plan,
+        types_by_pool: &HashMap<String, Vec<Arc<InstanceType>>>,
+    ) {
+        let claims_now = deps.view.nodeclaims();
+        let mut remaining: HashMap<String, Result<ResourceLimits, String>> = HashMap::new();
+        let mut creates: JoinSet<(usize, Result<String, ClusterError>)> = JoinSet::new();
+        let mut admitted: HashMap<usize, Vec<Arc<InstanceType>>> = HashMap::new();
+        for (index, claim) in plan.new_node_claims.iter().enumerate() {
+            let nodepool = deps
+                .view
+                .nodepool(&claim.node_pool)
+                .filter(|np| np.metadata.deletion_timestamp.is_none());
+            let Some(nodepool) = nodepool else {
+                self.not_launched(built, claim, "the nodepool was deleted");
+                continue;
+            };
+            let types = types_by_pool
+                .get(&claim.node_pool)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let left = remaining.entry(claim.node_pool.clone()).or_insert_with(|| {
+                limits::remaining_with_in_flight(
+                    &nodepool,
+                    claims_now.iter().map(AsRef::as_ref),
+                    types,
+                )
+                .map_err(|e| e.to_string())
+            });
+            let admission = match left {
+                Ok(left) => launch::admit(claim, left),
+                Err(error) => Admission::Refuse {
+                    reason: error.clone(),
+                },
+            };
+            match admission {
+                Admission::Refuse { reason } => self.not_launched(built, claim, &reason),
+                Admission::Admit {
+                    requirements,
+                    instance_types,
+                } => {
+                    admitted.insert(index, instance_types);
+                    let (deps, requests) = (deps.clone(), claim.requests.clone());
+                    creates.spawn(async move {
+                        (index, create(deps, nodepool, requirements, requests).await)
+                    });
+                }
+            }
+        }
+        while let Some(joined) = creates.join_next().await {
+            let (index, result) = match joined {
+                Ok(done) => done,
+                Err(error) => {
+                    tracing::error!(%error, "a nodeclaim create task failed");
+                    continue;
+                }
+            };
+            let Some(claim) = plan.new_node_claims.get(index) else {
+                continue;
+            };
+            match result {
+                Ok(name) => {
+                    let types = admitted.remove(&index).unwrap_or_default();
+                    self.provisioned(deps, built, claim, &name, &types);
+                }
+                Err(error) => {
+                    tracing::warn!(nodepool = %claim.node_pool, %error, "creating a nodeclaim failed; the next batch tries again");
+                    self.not_launched(
+                        built,
+                        claim,
+                        &format!("creating the nodeclaim failed: {error}"),
+                    );
+                }
+            }
+        }
+    }
+
+    fn provisioned(
+        &mut self,
+        deps: &ProvisionerDeps,
+        built: &Built,
+        claim: &NewNodeClaim,
+        name: &str,
+        types: &[Arc<InstanceType>],
+    ) {
+        self.summary.node_claims_created += 1;
+        deps.remember_created(name);
+        let capacity_type = deps
+            .view
+            .nodepool(&claim.node_pool)
+            .and_then(|np| {
+                np.spec
+                    .template
+                    .metadata
+                    .labels
+                    .get(labels::CAPACITY_TYPE)
+                    .cloned()
+            })
+            .unwrap_or_default();
+        deps.metrics.count_created(&claim.node_pool, &capacity_type);
+        let listed: Vec<String> = types
+            .iter()
+            .take(LISTED_INSTANCE_TYPES)
+            .map(|t| t.name.clone())
+            .collect();
+        tracing::info!(nodeclaim = name, nodepool = %claim.node_pool, requests = %claim.requests, instance_types = ?listed, pods = claim.pods.len(), "created nodeclaim");
+        for pod in claim.pods.iter().filter_map(|i| built.pods.get(*i)) {
+            self.summary.provisioned += 1;
+            self.events
+                .push((events::nominated(pod, Some(name), None), pod.key.clone()));
+            self.decide(
+                pod,
+                Decision::Provisioned {
+                    node_claim: name.to_owned(),
+                    node_pool: claim.node_pool.clone(),
+                    instance_types: listed.clone(),
+                    instance_type_count: types.len(),
+                },
+            );
+        }
+    }
+
+    fn not_launched(&mut self, built: &Built, claim: &NewNodeClaim, reason: &str) {
+        self.summary.node_claims_not_created += 1;
+        let why = failure_message(&[PoolVerdict {
+            node_pool: claim.node_pool.clone(),
+            reason: reason.to_owned(),
+            detail: serde_json::Value::Null,
+        }]);
+        for pod in claim.pods.iter().filter_map(|i| built.pods.get(*i)) {
+            self.events
+                .push((events::failed_scheduling(pod, &why), pod.key.clone()));
+            self.decide(
+                pod,
+                Decision::NotLaunched {
+                    node_pool: claim.node_pool.clone(),
+                    reason: reason.to_owned(),
+                },
+            );
+        }
+    }
+
+    /// Queues the events the gate lets through and publishes them in the background: a slow
+    /// API server must not hold up the next batch.
+    fn publish(&mut self, deps: &ProvisionerDeps) {
+        let now = Instant::now();
+        let admitted: Vec<ClusterEvent> = {
+            let mut gate = deps.event_gate();
+            std::mem::take(&mut self.events)
+                .into_iter()
+                .filter(|(event, key)| gate.admit(event, key, now))
+                .map(|(event, _)| event)
+                .take(MAX_EVENTS_PER_RUN)
+                .collect()
+        };
+        if admitted.is_empty() {
+            return;
+        }
+        let cluster: Arc<dyn ClusterApi> = Arc::clone(&deps.cluster);
+        tokio::spawn(async move {
+            for event in admitted {
+                if let Err(error) = cluster.publish_event(&event).await {
+                    tracing::debug!(%error, reason = %event.reason, "publishing an event failed");
+                }
+            }
+        });
+    }
+}
+
+/// Creates one NodeClaim under a fresh name, trying another on a name clash.
+async fn create(
+    deps: ProvisionerDeps,
+    nodepool: Arc<NodePool>,
+    requirements: Requirements,
+    requests: Resources,
+) -> Result<String, ClusterError> {
+    let pool = nodepool.metadata.name.clone().unwrap_or_default();
+    let mut last = None;
+    for _ in 0..NAME_ATTEMPTS {
+        let name = deps.next_name(&pool);
+        let object = launch::nodeclaim_object(&nodepool, name.clone(), &requirements, &requests);
+        match deps.cluster.create_nodeclaim(&object).await {
+            Ok(created) => return Ok(created.metadata.name.unwrap_or(name)),
+            Err(error @ ClusterError::AlreadyExists { .. }) => last = Some(error),
+            Err(error) => return Err(error),
+        }
+    }
+    Err(last.unwrap_or(ClusterError::AlreadyExists {
+        kind: crate::ports::cluster::ObjectKind::NodeClaim,
+        name: pool,
+    }))
+}
