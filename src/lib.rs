@@ -8,6 +8,8 @@
 pub mod aws;
 pub mod cli;
 pub mod commands;
+pub mod daemon;
+pub mod http;
 pub mod kube;
 pub mod permissions;
 pub mod sim;
