@@ -26,12 +26,15 @@
 mod api;
 mod apply;
 mod body;
+pub mod binder;
+pub mod clock;
 mod delete;
 mod disruption;
 mod events;
 mod faults;
 mod http;
 mod kinds;
+pub mod kubelet;
 mod lifecycle;
 mod openapi;
 mod pods;
@@ -43,6 +46,8 @@ mod store;
 mod strategic;
 mod table;
 mod watch;
+pub mod workloads;
+pub mod world;
 
 use std::fmt;
 use std::net::SocketAddr;
