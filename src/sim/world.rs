@@ -21,7 +21,10 @@ use karpenter_actors::kwok::sqs::KwokSqs;
 use karpenter_actors::kwok::ssm::KwokSsm;
 use karpenter_actors::ports::aws_error::{AwsError, AwsService as PortService};
 use karpenter_actors::ports::clock::Clock;
-use karpenter_actors::ports::ec2::Ec2CapacityType;
+use karpenter_actors::ports::ec2::{
+    CreateFleetRequest, CreateLaunchTemplateRequest, Ec2Api as _, Ec2CapacityType,
+    FleetLaunchTemplateConfig, FleetOverride, Instance, LaunchTemplateData, Tags,
+};
 use karpenter_actors::ports::eventbridge::EventBridgeApi as _;
 use karpenter_actors::ports::sqs::SqsApi as _;
 use karpenter_config::scenario::{AwsService, CapacityPool, CapacityType};
@@ -150,6 +153,16 @@ fn status_of(code: &str) -> u16 {
     }
 }
 
+/// One instance to launch with [`KwokAws::launch`].
+#[derive(Debug, Clone)]
+pub struct Launch<'a> {
+    pub launch_template: &'a str,
+    pub instance_type: &'a str,
+    pub zone: &'a str,
+    pub capacity_type: Ec2CapacityType,
+    pub tags: Tags,
+}
+
 /// How the simulated account is set up.
 #[derive(Debug, Clone)]
 pub struct KwokAwsConfig {
@@ -230,6 +243,65 @@ impl KwokAws {
         Ok(url)
     }
 
+    /// Launches one instance through the EC2 API as something other than Karpenter would (a
+    /// person, another tool, a Karpenter that crashed before recording it): a launch template
+    /// named `launch_template`, then an instant fleet of one. Returns the instance.
+    pub async fn launch(&self, launch: &Launch<'_>) -> Result<Instance, AwsError> {
+        let template = CreateLaunchTemplateRequest {
+            name: launch.launch_template.to_owned(),
+            data: LaunchTemplateData {
+                image_id: Some(IMAGE_X86.to_owned()),
+                ..LaunchTemplateData::default()
+            },
+            ..CreateLaunchTemplateRequest::default()
+        };
+        match self.ec2.create_launch_template(&template).await {
+            Ok(_) => {}
+            Err(error) if error.code.as_deref().is_some_and(|c| c.contains("AlreadyExists")) => {}
+            Err(error) => return Err(error),
+        }
+        let subnet = self
+            .ec2
+            .subnets()
+            .iter()
+            .find(|s| s.zone == launch.zone)
+            .cloned()
+            .unwrap_or_default();
+        let request = CreateFleetRequest {
+            client_token: None,
+            capacity_type: launch.capacity_type,
+            total_target_capacity: 1,
+            allocation_strategy: "lowest-price".to_owned(),
+            launch_template_configs: vec![FleetLaunchTemplateConfig {
+                launch_template_name: launch.launch_template.to_owned(),
+                version: "$Latest".to_owned(),
+                overrides: vec![FleetOverride {
+                    instance_type: launch.instance_type.to_owned(),
+                    subnet_id: subnet.id,
+                    zone: launch.zone.to_owned(),
+                    image_id: None,
+                }],
+            }],
+            tags: launch.tags.clone(),
+            context: None,
+            dry_run: false,
+        };
+        let response = self.ec2.create_fleet(&request).await?;
+        let id = response
+            .instances
+            .first()
+            .and_then(|i| i.instance_ids.first())
+            .cloned();
+        let found = id.and_then(|id| self.ec2.instances().into_iter().find(|i| i.id == id));
+        found.ok_or_else(|| {
+            let why = response
+                .errors
+                .first()
+                .map_or_else(String::new, |e| format!("{}: {}", e.code, e.message));
+            AwsError::new(PortService::Ec2, "CreateFleet", None, format!("no instance launched {why}"))
+        })
+    }
+
     /// Limits capacity pools (launches beyond them get ICE).
     pub fn limit_capacity(&self, pools: &[CapacityPool]) {
         for pool in pools {
@@ -289,7 +361,6 @@ impl KwokAws {
 mod tests {
     use super::*;
     use crate::sim::clock::SimClock;
-    use karpenter_actors::ports::ec2::Ec2Api as _;
     use karpenter_actors::ports::sqs::INTERRUPTION_RECEIVE;
 
     fn world() -> KwokAws {
@@ -326,14 +397,27 @@ mod tests {
     async fn spot_interruptions_reach_the_interruption_queue() {
         let world = world();
         let url = world.create_interruption_queue("simulated").await.unwrap();
-        // No instance: the warning is refused, the queue stays empty.
         assert!(world.ec2.interrupt_spot("i-404").await.is_err());
-        assert_eq!(world.sqs.depth(&url), 0);
+        let spot = world
+            .launch(&Launch {
+                launch_template: "outside",
+                instance_type: "m5.large",
+                zone: "us-west-2a",
+                capacity_type: Ec2CapacityType::Spot,
+                tags: Tags::new(),
+            })
+            .await
+            .unwrap();
+        world.ec2.interrupt_spot(&spot.id).await.unwrap();
         let received = world
             .sqs
             .receive_messages(&url, INTERRUPTION_RECEIVE)
             .await
             .unwrap();
-        assert!(received.is_empty());
+        assert_eq!(received.len(), 1);
+        assert!(received[0].body.contains(&spot.id), "{}", received[0].body);
+        assert!(world.ec2.hourly_price(&spot).is_some_and(|p| p > 0.0));
+        assert!(world.ec2.reclaim(&spot.id));
+        assert!(!world.ec2.reclaim(&spot.id), "already shutting down");
     }
 }
