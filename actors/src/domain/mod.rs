@@ -9,7 +9,7 @@
 //!   parameters) and the choice of AMIs among `DescribeImages` candidates.
 //! - [`userdata`]: the user data of every AMI family, merged with the user's.
 //! - [`interruption`]: parsing interruption queue messages and planning what to do about them.
-//! - [`version`]: the Kubernetes versions this release supports (the startup check).
+//! - [`version`]: the supported Kubernetes versions.
 
 pub mod amifamily;
 pub mod instance_type;

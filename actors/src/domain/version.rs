@@ -1,28 +1,22 @@
-//! The Kubernetes versions this release runs against: the pure check behind the daemon's
-//! startup refusal (`karpenter run`) and the AWS provider's periodic version check (Karpenter's
-//! `providers.version`, reference 4.2).
-//!
-//! Data flow: the binary reads the API server's `/version` (`major`, `minor`, `gitVersion`),
-//! parses it with [`KubernetesVersion::from_server`] and calls [`check`] with the configured
-//! floor (`KUBERNETES_MIN_VERSION`); an error stops the daemon with its message, a
-//! [`Compatibility::NewerThanTested`] is logged as a warning and the daemon runs.
+//! The Kubernetes version check: Karpenter v1.5 supports control planes from 1.26 (v1.5 dropped
+//! 1.25) to 1.33 (the newest it was tested with). The binary reads the server's `/version` (or
+//! EKS `DescribeCluster`) at startup and every 5 minutes, and asks [`check`] what to do: refuse
+//! to start below the minimum, warn above the newest tested version, carry on otherwise.
 
 use std::fmt;
 
-/// The oldest minor version Karpenter v1.5 supports: v1.5 dropped 1.25 (aws#8080).
+/// The oldest control plane Karpenter v1.5 runs against.
 pub const MIN_SUPPORTED: KubernetesVersion = KubernetesVersion {
     major: 1,
     minor: 26,
 };
-
-/// The newest minor version Karpenter v1.5 was tested against (aws#8115); newer servers get a
-/// warning, not a refusal, as the API is compatible in practice.
+/// The newest control plane Karpenter v1.5 was tested with (its compatibility matrix).
 pub const MAX_TESTED: KubernetesVersion = KubernetesVersion {
     major: 1,
     minor: 33,
 };
 
-/// A Kubernetes `major.minor` version (patch levels never change compatibility).
+/// A Kubernetes `major.minor` version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct KubernetesVersion {
     pub major: u32,
@@ -35,173 +29,150 @@ impl fmt::Display for KubernetesVersion {
     }
 }
 
-/// A version that could not be read.
+/// What the server said that could not be read as a version.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VersionError {
     #[error(
-        "the Kubernetes API server reports version {found:?}, which cannot be read as major.minor"
+        "kubernetes version {value:?} is not a version: expected major.minor such as \"v1.29.3\" or \"1.29\""
     )]
-    Unreadable { found: String },
+    Unparseable { value: String },
     #[error(
-        "KUBERNETES_MIN_VERSION {found:?} is not a version (expected major.minor[.patch], e.g. 1.26.0)"
-    )]
-    BadMinimum { found: String },
-    #[error(
-        "Kubernetes {found} is not supported: this release needs {minimum} or newer \
-         (Karpenter v1.5 supports {MIN_SUPPORTED} to {MAX_TESTED}); upgrade the cluster or run an older release"
+        "kubernetes {version} is not supported: this karpenter (Karpenter v1.5 compatible) needs a control plane at {minimum} or newer; upgrade the cluster or run an older Karpenter release"
     )]
     TooOld {
-        found: KubernetesVersion,
+        version: KubernetesVersion,
         minimum: KubernetesVersion,
     },
 }
 
 impl VersionError {
+    /// Label for metrics and events.
     #[must_use]
     pub fn category(&self) -> &'static str {
         match self {
-            Self::Unreadable { .. } => "unreadable_version",
-            Self::BadMinimum { .. } => "bad_minimum_version",
+            Self::Unparseable { .. } => "unparseable_version",
             Self::TooOld { .. } => "unsupported_version",
         }
     }
 }
 
-/// The leading number of `text` (`"26+"` -> 26, as EKS reports minors).
-fn leading_number(text: &str) -> Option<u32> {
-    let digits: &str = text
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or(text, |end| &text[..end]);
-    digits.parse().ok()
-}
-
-impl KubernetesVersion {
-    /// Reads `major.minor[.patch][-pre][+build]`, with or without a leading `v`.
-    #[must_use]
-    pub fn parse(text: &str) -> Option<Self> {
-        let text = text.trim();
-        let text = text.strip_prefix('v').unwrap_or(text);
-        let mut parts = text.splitn(3, '.');
-        let major = parts.next()?.parse().ok()?;
-        let minor = leading_number(parts.next()?)?;
-        Some(Self { major, minor })
-    }
-
-    /// Reads the API server's `/version` answer: `major` and `minor` when both are numbers
-    /// (EKS writes minors like `"29+"`), else `gitVersion` (`v1.29.3-eks-adc7111`).
-    pub fn from_server(major: &str, minor: &str, git_version: &str) -> Result<Self, VersionError> {
-        if let (Ok(major), Some(minor)) = (major.trim().parse(), leading_number(minor.trim())) {
-            return Ok(Self { major, minor });
-        }
-        Self::parse(git_version).ok_or_else(|| VersionError::Unreadable {
-            found: format!("major {major:?}, minor {minor:?}, gitVersion {git_version:?}"),
-        })
-    }
-}
-
-/// What the daemon should do about a supported version.
+/// A version the daemon runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Compatibility {
-    /// Within the tested range.
-    Supported,
-    /// Newer than the newest tested version: run, with a warning.
-    NewerThanTested { found: KubernetesVersion },
+pub enum VersionVerdict {
+    /// Within the supported range.
+    Supported(KubernetesVersion),
+    /// Newer than the newest tested version: run, and log [`VersionVerdict::warning`].
+    NewerThanTested(KubernetesVersion),
 }
 
-impl Compatibility {
+impl VersionVerdict {
     /// The warning to log, if any.
     #[must_use]
     pub fn warning(&self) -> Option<String> {
         match self {
-            Self::Supported => None,
-            Self::NewerThanTested { found } => Some(format!(
-                "Kubernetes {found} is newer than the newest version this release was tested \
-                 against ({MAX_TESTED}); it should work, but report anything odd"
+            Self::Supported(_) => None,
+            Self::NewerThanTested(version) => Some(format!(
+                "kubernetes {version} is newer than {MAX_TESTED}, the newest version Karpenter v1.5 was tested with; it should work, but report problems"
             )),
+        }
+    }
+
+    #[must_use]
+    pub fn version(&self) -> KubernetesVersion {
+        match self {
+            Self::Supported(version) | Self::NewerThanTested(version) => *version,
         }
     }
 }
 
-/// Checks a server version against the supported range. `configured_minimum` is the
-/// `KUBERNETES_MIN_VERSION` setting: it can raise the floor, never lower it below
-/// [`MIN_SUPPORTED`] (its chart default, `1.19.0-0`, predates v1.5's floor).
-pub fn check(
-    server: KubernetesVersion,
-    configured_minimum: &str,
-) -> Result<Compatibility, VersionError> {
-    let configured =
-        KubernetesVersion::parse(configured_minimum).ok_or_else(|| VersionError::BadMinimum {
-            found: configured_minimum.to_owned(),
-        })?;
-    let minimum = configured.max(MIN_SUPPORTED);
-    if server < minimum {
+impl KubernetesVersion {
+    /// Reads a `gitVersion` (`v1.29.3-eks-ae9a62a`) or a `major.minor` (`1.29`).
+    pub fn parse(value: &str) -> Result<Self, VersionError> {
+        let unparseable = || VersionError::Unparseable {
+            value: value.to_owned(),
+        };
+        let trimmed = value.trim();
+        let trimmed = trimmed.strip_prefix('v').unwrap_or(trimmed);
+        let mut parts = trimmed.split('.');
+        let major = parts.next().ok_or_else(unparseable)?;
+        let minor = parts.next().ok_or_else(unparseable)?;
+        Self::from_parts(major, minor).map_err(|_| unparseable())
+    }
+
+    /// Reads `/version`'s `major` and `minor` fields; EKS reports minors such as `29+`.
+    pub fn from_parts(major: &str, minor: &str) -> Result<Self, VersionError> {
+        let unparseable = || VersionError::Unparseable {
+            value: format!("{major}.{minor}"),
+        };
+        let number = |text: &str| -> Option<u32> {
+            let digits: String = text.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        };
+        Ok(Self {
+            major: number(major.trim()).ok_or_else(unparseable)?,
+            minor: number(minor.trim()).ok_or_else(unparseable)?,
+        })
+    }
+}
+
+/// Decides whether the daemon may run against this control plane.
+pub fn check(version: KubernetesVersion) -> Result<VersionVerdict, VersionError> {
+    if version < MIN_SUPPORTED {
         return Err(VersionError::TooOld {
-            found: server,
-            minimum,
+            version,
+            minimum: MIN_SUPPORTED,
         });
     }
-    if server > MAX_TESTED {
-        return Ok(Compatibility::NewerThanTested { found: server });
+    if version > MAX_TESTED {
+        return Ok(VersionVerdict::NewerThanTested(version));
     }
-    Ok(Compatibility::Supported)
+    Ok(VersionVerdict::Supported(version))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn v(minor: u32) -> KubernetesVersion {
-        KubernetesVersion { major: 1, minor }
-    }
-
     #[test]
-    fn versions_are_read_from_eks_and_plain_servers() {
-        assert_eq!(KubernetesVersion::from_server("1", "29+", ""), Ok(v(29)));
+    fn git_versions_and_eks_minors_parse() {
         assert_eq!(
-            KubernetesVersion::from_server("", "", "v1.30.2-eks-db838b0"),
-            Ok(v(30))
-        );
-        assert_eq!(KubernetesVersion::parse("1.19.0-0"), Some(v(19)));
-        assert!(matches!(
-            KubernetesVersion::from_server("x", "y", "garbage"),
-            Err(VersionError::Unreadable { .. })
-        ));
-    }
-
-    #[test]
-    fn a_server_older_than_1_26_is_refused_with_the_supported_range() {
-        let error = check(v(25), "1.19.0-0").unwrap_err();
-        assert_eq!(
-            error,
-            VersionError::TooOld {
-                found: v(25),
-                minimum: v(26)
+            KubernetesVersion::parse("v1.29.3-eks-ae9a62a").unwrap(),
+            KubernetesVersion {
+                major: 1,
+                minor: 29
             }
         );
+        assert_eq!(
+            KubernetesVersion::from_parts("1", "30+").unwrap(),
+            KubernetesVersion {
+                major: 1,
+                minor: 30
+            }
+        );
+        assert!(KubernetesVersion::parse("latest").is_err());
+        assert!(KubernetesVersion::parse("v1").is_err());
+    }
+
+    #[test]
+    fn versions_below_1_26_are_refused_with_the_minimum_in_the_message() {
+        let error = check(KubernetesVersion::parse("v1.25.16").unwrap()).unwrap_err();
         let message = error.to_string();
-        assert!(message.contains("Kubernetes 1.25 is not supported"), "{message}");
-        assert!(message.contains("1.26 to 1.33"), "{message}");
+        assert!(
+            message.contains("kubernetes 1.25 is not supported"),
+            "{message}"
+        );
+        assert!(message.contains("1.26 or newer"), "{message}");
+        assert_eq!(error.category(), "unsupported_version");
     }
 
     #[test]
-    fn the_tested_range_is_supported_and_newer_versions_warn() {
-        assert_eq!(check(v(26), "1.19.0-0"), Ok(Compatibility::Supported));
-        assert_eq!(check(v(33), "1.19.0-0"), Ok(Compatibility::Supported));
-        let newer = check(v(34), "1.19.0-0").unwrap();
-        assert_eq!(newer, Compatibility::NewerThanTested { found: v(34) });
-        assert!(newer.warning().is_some_and(|w| w.contains("1.34")));
-    }
-
-    #[test]
-    fn the_configured_minimum_raises_the_floor_but_never_lowers_it() {
-        assert!(matches!(
-            check(v(28), "1.29"),
-            Err(VersionError::TooOld { minimum, .. }) if minimum == v(29)
-        ));
-        assert!(check(v(25), "1.20").is_err());
-        assert!(matches!(
-            check(v(30), "one.two"),
-            Err(VersionError::BadMinimum { .. })
-        ));
+    fn the_supported_range_runs_quietly_and_newer_versions_warn() {
+        for minor in 26..=33 {
+            let verdict = check(KubernetesVersion { major: 1, minor }).unwrap();
+            assert_eq!(verdict.warning(), None, "1.{minor}");
+        }
+        let verdict = check(KubernetesVersion::parse("1.34").unwrap()).unwrap();
+        assert!(matches!(verdict, VersionVerdict::NewerThanTested(_)));
+        assert!(verdict.warning().unwrap().contains("1.33"));
     }
 }
