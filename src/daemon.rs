@@ -214,6 +214,12 @@ impl ChangeFeed {
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
+
+    /// The drop counter, to read after the feed moved into [`pump`].
+    #[must_use]
+    pub fn dropped_counter(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.dropped)
+    }
 }
 
 /// The daemon's actors once started: the root group and the [`Daemon`] routing table.
