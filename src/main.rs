@@ -20,6 +20,8 @@ fn main() -> ExitCode {
             commands::settings::run(&settings, for_run, &mut stdout, &mut stderr)
         }
         Command::Simulate(args) => commands::simulate::run(&args, &mut stdout, &mut stderr),
+        Command::Run(args) => commands::run::run(&args, &mut stdout, &mut stderr),
+        Command::Actors(args) => commands::actors::run(&args, &mut stdout, &mut stderr),
     };
     // A closed pipe (`karpenter crds | head`) is not an error worth reporting.
     let _ = stdout.flush();

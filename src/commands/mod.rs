@@ -1,7 +1,9 @@
 //! One module per subcommand. Each takes its inputs and two writers (report, diagnostics) and
 //! returns a [`Status`], so tests run commands in-process and read what they print.
 
+pub mod actors;
 pub mod crds;
+pub mod run;
 pub mod settings;
 pub mod simulate;
 pub mod validate;

@@ -680,7 +680,11 @@ mod tests {
             capacity_type: Ec2CapacityType::Spot,
             private_dns_name: "ip-10-0-1.us-west-2.compute.internal".into(),
             tags: [(labels::TAG_NODEPOOL.to_owned(), "default".to_owned())].into(),
-            ..Instance::default()
+            subnet_id: "subnet-1".into(),
+            image_id: "ami-1".into(),
+            launch_time: None,
+            security_group_ids: Vec::new(),
+            capacity_reservation_id: None,
         }
     }
 
