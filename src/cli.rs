@@ -50,6 +50,11 @@ pub enum Command {
     ///
     /// `--serve ADDR` serves the emulator to kubectl while it runs (at wall-clock pace).
     Simulate(crate::commands::simulate::SimulateArgs),
+    /// Set up or check the SQS interruption queue and its EventBridge rules.
+    Interruption {
+        #[command(subcommand)]
+        command: crate::commands::interruption::InterruptionCommand,
+    },
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ use karpenter_actors::daemon::{ClusterChange, Daemon, Deps, WatchedKind};
 use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::runtime::{ActorKit, GroupRef, GroupSpec, RootGroup, SpawnError};
 use kube::ResourceExt as _;
+use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
 
 use crate::kube::ingress::{ChangeSink, ClusterIngress, Delivery, Observed, Watched};
@@ -246,13 +247,19 @@ impl DaemonSlot {
     }
 
     /// Starts the root group and every actor family of [`Daemon::start`] (call on the actix
-    /// arbiter), then tells every owner to read the whole store. Starting twice is refused.
-    pub fn start(&self, kit: &ActorKit, deps: Deps) -> Result<StartedActors, SpawnError> {
+    /// arbiter), their metrics registered in `registry`, then tells every owner to read the
+    /// whole store. Starting twice returns the actors already running.
+    pub fn start(
+        &self,
+        kit: &ActorKit,
+        deps: Deps,
+        registry: &mut Registry,
+    ) -> Result<StartedActors, SpawnError> {
         if let Some(started) = self.get() {
             return Ok(started);
         }
         let root = kit.root(GroupSpec::one_for_one(ROOT_GROUP))?;
-        let daemon = Rc::new(Daemon::start(GroupRef::clone(&root), deps)?);
+        let daemon = Rc::new(Daemon::start(GroupRef::clone(&root), deps, registry)?);
         for kind in WATCHED_KINDS {
             daemon.observe(&ClusterChange::Relisted(kind));
         }

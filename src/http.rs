@@ -291,13 +291,68 @@ impl HealthChecks {
     }
 }
 
-/// `/metrics`: the registry in the OpenMetrics text format.
-#[must_use]
-pub fn metrics_handler(registry: Arc<Registry>) -> Handler {
-    handler(move |_| {
+/// The registries `/metrics` serves, in order: the one built at startup (the actor kit's) and
+/// those added later (the actor families register theirs when this replica starts leading, as
+/// a registry cannot take new metrics once it is shared). Clones share the list.
+#[derive(Clone, Default)]
+pub struct MetricsRegistries {
+    registries: Arc<RwLock<Vec<Arc<Registry>>>>,
+}
+
+impl fmt::Debug for MetricsRegistries {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MetricsRegistries")
+            .field(
+                "registries",
+                &self
+                    .registries
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .len(),
+            )
+            .finish()
+    }
+}
+
+impl MetricsRegistries {
+    /// Serves `first`.
+    #[must_use]
+    pub fn new(first: Registry) -> Self {
+        let registries = Self::default();
+        registries.add(first);
+        registries
+    }
+
+    /// Serves `registry` too, after the others.
+    pub fn add(&self, registry: Registry) {
+        self.registries
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::new(registry));
+    }
+
+    /// Every registry in the OpenMetrics text format, ending with one `# EOF`.
+    pub fn encode(&self) -> Result<String, fmt::Error> {
+        let registries = self
+            .registries
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         let mut text = String::new();
-        let reply = match prometheus_client::encoding::text::encode(&mut text, &registry) {
-            Ok(()) => Reply {
+        for registry in &registries {
+            prometheus_client::encoding::text::encode_registry(&mut text, registry)?;
+        }
+        prometheus_client::encoding::text::encode_eof(&mut text)?;
+        Ok(text)
+    }
+}
+
+/// `/metrics`: the registries in the OpenMetrics text format.
+#[must_use]
+pub fn metrics_handler(registries: MetricsRegistries) -> Handler {
+    handler(move |_| {
+        let reply = match registries.encode() {
+            Ok(text) => Reply {
                 status: StatusCode::OK,
                 content_type: METRICS_CONTENT_TYPE,
                 body: Bytes::from(text),

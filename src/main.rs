@@ -22,6 +22,9 @@ fn main() -> ExitCode {
         Command::Simulate(args) => commands::simulate::run(&args, &mut stdout, &mut stderr),
         Command::Run(args) => commands::run::run(&args, &mut stdout, &mut stderr),
         Command::Actors(args) => commands::actors::run(&args, &mut stdout, &mut stderr),
+        Command::Interruption { command } => {
+            commands::interruption::run(&command, &mut stdout, &mut stderr)
+        }
     };
     // A closed pipe (`karpenter crds | head`) is not an error worth reporting.
     let _ = stdout.flush();

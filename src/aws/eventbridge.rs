@@ -5,7 +5,7 @@ use aws_sdk_eventbridge as eb;
 use aws_sdk_eventbridge::types::{PutEventsRequestEntry, Target};
 use karpenter_actors::aws::retry::RetryPolicy;
 use karpenter_actors::ports::aws_error::{AwsError, AwsService};
-use karpenter_actors::ports::eventbridge::{EventBridgeApi, EventEntry};
+use karpenter_actors::ports::eventbridge::{EventBridgeApi, EventEntry, RuleInfo, TargetInfo};
 
 #[derive(Debug, Clone)]
 pub struct EventBridgeAdapter {
@@ -69,6 +69,49 @@ impl EventBridgeApi for EventBridgeAdapter {
             ));
         }
         Ok(())
+    }
+
+    async fn describe_rule(&self, name: &str) -> Result<Option<RuleInfo>, AwsError> {
+        let described = super::call(
+            &self.retry,
+            AwsService::EventBridge,
+            "DescribeRule",
+            &self.client,
+            |c| c.describe_rule().name(name).send(),
+        )
+        .await;
+        match described {
+            Ok(out) => Ok(Some(RuleInfo {
+                name: out.name().unwrap_or(name).to_owned(),
+                arn: out.arn().unwrap_or_default().to_owned(),
+                event_pattern: out.event_pattern().unwrap_or_default().to_owned(),
+                state: out
+                    .state()
+                    .map(|s| s.as_str().to_owned())
+                    .unwrap_or_default(),
+            })),
+            Err(error) if error.is_not_found() => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn list_targets(&self, rule: &str) -> Result<Vec<TargetInfo>, AwsError> {
+        let out = super::call(
+            &self.retry,
+            AwsService::EventBridge,
+            "ListTargetsByRule",
+            &self.client,
+            |c| c.list_targets_by_rule().rule(rule).send(),
+        )
+        .await?;
+        Ok(out
+            .targets()
+            .iter()
+            .map(|t| TargetInfo {
+                id: t.id().to_owned(),
+                arn: t.arn().to_owned(),
+            })
+            .collect())
     }
 
     async fn put_events(&self, entries: &[EventEntry]) -> Result<u32, AwsError> {

@@ -1,5 +1,7 @@
 //! [`SqsApi`] over aws-sdk-sqs.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use aws_sdk_sqs as sqs;
 use aws_sdk_sqs::types::QueueAttributeName;
@@ -100,6 +102,59 @@ impl SqsApi for SqsAdapter {
                 body: m.body().unwrap_or("").to_owned(),
             })
             .collect())
+    }
+
+    async fn get_queue_attributes(
+        &self,
+        queue_url: &str,
+    ) -> Result<BTreeMap<String, String>, AwsError> {
+        let out = super::call(
+            &self.retry,
+            AwsService::Sqs,
+            "GetQueueAttributes",
+            &self.client,
+            |c| {
+                c.get_queue_attributes()
+                    .queue_url(queue_url)
+                    .attribute_names(QueueAttributeName::All)
+                    .send()
+            },
+        )
+        .await?;
+        Ok(out
+            .attributes()
+            .map(|attributes| {
+                attributes
+                    .iter()
+                    .map(|(k, v)| (k.as_str().to_owned(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn set_queue_attributes(
+        &self,
+        queue_url: &str,
+        attributes: &BTreeMap<String, String>,
+    ) -> Result<(), AwsError> {
+        let attributes: std::collections::HashMap<QueueAttributeName, String> = attributes
+            .iter()
+            .map(|(k, v)| (QueueAttributeName::from(k.as_str()), v.clone()))
+            .collect();
+        super::call(
+            &self.retry,
+            AwsService::Sqs,
+            "SetQueueAttributes",
+            &self.client,
+            |c| {
+                c.set_queue_attributes()
+                    .queue_url(queue_url)
+                    .set_attributes(Some(attributes.clone()))
+                    .send()
+            },
+        )
+        .await?;
+        Ok(())
     }
 
     async fn delete_message(&self, queue_url: &str, receipt_handle: &str) -> Result<(), AwsError> {

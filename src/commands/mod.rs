@@ -3,6 +3,7 @@
 
 pub mod actors;
 pub mod crds;
+pub mod interruption;
 pub mod run;
 pub mod settings;
 pub mod simulate;

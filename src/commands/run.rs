@@ -27,6 +27,7 @@ use std::time::Duration;
 use clap::Args;
 use k8s_openapi::api::core::v1::Namespace;
 use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_actors::aws::unavailable::UnavailableOfferings;
 use karpenter_actors::daemon::{AwsPorts, Deps};
 use karpenter_actors::domain::version::{self, KubernetesVersion, VersionError, VersionVerdict};
 use karpenter_actors::ports::clock::{Clock, SystemClock};
@@ -41,7 +42,7 @@ use tokio::task::JoinHandle;
 
 use super::Status;
 use crate::daemon::{ChangeFeed, DaemonSlot, pump, wait_for_launches};
-use crate::http::{self, HealthChecks, HttpError, HttpServer, Routes};
+use crate::http::{self, HealthChecks, HttpError, HttpServer, MetricsRegistries, Routes};
 use crate::kube::cluster_api::KubeClusterApi;
 use crate::kube::ingress::ClusterIngress;
 use crate::kube::leader::{Ended, LeaderElector, LeaseTiming};
@@ -153,6 +154,8 @@ pub struct DaemonInputs {
     pub client: Client,
     pub aws: AwsPorts,
     pub cloud: Arc<dyn CloudProvider>,
+    /// The ICE cache `cloud` was built over.
+    pub unavailable: Arc<UnavailableOfferings>,
     pub clock: Arc<dyn Clock>,
     /// This replica's name in the Lease (unique per process).
     pub identity: String,
@@ -260,6 +263,7 @@ impl RunningDaemon {
             client,
             aws,
             cloud,
+            unavailable,
             clock,
             identity,
             lease,
@@ -269,12 +273,12 @@ impl RunningDaemon {
         } = inputs;
         let mut registry = Registry::default();
         let kit = ActorKit::new(&mut registry, KitOptions::default());
-        let registry = Arc::new(registry);
+        let registries = MetricsRegistries::new(registry);
 
         let readiness = HealthChecks::new();
         let liveness = HealthChecks::new();
         let metrics_routes = routes
-            .route(http::METRICS_PATH, http::metrics_handler(registry))
+            .route(http::METRICS_PATH, http::metrics_handler(registries.clone()))
             .route(http::ACTORS_PATH, http::actors_handler(kit.clone()));
         let health_routes = Routes::new()
             .route(http::HEALTHZ_PATH, liveness.handler())
@@ -405,6 +409,7 @@ impl RunningDaemon {
             view: Arc::new(state.clone()),
             cloud,
             aws,
+            unavailable,
         };
         let starter_slot = slot.clone();
         let starter_kit = kit.clone();
@@ -417,7 +422,10 @@ impl RunningDaemon {
             let Some(deps) = deps_cell.borrow_mut().take() else {
                 return;
             };
-            match starter_slot.start(&starter_kit, deps) {
+            let mut actor_metrics = Registry::default();
+            let started = starter_slot.start(&starter_kit, deps, &mut actor_metrics);
+            registries.add(actor_metrics);
+            match started {
                 Ok(started) => {
                     let reason: StopReason = started.root.escalated().await;
                     exit_tx.send_replace(Some(Exit::Escalated(format!("{reason:?}"))));
@@ -631,6 +639,7 @@ async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunErro
     let any = |port: u16| SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
     let inputs = DaemonInputs {
         cloud: Arc::new(crate::sim::cloud::UnwiredCloudProvider),
+        unavailable: Arc::new(UnavailableOfferings::default()),
         clock: Arc::new(SystemClock),
         identity: identity(),
         lease: LeaseTiming::default(),

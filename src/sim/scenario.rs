@@ -63,7 +63,7 @@ use super::workloads::{APP_LABEL, WorkloadTemplate, Workloads};
 use super::world::{KwokAws, KwokAwsConfig, kwok_operation};
 use super::{Emulator, EmulatorConfig, LoopbackServer};
 use crate::daemon::{ChangeFeed, DaemonSlot, pump};
-use crate::http::{self, HttpServer, Routes};
+use crate::http::{self, HttpServer, MetricsRegistries, Routes};
 use crate::kube::cluster_api::KubeClusterApi;
 use crate::kube::ingress::ClusterIngress;
 
@@ -769,7 +769,14 @@ impl Sim<'_> {
         pending
     }
 
-    async fn report(&mut self, now: Duration, kit: &ActorKit, registry: &Registry, escalated: bool, dropped: u64) -> Report {
+    async fn report(
+        &mut self,
+        now: Duration,
+        kit: &ActorKit,
+        registries: &MetricsRegistries,
+        escalated: bool,
+        dropped: u64,
+    ) -> Report {
         let bound = lower_bound(self.view.as_ref(), self.cloud.as_ref()).await;
         self.recorder.lower_bound(bound, now);
         let pending = self.pending_pods().await;
@@ -788,8 +795,7 @@ impl Sim<'_> {
             .count();
         let instances = self.world.ec2.instances();
         let (by_type, launched, terminated, running_instances) = report::instance_counts(&instances);
-        let mut metrics = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut metrics, registry);
+        let metrics = registries.encode().unwrap_or_default();
         self.recorder.interruptions.left_in_queue = self.world.sqs.depth(&self.queue_url);
         self.recorder.faults.actor_faults_injected = kit.faults().map_or(0, |f| f.injected().len());
         self.recorder.harness.dropped_changes = dropped;
@@ -917,16 +923,21 @@ pub async fn simulate(
         view: Arc::clone(&view),
         cloud: Arc::clone(&cloud),
         aws: world.ports(),
+        unavailable: Arc::clone(&world.unavailable),
     };
-    let registry = Arc::new(registry);
     let slot = DaemonSlot::new();
-    let started = slot.start(&kit, deps).map_err(SimulationError::Actors)?;
+    let mut daemon_registry = Registry::default();
+    let started = slot
+        .start(&kit, deps, &mut daemon_registry)
+        .map_err(SimulationError::Actors)?;
+    let registries = MetricsRegistries::new(registry);
+    registries.add(daemon_registry);
     let pump_task = tokio::task::spawn_local(pump(feed, slot.clone()));
 
     let servers = match options.serve.as_mut() {
         Some(serve_options) => {
             let routes = Routes::new()
-                .route(http::METRICS_PATH, http::metrics_handler(Arc::clone(&registry)))
+                .route(http::METRICS_PATH, http::metrics_handler(registries.clone()))
                 .route(http::ACTORS_PATH, http::actors_handler(kit.clone()));
             Some(serve(serve_options, &emulator, routes).await?)
         }
@@ -1001,7 +1012,7 @@ pub async fn simulate(
     };
     let _ = sim.clock.elapsed();
     let report = sim
-        .report(now, &kit, &registry, escalated, dropped.load(std::sync::atomic::Ordering::Relaxed))
+        .report(now, &kit, &registries, escalated, dropped.load(std::sync::atomic::Ordering::Relaxed))
         .await;
     slot.stop().await;
     pump_task.abort();

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use karpenter_actors::aws::unavailable::UnavailableOfferings;
 use karpenter_actors::daemon::AwsPorts;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::kwok::eventbridge::KwokEventBridge;
@@ -181,6 +182,8 @@ pub struct KwokAws {
     pub iam: Arc<KwokIam>,
     pub ssm: Arc<KwokSsm>,
     pub pricing: Arc<KwokPricing>,
+    /// The ICE cache the daemon and its cloud provider share.
+    pub unavailable: Arc<UnavailableOfferings>,
 }
 
 impl KwokAws {
@@ -212,6 +215,7 @@ impl KwokAws {
                 IMAGE_ARM,
             )),
             pricing: Arc::new(KwokPricing::new(1.0)),
+            unavailable: Arc::new(UnavailableOfferings::default()),
         })
     }
 

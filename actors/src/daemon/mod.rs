@@ -23,9 +23,13 @@ mod change;
 use std::sync::Arc;
 
 use karpenter_config::Settings;
+use prometheus_client::registry::Registry;
 
 pub use change::{Cause, ClusterChange, Reconcile, WatchedKind};
 
+use crate::aws::unavailable::UnavailableOfferings;
+use crate::interruption::{InterruptionActor, InterruptionDeps, InterruptionMetrics};
+use crate::metrics::SharedMetrics;
 use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::CloudProvider;
 use crate::ports::cluster::ClusterApi;
@@ -36,7 +40,7 @@ use crate::ports::iam::IamApi;
 use crate::ports::pricing::PricingApi;
 use crate::ports::sqs::SqsApi;
 use crate::ports::ssm::SsmApi;
-use crate::runtime::{GroupRef, SpawnError};
+use crate::runtime::{ActorRef, GroupRef, SpawnError};
 
 /// The narrow AWS ports, for the providers and actors that call AWS directly.
 #[derive(Debug, Clone)]
@@ -62,6 +66,9 @@ pub struct Deps {
     /// Launch, terminate, list instances; instance types; drift.
     pub cloud: Arc<dyn CloudProvider>,
     pub aws: AwsPorts,
+    /// The ICE cache: written by launches and spot interruptions, read by instance types. The
+    /// cloud provider must be built over this same instance.
+    pub unavailable: Arc<UnavailableOfferings>,
 }
 
 /// The running actors.
@@ -69,12 +76,52 @@ pub struct Deps {
 pub struct Daemon {
     root: GroupRef,
     deps: Deps,
+    metrics: SharedMetrics,
+    /// The interruption actor, when `INTERRUPTION_QUEUE` is set.
+    interruption: Option<ActorRef<InterruptionActor>>,
 }
 
 impl Daemon {
-    /// Starts every actor under `root`.
-    pub fn start(root: GroupRef, deps: Deps) -> Result<Self, SpawnError> {
-        Ok(Self { root, deps })
+    /// Starts every actor under `root`, registering their metrics in `registry`.
+    pub fn start(root: GroupRef, deps: Deps, registry: &mut Registry) -> Result<Self, SpawnError> {
+        let metrics = SharedMetrics::register(registry);
+        let interruption = match &deps.settings.interruption_queue {
+            Some(queue) => Some(root.spawn::<InterruptionActor>(
+                "interruption",
+                InterruptionDeps {
+                    sqs: Arc::clone(&deps.aws.sqs),
+                    cluster: Arc::clone(&deps.cluster),
+                    view: Arc::clone(&deps.view),
+                    unavailable: Arc::clone(&deps.unavailable),
+                    clock: Arc::clone(&deps.clock),
+                    queue: queue.clone(),
+                    rebalance_replace: deps.settings.interruption_rebalance_replace,
+                    metrics: InterruptionMetrics::register(
+                        registry,
+                        metrics.nodeclaims_disrupted.clone(),
+                    ),
+                },
+            )?),
+            None => None,
+        };
+        Ok(Self {
+            root,
+            deps,
+            metrics,
+            interruption,
+        })
+    }
+
+    /// Metrics several actors write.
+    #[must_use]
+    pub fn metrics(&self) -> &SharedMetrics {
+        &self.metrics
+    }
+
+    /// The interruption actor, when one runs.
+    #[must_use]
+    pub fn interruption(&self) -> Option<&ActorRef<InterruptionActor>> {
+        self.interruption.as_ref()
     }
 
     /// Routes one cluster change to the actors that own it. Never blocks: events go to

@@ -10,14 +10,16 @@ use super::faults::Faults;
 use super::sqs::KwokSqs;
 use crate::ports::aws_error::{AwsError, AwsService};
 use crate::ports::clock::Clock;
-use crate::ports::eventbridge::{EventBridgeApi, EventEntry};
+use crate::ports::eventbridge::{EventBridgeApi, EventEntry, RuleInfo, TargetInfo};
 
 const ACCOUNT: &str = "000000000000";
 
 #[derive(Debug, Clone, Default)]
 struct Rule {
     pattern: serde_json::Value,
-    targets: Vec<String>,
+    pattern_text: String,
+    /// `(id, arn)` pairs.
+    targets: Vec<(String, String)>,
 }
 
 /// The in-memory EventBridge.
@@ -60,6 +62,10 @@ impl KwokEventBridge {
     pub fn faults(&self) -> &Faults {
         &self.faults
     }
+
+    fn rule_arn(&self, name: &str) -> String {
+        format!("arn:aws:events:{}:{ACCOUNT}:rule/{name}", self.region)
+    }
 }
 
 #[async_trait]
@@ -75,22 +81,17 @@ impl EventBridgeApi for KwokEventBridge {
             )
             .with_status(400)
         })?;
-        self.rules
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(name.to_owned())
-            .or_default()
-            .pattern = pattern;
-        Ok(format!(
-            "arn:aws:events:{}:{ACCOUNT}:rule/{name}",
-            self.region
-        ))
+        let mut rules = self.rules.lock().unwrap_or_else(PoisonError::into_inner);
+        let rule = rules.entry(name.to_owned()).or_default();
+        rule.pattern = pattern;
+        event_pattern.clone_into(&mut rule.pattern_text);
+        Ok(self.rule_arn(name))
     }
 
     async fn put_targets(
         &self,
         rule: &str,
-        _target_id: &str,
+        target_id: &str,
         target_arn: &str,
     ) -> Result<(), AwsError> {
         self.faults.check("PutTargets", rule)?;
@@ -104,10 +105,44 @@ impl EventBridgeApi for KwokEventBridge {
             )
             .with_status(400)
         })?;
-        if !entry.targets.iter().any(|t| t == target_arn) {
-            entry.targets.push(target_arn.to_owned());
-        }
+        entry.targets.retain(|(id, _)| id != target_id);
+        entry
+            .targets
+            .push((target_id.to_owned(), target_arn.to_owned()));
         Ok(())
+    }
+
+    async fn describe_rule(&self, name: &str) -> Result<Option<RuleInfo>, AwsError> {
+        self.faults.check("DescribeRule", name)?;
+        let rules = self.rules.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(rules.get(name).map(|rule| RuleInfo {
+            name: name.to_owned(),
+            arn: self.rule_arn(name),
+            event_pattern: rule.pattern_text.clone(),
+            state: "ENABLED".to_owned(),
+        }))
+    }
+
+    async fn list_targets(&self, rule: &str) -> Result<Vec<TargetInfo>, AwsError> {
+        self.faults.check("ListTargetsByRule", rule)?;
+        let rules = self.rules.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = rules.get(rule).ok_or_else(|| {
+            AwsError::new(
+                AwsService::EventBridge,
+                "ListTargetsByRule",
+                Some("ResourceNotFoundException"),
+                format!("Rule {rule} does not exist."),
+            )
+            .with_status(400)
+        })?;
+        Ok(entry
+            .targets
+            .iter()
+            .map(|(id, arn)| TargetInfo {
+                id: id.clone(),
+                arn: arn.clone(),
+            })
+            .collect())
     }
 
     async fn put_events(&self, entries: &[EventEntry]) -> Result<u32, AwsError> {
@@ -143,7 +178,7 @@ impl EventBridgeApi for KwokEventBridge {
             });
             let body = event.to_string();
             for rule in rules.iter().filter(|r| matches(&r.pattern, &event)) {
-                for target in &rule.targets {
+                for (_, target) in &rule.targets {
                     self.sqs.deliver_to_arn(target, &body);
                 }
             }

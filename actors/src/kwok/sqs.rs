@@ -26,6 +26,7 @@ struct Stored {
 struct Queue {
     name: String,
     messages: VecDeque<Stored>,
+    attributes: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default)]
@@ -167,6 +168,7 @@ impl SqsApi for KwokSqs {
             .or_insert_with(|| Queue {
                 name: queue_name.to_owned(),
                 messages: VecDeque::new(),
+                attributes: BTreeMap::new(),
             });
         Ok(url)
     }
@@ -224,6 +226,46 @@ impl SqsApi for KwokSqs {
             )
             .with_status(400));
         }
+        Ok(())
+    }
+
+    async fn get_queue_attributes(
+        &self,
+        queue_url: &str,
+    ) -> Result<BTreeMap<String, String>, AwsError> {
+        self.faults.check("GetQueueAttributes", queue_url)?;
+        let arn = self.get_queue_arn(queue_url).await?;
+        let state = self.lock();
+        let queue = state
+            .queues
+            .get(queue_url)
+            .ok_or_else(|| not_found("GetQueueAttributes", queue_url))?;
+        let mut attributes = queue.attributes.clone();
+        attributes.insert("QueueArn".to_owned(), arn);
+        attributes
+            .entry("MessageRetentionPeriod".to_owned())
+            .or_insert_with(|| "345600".to_owned());
+        attributes.insert(
+            "ApproximateNumberOfMessages".to_owned(),
+            queue.messages.len().to_string(),
+        );
+        Ok(attributes)
+    }
+
+    async fn set_queue_attributes(
+        &self,
+        queue_url: &str,
+        attributes: &BTreeMap<String, String>,
+    ) -> Result<(), AwsError> {
+        self.faults.check("SetQueueAttributes", queue_url)?;
+        let mut state = self.lock();
+        let queue = state
+            .queues
+            .get_mut(queue_url)
+            .ok_or_else(|| not_found("SetQueueAttributes", queue_url))?;
+        queue
+            .attributes
+            .extend(attributes.iter().map(|(k, v)| (k.clone(), v.clone())));
         Ok(())
     }
 

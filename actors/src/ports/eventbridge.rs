@@ -14,6 +14,24 @@ pub struct EventEntry {
     pub resources: Vec<String>,
 }
 
+/// A rule as it exists on the default bus.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleInfo {
+    pub name: String,
+    pub arn: String,
+    /// The pattern as JSON text.
+    pub event_pattern: String,
+    /// `ENABLED` or `DISABLED`.
+    pub state: String,
+}
+
+/// A target of a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetInfo {
+    pub id: String,
+    pub arn: String,
+}
+
 #[async_trait]
 pub trait EventBridgeApi: Send + Sync + std::fmt::Debug {
     /// Creates or updates a rule on the default bus; returns its ARN.
@@ -24,6 +42,9 @@ pub trait EventBridgeApi: Send + Sync + std::fmt::Debug {
         target_id: &str,
         target_arn: &str,
     ) -> Result<(), AwsError>;
+    /// The rule, or `None` when it does not exist.
+    async fn describe_rule(&self, name: &str) -> Result<Option<RuleInfo>, AwsError>;
+    async fn list_targets(&self, rule: &str) -> Result<Vec<TargetInfo>, AwsError>;
     /// Returns the number of entries that failed.
     async fn put_events(&self, entries: &[EventEntry]) -> Result<u32, AwsError>;
 }

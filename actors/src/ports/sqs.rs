@@ -1,6 +1,8 @@
 //! The narrow SQS port: the interruption queue's calls (reference 3.1) plus the two the setup
 //! command and tests need (create a queue, send a message).
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 
 use super::aws_error::AwsError;
@@ -39,6 +41,17 @@ pub trait SqsApi: Send + Sync + std::fmt::Debug {
         request: ReceiveRequest,
     ) -> Result<Vec<SqsMessage>, AwsError>;
     async fn delete_message(&self, queue_url: &str, receipt_handle: &str) -> Result<(), AwsError>;
+    /// Every attribute of the queue (`QueueArn`, `MessageRetentionPeriod`,
+    /// `SqsManagedSseEnabled`, `Policy`, ...), for `interruption setup --check`.
+    async fn get_queue_attributes(
+        &self,
+        queue_url: &str,
+    ) -> Result<BTreeMap<String, String>, AwsError>;
+    async fn set_queue_attributes(
+        &self,
+        queue_url: &str,
+        attributes: &BTreeMap<String, String>,
+    ) -> Result<(), AwsError>;
     /// Returns the message id.
     async fn send_message(&self, queue_url: &str, body: &str) -> Result<String, AwsError>;
 }

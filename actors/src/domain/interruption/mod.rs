@@ -11,6 +11,7 @@
 mod message;
 mod parse;
 mod plan;
+pub mod setup;
 
 pub use message::{Kind, Message};
 pub use parse::{MAX_BODY_BYTES, ParseError, Parser};
