@@ -888,7 +888,7 @@ pub async fn simulate(
     .map_err(SimulationError::Kwok)?;
     world.limit_capacity(&scenario.kwok.capacity);
     let queue_url = world
-        .create_interruption_queue(&scenario.cluster_name)
+        .create_interruption_queue(&scenario.cluster_name, &scenario.cluster_name)
         .await
         .map_err(|e| SimulationError::Kwok(e.to_string()))?;
 

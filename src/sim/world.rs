@@ -4,8 +4,8 @@
 //!
 //! Data flow: `karpenter simulate` and the tests build a [`KwokAws`] with the simulated clock,
 //! hand [`KwokAws::ports`] to the daemon's `Deps`, create the interruption queue and its
-//! EventBridge rules ([`KwokAws::create_interruption_queue`], what Karpenter's CloudFormation
-//! template does in a real account), and keep the [`KwokAws`] to drive events (capacity limits,
+//! EventBridge rules ([`KwokAws::create_interruption_queue`], what `karpenter interruption
+//! setup` or Karpenter's CloudFormation template does in a real account), and keep the [`KwokAws`] to drive events (capacity limits,
 //! spot interruptions, lost instances, injected API errors).
 
 use std::sync::Arc;
@@ -26,8 +26,7 @@ use karpenter_actors::ports::ec2::{
     CreateFleetRequest, CreateLaunchTemplateRequest, Ec2Api as _, Ec2CapacityType,
     FleetLaunchTemplateConfig, FleetOverride, Instance, LaunchTemplateData, Tags,
 };
-use karpenter_actors::ports::eventbridge::EventBridgeApi as _;
-use karpenter_actors::ports::sqs::SqsApi as _;
+use karpenter_actors::interruption::setup;
 use karpenter_config::scenario::{AwsService, CapacityPool, CapacityType};
 
 /// Kubernetes versions whose AMI aliases kwok's SSM answers (v1.5's supported range).
@@ -37,27 +36,6 @@ pub const SSM_ALIAS_VERSIONS: [&str; 8] = [
 /// The made-up AMIs kwok's EC2 describes (x86-64 and arm64).
 const IMAGE_X86: &str = "ami-00000000000000001";
 const IMAGE_ARM: &str = "ami-00000000000000002";
-
-/// The EventBridge rules Karpenter's CloudFormation template creates for the interruption
-/// queue: (rule name suffix, event pattern).
-pub const INTERRUPTION_RULES: [(&str, &str); 4] = [
-    (
-        "ScheduledChangeRule",
-        r#"{"source":["aws.health"],"detail-type":["AWS Health Event"]}"#,
-    ),
-    (
-        "SpotInterruptionRule",
-        r#"{"source":["aws.ec2"],"detail-type":["EC2 Spot Instance Interruption Warning"]}"#,
-    ),
-    (
-        "RebalanceRule",
-        r#"{"source":["aws.ec2"],"detail-type":["EC2 Instance Rebalance Recommendation"]}"#,
-    ),
-    (
-        "InstanceStateChangeRule",
-        r#"{"source":["aws.ec2"],"detail-type":["EC2 Instance State-change Notification"]}"#,
-    ),
-];
 
 /// The operations each kwok service answers (a chaos fault naming another is refused).
 const OPERATIONS: [(AwsService, &[&str]); 6] = [
@@ -232,19 +210,16 @@ impl KwokAws {
         }
     }
 
-    /// Creates the interruption queue `name` and the EventBridge rules that feed it; returns
-    /// the queue URL.
-    pub async fn create_interruption_queue(&self, name: &str) -> Result<String, AwsError> {
-        let url = self.sqs.create_queue(name).await?;
-        let arn = self.sqs.get_queue_arn(&url).await?;
-        for (suffix, pattern) in INTERRUPTION_RULES {
-            let rule = format!("{name}-{suffix}");
-            self.eventbridge.put_rule(&rule, pattern).await?;
-            self.eventbridge
-                .put_targets(&rule, "KarpenterInterruptionQueueTarget", &arn)
-                .await?;
-        }
-        Ok(url)
+    /// Creates the interruption queue `name` and the EventBridge rules that feed it, as
+    /// `karpenter interruption setup` does in a real account; returns the queue URL.
+    pub async fn create_interruption_queue(
+        &self,
+        name: &str,
+        cluster: &str,
+    ) -> Result<String, AwsError> {
+        let applied = setup::ensure(self.sqs.as_ref(), self.eventbridge.as_ref(), name, cluster)
+            .await?;
+        Ok(applied.queue_url)
     }
 
     /// Launches one instance through the EC2 API as something other than Karpenter would (a
@@ -365,6 +340,7 @@ impl KwokAws {
 mod tests {
     use super::*;
     use crate::sim::clock::SimClock;
+    use karpenter_actors::ports::sqs::SqsApi as _;
     use karpenter_actors::ports::sqs::INTERRUPTION_RECEIVE;
 
     fn world() -> KwokAws {
@@ -400,7 +376,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn spot_interruptions_reach_the_interruption_queue() {
         let world = world();
-        let url = world.create_interruption_queue("simulated").await.unwrap();
+        let url = world
+            .create_interruption_queue("simulated", "simulated")
+            .await
+            .unwrap();
         assert!(world.ec2.interrupt_spot("i-404").await.is_err());
         let spot = world
             .launch(&Launch {
