@@ -846,8 +846,16 @@ async fn serve(
         .serve(options.api)
         .await
         .map_err(SimulationError::Emulator)?;
-    api.write_kubeconfig(&options.kubeconfig)
-        .map_err(SimulationError::Emulator)?;
+    // Written whole, then renamed: whoever waits for the file never reads half of it.
+    let partial = options.kubeconfig.with_extension("partial");
+    std::fs::write(&partial, api.kubeconfig())
+        .and_then(|()| std::fs::rename(&partial, &options.kubeconfig))
+        .map_err(|source| {
+            SimulationError::Emulator(super::EmulatorError::Kubeconfig {
+                path: options.kubeconfig.clone(),
+                source,
+            })
+        })?;
     let daemon = http::serve(options.daemon, routes)
         .await
         .map_err(SimulationError::Serve)?;
