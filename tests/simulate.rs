@@ -14,3 +14,5 @@
 mod harness;
 #[path = "simulate/support.rs"]
 mod support;
+#[path = "simulate/scenario_files.rs"]
+mod scenario_files;
