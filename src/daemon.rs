@@ -143,6 +143,7 @@ impl Routed for PodDisruptionBudget {
 }
 
 /// The routing form of one watch event.
+#[must_use]
 pub fn change_of<K: Routed>(observed: &Observed<K>) -> ClusterChange {
     match observed {
         Observed::Applied(object) => object.change(false),
@@ -275,6 +276,7 @@ impl DaemonSlot {
     }
 
     /// Routes one change if the actors are running; false when it was dropped.
+    #[must_use = "false means the change was dropped"]
     pub fn observe(&self, change: &ClusterChange) -> bool {
         let daemon = self.started.borrow().as_ref().map(|s| Rc::clone(&s.daemon));
         match daemon {
@@ -298,7 +300,8 @@ impl DaemonSlot {
 /// Forwards the feed into the daemon until the ingress ends. Run it on the actix arbiter.
 pub async fn pump(mut feed: ChangeFeed, slot: DaemonSlot) {
     while let Some(change) = feed.next().await {
-        slot.observe(&change);
+        // Dropped before the actors start: they read the whole store when they do.
+        let _ = slot.observe(&change);
     }
 }
 
@@ -373,9 +376,14 @@ mod tests {
             }
         );
         let bound = change_of(&Observed::Applied(Arc::new(pod(Some("n1"), "Running"))));
-        assert!(matches!(bound, ClusterChange::Pod { pending: false, node_name: Some(ref n), .. } if n == "n1"));
+        assert!(
+            matches!(bound, ClusterChange::Pod { pending: false, node_name: Some(ref n), .. } if n == "n1")
+        );
         let finished = change_of(&Observed::Applied(Arc::new(pod(None, "Succeeded"))));
-        assert!(matches!(finished, ClusterChange::Pod { pending: false, .. }));
+        assert!(matches!(
+            finished,
+            ClusterChange::Pod { pending: false, .. }
+        ));
         let deleted = change_of(&Observed::Deleted(Arc::new(pod(None, "Pending"))));
         assert!(matches!(
             deleted,
@@ -421,7 +429,9 @@ mod tests {
         }))
         .expect("nodeclaim");
         if let Some(id) = provider_id {
-            claim.status = Some(serde_json::from_value(serde_json::json!({"providerID": id})).expect("status"));
+            claim.status = Some(
+                serde_json::from_value(serde_json::json!({"providerID": id})).expect("status"),
+            );
         }
         claim
     }
@@ -437,6 +447,10 @@ mod tests {
         assert_eq!(left, ["default-b"]);
         assert_eq!(start.elapsed(), Duration::from_secs(3));
         view.put_nodeclaim(claim("default-b", Some("aws:///us-west-2b/i-2")));
-        assert!(wait_for_launches(&view, Duration::from_secs(3)).await.is_empty());
+        assert!(
+            wait_for_launches(&view, Duration::from_secs(3))
+                .await
+                .is_empty()
+        );
     }
 }

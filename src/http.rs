@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::fmt;
+use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -35,7 +36,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// The Prometheus text format served at `/metrics` (OpenMetrics, what prometheus-client writes).
+/// The Prometheus text format served at `/metrics` (`OpenMetrics`, what prometheus-client writes).
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// Path of the actor table.
 pub const ACTORS_PATH: &str = "/debug/actors";
@@ -145,7 +146,8 @@ impl Routes {
         self.prefixes.retain(|(p, _)| p != prefix);
         self.prefixes.push((prefix.to_owned(), handler));
         // Longest first, so `/debug/explain/` wins over `/debug/`.
-        self.prefixes.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        self.prefixes
+            .sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
         self
     }
 
@@ -182,8 +184,7 @@ impl Routes {
         if let Some(handler) = self.exact.get(path) {
             return handler(request("")).await;
         }
-        if let Some((prefix, handler)) = self.prefixes.iter().find(|(p, _)| path.starts_with(p))
-        {
+        if let Some((prefix, handler)) = self.prefixes.iter().find(|(p, _)| path.starts_with(p)) {
             return handler(request(&path[prefix.len()..])).await;
         }
         if path == "/" {
@@ -262,8 +263,12 @@ impl HealthChecks {
         if verbose || !healthy {
             for (name, result) in &results {
                 match result {
-                    Ok(()) => body.push_str(&format!("[+]{name} ok\n")),
-                    Err(why) => body.push_str(&format!("[-]{name} failed: {why}\n")),
+                    Ok(()) => {
+                        let _ = writeln!(body, "[+]{name} ok");
+                    }
+                    Err(why) => {
+                        let _ = writeln!(body, "[-]{name} failed: {why}");
+                    }
                 }
             }
         }
@@ -281,10 +286,10 @@ impl HealthChecks {
     pub fn handler(&self) -> Handler {
         let checks = self.clone();
         handler(move |request: RouteRequest| {
-            let verbose = request
-                .query
-                .as_deref()
-                .is_some_and(|q| q.split('&').any(|p| p == "verbose" || p.starts_with("verbose=")));
+            let verbose = request.query.as_deref().is_some_and(|q| {
+                q.split('&')
+                    .any(|p| p == "verbose" || p.starts_with("verbose="))
+            });
             let reply = checks.reply(verbose);
             async move { reply }
         })
@@ -331,7 +336,7 @@ impl MetricsRegistries {
             .push(Arc::new(registry));
     }
 
-    /// Every registry in the OpenMetrics text format, ending with one `# EOF`.
+    /// Every registry in the `OpenMetrics` text format, ending with one `# EOF`.
     pub fn encode(&self) -> Result<String, fmt::Error> {
         let registries = self
             .registries
@@ -347,7 +352,7 @@ impl MetricsRegistries {
     }
 }
 
-/// `/metrics`: the registries in the OpenMetrics text format.
+/// `/metrics`: the registries in the `OpenMetrics` text format.
 #[must_use]
 pub fn metrics_handler(registries: MetricsRegistries) -> Handler {
     handler(move |_| {
@@ -457,7 +462,11 @@ impl Drop for HttpServer {
 
 async fn respond(routes: &Routes, request: &Request<Incoming>) -> Response<Full<Bytes>> {
     let reply = routes
-        .answer(request.method(), request.uri().path(), request.uri().query())
+        .answer(
+            request.method(),
+            request.uri().path(),
+            request.uri().query(),
+        )
         .await;
     let body = if request.method() == Method::HEAD {
         Bytes::new()
@@ -514,27 +523,25 @@ pub async fn serve(addr: SocketAddr, routes: Routes) -> Result<HttpServer, HttpE
 
 /// GETs `url` (plain HTTP) and returns the status and body.
 pub async fn get(url: &str, timeout: Duration) -> Result<(StatusCode, Bytes), HttpError> {
-    let uri: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| HttpError::BadUrl {
-        url: url.to_owned(),
-        reason: e.to_string(),
-    })?;
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| HttpError::BadUrl {
+            url: url.to_owned(),
+            reason: e.to_string(),
+        })?;
     if uri.scheme_str() != Some("http") {
         return Err(HttpError::BadUrl {
             url: url.to_owned(),
             reason: "only http:// is supported (the daemon serves plain HTTP)".to_owned(),
         });
     }
-    let client =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http::<Full<Bytes>>();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
     let fetch = async {
-        let response = client
-            .get(uri)
-            .await
-            .map_err(|source| HttpError::Request {
-                url: url.to_owned(),
-                source,
-            })?;
+        let response = client.get(uri).await.map_err(|source| HttpError::Request {
+            url: url.to_owned(),
+            source,
+        })?;
         let status = response.status();
         let body = response
             .into_body()
@@ -588,7 +595,9 @@ mod tests {
     fn a_failing_check_makes_the_probe_fail_and_names_itself() {
         let checks = HealthChecks::new();
         checks.add("cache-synced", || Ok(()));
-        checks.add("crds", || Err("nodepools.karpenter.sh is missing".to_owned()));
+        checks.add("crds", || {
+            Err("nodepools.karpenter.sh is missing".to_owned())
+        });
         let reply = checks.reply(false);
         assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
         let body = String::from_utf8_lossy(&reply.body).to_string();

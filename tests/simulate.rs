@@ -12,7 +12,7 @@
 
 #[path = "simulate/harness.rs"]
 mod harness;
-#[path = "simulate/support.rs"]
-mod support;
 #[path = "simulate/scenario_files.rs"]
 mod scenario_files;
+#[path = "simulate/support.rs"]
+mod support;

@@ -25,7 +25,7 @@ pub const DEFAULT_SCENARIO_PATH: &str = "config/scenarios/default.yaml";
 
 /// Longest simulated run: a day of simulated time is already thousands of instance lifecycles;
 /// longer runs only grow the report's memory.
-pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+pub const MAX_DURATION: Duration = Duration::from_hours(24);
 /// Most replicas of one workload: keeps a mistyped number from exhausting memory (the
 /// emulator holds every pod).
 pub const MAX_REPLICAS: u32 = 50_000;
@@ -677,7 +677,8 @@ fn check_workloads(
                     format!("{step_path}.at"),
                     format!(
                         "{} must be later than the previous step's {}",
-                        step.at, file.steps[j - 1].at
+                        step.at,
+                        file.steps[j - 1].at
                     ),
                 ));
             }
@@ -878,7 +879,7 @@ workloads:
         assert_eq!(
             scenario.workloads[0].steps[1],
             ScaleStep {
-                at: Duration::from_secs(120),
+                at: Duration::from_mins(2),
                 replicas: 10
             }
         );

@@ -5,6 +5,7 @@
 //! [`select`] (kind, filter, sort) -> [`render`] the table (or print the selected actors as
 //! JSON). The pure steps are public so tests need no daemon.
 
+use std::fmt::Write as _;
 use std::io::Write;
 use std::time::Duration;
 
@@ -90,7 +91,8 @@ pub fn select<'a>(snapshot: &'a RegistrySnapshot, args: &ActorsArgs) -> Vec<&'a 
             })
         })
         .collect();
-    let by_name = |a: &&ActorSnapshot, b: &&ActorSnapshot| (&a.kind, &a.key).cmp(&(&b.kind, &b.key));
+    let by_name =
+        |a: &&ActorSnapshot, b: &&ActorSnapshot| (&a.kind, &a.key).cmp(&(&b.kind, &b.key));
     match args.sort {
         SortKey::Kind => actors.sort_by(by_name),
         SortKey::Key => actors.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| by_name(a, b))),
@@ -187,13 +189,14 @@ pub fn render(snapshot: &RegistrySnapshot, actors: &[&ActorSnapshot]) -> String 
         out.push('\n');
     }
     let escalations: u64 = snapshot.supervisors.iter().map(|s| s.escalations).sum();
-    out.push_str(&format!(
-        "{} of {} actors shown, {} supervisor groups, {} escalations\n",
+    let _ = writeln!(
+        out,
+        "{} of {} actors shown, {} supervisor groups, {} escalations",
         actors.len(),
         snapshot.actors.len(),
         snapshot.supervisors.len(),
         escalations
-    ));
+    );
     out
 }
 
@@ -202,22 +205,15 @@ pub async fn fetch(url: &str) -> Result<RegistrySnapshot, String> {
     let url = actors_url(url);
     let (status, body) = http::get(&url, FETCH_TIMEOUT)
         .await
-        .map_err(|e| {
-            let mut text = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(cause) = source {
-                text.push_str(&format!(": {cause}"));
-                source = cause.source();
-            }
-            text
-        })?;
+        .map_err(|e| super::error_chain(&e))?;
     if !status.is_success() {
         return Err(format!(
             "{url} answered {status}: {}",
             String::from_utf8_lossy(&body).trim()
         ));
     }
-    serde_json::from_slice(&body).map_err(|e| format!("{url} did not answer an actor snapshot: {e}"))
+    serde_json::from_slice(&body)
+        .map_err(|e| format!("{url} did not answer an actor snapshot: {e}"))
 }
 
 /// Runs the command.
@@ -324,7 +320,9 @@ mod tests {
         let args = ActorsArgs::default();
         let table = render(&snapshot, &select(&snapshot, &args));
         let header = table.lines().next().unwrap_or_default();
-        for column in ["KIND", "KEY", "STATE", "MAILBOX", "HANDLED", "ERRORS", "RESTARTS", "LATENCY"] {
+        for column in [
+            "KIND", "KEY", "STATE", "MAILBOX", "HANDLED", "ERRORS", "RESTARTS", "LATENCY",
+        ] {
             assert!(header.contains(column), "{header}");
         }
         assert!(table.contains("1 (1 panics)"), "{table}");
@@ -335,8 +333,17 @@ mod tests {
 
     #[test]
     fn a_bare_address_gets_the_actors_path() {
-        assert_eq!(actors_url("http://127.0.0.1:8080"), "http://127.0.0.1:8080/debug/actors");
-        assert_eq!(actors_url("http://127.0.0.1:8080/"), "http://127.0.0.1:8080/debug/actors");
-        assert_eq!(actors_url("http://h:1/custom/actors"), "http://h:1/custom/actors");
+        assert_eq!(
+            actors_url("http://127.0.0.1:8080"),
+            "http://127.0.0.1:8080/debug/actors"
+        );
+        assert_eq!(
+            actors_url("http://127.0.0.1:8080/"),
+            "http://127.0.0.1:8080/debug/actors"
+        );
+        assert_eq!(
+            actors_url("http://h:1/custom/actors"),
+            "http://h:1/custom/actors"
+        );
     }
 }

@@ -34,7 +34,7 @@ use karpenter_actors::ports::clock::{Clock, SystemClock};
 use karpenter_actors::ports::cloud_provider::CloudProvider;
 use karpenter_actors::runtime::{ActorKit, KitOptions, StopReason};
 use karpenter_config::{Settings, SettingsError};
-use kube::api::ListParams;
+use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, Resource};
 use prometheus_client::registry::Registry;
 use tokio::sync::{oneshot, watch};
@@ -131,8 +131,14 @@ impl Exit {
 
 /// Reads the server's version and checks it against the supported range (and against
 /// `KUBERNETES_MIN_VERSION` when that asks for more).
-pub async fn check_version(client: &Client, settings: &Settings) -> Result<VersionVerdict, RunError> {
-    let info = client.apiserver_version().await.map_err(RunError::Version)?;
+pub async fn check_version(
+    client: &Client,
+    settings: &Settings,
+) -> Result<VersionVerdict, RunError> {
+    let info = client
+        .apiserver_version()
+        .await
+        .map_err(RunError::Version)?;
     let found = KubernetesVersion::from_parts(&info.major, &info.minor)
         .or_else(|_| KubernetesVersion::parse(&info.git_version))?;
     let verdict = version::check(found)?;
@@ -187,7 +193,11 @@ fn get<T: Clone>(cell: &Shared<T>) -> T {
 }
 
 /// A named check whose result a background task keeps current.
-fn background_check(checks: &HealthChecks, name: &str, initial: &str) -> Shared<Result<(), String>> {
+fn background_check(
+    checks: &HealthChecks,
+    name: &str,
+    initial: &str,
+) -> Shared<Result<(), String>> {
     let cell: Shared<Result<(), String>> = Arc::new(Mutex::new(Err(initial.to_owned())));
     let reader = Arc::clone(&cell);
     checks.add(name, move || get(&reader));
@@ -254,6 +264,167 @@ impl std::fmt::Debug for RunningDaemon {
     }
 }
 
+/// The readiness checks of the startup: the cache has synced, and (kept current by probes
+/// retried until they pass) the CRDs are served, AWS answers, the interruption queue exists.
+/// Returns the probe tasks.
+fn startup_checks(
+    readiness: &HealthChecks,
+    settings: &Settings,
+    client: &Client,
+    aws: &AwsPorts,
+    state: &ClusterState,
+) -> Vec<JoinHandle<()>> {
+    let synced = state.clone();
+    readiness.add("cache-synced", move || {
+        use karpenter_actors::ports::cluster_view::ClusterView as _;
+        if synced.is_synced() {
+            Ok(())
+        } else {
+            Err("waiting for the first list of every watched kind".to_owned())
+        }
+    });
+    let mut tasks = Vec::new();
+    let crds = background_check(readiness, "crds", "not checked yet");
+    let crd_client = client.clone();
+    tasks.push(retry_until_ok(crds, move || {
+        let client = crd_client.clone();
+        async move {
+            served::<NodePool>(&client).await?;
+            served::<NodeClaim>(&client).await?;
+            served::<EC2NodeClass>(&client).await
+        }
+    }));
+    let reachable = background_check(readiness, "aws", "not checked yet");
+    let ec2 = Arc::clone(&aws.ec2);
+    tasks.push(retry_until_ok(reachable, move || {
+        let ec2 = Arc::clone(&ec2);
+        async move {
+            ec2.describe_availability_zones()
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("EC2 DescribeAvailabilityZones: {e}"))
+        }
+    }));
+    if let Some(queue) = settings.interruption_queue.clone() {
+        let configured = background_check(readiness, "interruption-queue", "not checked yet");
+        let sqs = Arc::clone(&aws.sqs);
+        tasks.push(retry_until_ok(configured, move || {
+            let sqs = Arc::clone(&sqs);
+            let queue = queue.clone();
+            async move {
+                sqs.get_queue_url(&queue)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| format!("SQS queue {queue} (INTERRUPTION_QUEUE): {e}"))
+            }
+        }));
+    }
+    tasks
+}
+
+/// The checks that follow the daemon's own exit: readiness fails once the lease is lost,
+/// liveness once the root supervisor gave up.
+fn exit_checks(
+    readiness: &HealthChecks,
+    liveness: &HealthChecks,
+    exit: &watch::Receiver<Option<Exit>>,
+) {
+    let lost = exit.clone();
+    readiness.add("leader-election", move || match &*lost.borrow() {
+        Some(Exit::LostLeadership) => Err("lost the lease".to_owned()),
+        _ => Ok(()),
+    });
+    let escalated = exit.clone();
+    liveness.add("actors", move || match &*escalated.borrow() {
+        Some(Exit::Escalated(reason)) => Err(format!("the root supervisor gave up: {reason}")),
+        _ => Ok(()),
+    });
+}
+
+/// Campaigns for the Lease (unless leader election is off): leadership is published on
+/// `leading`, a loss on `exit`. Returns how to stop the campaign.
+async fn campaign(
+    settings: &Settings,
+    client: &Client,
+    identity: &str,
+    lease: LeaseTiming,
+    leading: watch::Sender<bool>,
+    exit: Arc<watch::Sender<Option<Exit>>>,
+) -> Option<(oneshot::Sender<()>, JoinHandle<Ended>)> {
+    if settings.disable_leader_election {
+        return None;
+    }
+    let namespace = settings
+        .leader_election_namespace
+        .clone()
+        .or_else(|| settings.system_namespace.clone())
+        .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_owned());
+    ensure_namespace(client, &namespace).await;
+    let candidate = LeaderElector::new(
+        client.clone(),
+        &namespace,
+        &settings.leader_election_name,
+        identity,
+        lease,
+    );
+    let (stop, stopped) = oneshot::channel::<()>();
+    let handle = tokio::task::spawn_local(async move {
+        let ended = candidate
+            .run(leading, async {
+                let _ = stopped.await;
+            })
+            .await;
+        if ended == Ended::Lost {
+            exit.send_replace(Some(Exit::LostLeadership));
+        }
+        ended
+    });
+    Some((stop, handle))
+}
+
+/// Starts the actors once this replica leads, their metrics added to `/metrics`; then reports
+/// a root escalation on `exit`.
+fn start_when_leading(
+    slot: DaemonSlot,
+    kit: ActorKit,
+    deps: Deps,
+    registries: MetricsRegistries,
+    mut leading: watch::Receiver<bool>,
+    exit: Arc<watch::Sender<Option<Exit>>>,
+) -> JoinHandle<()> {
+    let deps = Rc::new(RefCell::new(Some(deps)));
+    tokio::task::spawn_local(async move {
+        if leading.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        let Some(deps) = deps.borrow_mut().take() else {
+            return;
+        };
+        let mut actor_metrics = Registry::default();
+        let started = slot.start(&kit, deps, &mut actor_metrics);
+        registries.add(actor_metrics);
+        match started {
+            Ok(started) => {
+                let reason: StopReason = started.root.escalated().await;
+                exit.send_replace(Some(Exit::Escalated(format!("{reason:?}"))));
+            }
+            Err(error) => {
+                exit.send_replace(Some(Exit::ActorsFailed(super::error_chain(&error))));
+            }
+        }
+    })
+}
+
+async fn serve_on(
+    addr: SocketAddr,
+    routes: Routes,
+    what: &'static str,
+) -> Result<HttpServer, RunError> {
+    http::serve(addr, routes)
+        .await
+        .map_err(|source| RunError::Serve { what, source })
+}
+
 impl RunningDaemon {
     /// Starts everything (on the actix arbiter of the current thread); the actors start when
     /// this replica leads.
@@ -277,125 +448,50 @@ impl RunningDaemon {
 
         let readiness = HealthChecks::new();
         let liveness = HealthChecks::new();
-        let metrics_routes = routes
-            .route(http::METRICS_PATH, http::metrics_handler(registries.clone()))
-            .route(http::ACTORS_PATH, http::actors_handler(kit.clone()));
-        let health_routes = Routes::new()
-            .route(http::HEALTHZ_PATH, liveness.handler())
-            .route(http::READYZ_PATH, readiness.handler());
-        let metrics = http::serve(metrics_addr, metrics_routes)
-            .await
-            .map_err(|source| RunError::Serve {
-                what: "metrics",
-                source,
-            })?;
-        let health = http::serve(health_addr, health_routes)
-            .await
-            .map_err(|source| RunError::Serve {
-                what: "health probes",
-                source,
-            })?;
+        let metrics = serve_on(
+            metrics_addr,
+            routes
+                .route(
+                    http::METRICS_PATH,
+                    http::metrics_handler(registries.clone()),
+                )
+                .route(http::ACTORS_PATH, http::actors_handler(kit.clone())),
+            "metrics",
+        )
+        .await?;
+        let health = serve_on(
+            health_addr,
+            Routes::new()
+                .route(http::HEALTHZ_PATH, liveness.handler())
+                .route(http::READYZ_PATH, readiness.handler()),
+            "health probes",
+        )
+        .await?;
 
         let mut ingress = ClusterIngress::new(client.clone());
         let feed = ChangeFeed::subscribe(&mut ingress);
         let state = ingress.state();
+        let slot = DaemonSlot::new();
         let mut tasks = vec![
             tokio::task::spawn_local(ingress.run()),
+            tokio::task::spawn_local(pump(feed, slot.clone())),
         ];
-        let slot = DaemonSlot::new();
-        tasks.push(tokio::task::spawn_local(pump(feed, slot.clone())));
 
-        let synced = state.clone();
-        readiness.add("cache-synced", move || {
-            use karpenter_actors::ports::cluster_view::ClusterView as _;
-            if synced.is_synced() {
-                Ok(())
-            } else {
-                Err("waiting for the first list of every watched kind".to_owned())
-            }
-        });
-        let crds = background_check(&readiness, "crds", "not checked yet");
-        let crd_client = client.clone();
-        tasks.push(retry_until_ok(crds, move || {
-            let client = crd_client.clone();
-            async move {
-                served::<NodePool>(&client).await?;
-                served::<NodeClaim>(&client).await?;
-                served::<EC2NodeClass>(&client).await
-            }
-        }));
-        let reachable = background_check(&readiness, "aws", "not checked yet");
-        let ec2 = Arc::clone(&aws.ec2);
-        tasks.push(retry_until_ok(reachable, move || {
-            let ec2 = Arc::clone(&ec2);
-            async move {
-                ec2.describe_availability_zones()
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| format!("EC2 DescribeAvailabilityZones: {e}"))
-            }
-        }));
-        if let Some(queue) = settings.interruption_queue.clone() {
-            let configured = background_check(&readiness, "interruption-queue", "not checked yet");
-            let sqs = Arc::clone(&aws.sqs);
-            tasks.push(retry_until_ok(configured, move || {
-                let sqs = Arc::clone(&sqs);
-                let queue = queue.clone();
-                async move {
-                    sqs.get_queue_url(&queue)
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| format!("SQS queue {queue} (INTERRUPTION_QUEUE): {e}"))
-                }
-            }));
-        }
-
+        tasks.extend(startup_checks(&readiness, &settings, &client, &aws, &state));
         let (exit_tx, exit) = watch::channel::<Option<Exit>>(None);
         let exit_tx = Arc::new(exit_tx);
-        let lost = exit.clone();
-        readiness.add("leader-election", move || match &*lost.borrow() {
-            Some(Exit::LostLeadership) => Err("lost the lease".to_owned()),
-            _ => Ok(()),
-        });
-        let escalated = exit.clone();
-        liveness.add("actors", move || match &*escalated.borrow() {
-            Some(Exit::Escalated(reason)) => Err(format!("the root supervisor gave up: {reason}")),
-            _ => Ok(()),
-        });
+        exit_checks(&readiness, &liveness, &exit);
 
         let (leading_tx, leading) = watch::channel(settings.disable_leader_election);
-        let elector = if settings.disable_leader_election {
-            None
-        } else {
-            let namespace = settings
-                .leader_election_namespace
-                .clone()
-                .or_else(|| settings.system_namespace.clone())
-                .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_owned());
-            ensure_namespace(&client, &namespace).await;
-            let candidate = LeaderElector::new(
-                client.clone(),
-                &namespace,
-                &settings.leader_election_name,
-                &identity,
-                lease,
-            );
-            let (stop, stopped) = oneshot::channel::<()>();
-            let on_loss = Arc::clone(&exit_tx);
-            let handle = tokio::task::spawn_local(async move {
-                let ended = candidate
-                    .run(leading_tx, async {
-                        let _ = stopped.await;
-                    })
-                    .await;
-                if ended == Ended::Lost {
-                    on_loss.send_replace(Some(Exit::LostLeadership));
-                }
-                ended
-            });
-            Some((stop, handle))
-        };
-
+        let elector = campaign(
+            &settings,
+            &client,
+            &identity,
+            lease,
+            leading_tx,
+            Arc::clone(&exit_tx),
+        )
+        .await;
         let deps = Deps {
             settings: Arc::clone(&settings),
             clock,
@@ -411,30 +507,14 @@ impl RunningDaemon {
             aws,
             unavailable,
         };
-        let starter_slot = slot.clone();
-        let starter_kit = kit.clone();
-        let mut until_leading = leading.clone();
-        let deps_cell = Rc::new(RefCell::new(Some(deps)));
-        tasks.push(tokio::task::spawn_local(async move {
-            if until_leading.wait_for(|l| *l).await.is_err() {
-                return;
-            }
-            let Some(deps) = deps_cell.borrow_mut().take() else {
-                return;
-            };
-            let mut actor_metrics = Registry::default();
-            let started = starter_slot.start(&starter_kit, deps, &mut actor_metrics);
-            registries.add(actor_metrics);
-            match started {
-                Ok(started) => {
-                    let reason: StopReason = started.root.escalated().await;
-                    exit_tx.send_replace(Some(Exit::Escalated(format!("{reason:?}"))));
-                }
-                Err(error) => {
-                    exit_tx.send_replace(Some(Exit::ActorsFailed(describe(&error))));
-                }
-            }
-        }));
+        tasks.push(start_when_leading(
+            slot.clone(),
+            kit.clone(),
+            deps,
+            registries,
+            leading.clone(),
+            exit_tx,
+        ));
 
         Ok(Self {
             kit,
@@ -534,17 +614,6 @@ impl RunningDaemon {
     }
 }
 
-fn describe(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 /// Creates the Lease's namespace if it is missing (only matters on fresh test clusters; a
 /// failure shows up as leader election errors).
 async fn ensure_namespace(client: &Client, name: &str) {
@@ -559,7 +628,7 @@ async fn ensure_namespace(client: &Client, name: &str) {
         },
         ..Namespace::default()
     };
-    let _ = api.create(&Default::default(), &namespace).await;
+    let _ = api.create(&PostParams::default(), &namespace).await;
 }
 
 /// This process's name in the Lease: the host name (the pod name in a cluster) and the pid.
@@ -567,7 +636,11 @@ fn identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_default();
-    let host = if host.is_empty() { "karpenter".to_owned() } else { host };
+    let host = if host.is_empty() {
+        "karpenter".to_owned()
+    } else {
+        host
+    };
     format!("{host}_{}", std::process::id())
 }
 
@@ -604,7 +677,10 @@ pub async fn serve_until(
         () = stop => Exit::Signal,
         exit = daemon.wait() => exit,
     };
-    let _ = writeln!(err, "stopping ({exit:?}); in-flight launches get {LAUNCH_GRACE:?}");
+    let _ = writeln!(
+        err,
+        "stopping ({exit:?}); in-flight launches get {LAUNCH_GRACE:?}"
+    );
     let unfinished = daemon.shutdown(LAUNCH_GRACE).await;
     if !unfinished.is_empty() {
         let _ = writeln!(
@@ -656,7 +732,11 @@ async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunErro
 /// Runs the command until SIGTERM/SIGINT.
 pub fn run(args: &RunArgs, _out: &mut impl Write, err: &mut impl Write) -> Status {
     if let Err(error) = args.settings.validate_for_run() {
-        let _ = writeln!(err, "error: {}", describe(&RunError::Settings(error)));
+        let _ = writeln!(
+            err,
+            "error: {}",
+            super::error_chain(&RunError::Settings(error))
+        );
         return Status::BadInput;
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -665,7 +745,11 @@ pub fn run(args: &RunArgs, _out: &mut impl Write, err: &mut impl Write) -> Statu
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            let _ = writeln!(err, "error: {}", describe(&RunError::Runtime(error)));
+            let _ = writeln!(
+                err,
+                "error: {}",
+                super::error_chain(&RunError::Runtime(error))
+            );
             return Status::Problems;
         }
     };
@@ -673,7 +757,7 @@ pub fn run(args: &RunArgs, _out: &mut impl Write, err: &mut impl Write) -> Statu
     match system.block_on(main_loop(args, err)) {
         Ok(exit) => exit.status(),
         Err(error) => {
-            let _ = writeln!(err, "error: {}", describe(&error));
+            let _ = writeln!(err, "error: {}", super::error_chain(&error));
             match error {
                 RunError::Unsupported(_) | RunError::Settings(_) => Status::BadInput,
                 _ => Status::Problems,

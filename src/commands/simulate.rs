@@ -74,7 +74,10 @@ fn read(path: &Path) -> Result<String, String> {
 pub fn load(args: &SimulateArgs) -> Result<LoadedScenario, String> {
     let (source, text) = match &args.scenario {
         Some(path) => (path.display().to_string(), read(path)?),
-        None => (DEFAULT_SCENARIO_PATH.to_owned(), DEFAULT_SCENARIO.to_owned()),
+        None => (
+            DEFAULT_SCENARIO_PATH.to_owned(),
+            DEFAULT_SCENARIO.to_owned(),
+        ),
     };
     let chaos = match &args.chaos {
         Some(path) => Some((path.display().to_string(), read(path)?)),
@@ -153,22 +156,10 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write, err: &mut impl Write) -> S
             status_of(&report)
         }
         Err(error) => {
-            let _ = writeln!(err, "error: {}", chain(&error));
+            let _ = writeln!(err, "error: {}", super::error_chain(&error));
             Status::Problems
         }
     }
-}
-
-/// An error with its sources, one after the other.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 async fn shutdown_signal() {
@@ -176,6 +167,64 @@ async fn shutdown_signal() {
     if tokio::signal::ctrl_c().await.is_err() {
         std::future::pending::<()>().await;
     }
+}
+
+/// A simulation running on its own thread.
+struct SimulationThread {
+    announced: oneshot::Receiver<Served>,
+    progress: mpsc::UnboundedReceiver<String>,
+    done: oneshot::Receiver<Result<Report, scenario::SimulationError>>,
+    stop: oneshot::Sender<()>,
+}
+
+/// Starts the served simulation on its own thread (its own runtime and actix System).
+fn spawn_served(
+    loaded: LoadedScenario,
+    mut serve: ServeOptions,
+    quiet: bool,
+) -> std::io::Result<SimulationThread> {
+    let (announce, announced) = oneshot::channel::<Served>();
+    let (stop, stop_rx) = oneshot::channel::<()>();
+    let (progress_tx, progress) = mpsc::unbounded_channel::<String>();
+    let (done_tx, done) = oneshot::channel();
+    serve.announce = Some(announce);
+    std::thread::Builder::new()
+        .name("simulation".to_owned())
+        .spawn(move || {
+            let options = RunOptions {
+                pace: Pace::RealTime,
+                progress: (!quiet).then(|| {
+                    Box::new(move |line: &str| {
+                        let _ = progress_tx.send(line.to_owned());
+                    }) as scenario::ProgressSink<'static>
+                }),
+                serve: Some(serve),
+                stop: Some(stop_rx),
+            };
+            let _ = done_tx.send(scenario::run(loaded, options));
+        })?;
+    Ok(SimulationThread {
+        announced,
+        progress,
+        done,
+        stop,
+    })
+}
+
+fn print_served(served: &Served, out: &mut impl Write) {
+    let _ = writeln!(out, "serving the Kubernetes API emulator at {}", served.api);
+    let _ = writeln!(out, "kubeconfig: {}", served.kubeconfig.display());
+    let _ = writeln!(
+        out,
+        "daemon: {0}/metrics {0}/debug/actors (karpenter actors --url {0})",
+        served.daemon
+    );
+    let _ = writeln!(
+        out,
+        "try: KUBECONFIG={} kubectl get nodepools,nodeclaims,nodes,pods -A",
+        served.kubeconfig.display()
+    );
+    let _ = out.flush();
 }
 
 /// Serves a simulation until it ends or `stop` completes (the testable core of `--serve`).
@@ -212,49 +261,27 @@ pub async fn serve_until(
     let daemon = args
         .daemon_addr
         .unwrap_or_else(|| SocketAddr::new(addr.ip(), 0));
-    let (announce, announced) = oneshot::channel::<Served>();
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let (progress_tx, mut progress) = mpsc::unbounded_channel::<String>();
-    let (done_tx, done) = oneshot::channel();
-    let quiet = args.quiet;
-    let spawned = std::thread::Builder::new()
-        .name("simulation".to_owned())
-        .spawn(move || {
-            let options = RunOptions {
-                pace: Pace::RealTime,
-                progress: (!quiet).then(|| {
-                    Box::new(move |line: &str| {
-                        let _ = progress_tx.send(line.to_owned());
-                    }) as scenario::ProgressSink<'static>
-                }),
-                serve: Some(ServeOptions {
-                    api: addr,
-                    daemon,
-                    kubeconfig,
-                    announce: Some(announce),
-                }),
-                stop: Some(stop_rx),
-            };
-            let _ = done_tx.send(scenario::run(loaded, options));
-        });
-    if let Err(error) = spawned {
-        let _ = writeln!(err, "error: starting the simulation thread: {error}");
-        return Status::Problems;
-    }
+    let serve = ServeOptions {
+        api: addr,
+        daemon,
+        kubeconfig,
+        announce: None,
+    };
+    let running = match spawn_served(loaded, serve, args.quiet) {
+        Ok(running) => running,
+        Err(error) => {
+            let _ = writeln!(err, "error: starting the simulation thread: {error}");
+            return Status::Problems;
+        }
+    };
+    let SimulationThread {
+        announced,
+        mut progress,
+        done,
+        stop: stop_tx,
+    } = running;
     if let Ok(served) = announced.await {
-        let _ = writeln!(out, "serving the Kubernetes API emulator at {}", served.api);
-        let _ = writeln!(out, "kubeconfig: {}", served.kubeconfig.display());
-        let _ = writeln!(
-            out,
-            "daemon: {0}/metrics {0}/debug/actors (karpenter actors --url {0})",
-            served.daemon
-        );
-        let _ = writeln!(
-            out,
-            "try: KUBECONFIG={} kubectl get nodepools,nodeclaims,nodes,pods -A",
-            served.kubeconfig.display()
-        );
-        let _ = out.flush();
+        print_served(&served, out);
     }
     let mut stop = std::pin::pin!(stop);
     let mut done = std::pin::pin!(done);
@@ -280,7 +307,7 @@ pub async fn serve_until(
             status_of(&report)
         }
         Ok(Err(error)) => {
-            let _ = writeln!(err, "error: {}", chain(&error));
+            let _ = writeln!(err, "error: {}", super::error_chain(&error));
             Status::BadInput
         }
         Err(_) => {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_actors::domain::resources::{Resources, pod_requests};
 use karpenter_actors::domain::scheduling::{
-    BoundPod, ExistingNode, Options, SchedulingPod, Snapshot, solve, taints_from_api,
+    BoundPod, ExistingNode, Options, Plan, SchedulingPod, Snapshot, solve, taints_from_api,
 };
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cluster_view::ClusterView;
@@ -135,7 +135,8 @@ pub fn is_schedulable(node: &Node) -> bool {
 /// A node as the scheduler core takes it, with the pods on it (and those assumed there).
 fn existing_node(node: &Node, pods: &[Arc<Pod>]) -> ExistingNode {
     let status = node.status.clone().unwrap_or_default();
-    let allocatable = Resources::from_list(&status.allocatable.unwrap_or_default()).unwrap_or_default();
+    let allocatable =
+        Resources::from_list(&status.allocatable.unwrap_or_default()).unwrap_or_default();
     let capacity = Resources::from_list(&status.capacity.unwrap_or_default()).unwrap_or_default();
     let mut requested = Resources::default();
     for pod in pods.iter().filter(|p| !terminal(p)) {
@@ -229,10 +230,32 @@ impl FakeScheduler {
             return step;
         }
 
+        let (snapshot, originals, unreadable) = self.snapshot(&pods, pending, &nodes);
+        step.errors += unreadable;
+        let plan = solve(&snapshot, &Options::default());
+        self.carry_out(&plan, &originals, snapshot.existing_nodes.len(), &mut step)
+            .await;
+        // Remember the inputs only when nothing changed them: a binding changes the next tick's.
+        self.last_inputs = step.bound.is_empty().then_some(inputs);
+        step
+    }
+
+    /// The scheduling snapshot: pending pods (those the scheduler core can read, returned
+    /// alongside in the same order, with the count of unreadable ones) and the nodes with the
+    /// pods bound or assumed there.
+    fn snapshot(
+        &self,
+        pods: &[Arc<Pod>],
+        pending: Vec<&Arc<Pod>>,
+        nodes: &[Arc<Node>],
+    ) -> (Snapshot, Vec<Arc<Pod>>, usize) {
         let mut by_node: BTreeMap<String, Vec<Arc<Pod>>> = BTreeMap::new();
-        for pod in &pods {
+        for pod in pods {
             if let Some(node) = node_of(pod) {
-                by_node.entry(node.to_owned()).or_default().push(Arc::clone(pod));
+                by_node
+                    .entry(node.to_owned())
+                    .or_default()
+                    .push(Arc::clone(pod));
             }
         }
         for (key, node) in &self.assumed {
@@ -242,15 +265,11 @@ impl FakeScheduler {
         }
         let existing: Vec<ExistingNode> = nodes
             .iter()
-            .map(|n| {
-                existing_node(
-                    n,
-                    by_node.get(&n.name_any()).map_or(&[][..], Vec::as_slice),
-                )
-            })
+            .map(|n| existing_node(n, by_node.get(&n.name_any()).map_or(&[][..], Vec::as_slice)))
             .collect();
         let mut snapshot_pods = Vec::with_capacity(pending.len());
         let mut originals = Vec::with_capacity(pending.len());
+        let mut unreadable = 0;
         for pod in pending {
             match SchedulingPod::from_pod(pod) {
                 Ok(converted) => {
@@ -259,19 +278,27 @@ impl FakeScheduler {
                 }
                 Err(error) => {
                     tracing::debug!(%error, "the simulated scheduler cannot read a pod");
-                    step.errors += 1;
+                    unreadable += 1;
                 }
             }
         }
-        let node_count = existing.len();
         let snapshot = Snapshot {
             pods: snapshot_pods,
             existing_nodes: existing,
             node_pools: Vec::new(),
             namespaces: BTreeMap::new(),
         };
-        let plan = solve(&snapshot, &Options::default());
+        (snapshot, originals, unreadable)
+    }
 
+    /// Binds the placed pods and marks the others unschedulable.
+    async fn carry_out(
+        &mut self,
+        plan: &Plan,
+        originals: &[Arc<Pod>],
+        node_count: usize,
+        step: &mut BinderStep,
+    ) {
         let mut placed: BTreeSet<usize> = BTreeSet::new();
         let mut bindings: Vec<(usize, String)> = plan
             .existing
@@ -306,9 +333,6 @@ impl FakeScheduler {
                 step.errors += 1;
             }
         }
-        // Remember the inputs only when nothing changed them: a binding changes the next tick's.
-        self.last_inputs = step.bound.is_empty().then_some(inputs);
-        step
     }
 
     fn fingerprint(pending: &[&Arc<Pod>], nodes: &[Arc<Node>], pods: usize) -> u64 {
@@ -362,7 +386,11 @@ impl FakeScheduler {
             "lastTransitionTime": self.clock.now(),
         }]}});
         match api
-            .patch_status(&name, &PatchParams::apply(FIELD_MANAGER), &Patch::Strategic(&patch))
+            .patch_status(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Strategic(&patch),
+            )
             .await
         {
             Ok(_) => true,

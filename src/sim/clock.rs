@@ -67,6 +67,9 @@ mod tests {
         assert_eq!(clock.now().as_second(), SIMULATION_EPOCH_SECONDS);
         tokio::time::sleep(Duration::from_secs(90)).await;
         assert_eq!(clock.now().as_second(), SIMULATION_EPOCH_SECONDS + 90);
-        assert_eq!((clock.for_emulator())().as_second(), SIMULATION_EPOCH_SECONDS + 90);
+        assert_eq!(
+            (clock.for_emulator())().as_second(),
+            SIMULATION_EPOCH_SECONDS + 90
+        );
     }
 }

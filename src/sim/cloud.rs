@@ -1,4 +1,4 @@
-//! The `CloudProvider` the simulated daemon runs with. It is the AWS CloudProvider of
+//! The `CloudProvider` the simulated daemon runs with. It is the AWS `CloudProvider` of
 //! `karpenter_actors` over kwok's ports once that lands on main; until then this stand-in
 //! answers every call with an error saying so (nothing launches, and the report shows the
 //! pods pending), so the rest of the simulation can be built and run.

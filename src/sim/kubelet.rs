@@ -442,9 +442,7 @@ impl FakeKubelet {
             (Some(at), None) if now >= at + self.config.ready_delay => {
                 self.become_ready(&instance.id, now, step).await;
             }
-            (Some(_), Some(at))
-                if !untainted && now >= at + self.config.startup_taint_delay =>
-            {
+            (Some(_), Some(at)) if !untainted && now >= at + self.config.startup_taint_delay => {
                 self.remove_startup_taints(&instance.id, step).await;
             }
             _ => {}
@@ -476,7 +474,13 @@ impl FakeKubelet {
         if let Some(tracked) = self.tracked.get_mut(&instance.id) {
             tracked.registered_at = Some(now);
             tracked.startup_taints = claim
-                .map(|c| c.spec.startup_taints.iter().map(|t| t.key.clone()).collect())
+                .map(|c| {
+                    c.spec
+                        .startup_taints
+                        .iter()
+                        .map(|t| t.key.clone())
+                        .collect()
+                })
                 .unwrap_or_default();
         }
         step.registered += 1;
@@ -545,12 +549,17 @@ impl FakeKubelet {
             n.status
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "Unknown"))
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "Unknown")
+                })
         });
         if already {
             return;
         }
-        let unknown = self.patch_ready(&node, "Unknown", "NodeStatusUnknown").await;
+        let unknown = self
+            .patch_ready(&node, "Unknown", "NodeStatusUnknown")
+            .await;
         let tainted = self
             .cluster
             .taint_node(
@@ -624,7 +633,11 @@ impl FakeKubelet {
                 ],
             }});
             match api
-                .patch_status(&name, &PatchParams::apply(FIELD_MANAGER), &Patch::Strategic(&patch))
+                .patch_status(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER),
+                    &Patch::Strategic(&patch),
+                )
                 .await
             {
                 Ok(_) => step.pods_started += 1,
@@ -655,7 +668,10 @@ impl FakeKubelet {
         orphans.sort();
         for (namespace, name) in orphans {
             let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
-            match api.delete(&name, &DeleteParams::default().grace_period(0)).await {
+            match api
+                .delete(&name, &DeleteParams::default().grace_period(0))
+                .await
+            {
                 Ok(_) => step.pods_collected += 1,
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
                 Err(error) => {
@@ -733,7 +749,12 @@ mod tests {
             spec.provider_id.as_deref(),
             Some("aws:///us-west-2a/i-0000000000000000a")
         );
-        let keys: Vec<_> = spec.taints.unwrap_or_default().into_iter().map(|t| t.key).collect();
+        let keys: Vec<_> = spec
+            .taints
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| t.key)
+            .collect();
         assert_eq!(
             keys,
             [
@@ -779,7 +800,11 @@ mod tests {
                 .map(String::as_str),
             Some("default")
         );
-        let allocatable = node.status.unwrap_or_default().allocatable.unwrap_or_default();
+        let allocatable = node
+            .status
+            .unwrap_or_default()
+            .allocatable
+            .unwrap_or_default();
         assert!(allocatable.contains_key("memory") && allocatable.contains_key("pods"));
     }
 }

@@ -25,8 +25,8 @@
 
 mod api;
 mod apply;
-mod body;
 pub mod binder;
+mod body;
 pub mod clock;
 pub mod cloud;
 mod delete;
@@ -38,9 +38,9 @@ mod kinds;
 pub mod kubelet;
 mod lifecycle;
 mod openapi;
+mod pods;
 pub mod report;
 pub mod scenario;
-mod pods;
 mod schema;
 mod selector;
 mod server;

@@ -326,10 +326,15 @@ pub fn instance_counts(instances: &[Instance]) -> (Vec<InstanceCount>, usize, us
             running += 1;
         }
     }
-    (by.into_values().collect(), instances.len(), terminated, running)
+    (
+        by.into_values().collect(),
+        instances.len(),
+        terminated,
+        running,
+    )
 }
 
-/// Per-kind totals read from the kit's metrics in the OpenMetrics text format
+/// Per-kind totals read from the kit's metrics in the `OpenMetrics` text format
 /// (`karpenter_actor_*_total{kind="..."}` lines; other metrics are ignored).
 #[must_use]
 pub fn actor_totals(metrics_text: &str) -> BTreeMap<String, ActorTotals> {
@@ -389,41 +394,64 @@ impl Report {
         let duration = format_go_duration(Duration::from_secs(self.simulated_seconds));
         let _ = writeln!(
             out,
-            "scenario {} (seed {}), {duration} simulated",
+            "scenario {} (seed {}), {duration} simulated\n",
             self.scenario, self.seed
         );
-        let _ = writeln!(out);
-        let p = &self.pods;
+        self.pods_section(&mut out);
+        self.nodes_section(&mut out);
+        self.cost_section(&mut out);
+        self.faults_section(&mut out);
+        self.actors_section(&mut out);
+        out
+    }
+
+    fn pods_section(&self, out: &mut String) {
+        let pods = &self.pods;
+        let latency = &self.time_to_schedule;
         let _ = writeln!(out, "PODS");
         let _ = writeln!(
             out,
             "  requested {}  scheduled {}  scaled down {}  running at end {}  pending at end {}",
-            p.requested, p.scheduled, p.scaled_down, p.running_at_end, p.pending_at_end
+            pods.requested,
+            pods.scheduled,
+            pods.scaled_down,
+            pods.running_at_end,
+            pods.pending_at_end
         );
-        let t = &self.time_to_schedule;
         let _ = writeln!(
             out,
             "  time to schedule (simulated): p50 {}s  p90 {}s  p99 {}s  max {}s  ({} pods)",
-            t.p50_seconds, t.p90_seconds, t.p99_seconds, t.max_seconds, t.samples
+            latency.p50_seconds,
+            latency.p90_seconds,
+            latency.p99_seconds,
+            latency.max_seconds,
+            latency.samples
         );
-        for (reason, count) in &p.pending_reasons {
+        for (reason, count) in &pods.pending_reasons {
             let _ = writeln!(out, "  pending x{count}: {reason}");
         }
         let _ = writeln!(out);
-        let n = &self.nodes;
+    }
+
+    fn nodes_section(&self, out: &mut String) {
+        let nodes = &self.nodes;
         let _ = writeln!(out, "NODES");
         let _ = writeln!(
             out,
             "  launched {}  terminated {}  running at end {}  peak nodes {}  nodeclaims {}",
-            n.launched, n.terminated, n.running_at_end, n.peak_nodes, n.nodeclaims_created
+            nodes.launched,
+            nodes.terminated,
+            nodes.running_at_end,
+            nodes.peak_nodes,
+            nodes.nodeclaims_created
         );
-        if !n.by_type.is_empty() {
+        if !nodes.by_type.is_empty() {
             let _ = writeln!(
                 out,
                 "  {:<18} {:<10} {:>8} {:>10}",
                 "INSTANCE TYPE", "CAPACITY", "LAUNCHED", "TERMINATED"
             );
-            for row in &n.by_type {
+            for row in &nodes.by_type {
                 let _ = writeln!(
                     out,
                     "  {:<18} {:<10} {:>8} {:>10}",
@@ -432,39 +460,55 @@ impl Report {
             }
         }
         let _ = writeln!(out);
-        let c = &self.cost;
-        let _ = writeln!(out, "COST");
+    }
+
+    fn cost_section(&self, out: &mut String) {
+        let cost = &self.cost;
         let bound = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), money);
+        let _ = writeln!(out, "COST");
         let _ = writeln!(
             out,
             "  per hour at end {} (lower bound {})  peak {}/h",
-            money(c.per_hour_at_end),
-            bound(c.lower_bound_per_hour_at_end),
-            money(c.peak_per_hour)
+            money(cost.per_hour_at_end),
+            bound(cost.lower_bound_per_hour_at_end),
+            money(cost.peak_per_hour)
         );
         let _ = writeln!(
             out,
-            "  total {} (lower bound {}{})",
-            money(c.total),
-            bound(c.lower_bound_total),
-            c.ratio.map_or_else(String::new, |r| format!(", {r:.2}x"))
+            "  total {} (lower bound {}{})\n",
+            money(cost.total),
+            bound(cost.lower_bound_total),
+            cost.ratio
+                .map_or_else(String::new, |ratio| format!(", {ratio:.2}x"))
         );
-        let _ = writeln!(out);
-        let i = &self.interruptions;
+    }
+
+    fn faults_section(&self, out: &mut String) {
+        let interruptions = &self.interruptions;
+        let faults = &self.faults;
         let _ = writeln!(out, "INTERRUPTIONS AND FAULTS");
         let _ = writeln!(
             out,
             "  spot warnings {}  handled before reclaim {}  reclaimed unhandled {}  left in queue {}",
-            i.warnings, i.handled, i.reclaimed_unhandled, i.left_in_queue
+            interruptions.warnings,
+            interruptions.handled,
+            interruptions.reclaimed_unhandled,
+            interruptions.left_in_queue
         );
-        let f = &self.faults;
         let _ = writeln!(
             out,
-            "  node failures {}  aws faults {}  actor faults injected {}",
-            f.node_failures, f.aws_faults_scheduled, f.actor_faults_injected
+            "  node failures {}  aws faults {}  actor faults injected {}\n",
+            faults.node_failures, faults.aws_faults_scheduled, faults.actor_faults_injected
         );
-        let _ = writeln!(out);
-        let _ = writeln!(out, "ACTORS{}", if self.escalated { " (root escalated!)" } else { "" });
+    }
+
+    fn actors_section(&self, out: &mut String) {
+        let escalated = if self.escalated {
+            " (root escalated!)"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "ACTORS{escalated}");
         if self.actors.is_empty() {
             let _ = writeln!(out, "  none ran");
         } else {
@@ -473,23 +517,30 @@ impl Report {
                 "  {:<28} {:>9} {:>7} {:>7} {:>9} {:>10}",
                 "KIND", "HANDLED", "ERRORS", "PANICS", "RESTARTS", "OVERFLOWS"
             );
-            for (kind, t) in &self.actors {
+            for (kind, totals) in &self.actors {
                 let _ = writeln!(
                     out,
                     "  {:<28} {:>9} {:>7} {:>7} {:>9} {:>10}",
-                    kind, t.handled, t.errors, t.panics, t.restarts, t.overflows
+                    kind,
+                    totals.handled,
+                    totals.errors,
+                    totals.panics,
+                    totals.restarts,
+                    totals.overflows
                 );
             }
         }
-        let h = &self.harness;
-        if *h != HarnessReport::default() {
+        let harness = &self.harness;
+        if *harness != HarnessReport::default() {
             let _ = writeln!(
                 out,
                 "\nHARNESS  kubelet errors {}  scheduler errors {}  workload errors {}  dropped changes {}",
-                h.kubelet_errors, h.scheduler_errors, h.workload_errors, h.dropped_changes
+                harness.kubelet_errors,
+                harness.scheduler_errors,
+                harness.workload_errors,
+                harness.dropped_changes
             );
         }
-        out
     }
 }
 
@@ -502,7 +553,11 @@ mod tests {
         let samples: Vec<Duration> = (1..=100).map(Duration::from_secs).collect();
         let latency = Latency::of(&samples);
         assert_eq!(
-            (latency.p50_seconds, latency.p99_seconds, latency.max_seconds),
+            (
+                latency.p50_seconds,
+                latency.p99_seconds,
+                latency.max_seconds
+            ),
             (50.0, 99.0, 100.0)
         );
         assert_eq!(Latency::of(&[]).samples, 0);
@@ -531,9 +586,9 @@ karpenter_nodes_created_total{nodepool=\"default\"} 3
             recorder.bill(2.0, Duration::from_secs(1));
         }
         recorder.lower_bound(Some(1.0), Duration::ZERO);
-        recorder.lower_bound(Some(1.0), Duration::from_secs(3600));
+        recorder.lower_bound(Some(1.0), Duration::from_hours(1));
         let cost = recorder.cost(2.0);
-        assert_eq!(cost.total, 2.0);
+        assert!((cost.total - 2.0).abs() < 1e-9, "{cost:?}");
         assert_eq!(cost.lower_bound_total, Some(1.0));
         assert_eq!(cost.ratio, Some(2.0));
     }

@@ -71,7 +71,7 @@ use crate::kube::ingress::ClusterIngress;
 /// kubelets react within a second, and a second is the report's time resolution.
 pub const HARNESS_TICK: Duration = Duration::from_secs(1);
 /// EC2 reclaims a spot instance two minutes after its interruption warning.
-pub const SPOT_RECLAIM_AFTER: Duration = Duration::from_secs(120);
+pub const SPOT_RECLAIM_AFTER: Duration = Duration::from_mins(2);
 /// The API endpoint the simulated cluster claims to have (user data needs one).
 const SIMULATED_ENDPOINT: &str = "https://simulated.eks.amazonaws.com";
 
@@ -148,7 +148,14 @@ impl LoadedScenario {
             .ec2_node_classes
             .iter()
             .enumerate()
-            .map(|(i, v)| manifest(&validator, &format!("ec2NodeClasses[{i}]"), "EC2NodeClass", v))
+            .map(|(i, v)| {
+                manifest(
+                    &validator,
+                    &format!("ec2NodeClasses[{i}]"),
+                    "EC2NodeClass",
+                    v,
+                )
+            })
             .collect::<Result<_, _>>()?;
         let node_pools: Vec<NodePool> = scenario
             .node_pools
@@ -156,7 +163,10 @@ impl LoadedScenario {
             .enumerate()
             .map(|(i, v)| manifest(&validator, &format!("nodePools[{i}]"), "NodePool", v))
             .collect::<Result<_, _>>()?;
-        let class_names: BTreeSet<String> = node_classes.iter().map(kube::ResourceExt::name_any).collect();
+        let class_names: BTreeSet<String> = node_classes
+            .iter()
+            .map(kube::ResourceExt::name_any)
+            .collect();
         for (i, pool) in node_pools.iter().enumerate() {
             let wanted = &pool.spec.template.spec.node_class_ref.name;
             if !class_names.contains(wanted) {
@@ -181,7 +191,9 @@ impl LoadedScenario {
                     karpenter_actors::runtime::FaultPlanError::Invalid { path, rule } => {
                         ScenarioError::invalid(format!("chaos.actors.{path}"), rule)
                     }
-                    other => ScenarioError::invalid("chaos.actors", other.to_string()),
+                    other @ karpenter_actors::runtime::FaultPlanError::Parse(_) => {
+                        ScenarioError::invalid("chaos.actors", other.to_string())
+                    }
                 })?;
                 Some(Arc::new(plan))
             }
@@ -214,7 +226,7 @@ impl LoadedScenario {
                 duration: MAX_DURATION,
                 region: DEFAULT_REGION.to_owned(),
                 cluster_name: DEFAULT_CLUSTER_NAME.to_owned(),
-                progress_every: Duration::from_secs(60),
+                progress_every: Duration::from_mins(1),
                 kwok: KwokSettings {
                     launch_latency: karpenter_config::scenario::DEFAULT_LAUNCH_LATENCY,
                     registration_delay: karpenter_config::scenario::DEFAULT_REGISTRATION_DELAY,
@@ -245,7 +257,12 @@ fn check_kwok(region: &str, kwok: &KwokSettings) -> Result<(), ScenarioError> {
             "region",
             format!(
                 "{region:?} is not in kwok's catalogue ({})",
-                catalogue.regions.keys().cloned().collect::<Vec<_>>().join(", ")
+                catalogue
+                    .regions
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         ));
     };
@@ -510,7 +527,6 @@ fn billed_per_hour(world: &KwokAws) -> f64 {
 /// Everything a running simulation holds.
 struct Sim<'a> {
     loaded: LoadedScenario,
-    clock: SimClock,
     client: Client,
     view: Arc<dyn ClusterView>,
     world: KwokAws,
@@ -528,22 +544,107 @@ struct Sim<'a> {
     progress: Option<ProgressSink<'a>>,
 }
 
-impl Sim<'_> {
+impl<'a> Sim<'a> {
+    fn new(
+        loaded: LoadedScenario,
+        cluster: &Cluster,
+        clock: SimClock,
+        progress: Option<ProgressSink<'a>>,
+    ) -> Self {
+        let scenario = &loaded.scenario;
+        let kubelet = FakeKubelet::new(
+            KubeletDeps {
+                client: cluster.client.clone(),
+                ec2: Arc::clone(&cluster.world.ec2),
+                view: Arc::clone(&cluster.view),
+                clock: Arc::new(clock),
+                region: scenario.region.clone(),
+            },
+            KubeletConfig::from(&scenario.kwok),
+        );
+        let scheduler = FakeScheduler::new(
+            cluster.client.clone(),
+            Arc::clone(&cluster.view),
+            Arc::new(clock),
+        );
+        let workloads = Workloads::new(
+            cluster.client.clone(),
+            Arc::clone(&cluster.view),
+            loaded.workloads.clone(),
+        );
+        Self {
+            loaded,
+            client: cluster.client.clone(),
+            view: Arc::clone(&cluster.view),
+            world: cluster.world.clone(),
+            cloud: Arc::clone(&cluster.cloud),
+            queue_url: cluster.queue_url.clone(),
+            kubelet,
+            scheduler,
+            workloads,
+            recorder: Recorder::default(),
+            reclaims: Vec::new(),
+            next_interruption: 0,
+            next_failure: 0,
+            next_fault: 0,
+            progress,
+        }
+    }
+
+    /// Ticks until the scenario's end, a stop, or a root escalation; returns the simulated time
+    /// reached and whether the root escalated.
+    async fn run(
+        &mut self,
+        slot: &DaemonSlot,
+        mut stop: Option<oneshot::Receiver<()>>,
+    ) -> (Duration, bool) {
+        let start = Instant::now();
+        let duration = self.loaded.scenario.duration;
+        let every = self.loaded.scenario.progress_every;
+        let mut next_progress = Duration::ZERO;
+        let mut now = Duration::ZERO;
+        loop {
+            self.tick(now).await;
+            if now >= next_progress {
+                self.progress_line(now).await;
+                next_progress += every;
+            }
+            if slot.get().is_some_and(|s| s.root.escalation().is_some()) {
+                return (now, true);
+            }
+            let next = now + HARNESS_TICK;
+            if next > duration {
+                return (now, false);
+            }
+            let wake = tokio::time::sleep_until(start + next);
+            match stop.as_mut() {
+                Some(stopping) => {
+                    tokio::select! {
+                        biased;
+                        _ = stopping => return (now, false),
+                        () = wake => {}
+                    }
+                }
+                None => wake.await,
+            }
+            now = next;
+        }
+    }
+
     fn say(&mut self, line: &str) {
         if let Some(progress) = self.progress.as_mut() {
             progress(line);
         }
     }
 
-    fn nodepool_of(&self, instance: &karpenter_actors::ports::ec2::Instance) -> Option<String> {
-        instance
-            .tags
-            .get(karpenter_actors::apis::labels::TAG_NODEPOOL)
-            .cloned()
-    }
-
     /// Running instances matching an optional NodePool (and capacity type), in the seed's order.
-    fn candidates(&self, salt: &str, node_pool: Option<&str>, spot_only: bool, registered: bool) -> Vec<String> {
+    fn candidates(
+        &self,
+        salt: &str,
+        node_pool: Option<&str>,
+        spot_only: bool,
+        registered: bool,
+    ) -> Vec<String> {
         let ids: Vec<String> = self
             .world
             .ec2
@@ -551,7 +652,7 @@ impl Sim<'_> {
             .into_iter()
             .filter(|i| i.state == InstanceState::Running)
             .filter(|i| !spot_only || i.capacity_type == Ec2CapacityType::Spot)
-            .filter(|i| node_pool.is_none_or(|p| self.nodepool_of(i).as_deref() == Some(p)))
+            .filter(|i| node_pool.is_none_or(|p| nodepool_of(i) == Some(p)))
             .filter(|i| !registered || self.kubelet.node_of(&i.id).is_some())
             .map(|i| i.id)
             .collect();
@@ -563,7 +664,10 @@ impl Sim<'_> {
     fn released(&self, instance_id: &str) -> bool {
         let terminating = self.world.ec2.instances().iter().any(|i| {
             i.id == instance_id
-                && matches!(i.state, InstanceState::ShuttingDown | InstanceState::Terminated)
+                && matches!(
+                    i.state,
+                    InstanceState::ShuttingDown | InstanceState::Terminated
+                )
         });
         if terminating {
             return true;
@@ -666,7 +770,8 @@ impl Sim<'_> {
         let bound = self.scheduler.tick().await;
         self.recorder.bound(&bound.bound, now);
         self.recorder.harness.scheduler_errors += bound.errors;
-        self.recorder.bill(billed_per_hour(&self.world), HARNESS_TICK);
+        self.recorder
+            .bill(billed_per_hour(&self.world), HARNESS_TICK);
         for claim in self.view.nodeclaims() {
             if !self.recorder.nodeclaims_seen.contains(&claim.name_any()) {
                 self.recorder.nodeclaims_seen.insert(claim.name_any());
@@ -713,7 +818,7 @@ impl Sim<'_> {
     async fn pending_pods(&self) -> Vec<PendingPod> {
         let events: Api<Event> = Api::all(self.client.clone());
         let mut latest: BTreeMap<(String, String), (String, String)> = BTreeMap::new();
-        if let Ok(list) = events.list(&Default::default()).await {
+        if let Ok(list) = events.list(&kube::api::ListParams::default()).await {
             for event in list.items {
                 let involved = &event.involved_object;
                 if involved.kind.as_deref() != Some("Pod") {
@@ -794,7 +899,8 @@ impl Sim<'_> {
             })
             .count();
         let instances = self.world.ec2.instances();
-        let (by_type, launched, terminated, running_instances) = report::instance_counts(&instances);
+        let (by_type, launched, terminated, running_instances) =
+            report::instance_counts(&instances);
         let metrics = registries.encode().unwrap_or_default();
         self.recorder.interruptions.left_in_queue = self.world.sqs.depth(&self.queue_url);
         self.recorder.faults.actor_faults_injected = kit.faults().map_or(0, |f| f.injected().len());
@@ -811,7 +917,10 @@ impl Sim<'_> {
                 running_at_end: running,
                 pending_at_end: pending.len(),
                 pending_reasons,
-                pending: pending.into_iter().take(report::MAX_LISTED_PENDING).collect(),
+                pending: pending
+                    .into_iter()
+                    .take(report::MAX_LISTED_PENDING)
+                    .collect(),
             },
             time_to_schedule: Latency::of(self.recorder.latencies()),
             nodes: NodesReport {
@@ -830,6 +939,14 @@ impl Sim<'_> {
             harness: self.recorder.harness.clone(),
         }
     }
+}
+
+/// The NodePool an instance was launched for (its tag).
+fn nodepool_of(instance: &karpenter_actors::ports::ec2::Instance) -> Option<&str> {
+    instance
+        .tags
+        .get(karpenter_actors::apis::labels::TAG_NODEPOOL)
+        .map(String::as_str)
 }
 
 fn share_of(share: Share, candidates: usize) -> usize {
@@ -869,13 +986,28 @@ async fn serve(
     Ok((api, daemon))
 }
 
-/// The run itself (inside the actix System of [`run`]).
-pub async fn simulate(
-    loaded: LoadedScenario,
-    mut options: RunOptions<'_>,
-) -> Result<Report, SimulationError> {
-    let scenario = loaded.scenario.clone();
-    let clock = SimClock::at_epoch();
+/// The simulated cluster and the daemon running on it.
+struct Cluster {
+    emulator: Emulator,
+    client: Client,
+    world: KwokAws,
+    queue_url: String,
+    view: Arc<dyn ClusterView>,
+    cloud: Arc<dyn CloudProvider>,
+    kit: ActorKit,
+    registries: MetricsRegistries,
+    slot: DaemonSlot,
+    dropped: Arc<std::sync::atomic::AtomicU64>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Builds the emulator with the scenario's objects, kwok's account, the watchers and the
+/// daemon's actors.
+async fn start_cluster(
+    loaded: &LoadedScenario,
+    clock: SimClock,
+) -> Result<Cluster, SimulationError> {
+    let scenario = &loaded.scenario;
     let emulator = Emulator::with_config(EmulatorConfig {
         seed: scenario.seed,
         clock: clock.for_emulator(),
@@ -883,7 +1015,7 @@ pub async fn simulate(
     })
     .map_err(SimulationError::Emulator)?;
     let client = emulator.client();
-    seed(&client, &loaded).await?;
+    seed(&client, loaded).await?;
 
     let world = KwokAws::new(
         &KwokAwsConfig {
@@ -904,12 +1036,12 @@ pub async fn simulate(
     let feed = ChangeFeed::subscribe(&mut ingress);
     let dropped = feed.dropped_counter();
     let state = ingress.state();
-    let ingress_task = tokio::task::spawn_local(ingress.run());
+    let mut tasks = vec![tokio::task::spawn_local(ingress.run())];
     state
         .wait_until_ready()
         .await
         .map_err(|_| SimulationError::Sync)?;
-    let view: Arc<dyn ClusterView> = Arc::new(state.clone());
+    let view: Arc<dyn ClusterView> = Arc::new(state);
 
     let mut registry = Registry::default();
     let kit = ActorKit::new(
@@ -925,7 +1057,7 @@ pub async fn simulate(
         instance: Some("karpenter-simulated".to_owned()),
     };
     let deps = Deps {
-        settings: Arc::new(simulated_settings(&scenario)),
+        settings: Arc::new(simulated_settings(scenario)),
         clock: Arc::new(clock),
         cluster: Arc::new(KubeClusterApi::new(client.clone(), reporter)),
         view: Arc::clone(&view),
@@ -935,97 +1067,67 @@ pub async fn simulate(
     };
     let slot = DaemonSlot::new();
     let mut daemon_registry = Registry::default();
-    let started = slot
-        .start(&kit, deps, &mut daemon_registry)
+    slot.start(&kit, deps, &mut daemon_registry)
         .map_err(SimulationError::Actors)?;
     let registries = MetricsRegistries::new(registry);
     registries.add(daemon_registry);
-    let pump_task = tokio::task::spawn_local(pump(feed, slot.clone()));
+    tasks.push(tokio::task::spawn_local(pump(feed, slot.clone())));
+    Ok(Cluster {
+        emulator,
+        client,
+        world,
+        queue_url,
+        view,
+        cloud,
+        kit,
+        registries,
+        slot,
+        dropped,
+        tasks,
+    })
+}
 
+/// The run itself (inside the actix System of [`run`]).
+pub async fn simulate(
+    loaded: LoadedScenario,
+    mut options: RunOptions<'_>,
+) -> Result<Report, SimulationError> {
+    let scenario = loaded.scenario.clone();
+    let clock = SimClock::at_epoch();
+    let cluster = start_cluster(&loaded, clock).await?;
     let servers = match options.serve.as_mut() {
         Some(serve_options) => {
             let routes = Routes::new()
-                .route(http::METRICS_PATH, http::metrics_handler(registries.clone()))
-                .route(http::ACTORS_PATH, http::actors_handler(kit.clone()));
-            Some(serve(serve_options, &emulator, routes).await?)
+                .route(
+                    http::METRICS_PATH,
+                    http::metrics_handler(cluster.registries.clone()),
+                )
+                .route(http::ACTORS_PATH, http::actors_handler(cluster.kit.clone()));
+            Some(serve(serve_options, &cluster.emulator, routes).await?)
         }
         None => None,
     };
-
-    let kubelet = FakeKubelet::new(
-        KubeletDeps {
-            client: client.clone(),
-            ec2: Arc::clone(&world.ec2),
-            view: Arc::clone(&view),
-            clock: Arc::new(clock),
-            region: scenario.region.clone(),
-        },
-        KubeletConfig::from(&scenario.kwok),
-    );
-    let scheduler = FakeScheduler::new(client.clone(), Arc::clone(&view), Arc::new(clock));
-    let workloads = Workloads::new(client.clone(), Arc::clone(&view), loaded.workloads.clone());
     let open_ended = loaded.open_ended;
-    let mut sim = Sim {
-        loaded,
-        clock,
-        client,
-        view,
-        world,
-        cloud,
-        queue_url,
-        kubelet,
-        scheduler,
-        workloads,
-        recorder: Recorder::default(),
-        reclaims: Vec::new(),
-        next_interruption: 0,
-        next_failure: 0,
-        next_fault: 0,
-        progress: options.progress.take(),
-    };
+    let mut sim = Sim::new(loaded, &cluster, clock, options.progress.take());
     sim.say(&format!(
         "simulating {scenario}{}",
         if open_ended { " until stopped" } else { "" }
     ));
-
-    let start = Instant::now();
-    let mut stop = options.stop.take();
-    let mut next_progress = Duration::ZERO;
-    let mut now = Duration::ZERO;
-    let escalated = loop {
-        sim.tick(now).await;
-        if now >= next_progress {
-            sim.progress_line(now).await;
-            next_progress += scenario.progress_every;
-        }
-        if started.root.escalation().is_some() {
-            break true;
-        }
-        let next = now + HARNESS_TICK;
-        if next > scenario.duration {
-            break false;
-        }
-        let wake = tokio::time::sleep_until(start + next);
-        match stop.as_mut() {
-            Some(stopping) => {
-                tokio::select! {
-                    biased;
-                    _ = stopping => break false,
-                    () = wake => {}
-                }
-            }
-            None => wake.await,
-        }
-        now = next;
-    };
-    let _ = sim.clock.elapsed();
+    let (now, escalated) = sim.run(&cluster.slot, options.stop.take()).await;
     let report = sim
-        .report(now, &kit, &registries, escalated, dropped.load(std::sync::atomic::Ordering::Relaxed))
+        .report(
+            now,
+            &cluster.kit,
+            &cluster.registries,
+            escalated,
+            cluster.dropped.load(std::sync::atomic::Ordering::Relaxed),
+        )
         .await;
-    slot.stop().await;
-    pump_task.abort();
-    ingress_task.abort();
-    emulator.close_watches();
+    cluster.slot.stop().await;
+    for task in cluster.tasks {
+        task.abort();
+    }
+    cluster.emulator.close_watches();
     if let Some((api, daemon)) = servers {
         api.shutdown().await;
         daemon.shutdown().await;

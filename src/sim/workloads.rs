@@ -1,7 +1,7 @@
 //! The scenario's workloads as Deployments would run them: each keeps as many live pods as its
 //! current step asks for, creating pods when it is short (scale-up, or pods evicted, deleted by
 //! a drain or lost with their node) and deleting some when it has too many (scale-down: unbound
-//! pods first, then the newest), as the ReplicaSet controller does.
+//! pods first, then the newest), as the `ReplicaSet` controller does.
 //!
 //! [`WorkloadTemplate::from_workload`] turns a scenario workload into a pod template, checking
 //! the embedded Kubernetes fields (quantities, tolerations, spread constraints, affinity) with
@@ -14,8 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, Pod, PodSpec, ResourceRequirements, Toleration,
-    TopologySpreadConstraint,
+    Affinity, Container, Pod, PodSpec, ResourceRequirements, Toleration, TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -36,7 +35,10 @@ const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// Karpenter's default grace for pods without one (Kubernetes' default).
 const TERMINATION_GRACE_SECONDS: i64 = 30;
 
-fn from_yaml<T: DeserializeOwned>(path: &str, value: &serde_yaml::Value) -> Result<T, ScenarioError> {
+fn from_yaml<T: DeserializeOwned>(
+    path: &str,
+    value: &serde_yaml::Value,
+) -> Result<T, ScenarioError> {
     serde_yaml::from_value(value.clone()).map_err(|e| ScenarioError::invalid(path, e.to_string()))
 }
 
@@ -76,12 +78,12 @@ impl WorkloadTemplate {
             .map(|(i, c)| {
                 let mut constraint: TopologySpreadConstraint =
                     from_yaml(&format!("{path}.topologySpreadConstraints[{i}]"), c)?;
-                constraint.label_selector.get_or_insert_with(|| LabelSelector {
-                    match_labels: Some(
-                        [(APP_LABEL.to_owned(), workload.name.clone())].into(),
-                    ),
-                    ..LabelSelector::default()
-                });
+                constraint
+                    .label_selector
+                    .get_or_insert_with(|| LabelSelector {
+                        match_labels: Some([(APP_LABEL.to_owned(), workload.name.clone())].into()),
+                        ..LabelSelector::default()
+                    });
                 Ok(constraint)
             })
             .collect::<Result<Vec<_>, ScenarioError>>()?;
@@ -204,7 +206,11 @@ fn index_of(workload: &str, pod: &str) -> Option<u64> {
 
 impl Workloads {
     #[must_use]
-    pub fn new(client: Client, view: Arc<dyn ClusterView>, templates: Vec<WorkloadTemplate>) -> Self {
+    pub fn new(
+        client: Client,
+        view: Arc<dyn ClusterView>,
+        templates: Vec<WorkloadTemplate>,
+    ) -> Self {
         let next_index = vec![0; templates.len()];
         Self {
             client,
@@ -306,7 +312,10 @@ mod tests {
         let text = format!(
             "name: t\nduration: 10m\nworkloads:\n  - name: web\n    requests: {{cpu: 500m, memory: 1Gi}}\n    steps:\n      - {{at: 0s, replicas: 2}}\n      - {{at: 5m, replicas: 7}}\n{extra}"
         );
-        Scenario::from_yaml(&text).expect("scenario").workloads.remove(0)
+        Scenario::from_yaml(&text)
+            .expect("scenario")
+            .workloads
+            .remove(0)
     }
 
     #[test]
@@ -314,7 +323,7 @@ mod tests {
         let template = WorkloadTemplate::from_workload(0, &workload("")).unwrap();
         assert_eq!(template.desired(Duration::ZERO), 2);
         assert_eq!(template.desired(Duration::from_secs(299)), 2);
-        assert_eq!(template.desired(Duration::from_secs(300)), 7);
+        assert_eq!(template.desired(Duration::from_mins(5)), 7);
         assert_eq!(template.peak(), 7);
     }
 
@@ -331,7 +340,11 @@ mod tests {
             .clone()
             .unwrap();
         assert_eq!(
-            selector.match_labels.unwrap().get(APP_LABEL).map(String::as_str),
+            selector
+                .match_labels
+                .unwrap()
+                .get(APP_LABEL)
+                .map(String::as_str),
             Some("web")
         );
     }
@@ -344,13 +357,18 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            error.to_string().starts_with("workloads[0].tolerations[0]: "),
+            error
+                .to_string()
+                .starts_with("workloads[0].tolerations[0]: "),
             "{error}"
         );
         let mut bad = workload("");
         bad.requests.insert("cpu".into(), "lots".into());
         let error = WorkloadTemplate::from_workload(0, &bad).unwrap_err();
-        assert!(error.to_string().starts_with("workloads[0].requests.cpu: "), "{error}");
+        assert!(
+            error.to_string().starts_with("workloads[0].requests.cpu: "),
+            "{error}"
+        );
         let error = WorkloadTemplate::from_workload(
             0,
             &workload("    topologySpreadConstraints:\n      - {maxSkew: 0, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule}\n"),

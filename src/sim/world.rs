@@ -5,7 +5,7 @@
 //! Data flow: `karpenter simulate` and the tests build a [`KwokAws`] with the simulated clock,
 //! hand [`KwokAws::ports`] to the daemon's `Deps`, create the interruption queue and its
 //! EventBridge rules ([`KwokAws::create_interruption_queue`], what `karpenter interruption
-//! setup` or Karpenter's CloudFormation template does in a real account), and keep the [`KwokAws`] to drive events (capacity limits,
+//! setup` or Karpenter's `CloudFormation` template does in a real account), and keep the [`KwokAws`] to drive events (capacity limits,
 //! spot interruptions, lost instances, injected API errors).
 
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use karpenter_actors::aws::unavailable::UnavailableOfferings;
 use karpenter_actors::daemon::AwsPorts;
+use karpenter_actors::interruption::setup;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::kwok::eventbridge::KwokEventBridge;
 use karpenter_actors::kwok::faults::Faults;
@@ -26,7 +27,6 @@ use karpenter_actors::ports::ec2::{
     CreateFleetRequest, CreateLaunchTemplateRequest, Ec2Api as _, Ec2CapacityType,
     FleetLaunchTemplateConfig, FleetOverride, Instance, LaunchTemplateData, Tags,
 };
-use karpenter_actors::interruption::setup;
 use karpenter_config::scenario::{AwsService, CapacityPool, CapacityType};
 
 /// Kubernetes versions whose AMI aliases kwok's SSM answers (v1.5's supported range).
@@ -217,8 +217,8 @@ impl KwokAws {
         name: &str,
         cluster: &str,
     ) -> Result<String, AwsError> {
-        let applied = setup::ensure(self.sqs.as_ref(), self.eventbridge.as_ref(), name, cluster)
-            .await?;
+        let applied =
+            setup::ensure(self.sqs.as_ref(), self.eventbridge.as_ref(), name, cluster).await?;
         Ok(applied.queue_url)
     }
 
@@ -236,7 +236,11 @@ impl KwokAws {
         };
         match self.ec2.create_launch_template(&template).await {
             Ok(_) => {}
-            Err(error) if error.code.as_deref().is_some_and(|c| c.contains("AlreadyExists")) => {}
+            Err(error)
+                if error
+                    .code
+                    .as_deref()
+                    .is_some_and(|c| c.contains("AlreadyExists")) => {}
             Err(error) => return Err(error),
         }
         let subnet = self
@@ -277,7 +281,12 @@ impl KwokAws {
                 .errors
                 .first()
                 .map_or_else(String::new, |e| format!("{}: {}", e.code, e.message));
-            AwsError::new(PortService::Ec2, "CreateFleet", None, format!("no instance launched {why}"))
+            AwsError::new(
+                PortService::Ec2,
+                "CreateFleet",
+                None,
+                format!("no instance launched {why}"),
+            )
         })
     }
 
@@ -340,8 +349,8 @@ impl KwokAws {
 mod tests {
     use super::*;
     use crate::sim::clock::SimClock;
-    use karpenter_actors::ports::sqs::SqsApi as _;
     use karpenter_actors::ports::sqs::INTERRUPTION_RECEIVE;
+    use karpenter_actors::ports::sqs::SqsApi as _;
 
     fn world() -> KwokAws {
         KwokAws::new(
@@ -357,7 +366,10 @@ mod tests {
 
     #[test]
     fn unknown_operations_are_refused_with_the_known_ones() {
-        assert_eq!(kwok_operation(AwsService::Ec2, "CreateFleet"), Ok("CreateFleet"));
+        assert_eq!(
+            kwok_operation(AwsService::Ec2, "CreateFleet"),
+            Ok("CreateFleet")
+        );
         let error = kwok_operation(AwsService::Ssm, "PutParameter").unwrap_err();
         assert!(error.contains("GetParameter"), "{error}");
     }
@@ -366,7 +378,12 @@ mod tests {
     async fn injected_errors_hit_the_next_calls_only() {
         let world = world();
         world
-            .fail_next(AwsService::Ec2, "DescribeSubnets", 1, "RequestLimitExceeded")
+            .fail_next(
+                AwsService::Ec2,
+                "DescribeSubnets",
+                1,
+                "RequestLimitExceeded",
+            )
             .unwrap();
         let error = world.ec2.describe_subnets(&[]).await.unwrap_err();
         assert_eq!(error.code.as_deref(), Some("RequestLimitExceeded"));

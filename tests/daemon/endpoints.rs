@@ -37,7 +37,10 @@ async fn until_ok(url: &str) -> String {
 async fn probes_metrics_and_the_actor_table_answer_over_http() {
     let emulator = Emulator::new().unwrap();
     let world = world();
-    world.create_interruption_queue("test-cluster", "test-cluster").await.unwrap();
+    world
+        .create_interruption_queue("test-cluster", "test-cluster")
+        .await
+        .unwrap();
     let daemon = RunningDaemon::start(inputs(
         &emulator,
         &world,
@@ -52,7 +55,13 @@ async fn probes_metrics_and_the_actor_table_answer_over_http() {
     let (status, body) = get(&format!("{health}/healthz")).await;
     assert_eq!((status, body.as_str()), (200, "ok\n"));
     let ready = until_ok(&format!("{health}/readyz?verbose")).await;
-    for check in ["cache-synced", "crds", "aws", "interruption-queue", "leader-election"] {
+    for check in [
+        "cache-synced",
+        "crds",
+        "aws",
+        "interruption-queue",
+        "leader-election",
+    ] {
         assert!(ready.contains(&format!("[+]{check} ok")), "{ready}");
     }
 
@@ -62,13 +71,20 @@ async fn probes_metrics_and_the_actor_table_answer_over_http() {
     let text = until_ok(&format!("{metrics}/metrics")).await;
     assert!(text.contains("karpenter_actor_live_actors"), "{text}");
     assert!(text.trim_end().ends_with("# EOF"));
-    assert_eq!(text.matches("# EOF").count(), 1, "one EOF for all registries");
+    assert_eq!(
+        text.matches("# EOF").count(),
+        1,
+        "one EOF for all registries"
+    );
 
     // `karpenter actors` against the same daemon, once the interruption actor runs.
     let table = tokio::time::timeout(TIMEOUT, async {
         loop {
             let snapshot = actors::fetch(&metrics).await.unwrap();
-            if snapshot.actor("InterruptionActor", "interruption").is_some() {
+            if snapshot
+                .actor("InterruptionActor", "interruption")
+                .is_some()
+            {
                 let mut out = Vec::new();
                 actors::print(&snapshot, &ActorsArgs::default(), &mut out);
                 return String::from_utf8(out).unwrap();

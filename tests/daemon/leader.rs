@@ -25,7 +25,10 @@ async fn only_the_leader_runs_actors_and_a_standby_takes_over_when_it_stops() {
     tokio::time::pause();
     let emulator = Emulator::new().unwrap();
     let world = world();
-    world.create_interruption_queue(QUEUE, "test-cluster").await.unwrap();
+    world
+        .create_interruption_queue(QUEUE, "test-cluster")
+        .await
+        .unwrap();
 
     let mut a = RunningDaemon::start(inputs(&emulator, &world, settings(Some(QUEUE), true), "a"))
         .await
@@ -33,7 +36,10 @@ async fn only_the_leader_runs_actors_and_a_standby_takes_over_when_it_stops() {
     a.until_leading().await;
     until_started(&a).await;
     assert!(
-        a.kit().snapshot().actor("InterruptionActor", "interruption").is_some(),
+        a.kit()
+            .snapshot()
+            .actor("InterruptionActor", "interruption")
+            .is_some(),
         "the leader runs the actors"
     );
 
@@ -60,7 +66,12 @@ async fn only_the_leader_runs_actors_and_a_standby_takes_over_when_it_stops() {
         handover.elapsed() <= Duration::from_secs(5),
         "a released lease is taken at the next retry, not after the lease duration"
     );
-    assert!(b.kit().snapshot().actor("InterruptionActor", "interruption").is_some());
+    assert!(
+        b.kit()
+            .snapshot()
+            .actor("InterruptionActor", "interruption")
+            .is_some()
+    );
     b.shutdown(Duration::from_secs(20)).await;
 }
 
@@ -94,5 +105,8 @@ async fn shutdown_gives_in_flight_launches_their_grace_and_names_the_unfinished(
     let started = tokio::time::Instant::now();
     let unfinished = daemon.shutdown(Duration::from_secs(20)).await;
     assert_eq!(unfinished, ["default-inflight"]);
-    assert!(started.elapsed() >= Duration::from_secs(20), "it waited the grace");
+    assert!(
+        started.elapsed() >= Duration::from_secs(20),
+        "it waited the grace"
+    );
 }

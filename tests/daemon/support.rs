@@ -37,7 +37,12 @@ pub fn settings(queue: Option<&str>, leader_election: bool) -> Settings {
     }
 }
 
-pub fn inputs(emulator: &Emulator, world: &KwokAws, settings: Settings, identity: &str) -> DaemonInputs {
+pub fn inputs(
+    emulator: &Emulator,
+    world: &KwokAws,
+    settings: Settings,
+    identity: &str,
+) -> DaemonInputs {
     DaemonInputs {
         settings: Arc::new(settings),
         client: emulator.client(),

@@ -7,8 +7,8 @@ use karpenter::sim::world::Launch;
 use karpenter_actors::apis::labels;
 use karpenter_actors::ports::cluster::ClusterApi as _;
 use karpenter_actors::ports::ec2::{Ec2CapacityType, Tags};
-use kube::api::PostParams;
 use kube::Api;
+use kube::api::PostParams;
 
 use super::support::Cluster;
 
@@ -57,7 +57,9 @@ async fn a_kwok_instance_registers_a_ready_node_that_takes_a_pending_pod_once_re
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
-    pods.create(&PostParams::default(), &pod("web-0", "500m")).await.unwrap();
+    pods.create(&PostParams::default(), &pod("web-0", "500m"))
+        .await
+        .unwrap();
 
     // 15 s pending in EC2, then 20 s until the kubelet registers.
     cluster.run_for(30).await;
@@ -84,7 +86,15 @@ async fn a_kwok_instance_registers_a_ready_node_that_takes_a_pending_pod_once_re
     let node = nodes.get(&node_name).await.unwrap();
     assert_eq!(ready(&node).as_deref(), Some("True"));
     assert!(!taint_keys(&node).contains(&labels::NOT_READY_TAINT.to_owned()));
-    assert!(pods.get("web-0").await.unwrap().spec.unwrap().node_name.is_none());
+    assert!(
+        pods.get("web-0")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .node_name
+            .is_none()
+    );
 
     // Karpenter's registration drops the unregistered taint; the scheduler binds, the kubelet
     // starts the pod.
@@ -101,7 +111,10 @@ async fn a_kwok_instance_registers_a_ready_node_that_takes_a_pending_pod_once_re
         .unwrap();
     cluster.run_for(3).await;
     let bound = pods.get("web-0").await.unwrap();
-    assert_eq!(bound.spec.unwrap().node_name.as_deref(), Some(node_name.as_str()));
+    assert_eq!(
+        bound.spec.unwrap().node_name.as_deref(),
+        Some(node_name.as_str())
+    );
     assert_eq!(bound.status.unwrap().phase.as_deref(), Some("Running"));
 
     // EC2 takes the instance away: the Node goes, and with it the pod.
@@ -146,7 +159,7 @@ async fn the_scheduler_never_overcommits_a_node_and_honours_taints() {
             .unwrap();
     }
     cluster.run_for(3).await;
-    let list = pods.list(&Default::default()).await.unwrap();
+    let list = pods.list(&kube::api::ListParams::default()).await.unwrap();
     let bound = list
         .items
         .iter()

@@ -34,7 +34,8 @@ fn every_shipped_scenario_loads() {
 
 #[test]
 fn a_nodepool_breaking_a_crd_rule_is_named_by_its_scenario_path() {
-    let text = std::fs::read_to_string(repo("tests/fixtures/scenarios/broken-nodepool.yaml")).unwrap();
+    let text =
+        std::fs::read_to_string(repo("tests/fixtures/scenarios/broken-nodepool.yaml")).unwrap();
     let message = error_of(&text);
     assert!(
         message.starts_with("nodePools[0].spec.template.spec.requirements[0].operator: "),
@@ -80,9 +81,9 @@ fn chaos_plans_are_checked_with_the_field_named() {
     let aws = "aws:\n  - {at: 1m, service: ec2, operation: LaunchInstances, count: 1, code: InternalError}\n";
     let error = LoadedScenario::from_yaml(DEFAULT_SCENARIO, Some(aws)).unwrap_err();
     assert!(
-        error
-            .to_string()
-            .starts_with("chaos.aws[0].operation: \"LaunchInstances\" is not an operation kwok's ec2 answers"),
+        error.to_string().starts_with(
+            "chaos.aws[0].operation: \"LaunchInstances\" is not an operation kwok's ec2 answers"
+        ),
         "{error}"
     );
 }
@@ -101,7 +102,9 @@ fn the_command_names_the_file_and_the_field_and_exits_2() {
     let err = String::from_utf8(err).unwrap();
     assert!(err.starts_with("error: "), "{err}");
     assert!(
-        err.contains("broken-nodepool.yaml: nodePools[0].spec.template.spec.requirements[0].operator"),
+        err.contains(
+            "broken-nodepool.yaml: nodePools[0].spec.template.spec.requirements[0].operator"
+        ),
         "{err}"
     );
     assert!(out.is_empty());

@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use karpenter::kube::ingress::ClusterIngress;
-use karpenter::kube::state::ClusterState;
+use karpenter::sim::binder::FakeScheduler;
 use karpenter::sim::clock::SimClock;
 use karpenter::sim::kubelet::{FakeKubelet, KubeletConfig, KubeletDeps};
-use karpenter::sim::binder::FakeScheduler;
 use karpenter::sim::world::{KwokAws, KwokAwsConfig};
 use karpenter::sim::{Emulator, EmulatorConfig};
 use karpenter_actors::ports::cluster_view::ClusterView;
@@ -16,10 +15,9 @@ use karpenter_actors::ports::cluster_view::ClusterView;
 pub const REGION: &str = "us-west-2";
 
 pub struct Cluster {
-    pub clock: SimClock,
-    pub emulator: Emulator,
+    /// Kept alive for the cluster's lifetime.
+    pub _emulator: Emulator,
     pub client: kube::Client,
-    pub state: ClusterState,
     pub world: KwokAws,
     pub kubelet: FakeKubelet,
     pub scheduler: FakeScheduler,
@@ -70,10 +68,8 @@ impl Cluster {
         );
         let scheduler = FakeScheduler::new(client.clone(), view, Arc::new(clock));
         Self {
-            clock,
-            emulator,
+            _emulator: emulator,
             client,
-            state,
             world,
             kubelet,
             scheduler,
