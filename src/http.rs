@@ -336,6 +336,19 @@ impl MetricsRegistries {
             .push(Arc::new(registry));
     }
 
+    /// Serves every registry of `other` too, after these.
+    pub fn extend(&self, other: &MetricsRegistries) {
+        let theirs = other
+            .registries
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        self.registries
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(theirs);
+    }
+
     /// Every registry in the `OpenMetrics` text format, ending with one `# EOF`.
     pub fn encode(&self) -> Result<String, fmt::Error> {
         let registries = self

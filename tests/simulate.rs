@@ -12,6 +12,8 @@
 
 #[path = "simulate/harness.rs"]
 mod harness;
+#[path = "simulate/runs.rs"]
+mod runs;
 #[path = "simulate/scenario_files.rs"]
 mod scenario_files;
 #[path = "simulate/support.rs"]

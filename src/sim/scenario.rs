@@ -544,41 +544,50 @@ struct Sim<'a> {
     progress: Option<ProgressSink<'a>>,
 }
 
+/// The parts of the cluster the harness acts on.
+struct Harness {
+    client: Client,
+    view: Arc<dyn ClusterView>,
+    world: KwokAws,
+    cloud: Arc<dyn CloudProvider>,
+    queue_url: String,
+}
+
 impl<'a> Sim<'a> {
     fn new(
         loaded: LoadedScenario,
-        cluster: &Cluster,
+        harness: Harness,
         clock: SimClock,
         progress: Option<ProgressSink<'a>>,
     ) -> Self {
         let scenario = &loaded.scenario;
         let kubelet = FakeKubelet::new(
             KubeletDeps {
-                client: cluster.client.clone(),
-                ec2: Arc::clone(&cluster.world.ec2),
-                view: Arc::clone(&cluster.view),
+                client: harness.client.clone(),
+                ec2: Arc::clone(&harness.world.ec2),
+                view: Arc::clone(&harness.view),
                 clock: Arc::new(clock),
                 region: scenario.region.clone(),
             },
             KubeletConfig::from(&scenario.kwok),
         );
         let scheduler = FakeScheduler::new(
-            cluster.client.clone(),
-            Arc::clone(&cluster.view),
+            harness.client.clone(),
+            Arc::clone(&harness.view),
             Arc::new(clock),
         );
         let workloads = Workloads::new(
-            cluster.client.clone(),
-            Arc::clone(&cluster.view),
+            harness.client.clone(),
+            Arc::clone(&harness.view),
             loaded.workloads.clone(),
         );
         Self {
             loaded,
-            client: cluster.client.clone(),
-            view: Arc::clone(&cluster.view),
-            world: cluster.world.clone(),
-            cloud: Arc::clone(&cluster.cloud),
-            queue_url: cluster.queue_url.clone(),
+            client: harness.client,
+            view: harness.view,
+            world: harness.world,
+            cloud: harness.cloud,
+            queue_url: harness.queue_url,
             kubelet,
             scheduler,
             workloads,
@@ -588,46 +597,6 @@ impl<'a> Sim<'a> {
             next_failure: 0,
             next_fault: 0,
             progress,
-        }
-    }
-
-    /// Ticks until the scenario's end, a stop, or a root escalation; returns the simulated time
-    /// reached and whether the root escalated.
-    async fn run(
-        &mut self,
-        slot: &DaemonSlot,
-        mut stop: Option<oneshot::Receiver<()>>,
-    ) -> (Duration, bool) {
-        let start = Instant::now();
-        let duration = self.loaded.scenario.duration;
-        let every = self.loaded.scenario.progress_every;
-        let mut next_progress = Duration::ZERO;
-        let mut now = Duration::ZERO;
-        loop {
-            self.tick(now).await;
-            if now >= next_progress {
-                self.progress_line(now).await;
-                next_progress += every;
-            }
-            if slot.get().is_some_and(|s| s.root.escalation().is_some()) {
-                return (now, true);
-            }
-            let next = now + HARNESS_TICK;
-            if next > duration {
-                return (now, false);
-            }
-            let wake = tokio::time::sleep_until(start + next);
-            match stop.as_mut() {
-                Some(stopping) => {
-                    tokio::select! {
-                        biased;
-                        _ = stopping => return (now, false),
-                        () = wake => {}
-                    }
-                }
-                None => wake.await,
-            }
-            now = next;
         }
     }
 
@@ -877,8 +846,8 @@ impl<'a> Sim<'a> {
     async fn report(
         &mut self,
         now: Duration,
-        kit: &ActorKit,
         registries: &MetricsRegistries,
+        actor_faults_injected: usize,
         escalated: bool,
         dropped: u64,
     ) -> Report {
@@ -903,7 +872,7 @@ impl<'a> Sim<'a> {
             report::instance_counts(&instances);
         let metrics = registries.encode().unwrap_or_default();
         self.recorder.interruptions.left_in_queue = self.world.sqs.depth(&self.queue_url);
-        self.recorder.faults.actor_faults_injected = kit.faults().map_or(0, |f| f.injected().len());
+        self.recorder.faults.actor_faults_injected = actor_faults_injected;
         self.recorder.harness.dropped_changes = dropped;
         let scenario = &self.loaded.scenario;
         Report {
@@ -986,105 +955,332 @@ async fn serve(
     Ok((api, daemon))
 }
 
-/// The simulated cluster and the daemon running on it.
-struct Cluster {
-    emulator: Emulator,
-    client: Client,
-    world: KwokAws,
-    queue_url: String,
-    view: Arc<dyn ClusterView>,
-    cloud: Arc<dyn CloudProvider>,
+/// The daemon as one process runs it: its own watchers (unless it shares the first ones),
+/// actor kit, actors and metrics.
+struct DaemonProcess {
     kit: ActorKit,
-    registries: MetricsRegistries,
     slot: DaemonSlot,
+    registries: MetricsRegistries,
     dropped: Arc<std::sync::atomic::AtomicU64>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-/// Builds the emulator with the scenario's objects, kwok's account, the watchers and the
-/// daemon's actors.
-async fn start_cluster(
-    loaded: &LoadedScenario,
+impl DaemonProcess {
+    /// Starts the watchers of `ingress` and the actors over them; returns the store too.
+    async fn start(
+        loaded: &LoadedScenario,
+        clock: SimClock,
+        client: &Client,
+        world: &KwokAws,
+        cloud: &Arc<dyn CloudProvider>,
+        mut ingress: ClusterIngress,
+    ) -> Result<(Self, Arc<dyn ClusterView>), SimulationError> {
+        let feed = ChangeFeed::subscribe(&mut ingress);
+        let dropped = feed.dropped_counter();
+        let state = ingress.state();
+        let mut tasks = vec![tokio::task::spawn_local(ingress.run())];
+        state
+            .wait_until_ready()
+            .await
+            .map_err(|_| SimulationError::Sync)?;
+        let view: Arc<dyn ClusterView> = Arc::new(state);
+        let mut registry = Registry::default();
+        let kit = ActorKit::new(
+            &mut registry,
+            KitOptions {
+                faults: loaded.actor_faults.clone(),
+                ..KitOptions::default()
+            },
+        );
+        let reporter = kube::runtime::events::Reporter {
+            controller: "karpenter".to_owned(),
+            instance: Some("karpenter-simulated".to_owned()),
+        };
+        let deps = Deps {
+            settings: Arc::new(simulated_settings(&loaded.scenario)),
+            clock: Arc::new(clock),
+            cluster: Arc::new(KubeClusterApi::new(client.clone(), reporter)),
+            view: Arc::clone(&view),
+            cloud: Arc::clone(cloud),
+            aws: world.ports(),
+            unavailable: Arc::clone(&world.unavailable),
+        };
+        let slot = DaemonSlot::new();
+        let mut daemon_registry = Registry::default();
+        slot.start(&kit, deps, &mut daemon_registry)
+            .map_err(SimulationError::Actors)?;
+        let registries = MetricsRegistries::new(registry);
+        registries.add(daemon_registry);
+        tasks.push(tokio::task::spawn_local(pump(feed, slot.clone())));
+        Ok((
+            Self {
+                kit,
+                slot,
+                registries,
+                dropped,
+                tasks,
+            },
+            view,
+        ))
+    }
+
+    fn escalated(&self) -> bool {
+        self.slot
+            .get()
+            .is_some_and(|s| s.root.escalation().is_some())
+    }
+}
+
+/// A simulation in progress: the cluster (emulator, kwok, harness) and the daemon on it.
+/// [`simulate`] drives one through a scenario; tests drive one step by step, and can restart the
+/// daemon over the same cluster.
+pub struct Simulation<'a> {
+    emulator: Emulator,
     clock: SimClock,
-) -> Result<Cluster, SimulationError> {
-    let scenario = &loaded.scenario;
-    let emulator = Emulator::with_config(EmulatorConfig {
-        seed: scenario.seed,
-        clock: clock.for_emulator(),
-        ..EmulatorConfig::default()
-    })
-    .map_err(SimulationError::Emulator)?;
-    let client = emulator.client();
-    seed(&client, loaded).await?;
+    daemons: Vec<DaemonProcess>,
+    sim: Sim<'a>,
+    start: Instant,
+    now: Duration,
+    next_progress: Duration,
+    escalated: bool,
+}
 
-    let world = KwokAws::new(
-        &KwokAwsConfig {
-            region: scenario.region.clone(),
-            cluster_name: scenario.cluster_name.clone(),
-            launch_latency: scenario.kwok.launch_latency,
-        },
-        Arc::new(clock),
-    )
-    .map_err(SimulationError::Kwok)?;
-    world.limit_capacity(&scenario.kwok.capacity);
-    let queue_url = world
-        .create_interruption_queue(&scenario.cluster_name, &scenario.cluster_name)
-        .await
-        .map_err(|e| SimulationError::Kwok(e.to_string()))?;
+impl std::fmt::Debug for Simulation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Simulation")
+            .field("now", &self.now)
+            .field("daemons", &self.daemons.len())
+            .finish_non_exhaustive()
+    }
+}
 
-    let mut ingress = ClusterIngress::new(client.clone());
-    let feed = ChangeFeed::subscribe(&mut ingress);
-    let dropped = feed.dropped_counter();
-    let state = ingress.state();
-    let mut tasks = vec![tokio::task::spawn_local(ingress.run())];
-    state
-        .wait_until_ready()
-        .await
-        .map_err(|_| SimulationError::Sync)?;
-    let view: Arc<dyn ClusterView> = Arc::new(state);
+impl<'a> Simulation<'a> {
+    /// Builds the emulator with the scenario's objects, kwok's account, the watchers, the
+    /// daemon's actors and the harness (call inside the actix System of [`run`]).
+    pub async fn start(
+        loaded: LoadedScenario,
+        progress: Option<ProgressSink<'a>>,
+    ) -> Result<Self, SimulationError> {
+        let clock = SimClock::at_epoch();
+        let scenario = &loaded.scenario;
+        let emulator = Emulator::with_config(EmulatorConfig {
+            seed: scenario.seed,
+            clock: clock.for_emulator(),
+            ..EmulatorConfig::default()
+        })
+        .map_err(SimulationError::Emulator)?;
+        let client = emulator.client();
+        seed(&client, &loaded).await?;
+        let world = KwokAws::new(
+            &KwokAwsConfig {
+                region: scenario.region.clone(),
+                cluster_name: scenario.cluster_name.clone(),
+                launch_latency: scenario.kwok.launch_latency,
+            },
+            Arc::new(clock),
+        )
+        .map_err(SimulationError::Kwok)?;
+        world.limit_capacity(&scenario.kwok.capacity);
+        let queue_url = world
+            .create_interruption_queue(&scenario.cluster_name, &scenario.cluster_name)
+            .await
+            .map_err(|e| SimulationError::Kwok(e.to_string()))?;
+        let cloud = cloud_provider(&world);
+        // The first daemon shares its watchers with the harness.
+        let (daemon, view) = DaemonProcess::start(
+            &loaded,
+            clock,
+            &client,
+            &world,
+            &cloud,
+            ClusterIngress::new(client.clone()),
+        )
+        .await?;
+        let sim = Sim::new(
+            loaded,
+            Harness {
+                client,
+                view,
+                world,
+                cloud,
+                queue_url,
+            },
+            clock,
+            progress,
+        );
+        Ok(Self {
+            emulator,
+            clock,
+            daemons: vec![daemon],
+            sim,
+            start: Instant::now(),
+            now: Duration::ZERO,
+            next_progress: Duration::ZERO,
+            escalated: false,
+        })
+    }
 
-    let mut registry = Registry::default();
-    let kit = ActorKit::new(
-        &mut registry,
-        KitOptions {
-            faults: loaded.actor_faults.clone(),
-            ..KitOptions::default()
-        },
-    );
-    let cloud = cloud_provider(&world);
-    let reporter = kube::runtime::events::Reporter {
-        controller: "karpenter".to_owned(),
-        instance: Some("karpenter-simulated".to_owned()),
-    };
-    let deps = Deps {
-        settings: Arc::new(simulated_settings(scenario)),
-        clock: Arc::new(clock),
-        cluster: Arc::new(KubeClusterApi::new(client.clone(), reporter)),
-        view: Arc::clone(&view),
-        cloud: Arc::clone(&cloud),
-        aws: world.ports(),
-        unavailable: Arc::clone(&world.unavailable),
-    };
-    let slot = DaemonSlot::new();
-    let mut daemon_registry = Registry::default();
-    slot.start(&kit, deps, &mut daemon_registry)
-        .map_err(SimulationError::Actors)?;
-    let registries = MetricsRegistries::new(registry);
-    registries.add(daemon_registry);
-    tasks.push(tokio::task::spawn_local(pump(feed, slot.clone())));
-    Ok(Cluster {
-        emulator,
-        client,
-        world,
-        queue_url,
-        view,
-        cloud,
-        kit,
-        registries,
-        slot,
-        dropped,
-        tasks,
-    })
+    /// Simulated time of the last tick.
+    #[must_use]
+    pub fn now(&self) -> Duration {
+        self.now
+    }
+
+    /// A client of the emulator.
+    #[must_use]
+    pub fn client(&self) -> Client {
+        self.sim.client.clone()
+    }
+
+    /// The emulator.
+    #[must_use]
+    pub fn emulator(&self) -> &Emulator {
+        &self.emulator
+    }
+
+    /// kwok's account.
+    #[must_use]
+    pub fn world(&self) -> &KwokAws {
+        &self.sim.world
+    }
+
+    /// The harness's view of the cluster.
+    #[must_use]
+    pub fn view(&self) -> Arc<dyn ClusterView> {
+        Arc::clone(&self.sim.view)
+    }
+
+    /// The kit of the daemon running now.
+    #[must_use]
+    pub fn kit(&self) -> Option<&ActorKit> {
+        self.daemons.last().map(|d| &d.kit)
+    }
+
+    /// `/metrics` and `/debug/actors` of the daemon running now.
+    #[must_use]
+    pub fn routes(&self) -> Routes {
+        let Some(daemon) = self.daemons.last() else {
+            return Routes::new();
+        };
+        Routes::new()
+            .route(
+                http::METRICS_PATH,
+                http::metrics_handler(daemon.registries.clone()),
+            )
+            .route(http::ACTORS_PATH, http::actors_handler(daemon.kit.clone()))
+    }
+
+    fn say(&mut self, line: &str) {
+        self.sim.say(line);
+    }
+
+    /// The harness acts at `now`; false when the run is over (the root escalated).
+    async fn tick(&mut self) -> bool {
+        self.sim.tick(self.now).await;
+        if self.now >= self.next_progress {
+            self.sim.progress_line(self.now).await;
+            self.next_progress += self.sim.loaded.scenario.progress_every;
+        }
+        if self.daemons.last().is_some_and(DaemonProcess::escalated) {
+            self.escalated = true;
+            return false;
+        }
+        true
+    }
+
+    /// The next tick's time, unless the scenario ends first.
+    fn next(&self) -> Option<Duration> {
+        let next = self.now + HARNESS_TICK;
+        (next <= self.sim.loaded.scenario.duration).then_some(next)
+    }
+
+    /// Runs `by` more simulated time; false when the scenario ended or the root escalated.
+    pub async fn advance(&mut self, by: Duration) -> bool {
+        let until = self.now + by;
+        while self.now < until {
+            if !self.tick().await {
+                return false;
+            }
+            let Some(next) = self.next() else {
+                return false;
+            };
+            tokio::time::sleep_until(self.start + next).await;
+            self.now = next;
+        }
+        true
+    }
+
+    /// Runs to the end of the scenario, or until `stop` resolves.
+    pub async fn run_to_end(&mut self, mut stop: Option<oneshot::Receiver<()>>) {
+        loop {
+            if !self.tick().await {
+                return;
+            }
+            let Some(next) = self.next() else {
+                return;
+            };
+            let wake = tokio::time::sleep_until(self.start + next);
+            match stop.as_mut() {
+                Some(stopping) => {
+                    tokio::select! {
+                        biased;
+                        _ = stopping => return,
+                        () = wake => {}
+                    }
+                }
+                None => wake.await,
+            }
+            self.now = next;
+        }
+    }
+
+    /// Stops the daemon (every actor, its watchers) and starts a fresh one over the same
+    /// emulator and kwok state, as a process restart would.
+    pub async fn restart_daemon(&mut self) -> Result<(), SimulationError> {
+        if let Some(old) = self.daemons.last() {
+            old.slot.stop().await;
+            // The first daemon's watchers feed the harness: only its pump goes.
+            if let Some(pump) = old.tasks.get(1) {
+                pump.abort();
+            }
+        }
+        let client = self.sim.client.clone();
+        let (daemon, _) = DaemonProcess::start(
+            &self.sim.loaded,
+            self.clock,
+            &client,
+            &self.sim.world,
+            &self.sim.cloud,
+            ClusterIngress::new(client.clone()),
+        )
+        .await?;
+        self.daemons.push(daemon);
+        Ok(())
+    }
+
+    /// The report (actor totals over every daemon that ran), then everything stops.
+    pub async fn finish(mut self) -> Report {
+        let registries = MetricsRegistries::default();
+        let mut injected = 0;
+        let mut dropped = 0;
+        for daemon in &self.daemons {
+            registries.extend(&daemon.registries);
+            injected += daemon.kit.faults().map_or(0, |f| f.injected().len());
+            dropped += daemon.dropped.load(std::sync::atomic::Ordering::Relaxed);
+        }
+        let report = self
+            .sim
+            .report(self.now, &registries, injected, self.escalated, dropped)
+            .await;
+        for daemon in &self.daemons {
+            daemon.slot.stop().await;
+            for task in &daemon.tasks {
+                task.abort();
+            }
+        }
+        self.emulator.close_watches();
+        report
+    }
 }
 
 /// The run itself (inside the actix System of [`run`]).
@@ -1092,42 +1288,21 @@ pub async fn simulate(
     loaded: LoadedScenario,
     mut options: RunOptions<'_>,
 ) -> Result<Report, SimulationError> {
-    let scenario = loaded.scenario.clone();
-    let clock = SimClock::at_epoch();
-    let cluster = start_cluster(&loaded, clock).await?;
+    let open_ended = loaded.open_ended;
+    let title = loaded.scenario.to_string();
+    let mut simulation = Simulation::start(loaded, options.progress.take()).await?;
     let servers = match options.serve.as_mut() {
         Some(serve_options) => {
-            let routes = Routes::new()
-                .route(
-                    http::METRICS_PATH,
-                    http::metrics_handler(cluster.registries.clone()),
-                )
-                .route(http::ACTORS_PATH, http::actors_handler(cluster.kit.clone()));
-            Some(serve(serve_options, &cluster.emulator, routes).await?)
+            Some(serve(serve_options, simulation.emulator(), simulation.routes()).await?)
         }
         None => None,
     };
-    let open_ended = loaded.open_ended;
-    let mut sim = Sim::new(loaded, &cluster, clock, options.progress.take());
-    sim.say(&format!(
-        "simulating {scenario}{}",
+    simulation.say(&format!(
+        "simulating {title}{}",
         if open_ended { " until stopped" } else { "" }
     ));
-    let (now, escalated) = sim.run(&cluster.slot, options.stop.take()).await;
-    let report = sim
-        .report(
-            now,
-            &cluster.kit,
-            &cluster.registries,
-            escalated,
-            cluster.dropped.load(std::sync::atomic::Ordering::Relaxed),
-        )
-        .await;
-    cluster.slot.stop().await;
-    for task in cluster.tasks {
-        task.abort();
-    }
-    cluster.emulator.close_watches();
+    simulation.run_to_end(options.stop.take()).await;
+    let report = simulation.finish().await;
     if let Some((api, daemon)) = servers {
         api.shutdown().await;
         daemon.shutdown().await;
