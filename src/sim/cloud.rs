@@ -12,6 +12,11 @@ use karpenter_actors::ports::cloud_provider::{
     AWS_REPAIR_POLICIES, CloudProvider, CloudProviderError, DriftReason, RepairPolicy,
 };
 
+use karpenter_actors::ports::clock::Clock;
+use karpenter_actors::ports::cluster_view::ClusterView;
+use karpenter_config::scenario::Scenario;
+
+use super::scenario::SimulationError;
 use super::world::KwokAws;
 
 /// The reason every call of the stand-in fails with.
@@ -62,8 +67,13 @@ impl CloudProvider for UnwiredCloudProvider {
     }
 }
 
-/// The simulation's cloud provider over `world`.
-#[must_use]
-pub fn cloud_provider(_world: &KwokAws) -> Arc<dyn CloudProvider> {
-    Arc::new(UnwiredCloudProvider)
+/// The simulation's cloud provider over `world`, reading node classes from `view` (one per
+/// daemon process, as in production).
+pub async fn cloud_provider(
+    _world: &KwokAws,
+    _view: Arc<dyn ClusterView>,
+    _clock: Arc<dyn Clock>,
+    _scenario: &Scenario,
+) -> Result<Arc<dyn CloudProvider>, SimulationError> {
+    Ok(Arc::new(UnwiredCloudProvider))
 }

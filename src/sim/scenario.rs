@@ -972,9 +972,8 @@ impl DaemonProcess {
         clock: SimClock,
         client: &Client,
         world: &KwokAws,
-        cloud: &Arc<dyn CloudProvider>,
         mut ingress: ClusterIngress,
-    ) -> Result<(Self, Arc<dyn ClusterView>), SimulationError> {
+    ) -> Result<(Self, Arc<dyn ClusterView>, Arc<dyn CloudProvider>), SimulationError> {
         let feed = ChangeFeed::subscribe(&mut ingress);
         let dropped = feed.dropped_counter();
         let state = ingress.state();
@@ -984,6 +983,8 @@ impl DaemonProcess {
             .await
             .map_err(|_| SimulationError::Sync)?;
         let view: Arc<dyn ClusterView> = Arc::new(state);
+        let cloud =
+            cloud_provider(world, Arc::clone(&view), Arc::new(clock), &loaded.scenario).await?;
         let mut registry = Registry::default();
         let kit = ActorKit::new(
             &mut registry,
@@ -1001,7 +1002,7 @@ impl DaemonProcess {
             clock: Arc::new(clock),
             cluster: Arc::new(KubeClusterApi::new(client.clone(), reporter)),
             view: Arc::clone(&view),
-            cloud: Arc::clone(cloud),
+            cloud: Arc::clone(&cloud),
             aws: world.ports(),
             unavailable: Arc::clone(&world.unavailable),
         };
@@ -1021,6 +1022,7 @@ impl DaemonProcess {
                 tasks,
             },
             view,
+            cloud,
         ))
     }
 
@@ -1085,14 +1087,12 @@ impl<'a> Simulation<'a> {
             .create_interruption_queue(&scenario.cluster_name, &scenario.cluster_name)
             .await
             .map_err(|e| SimulationError::Kwok(e.to_string()))?;
-        let cloud = cloud_provider(&world);
         // The first daemon shares its watchers with the harness.
-        let (daemon, view) = DaemonProcess::start(
+        let (daemon, view, cloud) = DaemonProcess::start(
             &loaded,
             clock,
             &client,
             &world,
-            &cloud,
             ClusterIngress::new(client.clone()),
         )
         .await?;
@@ -1245,15 +1245,15 @@ impl<'a> Simulation<'a> {
             }
         }
         let client = self.sim.client.clone();
-        let (daemon, _) = DaemonProcess::start(
+        let (daemon, _, cloud) = DaemonProcess::start(
             &self.sim.loaded,
             self.clock,
             &client,
             &self.sim.world,
-            &self.sim.cloud,
             ClusterIngress::new(client.clone()),
         )
         .await?;
+        self.sim.cloud = cloud;
         self.daemons.push(daemon);
         Ok(())
     }
