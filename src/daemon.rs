@@ -15,12 +15,16 @@
 //!   forwards changes once [`DaemonSlot::start`] has started the actors. Changes seen before
 //!   that (a standby replica watches to keep its cache warm) are dropped: starting the actors
 //!   sends every owner a `Relisted` for each kind, so they read the whole store anyway.
+//! - [`bridge`] serves [`DaemonRoutes`] (HTTP routes answered by the actors, such as the
+//!   Provisioner's `/debug/explain/`) from the actors' thread.
 //! - [`wait_for_launches`] is the first step of a graceful shutdown: the NodeClaims whose launch
 //!   is in flight get a deadline to finish before the actors are stopped (a launch cut short is
 //!   safe, as its client token makes the next leader's retry return the same instance, but
 //!   finishing it spares the retry).
 
 use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,8 +39,9 @@ use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::runtime::{ActorKit, GroupRef, GroupSpec, RootGroup, SpawnError};
 use kube::ResourceExt as _;
 use prometheus_client::registry::Registry;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
+use crate::http::{Reply, RouteRequest, Routes, handler};
 use crate::kube::ingress::{ChangeSink, ClusterIngress, Delivery, Observed, Watched};
 
 /// Changes queued between the watchers and the pump. A re-list of a 10,000-pod cluster queues
@@ -303,6 +308,104 @@ pub async fn pump(mut feed: ChangeFeed, slot: DaemonSlot) {
         // Dropped before the actors start: they read the whole store when they do.
         let _ = slot.observe(&change);
     }
+}
+
+type AnswerFuture = Pin<Box<dyn Future<Output = Reply>>>;
+/// An answer computed from the running actors, on their thread (so it may hold `&Daemon`).
+pub type DaemonAnswer = Rc<dyn Fn(Rc<Daemon>, RouteRequest) -> AnswerFuture>;
+
+/// HTTP routes answered by the actors (`/debug/explain/...`): path prefix and answer. Served
+/// through [`bridge`], as the HTTP server's tasks cannot hold the actors' `Daemon`.
+#[derive(Clone, Default)]
+pub struct DaemonRoutes {
+    routes: Vec<(String, DaemonAnswer)>,
+}
+
+impl std::fmt::Debug for DaemonRoutes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.routes.iter().map(|(p, _)| p))
+            .finish()
+    }
+}
+
+impl DaemonRoutes {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Answers every path under `prefix` with `answer`.
+    #[must_use]
+    pub fn prefix<F, Fut>(mut self, prefix: &str, answer: F) -> Self
+    where
+        F: Fn(Rc<Daemon>, RouteRequest) -> Fut + 'static,
+        Fut: Future<Output = Reply> + 'static,
+    {
+        let answer: DaemonAnswer = Rc::new(move |daemon, request| Box::pin(answer(daemon, request)));
+        self.routes.push((prefix.to_owned(), answer));
+        self
+    }
+}
+
+/// The routes every daemon serves from its actors (`karpenter run`, `simulate --serve`).
+#[must_use]
+pub fn daemon_routes() -> DaemonRoutes {
+    DaemonRoutes::new()
+}
+
+/// Requests of bridged routes waiting for the actors' thread, at most this many at once (a
+/// debugging client, not traffic).
+const BRIDGE_QUEUE: usize = 64;
+/// How long a bridged request waits for its answer.
+const BRIDGE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves `routes` from the actors in `slot`: HTTP handlers that hand each request to a task
+/// on this (the actors') thread, which answers with the running `Daemon`, or 503 while this
+/// replica runs no actors (a standby). Returns the HTTP routes and the task.
+pub fn bridge(slot: DaemonSlot, routes: &DaemonRoutes) -> (Routes, tokio::task::JoinHandle<()>) {
+    type Asked = (usize, RouteRequest, oneshot::Sender<Reply>);
+    let (queue, mut asked) = mpsc::channel::<Asked>(BRIDGE_QUEUE);
+    let answers: Vec<DaemonAnswer> = routes.routes.iter().map(|(_, a)| Rc::clone(a)).collect();
+    let task = tokio::task::spawn_local(async move {
+        while let Some((index, request, reply)) = asked.recv().await {
+            let answer = match (slot.get(), answers.get(index)) {
+                (Some(started), Some(answer)) => answer(started.daemon, request).await,
+                _ => Reply::text(
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                    "this replica runs no actors (not the leader)\n",
+                ),
+            };
+            let _ = reply.send(answer);
+        }
+    });
+    let mut http_routes = Routes::new();
+    for (index, (prefix, _)) in routes.routes.iter().enumerate() {
+        let queue = queue.clone();
+        http_routes = http_routes.prefix(
+            prefix,
+            handler(move |request: RouteRequest| {
+                let queue = queue.clone();
+                async move {
+                    let (reply, answered) = oneshot::channel();
+                    if queue.send((index, request, reply)).await.is_err() {
+                        return Reply::text(
+                            http::StatusCode::SERVICE_UNAVAILABLE,
+                            "the daemon is stopping\n",
+                        );
+                    }
+                    match tokio::time::timeout(BRIDGE_TIMEOUT, answered).await {
+                        Ok(Ok(answer)) => answer,
+                        _ => Reply::text(
+                            http::StatusCode::GATEWAY_TIMEOUT,
+                            "the actors did not answer\n",
+                        ),
+                    }
+                }
+            }),
+        );
+    }
+    (http_routes, task)
 }
 
 /// NodeClaims whose launch is in flight: not deleting and without a provider id yet.

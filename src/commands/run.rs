@@ -41,7 +41,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::Status;
-use crate::daemon::{ChangeFeed, DaemonSlot, pump, wait_for_launches};
+use crate::daemon::{ChangeFeed, DaemonRoutes, DaemonSlot, bridge, pump, wait_for_launches};
 use crate::http::{self, HealthChecks, HttpError, HttpServer, MetricsRegistries, Routes};
 use crate::kube::cluster_api::KubeClusterApi;
 use crate::kube::ingress::ClusterIngress;
@@ -168,8 +168,11 @@ pub struct DaemonInputs {
     pub lease: LeaseTiming,
     pub metrics_addr: SocketAddr,
     pub health_addr: SocketAddr,
-    /// More routes for the metrics server (e.g. `/debug/explain/`).
+    /// More routes for the metrics server.
     pub routes: Routes,
+    /// Routes the actors answer (e.g. `/debug/explain/`), on the metrics server; 503 while this
+    /// replica is a standby.
+    pub daemon_routes: DaemonRoutes,
 }
 
 impl std::fmt::Debug for DaemonInputs {
@@ -441,6 +444,7 @@ impl RunningDaemon {
             metrics_addr,
             health_addr,
             routes,
+            daemon_routes,
         } = inputs;
         let mut registry = Registry::default();
         let kit = ActorKit::new(&mut registry, KitOptions::default());
@@ -448,9 +452,12 @@ impl RunningDaemon {
 
         let readiness = HealthChecks::new();
         let liveness = HealthChecks::new();
+        let slot = DaemonSlot::new();
+        let (bridged, bridge_task) = bridge(slot.clone(), &daemon_routes);
         let metrics = serve_on(
             metrics_addr,
             routes
+                .merge(bridged)
                 .route(
                     http::METRICS_PATH,
                     http::metrics_handler(registries.clone()),
@@ -471,10 +478,10 @@ impl RunningDaemon {
         let mut ingress = ClusterIngress::new(client.clone());
         let feed = ChangeFeed::subscribe(&mut ingress);
         let state = ingress.state();
-        let slot = DaemonSlot::new();
         let mut tasks = vec![
             tokio::task::spawn_local(ingress.run()),
             tokio::task::spawn_local(pump(feed, slot.clone())),
+            bridge_task,
         ];
 
         tasks.extend(startup_checks(&readiness, &settings, &client, &aws, &state));
@@ -722,6 +729,7 @@ async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunErro
         metrics_addr: any(settings.metrics_port),
         health_addr: any(settings.health_probe_port),
         routes: Routes::new(),
+        daemon_routes: crate::daemon::daemon_routes(),
         settings,
         client,
         aws,
