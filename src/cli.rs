@@ -40,8 +40,15 @@ pub enum Command {
         #[command(flatten)]
         settings: Box<Settings>,
     },
-    /// Run the daemon against an embedded cluster; today `--serve ADDR` serves the Kubernetes
-    /// API emulator on loopback and writes a kubeconfig for kubectl.
+    /// Run the daemon: watch the cluster, lead through the Lease, provision and manage nodes
+    /// (the chart's entry point). Settings come from flags or Karpenter's environment variables.
+    Run(crate::commands::run::RunArgs),
+    /// Show the live actors of a running daemon (from its /debug/actors).
+    Actors(crate::commands::actors::ActorsArgs),
+    /// Run the whole daemon against an embedded cluster (Kubernetes API emulator, kwok's AWS, a
+    /// fake kubelet and kube-scheduler) through a scenario on simulated time, and report.
+    ///
+    /// `--serve ADDR` serves the emulator to kubectl while it runs (at wall-clock pace).
     Simulate(crate::commands::simulate::SimulateArgs),
     /// Ask a running daemon why a pod is pending: the Provisioner's last decision, with a
     /// reason per NodePool (`karpenter explain pod NAMESPACE/NAME`).

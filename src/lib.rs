@@ -7,7 +7,10 @@
 
 pub mod aws;
 pub mod cli;
+pub mod cloud;
 pub mod commands;
+pub mod daemon;
+pub mod http;
 pub mod kube;
 pub mod permissions;
 pub mod sim;

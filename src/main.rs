@@ -21,6 +21,8 @@ fn main() -> ExitCode {
         }
         Command::Simulate(args) => commands::simulate::run(&args, &mut stdout, &mut stderr),
         Command::Explain(args) => commands::explain::run(&args, &mut stdout, &mut stderr),
+        Command::Run(args) => commands::run::run(&args, &mut stdout, &mut stderr),
+        Command::Actors(args) => commands::actors::run(&args, &mut stdout, &mut stderr),
         Command::Interruption { command } => {
             commands::interruption::run(&command, &mut stdout, &mut stderr)
         }

@@ -107,6 +107,8 @@ pub struct AwsClients {
     pub iam: Arc<iam::IamAdapter>,
     pub ssm: Arc<ssm::SsmAdapter>,
     pub pricing: Arc<pricing::PricingAdapter>,
+    /// The region the SDK resolved (settings, environment, profile or IMDS); empty if none.
+    pub region: String,
 }
 
 impl AwsClients {
@@ -146,6 +148,7 @@ impl AwsClients {
                 aws_sdk_pricing::Client::from_conf(pricing_config.build()),
                 retry,
             )),
+            region,
         }
     }
 

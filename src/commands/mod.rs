@@ -1,12 +1,27 @@
 //! One module per subcommand. Each takes its inputs and two writers (report, diagnostics) and
 //! returns a [`Status`], so tests run commands in-process and read what they print.
 
+pub mod actors;
 pub mod crds;
 pub mod explain;
 pub mod interruption;
+pub mod run;
 pub mod settings;
 pub mod simulate;
 pub mod validate;
+
+/// An error with its sources, one after the other (`reading x: permission denied`).
+#[must_use]
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
 
 /// How a command ended; the process exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,54 +1,235 @@
-//! `karpenter simulate`: the daemon against an embedded cluster. Until the simulation exists,
-//! `--serve ADDR` runs the Kubernetes API emulator on loopback and writes a kubeconfig for it,
-//! so kubectl (or the daemon as a separate process) can use it; it serves until Ctrl-C.
+//! `karpenter simulate`: the whole daemon against an embedded cluster (the Kubernetes API
+//! emulator, kwok's AWS, a fake kubelet and kube-scheduler), through a scenario, on simulated
+//! time; a progress line every few simulated seconds on stderr and a report (table or JSON) at
+//! the end. See `karpenter::sim::scenario` for the run and `config/scenarios/README.md` for
+//! scenario files.
+//!
+//! `--serve ADDR` serves the emulator on loopback with a kubeconfig, so kubectl can watch and
+//! change the cluster, and the daemon's endpoints beside it; the run then goes at wall-clock
+//! pace. Without `--scenario` it is an empty cluster with the daemon running, until Ctrl-C:
+//! `kubectl apply` an EC2NodeClass, a NodePool and some pods, and watch nodes come.
 
 use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use clap::Args;
+use clap::{Args, ValueEnum};
+use karpenter_config::scenario::{DEFAULT_SCENARIO, DEFAULT_SCENARIO_PATH};
+use tokio::sync::{mpsc, oneshot};
 
 use super::Status;
-use crate::sim::Emulator;
+use crate::sim::report::Report;
+use crate::sim::scenario::{self, LoadedScenario, Pace, RunOptions, ServeOptions, Served};
 
 /// File name of the kubeconfig written when `--kubeconfig` is not given (in the temp dir).
 pub const DEFAULT_KUBECONFIG_NAME: &str = "karpenter-emulator.kubeconfig";
 
+/// How the report is printed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    #[default]
+    Table,
+    Json,
+}
+
 /// Options of `karpenter simulate`.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct SimulateArgs {
-    /// Serve the Kubernetes API emulator on this address (e.g. 127.0.0.1:8001; port 0 picks one).
+    /// Scenario file [default: the embedded config/scenarios/default.yaml].
+    #[arg(long, value_name = "FILE")]
+    pub scenario: Option<PathBuf>,
+    /// Seed of the run, instead of the scenario's (the same seed gives the same report).
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Report format.
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// A chaos plan replacing the scenario's (the form of its `chaos:` section: `actors` is
+    /// the actor kit's fault plan, `aws` lists API errors at given times).
+    #[arg(long, value_name = "FILE")]
+    pub chaos: Option<PathBuf>,
+    /// No progress lines on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Serve the Kubernetes API emulator on this address (e.g. 127.0.0.1:8001; port 0 picks
+    /// one) and write a kubeconfig for it; the run goes at wall-clock pace until it ends or
+    /// Ctrl-C. Without --scenario: an empty cluster with the daemon, until Ctrl-C.
     #[arg(long, value_name = "ADDR")]
     pub serve: Option<SocketAddr>,
     /// Where to write the kubeconfig for the served emulator [default: <temp dir>/karpenter-emulator.kubeconfig].
     #[arg(long, value_name = "PATH", requires = "serve")]
     pub kubeconfig: Option<PathBuf>,
+    /// Where the daemon's /metrics and /debug/actors listen when serving [default: the serve
+    /// address's IP, a free port].
+    #[arg(long, value_name = "ADDR", requires = "serve")]
+    pub daemon_addr: Option<SocketAddr>,
 }
 
-/// Runs the command until Ctrl-C.
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))
+}
+
+/// Loads the scenario the arguments name (the embedded default without `--scenario`).
+pub fn load(args: &SimulateArgs) -> Result<LoadedScenario, String> {
+    let (source, text) = match &args.scenario {
+        Some(path) => (path.display().to_string(), read(path)?),
+        None => (
+            DEFAULT_SCENARIO_PATH.to_owned(),
+            DEFAULT_SCENARIO.to_owned(),
+        ),
+    };
+    let chaos = match &args.chaos {
+        Some(path) => Some((path.display().to_string(), read(path)?)),
+        None => None,
+    };
+    let mut loaded = LoadedScenario::from_yaml(&text, chaos.as_ref().map(|(_, t)| t.as_str()))
+        .map_err(|e| match (&chaos, e.to_string().starts_with("chaos")) {
+            (Some((chaos_source, _)), true) => format!("{chaos_source}: {e}"),
+            _ => format!("{source}: {e}"),
+        })?;
+    if let Some(seed) = args.seed {
+        loaded.scenario.seed = seed;
+    }
+    Ok(loaded)
+}
+
+fn print_report(report: &Report, output: Output, out: &mut impl Write) {
+    let text = match output {
+        Output::Table => report.to_table(),
+        Output::Json => report.to_json() + "\n",
+    };
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+fn status_of(report: &Report) -> Status {
+    if report.escalated {
+        Status::Problems
+    } else {
+        Status::Success
+    }
+}
+
+/// Runs the command.
 pub fn run(args: &SimulateArgs, out: &mut impl Write, err: &mut impl Write) -> Status {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            let _ = writeln!(err, "error: starting the async runtime: {error}");
-            return Status::Problems;
+    if args.serve.is_some() {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(error) => {
+                let _ = writeln!(err, "error: starting the async runtime: {error}");
+                return Status::Problems;
+            }
+        };
+        return runtime.block_on(serve_until(args, shutdown_signal(), out, err));
+    }
+    let loaded = match load(args) {
+        Ok(loaded) => loaded,
+        Err(message) => {
+            let _ = writeln!(err, "error: {message}");
+            return Status::BadInput;
         }
     };
-    runtime.block_on(serve_until(args, shutdown_signal(), out, err))
+    let started = std::time::Instant::now();
+    let quiet = args.quiet;
+    let mut options = RunOptions::quiet();
+    if !quiet {
+        options.progress = Some(Box::new(|line: &str| {
+            // Progress goes out as it happens (stderr is unbuffered), not when the run ends.
+            eprintln!("{line}");
+        }));
+    }
+    match scenario::run(loaded, options) {
+        Ok(report) => {
+            print_report(&report, args.output, out);
+            if !quiet {
+                let _ = writeln!(
+                    err,
+                    "simulated {}s in {:.1}s of wall time",
+                    report.simulated_seconds,
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            status_of(&report)
+        }
+        Err(error) => {
+            let _ = writeln!(err, "error: {}", super::error_chain(&error));
+            Status::Problems
+        }
+    }
 }
 
 async fn shutdown_signal() {
-    // Without a signal handler the server runs until the process is killed, which is also fine.
+    // Without a signal handler the run ends with its scenario, which is also fine.
     if tokio::signal::ctrl_c().await.is_err() {
         std::future::pending::<()>().await;
     }
 }
 
-/// Serves until `stop` completes (the testable core of [`run`]).
+/// A simulation running on its own thread.
+struct SimulationThread {
+    announced: oneshot::Receiver<Served>,
+    progress: mpsc::UnboundedReceiver<String>,
+    done: oneshot::Receiver<Result<Report, scenario::SimulationError>>,
+    stop: oneshot::Sender<()>,
+}
+
+/// Starts the served simulation on its own thread (its own runtime and actix System).
+fn spawn_served(
+    loaded: LoadedScenario,
+    mut serve: ServeOptions,
+    quiet: bool,
+) -> std::io::Result<SimulationThread> {
+    let (announce, announced) = oneshot::channel::<Served>();
+    let (stop, stop_rx) = oneshot::channel::<()>();
+    let (progress_tx, progress) = mpsc::unbounded_channel::<String>();
+    let (done_tx, done) = oneshot::channel();
+    serve.announce = Some(announce);
+    std::thread::Builder::new()
+        .name("simulation".to_owned())
+        .spawn(move || {
+            let options = RunOptions {
+                pace: Pace::RealTime,
+                progress: (!quiet).then(|| {
+                    Box::new(move |line: &str| {
+                        let _ = progress_tx.send(line.to_owned());
+                    }) as scenario::ProgressSink<'static>
+                }),
+                serve: Some(serve),
+                stop: Some(stop_rx),
+            };
+            let _ = done_tx.send(scenario::run(loaded, options));
+        })?;
+    Ok(SimulationThread {
+        announced,
+        progress,
+        done,
+        stop,
+    })
+}
+
+fn print_served(served: &Served, out: &mut impl Write) {
+    let _ = writeln!(out, "serving the Kubernetes API emulator at {}", served.api);
+    let _ = writeln!(out, "kubeconfig: {}", served.kubeconfig.display());
+    let _ = writeln!(
+        out,
+        "daemon: {0}/metrics {0}/debug/actors (karpenter actors --url {0})",
+        served.daemon
+    );
+    let _ = writeln!(
+        out,
+        "try: KUBECONFIG={} kubectl get nodepools,nodeclaims,nodes,pods -A",
+        served.kubeconfig.display()
+    );
+    let _ = out.flush();
+}
+
+/// Serves a simulation until it ends or `stop` completes (the testable core of `--serve`).
+/// The simulation runs on its own thread (its own actix System), so this works inside any
+/// runtime.
 pub async fn serve_until(
     args: &SimulateArgs,
     stop: impl Future<Output = ()>,
@@ -58,58 +239,80 @@ pub async fn serve_until(
     let Some(addr) = args.serve else {
         let _ = writeln!(
             err,
-            "error: the simulation itself is not built yet; use --serve ADDR to serve the Kubernetes API emulator"
+            "error: serving needs --serve ADDR (e.g. 127.0.0.1:8001)"
         );
         return Status::BadInput;
     };
-    let emulator = match Emulator::new() {
-        Ok(emulator) => emulator,
-        Err(error) => {
-            let _ = writeln!(err, "error: {error}");
-            return Status::Problems;
+    let loaded = if args.scenario.is_some() {
+        match load(args) {
+            Ok(loaded) => loaded,
+            Err(message) => {
+                let _ = writeln!(err, "error: {message}");
+                return Status::BadInput;
+            }
         }
+    } else {
+        LoadedScenario::open_ended(args.seed.unwrap_or(0))
     };
-    let server = match emulator.serve(addr).await {
-        Ok(server) => server,
-        Err(error) => {
-            let _ = writeln!(
-                err,
-                "error: {error}: {}",
-                std::error::Error::source(&error)
-                    .map(ToString::to_string)
-                    .unwrap_or_default()
-            );
-            return Status::BadInput;
-        }
-    };
-    let path = args
+    let kubeconfig = args
         .kubeconfig
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(DEFAULT_KUBECONFIG_NAME));
-    if let Err(error) = server.write_kubeconfig(&path) {
-        let _ = writeln!(
-            err,
-            "error: {error}: {}",
-            std::error::Error::source(&error)
-                .map(ToString::to_string)
-                .unwrap_or_default()
-        );
-        return Status::BadInput;
+    let daemon = args
+        .daemon_addr
+        .unwrap_or_else(|| SocketAddr::new(addr.ip(), 0));
+    let serve = ServeOptions {
+        api: addr,
+        daemon,
+        kubeconfig,
+        announce: None,
+    };
+    let running = match spawn_served(loaded, serve, args.quiet) {
+        Ok(running) => running,
+        Err(error) => {
+            let _ = writeln!(err, "error: starting the simulation thread: {error}");
+            return Status::Problems;
+        }
+    };
+    let SimulationThread {
+        announced,
+        mut progress,
+        done,
+        stop: stop_tx,
+    } = running;
+    if let Ok(served) = announced.await {
+        print_served(&served, out);
     }
-    let _ = writeln!(
-        out,
-        "serving the Kubernetes API emulator at {}",
-        server.url()
-    );
-    let _ = writeln!(out, "kubeconfig: {}", path.display());
-    let _ = writeln!(
-        out,
-        "try: KUBECONFIG={} kubectl get nodepools,nodes,pods -A",
-        path.display()
-    );
-    let _ = out.flush();
-    stop.await;
-    emulator.close_watches();
-    server.shutdown().await;
-    Status::Success
+    let mut stop = std::pin::pin!(stop);
+    let mut done = std::pin::pin!(done);
+    let mut stop_tx = Some(stop_tx);
+    let mut progress_open = true;
+    let result = loop {
+        tokio::select! {
+            line = progress.recv(), if progress_open => match line {
+                Some(line) => { let _ = writeln!(err, "{line}"); }
+                None => progress_open = false,
+            },
+            () = &mut stop, if stop_tx.is_some() => {
+                if let Some(tx) = stop_tx.take() {
+                    let _ = tx.send(());
+                }
+            }
+            result = &mut done => break result,
+        }
+    };
+    match result {
+        Ok(Ok(report)) => {
+            print_report(&report, args.output, out);
+            status_of(&report)
+        }
+        Ok(Err(error)) => {
+            let _ = writeln!(err, "error: {}", super::error_chain(&error));
+            Status::BadInput
+        }
+        Err(_) => {
+            let _ = writeln!(err, "error: the simulation thread ended without a report");
+            Status::Problems
+        }
+    }
 }

@@ -169,9 +169,12 @@ impl EmulatorService {
         let document = |value: Value| Ok(json_response(200, Bytes::from(value.to_string()), &[]));
         match route {
             Route::Version => document(json!({
-                "major": KUBERNETES_VERSION.0,
-                "minor": KUBERNETES_VERSION.1,
-                "gitVersion": format!("v{}.{}.0-karpenter-emulator", KUBERNETES_VERSION.0, KUBERNETES_VERSION.1),
+                "major": shared.config.kubernetes_version.0,
+                "minor": shared.config.kubernetes_version.1,
+                "gitVersion": format!(
+                    "v{}.{}.0-karpenter-emulator",
+                    shared.config.kubernetes_version.0, shared.config.kubernetes_version.1
+                ),
                 "gitCommit": "0000000000000000000000000000000000000000",
                 "gitTreeState": "clean",
                 "buildDate": "2025-01-01T00:00:00Z",

@@ -25,16 +25,22 @@
 
 mod api;
 mod apply;
+pub mod binder;
 mod body;
+pub mod clock;
+pub mod cloud;
 mod delete;
 mod disruption;
 mod events;
 mod faults;
 mod http;
 mod kinds;
+pub mod kubelet;
 mod lifecycle;
 mod openapi;
 mod pods;
+pub mod report;
+pub mod scenario;
 mod schema;
 mod selector;
 mod server;
@@ -43,6 +49,8 @@ mod store;
 mod strategic;
 mod table;
 mod watch;
+pub mod workloads;
+pub mod world;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -97,6 +105,8 @@ pub struct EmulatorConfig {
     pub seed: u64,
     /// Timestamps for creationTimestamp, deletionTimestamp and ages.
     pub clock: Clock,
+    /// The `major` and `minor` `/version` reports (tests of the daemon's version check).
+    pub kubernetes_version: (String, String),
 }
 
 impl fmt::Debug for EmulatorConfig {
@@ -107,6 +117,7 @@ impl fmt::Debug for EmulatorConfig {
             .field("graceful_pod_deletion", &self.graceful_pod_deletion)
             .field("request_log_capacity", &self.request_log_capacity)
             .field("seed", &self.seed)
+            .field("kubernetes_version", &self.kubernetes_version)
             .finish_non_exhaustive()
     }
 }
@@ -120,6 +131,10 @@ impl Default for EmulatorConfig {
             request_log_capacity: DEFAULT_REQUEST_LOG,
             seed: 0x5eed_cafe,
             clock: Arc::new(jiff::Timestamp::now),
+            kubernetes_version: (
+                http::KUBERNETES_VERSION.0.to_owned(),
+                http::KUBERNETES_VERSION.1.to_owned(),
+            ),
         }
     }
 }

@@ -68,6 +68,7 @@ async fn simulate_serve_writes_a_kubeconfig_and_stops_when_told() {
     let args = SimulateArgs {
         serve: Some("127.0.0.1:0".parse().unwrap()),
         kubeconfig: Some(path.clone()),
+        ..SimulateArgs::default()
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut out = Vec::new();
@@ -109,6 +110,7 @@ async fn simulate_without_serve_explains_what_is_missing() {
     let args = SimulateArgs {
         serve: None,
         kubeconfig: None,
+        ..SimulateArgs::default()
     };
     let mut out = Vec::new();
     let mut err = Vec::new();

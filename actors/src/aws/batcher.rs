@@ -57,6 +57,9 @@ struct Bucket<I, O> {
     items: Vec<(I, oneshot::Sender<O>)>,
     started: Instant,
     last: Instant,
+    /// Opening order: buckets due together run in the order they opened, so a run is
+    /// reproducible (the map's own order is random per process).
+    opened: u64,
 }
 
 impl<I, O> Bucket<I, O> {
@@ -132,21 +135,28 @@ async fn run<K, I, O>(
     O: Send + 'static,
 {
     let mut buckets: HashMap<K, Bucket<I, O>> = HashMap::new();
+    let mut opened: u64 = 0;
     loop {
         let next = buckets.values().map(|b| b.deadline(window)).min();
         tokio::select! {
             request = receiver.recv() => {
                 let Some((key, item, reply)) = request else {
-                    for (key, bucket) in buckets.drain() {
+                    let mut left: Vec<(K, Bucket<I, O>)> = buckets.drain().collect();
+                    left.sort_by_key(|(_, b)| b.opened);
+                    for (key, bucket) in left {
                         execute(name, &executor, key, bucket);
                     }
                     return;
                 };
                 let now = Instant::now();
-                let bucket = buckets.entry(key.clone()).or_insert_with(|| Bucket {
-                    items: Vec::new(),
-                    started: now,
-                    last: now,
+                let bucket = buckets.entry(key.clone()).or_insert_with(|| {
+                    opened += 1;
+                    Bucket {
+                        items: Vec::new(),
+                        started: now,
+                        last: now,
+                        opened,
+                    }
                 });
                 bucket.items.push((item, reply));
                 bucket.last = now;
@@ -158,12 +168,13 @@ async fn run<K, I, O>(
             }
             () = async { tokio::time::sleep_until(next.unwrap_or_else(Instant::now)).await }, if next.is_some() => {
                 let now = Instant::now();
-                let due: Vec<K> = buckets
+                let mut due: Vec<(u64, K)> = buckets
                     .iter()
                     .filter(|(_, b)| b.deadline(window) <= now)
-                    .map(|(k, _)| k.clone())
+                    .map(|(k, b)| (b.opened, k.clone()))
                     .collect();
-                for key in due {
+                due.sort_by_key(|(opened, _)| *opened);
+                for (_, key) in due {
                     if let Some(bucket) = buckets.remove(&key) {
                         execute(name, &executor, key, bucket);
                     }

@@ -443,6 +443,42 @@ impl KwokEc2 {
         instance
     }
 
+    /// $/h of an instance as kwok bills it: the on-demand list price, or the zone's spot price.
+    /// For simulators and reports; not an EC2 call (nothing is recorded or throttled).
+    #[must_use]
+    pub fn hourly_price(&self, instance: &Instance) -> Option<f64> {
+        let state = self.lock();
+        self.price(
+            &state,
+            &instance.instance_type,
+            &instance.zone,
+            instance.capacity_type,
+        )
+    }
+
+    /// EC2 itself takes an instance away (a spot reclaim two minutes after the warning, a host
+    /// failure): it goes `shutting-down`, then `terminated`, without any API call being recorded
+    /// or throttled, and its capacity does not come back to the pool. False when the instance is
+    /// unknown or already terminating.
+    pub fn reclaim(&self, instance_id: &str) -> bool {
+        self.settle();
+        let settles_at = Instant::now() + self.config.launch_latency;
+        let mut state = self.lock();
+        match state.instances.get_mut(instance_id) {
+            Some(entry)
+                if !matches!(
+                    entry.instance.state,
+                    InstanceState::ShuttingDown | InstanceState::Terminated
+                ) =>
+            {
+                entry.instance.state = InstanceState::ShuttingDown;
+                entry.settles_at = settles_at;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Sends a Spot Instance Interruption Warning for a spot instance through EventBridge, as
     /// EC2 does two minutes before reclaiming it.
     pub async fn interrupt_spot(&self, instance_id: &str) -> Result<(), AwsError> {

@@ -1,0 +1,576 @@
+//! The daemon assembled on the binary side: the actors of `karpenter_actors::daemon` started
+//! under the kit's root group, fed by the cluster watchers.
+//!
+//! ```text
+//! ClusterIngress (watchers -> ClusterState) --Observed<K>--> ChangeForwarder (one queue, arrival
+//!     order kept across kinds) --ClusterChange--> pump --> Daemon::observe --> actors
+//! ```
+//!
+//! Who builds what:
+//! - `karpenter run` builds [`actors_deps`] from the kube adapters over a real API server and the
+//!   aws-sdk adapters; `karpenter simulate` from the same kube adapters over the in-process
+//!   emulator and kwok's AWS ports (`crate::sim::world`).
+//! - [`ChangeFeed::subscribe`] must be called before the ingress runs; [`pump`] runs on the
+//!   actix arbiter of the actors (it calls `Daemon::observe`, which may start actors) and
+//!   forwards changes once [`DaemonSlot::start`] has started the actors. Changes seen before
+//!   that (a standby replica watches to keep its cache warm) are dropped: starting the actors
+//!   sends every owner a `Relisted` for each kind, so they read the whole store anyway.
+//! - [`bridge`] serves [`DaemonRoutes`] (HTTP routes answered by the actors, such as the
+//!   Provisioner's `/debug/explain/`) from the actors' thread.
+//! - [`wait_for_launches`] is the first step of a graceful shutdown: the NodeClaims whose launch
+//!   is in flight get a deadline to finish before the actors are stopped (a launch cut short is
+//!   safe, as its client token makes the next leader's retry return the same instance, but
+//!   finishing it spares the retry).
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_actors::daemon::{ClusterChange, Daemon, Deps, WatchedKind};
+use karpenter_actors::ports::cluster_view::ClusterView;
+use karpenter_actors::runtime::{ActorKit, GroupRef, GroupSpec, RootGroup, SpawnError};
+use kube::ResourceExt as _;
+use prometheus_client::registry::Registry;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::http::{Reply, RouteRequest, Routes, handler};
+use crate::kube::ingress::{ChangeSink, ClusterIngress, Delivery, Observed, Watched};
+
+/// Changes queued between the watchers and the pump. A re-list of a 10,000-pod cluster queues
+/// one change per object before the pump runs; 64 Ki changes (about 3 MiB) absorb that, and an
+/// overflow is counted and recovered by the `Relisted` that ends every re-list.
+pub const CHANGE_QUEUE_CAPACITY: usize = 65_536;
+
+/// Every kind the daemon watches, in the order owners are told about re-lists.
+pub const WATCHED_KINDS: [WatchedKind; 7] = [
+    WatchedKind::EC2NodeClass,
+    WatchedKind::NodePool,
+    WatchedKind::NodeClaim,
+    WatchedKind::Node,
+    WatchedKind::Pod,
+    WatchedKind::DaemonSet,
+    WatchedKind::PodDisruptionBudget,
+];
+
+/// A watched kind the daemon routes: how a watch event becomes a [`ClusterChange`].
+pub trait Routed: Watched {
+    const KIND: WatchedKind;
+    /// The change of an applied (`deleted == false`) or deleted object.
+    fn change(&self, deleted: bool) -> ClusterChange;
+}
+
+impl Routed for Pod {
+    const KIND: WatchedKind = WatchedKind::Pod;
+    fn change(&self, deleted: bool) -> ClusterChange {
+        let node_name = self.spec.as_ref().and_then(|s| s.node_name.clone());
+        let terminal = self
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|phase| phase == "Succeeded" || phase == "Failed");
+        ClusterChange::Pod {
+            namespace: self.namespace().unwrap_or_default(),
+            name: self.name_any(),
+            pending: node_name.is_none() && !terminal && !deleted,
+            node_name,
+            deleted,
+        }
+    }
+}
+
+impl Routed for Node {
+    const KIND: WatchedKind = WatchedKind::Node;
+    fn change(&self, deleted: bool) -> ClusterChange {
+        ClusterChange::Node {
+            name: self.name_any(),
+            provider_id: self.spec.as_ref().and_then(|s| s.provider_id.clone()),
+            deleted,
+        }
+    }
+}
+
+impl Routed for NodeClaim {
+    const KIND: WatchedKind = WatchedKind::NodeClaim;
+    fn change(&self, deleted: bool) -> ClusterChange {
+        ClusterChange::NodeClaim {
+            name: self.name_any(),
+            deleted,
+        }
+    }
+}
+
+impl Routed for NodePool {
+    const KIND: WatchedKind = WatchedKind::NodePool;
+    fn change(&self, deleted: bool) -> ClusterChange {
+        ClusterChange::NodePool {
+            name: self.name_any(),
+            deleted,
+        }
+    }
+}
+
+impl Routed for EC2NodeClass {
+    const KIND: WatchedKind = WatchedKind::EC2NodeClass;
+    fn change(&self, deleted: bool) -> ClusterChange {
+        ClusterChange::EC2NodeClass {
+            name: self.name_any(),
+            deleted,
+        }
+    }
+}
+
+impl Routed for DaemonSet {
+    const KIND: WatchedKind = WatchedKind::DaemonSet;
+    fn change(&self, _deleted: bool) -> ClusterChange {
+        ClusterChange::DaemonSet {
+            namespace: self.namespace().unwrap_or_default(),
+            name: self.name_any(),
+        }
+    }
+}
+
+impl Routed for PodDisruptionBudget {
+    const KIND: WatchedKind = WatchedKind::PodDisruptionBudget;
+    fn change(&self, _deleted: bool) -> ClusterChange {
+        ClusterChange::PodDisruptionBudget {
+            namespace: self.namespace().unwrap_or_default(),
+            name: self.name_any(),
+        }
+    }
+}
+
+/// The routing form of one watch event.
+#[must_use]
+pub fn change_of<K: Routed>(observed: &Observed<K>) -> ClusterChange {
+    match observed {
+        Observed::Applied(object) => object.change(false),
+        Observed::Deleted(object) => object.change(true),
+        Observed::Relisted => ClusterChange::Relisted(K::KIND),
+    }
+}
+
+/// A [`ChangeSink`] for every kind: converts each event and queues it on one channel.
+#[derive(Debug, Clone)]
+pub struct ChangeForwarder {
+    queue: mpsc::Sender<ClusterChange>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl<K: Routed> ChangeSink<K> for ChangeForwarder {
+    fn deliver(&self, change: Observed<K>) -> Delivery {
+        match self.queue.try_send(change_of(&change)) {
+            Ok(()) => Delivery::Delivered,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                Delivery::Full
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Delivery::Closed,
+        }
+    }
+}
+
+/// The receiving end of the watchers' changes.
+#[derive(Debug)]
+pub struct ChangeFeed {
+    queue: mpsc::Receiver<ClusterChange>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl ChangeFeed {
+    /// Subscribes to every kind of `ingress` (call before [`ClusterIngress::run`]).
+    pub fn subscribe(ingress: &mut ClusterIngress) -> Self {
+        Self::with_capacity(ingress, CHANGE_QUEUE_CAPACITY)
+    }
+
+    /// As [`Self::subscribe`], with a queue of `capacity` changes.
+    pub fn with_capacity(ingress: &mut ClusterIngress, capacity: usize) -> Self {
+        let (queue, receiver) = mpsc::channel(capacity.max(1));
+        let forwarder = ChangeForwarder {
+            queue,
+            dropped: Arc::default(),
+        };
+        let dropped = Arc::clone(&forwarder.dropped);
+        ingress.subscribe::<Pod>(forwarder.clone());
+        ingress.subscribe::<Node>(forwarder.clone());
+        ingress.subscribe::<NodeClaim>(forwarder.clone());
+        ingress.subscribe::<NodePool>(forwarder.clone());
+        ingress.subscribe::<EC2NodeClass>(forwarder.clone());
+        ingress.subscribe::<DaemonSet>(forwarder.clone());
+        ingress.subscribe::<PodDisruptionBudget>(forwarder);
+        Self {
+            queue: receiver,
+            dropped,
+        }
+    }
+
+    /// The next change; `None` when the ingress is gone.
+    pub async fn next(&mut self) -> Option<ClusterChange> {
+        self.queue.recv().await
+    }
+
+    /// Changes dropped because the queue was full.
+    #[must_use]
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// The drop counter, to read after the feed moved into [`pump`].
+    #[must_use]
+    pub fn dropped_counter(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.dropped)
+    }
+}
+
+/// The daemon's actors once started: the root group and the [`Daemon`] routing table.
+#[derive(Debug, Clone)]
+pub struct StartedActors {
+    pub root: RootGroup,
+    pub daemon: Rc<Daemon>,
+}
+
+/// Where the pump finds the daemon; empty until the actors are started (after leader election).
+/// Lives on the actix arbiter's thread (`Daemon` need not be `Send`).
+#[derive(Debug, Clone, Default)]
+pub struct DaemonSlot {
+    started: Rc<RefCell<Option<StartedActors>>>,
+}
+
+/// The name of the root group of the daemon's actors.
+pub const ROOT_GROUP: &str = "karpenter";
+
+impl DaemonSlot {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts the root group and every actor family of [`Daemon::start`] (call on the actix
+    /// arbiter), their metrics registered in `registry`, then tells every owner to read the
+    /// whole store. Starting twice returns the actors already running.
+    pub fn start(
+        &self,
+        kit: &ActorKit,
+        deps: Deps,
+        registry: &mut Registry,
+    ) -> Result<StartedActors, SpawnError> {
+        if let Some(started) = self.get() {
+            return Ok(started);
+        }
+        let root = kit.root(GroupSpec::one_for_one(ROOT_GROUP))?;
+        let daemon = Rc::new(Daemon::start(GroupRef::clone(&root), deps, registry)?);
+        for kind in WATCHED_KINDS {
+            daemon.observe(&ClusterChange::Relisted(kind));
+        }
+        let started = StartedActors { root, daemon };
+        *self.started.borrow_mut() = Some(started.clone());
+        Ok(started)
+    }
+
+    /// The started actors, if any.
+    #[must_use]
+    pub fn get(&self) -> Option<StartedActors> {
+        self.started.borrow().clone()
+    }
+
+    /// Routes one change if the actors are running; false when it was dropped.
+    #[must_use = "false means the change was dropped"]
+    pub fn observe(&self, change: &ClusterChange) -> bool {
+        let daemon = self.started.borrow().as_ref().map(|s| Rc::clone(&s.daemon));
+        match daemon {
+            Some(daemon) => {
+                daemon.observe(change);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Stops every actor (children in reverse start order) and empties the slot.
+    pub async fn stop(&self) {
+        let started = self.started.borrow_mut().take();
+        if let Some(started) = started {
+            started.root.stop().await;
+        }
+    }
+}
+
+/// Forwards the feed into the daemon until the ingress ends. Run it on the actix arbiter.
+pub async fn pump(mut feed: ChangeFeed, slot: DaemonSlot) {
+    while let Some(change) = feed.next().await {
+        // Dropped before the actors start: they read the whole store when they do.
+        let _ = slot.observe(&change);
+    }
+}
+
+type AnswerFuture = Pin<Box<dyn Future<Output = Reply>>>;
+/// An answer computed from the running actors, on their thread (so it may hold `&Daemon`).
+pub type DaemonAnswer = Rc<dyn Fn(Rc<Daemon>, RouteRequest) -> AnswerFuture>;
+
+/// HTTP routes answered by the actors (`/debug/explain/...`): path prefix and answer. Served
+/// through [`bridge`], as the HTTP server's tasks cannot hold the actors' `Daemon`.
+#[derive(Clone, Default)]
+pub struct DaemonRoutes {
+    routes: Vec<(String, DaemonAnswer)>,
+}
+
+impl std::fmt::Debug for DaemonRoutes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.routes.iter().map(|(p, _)| p))
+            .finish()
+    }
+}
+
+impl DaemonRoutes {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Answers every path under `prefix` with `answer`.
+    #[must_use]
+    pub fn prefix<F, Fut>(mut self, prefix: &str, answer: F) -> Self
+    where
+        F: Fn(Rc<Daemon>, RouteRequest) -> Fut + 'static,
+        Fut: Future<Output = Reply> + 'static,
+    {
+        let answer: DaemonAnswer =
+            Rc::new(move |daemon, request| Box::pin(answer(daemon, request)));
+        self.routes.push((prefix.to_owned(), answer));
+        self
+    }
+}
+
+/// The routes every daemon serves from its actors (`karpenter run`, `simulate --serve`): the
+/// Provisioner's `karpenter explain` answers.
+#[must_use]
+pub fn daemon_routes() -> DaemonRoutes {
+    use crate::commands::explain::{EXPLAIN_ROUTE_PREFIX, answer};
+    DaemonRoutes::new().prefix(EXPLAIN_ROUTE_PREFIX, |daemon, request| async move {
+        match answer(&daemon, &request.path).await {
+            Some(found) => Reply {
+                status: http::StatusCode::from_u16(found.status)
+                    .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
+                content_type: "application/json",
+                body: found.body.into(),
+            },
+            None => Reply::text(
+                http::StatusCode::NOT_FOUND,
+                format!("no route for {}\n", request.path),
+            ),
+        }
+    })
+}
+
+/// Requests of bridged routes waiting for the actors' thread, at most this many at once (a
+/// debugging client, not traffic).
+const BRIDGE_QUEUE: usize = 64;
+/// How long a bridged request waits for its answer.
+const BRIDGE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves `routes` from the actors in `slot`: HTTP handlers that hand each request to a task
+/// on this (the actors') thread, which answers with the running `Daemon`, or 503 while this
+/// replica runs no actors (a standby). Returns the HTTP routes and the task.
+#[must_use]
+pub fn bridge(slot: DaemonSlot, routes: &DaemonRoutes) -> (Routes, tokio::task::JoinHandle<()>) {
+    type Asked = (usize, RouteRequest, oneshot::Sender<Reply>);
+    let (queue, mut asked) = mpsc::channel::<Asked>(BRIDGE_QUEUE);
+    let answers: Vec<DaemonAnswer> = routes.routes.iter().map(|(_, a)| Rc::clone(a)).collect();
+    let task = tokio::task::spawn_local(async move {
+        while let Some((index, request, reply)) = asked.recv().await {
+            let answer = match (slot.get(), answers.get(index)) {
+                (Some(started), Some(answer)) => answer(started.daemon, request).await,
+                _ => Reply::text(
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                    "this replica runs no actors (not the leader)\n",
+                ),
+            };
+            let _ = reply.send(answer);
+        }
+    });
+    let mut http_routes = Routes::new();
+    for (index, (prefix, _)) in routes.routes.iter().enumerate() {
+        let queue = queue.clone();
+        http_routes = http_routes.prefix(
+            prefix,
+            handler(move |request: RouteRequest| {
+                let queue = queue.clone();
+                async move {
+                    let (reply, answered) = oneshot::channel();
+                    if queue.send((index, request, reply)).await.is_err() {
+                        return Reply::text(
+                            http::StatusCode::SERVICE_UNAVAILABLE,
+                            "the daemon is stopping\n",
+                        );
+                    }
+                    match tokio::time::timeout(BRIDGE_TIMEOUT, answered).await {
+                        Ok(Ok(answer)) => answer,
+                        _ => Reply::text(
+                            http::StatusCode::GATEWAY_TIMEOUT,
+                            "the actors did not answer\n",
+                        ),
+                    }
+                }
+            }),
+        );
+    }
+    (http_routes, task)
+}
+
+/// NodeClaims whose launch is in flight: not deleting and without a provider id yet.
+#[must_use]
+pub fn unlaunched_nodeclaims(view: &dyn ClusterView) -> Vec<String> {
+    let mut names: Vec<String> = view
+        .nodeclaims()
+        .iter()
+        .filter(|claim| claim.metadata.deletion_timestamp.is_none())
+        .filter(|claim| {
+            claim
+                .status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .is_none_or(str::is_empty)
+        })
+        .map(|claim| claim.name_any())
+        .collect();
+    names.sort();
+    names
+}
+
+/// How often [`wait_for_launches`] looks again.
+const LAUNCH_POLL: Duration = Duration::from_millis(250);
+
+/// Waits until no launch is in flight, or `deadline` passes; returns the NodeClaims still
+/// unlaunched (empty when every launch finished).
+pub async fn wait_for_launches(view: &dyn ClusterView, deadline: Duration) -> Vec<String> {
+    let until = tokio::time::Instant::now() + deadline;
+    loop {
+        let pending = unlaunched_nodeclaims(view);
+        if pending.is_empty() || tokio::time::Instant::now() >= until {
+            return pending;
+        }
+        tokio::time::sleep(LAUNCH_POLL.min(until - tokio::time::Instant::now())).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
+    use karpenter_actors::ports::cluster_view::MemoryClusterView;
+
+    fn pod(node: Option<&str>, phase: &str) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("web-1".into());
+        pod.metadata.namespace = Some("default".into());
+        pod.spec = Some(PodSpec {
+            node_name: node.map(str::to_owned),
+            ..PodSpec::default()
+        });
+        pod.status = Some(PodStatus {
+            phase: Some(phase.into()),
+            ..PodStatus::default()
+        });
+        pod
+    }
+
+    #[test]
+    fn an_unbound_pod_is_pending_and_a_bound_or_finished_one_is_not() {
+        let pending = change_of(&Observed::Applied(Arc::new(pod(None, "Pending"))));
+        assert_eq!(
+            pending,
+            ClusterChange::Pod {
+                namespace: "default".into(),
+                name: "web-1".into(),
+                node_name: None,
+                pending: true,
+                deleted: false,
+            }
+        );
+        let bound = change_of(&Observed::Applied(Arc::new(pod(Some("n1"), "Running"))));
+        assert!(
+            matches!(bound, ClusterChange::Pod { pending: false, node_name: Some(ref n), .. } if n == "n1")
+        );
+        let finished = change_of(&Observed::Applied(Arc::new(pod(None, "Succeeded"))));
+        assert!(matches!(
+            finished,
+            ClusterChange::Pod { pending: false, .. }
+        ));
+        let deleted = change_of(&Observed::Deleted(Arc::new(pod(None, "Pending"))));
+        assert!(matches!(
+            deleted,
+            ClusterChange::Pod {
+                pending: false,
+                deleted: true,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_relist_names_its_kind() {
+        assert_eq!(
+            change_of::<Node>(&Observed::Relisted),
+            ClusterChange::Relisted(WatchedKind::Node)
+        );
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".into());
+        node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            provider_id: Some("aws:///us-west-2a/i-1".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            change_of(&Observed::Deleted(Arc::new(node))),
+            ClusterChange::Node {
+                name: "n1".into(),
+                provider_id: Some("aws:///us-west-2a/i-1".into()),
+                deleted: true
+            }
+        );
+    }
+
+    fn claim(name: &str, provider_id: Option<&str>) -> NodeClaim {
+        let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": []
+            }
+        }))
+        .expect("nodeclaim");
+        if let Some(id) = provider_id {
+            claim.status = Some(
+                serde_json::from_value(serde_json::json!({"providerID": id})).expect("status"),
+            );
+        }
+        claim
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_unlaunched_nodeclaims_until_the_deadline() {
+        let view = MemoryClusterView::new();
+        view.put_nodeclaim(claim("default-a", Some("aws:///us-west-2a/i-1")));
+        view.put_nodeclaim(claim("default-b", None));
+        assert_eq!(unlaunched_nodeclaims(&view), ["default-b"]);
+        let start = tokio::time::Instant::now();
+        let left = wait_for_launches(&view, Duration::from_secs(3)).await;
+        assert_eq!(left, ["default-b"]);
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+        view.put_nodeclaim(claim("default-b", Some("aws:///us-west-2b/i-2")));
+        assert!(
+            wait_for_launches(&view, Duration::from_secs(3))
+                .await
+                .is_empty()
+        );
+    }
+}

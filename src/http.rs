@@ -1,0 +1,629 @@
+//! The daemon's HTTP endpoints: `/metrics` (the prometheus-client registry), `/healthz` and
+//! `/readyz` (named checks), `/debug/actors` (the actor kit's registry snapshot as JSON), and
+//! routes other parts add (e.g. `/debug/explain/<namespace>/<pod>`).
+//!
+//! Data flow: the command assembling the daemon builds a [`Routes`] table (exact paths and path
+//! prefixes, each an async handler returning a [`Reply`]), fills [`HealthChecks`] with named
+//! checks (closures reading state others keep current: the cache-synced flag, the leader
+//! watch, the AWS connectivity result), and serves the table with [`serve`] on a port (hyper,
+//! HTTP/1.1). `karpenter run` serves `/metrics` and `/debug/*` on `METRICS_PORT` and the probes
+//! on `HEALTH_PROBE_PORT`, as Karpenter does; `karpenter simulate --serve` serves everything on
+//! one address. [`get`] is the small client `karpenter actors` and the tests use.
+//!
+//! The probes answer like kube-apiserver's: `200 ok` or `500` with one line per check
+//! (`[+]cache-synced ok`, `[-]crds failed: ...`); `?verbose` lists the lines on success too.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::fmt;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use karpenter_actors::runtime::ActorKit;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// The Prometheus text format served at `/metrics` (`OpenMetrics`, what prometheus-client writes).
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Path of the actor table.
+pub const ACTORS_PATH: &str = "/debug/actors";
+/// Path of the metrics.
+pub const METRICS_PATH: &str = "/metrics";
+/// Path of the liveness probe.
+pub const HEALTHZ_PATH: &str = "/healthz";
+/// Path of the readiness probe.
+pub const READYZ_PATH: &str = "/readyz";
+
+/// An answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub content_type: &'static str,
+    pub body: Bytes,
+}
+
+impl Reply {
+    /// `200` with a plain-text body.
+    #[must_use]
+    pub fn text(status: StatusCode, body: impl Into<String>) -> Self {
+        Self {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: Bytes::from(body.into()),
+        }
+    }
+
+    /// `200` with a JSON body (a serialization failure becomes a 500 naming it).
+    #[must_use]
+    pub fn json(value: &impl serde::Serialize) -> Self {
+        match serde_json::to_vec_pretty(value) {
+            Ok(body) => Self {
+                status: StatusCode::OK,
+                content_type: "application/json",
+                body: Bytes::from(body),
+            },
+            Err(error) => Self::text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("serializing the answer: {error}"),
+            ),
+        }
+    }
+}
+
+/// What a handler sees of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteRequest {
+    /// The whole path (`/debug/explain/default/web-1`).
+    pub path: String,
+    /// The path after the route's prefix (`default/web-1`); empty for exact routes.
+    pub rest: String,
+    /// The query string without `?`, if any.
+    pub query: Option<String>,
+}
+
+type ReplyFuture = Pin<Box<dyn Future<Output = Reply> + Send>>;
+/// An async request handler.
+pub type Handler = Arc<dyn Fn(RouteRequest) -> ReplyFuture + Send + Sync>;
+
+/// Wraps a closure returning a future as a [`Handler`].
+pub fn handler<F, Fut>(f: F) -> Handler
+where
+    F: Fn(RouteRequest) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Reply> + Send + 'static,
+{
+    Arc::new(move |request| Box::pin(f(request)))
+}
+
+/// The routing table: exact paths first, then the longest matching prefix. Only GET and HEAD
+/// are served.
+#[derive(Clone, Default)]
+pub struct Routes {
+    exact: BTreeMap<String, Handler>,
+    prefixes: Vec<(String, Handler)>,
+}
+
+impl fmt::Debug for Routes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Routes")
+            .field("exact", &self.exact.keys().collect::<Vec<_>>())
+            .field(
+                "prefixes",
+                &self.prefixes.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl Routes {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Serves `path` exactly (a later route for the same path replaces it).
+    #[must_use]
+    pub fn route(mut self, path: &str, handler: Handler) -> Self {
+        self.exact.insert(path.to_owned(), handler);
+        self
+    }
+
+    /// Serves every path under `prefix` (`/debug/explain/`); the handler gets the rest.
+    #[must_use]
+    pub fn prefix(mut self, prefix: &str, handler: Handler) -> Self {
+        self.prefixes.retain(|(p, _)| p != prefix);
+        self.prefixes.push((prefix.to_owned(), handler));
+        // Longest first, so `/debug/explain/` wins over `/debug/`.
+        self.prefixes
+            .sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
+        self
+    }
+
+    /// Adds every route of `other` (its routes win on the same path).
+    #[must_use]
+    pub fn merge(mut self, other: Routes) -> Self {
+        self.exact.extend(other.exact);
+        for (prefix, handler) in other.prefixes {
+            self = self.prefix(&prefix, handler);
+        }
+        self
+    }
+
+    /// The paths served, for the index at `/`.
+    #[must_use]
+    pub fn paths(&self) -> Vec<String> {
+        self.exact
+            .keys()
+            .cloned()
+            .chain(self.prefixes.iter().map(|(p, _)| format!("{p}...")))
+            .collect()
+    }
+
+    /// Answers one request.
+    pub async fn answer(&self, method: &Method, path: &str, query: Option<&str>) -> Reply {
+        if method != Method::GET && method != Method::HEAD {
+            return Reply::text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served\n");
+        }
+        let request = |rest: &str| RouteRequest {
+            path: path.to_owned(),
+            rest: rest.to_owned(),
+            query: query.map(str::to_owned),
+        };
+        if let Some(handler) = self.exact.get(path) {
+            return handler(request("")).await;
+        }
+        if let Some((prefix, handler)) = self.prefixes.iter().find(|(p, _)| path.starts_with(p)) {
+            return handler(request(&path[prefix.len()..])).await;
+        }
+        if path == "/" {
+            let mut index = self.paths().join("\n");
+            index.push('\n');
+            return Reply::text(StatusCode::OK, index);
+        }
+        Reply::text(StatusCode::NOT_FOUND, format!("no route for {path}\n"))
+    }
+}
+
+/// The result of one check: `Ok` or why not.
+pub type CheckResult = Result<(), String>;
+type Check = Arc<dyn Fn() -> CheckResult + Send + Sync>;
+
+/// Named checks behind a probe; clones share the list, so parts of the daemon add their checks
+/// as they start.
+#[derive(Clone, Default)]
+pub struct HealthChecks {
+    checks: Arc<RwLock<Vec<(String, Check)>>>,
+}
+
+impl fmt::Debug for HealthChecks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.names()).finish()
+    }
+}
+
+impl HealthChecks {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds (or replaces) the check called `name`.
+    pub fn add(&self, name: &str, check: impl Fn() -> CheckResult + Send + Sync + 'static) {
+        let mut checks = self.checks.write().unwrap_or_else(PoisonError::into_inner);
+        checks.retain(|(n, _)| n != name);
+        checks.push((name.to_owned(), Arc::new(check)));
+    }
+
+    /// The check names, in the order they were added.
+    #[must_use]
+    pub fn names(&self) -> Vec<String> {
+        self.checks
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Runs every check: `(name, result)` in order.
+    #[must_use]
+    pub fn run(&self) -> Vec<(String, CheckResult)> {
+        let checks: Vec<(String, Check)> = self
+            .checks
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        checks
+            .into_iter()
+            .map(|(name, check)| {
+                let result = check();
+                (name, result)
+            })
+            .collect()
+    }
+
+    /// The probe's answer: 200 when every check passes, else 500 listing them.
+    #[must_use]
+    pub fn reply(&self, verbose: bool) -> Reply {
+        let results = self.run();
+        let healthy = results.iter().all(|(_, r)| r.is_ok());
+        let mut body = String::new();
+        if verbose || !healthy {
+            for (name, result) in &results {
+                match result {
+                    Ok(()) => {
+                        let _ = writeln!(body, "[+]{name} ok");
+                    }
+                    Err(why) => {
+                        let _ = writeln!(body, "[-]{name} failed: {why}");
+                    }
+                }
+            }
+        }
+        if healthy {
+            body.push_str("ok\n");
+            Reply::text(StatusCode::OK, body)
+        } else {
+            body.push_str("not ok\n");
+            Reply::text(StatusCode::INTERNAL_SERVER_ERROR, body)
+        }
+    }
+
+    /// A handler serving this probe (`?verbose` lists every check).
+    #[must_use]
+    pub fn handler(&self) -> Handler {
+        let checks = self.clone();
+        handler(move |request: RouteRequest| {
+            let verbose = request.query.as_deref().is_some_and(|q| {
+                q.split('&')
+                    .any(|p| p == "verbose" || p.starts_with("verbose="))
+            });
+            let reply = checks.reply(verbose);
+            async move { reply }
+        })
+    }
+}
+
+/// The registries `/metrics` serves, in order: the one built at startup (the actor kit's) and
+/// those added later (the actor families register theirs when this replica starts leading, as
+/// a registry cannot take new metrics once it is shared). Clones share the list.
+#[derive(Clone, Default)]
+pub struct MetricsRegistries {
+    registries: Arc<RwLock<Vec<Arc<Registry>>>>,
+}
+
+impl fmt::Debug for MetricsRegistries {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MetricsRegistries")
+            .field(
+                "registries",
+                &self
+                    .registries
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .len(),
+            )
+            .finish()
+    }
+}
+
+impl MetricsRegistries {
+    /// Serves `first`.
+    #[must_use]
+    pub fn new(first: Registry) -> Self {
+        let registries = Self::default();
+        registries.add(first);
+        registries
+    }
+
+    /// Serves `registry` too, after the others.
+    pub fn add(&self, registry: Registry) {
+        self.registries
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::new(registry));
+    }
+
+    /// Serves every registry of `other` too, after these.
+    pub fn extend(&self, other: &MetricsRegistries) {
+        let theirs = other
+            .registries
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        self.registries
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(theirs);
+    }
+
+    /// Every registry in the `OpenMetrics` text format, ending with one `# EOF`.
+    pub fn encode(&self) -> Result<String, fmt::Error> {
+        let registries = self
+            .registries
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut text = String::new();
+        for registry in &registries {
+            prometheus_client::encoding::text::encode_registry(&mut text, registry)?;
+        }
+        prometheus_client::encoding::text::encode_eof(&mut text)?;
+        Ok(text)
+    }
+}
+
+/// `/metrics`: the registries in the `OpenMetrics` text format.
+#[must_use]
+pub fn metrics_handler(registries: MetricsRegistries) -> Handler {
+    handler(move |_| {
+        let reply = match registries.encode() {
+            Ok(text) => Reply {
+                status: StatusCode::OK,
+                content_type: METRICS_CONTENT_TYPE,
+                body: Bytes::from(text),
+            },
+            Err(error) => Reply::text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("encoding metrics: {error}\n"),
+            ),
+        };
+        async move { reply }
+    })
+}
+
+/// `/debug/actors`: the kit's registry snapshot as JSON.
+#[must_use]
+pub fn actors_handler(kit: ActorKit) -> Handler {
+    handler(move |_| {
+        let reply = Reply::json(&kit.snapshot());
+        async move { reply }
+    })
+}
+
+/// Failures starting or querying a server.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("listening on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{url} is not an http:// URL: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("requesting {url}")]
+    Request {
+        url: String,
+        #[source]
+        source: hyper_util::client::legacy::Error,
+    },
+    #[error("reading the answer of {url}")]
+    Body {
+        url: String,
+        #[source]
+        source: hyper::Error,
+    },
+    #[error("no answer from {url} within {timeout:?}")]
+    Timeout { url: String, timeout: Duration },
+}
+
+impl HttpError {
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Bind { .. } => "bind",
+            Self::BadUrl { .. } => "bad_url",
+            Self::Request { .. } => "request",
+            Self::Body { .. } => "body",
+            Self::Timeout { .. } => "timeout",
+        }
+    }
+}
+
+/// A running server; dropping it stops accepting connections.
+#[derive(Debug)]
+pub struct HttpServer {
+    addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl HttpServer {
+    /// The address it listens on (the real port when asked for port 0).
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR`.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting connections and waits for the accept loop to end.
+    pub async fn shutdown(mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+async fn respond(routes: &Routes, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let reply = routes
+        .answer(
+            request.method(),
+            request.uri().path(),
+            request.uri().query(),
+        )
+        .await;
+    let body = if request.method() == Method::HEAD {
+        Bytes::new()
+    } else {
+        reply.body
+    };
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = reply.status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static(reply.content_type),
+    );
+    response
+}
+
+/// Serves `routes` on `addr` (port 0 picks one) until the server is shut down or dropped.
+pub async fn serve(addr: SocketAddr, routes: Routes) -> Result<HttpServer, HttpError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| HttpError::Bind { addr, source })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| HttpError::Bind { addr, source })?;
+    let routes = Arc::new(routes);
+    let (shutdown, mut stop) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = &mut stop => break,
+            };
+            let Ok((stream, _)) = accepted else {
+                continue;
+            };
+            let routes = Arc::clone(&routes);
+            tokio::spawn(async move {
+                let service = service_fn(move |request: Request<Incoming>| {
+                    let routes = Arc::clone(&routes);
+                    async move { Ok::<_, Infallible>(respond(&routes, &request).await) }
+                });
+                // A client that hangs up mid-request is not the server's problem.
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(HttpServer {
+        addr,
+        shutdown: Some(shutdown),
+        task: Some(task),
+    })
+}
+
+/// GETs `url` (plain HTTP) and returns the status and body.
+pub async fn get(url: &str, timeout: Duration) -> Result<(StatusCode, Bytes), HttpError> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| HttpError::BadUrl {
+            url: url.to_owned(),
+            reason: e.to_string(),
+        })?;
+    if uri.scheme_str() != Some("http") {
+        return Err(HttpError::BadUrl {
+            url: url.to_owned(),
+            reason: "only http:// is supported (the daemon serves plain HTTP)".to_owned(),
+        });
+    }
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let fetch = async {
+        let response = client.get(uri).await.map_err(|source| HttpError::Request {
+            url: url.to_owned(),
+            source,
+        })?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|source| HttpError::Body {
+                url: url.to_owned(),
+                source,
+            })?
+            .to_bytes();
+        Ok((status, body))
+    };
+    tokio::time::timeout(timeout, fetch)
+        .await
+        .map_err(|_| HttpError::Timeout {
+            url: url.to_owned(),
+            timeout,
+        })?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_longest_prefix_wins_and_unknown_paths_are_404() {
+        let routes = Routes::new()
+            .prefix(
+                "/debug/",
+                handler(|r: RouteRequest| async move { Reply::text(StatusCode::OK, r.rest) }),
+            )
+            .prefix(
+                "/debug/explain/",
+                handler(|r: RouteRequest| async move {
+                    Reply::text(StatusCode::OK, format!("explain {}", r.rest))
+                }),
+            );
+        let reply = routes
+            .answer(&Method::GET, "/debug/explain/default/web-1", None)
+            .await;
+        assert_eq!(reply.body, Bytes::from("explain default/web-1"));
+        let reply = routes.answer(&Method::GET, "/debug/other", None).await;
+        assert_eq!(reply.body, Bytes::from("other"));
+        let reply = routes.answer(&Method::GET, "/nope", None).await;
+        assert_eq!(reply.status, StatusCode::NOT_FOUND);
+        let reply = routes.answer(&Method::POST, "/debug/x", None).await;
+        assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
+    }
+
+    #[test]
+    fn a_failing_check_makes_the_probe_fail_and_names_itself() {
+        let checks = HealthChecks::new();
+        checks.add("cache-synced", || Ok(()));
+        checks.add("crds", || {
+            Err("nodepools.karpenter.sh is missing".to_owned())
+        });
+        let reply = checks.reply(false);
+        assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
+        let body = String::from_utf8_lossy(&reply.body).to_string();
+        assert!(body.contains("[+]cache-synced ok"), "{body}");
+        assert!(
+            body.contains("[-]crds failed: nodepools.karpenter.sh is missing"),
+            "{body}"
+        );
+        checks.add("crds", || Ok(()));
+        let reply = checks.reply(false);
+        assert_eq!(
+            (reply.status, reply.body),
+            (StatusCode::OK, Bytes::from("ok\n"))
+        );
+    }
+}

@@ -1,0 +1,404 @@
+//! The fake kube-scheduler: binds pending pods to Ready nodes where they fit, and marks the
+//! others `PodScheduled=False` with reason `Unschedulable`, which is what makes a pod
+//! provisionable for Karpenter.
+//!
+//! Each [`FakeScheduler::tick`] reads the cluster store, builds a scheduling snapshot with the
+//! pending pods and the Ready, schedulable nodes (with the pods already on them) and no NodePools,
+//! and lets the real scheduler core ([`karpenter_actors::domain::scheduling::solve`]) decide:
+//! resources, taints and tolerations (`NoSchedule`/`NoExecute`; every taint counts, startup and
+//! not-ready ones included, as for kube-scheduler), node selectors and affinity, topology spread
+//! and pod (anti-)affinity are the scheduler core's. Its placements on existing nodes become
+//! bindings (`pods/binding`); its failures become the Unschedulable condition.
+//!
+//! Bindings just made are remembered ("assumed", as kube-scheduler does) until the store shows
+//! them, so a lagging watch cannot make the next tick overcommit a node. A tick whose inputs did
+//! not change since the last one (same pending pods, same nodes at the same resourceVersions)
+//! skips the solve.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter_actors::domain::resources::{Resources, pod_requests};
+use karpenter_actors::domain::scheduling::{
+    BoundPod, ExistingNode, Options, Plan, SchedulingPod, Snapshot, solve, taints_from_api,
+};
+use karpenter_actors::ports::clock::Clock;
+use karpenter_actors::ports::cluster_view::ClusterView;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt as _};
+use serde_json::json;
+
+/// The scheduler name pods get by default, the only one this binder serves.
+pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
+/// Field manager of the binder's writes.
+const FIELD_MANAGER: &str = "default-scheduler";
+
+/// `namespace/name`.
+pub type PodKey = (String, String);
+
+/// What one tick did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BinderStep {
+    /// Pods bound this tick, in binding order.
+    pub bound: Vec<PodKey>,
+    /// Pods newly marked Unschedulable.
+    pub unschedulable: usize,
+    /// Pods the scheduler core could not read, and failed writes.
+    pub errors: usize,
+    /// The inputs had not changed: nothing was solved.
+    pub skipped: bool,
+}
+
+/// The fake kube-scheduler (see the module docs).
+pub struct FakeScheduler {
+    client: Client,
+    view: Arc<dyn ClusterView>,
+    clock: Arc<dyn Clock>,
+    assumed: BTreeMap<PodKey, String>,
+    last_inputs: Option<u64>,
+}
+
+impl std::fmt::Debug for FakeScheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeScheduler")
+            .field("assumed", &self.assumed.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn key_of(pod: &Pod) -> PodKey {
+    (pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+fn terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Whether this scheduler should place the pod: unbound, not terminating or finished, and
+/// meant for the default scheduler.
+#[must_use]
+pub fn is_pending(pod: &Pod) -> bool {
+    node_of(pod).is_none()
+        && pod.metadata.deletion_timestamp.is_none()
+        && !terminal(pod)
+        && pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .is_none_or(|s| s == DEFAULT_SCHEDULER)
+}
+
+/// Whether the pod already carries `PodScheduled=False` with reason `Unschedulable`.
+#[must_use]
+pub fn is_marked_unschedulable(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+        })
+}
+
+/// Whether a node takes new pods: Ready, not cordoned, not deleting.
+#[must_use]
+pub fn is_schedulable(node: &Node) -> bool {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let cordoned = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    ready && !cordoned && node.metadata.deletion_timestamp.is_none()
+}
+
+/// A node as the scheduler core takes it, with the pods on it (and those assumed there).
+fn existing_node(node: &Node, pods: &[Arc<Pod>]) -> ExistingNode {
+    let status = node.status.clone().unwrap_or_default();
+    let allocatable =
+        Resources::from_list(&status.allocatable.unwrap_or_default()).unwrap_or_default();
+    let capacity = Resources::from_list(&status.capacity.unwrap_or_default()).unwrap_or_default();
+    let mut requested = Resources::default();
+    for pod in pods.iter().filter(|p| !terminal(p)) {
+        if let Some(spec) = &pod.spec
+            && let Ok(requests) = pod_requests(spec)
+        {
+            requested.add(&requests);
+        }
+    }
+    // kube-scheduler's taint filter looks at NoSchedule and NoExecute only.
+    let taints: Vec<_> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .map(|t| {
+            taints_from_api(t)
+                .into_iter()
+                .filter(|t| t.effect.as_str() != "PreferNoSchedule")
+                .collect()
+        })
+        .unwrap_or_default();
+    ExistingNode {
+        name: node.name_any(),
+        labels: node.labels().clone(),
+        taints,
+        allocatable,
+        requested,
+        capacity,
+        pods: pods.iter().map(|p| BoundPod::from_pod(p)).collect(),
+        initialized: true,
+        registered: true,
+        ..ExistingNode::default()
+    }
+}
+
+impl FakeScheduler {
+    #[must_use]
+    pub fn new(client: Client, view: Arc<dyn ClusterView>, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            client,
+            view,
+            clock,
+            assumed: BTreeMap::new(),
+            last_inputs: None,
+        }
+    }
+
+    /// Bindings made but not yet seen in the store.
+    #[must_use]
+    pub fn assumed(&self) -> usize {
+        self.assumed.len()
+    }
+
+    /// One scheduling pass (see the module docs).
+    pub async fn tick(&mut self) -> BinderStep {
+        let mut step = BinderStep::default();
+        let pods = self.view.pods();
+        // Forget assumptions the store confirms (bound) or refutes (gone).
+        let current: BTreeMap<PodKey, Option<String>> = pods
+            .iter()
+            .map(|p| (key_of(p), node_of(p).map(str::to_owned)))
+            .collect();
+        self.assumed
+            .retain(|key, _| matches!(current.get(key), Some(None)));
+
+        let mut pending: Vec<&Arc<Pod>> = pods
+            .iter()
+            .filter(|p| is_pending(p) && !self.assumed.contains_key(&key_of(p)))
+            .collect();
+        if pending.is_empty() {
+            self.last_inputs = None;
+            return step;
+        }
+        pending.sort_by(|a, b| {
+            let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            created(a)
+                .cmp(&created(b))
+                .then_with(|| key_of(a).cmp(&key_of(b)))
+        });
+        let mut nodes: Vec<Arc<Node>> = self
+            .view
+            .nodes()
+            .into_iter()
+            .filter(|n| is_schedulable(n))
+            .collect();
+        nodes.sort_by_key(|n| n.name_any());
+
+        let inputs = Self::fingerprint(&pending, &nodes, pods.len());
+        if self.last_inputs == Some(inputs) {
+            step.skipped = true;
+            return step;
+        }
+
+        let (snapshot, originals, unreadable) = self.snapshot(&pods, pending, &nodes);
+        step.errors += unreadable;
+        let plan = solve(&snapshot, &Options::default());
+        self.carry_out(&plan, &originals, snapshot.existing_nodes.len(), &mut step)
+            .await;
+        // Remember the inputs only when nothing changed them: a binding changes the next tick's.
+        self.last_inputs = step.bound.is_empty().then_some(inputs);
+        step
+    }
+
+    /// The scheduling snapshot: pending pods (those the scheduler core can read, returned
+    /// alongside in the same order, with the count of unreadable ones) and the nodes with the
+    /// pods bound or assumed there.
+    fn snapshot(
+        &self,
+        pods: &[Arc<Pod>],
+        pending: Vec<&Arc<Pod>>,
+        nodes: &[Arc<Node>],
+    ) -> (Snapshot, Vec<Arc<Pod>>, usize) {
+        let mut by_node: BTreeMap<String, Vec<Arc<Pod>>> = BTreeMap::new();
+        for pod in pods {
+            if let Some(node) = node_of(pod) {
+                by_node
+                    .entry(node.to_owned())
+                    .or_default()
+                    .push(Arc::clone(pod));
+            }
+        }
+        for (key, node) in &self.assumed {
+            if let Some(pod) = self.view.pod(&key.0, &key.1) {
+                by_node.entry(node.clone()).or_default().push(pod);
+            }
+        }
+        let existing: Vec<ExistingNode> = nodes
+            .iter()
+            .map(|n| existing_node(n, by_node.get(&n.name_any()).map_or(&[][..], Vec::as_slice)))
+            .collect();
+        let mut snapshot_pods = Vec::with_capacity(pending.len());
+        let mut originals = Vec::with_capacity(pending.len());
+        let mut unreadable = 0;
+        for pod in pending {
+            match SchedulingPod::from_pod(pod) {
+                Ok(converted) => {
+                    snapshot_pods.push(converted);
+                    originals.push(Arc::clone(pod));
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "the simulated scheduler cannot read a pod");
+                    unreadable += 1;
+                }
+            }
+        }
+        let snapshot = Snapshot {
+            pods: snapshot_pods,
+            existing_nodes: existing,
+            node_pools: Vec::new(),
+            namespaces: BTreeMap::new(),
+        };
+        (snapshot, originals, unreadable)
+    }
+
+    /// Binds the placed pods and marks the others unschedulable.
+    async fn carry_out(
+        &mut self,
+        plan: &Plan,
+        originals: &[Arc<Pod>],
+        node_count: usize,
+        step: &mut BinderStep,
+    ) {
+        let mut placed: BTreeSet<usize> = BTreeSet::new();
+        let mut bindings: Vec<(usize, String)> = plan
+            .existing
+            .iter()
+            .flat_map(|e| e.pods.iter().map(|p| (*p, e.node_name.clone())))
+            .collect();
+        bindings.sort();
+        for (index, node) in bindings {
+            let Some(pod) = originals.get(index) else {
+                continue;
+            };
+            placed.insert(index);
+            match self.bind(pod, &node).await {
+                Ok(()) => {
+                    let key = key_of(pod);
+                    self.assumed.insert(key.clone(), node);
+                    step.bound.push(key);
+                }
+                Err(()) => step.errors += 1,
+            }
+        }
+        for (index, pod) in originals.iter().enumerate() {
+            if placed.contains(&index) || is_marked_unschedulable(pod) {
+                continue;
+            }
+            let message = format!(
+                "0/{node_count} nodes are available: no Ready node has room for the pod or matches its constraints"
+            );
+            if self.mark_unschedulable(pod, &message).await {
+                step.unschedulable += 1;
+            } else {
+                step.errors += 1;
+            }
+        }
+    }
+
+    fn fingerprint(pending: &[&Arc<Pod>], nodes: &[Arc<Node>], pods: usize) -> u64 {
+        let mut hasher = DefaultHasher::new();
+        pods.hash(&mut hasher);
+        for pod in pending {
+            key_of(pod).hash(&mut hasher);
+            pod.metadata.resource_version.hash(&mut hasher);
+        }
+        for node in nodes {
+            node.metadata.name.hash(&mut hasher);
+            node.metadata.resource_version.hash(&mut hasher);
+        }
+        hasher.finish()
+    }
+
+    async fn bind(&self, pod: &Pod, node: &str) -> Result<(), ()> {
+        let (namespace, name) = key_of(pod);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let binding = json!({
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": { "name": name, "namespace": namespace },
+            "target": { "apiVersion": "v1", "kind": "Node", "name": node },
+        });
+        match api
+            .create_subresource::<_, serde_json::Value>(
+                "binding",
+                &name,
+                &PostParams::default(),
+                &binding,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                tracing::debug!(%error, %namespace, %name, %node, "binding failed");
+                Err(())
+            }
+        }
+    }
+
+    async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> bool {
+        let (namespace, name) = key_of(pod);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let patch = json!({ "status": { "conditions": [{
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastTransitionTime": self.clock.now(),
+        }]}});
+        match api
+            .patch_status(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Strategic(&patch),
+            )
+            .await
+        {
+            Ok(_) => true,
+            Err(kube::Error::Api(status)) if status.code == 404 => true,
+            Err(error) => {
+                tracing::debug!(%error, %namespace, %name, "marking the pod unschedulable failed");
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! `karpenter simulate` and its harness (`karpenter::sim`) through the in-process emulator:
+//! the fake kubelet registers kwok instances as Nodes, the fake kube-scheduler binds pods, the
+//! workloads follow their steps, scenario files fail with the field named, and (once the actor
+//! families are on main) whole scenario runs.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "integration test helpers: a failed unwrap is a failed test"
+)]
+
+#[path = "simulate/harness.rs"]
+mod harness;
+#[path = "simulate/runs.rs"]
+mod runs;
+#[path = "simulate/scenario_files.rs"]
+mod scenario_files;
+#[path = "simulate/support.rs"]
+mod support;

@@ -1,0 +1,41 @@
+//! Whole simulations (`karpenter::sim::scenario`): a run replays byte for byte for a seed, and
+//! the pieces of the report add up.
+
+use std::path::PathBuf;
+
+use karpenter::sim::scenario::{self, LoadedScenario, RunOptions};
+
+fn small() -> LoadedScenario {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/scenarios/small.yaml");
+    LoadedScenario::from_yaml(&std::fs::read_to_string(path).unwrap(), None).unwrap()
+}
+
+#[test]
+fn a_run_is_byte_identical_for_the_same_seed() {
+    let first = scenario::run(small(), RunOptions::quiet())
+        .unwrap()
+        .to_json();
+    let second = scenario::run(small(), RunOptions::quiet())
+        .unwrap()
+        .to_json();
+    assert_eq!(first, second);
+    assert!(first.contains("\"scenario\": \"small\""), "{first}");
+}
+
+#[test]
+fn the_report_counts_every_pod_the_workloads_asked_for() {
+    let report = scenario::run(small(), RunOptions::quiet()).unwrap();
+    assert_eq!(report.simulated_seconds, 8 * 60);
+    let pods = &report.pods;
+    assert!(pods.requested >= 12, "{pods:?}");
+    assert_eq!(
+        pods.running_at_end + pods.pending_at_end,
+        12,
+        "the workload holds 12 pods at the end: {pods:?}"
+    );
+    assert_eq!(
+        pods.pending_reasons.values().sum::<usize>(),
+        pods.pending_at_end
+    );
+}
