@@ -12,6 +12,8 @@
 
 #[path = "simulate/harness.rs"]
 mod harness;
+#[path = "simulate/lifecycle.rs"]
+mod lifecycle;
 #[path = "simulate/runs.rs"]
 mod runs;
 #[path = "simulate/scenario_files.rs"]

@@ -1,0 +1,223 @@
+//! The whole daemon over the emulator and kwok, stepped by hand (`Simulation`): pending pods end
+//! as instances, Ready nodes and bound pods; a deleted NodeClaim drains and terminates its
+//! instance; a daemon restarted mid scale-up loses nothing and launches no duplicate instance.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter::sim::scenario::{LoadedScenario, Simulation};
+use karpenter_actors::apis::NodeClaim;
+use karpenter_actors::ports::cloud_provider::parse_provider_id;
+use karpenter_actors::ports::ec2::InstanceState;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+
+fn small() -> LoadedScenario {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/scenarios/small.yaml");
+    LoadedScenario::from_yaml(&std::fs::read_to_string(path).unwrap(), None).unwrap()
+}
+
+/// Runs `body` as `karpenter simulate` runs: an actix System on paused tokio time.
+fn in_simulation<F: Future>(body: impl FnOnce() -> F) -> F::Output {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    actix::System::with_tokio_rt(move || runtime).block_on(body())
+}
+
+async fn nodeclaims(sim: &Simulation<'_>) -> Vec<NodeClaim> {
+    Api::<NodeClaim>::all(sim.client())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+async fn pods(sim: &Simulation<'_>) -> Vec<Pod> {
+    Api::<Pod>::all(sim.client())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+fn bound(pods: &[Pod]) -> usize {
+    pods.iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+        .count()
+}
+
+/// Instance ids of the NodeClaims, one per launched NodeClaim.
+fn claimed_instances(claims: &[NodeClaim]) -> Vec<String> {
+    claims
+        .iter()
+        .filter_map(|c| c.status.as_ref().and_then(|s| s.provider_id.clone()))
+        .map(|p| parse_provider_id(&p).unwrap().1.to_owned())
+        .collect()
+}
+
+/// kwok instances that are pending or running.
+fn live_instances(sim: &Simulation<'_>) -> BTreeSet<String> {
+    sim.world()
+        .ec2
+        .instances()
+        .into_iter()
+        .filter(|i| matches!(i.state, InstanceState::Pending | InstanceState::Running))
+        .map(|i| i.id)
+        .collect()
+}
+
+#[test]
+fn pending_pods_end_as_ready_nodes_with_their_pods_bound() {
+    in_simulation(|| async {
+        let mut sim = Simulation::start(small(), None).await.unwrap();
+        assert!(sim.advance(Duration::from_secs(90)).await);
+        let pods = pods(&sim).await;
+        assert_eq!(pods.len(), 4, "the workload's first step");
+        assert_eq!(bound(&pods), 4, "every pod bound");
+        let claims = nodeclaims(&sim).await;
+        assert!(!claims.is_empty());
+        let instances = claimed_instances(&claims);
+        assert_eq!(instances.len(), claims.len(), "every NodeClaim launched");
+        assert_eq!(
+            instances.iter().cloned().collect::<BTreeSet<_>>(),
+            live_instances(&sim)
+        );
+        let nodes = Api::<Node>::all(sim.client())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        assert_eq!(nodes.len(), claims.len());
+        for node in &nodes {
+            let ready = node
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                .map(|c| c.status.clone());
+            assert_eq!(ready.as_deref(), Some("True"), "{:?}", node.metadata.name);
+            let taints: Vec<String> = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|t| t.key)
+                .collect();
+            assert!(
+                !taints.contains(&"karpenter.sh/unregistered".to_owned()),
+                "{taints:?}"
+            );
+        }
+        sim.finish().await;
+    });
+}
+
+#[test]
+fn a_deleted_nodeclaim_drains_its_pods_and_terminates_its_instance() {
+    in_simulation(|| async {
+        let mut sim = Simulation::start(small(), None).await.unwrap();
+        assert!(sim.advance(Duration::from_mins(1)).await);
+        let claims = nodeclaims(&sim).await;
+        let victim = claims
+            .iter()
+            .find(|c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_some()
+            })
+            .expect("a registered NodeClaim")
+            .clone();
+        let name = victim.metadata.name.clone().unwrap();
+        let node = victim.status.as_ref().unwrap().node_name.clone().unwrap();
+        let instance = claimed_instances(std::slice::from_ref(&victim)).remove(0);
+        Api::<NodeClaim>::all(sim.client())
+            .delete(&name, &DeleteParams::default())
+            .await
+            .unwrap();
+        assert!(sim.advance(Duration::from_secs(50)).await);
+
+        let claims = nodeclaims(&sim).await;
+        assert!(
+            claims
+                .iter()
+                .all(|c| c.metadata.name.as_deref() != Some(&name)),
+            "the NodeClaim is gone once its finalizer is removed"
+        );
+        assert!(
+            !live_instances(&sim).contains(&instance),
+            "instance terminated"
+        );
+        let pods = pods(&sim).await;
+        assert!(
+            pods.iter().all(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(node.as_str())
+            }),
+            "no pod left on the drained node"
+        );
+        assert_eq!(pods.len(), 4);
+        assert_eq!(bound(&pods), 4, "the replacements run elsewhere");
+        sim.finish().await;
+    });
+}
+
+#[test]
+fn a_daemon_restarted_mid_scale_up_loses_nothing_and_launches_no_duplicate_instance() {
+    in_simulation(|| async {
+        let mut sim = Simulation::start(small(), None).await.unwrap();
+        // The workload goes 4 -> 12 at 2m; the Provisioner's batch closes a second later, the
+        // instances take 10 s to run and their nodes 10 s more to register: restart while the
+        // new NodeClaims are launched but not registered. (A restart between NodeClaim creation
+        // and CreateFleet's answer is the cloud provider tests' idempotent retry.)
+        assert!(sim.advance(Duration::from_secs(123)).await);
+        let claims = nodeclaims(&sim).await;
+        let starting = claims
+            .iter()
+            .filter(|c| {
+                let status = c.status.clone().unwrap_or_default();
+                status.provider_id.is_some() && status.node_name.is_none()
+            })
+            .count();
+        assert!(
+            starting > 0,
+            "instances are starting, their nodes not registered yet"
+        );
+        let before: BTreeSet<String> = claims
+            .iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+        sim.restart_daemon().await.unwrap();
+        assert!(sim.advance(Duration::from_secs(90)).await);
+
+        let claims = nodeclaims(&sim).await;
+        let after: BTreeSet<String> = claims
+            .iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+        assert!(before.is_subset(&after), "{before:?} -> {after:?}");
+        let instances = claimed_instances(&claims);
+        let distinct: BTreeSet<String> = instances.iter().cloned().collect();
+        assert_eq!(
+            distinct.len(),
+            instances.len(),
+            "one instance per NodeClaim"
+        );
+        assert_eq!(
+            distinct,
+            live_instances(&sim),
+            "no instance without its NodeClaim"
+        );
+        let pods = pods(&sim).await;
+        assert_eq!(pods.len(), 12);
+        assert_eq!(bound(&pods), 12);
+        sim.finish().await;
+    });
+}
