@@ -15,18 +15,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
     Container, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, Taint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use karpenter_actors::apis::{
-    EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
-};
+use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodePool};
 use karpenter_actors::aws::unavailable::UnavailableOfferings;
-use karpenter_actors::daemon::{AwsPorts, ClusterChange, Daemon, Deps, StartOptions};
+use karpenter_actors::daemon::{AwsPorts, Daemon, Deps, StartOptions};
 use karpenter_actors::domain::userdata::ClusterInfo;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::kwok::eventbridge::KwokEventBridge;
@@ -38,10 +35,8 @@ use karpenter_actors::metrics::Metrics;
 use karpenter_actors::nodeclass::KubernetesVersion;
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cloud_provider::fake::FakeCloudProvider;
-use karpenter_actors::ports::cluster::{
-    Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, FakeClusterApi,
-};
-use karpenter_actors::ports::cluster_view::{ClusterView, MemoryClusterView};
+use karpenter_actors::ports::cluster::{ClusterApi, FakeClusterApi, MirroredClusterApi};
+use karpenter_actors::ports::cluster_view::MemoryClusterView;
 use karpenter_actors::runtime::{ActorKit, FaultPlan, GroupSpec, KitOptions, RootGroup};
 use kube::Resource;
 use prometheus_client::registry::Registry;
@@ -78,289 +73,6 @@ pub fn start_time() -> Timestamp {
     "2025-06-01T12:00:00Z".parse().unwrap()
 }
 
-/// A `ClusterApi` that writes to the fake and mirrors the result into the view, then queues
-/// the change for the daemon.
-#[derive(Debug)]
-struct MirrorApi {
-    api: Arc<FakeClusterApi>,
-    view: Arc<MemoryClusterView>,
-    clock: Arc<PausedClock>,
-    changes: mpsc::UnboundedSender<ClusterChange>,
-}
-
-fn rv<K: Resource>(object: Option<&K>) -> Option<String> {
-    object.and_then(|o| o.meta().resource_version.clone())
-}
-
-impl MirrorApi {
-    fn before(&self) {
-        self.api.set_now(self.clock.now());
-    }
-
-    fn nodeclaim(&self, name: &str) {
-        mirror_nodeclaim(&self.api, &self.view, &self.changes, name);
-    }
-
-    fn nodepool(&self, name: &str) {
-        mirror_nodepool(&self.api, &self.view, &self.changes, name);
-    }
-
-    fn nodeclass(&self, name: &str) {
-        let old = rv(self.view.ec2nodeclass(name).as_deref());
-        let new = self.api.ec2nodeclass(name);
-        if rv(new.as_ref()) == old {
-            return;
-        }
-        match new {
-            Some(class) => self.view.put_ec2nodeclass(class),
-            None => self.view.remove_ec2nodeclass(name),
-        }
-        let _ = self.changes.send(ClusterChange::EC2NodeClass {
-            name: name.to_owned(),
-            deleted: self.view.ec2nodeclass(name).is_none(),
-        });
-    }
-
-    fn node(&self, name: &str) {
-        mirror_node(&self.api, &self.view, &self.changes, name);
-    }
-
-    fn pod(&self, namespace: &str, name: &str) {
-        mirror_pod(&self.api, &self.view, &self.changes, namespace, name);
-    }
-}
-
-fn mirror_nodeclaim(
-    api: &FakeClusterApi,
-    view: &MemoryClusterView,
-    changes: &mpsc::UnboundedSender<ClusterChange>,
-    name: &str,
-) {
-    let old = rv(view.nodeclaim(name).as_deref());
-    let new = api.nodeclaim(name);
-    if rv(new.as_ref()) == old {
-        return;
-    }
-    let deleted = new.is_none();
-    match new {
-        Some(nodeclaim) => view.put_nodeclaim(nodeclaim),
-        None => view.remove_nodeclaim(name),
-    }
-    let _ = changes.send(ClusterChange::NodeClaim {
-        name: name.to_owned(),
-        deleted,
-    });
-}
-
-fn mirror_nodepool(
-    api: &FakeClusterApi,
-    view: &MemoryClusterView,
-    changes: &mpsc::UnboundedSender<ClusterChange>,
-    name: &str,
-) {
-    let old = rv(view.nodepool(name).as_deref());
-    let new = api.nodepool(name);
-    if rv(new.as_ref()) == old {
-        return;
-    }
-    let deleted = new.is_none();
-    match new {
-        Some(nodepool) => view.put_nodepool(nodepool),
-        None => view.remove_nodepool(name),
-    }
-    let _ = changes.send(ClusterChange::NodePool {
-        name: name.to_owned(),
-        deleted,
-    });
-}
-
-fn mirror_node(
-    api: &FakeClusterApi,
-    view: &MemoryClusterView,
-    changes: &mpsc::UnboundedSender<ClusterChange>,
-    name: &str,
-) {
-    let previous = view.node(name);
-    let old = rv(previous.as_deref());
-    let new = api.node(name);
-    if rv(new.as_ref()) == old {
-        return;
-    }
-    let provider_id = new
-        .as_ref()
-        .or(previous.as_deref())
-        .and_then(|n| n.spec.as_ref())
-        .and_then(|s| s.provider_id.clone());
-    let deleted = new.is_none();
-    match new {
-        Some(node) => view.put_node(node),
-        None => view.remove_node(name),
-    }
-    let _ = changes.send(ClusterChange::Node {
-        name: name.to_owned(),
-        provider_id,
-        deleted,
-    });
-}
-
-fn mirror_pod(
-    api: &FakeClusterApi,
-    view: &MemoryClusterView,
-    changes: &mpsc::UnboundedSender<ClusterChange>,
-    namespace: &str,
-    name: &str,
-) {
-    let previous = view.pod(namespace, name);
-    let new = api.pod(namespace, name);
-    if rv(new.as_ref()) == rv(previous.as_deref()) && new.is_some() == previous.is_some() {
-        return;
-    }
-    let node_name = new
-        .as_ref()
-        .or(previous.as_deref())
-        .and_then(|p| p.spec.as_ref())
-        .and_then(|s| s.node_name.clone());
-    let deleted = new.is_none();
-    match new {
-        Some(pod) => view.put_pod(pod),
-        None => view.remove_pod(&format!("{namespace}/{name}")),
-    }
-    let _ = changes.send(ClusterChange::Pod {
-        namespace: namespace.to_owned(),
-        name: name.to_owned(),
-        node_name,
-        pending: false,
-        deleted,
-    });
-}
-
-#[async_trait]
-impl ClusterApi for MirrorApi {
-    async fn create_nodeclaim(&self, nodeclaim: &NodeClaim) -> Result<NodeClaim, ClusterError> {
-        self.before();
-        let created = self.api.create_nodeclaim(nodeclaim).await?;
-        self.nodeclaim(created.metadata.name.as_deref().unwrap_or_default());
-        Ok(created)
-    }
-
-    async fn delete_nodeclaim(&self, name: &str) -> Result<Deletion, ClusterError> {
-        self.before();
-        let result = self.api.delete_nodeclaim(name).await;
-        self.nodeclaim(name);
-        result
-    }
-
-    async fn update_nodeclaim(
-        &self,
-        name: &str,
-        change: Change<'_, NodeClaim>,
-    ) -> Result<NodeClaim, ClusterError> {
-        self.before();
-        let result = self.api.update_nodeclaim(name, change).await;
-        self.nodeclaim(name);
-        result
-    }
-
-    async fn update_nodeclaim_status(
-        &self,
-        name: &str,
-        change: Change<'_, NodeClaimStatus>,
-    ) -> Result<NodeClaim, ClusterError> {
-        self.before();
-        let result = self.api.update_nodeclaim_status(name, change).await;
-        self.nodeclaim(name);
-        result
-    }
-
-    async fn update_nodepool(
-        &self,
-        name: &str,
-        change: Change<'_, NodePool>,
-    ) -> Result<NodePool, ClusterError> {
-        self.before();
-        let result = self.api.update_nodepool(name, change).await;
-        self.nodepool(name);
-        result
-    }
-
-    async fn update_nodepool_status(
-        &self,
-        name: &str,
-        change: Change<'_, NodePoolStatus>,
-    ) -> Result<NodePool, ClusterError> {
-        self.before();
-        let result = self.api.update_nodepool_status(name, change).await;
-        self.nodepool(name);
-        result
-    }
-
-    async fn update_ec2nodeclass(
-        &self,
-        name: &str,
-        change: Change<'_, EC2NodeClass>,
-    ) -> Result<EC2NodeClass, ClusterError> {
-        self.before();
-        let result = self.api.update_ec2nodeclass(name, change).await;
-        self.nodeclass(name);
-        result
-    }
-
-    async fn update_ec2nodeclass_status(
-        &self,
-        name: &str,
-        change: Change<'_, EC2NodeClassStatus>,
-    ) -> Result<EC2NodeClass, ClusterError> {
-        self.before();
-        let result = self.api.update_ec2nodeclass_status(name, change).await;
-        self.nodeclass(name);
-        result
-    }
-
-    async fn update_node(
-        &self,
-        name: &str,
-        change: Change<'_, Node>,
-    ) -> Result<Node, ClusterError> {
-        self.before();
-        let result = self.api.update_node(name, change).await;
-        self.node(name);
-        result
-    }
-
-    async fn delete_node(&self, name: &str) -> Result<Deletion, ClusterError> {
-        self.before();
-        let result = self.api.delete_node(name).await;
-        self.node(name);
-        result
-    }
-
-    async fn evict_pod(&self, namespace: &str, name: &str) -> Result<Eviction, ClusterError> {
-        self.before();
-        let result = self.api.evict_pod(namespace, name).await;
-        self.pod(namespace, name);
-        result
-    }
-
-    async fn delete_pod(
-        &self,
-        namespace: &str,
-        name: &str,
-        grace_period_seconds: Option<i64>,
-    ) -> Result<Deletion, ClusterError> {
-        self.before();
-        let result = self
-            .api
-            .delete_pod(namespace, name, grace_period_seconds)
-            .await;
-        self.pod(namespace, name);
-        result
-    }
-
-    async fn publish_event(&self, event: &ClusterEvent) -> Result<(), ClusterError> {
-        self.api.publish_event(event).await
-    }
-}
-
 /// Everything a lifecycle test touches.
 pub struct Harness {
     pub api: Arc<FakeClusterApi>,
@@ -372,7 +84,7 @@ pub struct Harness {
     pub kit: ActorKit,
     pub root: RootGroup,
     pub daemon: Rc<Daemon>,
-    changes: mpsc::UnboundedSender<ClusterChange>,
+    mirror: Arc<MirroredClusterApi>,
     versions: AtomicU64,
 }
 
@@ -418,16 +130,17 @@ impl Harness {
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::register(&mut registry));
         let (changes, mut receiver) = mpsc::unbounded_channel();
-        let mirror = Arc::new(MirrorApi {
-            api: Arc::clone(&api),
-            view: Arc::clone(&view),
-            clock: Arc::clone(&clock),
-            changes: changes.clone(),
-        });
+        let mirror = Arc::new(
+            MirroredClusterApi::new(Arc::clone(&api), Arc::clone(&view))
+                .with_clock(clock.clone())
+                .on_change(move |change| {
+                    let _ = changes.send(change);
+                }),
+        );
         let deps = Deps {
             settings: Arc::new(karpenter_config::Settings::default()),
             clock: clock.clone(),
-            cluster: mirror,
+            cluster: mirror.clone(),
             view: view.clone(),
             cloud: cloud.clone(),
             aws: aws_ports(clock.clone()),
@@ -477,7 +190,7 @@ impl Harness {
             kit,
             root,
             daemon,
-            changes,
+            mirror,
             versions: AtomicU64::new(0),
         }
     }
@@ -532,25 +245,21 @@ impl Harness {
         self.stamp(&mut nodeclaim);
         let name = nodeclaim.metadata.name.clone().unwrap();
         self.api.seed_nodeclaim(nodeclaim);
-        mirror_nodeclaim(&self.api, &self.view, &self.changes, &name);
+        self.mirror.sync_nodeclaim(&name);
     }
 
     pub fn add_nodepool(&self, mut nodepool: NodePool) {
         self.stamp(&mut nodepool);
         let name = nodepool.metadata.name.clone().unwrap();
         self.api.seed_nodepool(nodepool);
-        mirror_nodepool(&self.api, &self.view, &self.changes, &name);
+        self.mirror.sync_nodepool(&name);
     }
 
     pub fn add_nodeclass(&self, mut nodeclass: EC2NodeClass) {
         self.stamp(&mut nodeclass);
         let name = nodeclass.metadata.name.clone().unwrap();
-        self.api.seed_ec2nodeclass(nodeclass.clone());
-        self.view.put_ec2nodeclass(nodeclass);
-        let _ = self.changes.send(ClusterChange::EC2NodeClass {
-            name,
-            deleted: false,
-        });
+        self.api.seed_ec2nodeclass(nodeclass);
+        self.mirror.sync_ec2nodeclass(&name);
     }
 
     /// Adds or replaces a node (the kubelet's writes).
@@ -558,7 +267,7 @@ impl Harness {
         self.stamp(&mut node);
         let name = node.metadata.name.clone().unwrap();
         self.api.seed_node(node);
-        mirror_node(&self.api, &self.view, &self.changes, &name);
+        self.mirror.sync_node(&name);
     }
 
     /// Changes a node as the kubelet would.
@@ -573,20 +282,20 @@ impl Harness {
         let namespace = pod.metadata.namespace.clone().unwrap();
         let name = pod.metadata.name.clone().unwrap();
         self.api.seed_pod(pod);
-        mirror_pod(&self.api, &self.view, &self.changes, &namespace, &name);
+        self.mirror.sync_pod(&namespace, &name);
     }
 
     /// Removes a pod as if it finished and was cleaned up.
     pub async fn remove_pod(&self, namespace: &str, name: &str) {
         self.api.delete_pod(namespace, name, None).await.unwrap();
-        mirror_pod(&self.api, &self.view, &self.changes, namespace, name);
+        self.mirror.sync_pod(namespace, name);
     }
 
     /// Deletes a NodeClaim as a user would (`kubectl delete nodeclaim`).
     pub async fn delete_nodeclaim(&self, name: &str) {
         self.api.set_now(self.clock.now());
         self.api.delete_nodeclaim(name).await.unwrap();
-        mirror_nodeclaim(&self.api, &self.view, &self.changes, name);
+        self.mirror.sync_nodeclaim(name);
     }
 
     /// Now, as the actors' clock tells it.

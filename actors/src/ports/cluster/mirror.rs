@@ -2,8 +2,12 @@
 //! for actor tests that need their own writes to come back through the store, as the watch
 //! brings them back in production. Every write goes to the fake; afterwards the object it
 //! touched is copied from the fake into the view (or removed from the view when the fake no
-//! longer has it).
+//! longer has it). Optionally each write first sets the fake's clock from a [`Clock`], and every
+//! object that changed in the view is reported as a [`ClusterChange`] to a hook, as the watchers
+//! report changes to `Daemon::observe` in production (the lifecycle tests wire the hook to the
+//! daemon).
 
+use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -13,19 +17,72 @@ use super::{Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, 
 use crate::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
 };
-use crate::ports::cluster_view::MemoryClusterView;
+use crate::daemon::ClusterChange;
+use crate::ports::clock::Clock;
+use crate::ports::cluster_view::{ClusterView as _, MemoryClusterView};
+
+type ChangeHook = Arc<dyn Fn(ClusterChange) + Send + Sync>;
 
 /// A [`FakeClusterApi`] whose writes also land in a [`MemoryClusterView`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct MirroredClusterApi {
     api: Arc<FakeClusterApi>,
     view: Arc<MemoryClusterView>,
+    clock: Option<Arc<dyn Clock>>,
+    on_change: Option<ChangeHook>,
+}
+
+impl fmt::Debug for MirroredClusterApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MirroredClusterApi")
+            .field("api", &self.api)
+            .field("view", &self.view)
+            .field("clock", &self.clock.is_some())
+            .field("on_change", &self.on_change.is_some())
+            .finish()
+    }
+}
+
+fn resource_version<K: kube::Resource>(object: Option<&K>) -> Option<String> {
+    object.and_then(|o| o.meta().resource_version.clone())
 }
 
 impl MirroredClusterApi {
     #[must_use]
     pub fn new(api: Arc<FakeClusterApi>, view: Arc<MemoryClusterView>) -> Self {
-        Self { api, view }
+        Self {
+            api,
+            view,
+            clock: None,
+            on_change: None,
+        }
+    }
+
+    /// Sets the fake's clock from `clock` before every write (timestamps such as
+    /// `deletionTimestamp` then follow a paused test clock).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Reports every object whose mirrored copy changed.
+    #[must_use]
+    pub fn on_change(mut self, hook: impl Fn(ClusterChange) + Send + Sync + 'static) -> Self {
+        self.on_change = Some(Arc::new(hook));
+        self
+    }
+
+    fn before(&self) {
+        if let Some(clock) = &self.clock {
+            self.api.set_now(clock.now());
+        }
+    }
+
+    fn notify(&self, change: ClusterChange) {
+        if let Some(hook) = &self.on_change {
+            hook(change);
+        }
     }
 
     /// The fake behind it (seeding, call records, injected failures).
@@ -40,51 +97,126 @@ impl MirroredClusterApi {
         &self.view
     }
 
-    fn sync_nodeclaim(&self, name: &str) {
-        match self.api.nodeclaim(name) {
+    /// Copies the NodeClaim from the fake into the view (or removes it), reporting a change.
+    pub fn sync_nodeclaim(&self, name: &str) {
+        let new = self.api.nodeclaim(name);
+        if resource_version(new.as_ref()) == resource_version(self.view.nodeclaim(name).as_deref())
+        {
+            return;
+        }
+        let deleted = new.is_none();
+        match new {
             Some(object) => self.view.put_nodeclaim(object),
             None => self.view.remove_nodeclaim(name),
         }
+        self.notify(ClusterChange::NodeClaim {
+            name: name.to_owned(),
+            deleted,
+        });
     }
 
-    fn sync_nodepool(&self, name: &str) {
-        match self.api.nodepool(name) {
+    /// Copies the NodePool from the fake into the view (or removes it), reporting a change.
+    pub fn sync_nodepool(&self, name: &str) {
+        let new = self.api.nodepool(name);
+        if resource_version(new.as_ref()) == resource_version(self.view.nodepool(name).as_deref()) {
+            return;
+        }
+        let deleted = new.is_none();
+        match new {
             Some(object) => self.view.put_nodepool(object),
             None => self.view.remove_nodepool(name),
         }
+        self.notify(ClusterChange::NodePool {
+            name: name.to_owned(),
+            deleted,
+        });
     }
 
-    fn sync_ec2nodeclass(&self, name: &str) {
-        match self.api.ec2nodeclass(name) {
+    /// Copies the `EC2NodeClass` from the fake into the view (or removes it), reporting a change.
+    pub fn sync_ec2nodeclass(&self, name: &str) {
+        let new = self.api.ec2nodeclass(name);
+        if resource_version(new.as_ref())
+            == resource_version(self.view.ec2nodeclass(name).as_deref())
+        {
+            return;
+        }
+        let deleted = new.is_none();
+        match new {
             Some(object) => self.view.put_ec2nodeclass(object),
             None => self.view.remove_ec2nodeclass(name),
         }
+        self.notify(ClusterChange::EC2NodeClass {
+            name: name.to_owned(),
+            deleted,
+        });
     }
 
-    fn sync_node(&self, name: &str) {
-        match self.api.node(name) {
+    /// Copies the Node from the fake into the view (or removes it), reporting a change with its
+    /// provider id (the old one when it went).
+    pub fn sync_node(&self, name: &str) {
+        let previous = self.view.node(name);
+        let new = self.api.node(name);
+        if resource_version(new.as_ref()) == resource_version(previous.as_deref()) {
+            return;
+        }
+        let provider_id = new
+            .as_ref()
+            .or(previous.as_deref())
+            .and_then(|n| n.spec.as_ref())
+            .and_then(|s| s.provider_id.clone());
+        let deleted = new.is_none();
+        match new {
             Some(object) => self.view.put_node(object),
             None => self.view.remove_node(name),
         }
+        self.notify(ClusterChange::Node {
+            name: name.to_owned(),
+            provider_id,
+            deleted,
+        });
     }
 
-    fn sync_pod(&self, namespace: &str, name: &str) {
-        match self.api.pod(namespace, name) {
+    /// Copies the pod from the fake into the view (or removes it), reporting a change with its
+    /// node (the old one when it went).
+    pub fn sync_pod(&self, namespace: &str, name: &str) {
+        let previous = self.view.pod(namespace, name);
+        let new = self.api.pod(namespace, name);
+        if resource_version(new.as_ref()) == resource_version(previous.as_deref())
+            && new.is_some() == previous.is_some()
+        {
+            return;
+        }
+        let node_name = new
+            .as_ref()
+            .or(previous.as_deref())
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.node_name.clone());
+        let deleted = new.is_none();
+        match new {
             Some(object) => self.view.put_pod(object),
             None => self.view.remove_pod(&format!("{namespace}/{name}")),
         }
+        self.notify(ClusterChange::Pod {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            node_name,
+            pending: false,
+            deleted,
+        });
     }
 }
 
 #[async_trait]
 impl ClusterApi for MirroredClusterApi {
     async fn create_nodeclaim(&self, nodeclaim: &NodeClaim) -> Result<NodeClaim, ClusterError> {
+        self.before();
         let created = self.api.create_nodeclaim(nodeclaim).await?;
-        self.view.put_nodeclaim(created.clone());
+        self.sync_nodeclaim(created.metadata.name.as_deref().unwrap_or_default());
         Ok(created)
     }
 
     async fn delete_nodeclaim(&self, name: &str) -> Result<Deletion, ClusterError> {
+        self.before();
         let result = self.api.delete_nodeclaim(name).await;
         self.sync_nodeclaim(name);
         result
@@ -95,6 +227,7 @@ impl ClusterApi for MirroredClusterApi {
         name: &str,
         change: Change<'_, NodeClaim>,
     ) -> Result<NodeClaim, ClusterError> {
+        self.before();
         let result = self.api.update_nodeclaim(name, change).await;
         self.sync_nodeclaim(name);
         result
@@ -105,6 +238,7 @@ impl ClusterApi for MirroredClusterApi {
         name: &str,
         change: Change<'_, NodeClaimStatus>,
     ) -> Result<NodeClaim, ClusterError> {
+        self.before();
         let result = self.api.update_nodeclaim_status(name, change).await;
         self.sync_nodeclaim(name);
         result
@@ -115,6 +249,7 @@ impl ClusterApi for MirroredClusterApi {
         name: &str,
         change: Change<'_, NodePool>,
     ) -> Result<NodePool, ClusterError> {
+        self.before();
         let result = self.api.update_nodepool(name, change).await;
         self.sync_nodepool(name);
         result
@@ -125,6 +260,7 @@ impl ClusterApi for MirroredClusterApi {
         name: &str,
         change: Change<'_, NodePoolStatus>,
     ) -> Result<NodePool, ClusterError> {
+        self.before();
         let result = self.api.update_nodepool_status(name, change).await;
         self.sync_nodepool(name);
         result
@@ -135,6 +271,7 @@ impl ClusterApi for MirroredClusterApi {
         name: &str,
         change: Change<'_, EC2NodeClass>,
     ) -> Result<EC2NodeClass, ClusterError> {
+        self.before();
         let result = self.api.update_ec2nodeclass(name, change).await;
         self.sync_ec2nodeclass(name);
         result
@@ -145,6 +282,7 @@ impl ClusterApi for MirroredClusterApi {
         name: &str,
         change: Change<'_, EC2NodeClassStatus>,
     ) -> Result<EC2NodeClass, ClusterError> {
+        self.before();
         let result = self.api.update_ec2nodeclass_status(name, change).await;
         self.sync_ec2nodeclass(name);
         result
@@ -155,18 +293,21 @@ impl ClusterApi for MirroredClusterApi {
         name: &str,
         change: Change<'_, Node>,
     ) -> Result<Node, ClusterError> {
+        self.before();
         let result = self.api.update_node(name, change).await;
         self.sync_node(name);
         result
     }
 
     async fn delete_node(&self, name: &str) -> Result<Deletion, ClusterError> {
+        self.before();
         let result = self.api.delete_node(name).await;
         self.sync_node(name);
         result
     }
 
     async fn evict_pod(&self, namespace: &str, name: &str) -> Result<Eviction, ClusterError> {
+        self.before();
         let result = self.api.evict_pod(namespace, name).await;
         self.sync_pod(namespace, name);
         result
@@ -178,6 +319,7 @@ impl ClusterApi for MirroredClusterApi {
         name: &str,
         grace_period_seconds: Option<i64>,
     ) -> Result<Deletion, ClusterError> {
+        self.before();
         let result = self
             .api
             .delete_pod(namespace, name, grace_period_seconds)
