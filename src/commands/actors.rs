@@ -218,15 +218,8 @@ pub async fn fetch(url: &str) -> Result<RegistrySnapshot, String> {
 
 /// Runs the command.
 pub fn run(args: &ActorsArgs, out: &mut impl Write, err: &mut impl Write) -> Status {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            let _ = writeln!(err, "error: starting the async runtime: {error}");
-            return Status::Problems;
-        }
+    let Some(runtime) = super::current_thread_runtime(err) else {
+        return Status::Problems;
     };
     let snapshot = match runtime.block_on(fetch(&args.url)) {
         Ok(snapshot) => snapshot,

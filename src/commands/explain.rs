@@ -210,15 +210,8 @@ pub fn run(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -> St
             return Status::BadInput;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            let _ = writeln!(err, "error: starting the async runtime: {error}");
-            return Status::Problems;
-        }
+    let Some(runtime) = super::current_thread_runtime(err) else {
+        return Status::Problems;
     };
     match runtime.block_on(fetch(&args.url, &namespace, &name)) {
         Ok(explanation) => {

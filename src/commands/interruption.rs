@@ -44,15 +44,8 @@ pub struct SetupArgs {
 /// Runs an `interruption` subcommand.
 pub fn run(command: &InterruptionCommand, out: &mut impl Write, err: &mut impl Write) -> Status {
     let InterruptionCommand::Setup(args) = command;
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            let _ = writeln!(err, "error: starting the async runtime: {error}");
-            return Status::BadInput;
-        }
+    let Some(runtime) = super::current_thread_runtime(err) else {
+        return Status::BadInput;
     };
     let connection = Connection {
         region: args.region.clone(),

@@ -12,6 +12,23 @@ pub mod validate;
 
 /// An error with its sources, one after the other (`reading x: permission denied`).
 #[must_use]
+/// A current-thread tokio runtime for a command; on failure says so on `err` (the caller picks
+/// the exit status).
+pub(crate) fn current_thread_runtime(
+    err: &mut impl std::io::Write,
+) -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => Some(runtime),
+        Err(error) => {
+            let _ = writeln!(err, "error: starting the async runtime: {error}");
+            None
+        }
+    }
+}
+
 pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();

@@ -114,15 +114,8 @@ fn status_of(report: &Report) -> Status {
 /// Runs the command.
 pub fn run(args: &SimulateArgs, out: &mut impl Write, err: &mut impl Write) -> Status {
     if args.serve.is_some() {
-        let runtime = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(runtime) => runtime,
-            Err(error) => {
-                let _ = writeln!(err, "error: starting the async runtime: {error}");
-                return Status::Problems;
-            }
+        let Some(runtime) = super::current_thread_runtime(err) else {
+            return Status::Problems;
         };
         return runtime.block_on(serve_until(args, shutdown_signal(), out, err));
     }
