@@ -42,6 +42,9 @@ use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervi
 pub const COUNTER_RESYNC: Duration = Duration::from_secs(5);
 /// How soon to look again while the cluster view has not listed everything yet.
 pub const UNSYNCED_RETRY: Duration = Duration::from_secs(1);
+/// Recounts caused by members (the pool's NodeClaims) within this long of the last one are folded into one recount at its end: a burst of N launches costs a few passes
+/// over the pool's NodeClaims instead of N (controller-runtime's work queue folds them too).
+pub const MEMBER_COALESCE: Duration = Duration::from_millis(500);
 
 /// Asks for the pool's usage and what is left of its limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +99,8 @@ pub struct NodePoolActor {
     name: String,
     deps: Deps,
     wake: Option<Instant>,
+    /// When the pool was last recounted.
+    recounted: Option<Instant>,
 }
 
 impl Supervised for NodePoolActor {
@@ -111,6 +116,7 @@ impl Supervised for NodePoolActor {
             name: key.to_owned(),
             deps: deps.clone(),
             wake: None,
+            recounted: None,
         })
     }
 
@@ -125,11 +131,19 @@ impl Supervised for NodePoolActor {
 impl Handles<Reconcile> for NodePoolActor {
     async fn handle(
         &mut self,
-        _message: Reconcile,
+        message: Reconcile,
         ctx: &mut ActorCtx<Self>,
     ) -> Result<(), ActorError> {
-        if self.wake.is_some_and(|at| at <= Instant::now()) {
+        let now = Instant::now();
+        if self.wake.is_some_and(|at| at <= now) {
             self.wake = None;
+        }
+        if message.cause == Cause::Member
+            && let Some(last) = self.recounted
+            && now < last + MEMBER_COALESCE
+        {
+            self.schedule(ctx, last + MEMBER_COALESCE - now);
+            return Ok(());
         }
         let Some(nodepool) = self.deps.view.nodepool(&self.name) else {
             ctx.set_state("gone");
@@ -141,6 +155,7 @@ impl Handles<Reconcile> for NodePoolActor {
             self.schedule(ctx, UNSYNCED_RETRY);
             return Ok(());
         }
+        self.recounted = Some(now);
         let outcome = async {
             self.stamp_hash(&nodepool).await?;
             self.write_status(&nodepool).await

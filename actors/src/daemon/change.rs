@@ -65,8 +65,12 @@ pub enum Cause {
     Changed,
     /// The object is gone from the cluster.
     Deleted,
-    /// A related object changed: the node of a NodeClaim, a NodeClaim of a node class.
+    /// A related object changed: the node of a NodeClaim, a NodeClaim of a node class, the class
+    /// of a NodePool.
     Related,
+    /// A member changed: a NodeClaim of a NodePool (its usage and status.resources). Frequent in
+    /// bursts, so the pool folds them (`nodepool::MEMBER_COALESCE`).
+    Member,
     /// A watch re-listed.
     Relisted,
     /// A timer the actor set (requeue).

@@ -286,13 +286,13 @@ impl Daemon {
                     let _ = self.nodepools.try_send_event(
                         pool,
                         Reconcile {
-                            cause: Cause::Related,
+                            cause: Cause::Member,
                         },
                     );
                 }
             }
             // Gone: its pool is unknown now, and pools are few.
-            None => broadcast(&self.nodepools, Cause::Related),
+            None => broadcast(&self.nodepools, Cause::Member),
         }
     }
 
@@ -366,7 +366,7 @@ impl Daemon {
                 }
                 // Actors whose NodeClaim vanished during the gap stop themselves.
                 broadcast(&self.nodeclaims, Cause::Relisted);
-                broadcast(&self.nodepools, Cause::Related);
+                broadcast(&self.nodepools, Cause::Member);
                 self.nudge_deleting_nodeclasses();
             }
             WatchedKind::NodePool => {
