@@ -682,6 +682,58 @@ async fn a_full_mailbox_rejects_events_and_counts_overflows() {
 }
 
 #[actix::test]
+async fn nudges_coalesce_while_one_is_queued_and_queue_again_once_it_is_handled() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    add(&counter, 0).await;
+    let busy = {
+        let counter = counter.clone();
+        actix::spawn(async move { counter.request(Wait(Duration::from_secs(5)), TIMEOUT).await })
+    };
+    tokio::task::yield_now().await;
+    // Ten times the mailbox: one queued message, no overflow.
+    for _ in 0..(Counter::MAILBOX_CAPACITY * 10) {
+        counter.nudge(Add(1)).unwrap();
+    }
+    assert_eq!(counter.mailbox_depth(), 1);
+    busy.await.unwrap().unwrap();
+    assert_eq!(add(&counter, 0).await, 1, "the burst was handled once");
+    // Handled: the next nudge queues again.
+    counter.nudge(Add(1)).unwrap();
+    assert_eq!(add(&counter, 0).await, 2);
+    let snapshot = kit.snapshot();
+    assert_eq!(snapshot.actor("Counter", "c").unwrap().overflows, 0);
+}
+
+#[actix::test]
+async fn a_nudge_lost_with_a_panicked_incarnation_does_not_block_the_next() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit
+        .root(GroupSpec::one_for_one("root").backoff(fast_backoff()))
+        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    add(&counter, 0).await;
+    let boom = {
+        let counter = counter.clone();
+        actix::spawn(async move { counter.request(LateBoom, TIMEOUT).await })
+    };
+    tokio::task::yield_now().await;
+    // Queued behind the panicking handler.
+    counter.nudge(Add(1)).unwrap();
+    boom.await.unwrap().unwrap_err();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    counter.nudge(Add(5)).unwrap();
+    let total = add(&counter, 0).await;
+    assert!(
+        total >= 5,
+        "the nudge after the restart was handled: {total}"
+    );
+}
+
+#[actix::test]
 async fn a_timer_set_before_a_restart_is_dropped() {
     tokio::time::pause();
     let (kit, registry) = kit();

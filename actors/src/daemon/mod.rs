@@ -270,9 +270,9 @@ impl Daemon {
             Cause::Changed
         };
         if deleted {
-            let _ = self.nodeclaims.try_send_event(name, Reconcile { cause });
+            let _ = self.nodeclaims.nudge(name, Reconcile { cause });
         } else {
-            send(&self.nodeclaims, name, cause);
+            nudge(&self.nodeclaims, name, cause);
         }
         // Its pool recounts: a NodeClaim's capacity or deletion changes the pool's resources.
         match self.deps.view.nodeclaim(name) {
@@ -328,7 +328,7 @@ impl Daemon {
             .nodeclaim_by_provider_id(provider_id)
             .and_then(|nc| nc.metadata.name.clone())
         {
-            send(&self.nodeclaims, &name, Cause::Related);
+            nudge(&self.nodeclaims, &name, Cause::Related);
         }
     }
 
@@ -347,7 +347,7 @@ impl Daemon {
             && nodeclaim.metadata.deletion_timestamp.is_some()
             && let Some(name) = nodeclaim.metadata.name.as_deref()
         {
-            let _ = self.nodeclaims.try_send_event(
+            let _ = self.nodeclaims.nudge(
                 name,
                 Reconcile {
                     cause: Cause::Related,
@@ -361,7 +361,7 @@ impl Daemon {
             WatchedKind::NodeClaim => {
                 for nodeclaim in self.deps.view.nodeclaims() {
                     if let Some(name) = nodeclaim.metadata.name.as_deref() {
-                        send(&self.nodeclaims, name, Cause::Relisted);
+                        nudge(&self.nodeclaims, name, Cause::Relisted);
                     }
                 }
                 // Actors whose NodeClaim vanished during the gap stop themselves.
@@ -567,6 +567,22 @@ where
     match family.ensure(key) {
         Ok(actor) => {
             let _ = actor.try_send_event(Reconcile { cause });
+        }
+        Err(error) => {
+            tracing::warn!(kind = A::KIND, key, error = %error, "starting an actor failed");
+        }
+    }
+}
+
+/// [`send`] as a nudge: at most one `Reconcile` waits in the actor's mailbox, however many
+/// changes arrive before it is handled (NodeClaims see bursts: every pod of a draining node).
+fn nudge<A>(family: &Family<A>, key: &str, cause: Cause)
+where
+    A: crate::runtime::Handles<Reconcile>,
+{
+    match family.ensure(key) {
+        Ok(actor) => {
+            let _ = actor.nudge(Reconcile { cause });
         }
         Err(error) => {
             tracing::warn!(kind = A::KIND, key, error = %error, "starting an actor failed");

@@ -43,6 +43,8 @@ pub(crate) struct Req<M: Mail> {
     pub(crate) reply: Option<ReplyTo<M::Reply>>,
     /// For timers: the incarnation that scheduled it.
     pub(crate) timer_of: Option<u32>,
+    /// Sent by [`ActorRef::nudge`]: handling it lets the next nudge be queued.
+    pub(crate) nudge: bool,
 }
 
 impl<M: Mail> actix::Message for Req<M> {
@@ -188,6 +190,7 @@ impl<A: Supervised> ActorRef<A> {
             message,
             reply: Some(tx),
             timer_of: None,
+            nudge: false,
         })
         .map_err(|()| self.stopped::<M>())?;
         match rx.await {
@@ -218,11 +221,59 @@ impl<A: Supervised> ActorRef<A> {
             message,
             reply: None,
             timer_of: None,
+            nudge: false,
         })
         .map_err(|()| Overflow::Stopped {
             kind: A::KIND,
             key: Arc::clone(&record.key),
             message: M::NAME,
+        })
+    }
+
+    /// Queues an idempotent event ("look again") unless one sent this way is already queued and
+    /// not yet handled: a burst of changes costs one mailbox slot and one handling, and never
+    /// overflows the mailbox. For messages whose handler re-reads its state, so that the queued
+    /// one covers every change before it starts (the flag clears as handling begins). Errors as
+    /// [`ActorRef::try_send_event`].
+    pub fn nudge<M: Mail>(&self, message: M) -> Result<(), Overflow>
+    where
+        A: Handles<M>,
+    {
+        let record = &self.inner.record;
+        if record
+            .nudged
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return Ok(());
+        }
+        if !record.try_reserve() {
+            record
+                .nudged
+                .store(false, std::sync::atomic::Ordering::Release);
+            let metrics = self.inner.kit.metrics.message(A::KIND, M::NAME);
+            record.count_overflow(&metrics);
+            return Err(Overflow::MailboxFull {
+                kind: A::KIND,
+                key: Arc::clone(&record.key),
+                message: M::NAME,
+                capacity: record.capacity,
+            });
+        }
+        self.enqueue(Req {
+            message,
+            reply: None,
+            timer_of: None,
+            nudge: true,
+        })
+        .map_err(|()| {
+            record
+                .nudged
+                .store(false, std::sync::atomic::Ordering::Release);
+            Overflow::Stopped {
+                kind: A::KIND,
+                key: Arc::clone(&record.key),
+                message: M::NAME,
+            }
         })
     }
 
@@ -246,6 +297,7 @@ impl<A: Supervised> ActorRef<A> {
             message,
             reply: None,
             timer_of: Some(incarnation),
+            nudge: false,
         });
     }
 

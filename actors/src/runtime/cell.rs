@@ -222,7 +222,14 @@ impl<A: Supervised> Cell<A> {
             message,
             reply,
             timer_of,
+            nudge,
         } = request;
+        if nudge {
+            // Changes from here on need a new look: let the next nudge be queued.
+            self.record
+                .nudged
+                .store(false, std::sync::atomic::Ordering::Release);
+        }
         if timer_of.is_some_and(|incarnation| incarnation != self.incarnation) {
             self.kit
                 .metrics

@@ -183,6 +183,21 @@ impl<A: Supervised> Family<A> {
         }
     }
 
+    /// [`ActorRef::nudge`] to the actor for `key`, if any.
+    pub fn nudge<M: Mail>(&self, key: &str, message: M) -> Result<(), Overflow>
+    where
+        A: Handles<M>,
+    {
+        match self.get(key) {
+            Some(actor) => actor.nudge(message),
+            None => Err(Overflow::NoActor {
+                kind: A::KIND,
+                key: Arc::from(key),
+                message: M::NAME,
+            }),
+        }
+    }
+
     /// [`ActorRef::send_lossy`] to the actor for `key`, if any.
     pub fn send_lossy<M: Mail>(&self, key: &str, message: M)
     where

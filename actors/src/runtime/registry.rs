@@ -8,7 +8,7 @@
 //! atomics; the few text fields sit behind a mutex that is never held across an await.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -98,6 +98,8 @@ pub(crate) struct ActorRecord {
     depth: AtomicUsize,
     restarts: AtomicU64,
     overflows: AtomicU64,
+    /// A nudge ([`crate::runtime::ActorRef::nudge`]) is queued and not yet handled.
+    pub(crate) nudged: AtomicBool,
     detail: Mutex<Detail>,
     /// Commands from the supervisor.
     pub(crate) control: ControlBlock,
@@ -125,6 +127,7 @@ impl ActorRecord {
             depth: AtomicUsize::new(0),
             restarts: AtomicU64::new(0),
             overflows: AtomicU64::new(0),
+            nudged: AtomicBool::new(false),
             detail: Mutex::new(Detail {
                 state: STATE_STARTING,
                 last_error: None,
@@ -214,6 +217,8 @@ impl ActorRecord {
     }
 
     pub(crate) fn count_restart(&self) {
+        // A queued nudge may have been lost with the old incarnation: let the next one through.
+        self.nudged.store(false, Ordering::Release);
         self.restarts.fetch_add(1, Ordering::Relaxed);
         self.kind_metrics.restarts.inc();
     }
