@@ -206,28 +206,7 @@ impl<A: Supervised> ActorRef<A> {
     where
         A: Handles<M>,
     {
-        let record = &self.inner.record;
-        if !record.try_reserve() {
-            let metrics = self.inner.kit.metrics.message(A::KIND, M::NAME);
-            record.count_overflow(&metrics);
-            return Err(Overflow::MailboxFull {
-                kind: A::KIND,
-                key: Arc::clone(&record.key),
-                message: M::NAME,
-                capacity: record.capacity,
-            });
-        }
-        self.enqueue(Req {
-            message,
-            reply: None,
-            timer_of: None,
-            nudge: false,
-        })
-        .map_err(|()| Overflow::Stopped {
-            kind: A::KIND,
-            key: Arc::clone(&record.key),
-            message: M::NAME,
-        })
+        self.queue_event(message, false)
     }
 
     /// Queues an idempotent event ("look again") unless one sent this way is already queued and
@@ -239,17 +218,24 @@ impl<A: Supervised> ActorRef<A> {
     where
         A: Handles<M>,
     {
-        let record = &self.inner.record;
-        if record
-            .nudged
-            .swap(true, std::sync::atomic::Ordering::AcqRel)
-        {
+        let nudged = &self.inner.record.nudged;
+        if nudged.swap(true, std::sync::atomic::Ordering::AcqRel) {
             return Ok(());
         }
+        let queued = self.queue_event(message, true);
+        if queued.is_err() {
+            nudged.store(false, std::sync::atomic::Ordering::Release);
+        }
+        queued
+    }
+
+    /// An event into the mailbox if it has room (a full one counts an overflow).
+    fn queue_event<M: Mail>(&self, message: M, nudge: bool) -> Result<(), Overflow>
+    where
+        A: Handles<M>,
+    {
+        let record = &self.inner.record;
         if !record.try_reserve() {
-            record
-                .nudged
-                .store(false, std::sync::atomic::Ordering::Release);
             let metrics = self.inner.kit.metrics.message(A::KIND, M::NAME);
             record.count_overflow(&metrics);
             return Err(Overflow::MailboxFull {
@@ -263,17 +249,12 @@ impl<A: Supervised> ActorRef<A> {
             message,
             reply: None,
             timer_of: None,
-            nudge: true,
+            nudge,
         })
-        .map_err(|()| {
-            record
-                .nudged
-                .store(false, std::sync::atomic::Ordering::Release);
-            Overflow::Stopped {
-                kind: A::KIND,
-                key: Arc::clone(&record.key),
-                message: M::NAME,
-            }
+        .map_err(|()| Overflow::Stopped {
+            kind: A::KIND,
+            key: Arc::clone(&record.key),
+            message: M::NAME,
         })
     }
 
