@@ -110,6 +110,7 @@ fn env() -> Env {
         },
         region: "us-west-2".into(),
         kubernetes_version: KubernetesVersion::default(),
+        cloud: None,
     };
     let mut metrics = prometheus_client::registry::Registry::default();
     let kit = ActorKit::new(&mut metrics, KitOptions::default());

@@ -145,6 +145,7 @@ fn nodeclass_deps(p: &Ports, info: ClusterInfo) -> NodeClassDeps {
         cluster_info: info,
         region: REGION.into(),
         kubernetes_version: KubernetesVersion::default(),
+        cloud: None,
     }
 }
 
@@ -532,6 +533,73 @@ async fn bad_user_data_fails_validation_with_the_parse_error() {
     );
     assert_eq!(env.ec2.faults().count("CreateFleet"), 0, "no dry run");
     env.root.stop().await;
+}
+
+#[actix::test]
+async fn the_dry_run_launches_a_type_a_nodepool_of_the_class_could_use() {
+    tokio::time::pause();
+    let p = ports();
+    let mut deps = nodeclass_deps(&p, cluster_info());
+    let cloud = karpenter_actors::kwok::cloud_provider::cloud_provider(
+        karpenter_actors::kwok::cloud_provider::KwokCloudDeps {
+            ec2: p.ec2.clone(),
+            pricing: None,
+            view: p.view.clone(),
+            clock: p.clock.clone(),
+            settings: karpenter_actors::kwok::cloud_provider::settings(REGION, CLUSTER),
+        },
+    )
+    .await
+    .unwrap();
+    deps.cloud = Some(cloud);
+    // The only NodePool on this class wants Graviton c7g.large: the dry run launches that,
+    // not Karpenter's m5.large fallback (v1.5 dynamic instance-type validation).
+    let pool: NodePool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "graviton"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c7g.large"]}
+            ]
+        }}}
+    }))
+    .unwrap();
+    p.view.put_nodepool(pool);
+    let mut metrics = Registry::default();
+    let kit = ActorKit::new(&mut metrics, KitOptions::default());
+    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+    let family = root
+        .family::<NodeClassActor>(GroupSpec::one_for_one("nodeclasses"), deps)
+        .unwrap();
+    let class = class_from("default", serde_json::json!({}));
+    p.api.seed_ec2nodeclass(class.clone());
+    p.view.put_ec2nodeclass(class);
+    family.ensure("default").unwrap();
+    family
+        .request(
+            "default",
+            Reconcile {
+                cause: Cause::Changed,
+            },
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    let launched: Vec<String> = p
+        .ec2
+        .faults()
+        .calls()
+        .into_iter()
+        .filter(|c| c.operation == "RunInstances")
+        .map(|c| c.detail)
+        .collect();
+    assert_eq!(launched, ["c7g.large"]);
+    let status = p.api.ec2nodeclass("default").unwrap().status.unwrap();
+    let validation = find(&status.conditions, types::VALIDATION_SUCCEEDED).unwrap();
+    assert_eq!(validation.status, ConditionStatus::True);
+    root.stop().await;
 }
 
 #[actix::test]

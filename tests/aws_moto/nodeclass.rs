@@ -301,6 +301,7 @@ async fn a_nodeclass_is_ready_and_its_deletion_cleans_up(moto: &Moto) {
         },
         region: REGION.into(),
         kubernetes_version: KubernetesVersion::new("1.33"),
+        cloud: None,
     };
     let mut metrics = prometheus_client::registry::Registry::default();
     let kit = ActorKit::new(&mut metrics, KitOptions::default());

@@ -8,7 +8,9 @@
 //! else any mapped type, else `m5.large` and `m6g.large`; Windows families always use that
 //! fallback (Karpenter issue #7985). The first name is the one `RunInstances` is dry-run with,
 //! so IAM policies that condition `RunInstances` on the instance type judge a real choice.
-//! The `NodeClass` work calls [`crate::aws::cloud_provider::AwsCloudProvider::validation_instance_types`].
+//! [`validation_launches`] gives the same choice as (instance type, AMI id) pairs, without the
+//! fallback; the `NodeClassActor` asks for it through
+//! [`crate::ports::cloud_provider::CloudProvider::validation_launches`].
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -47,15 +49,16 @@ fn pool_requirements(nodepool: &NodePool) -> Requirements {
     requirements
 }
 
-/// The instance types to dry-run with, best first (see the module docs).
-pub fn validation_instance_types(
+/// The (instance type, AMI id) pairs the dry runs may use, best first; empty when the class is
+/// Windows or none of its types fits a NodePool and an AMI (callers fall back to
+/// [`FALLBACK_INSTANCE_TYPES`]).
+pub fn validation_launches(
     nodeclass: &EC2NodeClass,
     instance_types: &[Arc<InstanceType>],
     nodepools: &[Arc<NodePool>],
-) -> Result<Vec<String>, AmiRequirementsError> {
-    let fallback = || FALLBACK_INSTANCE_TYPES.map(str::to_owned).to_vec();
+) -> Result<Vec<(String, String)>, AmiRequirementsError> {
     if ami_family(&nodeclass.spec).is_windows() {
-        return Ok(fallback());
+        return Ok(Vec::new());
     }
     let mut seen = BTreeSet::new();
     let mut compatible = Vec::new();
@@ -78,19 +81,33 @@ pub fn validation_instance_types(
         .filter(|(_, requirements)| is_standard_variant(requirements))
         .map(|(ami, _)| ami.id.clone())
         .collect();
-    let names = |only_standard: bool| -> Vec<String> {
+    let pairs = |only_standard: bool| -> Vec<(String, String)> {
         mapped
             .iter()
             .filter(|(id, _)| !only_standard || standard.contains(id))
-            .flat_map(|(_, types)| types.iter().map(|t| t.name.clone()))
+            .flat_map(|(id, types)| types.iter().map(|t| (t.name.clone(), id.clone())))
             .collect()
     };
-    let preferred = names(true);
-    if !preferred.is_empty() {
-        return Ok(preferred);
-    }
-    let any = names(false);
-    Ok(if any.is_empty() { fallback() } else { any })
+    let preferred = pairs(true);
+    Ok(if preferred.is_empty() {
+        pairs(false)
+    } else {
+        preferred
+    })
+}
+
+/// The instance types to dry-run with, best first (see the module docs).
+pub fn validation_instance_types(
+    nodeclass: &EC2NodeClass,
+    instance_types: &[Arc<InstanceType>],
+    nodepools: &[Arc<NodePool>],
+) -> Result<Vec<String>, AmiRequirementsError> {
+    let launches = validation_launches(nodeclass, instance_types, nodepools)?;
+    Ok(if launches.is_empty() {
+        FALLBACK_INSTANCE_TYPES.map(str::to_owned).to_vec()
+    } else {
+        launches.into_iter().map(|(name, _)| name).collect()
+    })
 }
 
 #[cfg(test)]

@@ -77,6 +77,7 @@ use crate::domain::nodeclass_hash::{HASH_VERSION, nodeclass_hash, resolved_ami_f
 use crate::domain::userdata::ClusterInfo;
 use crate::ports::aws_error::AwsError;
 use crate::ports::clock::Clock;
+use crate::ports::cloud_provider::CloudProvider;
 use crate::ports::cluster::{ClusterApi, ClusterError};
 use crate::ports::cluster_view::ClusterView;
 use crate::ports::ec2::Ec2Api;
@@ -165,6 +166,9 @@ pub struct NodeClassDeps {
     pub cluster_info: ClusterInfo,
     pub region: String,
     pub kubernetes_version: KubernetesVersion,
+    /// Chooses the dry runs' instance type among the class's types (v1.5 dynamic validation);
+    /// `None` (or an empty choice) uses Karpenter's fallback types.
+    pub cloud: Option<Arc<dyn CloudProvider>>,
 }
 
 impl NodeClassDeps {
@@ -184,6 +188,7 @@ impl NodeClassDeps {
             cluster_info: deps.cluster_info.clone(),
             region: deps.region.clone(),
             kubernetes_version: deps.kubernetes_version.clone(),
+            cloud: Some(Arc::clone(&deps.cloud)),
         }
     }
 }
@@ -595,6 +600,25 @@ impl NodeClassActor {
         }
     }
 
+    /// The first (instance type, AMI id) the cloud provider picks for the dry runs from the
+    /// class's types as this reconcile resolved it; `None` falls back to Karpenter's types.
+    fn preferred_launch(
+        &self,
+        class: &EC2NodeClass,
+        projected: &crate::apis::EC2NodeClassStatus,
+    ) -> Option<(String, String)> {
+        let cloud = self.deps.cloud.as_ref()?;
+        let mut resolved = class.clone();
+        resolved.status = Some(projected.clone());
+        match cloud.validation_launches(&resolved) {
+            Ok(launches) => launches.into_iter().next(),
+            Err(error) => {
+                tracing::debug!(ec2nodeclass = %self.name, %error, "validation falls back to the default instance types");
+                None
+            }
+        }
+    }
+
     /// The `ValidationSucceeded` update (none when a retry keeps the current one) and how soon
     /// to look again.
     async fn validate(
@@ -637,7 +661,15 @@ impl NodeClassActor {
         {
             return Ok((Some(verdict_condition(cached.failure)), None));
         }
-        let Some((instance_type, ami)) = validation::validation_launch(&projected.amis) else {
+        let preferred = self.preferred_launch(class, projected);
+        let chosen = preferred
+            .as_ref()
+            .and_then(|(name, id)| {
+                let ami = projected.amis.iter().find(|a| &a.id == id)?;
+                Some((name.as_str(), ami))
+            })
+            .or_else(|| validation::validation_launch(&projected.amis));
+        let Some((instance_type, ami)) = chosen else {
             return Ok((
                 Some(ConditionUpdate::unknown(
                     types::VALIDATION_SUCCEEDED,

@@ -14,10 +14,11 @@
 //!    call's reason (`CreateFleetAuthCheckFailed`, ...). Their verdict is cached for 10 minutes
 //!    per class and resolved state, as Karpenter does.
 //!
-//! The dry runs launch the first AMI of the status that a standard (non-GPU) instance can run,
-//! on `m5.large` (amd64) or `m6g.large` (arm64), Karpenter's fallback types. (Karpenter v1.5
-//! prefers a type the class's NodePools would pick; that needs the instance-type list and
-//! belongs with the cloud provider.)
+//! The dry runs launch what the cloud provider picks (v1.5 dynamic instance-type validation,
+//! `CloudProvider::validation_launches`): a type one of the class's NodePools could launch, on
+//! the AMI it maps to. Without a pick (no NodePool yet, Windows, no cloud provider) they launch
+//! the first AMI of the status that a standard (non-GPU) instance can run, on `m5.large`
+//! (amd64) or `m6g.large` (arm64), Karpenter's fallback types.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash as _, Hasher as _};

@@ -14,6 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::aws_error::AwsError;
+use crate::apis::EC2NodeClass;
 use crate::apis::nodeclaim::NodeClaim;
 use crate::apis::nodepool::NodePool;
 use crate::domain::instance_type::InstanceType;
@@ -154,6 +155,16 @@ pub trait CloudProvider: Send + Sync + std::fmt::Debug {
         &self,
         nodeclaim: &NodeClaim,
     ) -> Result<Option<DriftReason>, CloudProviderError>;
+    /// The (instance type, AMI id) pairs `EC2NodeClass` validation dry-runs with, best first
+    /// (dynamic instance-type validation, new in v1.5): types the class's NodePools could launch,
+    /// on the AMI each maps to. `nodeclass` carries the status being validated. Empty: the
+    /// validation uses Karpenter's fallback types.
+    fn validation_launches(
+        &self,
+        _nodeclass: &EC2NodeClass,
+    ) -> Result<Vec<(String, String)>, CloudProviderError> {
+        Ok(Vec::new())
+    }
     fn repair_policies(&self) -> &'static [RepairPolicy];
     fn name(&self) -> &'static str;
 }

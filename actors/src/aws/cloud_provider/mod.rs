@@ -258,6 +258,19 @@ impl AwsCloudProvider {
         &self,
         nodeclass: &EC2NodeClass,
     ) -> Result<Vec<String>, CloudProviderError> {
+        self.validation_choice(nodeclass, validation::validation_instance_types)
+    }
+
+    /// Runs a validation choice over the class's instance types and the NodePools using it.
+    fn validation_choice<T>(
+        &self,
+        nodeclass: &EC2NodeClass,
+        choose: impl FnOnce(
+            &EC2NodeClass,
+            &[Arc<InstanceType>],
+            &[Arc<NodePool>],
+        ) -> Result<T, super::ami_mapping::AmiRequirementsError>,
+    ) -> Result<T, CloudProviderError> {
         let name = nodeclass.metadata.name.clone().unwrap_or_default();
         let nodepools: Vec<Arc<NodePool>> = self
             .view
@@ -279,12 +292,12 @@ impl AwsCloudProvider {
                 });
             }
         };
-        validation::validation_instance_types(nodeclass, &instance_types, &nodepools).map_err(
-            |error| CloudProviderError::NodeClassIncomplete {
+        choose(nodeclass, &instance_types, &nodepools).map_err(|error| {
+            CloudProviderError::NodeClassIncomplete {
                 nodeclass: name,
                 message: error.to_string(),
-            },
-        )
+            }
+        })
     }
 }
 
@@ -377,6 +390,13 @@ impl CloudProvider for AwsCloudProvider {
         nodeclaim: &NodeClaim,
     ) -> Result<Option<DriftReason>, CloudProviderError> {
         self.drift(nodeclaim).await
+    }
+
+    fn validation_launches(
+        &self,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Vec<(String, String)>, CloudProviderError> {
+        self.validation_choice(nodeclass, validation::validation_launches)
     }
 
     fn repair_policies(&self) -> &'static [RepairPolicy] {
