@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use clap::Args;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodePool};
 use karpenter_actors::aws::cloud_provider::AwsProviderSettings;
 use karpenter_actors::daemon::{AwsPorts, Deps};
@@ -726,10 +726,33 @@ pub async fn serve_until(
     Ok(exit)
 }
 
-/// Cluster facts from the settings: `CLUSTER_NAME`, `CLUSTER_ENDPOINT`, `CLUSTER_CA_BUNDLE`.
-/// (Karpenter finds a missing endpoint with EKS `DescribeCluster` and the DNS address from the
-/// `kube-dns` Service; we leave them to the AMI family's bootstrap defaults.)
-fn cluster_info(settings: &Settings) -> ClusterInfo {
+/// The cluster DNS address: the `kube-system/kube-dns` Service's cluster IP, as Karpenter reads
+/// it. Not found or unreadable: none (the AMI family's bootstrap default applies), with a
+/// warning.
+pub async fn cluster_dns(client: &Client, err: &mut impl Write) -> Vec<std::net::IpAddr> {
+    let services: Api<Service> = Api::namespaced(client.clone(), "kube-system");
+    let address = match services.get_opt("kube-dns").await {
+        Ok(Some(service)) => service.spec.and_then(|s| s.cluster_ip),
+        Ok(None) => None,
+        Err(error) => {
+            let _ = writeln!(err, "warning: reading kube-system/kube-dns: {error}");
+            None
+        }
+    };
+    if let Some(Ok(ip)) = address.as_deref().map(str::parse) {
+        return vec![ip];
+    }
+    let _ = writeln!(
+        err,
+        "warning: no cluster IP on kube-system/kube-dns; nodes use their bootstrap's DNS default"
+    );
+    Vec::new()
+}
+
+/// Cluster facts from the settings: `CLUSTER_NAME`, `CLUSTER_ENDPOINT`, `CLUSTER_CA_BUNDLE`, and
+/// the DNS address. (Karpenter finds a missing endpoint with EKS `DescribeCluster`; without the
+/// EKS API here, set `CLUSTER_ENDPOINT`.)
+fn cluster_info(settings: &Settings, dns_ips: Vec<std::net::IpAddr>) -> ClusterInfo {
     ClusterInfo {
         name: settings.cluster_name.clone().unwrap_or_default(),
         endpoint: settings
@@ -738,6 +761,7 @@ fn cluster_info(settings: &Settings) -> ClusterInfo {
             .map(|url| url.as_str().to_owned())
             .unwrap_or_default(),
         ca_bundle: settings.cluster_ca_bundle.clone(),
+        dns_ips,
         ..ClusterInfo::default()
     }
 }
@@ -762,7 +786,7 @@ async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunErro
         ssm: clients.ssm.clone(),
         pricing: clients.pricing.clone(),
     };
-    let cluster_info = cluster_info(&settings);
+    let cluster_info = cluster_info(&settings, cluster_dns(&client, err).await);
     let provider_settings =
         AwsProviderSettings::from_settings(&settings, &clients.region, cluster_info.clone());
     let providers = clients

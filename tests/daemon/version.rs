@@ -1,9 +1,13 @@
-//! The Kubernetes version check against the emulator's `/version`.
+//! What `run` reads from the cluster at startup, against the emulator: the Kubernetes version
+//! (`/version`) and the cluster DNS address (the kube-dns Service).
 
-use karpenter::commands::run::{RunError, check_version};
+use k8s_openapi::api::core::v1::Service;
+use karpenter::commands::run::{RunError, check_version, cluster_dns};
 use karpenter::sim::{Emulator, EmulatorConfig};
 use karpenter_actors::domain::version::VersionVerdict;
 use karpenter_config::Settings;
+use kube::Api;
+use kube::api::PostParams;
 
 fn emulator(minor: &str) -> Emulator {
     Emulator::with_config(EmulatorConfig {
@@ -60,4 +64,33 @@ fn run_refuses_to_start_without_a_cluster_name() {
     assert_eq!(status.code(), 2);
     let err = String::from_utf8(err).unwrap();
     assert!(err.contains("CLUSTER_NAME"), "{err}");
+}
+
+#[tokio::test]
+async fn the_cluster_dns_address_comes_from_the_kube_dns_service() {
+    let emulator = emulator("33");
+    let client = emulator.client();
+    let mut err = Vec::new();
+    assert!(cluster_dns(&client, &mut err).await.is_empty());
+    assert!(
+        String::from_utf8_lossy(&err).contains("kube-system/kube-dns"),
+        "a missing service is a warning naming it"
+    );
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "kube-dns", "namespace": "kube-system"},
+        "spec": {"clusterIP": "10.100.0.10", "ports": [{"port": 53, "protocol": "UDP"}]}
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), "kube-system")
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+    let mut err = Vec::new();
+    assert_eq!(
+        cluster_dns(&client, &mut err).await,
+        ["10.100.0.10".parse::<std::net::IpAddr>().unwrap()]
+    );
+    assert!(err.is_empty());
 }
