@@ -787,6 +787,13 @@ async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunErro
         pricing: clients.pricing.clone(),
     };
     let cluster_info = cluster_info(&settings, cluster_dns(&client, err).await);
+    if cluster_info.endpoint.is_empty() {
+        let _ = writeln!(
+            err,
+            "warning: CLUSTER_ENDPOINT is not set; nodes' user data will not name the API server \
+             (Karpenter finds it with EKS DescribeCluster, which this build does not call)"
+        );
+    }
     let provider_settings =
         AwsProviderSettings::from_settings(&settings, &clients.region, cluster_info.clone());
     let providers = clients
