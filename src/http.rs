@@ -437,8 +437,42 @@ impl HttpError {
 #[derive(Debug)]
 pub struct HttpServer {
     addr: SocketAddr,
+    accept: AcceptLoop,
+}
+
+/// A running accept loop: a stop signal and its task. Dropping it stops the loop;
+/// [`AcceptLoop::shutdown`] also waits for it. Shared by this server and the emulator's.
+#[derive(Debug)]
+pub(crate) struct AcceptLoop {
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
+}
+
+impl AcceptLoop {
+    pub(crate) fn new(shutdown: oneshot::Sender<()>, task: JoinHandle<()>) -> Self {
+        Self {
+            shutdown: Some(shutdown),
+            task: Some(task),
+        }
+    }
+
+    /// Stops accepting connections and waits for the accept loop to end.
+    pub(crate) async fn shutdown(mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for AcceptLoop {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
 }
 
 impl HttpServer {
@@ -455,21 +489,8 @@ impl HttpServer {
     }
 
     /// Stops accepting connections and waits for the accept loop to end.
-    pub async fn shutdown(mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
-        }
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
+    pub async fn shutdown(self) {
+        self.accept.shutdown().await;
     }
 }
 
@@ -529,8 +550,7 @@ pub async fn serve(addr: SocketAddr, routes: Routes) -> Result<HttpServer, HttpE
     });
     Ok(HttpServer {
         addr,
-        shutdown: Some(shutdown),
-        task: Some(task),
+        accept: AcceptLoop::new(shutdown, task),
     })
 }
 

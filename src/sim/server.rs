@@ -11,11 +11,12 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+
 use tower_service::Service as _;
 
 use super::EmulatorError;
 use super::http::EmulatorService;
+use crate::http::AcceptLoop;
 
 /// The name of the cluster, context and user in the written kubeconfig.
 pub const KUBECONFIG_NAME: &str = "karpenter-emulator";
@@ -24,8 +25,7 @@ pub const KUBECONFIG_NAME: &str = "karpenter-emulator";
 #[derive(Debug)]
 pub struct LoopbackServer {
     addr: SocketAddr,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
+    accept: AcceptLoop,
 }
 
 impl LoopbackServer {
@@ -71,8 +71,7 @@ impl LoopbackServer {
         });
         Ok(Self {
             addr,
-            shutdown: Some(shutdown),
-            task: Some(task),
+            accept: AcceptLoop::new(shutdown, task),
         })
     }
 
@@ -103,21 +102,8 @@ impl LoopbackServer {
     }
 
     /// Stops accepting connections and waits for the accept loop to end.
-    pub async fn shutdown(mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
-        }
-    }
-}
-
-impl Drop for LoopbackServer {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
+    pub async fn shutdown(self) {
+        self.accept.shutdown().await;
     }
 }
 
