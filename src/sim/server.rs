@@ -11,7 +11,6 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-
 use tower_service::Service as _;
 
 use super::EmulatorError;
