@@ -34,7 +34,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodePool};
-use karpenter_actors::daemon::{ClusterChange, Daemon, Deps, WatchedKind};
+use karpenter_actors::daemon::{ClusterChange, Daemon, Deps, StartOptions, WatchedKind};
 use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::runtime::{ActorKit, GroupRef, GroupSpec, RootGroup, SpawnError};
 use kube::ResourceExt as _;
@@ -261,11 +261,27 @@ impl DaemonSlot {
         deps: Deps,
         registry: &mut Registry,
     ) -> Result<StartedActors, SpawnError> {
+        self.start_with(kit, deps, registry, StartOptions::default())
+    }
+
+    /// [`DaemonSlot::start`] with [`StartOptions`] (simulations solve inline).
+    pub fn start_with(
+        &self,
+        kit: &ActorKit,
+        deps: Deps,
+        registry: &mut Registry,
+        options: StartOptions,
+    ) -> Result<StartedActors, SpawnError> {
         if let Some(started) = self.get() {
             return Ok(started);
         }
         let root = kit.root(GroupSpec::one_for_one(ROOT_GROUP))?;
-        let daemon = Rc::new(Daemon::start(GroupRef::clone(&root), deps, registry)?);
+        let daemon = Rc::new(Daemon::start_with(
+            GroupRef::clone(&root),
+            deps,
+            registry,
+            options,
+        )?);
         for kind in WATCHED_KINDS {
             daemon.observe(&ClusterChange::Relisted(kind));
         }

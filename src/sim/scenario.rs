@@ -66,6 +66,7 @@ use crate::daemon::{ChangeFeed, DaemonSlot, pump};
 use crate::http::{self, HttpServer, MetricsRegistries, Routes};
 use crate::kube::cluster_api::KubeClusterApi;
 use crate::kube::ingress::ClusterIngress;
+use karpenter_actors::daemon::StartOptions;
 use karpenter_actors::metrics::Metrics;
 use karpenter_actors::nodeclass::KubernetesVersion;
 
@@ -1015,7 +1016,12 @@ impl DaemonProcess {
         };
         let slot = DaemonSlot::new();
         let mut daemon_registry = Registry::default();
-        slot.start(&kit, deps, &mut daemon_registry)
+        // Inline solves: a run ends at the same simulated instant however fast this machine is.
+        let options = StartOptions {
+            inline_solve: true,
+            ..StartOptions::default()
+        };
+        slot.start_with(&kit, deps, &mut daemon_registry, options)
             .map_err(SimulationError::Actors)?;
         let registries = MetricsRegistries::new(registry);
         registries.add(daemon_registry);

@@ -125,18 +125,22 @@ pub struct Daemon {
     options: StartOptions,
 }
 
-/// Which optional actors [`Daemon::start_with`] routes to. The default runs them all.
+/// How [`Daemon::start_with`] runs the actors. The default is production's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StartOptions {
     /// Route `EC2NodeClass` changes to `NodeClassActor`s. Tests of the node lifecycle that
     /// write a class's status by hand turn this off, so no actor rewrites it.
     pub nodeclass_actors: bool,
+    /// The Provisioner solves on its own thread (`ProvisionerDeps::solving_inline`), so a
+    /// simulation replays exactly.
+    pub inline_solve: bool,
 }
 
 impl Default for StartOptions {
     fn default() -> Self {
         Self {
             nodeclass_actors: true,
+            inline_solve: false,
         }
     }
 }
@@ -198,19 +202,20 @@ impl Daemon {
             GroupSpec::one_for_one("nodeclasses"),
             NodeClassDeps::from_daemon(&deps),
         )?;
-        let provisioner = root.spawn::<ProvisionerActor>(
-            PROVISIONER_KEY,
-            ProvisionerDeps::new(
-                ProvisionerPorts {
-                    settings: Arc::clone(&deps.settings),
-                    clock: Arc::clone(&deps.clock),
-                    cluster: Arc::clone(&deps.cluster),
-                    view: Arc::clone(&deps.view),
-                    cloud: Arc::clone(&deps.cloud),
-                },
-                ProvisionerMetrics::register(registry, deps.metrics.nodeclaims_created()),
-            ),
-        )?;
+        let mut provisioner_deps = ProvisionerDeps::new(
+            ProvisionerPorts {
+                settings: Arc::clone(&deps.settings),
+                clock: Arc::clone(&deps.clock),
+                cluster: Arc::clone(&deps.cluster),
+                view: Arc::clone(&deps.view),
+                cloud: Arc::clone(&deps.cloud),
+            },
+            ProvisionerMetrics::register(registry, deps.metrics.nodeclaims_created()),
+        );
+        if options.inline_solve {
+            provisioner_deps = provisioner_deps.solving_inline();
+        }
+        let provisioner = root.spawn::<ProvisionerActor>(PROVISIONER_KEY, provisioner_deps)?;
         Ok(Self {
             root,
             deps,

@@ -115,6 +115,8 @@ pub struct ProvisionerDeps {
     pub cloud: Arc<dyn CloudProvider>,
     pub metrics: ProvisionerMetrics,
     solver: SolveFn,
+    /// Solve on the actor's thread instead of a blocking thread (see [`Self::solving_inline`]).
+    inline: bool,
     shared: Arc<Shared>,
 }
 
@@ -141,6 +143,7 @@ impl ProvisionerDeps {
             cloud: ports.cloud,
             metrics,
             solver: Arc::new(crate::domain::scheduling::solve),
+            inline: false,
             shared: Arc::new(Shared {
                 running: AtomicBool::new(false),
                 runs: AtomicU64::new(0),
@@ -155,6 +158,16 @@ impl ProvisionerDeps {
     #[must_use]
     pub fn with_name_seed(self, seed: u64) -> Self {
         *lock(&self.shared.names) = NameGenerator::seeded(seed);
+        self
+    }
+
+    /// Solves on the actor's thread, without the one-minute cap: a run then finishes at a
+    /// point of simulated time that does not depend on how fast a thread pool is, so a
+    /// simulation replays exactly. For `karpenter simulate`; the daemon keeps the off-thread
+    /// solve so a long one never stalls the other actors.
+    #[must_use]
+    pub fn solving_inline(mut self) -> Self {
+        self.inline = true;
         self
     }
 

@@ -179,7 +179,7 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64) -> RunReport {
     let view = Arc::clone(&deps.view);
     let solver = Arc::clone(&deps.solver);
     let metrics = deps.metrics.clone();
-    let solve = tokio::task::spawn_blocking(move || {
+    let work = move || {
         let started = WallInstant::now();
         let built = build::build(view.as_ref(), &pools);
         let built_at = WallInstant::now();
@@ -196,13 +196,13 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64) -> RunReport {
             micros(built_at.elapsed()),
         );
         (built, plan, timings)
-    });
-    let (built, plan, (build_micros, solve_micros)) = match tokio::time::timeout(
-        SOLVE_TIMEOUT,
-        solve,
-    )
-    .await
-    {
+    };
+    let outcome_of_solve = if deps.inline {
+        Ok(Ok(work()))
+    } else {
+        tokio::time::timeout(SOLVE_TIMEOUT, tokio::task::spawn_blocking(work)).await
+    };
+    let (built, plan, (build_micros, solve_micros)) = match outcome_of_solve {
         Ok(Ok(done)) => done,
         Ok(Err(error)) => {
             tracing::error!(%error, run, "the scheduling solve failed");

@@ -170,6 +170,7 @@ impl Harness {
                 // These tests write the classes' status themselves.
                 StartOptions {
                     nodeclass_actors: false,
+                    ..StartOptions::default()
                 },
             )
             .unwrap(),
