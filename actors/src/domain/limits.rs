@@ -317,7 +317,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use k8s_openapi::jiff::Timestamp;
 
-    fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+    pub(super) fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
         pairs
             .iter()
             .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
@@ -452,10 +452,7 @@ mod tests {
 
 #[cfg(test)]
 mod in_flight_tests {
-    use std::collections::BTreeMap;
-
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-
+    use super::tests::quantities;
     use super::*;
     use crate::apis::nodeclaim::NodeClaimStatus;
     use crate::apis::requirements::NodeClaimRequirement;
@@ -463,13 +460,6 @@ mod in_flight_tests {
     use crate::domain::scheduling::workload::fake_instance_type;
 
     const GI: i64 = 1 << 30;
-
-    fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
-            .collect()
-    }
 
     fn nodepool(limits: &[(&str, &str)]) -> NodePool {
         let mut pool: NodePool = serde_json::from_value(serde_json::json!({

@@ -88,20 +88,12 @@ impl NodeClaimActor {
         what: &'static str,
         change: Change<'_, NodeClaimStatus>,
     ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
-        match self
+        let result = self
             .deps
             .cluster
             .update_nodeclaim_status(&self.name, change)
-            .await
-        {
-            Ok(written) => Ok(Some(Arc::new(written))),
-            Err(ClusterError::NotFound { .. }) => Ok(None),
-            Err(source) => Err(NodeClaimError::Write {
-                what,
-                nodeclaim: self.name.clone(),
-                source,
-            }),
-        }
+            .await;
+        self.written(what, result)
     }
 
     /// Writes a metadata change; `None` when the NodeClaim is gone.
@@ -110,7 +102,17 @@ impl NodeClaimActor {
         what: &'static str,
         change: Change<'_, NodeClaim>,
     ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
-        match self.deps.cluster.update_nodeclaim(&self.name, change).await {
+        let result = self.deps.cluster.update_nodeclaim(&self.name, change).await;
+        self.written(what, result)
+    }
+
+    /// A write's outcome: the NodeClaim as written, `None` when it is gone, or the error.
+    fn written(
+        &self,
+        what: &'static str,
+        result: Result<NodeClaim, ClusterError>,
+    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+        match result {
             Ok(written) => Ok(Some(Arc::new(written))),
             Err(ClusterError::NotFound { .. }) => Ok(None),
             Err(source) => Err(NodeClaimError::Write {
