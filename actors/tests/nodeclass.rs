@@ -950,7 +950,7 @@ async fn the_daemon_routes_class_changes_and_nodeclaim_deletions_to_the_class_ac
         name: "default".into(),
         deleted: false,
     });
-    assert_eq!(daemon.nodeclasses().keys(), ["default"]);
+    assert_eq!(daemon.nodeclasses().unwrap().keys(), ["default"]);
     tokio::time::sleep(Duration::from_millis(10)).await;
     let ready = |api: &FakeClusterApi| {
         api.ec2nodeclass("default")
@@ -984,6 +984,6 @@ async fn the_daemon_routes_class_changes_and_nodeclaim_deletions_to_the_class_ac
         name: "default".into(),
         deleted: true,
     });
-    assert!(daemon.nodeclasses().is_empty());
+    assert!(daemon.nodeclasses().unwrap().is_empty());
     root.stop().await;
 }

@@ -119,19 +119,18 @@ pub struct Daemon {
     /// The interruption actor, when `INTERRUPTION_QUEUE` is set.
     interruption: Option<ActorRef<InterruptionActor>>,
     /// One `NodeClassActor` per `EC2NodeClass` (resolution, validation, status, deletion).
-    nodeclasses: Family<NodeClassActor>,
+    nodeclasses: Option<Family<NodeClassActor>>,
     /// The Provisioner singleton: pending pods to NodeClaims.
     provisioner: ActorRef<ProvisionerActor>,
-    options: StartOptions,
 }
 
 /// How [`Daemon::start_with`] runs the actors. The default is production's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StartOptions {
-    /// Route `EC2NodeClass` changes to `NodeClassActor`s. Tests of the node lifecycle that
+    /// Run the `NodeClassActor` family. Tests of the node lifecycle that
     /// write a class's status by hand turn this off, so no actor rewrites it.
     pub nodeclass_actors: bool,
-    /// The Provisioner solves on its own thread (`ProvisionerDeps::solving_inline`), so a
+    /// The Provisioner solves on the actors' thread (`ProvisionerDeps::solving_inline`), so a
     /// simulation replays exactly.
     pub inline_solve: bool,
 }
@@ -198,10 +197,14 @@ impl Daemon {
             )?),
             None => None,
         };
-        let nodeclasses = root.family::<NodeClassActor>(
-            GroupSpec::one_for_one("nodeclasses"),
-            NodeClassDeps::from_daemon(&deps),
-        )?;
+        let nodeclasses = if options.nodeclass_actors {
+            Some(root.family::<NodeClassActor>(
+                GroupSpec::one_for_one("nodeclasses"),
+                NodeClassDeps::from_daemon(&deps),
+            )?)
+        } else {
+            None
+        };
         let mut provisioner_deps = ProvisionerDeps::new(
             ProvisionerPorts {
                 settings: Arc::clone(&deps.settings),
@@ -226,7 +229,6 @@ impl Daemon {
             interruption,
             nodeclasses,
             provisioner,
-            options,
         })
     }
 
@@ -415,29 +417,29 @@ impl Daemon {
         &self.launches
     }
 
-    /// The `NodeClassActor` family (one per `EC2NodeClass`).
+    /// The `NodeClassActor` family (one per `EC2NodeClass`); `None` when started without it.
     #[must_use]
-    pub fn nodeclasses(&self) -> &Family<NodeClassActor> {
-        &self.nodeclasses
+    pub fn nodeclasses(&self) -> Option<&Family<NodeClassActor>> {
+        self.nodeclasses.as_ref()
     }
 
     fn route_nodeclass(&self, name: &str, deleted: bool) {
-        if !self.options.nodeclass_actors {
+        let Some(nodeclasses) = &self.nodeclasses else {
             return;
-        }
+        };
         if deleted {
-            self.nodeclasses.remove(name);
+            nodeclasses.remove(name);
             return;
         }
-        send(&self.nodeclasses, name, Cause::Changed);
+        send(nodeclasses, name, Cause::Changed);
     }
 
     /// After a relist: every class in the store gets an actor and a look; actors of classes
     /// that are gone stop.
     fn relist_nodeclasses(&self) {
-        if !self.options.nodeclass_actors {
+        let Some(nodeclasses) = &self.nodeclasses else {
             return;
-        }
+        };
         let present: Vec<String> = self
             .deps
             .view
@@ -445,28 +447,28 @@ impl Daemon {
             .iter()
             .filter_map(|c| c.metadata.name.clone())
             .collect();
-        for name in self.nodeclasses.keys() {
+        for name in nodeclasses.keys() {
             if !present.contains(&name) {
-                self.nodeclasses.remove(&name);
+                nodeclasses.remove(&name);
             }
         }
         for name in &present {
-            send(&self.nodeclasses, name, Cause::Relisted);
+            send(nodeclasses, name, Cause::Relisted);
         }
     }
 
     /// A NodeClaim went: classes waiting in deletion for their NodeClaims look again (the
     /// deleted NodeClaim is no longer in the store to say which class it used).
     fn nudge_deleting_nodeclasses(&self) {
-        if !self.options.nodeclass_actors {
+        let Some(nodeclasses) = &self.nodeclasses else {
             return;
-        }
+        };
         for class in self.deps.view.ec2nodeclasses() {
             if class.metadata.deletion_timestamp.is_none() {
                 continue;
             }
             if let Some(name) = &class.metadata.name {
-                let _ = self.nodeclasses.try_send_event(
+                let _ = nodeclasses.try_send_event(
                     name,
                     Reconcile {
                         cause: Cause::Related,
