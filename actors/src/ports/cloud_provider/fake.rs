@@ -6,7 +6,7 @@
 //! paused in tests). Tests can also plant a leaked instance or make one vanish, and set the
 //! instance types offered to every NodePool or to one.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -22,6 +22,7 @@ use crate::apis::nodepool::NodePool;
 use crate::apis::requirements::Operator;
 use crate::domain::instance_type::InstanceType;
 use crate::ports::clock::Clock;
+use crate::ports::failures::FailureRules;
 
 /// The zone fake instances run in.
 pub const FAKE_ZONE: &str = "us-west-2a";
@@ -92,19 +93,11 @@ pub struct FakeInstance {
     pub state: FakeInstanceState,
 }
 
-type Predicate = Box<dyn Fn(&CloudCall) -> bool + Send + Sync>;
-
-struct FailureRule {
-    matches: Predicate,
-    error: CloudProviderError,
-    remaining: Option<usize>,
-}
-
 #[derive(Default)]
 struct State {
     instances: BTreeMap<String, FakeInstance>,
     calls: Vec<CloudCall>,
-    failures: VecDeque<FailureRule>,
+    failures: FailureRules<CloudCall, CloudProviderError>,
     next_id: u64,
     create_latency: std::time::Duration,
     termination_delay: std::time::Duration,
@@ -114,18 +107,9 @@ struct State {
 
 impl State {
     fn call(&mut self, call: CloudCall) -> Result<(), CloudProviderError> {
-        let index = self.failures.iter().position(|rule| (rule.matches)(&call));
+        let result = self.failures.check(&call);
         self.calls.push(call);
-        let Some(index) = index else { return Ok(()) };
-        let rule = &mut self.failures[index];
-        let error = rule.error.clone();
-        if let Some(remaining) = &mut rule.remaining {
-            *remaining = remaining.saturating_sub(1);
-            if *remaining == 0 {
-                self.failures.remove(index);
-            }
-        }
-        Err(error)
+        result
     }
 }
 
@@ -250,11 +234,11 @@ impl FakeCloudProvider {
 
     /// Fails the next `times` calls of `operation` with `error`.
     pub fn fail_times(&self, operation: CloudOperation, times: usize, error: CloudProviderError) {
-        self.lock().failures.push_back(FailureRule {
-            matches: Box::new(move |call| call.operation() == operation),
+        self.lock().failures.add(
+            move |call: &CloudCall| call.operation() == operation,
             error,
-            remaining: Some(times),
-        });
+            Some(times),
+        );
     }
 
     /// Fails every call `predicate` accepts, until [`Self::clear_failures`].
@@ -263,11 +247,7 @@ impl FakeCloudProvider {
         predicate: impl Fn(&CloudCall) -> bool + Send + Sync + 'static,
         error: CloudProviderError,
     ) {
-        self.lock().failures.push_back(FailureRule {
-            matches: Box::new(predicate),
-            error,
-            remaining: None,
-        });
+        self.lock().failures.add(predicate, error, None);
     }
 
     pub fn clear_failures(&self) {

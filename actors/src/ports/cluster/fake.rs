@@ -18,6 +18,7 @@ use super::{Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, 
 use crate::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
 };
+use crate::ports::failures::FailureRules;
 
 /// A call made to the fake, with the identifiers it named.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,14 +107,6 @@ impl ClusterCall {
     }
 }
 
-type Predicate = Box<dyn Fn(&ClusterCall) -> bool + Send + Sync>;
-
-struct FailureRule {
-    matches: Predicate,
-    error: ClusterError,
-    remaining: Option<usize>,
-}
-
 #[derive(Default)]
 struct State {
     nodeclaims: BTreeMap<String, NodeClaim>,
@@ -123,7 +116,7 @@ struct State {
     pods: BTreeMap<(String, String), Pod>,
     events: Vec<ClusterEvent>,
     calls: Vec<ClusterCall>,
-    failures: Vec<FailureRule>,
+    failures: FailureRules<ClusterCall, ClusterError>,
     blocked_evictions: BTreeMap<(String, String), String>,
     resource_version: u64,
     now: Option<Timestamp>,
@@ -152,18 +145,9 @@ impl State {
 
     /// Records the call; the injected failure for it, if any.
     fn call(&mut self, call: ClusterCall) -> Result<(), ClusterError> {
-        let index = self.failures.iter().position(|rule| (rule.matches)(&call));
+        let result = self.failures.check(&call);
         self.calls.push(call);
-        let Some(index) = index else { return Ok(()) };
-        let rule = &mut self.failures[index];
-        let error = rule.error.clone();
-        if let Some(remaining) = &mut rule.remaining {
-            *remaining = remaining.saturating_sub(1);
-            if *remaining == 0 {
-                self.failures.remove(index);
-            }
-        }
-        Err(error)
+        result
     }
 }
 
@@ -336,11 +320,11 @@ impl FakeClusterApi {
 
     /// Fails the next `times` calls of `operation` with `error`.
     pub fn fail_times(&self, operation: Operation, times: usize, error: ClusterError) {
-        self.lock().failures.push(FailureRule {
-            matches: Box::new(move |call| call.operation() == operation),
+        self.lock().failures.add(
+            move |call: &ClusterCall| call.operation() == operation,
             error,
-            remaining: Some(times),
-        });
+            Some(times),
+        );
     }
 
     /// Fails every call `predicate` accepts, until [`Self::clear_failures`].
@@ -349,11 +333,7 @@ impl FakeClusterApi {
         predicate: impl Fn(&ClusterCall) -> bool + Send + Sync + 'static,
         error: ClusterError,
     ) {
-        self.lock().failures.push(FailureRule {
-            matches: Box::new(predicate),
-            error,
-            remaining: None,
-        });
+        self.lock().failures.add(predicate, error, None);
     }
 
     pub fn clear_failures(&self) {
