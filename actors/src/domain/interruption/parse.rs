@@ -168,7 +168,8 @@ fn instance_id(id: String) -> Result<Vec<String>, String> {
     }
 }
 
-fn spot_interruption(raw: &str) -> Result<Option<Parsed>, String> {
+/// A warning about one instance (`detail.instance-id`): spot interruption or rebalance.
+fn instance_warning(raw: &str, kind: Kind) -> Result<Option<Parsed>, String> {
     #[derive(Deserialize)]
     struct Detail {
         #[serde(rename = "instance-id")]
@@ -176,26 +177,19 @@ fn spot_interruption(raw: &str) -> Result<Option<Parsed>, String> {
     }
     let detail: Detail = detail(raw)?;
     Ok(Some(Parsed {
-        kind: Kind::SpotInterrupted,
+        kind,
         instance_ids: instance_id(detail.instance_id)?,
         event_type_code: None,
         state: None,
     }))
 }
 
+fn spot_interruption(raw: &str) -> Result<Option<Parsed>, String> {
+    instance_warning(raw, Kind::SpotInterrupted)
+}
+
 fn rebalance(raw: &str) -> Result<Option<Parsed>, String> {
-    #[derive(Deserialize)]
-    struct Detail {
-        #[serde(rename = "instance-id")]
-        instance_id: String,
-    }
-    let detail: Detail = detail(raw)?;
-    Ok(Some(Parsed {
-        kind: Kind::RebalanceRecommendation,
-        instance_ids: instance_id(detail.instance_id)?,
-        event_type_code: None,
-        state: None,
-    }))
+    instance_warning(raw, Kind::RebalanceRecommendation)
 }
 
 fn state_change(raw: &str) -> Result<Option<Parsed>, String> {
