@@ -15,11 +15,13 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use karpenter_actors::aws::cloud_provider::{AwsCloudProvider, AwsProviderSettings, AwsProviders};
-use karpenter_actors::aws::unavailable::UnavailableOfferings;
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cloud_provider::CloudProvider;
 use karpenter_actors::ports::cluster_view::ClusterView;
+use karpenter_actors::providers::cloud_provider::{
+    AwsCloudProvider, AwsProviderSettings, AwsProviders,
+};
+use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use tokio::task::JoinHandle;
 
 use crate::http::HealthChecks;

@@ -27,10 +27,10 @@ use karpenter::kube::cluster_api::KubeClusterApi;
 use karpenter::kube::ingress::ClusterIngress;
 use karpenter::sim::{Emulator, FaultRule, Verb};
 use karpenter_actors::apis::NodeClaim;
-use karpenter_actors::aws::unavailable::UnavailableOfferings;
 use karpenter_actors::interruption::{InterruptionActor, InterruptionDeps, InterruptionMetrics};
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::ports::eventbridge::{EventBridgeApi, EventEntry};
+use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use karpenter_actors::runtime::{ActorKit, GroupSpec, KitOptions};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::Reporter;
@@ -246,7 +246,7 @@ async fn interruption_events_flow_from_eventbridge_through_sqs_to_nodeclaim_dele
     assert!(unavailable.is_unavailable(
         "m5.large",
         "us-west-2a",
-        karpenter_actors::aws::instance_types::CapacityType::Spot
+        karpenter_actors::providers::instance_types::CapacityType::Spot
     ));
 
     // A deletion that fails leaves the message; it comes back after the 20 s visibility timeout.

@@ -20,16 +20,16 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use karpenter_actors::aws::instance_type_provider::{InstanceTypeDeps, InstanceTypeProvider};
-use karpenter_actors::aws::instance_types::{
-    CapacityType, LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
-};
-use karpenter_actors::aws::pricing::{PricingDeps, PricingProvider};
-use karpenter_actors::aws::unavailable::UnavailableOfferings;
 use karpenter_actors::kwok::catalog;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::ports::ec2::Ec2Api;
+use karpenter_actors::providers::instance_type_provider::{InstanceTypeDeps, InstanceTypeProvider};
+use karpenter_actors::providers::instance_types::{
+    CapacityType, LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
+};
+use karpenter_actors::providers::pricing::{PricingDeps, PricingProvider};
+use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]

@@ -80,7 +80,6 @@ fn actor_batch(c: &mut Criterion) {
     use karpenter_actors::apis::nodeclaim::{
         NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference,
     };
-    use karpenter_actors::aws::unavailable::UnavailableOfferings;
     use karpenter_actors::interruption::{
         InterruptionActor, InterruptionDeps, InterruptionMetrics,
     };
@@ -89,6 +88,7 @@ fn actor_batch(c: &mut Criterion) {
     use karpenter_actors::ports::cluster::fake::{FakeClusterApi, Operation};
     use karpenter_actors::ports::cluster_view::MemoryClusterView;
     use karpenter_actors::ports::sqs::SqsApi;
+    use karpenter_actors::providers::unavailable::UnavailableOfferings;
     use karpenter_actors::runtime::{ActorKit, GroupSpec, KitOptions};
 
     const BATCH: usize = 10;

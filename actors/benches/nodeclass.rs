@@ -16,21 +16,21 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use karpenter_actors::apis::EC2NodeClass;
-use karpenter_actors::aws::amis::AmiProvider;
-use karpenter_actors::aws::instance_profiles::InstanceProfileProvider;
-use karpenter_actors::aws::security_groups::SecurityGroupProvider;
-use karpenter_actors::aws::subnets::SubnetProvider;
-use karpenter_actors::daemon::{Cause, Reconcile};
 use karpenter_actors::domain::nodeclass_hash::nodeclass_hash;
 use karpenter_actors::domain::userdata::ClusterInfo;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::kwok::iam::KwokIam;
 use karpenter_actors::kwok::ssm::KwokSsm;
+use karpenter_actors::messages::{Cause, Reconcile};
 use karpenter_actors::nodeclass::{KubernetesVersion, NodeClassActor, NodeClassDeps};
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::ports::cluster::{FakeClusterApi, MirroredClusterApi};
 use karpenter_actors::ports::cluster_view::MemoryClusterView;
 use karpenter_actors::ports::ec2::Ec2Api;
+use karpenter_actors::providers::amis::AmiProvider;
+use karpenter_actors::providers::instance_profiles::InstanceProfileProvider;
+use karpenter_actors::providers::security_groups::SecurityGroupProvider;
+use karpenter_actors::providers::subnets::SubnetProvider;
 use karpenter_actors::runtime::{ActorKit, Family, GroupSpec, KitOptions};
 
 const CLUSTER: &str = "bench-cluster";

@@ -26,7 +26,7 @@ use crate::apis::NodeClaim;
 use crate::apis::condition_set;
 use crate::apis::conditions::nodeclaim as cond;
 use crate::apis::labels;
-use crate::daemon::Deps;
+use crate::deps::Deps;
 use crate::metrics::disruption_reason;
 use crate::nodeclaim::LaunchCache;
 use crate::nodeclaim::initialization::is_ready;

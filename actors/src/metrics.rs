@@ -6,7 +6,7 @@
 //! `karpenter_nodeclaims_created_total` too (the Provisioner, later the disruption actor).
 //!
 //! One [`Metrics`] is registered into the daemon's `prometheus-client` Registry at startup and
-//! passed down in [`crate::daemon::Deps`]; actors record through its methods. Labels come from
+//! passed down in [`crate::deps::Deps`]; actors record through its methods. Labels come from
 //! bounded sets: NodePool names (Karpenter labels by them too), capacity types, reasons from a
 //! fixed list and HTTP status codes. Tests use [`Metrics::default`], registered nowhere.
 //!

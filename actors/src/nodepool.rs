@@ -31,10 +31,11 @@ use crate::apis::conditions::{ConditionStatus, READY, nodeclaim as claim_cond, n
 use crate::apis::labels;
 use crate::apis::validation::nodepool_violations;
 use crate::apis::{NodeClaim, NodePool, NodePoolStatus};
-use crate::daemon::{Cause, Deps, Reconcile};
+use crate::deps::Deps;
 use crate::domain::limits::{self, LimitsError};
 use crate::domain::nodepool_hash::{HASH_VERSION, template_hash};
 use crate::domain::resources::{ResourceLimits, Resources};
+use crate::messages::{Cause, Reconcile};
 use crate::ports::cluster::ClusterError;
 use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervised};
 

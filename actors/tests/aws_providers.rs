@@ -15,15 +15,6 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use karpenter_actors::apis::labels::CAPACITY_TYPE;
-use karpenter_actors::aws::instance_type_provider::{InstanceTypeDeps, InstanceTypeProvider};
-use karpenter_actors::aws::instance_types::{CapacityType, NodeClassSettings, ResolveSettings};
-use karpenter_actors::aws::instances::{
-    InstancesDeps, InstancesError, InstancesProvider, LaunchRequest, capacity_type_for, overrides,
-    with_capacity_type,
-};
-use karpenter_actors::aws::pricing::{PricingDeps, PricingProvider};
-use karpenter_actors::aws::retry::{RetryPolicy, RetryingEc2};
-use karpenter_actors::aws::unavailable::{UNAVAILABLE_OFFERINGS_TTL, UnavailableOfferings};
 use karpenter_actors::domain::instance_type::{InstanceType, order_by_price};
 use karpenter_actors::domain::requirements::{Requirement, Requirements};
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
@@ -38,6 +29,17 @@ use karpenter_actors::ports::ec2::{
 };
 use karpenter_actors::ports::eventbridge::EventBridgeApi;
 use karpenter_actors::ports::sqs::{ReceiveRequest, SqsApi};
+use karpenter_actors::providers::instance_type_provider::{InstanceTypeDeps, InstanceTypeProvider};
+use karpenter_actors::providers::instance_types::{
+    CapacityType, NodeClassSettings, ResolveSettings,
+};
+use karpenter_actors::providers::instances::{
+    InstancesDeps, InstancesError, InstancesProvider, LaunchRequest, capacity_type_for, overrides,
+    with_capacity_type,
+};
+use karpenter_actors::providers::pricing::{PricingDeps, PricingProvider};
+use karpenter_actors::providers::retry::{RetryPolicy, RetryingEc2};
+use karpenter_actors::providers::unavailable::{UNAVAILABLE_OFFERINGS_TTL, UnavailableOfferings};
 
 const REGION: &str = "us-west-2";
 const CLUSTER: &str = "test-cluster";

@@ -24,9 +24,6 @@ use karpenter_actors::apis::ec2nodeclass::{
 };
 use karpenter_actors::apis::labels;
 use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodePool};
-use karpenter_actors::aws::cloud_provider::AwsCloudProvider;
-use karpenter_actors::aws::instance_types::CapacityType;
-use karpenter_actors::aws::launch_templates::LAUNCH_TEMPLATE_TTL;
 use karpenter_actors::kwok::cloud_provider::{KwokCloudDeps, cloud_provider, settings};
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::ports::clock::{Clock, ManualClock};
@@ -35,6 +32,9 @@ use karpenter_actors::ports::cluster_view::{ClusterView, MemoryClusterView};
 use karpenter_actors::ports::ec2::{
     Ec2Api, Ec2CapacityType, InstanceState, LaunchTemplateData, LaunchTemplateRef,
 };
+use karpenter_actors::providers::cloud_provider::AwsCloudProvider;
+use karpenter_actors::providers::instance_types::CapacityType;
+use karpenter_actors::providers::launch_templates::LAUNCH_TEMPLATE_TTL;
 use serde_json::json;
 
 const REGION: &str = "us-west-2";

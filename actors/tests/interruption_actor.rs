@@ -18,8 +18,6 @@ use karpenter_actors::apis::labels;
 use karpenter_actors::apis::nodeclaim::{
     NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference,
 };
-use karpenter_actors::aws::instance_types::CapacityType;
-use karpenter_actors::aws::unavailable::UnavailableOfferings;
 use karpenter_actors::domain::interruption::Kind;
 use karpenter_actors::domain::interruption::setup::Problem;
 use karpenter_actors::interruption::{
@@ -33,6 +31,8 @@ use karpenter_actors::ports::cluster::{ClusterError, ObjectKind};
 use karpenter_actors::ports::cluster_view::MemoryClusterView;
 use karpenter_actors::ports::eventbridge::{EventBridgeApi, EventEntry};
 use karpenter_actors::ports::sqs::SqsApi;
+use karpenter_actors::providers::instance_types::CapacityType;
+use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use karpenter_actors::runtime::{ActorKit, GroupSpec, KitOptions};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;

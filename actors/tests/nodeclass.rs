@@ -25,12 +25,8 @@ use karpenter_actors::apis::labels::{
     TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME,
 };
 use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodeClaimStatus, NodePool};
-use karpenter_actors::aws::amis::AmiProvider;
-use karpenter_actors::aws::instance_profiles::{InstanceProfileProvider, profile_name};
-use karpenter_actors::aws::security_groups::SecurityGroupProvider;
-use karpenter_actors::aws::subnets::SubnetProvider;
-use karpenter_actors::aws::unavailable::UnavailableOfferings;
-use karpenter_actors::daemon::{AwsPorts, Cause, ClusterChange, Daemon, Deps, Reconcile};
+use karpenter_actors::daemon::Daemon;
+use karpenter_actors::deps::{AwsPorts, Deps};
 use karpenter_actors::domain::nodeclass_hash::HASH_VERSION;
 use karpenter_actors::domain::userdata::ClusterInfo;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
@@ -39,6 +35,7 @@ use karpenter_actors::kwok::iam::KwokIam;
 use karpenter_actors::kwok::pricing::KwokPricing;
 use karpenter_actors::kwok::sqs::KwokSqs;
 use karpenter_actors::kwok::ssm::KwokSsm;
+use karpenter_actors::messages::{Cause, ClusterChange, Reconcile};
 use karpenter_actors::metrics::Metrics;
 use karpenter_actors::nodeclass::finalize::REASON_WAITING_ON_NODECLAIM_TERMINATION;
 use karpenter_actors::nodeclass::status::find;
@@ -58,6 +55,11 @@ use karpenter_actors::ports::ec2::{
     Tags,
 };
 use karpenter_actors::ports::iam::IamApi;
+use karpenter_actors::providers::amis::AmiProvider;
+use karpenter_actors::providers::instance_profiles::{InstanceProfileProvider, profile_name};
+use karpenter_actors::providers::security_groups::SecurityGroupProvider;
+use karpenter_actors::providers::subnets::SubnetProvider;
+use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use karpenter_actors::runtime::{ActorKit, Family, GroupSpec, KitOptions, RootGroup, SendError};
 use prometheus_client::registry::Registry;
 

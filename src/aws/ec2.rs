@@ -6,7 +6,6 @@ use async_trait::async_trait;
 use aws_sdk_ec2 as ec2;
 use aws_sdk_ec2::types as t;
 use k8s_openapi::jiff::Timestamp;
-use karpenter_actors::aws::retry::RetryPolicy;
 use karpenter_actors::ports::aws_error::{AwsError, AwsService};
 use karpenter_actors::ports::ec2::{
     AvailabilityZone, CreateFleetRequest, CreateFleetResponse, CreateLaunchTemplateRequest,
@@ -16,6 +15,7 @@ use karpenter_actors::ports::ec2::{
     LaunchTemplate, LaunchTemplateData, LaunchTemplateRef, NeuronDevice, RunInstancesRequest,
     SecurityGroup, SpotPrice, SpotPriceHistoryRequest, Subnet, Tags,
 };
+use karpenter_actors::providers::retry::RetryPolicy;
 
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;

@@ -3,9 +3,9 @@
 use async_trait::async_trait;
 use aws_sdk_eventbridge as eb;
 use aws_sdk_eventbridge::types::{PutEventsRequestEntry, Target};
-use karpenter_actors::aws::retry::RetryPolicy;
 use karpenter_actors::ports::aws_error::{AwsError, AwsService};
 use karpenter_actors::ports::eventbridge::{EventBridgeApi, EventEntry, RuleInfo, TargetInfo};
+use karpenter_actors::providers::retry::RetryPolicy;
 
 #[derive(Debug, Clone)]
 pub struct EventBridgeAdapter {

@@ -2,10 +2,10 @@
 
 use async_trait::async_trait;
 use aws_sdk_iam as iam;
-use karpenter_actors::aws::retry::RetryPolicy;
 use karpenter_actors::ports::aws_error::{AwsError, AwsService};
 use karpenter_actors::ports::ec2::Tags;
 use karpenter_actors::ports::iam::{IamApi, InstanceProfile};
+use karpenter_actors::providers::retry::RetryPolicy;
 
 #[derive(Debug, Clone)]
 pub struct IamAdapter {

@@ -22,11 +22,11 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
-use karpenter_actors::aws::cloud_provider::{AwsProviderSettings, AwsProviders};
 use karpenter_actors::ports::aws_error::{AwsError, AwsService};
+use karpenter_actors::providers::cloud_provider::{AwsProviderSettings, AwsProviders};
 use karpenter_config::Settings;
 
-pub use karpenter_actors::aws::retry::RetryPolicy;
+pub use karpenter_actors::providers::retry::RetryPolicy;
 
 /// Runs one SDK call under the retry policy; failures become structured errors.
 pub(crate) async fn call<C, T, E, F, Fut>(
@@ -158,7 +158,7 @@ impl AwsClients {
     pub fn providers(
         &self,
         settings: &AwsProviderSettings,
-    ) -> Result<AwsProviders, karpenter_actors::aws::pricing::PricingError> {
+    ) -> Result<AwsProviders, karpenter_actors::providers::pricing::PricingError> {
         let pricing: Option<Arc<dyn karpenter_actors::ports::pricing::PricingApi>> =
             (!settings.isolated_vpc).then(|| Arc::clone(&self.pricing) as _);
         AwsProviders::new(Arc::clone(&self.ec2) as _, pricing, settings)

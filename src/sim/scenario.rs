@@ -31,7 +31,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
 use karpenter_actors::apis::validation::{Outcome, Validator};
 use karpenter_actors::apis::{EC2NodeClass, NodePool};
-use karpenter_actors::daemon::Deps;
+use karpenter_actors::deps::Deps;
 use karpenter_actors::domain::requirements::Requirements;
 use karpenter_actors::domain::resources::Resources;
 use karpenter_actors::domain::scheduling::{

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use karpenter_actors::daemon::AwsPorts;
+use karpenter_actors::deps::AwsPorts;
 use karpenter_actors::interruption::setup;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::kwok::eventbridge::KwokEventBridge;

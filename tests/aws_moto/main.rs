@@ -27,10 +27,6 @@ use std::sync::Arc;
 use karpenter::aws::RetryPolicy;
 use karpenter_actors::apis::labels;
 use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodePool};
-use karpenter_actors::aws::cloud_provider::{AwsCloudProvider, AwsProviders};
-use karpenter_actors::aws::instance_types::{
-    CapacityType, LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
-};
 use karpenter_actors::ports::aws_error::{AwsErrorClass, AwsService};
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::ports::cloud_provider::CloudProvider;
@@ -44,6 +40,10 @@ use karpenter_actors::ports::eventbridge::{EventBridgeApi, EventEntry};
 use karpenter_actors::ports::iam::IamApi;
 use karpenter_actors::ports::sqs::{ReceiveRequest, SqsApi};
 use karpenter_actors::ports::ssm::SsmApi;
+use karpenter_actors::providers::cloud_provider::{AwsCloudProvider, AwsProviders};
+use karpenter_actors::providers::instance_types::{
+    CapacityType, LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
+};
 use moto::{Fault, Moto};
 
 fn tags(pairs: &[(&str, &str)]) -> Tags {

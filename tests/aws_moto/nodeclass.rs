@@ -16,14 +16,8 @@ use karpenter_actors::apis::ec2nodeclass::{
     AmiSelectorTerm, SecurityGroupSelectorTerm, SelectorTags, SubnetSelectorTerm,
 };
 use karpenter_actors::apis::labels::{TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME};
-use karpenter_actors::aws::amis::AmiProvider;
-use karpenter_actors::aws::instance_profiles::{
-    InstanceProfileProvider, profile_name, profile_tags,
-};
-use karpenter_actors::aws::security_groups::SecurityGroupProvider;
-use karpenter_actors::aws::subnets::SubnetProvider;
-use karpenter_actors::daemon::{Cause, Reconcile};
 use karpenter_actors::domain::userdata::ClusterInfo;
+use karpenter_actors::messages::{Cause, Reconcile};
 use karpenter_actors::nodeclass::status::find;
 use karpenter_actors::nodeclass::{KubernetesVersion, NodeClassActor, NodeClassDeps};
 use karpenter_actors::ports::clock::SystemClock;
@@ -34,6 +28,12 @@ use karpenter_actors::ports::ec2::{
 };
 use karpenter_actors::ports::iam::IamApi;
 use karpenter_actors::ports::ssm::SsmApi;
+use karpenter_actors::providers::amis::AmiProvider;
+use karpenter_actors::providers::instance_profiles::{
+    InstanceProfileProvider, profile_name, profile_tags,
+};
+use karpenter_actors::providers::security_groups::SecurityGroupProvider;
+use karpenter_actors::providers::subnets::SubnetProvider;
 use karpenter_actors::runtime::{ActorKit, GroupSpec, KitOptions};
 
 use crate::moto::Moto;

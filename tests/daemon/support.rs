@@ -9,10 +9,10 @@ use karpenter::http::Routes;
 use karpenter::kube::leader::LeaseTiming;
 use karpenter::sim::Emulator;
 use karpenter::sim::world::{KwokAws, KwokAwsConfig};
-use karpenter_actors::aws::cloud_provider::AwsProviders;
 use karpenter_actors::kwok;
 use karpenter_actors::nodeclass::KubernetesVersion;
 use karpenter_actors::ports::clock::SystemClock;
+use karpenter_actors::providers::cloud_provider::AwsProviders;
 use karpenter_config::Settings;
 
 pub const CLUSTER: &str = "test-cluster";

@@ -28,79 +28,25 @@
 //! pools using it; a deleted NodeClaim to the classes waiting in deletion. The
 //! `GarbageCollectorActor` runs on its own timers, the `InterruptionActor` on its SQS polls.
 
-mod change;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use karpenter_config::Settings;
 use prometheus_client::registry::Registry;
 
-pub use change::{Cause, ClusterChange, Reconcile, WatchedKind};
+use crate::deps::Deps;
+use crate::messages::{Cause, ClusterChange, Reconcile, WatchedKind};
 
-use crate::aws::unavailable::UnavailableOfferings;
-use crate::domain::userdata::ClusterInfo;
 use crate::garbage_collection::{GarbageCollectorActor, GarbageCollectorDeps};
 use crate::interruption::{InterruptionActor, InterruptionDeps, InterruptionMetrics};
 use crate::metrics::Metrics;
 use crate::nodeclaim::{LaunchCache, NodeClaimActor, NodeClaimDeps};
-use crate::nodeclass::{KubernetesVersion, NodeClassActor, NodeClassDeps};
+use crate::nodeclass::{NodeClassActor, NodeClassDeps};
 use crate::nodepool::NodePoolActor;
-use crate::ports::clock::Clock;
-use crate::ports::cloud_provider::CloudProvider;
-use crate::ports::cluster::ClusterApi;
-use crate::ports::cluster_view::ClusterView;
-use crate::ports::ec2::Ec2Api;
-use crate::ports::eventbridge::EventBridgeApi;
-use crate::ports::iam::IamApi;
-use crate::ports::pricing::PricingApi;
-use crate::ports::sqs::SqsApi;
-use crate::ports::ssm::SsmApi;
 use crate::provisioner::{
     Explain, PROVISIONER_KEY, PodExplanation, ProvisionerActor, ProvisionerDeps,
     ProvisionerMetrics, ProvisionerPorts, TriggerSource, Triggered,
 };
 use crate::runtime::{ActorRef, Family, GroupRef, GroupSpec, SendError, SpawnError};
-
-/// The narrow AWS ports, for the providers and actors that call AWS directly.
-#[derive(Debug, Clone)]
-pub struct AwsPorts {
-    pub ec2: Arc<dyn Ec2Api>,
-    pub sqs: Arc<dyn SqsApi>,
-    pub eventbridge: Arc<dyn EventBridgeApi>,
-    pub iam: Arc<dyn IamApi>,
-    pub ssm: Arc<dyn SsmApi>,
-    pub pricing: Arc<dyn PricingApi>,
-}
-
-/// Everything the actors need, built once at startup and passed down.
-#[derive(Debug, Clone)]
-pub struct Deps {
-    pub settings: Arc<Settings>,
-    /// Timestamps written to Kubernetes; timers use tokio time.
-    pub clock: Arc<dyn Clock>,
-    /// Kubernetes writes.
-    pub cluster: Arc<dyn ClusterApi>,
-    /// Kubernetes reads (the watchers' store).
-    pub view: Arc<dyn ClusterView>,
-    /// Launch, terminate, list instances; instance types; drift.
-    pub cloud: Arc<dyn CloudProvider>,
-    pub aws: AwsPorts,
-    /// The ICE cache: written by launches and spot interruptions, read by instance types. The
-    /// cloud provider must be built over this same instance.
-    pub unavailable: Arc<UnavailableOfferings>,
-    /// Cluster name (`CLUSTER_NAME`), API endpoint and CA (`CLUSTER_ENDPOINT`,
-    /// `CLUSTER_CA_BUNDLE` or `DescribeCluster`), DNS (`kube-dns` Service) and service CIDR:
-    /// tags, instance-profile names and user data.
-    pub cluster_info: ClusterInfo,
-    /// The AWS region (`AWS_REGION` or IMDS).
-    pub region: String,
-    /// The cluster's Kubernetes version, kept current by the binary from `/version`.
-    pub kubernetes_version: KubernetesVersion,
-    /// Karpenter's node-lifecycle metrics, registered in the daemon's Registry
-    /// (`Metrics::register`); `Metrics::default()` in tests.
-    pub metrics: Arc<Metrics>,
-}
 
 /// The running actors.
 #[derive(Debug)]

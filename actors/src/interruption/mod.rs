@@ -25,13 +25,13 @@ pub use metrics::InterruptionMetrics;
 
 use crate::apis::NodeClaim;
 use crate::apis::labels;
-use crate::aws::instance_types::CapacityType;
-use crate::aws::unavailable::UnavailableOfferings;
 use crate::domain::interruption::{Command, Event, Message, NodeClaimRef, Parser, plan};
 use crate::ports::clock::Clock;
 use crate::ports::cluster::{ClusterApi, ClusterEvent, EventType};
 use crate::ports::cluster_view::ClusterView;
 use crate::ports::sqs::{INTERRUPTION_RECEIVE, SqsApi, SqsMessage};
+use crate::providers::instance_types::CapacityType;
+use crate::providers::unavailable::UnavailableOfferings;
 use crate::runtime::{ActorCtx, ActorError, Handles, Mail, Supervised};
 
 /// Messages of a batch handled at once (Karpenter's `ParallelizeUntil(10)`).

@@ -26,7 +26,6 @@ use super::catalog::{self, Catalogue};
 use super::eventbridge::KwokEventBridge;
 use super::faults::Faults;
 use super::rate_limit::{RateLimiter, RateLimits};
-use crate::aws::pricing::builtin_on_demand_prices;
 use crate::ports::aws_error::{AwsError, AwsService, DRY_RUN_OPERATION_CODE};
 use crate::ports::clock::Clock;
 use crate::ports::ec2::{
@@ -38,6 +37,7 @@ use crate::ports::ec2::{
     SpotPriceHistoryRequest, Subnet, Tags,
 };
 use crate::ports::eventbridge::{EventBridgeApi, EventEntry};
+use crate::providers::pricing::builtin_on_demand_prices;
 
 /// How long a launched instance stays `pending` by default; EC2 usually takes tens of seconds.
 const DEFAULT_LAUNCH_LATENCY: Duration = Duration::from_secs(15);

@@ -4,9 +4,9 @@
 use async_trait::async_trait;
 
 use super::faults::Faults;
-use crate::aws::pricing::builtin_on_demand_prices;
 use crate::ports::aws_error::{AwsError, AwsService};
 use crate::ports::pricing::{PricingApi, ProductFilter};
+use crate::providers::pricing::builtin_on_demand_prices;
 
 /// The in-memory Pricing API; `markup` scales every price (tests tell its prices from the
 /// built-in ones).

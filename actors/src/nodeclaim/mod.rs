@@ -55,7 +55,8 @@ pub use launch::{LaunchCache, LaunchState};
 
 use crate::apis::NodeClaim;
 use crate::apis::labels;
-use crate::daemon::{Cause, Deps, Reconcile};
+use crate::deps::Deps;
+use crate::messages::{Cause, Reconcile};
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::cluster::ClusterError;
 use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervised};

@@ -6,7 +6,7 @@
 //! ```text
 //! Daemon::observe: EC2NodeClass changed / NodeClaim deleted (classes being deleted) / relist
 //!     --Reconcile--> NodeClassActor --reads--> ClusterView (the class, its NodeClaims)
-//!                                   --calls--> providers in crate::aws (subnets, security
+//!                                   --calls--> providers in crate::providers (subnets, security
 //!                                              groups, AMIs + SSM, instance profiles), Ec2Api
 //!                                   --writes--> ClusterApi (finalizer, hash annotations,
 //!                                               NodeClaim re-stamps, status, events)
@@ -66,21 +66,21 @@ use tokio::time::Instant;
 use crate::apis::EC2NodeClass;
 use crate::apis::conditions::{READY, ec2nodeclass as types};
 use crate::apis::ec2nodeclass::AmiFamily;
-use crate::aws::amis::{AmiError, AmiProvider};
-use crate::aws::instance_profiles::{
-    InstanceProfileError, InstanceProfileProvider, profile_name, profile_tags,
-};
-use crate::aws::security_groups::{SecurityGroupProvider, status_security_groups};
-use crate::aws::subnets::{SubnetProvider, status_subnets};
-use crate::daemon::{Cause, Reconcile};
 use crate::domain::nodeclass_hash::{HASH_VERSION, nodeclass_hash, resolved_ami_family};
 use crate::domain::userdata::ClusterInfo;
+use crate::messages::{Cause, Reconcile};
 use crate::ports::aws_error::AwsError;
 use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::CloudProvider;
 use crate::ports::cluster::{ClusterApi, ClusterError};
 use crate::ports::cluster_view::ClusterView;
 use crate::ports::ec2::Ec2Api;
+use crate::providers::amis::{AmiError, AmiProvider};
+use crate::providers::instance_profiles::{
+    InstanceProfileError, InstanceProfileProvider, profile_name, profile_tags,
+};
+use crate::providers::security_groups::{SecurityGroupProvider, status_security_groups};
+use crate::providers::subnets::{SubnetProvider, status_subnets};
 use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervised};
 
 use self::status::{ConditionUpdate, StatusPlan};
@@ -174,7 +174,7 @@ pub struct NodeClassDeps {
 impl NodeClassDeps {
     /// The actors' dependencies from the daemon's, with fresh providers over its AWS ports.
     #[must_use]
-    pub fn from_daemon(deps: &crate::daemon::Deps) -> Self {
+    pub fn from_daemon(deps: &crate::deps::Deps) -> Self {
         let aws = &deps.aws;
         Self {
             cluster: Arc::clone(&deps.cluster),

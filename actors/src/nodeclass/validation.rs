@@ -43,8 +43,8 @@ use crate::ports::ec2::{
 };
 
 use super::status::{ConditionUpdate, status_of};
-use crate::aws::ami_mapping;
-use crate::aws::launch_templates::{block_devices, metadata_options};
+use crate::providers::ami_mapping;
+use crate::providers::launch_templates::{block_devices, metadata_options};
 
 /// How long a dry-run verdict is reused for the same class and resolved state (Karpenter's
 /// validation cache TTL): the calls cost API quota and rarely change their answer.

@@ -1,7 +1,7 @@
 //! The high-level cloud provider port (Karpenter's `CloudProvider`, reference 4.1): what the
 //! NodeClaim, NodePool, disruption and garbage-collection actors ask of a cloud.
 //!
-//! The AWS implementation is built from the providers in `crate::aws` over the narrow ports;
+//! The AWS implementation is built from the providers in `crate::providers` over the narrow ports;
 //! kwok's is the same code over `crate::kwok`. Instance types are the scheduler's domain model
 //! ([`crate::domain::instance_type::InstanceType`]), so the provisioner hands them straight to
 //! the solver. [`fake::FakeCloudProvider`] is the recording in-memory one for actor tests.

@@ -1,7 +1,7 @@
 //! The narrow EC2 port: only the calls Karpenter makes (reference 4.2), with our own request and
 //! response types so nothing above `src/aws` sees aws-sdk types.
 //!
-//! Data flow: providers in `crate::aws` call an [`Ec2Api`]; `src/aws/ec2.rs` implements it over
+//! Data flow: providers in `crate::providers` call an [`Ec2Api`]; `src/aws/ec2.rs` implements it over
 //! aws-sdk-ec2 (walking every page of paginated calls), `crate::kwok::ec2` in memory. Both return
 //! the same shapes and the same [`AwsError`] codes.
 

@@ -1,5 +1,5 @@
 //! The narrow AWS Pricing port: `GetProducts` for EC2 on-demand prices. The price list documents
-//! are returned as the JSON text the API sends; `crate::aws::pricing` parses them.
+//! are returned as the JSON text the API sends; `crate::providers::pricing` parses them.
 
 use async_trait::async_trait;
 

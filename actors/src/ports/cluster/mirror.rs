@@ -17,7 +17,7 @@ use super::{Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, 
 use crate::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
 };
-use crate::daemon::ClusterChange;
+use crate::messages::ClusterChange;
 use crate::ports::clock::Clock;
 use crate::ports::cluster_view::{ClusterView as _, MemoryClusterView};
 

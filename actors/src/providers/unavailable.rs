@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::aws::instance_types::CapacityType;
+use crate::providers::instance_types::CapacityType;
 
 /// How long an offering stays unavailable after an insufficient-capacity error (Karpenter's
 /// `UnavailableOfferingsTTL`); marking again extends it.

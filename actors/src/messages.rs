@@ -4,7 +4,7 @@
 use crate::runtime::Mail;
 
 /// A change the cluster watchers saw. The daemon's ingress pump (`karpenter::daemon`) turns
-/// each watch event into one of these; [`super::Daemon::observe`] routes it to the owners.
+/// each watch event into one of these; [`crate::daemon::Daemon::observe`] routes it to the owners.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterChange {
     NodeClaim {

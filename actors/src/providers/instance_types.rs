@@ -4,7 +4,7 @@
 //! change them (AMI family, kubelet settings, block device mappings, instance-store policy).
 //!
 //! Pure functions: [`resolve`] returns an instance type without offerings; the provider
-//! ([`crate::aws::instance_type_provider`]) memoises the resolved catalogue per `NodeClass`
+//! ([`crate::providers::instance_type_provider`]) memoises the resolved catalogue per `NodeClass`
 //! configuration and attaches offerings (zone, capacity type, price, availability).
 //!
 //! Units are the domain's ([`crate::domain::resources`]): cpu in millicores, memory and storage

@@ -1,6 +1,6 @@
 //! The AWS [`CloudProvider`] (Karpenter's `pkg/cloudprovider`, reference 4.1): launches,
 //! terminates, finds and lists instances for NodeClaims, lists instance types per NodePool, and
-//! tells why a NodeClaim drifted, over the providers of [`crate::aws`] and the narrow ports.
+//! tells why a NodeClaim drifted, over the providers of [`crate::providers`] and the narrow ports.
 //!
 //! It reads the cluster through the [`ClusterView`] (NodePools and `EC2NodeClass`es as the
 //! `NodeClass` work resolved them: subnets, security groups, AMIs, instance profile, the hash

@@ -12,11 +12,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::AwsCloudProvider;
 use crate::apis::nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference};
 use crate::apis::{EC2NodeClass, labels};
-use crate::aws::instance_types::CapacityType;
 use crate::domain::instance_type::InstanceType;
 use crate::domain::resources::Resources;
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::ec2::{Ec2CapacityType, Instance, InstanceState};
+use crate::providers::instance_types::CapacityType;
 
 /// What hydration needs to know about an instance.
 #[derive(Debug, Clone)]

@@ -11,20 +11,22 @@ use crate::apis::ec2nodeclass::RESTRICTED_TAGS;
 use crate::apis::nodeclaim::NodeClaim;
 use crate::apis::requirements::Requirement as ApiRequirement;
 use crate::apis::{EC2NodeClass, labels};
-use crate::aws::instance_type_provider::InstanceTypes;
-use crate::aws::instance_types::CapacityType;
-use crate::aws::instances::{
-    InstancesError, LaunchRequest, LaunchedInstance, capacity_type_for, overrides,
-    with_capacity_type,
-};
-use crate::aws::launch_subnets::ZonalSubnet;
-use crate::aws::launch_templates::{LaunchInput, LaunchTemplateError, ResolvedLaunchTemplate};
 use crate::domain::instance_type::InstanceType;
 use crate::domain::requirements::Requirements;
 use crate::domain::resources::Resources;
 use crate::ports::aws_error::{AwsError, AwsErrorClass};
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::ec2::{FleetLaunchTemplateConfig, Tags};
+use crate::providers::instance_type_provider::InstanceTypes;
+use crate::providers::instance_types::CapacityType;
+use crate::providers::instances::{
+    InstancesError, LaunchRequest, LaunchedInstance, capacity_type_for, overrides,
+    with_capacity_type,
+};
+use crate::providers::launch_subnets::ZonalSubnet;
+use crate::providers::launch_templates::{
+    LaunchInput, LaunchTemplateError, ResolvedLaunchTemplate,
+};
 
 /// Karpenter warns when an on-demand launch that could have been spot has fewer types than
 /// this: spot was likely unavailable for lack of flexibility.

@@ -1,0 +1,62 @@
+//! What every actor is built from: [`Deps`], the ports and shared values built once at startup
+//! by the binary (`karpenter run` with real adapters, `karpenter simulate` and the tests with the
+//! emulator and kwok) and passed down to each actor family by [`crate::daemon`].
+
+use std::sync::Arc;
+
+use karpenter_config::Settings;
+
+use crate::domain::userdata::ClusterInfo;
+use crate::metrics::Metrics;
+use crate::nodeclass::KubernetesVersion;
+use crate::ports::clock::Clock;
+use crate::ports::cloud_provider::CloudProvider;
+use crate::ports::cluster::ClusterApi;
+use crate::ports::cluster_view::ClusterView;
+use crate::ports::ec2::Ec2Api;
+use crate::ports::eventbridge::EventBridgeApi;
+use crate::ports::iam::IamApi;
+use crate::ports::pricing::PricingApi;
+use crate::ports::sqs::SqsApi;
+use crate::ports::ssm::SsmApi;
+use crate::providers::unavailable::UnavailableOfferings;
+
+/// The narrow AWS ports, for the providers and actors that call AWS directly.
+#[derive(Debug, Clone)]
+pub struct AwsPorts {
+    pub ec2: Arc<dyn Ec2Api>,
+    pub sqs: Arc<dyn SqsApi>,
+    pub eventbridge: Arc<dyn EventBridgeApi>,
+    pub iam: Arc<dyn IamApi>,
+    pub ssm: Arc<dyn SsmApi>,
+    pub pricing: Arc<dyn PricingApi>,
+}
+
+/// Everything the actors need, built once at startup and passed down.
+#[derive(Debug, Clone)]
+pub struct Deps {
+    pub settings: Arc<Settings>,
+    /// Timestamps written to Kubernetes; timers use tokio time.
+    pub clock: Arc<dyn Clock>,
+    /// Kubernetes writes.
+    pub cluster: Arc<dyn ClusterApi>,
+    /// Kubernetes reads (the watchers' store).
+    pub view: Arc<dyn ClusterView>,
+    /// Launch, terminate, list instances; instance types; drift.
+    pub cloud: Arc<dyn CloudProvider>,
+    pub aws: AwsPorts,
+    /// The ICE cache: written by launches and spot interruptions, read by instance types. The
+    /// cloud provider must be built over this same instance.
+    pub unavailable: Arc<UnavailableOfferings>,
+    /// Cluster name (`CLUSTER_NAME`), API endpoint and CA (`CLUSTER_ENDPOINT`,
+    /// `CLUSTER_CA_BUNDLE` or `DescribeCluster`), DNS (`kube-dns` Service) and service CIDR:
+    /// tags, instance-profile names and user data.
+    pub cluster_info: ClusterInfo,
+    /// The AWS region (`AWS_REGION` or IMDS).
+    pub region: String,
+    /// The cluster's Kubernetes version, kept current by the binary from `/version`.
+    pub kubernetes_version: KubernetesVersion,
+    /// Karpenter's node-lifecycle metrics, registered in the daemon's Registry
+    /// (`Metrics::register`); `Metrics::default()` in tests.
+    pub metrics: Arc<Metrics>,
+}
