@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates actors/src/aws/data/on-demand-prices.json, the built-in on-demand price table.
+"""Generates actors/src/providers/data/on-demand-prices.json, the built-in on-demand price table.
 
 Source of the listed prices: Karpenter v1.5.0's generated static price table
 (pkg/providers/pricing/zz_generated.pricing_aws.go in aws/karpenter-provider-aws, Apache-2.0),

@@ -9,5 +9,8 @@ scripts/venv.sh
 # The AWS adapter tests fail instead of skipping when moto is missing from the venv.
 export KARPENTER_REQUIRE_MOTO=1
 
+# The floors of the workspace (core below actors below the binary) hold on the dependency graph.
+scripts/check-layers.sh
+
 cargo nextest run --workspace --no-fail-fast
 cargo test --workspace --doc --quiet

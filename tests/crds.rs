@@ -40,8 +40,7 @@ fn crds_are_cluster_scoped_with_status_and_karpenter_names() {
             vec!["ec2nc", "ec2ncs"],
         ),
     ];
-    for (crd, (name, kind, short_names)) in karpenter_actors::apis::crd::all().iter().zip(expected)
-    {
+    for (crd, (name, kind, short_names)) in karpenter_core::apis::crd::all().iter().zip(expected) {
         assert_eq!(crd["metadata"]["name"], name);
         assert_eq!(crd["spec"]["scope"], "Cluster");
         assert_eq!(crd["spec"]["names"]["kind"], kind);

@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 
 use karpenter::commands::Status;
 use karpenter::commands::validate::{self, DocumentReport};
-use karpenter_actors::apis::validation::Validator;
+use karpenter_core::apis::validation::Validator;
 use proptest::prelude::*;
 
 static VALIDATOR: LazyLock<Validator> = LazyLock::new(|| Validator::new().unwrap());

@@ -9,7 +9,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use karpenter_actors::domain::interruption::{NodeClaimRef, Parser, plan};
+use karpenter_core::domain::interruption::{NodeClaimRef, Parser, plan};
 
 /// A realistic mix: mostly spot interruptions and rebalance recommendations, some state changes
 /// and scheduled changes, some events for instances we do not own.
@@ -77,9 +77,6 @@ fn actor_batch(c: &mut Criterion) {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use karpenter_actors::apis::nodeclaim::{
-        NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference,
-    };
     use karpenter_actors::interruption::{
         InterruptionActor, InterruptionDeps, InterruptionMetrics,
     };
@@ -90,6 +87,9 @@ fn actor_batch(c: &mut Criterion) {
     use karpenter_actors::ports::sqs::SqsApi;
     use karpenter_actors::providers::unavailable::UnavailableOfferings;
     use karpenter_actors::runtime::{ActorKit, GroupSpec, KitOptions};
+    use karpenter_core::apis::nodeclaim::{
+        NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference,
+    };
 
     const BATCH: usize = 10;
     const NODECLAIMS: usize = 1_000;
@@ -104,10 +104,10 @@ fn actor_batch(c: &mut Criterion) {
                 taints: vec![],
                 startup_taints: vec![],
                 requirements: vec![],
-                resources: karpenter_actors::apis::nodeclaim::ResourceRequirements::default(),
+                resources: karpenter_core::apis::nodeclaim::ResourceRequirements::default(),
                 node_class_ref: NodeClassReference::ec2("default"),
                 termination_grace_period: None,
-                expire_after: karpenter_actors::apis::duration::NillableDuration("720h".into()),
+                expire_after: karpenter_core::apis::duration::NillableDuration("720h".into()),
             },
         );
         claim.status = Some(NodeClaimStatus {

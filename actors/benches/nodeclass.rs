@@ -15,9 +15,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use karpenter_actors::apis::EC2NodeClass;
-use karpenter_actors::domain::nodeclass_hash::nodeclass_hash;
-use karpenter_actors::domain::userdata::ClusterInfo;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::kwok::iam::KwokIam;
 use karpenter_actors::kwok::ssm::KwokSsm;
@@ -32,6 +29,9 @@ use karpenter_actors::providers::instance_profiles::InstanceProfileProvider;
 use karpenter_actors::providers::security_groups::SecurityGroupProvider;
 use karpenter_actors::providers::subnets::SubnetProvider;
 use karpenter_actors::runtime::{ActorKit, Family, GroupSpec, KitOptions};
+use karpenter_core::apis::EC2NodeClass;
+use karpenter_core::domain::nodeclass_hash::nodeclass_hash;
+use karpenter_core::domain::userdata::ClusterInfo;
 
 const CLUSTER: &str = "bench-cluster";
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

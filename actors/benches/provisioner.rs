@@ -22,11 +22,6 @@ use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-use karpenter_actors::apis::labels;
-use karpenter_actors::apis::nodepool::NodePool;
-use karpenter_actors::domain::scheduling::workload::{
-    BENCHMARK_INSTANCE_TYPES, PodFactory, ZONES, fake_instance_types,
-};
 use karpenter_actors::metrics::Metrics;
 use karpenter_actors::ports::clock::ManualClock;
 use karpenter_actors::ports::cloud_provider::fake::FakeCloudProvider;
@@ -38,6 +33,11 @@ use karpenter_actors::provisioner::{
 };
 use karpenter_actors::runtime::{ActorKit, GroupSpec, KitOptions};
 use karpenter_config::Settings;
+use karpenter_core::apis::labels;
+use karpenter_core::apis::nodepool::NodePool;
+use karpenter_core::domain::scheduling::workload::{
+    BENCHMARK_INSTANCE_TYPES, PodFactory, ZONES, fake_instance_types,
+};
 use prometheus_client::registry::Registry;
 
 /// How long to wait between status polls (real time).

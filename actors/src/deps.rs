@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use karpenter_config::Settings;
 
-use crate::domain::userdata::ClusterInfo;
 use crate::metrics::Metrics;
 use crate::nodeclass::KubernetesVersion;
 use crate::ports::clock::Clock;
@@ -20,6 +19,7 @@ use crate::ports::pricing::PricingApi;
 use crate::ports::sqs::SqsApi;
 use crate::ports::ssm::SsmApi;
 use crate::providers::unavailable::UnavailableOfferings;
+use karpenter_core::domain::userdata::ClusterInfo;
 
 /// The narrow AWS ports, for the providers and actors that call AWS directly.
 #[derive(Debug, Clone)]

@@ -22,10 +22,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 
-use crate::apis::NodeClaim;
-use crate::apis::condition_set;
-use crate::apis::conditions::nodeclaim as cond;
-use crate::apis::labels;
 use crate::deps::Deps;
 use crate::metrics::disruption_reason;
 use crate::nodeclaim::LaunchCache;
@@ -33,6 +29,10 @@ use crate::nodeclaim::initialization::is_ready;
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::cluster::{ClusterError, Deletion};
 use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervised};
+use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::condition_set;
+use karpenter_core::apis::conditions::nodeclaim as cond;
+use karpenter_core::apis::labels;
 
 /// An instance younger than this may still be getting its NodeClaim's status written.
 pub const INSTANCE_GRACE: Duration = Duration::from_secs(30);

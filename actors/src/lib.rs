@@ -1,8 +1,6 @@
 //! The brain of karpenter.
-pub mod apis;
 pub mod daemon;
 pub mod deps;
-pub mod domain;
 pub mod garbage_collection;
 pub mod interruption;
 pub mod kwok;

@@ -2,18 +2,18 @@
 //! (reference 2.1):
 //!
 //! - **hash** (`nodepool.hash`): the `karpenter.sh/nodepool-hash` and `-hash-version`
-//!   annotations ([`crate::domain::nodepool_hash`]); when the pool carries another hash version
+//!   annotations ([`karpenter_core::domain::nodepool_hash`]); when the pool carries another hash version
 //!   (Karpenter's own `v3`, or an older one of ours), its NodeClaims are re-stamped with the new
 //!   hash first (those already `Drifted` keep theirs), so a version change drifts nothing;
 //! - **counter** (`nodepool.counter`): `status.resources`, the capacity and node count of the
-//!   pool's NodeClaims ([`crate::domain::limits`]), once the cluster view is synced;
+//!   pool's NodeClaims ([`karpenter_core::domain::limits`]), once the cluster view is synced;
 //! - **readiness** (`nodepool.readiness`): `NodeClassReady` from the `EC2NodeClass`'s `Ready`
 //!   (not found, terminating or unknown make it `False` with Karpenter's reasons);
 //! - **registration health** (`nodepool.registrationhealth`): `NodeRegistrationHealthy` back to
 //!   `Unknown` when the pool or its class changes generation (the NodeClaim actors set it `True` on a
 //!   registration and `False` on a liveness timeout);
 //! - **validation** (`nodepool.validation`): `ValidationSucceeded` from the runtime rules
-//!   ([`crate::apis::validation::nodepool_violations`]); and the root `Ready`.
+//!   ([`karpenter_core::apis::validation::nodepool_violations`]); and the root `Ready`.
 //!
 //! Flow: the daemon sends [`Reconcile`] when the NodePool, one of its NodeClaims or its
 //! `EC2NodeClass` changes; the actor also looks again every [`COUNTER_RESYNC`] (Karpenter's
@@ -26,18 +26,20 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::apis::condition_set::{self, ConditionSet, NODEPOOL_DEPENDENTS, ObjectFacts};
-use crate::apis::conditions::{ConditionStatus, READY, nodeclaim as claim_cond, nodepool as cond};
-use crate::apis::labels;
-use crate::apis::validation::nodepool_violations;
-use crate::apis::{NodeClaim, NodePool, NodePoolStatus};
 use crate::deps::Deps;
-use crate::domain::limits::{self, LimitsError};
-use crate::domain::nodepool_hash::{HASH_VERSION, template_hash};
-use crate::domain::resources::{ResourceLimits, Resources};
 use crate::messages::{Cause, Reconcile};
 use crate::ports::cluster::ClusterError;
 use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervised};
+use karpenter_core::apis::condition_set::{self, ConditionSet, NODEPOOL_DEPENDENTS, ObjectFacts};
+use karpenter_core::apis::conditions::{
+    ConditionStatus, READY, nodeclaim as claim_cond, nodepool as cond,
+};
+use karpenter_core::apis::labels;
+use karpenter_core::apis::validation::nodepool_violations;
+use karpenter_core::apis::{NodeClaim, NodePool, NodePoolStatus};
+use karpenter_core::domain::limits::{self, LimitsError};
+use karpenter_core::domain::nodepool_hash::{HASH_VERSION, template_hash};
+use karpenter_core::domain::resources::{ResourceLimits, Resources};
 
 /// How often the pool recounts its resources without being told (Karpenter's counter period).
 pub const COUNTER_RESYNC: Duration = Duration::from_secs(5);
@@ -192,13 +194,27 @@ impl Handles<GetNodePoolUsage> for NodePoolActor {
     }
 }
 
+/// The pool's usage as the view shows it now: its live NodeClaims and their Nodes.
+#[must_use]
+pub fn nodepool_usage(
+    view: &dyn crate::ports::cluster_view::ClusterView,
+    nodepool: &str,
+) -> limits::NodePoolUsage {
+    let nodeclaims = view.nodeclaims();
+    limits::usage_of(
+        nodeclaims.iter().map(AsRef::as_ref),
+        |provider_id| view.node_by_provider_id(provider_id),
+        nodepool,
+    )
+}
+
 /// The pool's usage and remaining limits from the view (what [`GetNodePoolUsage`] answers).
 pub fn usage_and_limits(
     view: &dyn crate::ports::cluster_view::ClusterView,
     nodepool: &NodePool,
 ) -> Result<NodePoolUsage, LimitsError> {
     let name = nodepool.metadata.name.as_deref().unwrap_or_default();
-    let usage = limits::nodepool_usage(view, name).total;
+    let usage = nodepool_usage(view, name).total;
     let remaining = limits::remaining_limits(nodepool, &usage)?;
     Ok(NodePoolUsage { usage, remaining })
 }
@@ -363,7 +379,7 @@ impl NodePoolActor {
     }
 
     async fn write_status(&self, nodepool: &NodePool) -> Result<(), NodePoolError> {
-        let usage = limits::nodepool_usage(self.deps.view.as_ref(), &self.name);
+        let usage = nodepool_usage(self.deps.view.as_ref(), &self.name);
         for error in &usage.errors {
             tracing::warn!(nodepool = %self.name, error = %error, "left a nodeclaim out of the nodepool's resources");
         }

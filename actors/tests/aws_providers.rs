@@ -14,9 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use karpenter_actors::apis::labels::CAPACITY_TYPE;
-use karpenter_actors::domain::instance_type::{InstanceType, order_by_price};
-use karpenter_actors::domain::requirements::{Requirement, Requirements};
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::kwok::eventbridge::KwokEventBridge;
 use karpenter_actors::kwok::pricing::KwokPricing;
@@ -40,6 +37,9 @@ use karpenter_actors::providers::instances::{
 use karpenter_actors::providers::pricing::{PricingDeps, PricingProvider};
 use karpenter_actors::providers::retry::{RetryPolicy, RetryingEc2};
 use karpenter_actors::providers::unavailable::{UNAVAILABLE_OFFERINGS_TTL, UnavailableOfferings};
+use karpenter_core::apis::labels::CAPACITY_TYPE;
+use karpenter_core::domain::instance_type::{InstanceType, order_by_price};
+use karpenter_core::domain::requirements::{Requirement, Requirements};
 
 const REGION: &str = "us-west-2";
 const CLUSTER: &str = "test-cluster";

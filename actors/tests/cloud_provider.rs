@@ -18,12 +18,6 @@ use std::time::Duration;
 use base64::Engine as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use karpenter_actors::apis::conditions::{Condition, ConditionStatus};
-use karpenter_actors::apis::ec2nodeclass::{
-    Ami, AmiRequirement, EC2NodeClassStatus, SecurityGroup, Subnet,
-};
-use karpenter_actors::apis::labels;
-use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodePool};
 use karpenter_actors::kwok::cloud_provider::{KwokCloudDeps, cloud_provider, settings};
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::ports::clock::{Clock, ManualClock};
@@ -35,6 +29,12 @@ use karpenter_actors::ports::ec2::{
 use karpenter_actors::providers::cloud_provider::AwsCloudProvider;
 use karpenter_actors::providers::instance_types::CapacityType;
 use karpenter_actors::providers::launch_templates::LAUNCH_TEMPLATE_TTL;
+use karpenter_core::apis::conditions::{Condition, ConditionStatus};
+use karpenter_core::apis::ec2nodeclass::{
+    Ami, AmiRequirement, EC2NodeClassStatus, SecurityGroup, Subnet,
+};
+use karpenter_core::apis::labels;
+use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 use serde_json::json;
 
 const REGION: &str = "us-west-2";

@@ -14,12 +14,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use karpenter_actors::apis::labels;
-use karpenter_actors::apis::nodeclaim::{
-    NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference,
-};
-use karpenter_actors::domain::interruption::Kind;
-use karpenter_actors::domain::interruption::setup::Problem;
 use karpenter_actors::interruption::{
     InterruptionActor, InterruptionDeps, InterruptionMetrics, setup,
 };
@@ -34,6 +28,12 @@ use karpenter_actors::ports::sqs::SqsApi;
 use karpenter_actors::providers::instance_types::CapacityType;
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use karpenter_actors::runtime::{ActorKit, GroupSpec, KitOptions};
+use karpenter_core::apis::labels;
+use karpenter_core::apis::nodeclaim::{
+    NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference,
+};
+use karpenter_core::domain::interruption::Kind;
+use karpenter_core::domain::interruption::setup::Problem;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
@@ -59,10 +59,10 @@ fn nodeclaim(name: &str, instance_id: &str, capacity_type: &str) -> NodeClaim {
             taints: vec![],
             startup_taints: vec![],
             requirements: vec![],
-            resources: karpenter_actors::apis::nodeclaim::ResourceRequirements::default(),
+            resources: karpenter_core::apis::nodeclaim::ResourceRequirements::default(),
             node_class_ref: NodeClassReference::ec2("default"),
             termination_grace_period: None,
-            expire_after: karpenter_actors::apis::duration::NillableDuration("720h".into()),
+            expire_after: karpenter_core::apis::duration::NillableDuration("720h".into()),
         },
     );
     claim.metadata.labels = Some(BTreeMap::from([
@@ -383,7 +383,7 @@ async fn setup_is_idempotent_and_check_reports_what_differs() {
         Vec::new()
     );
     // A rule whose pattern drifted is reported, then fixed by running setup again.
-    let rule = karpenter_actors::domain::interruption::setup::desired(QUEUE, CLUSTER).rules[1]
+    let rule = karpenter_core::domain::interruption::setup::desired(QUEUE, CLUSTER).rules[1]
         .name
         .clone();
     h.eventbridge

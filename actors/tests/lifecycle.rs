@@ -14,8 +14,6 @@ mod support;
 
 use std::time::Duration;
 
-use karpenter_actors::apis::labels;
-use karpenter_actors::domain::nodepool_hash::{HASH_VERSION, template_hash};
 use karpenter_actors::metrics::{FORCEFUL_TERMINATION, disruption_reason};
 use karpenter_actors::nodepool::GetNodePoolUsage;
 use karpenter_actors::ports::cloud_provider::CloudProviderError;
@@ -23,6 +21,8 @@ use karpenter_actors::ports::cloud_provider::fake::{CloudCall, CloudOperation, F
 use karpenter_actors::ports::cluster::fake::{ClusterCall, Operation};
 use karpenter_actors::ports::cluster::{ClusterError, ObjectKind};
 use karpenter_actors::runtime::{FaultAction, FaultPlan, FaultRule};
+use karpenter_core::apis::labels;
+use karpenter_core::domain::nodepool_hash::{HASH_VERSION, template_hash};
 use serde_json::json;
 use support::{Harness, PodSpecBuilder, make_ready, nodeclaim, nodeclass, nodepool};
 

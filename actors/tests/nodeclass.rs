@@ -19,16 +19,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use karpenter_actors::apis::conditions::{ConditionStatus, READY, ec2nodeclass as types};
-use karpenter_actors::apis::labels::{
-    EC2NODECLASS_HASH, EC2NODECLASS_HASH_VERSION, EC2NODECLASS_TERMINATION_FINALIZER,
-    TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME,
-};
-use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodeClaimStatus, NodePool};
 use karpenter_actors::daemon::Daemon;
 use karpenter_actors::deps::{AwsPorts, Deps};
-use karpenter_actors::domain::nodeclass_hash::HASH_VERSION;
-use karpenter_actors::domain::userdata::ClusterInfo;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::kwok::eventbridge::KwokEventBridge;
 use karpenter_actors::kwok::iam::KwokIam;
@@ -61,6 +53,14 @@ use karpenter_actors::providers::security_groups::SecurityGroupProvider;
 use karpenter_actors::providers::subnets::SubnetProvider;
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use karpenter_actors::runtime::{ActorKit, Family, GroupSpec, KitOptions, RootGroup, SendError};
+use karpenter_core::apis::conditions::{ConditionStatus, READY, ec2nodeclass as types};
+use karpenter_core::apis::labels::{
+    EC2NODECLASS_HASH, EC2NODECLASS_HASH_VERSION, EC2NODECLASS_TERMINATION_FINALIZER,
+    TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME,
+};
+use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodeClaimStatus, NodePool};
+use karpenter_core::domain::nodeclass_hash::HASH_VERSION;
+use karpenter_core::domain::userdata::ClusterInfo;
 use prometheus_client::registry::Registry;
 
 const CLUSTER: &str = "test-cluster";
@@ -702,7 +702,7 @@ async fn a_karpenter_hash_version_restamps_nodeclaims_instead_of_drifting_them()
     let fresh = nodeclaim_for("fresh", "default", &karpenter);
     let mut drifted = nodeclaim_for("drifted", "default", &karpenter);
     drifted.status = Some(NodeClaimStatus {
-        conditions: vec![karpenter_actors::apis::conditions::Condition {
+        conditions: vec![karpenter_core::apis::conditions::Condition {
             type_: "Drifted".into(),
             status: ConditionStatus::True,
             observed_generation: None,
@@ -900,7 +900,7 @@ impl CloudProvider for UnusedCloud {
     async fn instance_types(
         &self,
         _: &NodePool,
-    ) -> Result<Vec<Arc<karpenter_actors::domain::instance_type::InstanceType>>, CloudProviderError>
+    ) -> Result<Vec<Arc<karpenter_core::domain::instance_type::InstanceType>>, CloudProviderError>
     {
         unimplemented!("not used by the NodeClassActor")
     }

@@ -21,13 +21,6 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
-use karpenter_actors::apis::labels;
-use karpenter_actors::apis::nodeclaim::{NodeClaim, NodeClaimStatus};
-use karpenter_actors::apis::nodepool::NodePool;
-use karpenter_actors::apis::requirements::Operator;
-use karpenter_actors::domain::instance_type::InstanceType;
-use karpenter_actors::domain::scheduling::workload::{ZONES, fake_instance_type};
-use karpenter_actors::domain::scheduling::{Options, Plan, Snapshot, solve};
 use karpenter_actors::metrics::Metrics;
 use karpenter_actors::ports::clock::ManualClock;
 use karpenter_actors::ports::cloud_provider::CloudProviderError;
@@ -42,6 +35,13 @@ use karpenter_actors::provisioner::{
 };
 use karpenter_actors::runtime::{ActorKit, ActorRef, GroupSpec, KitOptions, RootGroup};
 use karpenter_config::Settings;
+use karpenter_core::apis::labels;
+use karpenter_core::apis::nodeclaim::{NodeClaim, NodeClaimStatus};
+use karpenter_core::apis::nodepool::NodePool;
+use karpenter_core::apis::requirements::Operator;
+use karpenter_core::domain::instance_type::InstanceType;
+use karpenter_core::domain::scheduling::workload::{ZONES, fake_instance_type};
+use karpenter_core::domain::scheduling::{Options, Plan, Snapshot, solve};
 use prometheus_client::registry::Registry;
 
 const GI: i64 = 1 << 30;
@@ -87,7 +87,7 @@ fn nodepool(name: &str) -> NodePool {
 
 fn not_ready(mut pool: NodePool) -> NodePool {
     let status = pool.status.as_mut().unwrap();
-    status.conditions[0].status = karpenter_actors::apis::conditions::ConditionStatus::False;
+    status.conditions[0].status = karpenter_core::apis::conditions::ConditionStatus::False;
     let ready = &mut status.conditions[0];
     "NodeClassNotReady".clone_into(&mut ready.reason);
     "EC2NodeClass default is not ready".clone_into(&mut ready.message);

@@ -2,13 +2,13 @@
 //!
 //! Each input (a file, every `.yaml`/`.yml`/`.json` file of a directory, or `-` for stdin) is
 //! split into YAML documents; each document goes through
-//! [`karpenter_actors::apis::validation::Validator`], and every problem is printed as
+//! [`karpenter_core::apis::validation::Validator`], and every problem is printed as
 //! `<source>[<document index>] <Kind>/<name>: <field path>: <rule>`.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use karpenter_actors::apis::validation::{Outcome, Validator, Violation};
+use karpenter_core::apis::validation::{Outcome, Validator, Violation};
 use serde::Deserialize as _;
 use serde_json::Value;
 

@@ -14,12 +14,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use backon::{ConstantBuilder, Retryable as _};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use karpenter_actors::apis::{
-    EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
-};
 use karpenter_actors::ports::cluster::{
     Change, ClusterApi, ClusterError, ClusterEvent, Deletion, EventType, Eviction, FieldProblem,
     ObjectKind,
+};
+use karpenter_core::apis::{
+    EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
 };
 use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};

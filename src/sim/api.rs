@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use karpenter_actors::apis::validation::Validator;
+use karpenter_core::apis::validation::Validator;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 

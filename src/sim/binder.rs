@@ -4,7 +4,7 @@
 //!
 //! Each [`FakeScheduler::tick`] reads the cluster store, builds a scheduling snapshot with the
 //! pending pods and the Ready, schedulable nodes (with the pods already on them) and no NodePools,
-//! and lets the real scheduler core ([`karpenter_actors::domain::scheduling::solve`]) decide:
+//! and lets the real scheduler core ([`karpenter_core::domain::scheduling::solve`]) decide:
 //! resources, taints and tolerations (`NoSchedule`/`NoExecute`; every taint counts, startup and
 //! not-ready ones included, as for kube-scheduler), node selectors and affinity, topology spread
 //! and pod (anti-)affinity are the scheduler core's. Its placements on existing nodes become
@@ -21,12 +21,12 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use karpenter_actors::domain::resources::{Resources, pod_requests};
-use karpenter_actors::domain::scheduling::{
-    BoundPod, ExistingNode, Options, Plan, SchedulingPod, Snapshot, solve, taints_from_api,
-};
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cluster_view::ClusterView;
+use karpenter_core::domain::resources::{Resources, pod_requests};
+use karpenter_core::domain::scheduling::{
+    BoundPod, ExistingNode, Options, Plan, SchedulingPod, Snapshot, solve, taints_from_api,
+};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt as _};
 use serde_json::json;

@@ -5,8 +5,8 @@
 //! Handlers look a request's path up here ([`Kinds::find`]); the store indexes objects by
 //! [`KindId`]; discovery documents are rendered from the same table.
 
-use karpenter_actors::apis::crd;
-use karpenter_actors::apis::validation::Kind as CrdKind;
+use karpenter_core::apis::crd;
+use karpenter_core::apis::validation::Kind as CrdKind;
 use serde_json::{Value, json};
 
 /// Index of a kind in [`Kinds`]; also the index of its storage in the store.

@@ -34,9 +34,6 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use karpenter_actors::apis::NodeClaim;
-use karpenter_actors::apis::labels;
-use karpenter_actors::domain::instance_type::InstanceType;
 use karpenter_actors::kwok::catalog;
 use karpenter_actors::kwok::ec2::KwokEc2;
 use karpenter_actors::ports::clock::Clock;
@@ -47,6 +44,9 @@ use karpenter_actors::ports::ec2::{Ec2CapacityType, Instance, InstanceState};
 use karpenter_actors::providers::instance_types::{
     LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
 };
+use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::labels;
+use karpenter_core::domain::instance_type::InstanceType;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt as _};
 use serde_json::json;

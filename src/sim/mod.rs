@@ -58,9 +58,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use karpenter_actors::apis::crd;
-use karpenter_actors::apis::validation::Validator;
-use karpenter_actors::apis::validation::structural::BadPattern;
+use karpenter_core::apis::crd;
+use karpenter_core::apis::validation::Validator;
+use karpenter_core::apis::validation::structural::BadPattern;
 use serde_json::json;
 
 pub use body::EmulatorBody;

@@ -29,14 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
-use karpenter_actors::apis::validation::{Outcome, Validator};
-use karpenter_actors::apis::{EC2NodeClass, NodePool};
 use karpenter_actors::deps::Deps;
-use karpenter_actors::domain::requirements::Requirements;
-use karpenter_actors::domain::resources::Resources;
-use karpenter_actors::domain::scheduling::{
-    NewNodeClaim, NodePoolInput, Plan, SchedulingPod, Snapshot, cost_report,
-};
 use karpenter_actors::kwok::catalog;
 use karpenter_actors::ports::cloud_provider::{CloudProvider, parse_provider_id};
 use karpenter_actors::ports::cluster_view::ClusterView;
@@ -47,6 +40,13 @@ use karpenter_config::scenario::{
     ScenarioError, Share,
 };
 use karpenter_config::{HttpUrl, Settings, format_go_duration};
+use karpenter_core::apis::validation::{Outcome, Validator};
+use karpenter_core::apis::{EC2NodeClass, NodePool};
+use karpenter_core::domain::requirements::Requirements;
+use karpenter_core::domain::resources::Resources;
+use karpenter_core::domain::scheduling::{
+    NewNodeClaim, NodePoolInput, Plan, SchedulingPod, Snapshot, cost_report,
+};
 use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt as _};
 use prometheus_client::registry::Registry;
@@ -917,7 +917,7 @@ impl<'a> Sim<'a> {
 fn nodepool_of(instance: &karpenter_actors::ports::ec2::Instance) -> Option<&str> {
     instance
         .tags
-        .get(karpenter_actors::apis::labels::TAG_NODEPOOL)
+        .get(karpenter_core::apis::labels::TAG_NODEPOOL)
         .map(String::as_str)
 }
 

@@ -5,7 +5,7 @@
 //!
 //! Violations become the 422 `Status` a real server returns, with one cause per field path.
 
-use karpenter_actors::apis::validation::{Kind as CrdKind, Outcome, Validator};
+use karpenter_core::apis::validation::{Kind as CrdKind, Outcome, Validator};
 use serde_json::Value;
 
 use super::kinds::ResourceKind;

@@ -18,10 +18,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
-use karpenter_actors::domain::resources::parse_resource;
-use karpenter_actors::domain::scheduling::SchedulingPod;
 use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_config::scenario::{ScaleStep, ScenarioError, Workload};
+use karpenter_core::domain::resources::parse_resource;
+use karpenter_core::domain::scheduling::SchedulingPod;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client, ResourceExt as _};
 use serde::de::DeserializeOwned;

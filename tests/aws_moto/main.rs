@@ -25,8 +25,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use karpenter::aws::RetryPolicy;
-use karpenter_actors::apis::labels;
-use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodePool};
 use karpenter_actors::ports::aws_error::{AwsErrorClass, AwsService};
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::ports::cloud_provider::CloudProvider;
@@ -44,6 +42,8 @@ use karpenter_actors::providers::cloud_provider::{AwsCloudProvider, AwsProviders
 use karpenter_actors::providers::instance_types::{
     CapacityType, LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
 };
+use karpenter_core::apis::labels;
+use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 use moto::{Fault, Moto};
 
 fn tags(pairs: &[(&str, &str)]) -> Tags {

@@ -10,13 +10,6 @@ use std::time::Duration;
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use karpenter_actors::apis::EC2NodeClass;
-use karpenter_actors::apis::conditions::{ConditionStatus, READY};
-use karpenter_actors::apis::ec2nodeclass::{
-    AmiSelectorTerm, SecurityGroupSelectorTerm, SelectorTags, SubnetSelectorTerm,
-};
-use karpenter_actors::apis::labels::{TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME};
-use karpenter_actors::domain::userdata::ClusterInfo;
 use karpenter_actors::messages::{Cause, Reconcile};
 use karpenter_actors::nodeclass::status::find;
 use karpenter_actors::nodeclass::{KubernetesVersion, NodeClassActor, NodeClassDeps};
@@ -35,6 +28,13 @@ use karpenter_actors::providers::instance_profiles::{
 use karpenter_actors::providers::security_groups::SecurityGroupProvider;
 use karpenter_actors::providers::subnets::SubnetProvider;
 use karpenter_actors::runtime::{ActorKit, GroupSpec, KitOptions};
+use karpenter_core::apis::EC2NodeClass;
+use karpenter_core::apis::conditions::{ConditionStatus, READY};
+use karpenter_core::apis::ec2nodeclass::{
+    AmiSelectorTerm, SecurityGroupSelectorTerm, SelectorTags, SubnetSelectorTerm,
+};
+use karpenter_core::apis::labels::{TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME};
+use karpenter_core::domain::userdata::ClusterInfo;
 
 use crate::moto::Moto;
 

@@ -8,10 +8,10 @@ use std::time::Duration;
 use karpenter::cloud::CloudSource;
 use karpenter::commands::run::RunningDaemon;
 use karpenter::sim::Emulator;
-use karpenter_actors::apis::NodeClaim;
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::ports::cloud_provider::fake::FakeCloudProvider;
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
+use karpenter_core::apis::NodeClaim;
 use kube::Api;
 use kube::api::PostParams;
 

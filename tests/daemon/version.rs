@@ -4,8 +4,8 @@
 use k8s_openapi::api::core::v1::Service;
 use karpenter::commands::run::{RunError, check_version, cluster_dns};
 use karpenter::sim::{Emulator, EmulatorConfig};
-use karpenter_actors::domain::version::VersionVerdict;
 use karpenter_config::Settings;
+use karpenter_core::domain::version::VersionVerdict;
 use kube::Api;
 use kube::api::PostParams;
 

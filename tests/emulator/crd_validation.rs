@@ -2,7 +2,7 @@
 //! strict field validation), defaults applied, schema and rule violations refused with 422 and
 //! one cause per field path, and the CRDs' immutability rules enforced on update.
 
-use karpenter_actors::apis::{NodeClaim, NodePool};
+use karpenter_core::apis::{NodeClaim, NodePool};
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;

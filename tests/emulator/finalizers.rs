@@ -2,7 +2,7 @@
 //! when the last one is removed; no finalizer may be added meanwhile.
 
 use futures::{StreamExt as _, TryStreamExt as _};
-use karpenter_actors::apis::NodeClaim;
+use karpenter_core::apis::NodeClaim;
 use kube::api::{DeleteParams, Patch, PostParams, WatchEvent, WatchParams};
 use kube::{Api, ResourceExt as _};
 use serde_json::json;

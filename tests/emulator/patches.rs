@@ -1,7 +1,7 @@
 //! Merge, JSON, strategic merge patches and server-side apply.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use karpenter_actors::apis::NodePool;
+use karpenter_core::apis::NodePool;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt as _};
 use serde_json::json;

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use karpenter_actors::apis::NodePool;
+use karpenter_core::apis::NodePool;
 use kube::api::{EvictParams, Patch, PostParams};
 use kube::{Api, Client, Resource as _, ResourceExt as _};
 use serde_json::json;

@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter::sim::{Emulator, EmulatorConfig};
-use karpenter_actors::apis::{NodeClaim, NodePool};
+use karpenter_core::apis::{NodeClaim, NodePool};
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};

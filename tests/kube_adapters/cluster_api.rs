@@ -6,11 +6,11 @@ use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter::kube::cluster_api::KubeClusterApi;
 use karpenter::sim::{Emulator, FaultRule, Verb};
-use karpenter_actors::apis::NodeClaim;
-use karpenter_actors::apis::conditions::{Condition, ConditionStatus};
 use karpenter_actors::ports::cluster::{
     ClusterApi, ClusterError, ClusterEvent, Deletion, EventType, Eviction, ObjectKind,
 };
+use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::conditions::{Condition, ConditionStatus};
 use kube::api::{ListParams, Patch, PostParams};
 use kube::runtime::events::Reporter;
 use kube::{Api, Client, Resource as _, ResourceExt as _};
@@ -59,7 +59,7 @@ async fn a_status_update_retries_through_conflicts() {
             .times(2),
     );
     emulator.clear_requests();
-    let set = |status: &mut karpenter_actors::apis::NodeClaimStatus| {
+    let set = |status: &mut karpenter_core::apis::NodeClaimStatus| {
         status.provider_id = Some("aws:///us-west-2a/i-1".into());
         status.conditions = vec![launched()];
     };
@@ -84,7 +84,7 @@ async fn a_status_update_gives_up_after_the_retry_budget() {
         .faults()
         .inject(FaultRule::fail(409).on(Verb::Patch).resource("nodeclaims"));
     let set =
-        |status: &mut karpenter_actors::apis::NodeClaimStatus| status.node_name = Some("n1".into());
+        |status: &mut karpenter_core::apis::NodeClaimStatus| status.node_name = Some("n1".into());
     let error = api.update_nodeclaim_status("c1", &set).await.unwrap_err();
     assert_eq!(
         error,

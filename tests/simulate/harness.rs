@@ -4,9 +4,9 @@
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter::sim::world::Launch;
-use karpenter_actors::apis::labels;
 use karpenter_actors::ports::cluster::ClusterApi as _;
 use karpenter_actors::ports::ec2::{Ec2CapacityType, Tags};
+use karpenter_core::apis::labels;
 use kube::Api;
 use kube::api::PostParams;
 

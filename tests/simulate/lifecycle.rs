@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter::sim::scenario::{LoadedScenario, Simulation};
-use karpenter_actors::apis::NodeClaim;
 use karpenter_actors::ports::cloud_provider::parse_provider_id;
 use karpenter_actors::ports::ec2::InstanceState;
+use karpenter_core::apis::NodeClaim;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 

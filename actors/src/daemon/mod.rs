@@ -234,7 +234,7 @@ impl Daemon {
                     .metadata
                     .labels
                     .as_ref()
-                    .and_then(|l| l.get(crate::apis::labels::NODEPOOL))
+                    .and_then(|l| l.get(karpenter_core::apis::labels::NODEPOOL))
                 {
                     let _ = self.nodepools.try_send_event(
                         pool,

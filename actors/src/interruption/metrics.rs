@@ -14,7 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::domain::interruption::Kind;
+use karpenter_core::domain::interruption::Kind;
 
 /// Queue-duration buckets in seconds: from a message read at once to one that waited out most
 /// of the 5-minute retention.

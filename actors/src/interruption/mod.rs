@@ -23,9 +23,6 @@ use k8s_openapi::api::core::v1::ObjectReference;
 
 pub use metrics::InterruptionMetrics;
 
-use crate::apis::NodeClaim;
-use crate::apis::labels;
-use crate::domain::interruption::{Command, Event, Message, NodeClaimRef, Parser, plan};
 use crate::ports::clock::Clock;
 use crate::ports::cluster::{ClusterApi, ClusterEvent, EventType};
 use crate::ports::cluster_view::ClusterView;
@@ -33,6 +30,9 @@ use crate::ports::sqs::{INTERRUPTION_RECEIVE, SqsApi, SqsMessage};
 use crate::providers::instance_types::CapacityType;
 use crate::providers::unavailable::UnavailableOfferings;
 use crate::runtime::{ActorCtx, ActorError, Handles, Mail, Supervised};
+use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::labels;
+use karpenter_core::domain::interruption::{Command, Event, Message, NodeClaimRef, Parser, plan};
 
 /// Messages of a batch handled at once (Karpenter's `ParallelizeUntil(10)`).
 pub const PARALLEL_MESSAGES: usize = 10;

@@ -1,12 +1,12 @@
 //! `karpenter interruption setup` and the daemon's startup check, over the SQS and EventBridge
 //! ports: [`ensure`] creates or fixes the queue and its four rules (idempotent), [`inspect`]
-//! reads what exists and [`check`](crate::domain::interruption::setup::check) lists what is
+//! reads what exists and [`check`](karpenter_core::domain::interruption::setup::check) lists what is
 //! missing or different.
 
-use crate::domain::interruption::setup::{self, Desired, Observed, Problem};
 use crate::ports::aws_error::AwsError;
 use crate::ports::eventbridge::EventBridgeApi;
 use crate::ports::sqs::SqsApi;
+use karpenter_core::domain::interruption::setup::{self, Desired, Observed, Problem};
 
 /// What `ensure` changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

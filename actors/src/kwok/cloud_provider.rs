@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use super::ec2::KwokEc2;
 use super::pricing::KwokPricing;
-use crate::domain::userdata::ClusterInfo;
 use crate::ports::clock::Clock;
 use crate::ports::cluster_view::ClusterView;
 use crate::ports::ec2::Ec2Api;
@@ -24,6 +23,7 @@ use crate::providers::cloud_provider::{
     AwsCloudProvider, AwsProviderSettings, AwsProviders, RefreshError,
 };
 use crate::providers::pricing::PricingError;
+use karpenter_core::domain::userdata::ClusterInfo;
 
 /// The API endpoint kwok's nodes are told to join (nothing listens there).
 pub const KWOK_CLUSTER_ENDPOINT: &str = "https://kwok.cluster.local";

@@ -20,9 +20,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::apis::labels;
-use crate::apis::taints::{Taint, TaintEffect};
-use crate::domain::scheduling::Toleration;
+use karpenter_core::apis::labels;
+use karpenter_core::apis::taints::{Taint, TaintEffect};
+use karpenter_core::domain::scheduling::Toleration;
 
 /// A terminating pod still on the node this long after its deletion timestamp no longer blocks
 /// the drain (Karpenter's `IsStuckTerminating`).

@@ -7,8 +7,8 @@ use kube::Resource;
 
 use super::drain::PodKey;
 use super::launch::truncate;
-use crate::apis::NodeClaim;
 use crate::ports::cluster::{ClusterEvent, EventType};
+use karpenter_core::apis::NodeClaim;
 
 /// Event reasons (Karpenter's).
 pub mod reason {
@@ -107,7 +107,7 @@ pub fn unregistered_taint_missing(nodeclaim: &NodeClaim) -> ClusterEvent {
         "Register",
         format!(
             "Missing {} taint which prevents registration related race conditions on Karpenter-managed nodes",
-            crate::apis::labels::UNREGISTERED_TAINT
+            karpenter_core::apis::labels::UNREGISTERED_TAINT
         ),
     )
 }

@@ -6,10 +6,10 @@
 
 use k8s_openapi::api::core::v1::{Node, Taint as ApiTaint};
 
-use crate::apis::NodeClaim;
-use crate::apis::conditions::nodeclaim as reasons;
-use crate::apis::labels;
-use crate::domain::resources::parse_resource;
+use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::conditions::nodeclaim as reasons;
+use karpenter_core::apis::labels;
+use karpenter_core::domain::resources::parse_resource;
 
 /// Why a node is not initialized yet: the `Initialized=Unknown` reason and message.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::apis::requirements::NodeClaimRequirement;
-use crate::apis::{NodeClaim, NodeClaimStatus};
-use crate::domain::requirements::Requirements;
 use crate::ports::cloud_provider::CloudProviderError;
+use karpenter_core::apis::requirements::NodeClaimRequirement;
+use karpenter_core::apis::{NodeClaim, NodeClaimStatus};
+use karpenter_core::domain::requirements::Requirements;
 
 /// How long a launch outcome is remembered (Karpenter's launch cache TTL).
 pub const LAUNCH_CACHE_TTL: Duration = Duration::from_mins(1);
@@ -212,7 +212,7 @@ pub fn launch_failure_condition(error: &CloudProviderError) -> (String, String) 
     match error {
         CloudProviderError::Create { reason, message } => (reason.clone(), truncate(message)),
         other => (
-            crate::apis::conditions::nodeclaim::REASON_LAUNCH_FAILED.to_owned(),
+            karpenter_core::apis::conditions::nodeclaim::REASON_LAUNCH_FAILED.to_owned(),
             truncate(&other.to_string()),
         ),
     }

@@ -18,16 +18,16 @@ use super::{
     NodeClaimActor, NodeClaimError, REGISTRATION_TTL, elapsed, events, exponential, has_finalizer,
     label, provider_id, soonest, uid,
 };
-use crate::apis::condition_set::{
-    self, ConditionSet, NODECLAIM_DEPENDENTS, NODEPOOL_DEPENDENTS, ObjectFacts,
-};
-use crate::apis::conditions::{ConditionStatus, nodeclaim as cond, nodepool as pool_cond};
-use crate::apis::labels;
-use crate::apis::{NodeClaim, NodeClaimStatus, NodePoolStatus};
 use crate::metrics::disruption_reason;
 use crate::ports::cloud_provider::{CloudProvider, CloudProviderError};
 use crate::ports::cluster::{Change, ClusterError};
 use crate::runtime::{ActorCtx, ActorRef};
+use karpenter_core::apis::condition_set::{
+    self, ConditionSet, NODECLAIM_DEPENDENTS, NODEPOOL_DEPENDENTS, ObjectFacts,
+};
+use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as cond, nodepool as pool_cond};
+use karpenter_core::apis::labels;
+use karpenter_core::apis::{NodeClaim, NodeClaimStatus, NodePoolStatus};
 
 /// What a step leaves for the next.
 pub(super) enum Step {
@@ -70,7 +70,7 @@ pub(super) fn status_facts(nodeclaim: &NodeClaim) -> ObjectFacts {
 pub(super) fn condition<'a>(
     nodeclaim: &'a NodeClaim,
     kind: &str,
-) -> Option<&'a crate::apis::conditions::Condition> {
+) -> Option<&'a karpenter_core::apis::conditions::Condition> {
     nodeclaim
         .status
         .as_ref()

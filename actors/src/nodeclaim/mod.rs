@@ -53,13 +53,13 @@ use tokio::time::Instant;
 
 pub use launch::{LaunchCache, LaunchState};
 
-use crate::apis::NodeClaim;
-use crate::apis::labels;
 use crate::deps::Deps;
 use crate::messages::{Cause, Reconcile};
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::cluster::ClusterError;
 use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervised};
+use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::labels;
 
 /// A node must register within this window after its launch (Karpenter's `registrationTTL`).
 pub const REGISTRATION_TTL: Duration = Duration::from_mins(15);

@@ -18,9 +18,9 @@ use k8s_openapi::api::core::v1::{Node, Taint as ApiTaint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 
-use crate::apis::NodeClaim;
-use crate::apis::labels;
-use crate::apis::taints::Taint;
+use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::labels;
+use karpenter_core::apis::taints::Taint;
 
 /// What looking up a NodeClaim's Node found.
 #[derive(Debug, Clone)]
@@ -142,9 +142,9 @@ fn merge_taint(taints: &mut Vec<ApiTaint>, taint: &Taint) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::taints::TaintEffect;
     use k8s_openapi::api::core::v1::NodeSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use karpenter_core::apis::taints::TaintEffect;
     use std::collections::BTreeMap;
 
     fn nodeclaim() -> NodeClaim {

@@ -20,13 +20,13 @@ use super::{
     INSTANCE_TERMINATION_POLL, LAUNCH_CHECK_INTERVAL, LaunchState, Next, NodeClaimActor,
     NodeClaimError, elapsed, events, exponential, has_finalizer, label, provider_id, soonest, uid,
 };
-use crate::apis::NodeClaim;
-use crate::apis::conditions::{ConditionStatus, nodeclaim as cond};
-use crate::apis::labels;
 use crate::metrics::FORCEFUL_TERMINATION;
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::cluster::{ClusterError, Deletion, Eviction};
 use crate::runtime::ActorCtx;
+use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as cond};
+use karpenter_core::apis::labels;
 
 /// Value of `node.kubernetes.io/exclude-from-external-load-balancers` while draining.
 const EXCLUDE_FROM_LOAD_BALANCERS_VALUE: &str = "karpenter";

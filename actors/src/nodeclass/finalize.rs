@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use crate::apis::EC2NodeClass;
-use crate::apis::labels::{AWS_GROUP, TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME, VERSION};
 use crate::ports::aws_error::AwsError;
 use crate::ports::cluster::{ClusterEvent, EventType};
 use crate::ports::ec2::{DescribeLaunchTemplatesRequest, Ec2Api, Filter, LaunchTemplateRef};
+use karpenter_core::apis::EC2NodeClass;
+use karpenter_core::apis::labels::{AWS_GROUP, TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME, VERSION};
 
 use super::metadata::EC2NODECLASS_KIND;
 

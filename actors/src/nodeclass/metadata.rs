@@ -8,12 +8,12 @@
 //!   the class's NodeClaims are re-stamped with the new version, and those not yet drifted with
 //!   the new hash, so a new hash encoding never drifts a node by itself.
 
-use crate::apis::conditions::nodeclaim::DRIFTED;
-use crate::apis::labels::{
+use karpenter_core::apis::conditions::nodeclaim::DRIFTED;
+use karpenter_core::apis::labels::{
     AWS_GROUP, EC2NODECLASS_HASH, EC2NODECLASS_HASH_VERSION, EC2NODECLASS_TERMINATION_FINALIZER,
 };
-use crate::apis::{EC2NodeClass, NodeClaim};
-use crate::domain::nodeclass_hash::{HASH_VERSION, nodeclass_hash};
+use karpenter_core::apis::{EC2NodeClass, NodeClaim};
+use karpenter_core::domain::nodeclass_hash::{HASH_VERSION, nodeclass_hash};
 
 /// The kind NodeClaims name in `spec.nodeClassRef`.
 pub const EC2NODECLASS_KIND: &str = "EC2NodeClass";
@@ -125,7 +125,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
 
-    use crate::apis::conditions::{Condition, ConditionStatus};
+    use karpenter_core::apis::conditions::{Condition, ConditionStatus};
 
     fn class() -> EC2NodeClass {
         serde_json::from_value(serde_json::json!({

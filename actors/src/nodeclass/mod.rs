@@ -63,11 +63,6 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
-use crate::apis::EC2NodeClass;
-use crate::apis::conditions::{READY, ec2nodeclass as types};
-use crate::apis::ec2nodeclass::AmiFamily;
-use crate::domain::nodeclass_hash::{HASH_VERSION, nodeclass_hash, resolved_ami_family};
-use crate::domain::userdata::ClusterInfo;
 use crate::messages::{Cause, Reconcile};
 use crate::ports::aws_error::AwsError;
 use crate::ports::clock::Clock;
@@ -82,6 +77,11 @@ use crate::providers::instance_profiles::{
 use crate::providers::security_groups::{SecurityGroupProvider, status_security_groups};
 use crate::providers::subnets::{SubnetProvider, status_subnets};
 use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervised};
+use karpenter_core::apis::EC2NodeClass;
+use karpenter_core::apis::conditions::{READY, ec2nodeclass as types};
+use karpenter_core::apis::ec2nodeclass::AmiFamily;
+use karpenter_core::domain::nodeclass_hash::{HASH_VERSION, nodeclass_hash, resolved_ami_family};
+use karpenter_core::domain::userdata::ClusterInfo;
 
 use self::status::{ConditionUpdate, StatusPlan};
 use self::validation::{UserDataCheck, Verdict};
@@ -605,7 +605,7 @@ impl NodeClassActor {
     fn preferred_launch(
         &self,
         class: &EC2NodeClass,
-        projected: &crate::apis::EC2NodeClassStatus,
+        projected: &karpenter_core::apis::EC2NodeClassStatus,
     ) -> Option<(String, String)> {
         let cloud = self.deps.cloud.as_ref()?;
         let mut resolved = class.clone();
@@ -624,7 +624,7 @@ impl NodeClassActor {
     async fn validate(
         &mut self,
         class: &EC2NodeClass,
-        projected: &crate::apis::EC2NodeClassStatus,
+        projected: &karpenter_core::apis::EC2NodeClassStatus,
         user_data: &UserDataCheck,
     ) -> Result<(Option<ConditionUpdate>, Option<Duration>), NodeClassError> {
         if let Some(update) = validation::dependencies_not_ready(&projected.conditions) {
@@ -724,7 +724,7 @@ impl NodeClassActor {
         if class.status.is_some() && next == current {
             return Ok(());
         }
-        let change = |status: &mut crate::apis::EC2NodeClassStatus| {
+        let change = |status: &mut karpenter_core::apis::EC2NodeClassStatus| {
             plan.apply(status, generation, now);
         };
         match self
@@ -744,7 +744,8 @@ impl NodeClassActor {
     /// Stamps the class's NodeClaims with our hash version (and hash, unless drifted).
     async fn restamp_nodeclaims(&self, class: &EC2NodeClass) -> Result<(), NodeClassError> {
         let hash = nodeclass_hash(&class.spec);
-        let change = |nodeclaim: &mut crate::apis::NodeClaim| metadata::restamp(nodeclaim, &hash);
+        let change =
+            |nodeclaim: &mut karpenter_core::apis::NodeClaim| metadata::restamp(nodeclaim, &hash);
         for nodeclaim in self.deps.view.nodeclaims() {
             if !metadata::uses_class(&nodeclaim, &self.name) || !metadata::needs_restamp(&nodeclaim)
             {

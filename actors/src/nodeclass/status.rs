@@ -11,8 +11,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::apis::conditions::{Condition, ConditionStatus, READY, ec2nodeclass as types};
-use crate::apis::ec2nodeclass::{Ami, EC2NodeClassStatus, SecurityGroup, Subnet};
+use karpenter_core::apis::conditions::{Condition, ConditionStatus, READY, ec2nodeclass as types};
+use karpenter_core::apis::ec2nodeclass::{Ami, EC2NodeClassStatus, SecurityGroup, Subnet};
 
 /// The reason of a condition nobody reconciled yet (operatorpkg's initial value).
 pub const REASON_AWAITING_RECONCILIATION: &str = "AwaitingReconciliation";

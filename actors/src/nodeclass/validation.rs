@@ -24,23 +24,25 @@ use std::collections::BTreeMap;
 use std::hash::{Hash as _, Hasher as _};
 use std::time::Duration;
 
-use crate::apis::conditions::{Condition, ConditionStatus, ec2nodeclass as types};
-use crate::apis::ec2nodeclass::{Ami, BlockDeviceMapping, EC2NodeClassSpec, EC2NodeClassStatus};
-use crate::apis::labels::{
-    ARCH, ARCH_AMD64, ARCH_ARM64, CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, NODEPOOL,
-    TAG_CLUSTER_PREFIX, TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME,
-};
-use crate::apis::requirements::Operator;
-use crate::apis::validation::ec2nodeclass_violations;
-use crate::domain::amifamily::{Variant, default_block_device_mappings};
-use crate::domain::nodeclass_hash::resolved_ami_family;
-use crate::domain::requirements::{AllowUndefined, Requirement, Requirements};
-use crate::domain::userdata::{self, ClusterInfo, UserData, UserDataError, UserDataInput};
 use crate::ports::aws_error::{AwsError, AwsErrorClass};
 use crate::ports::ec2::{
     CreateFleetRequest, CreateLaunchTemplateRequest, Ec2Api, Ec2CapacityType,
     FleetLaunchTemplateConfig, FleetOverride, LaunchTemplateData, RunInstancesRequest, Tags,
 };
+use karpenter_core::apis::conditions::{Condition, ConditionStatus, ec2nodeclass as types};
+use karpenter_core::apis::ec2nodeclass::{
+    Ami, BlockDeviceMapping, EC2NodeClassSpec, EC2NodeClassStatus,
+};
+use karpenter_core::apis::labels::{
+    ARCH, ARCH_AMD64, ARCH_ARM64, CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, NODEPOOL,
+    TAG_CLUSTER_PREFIX, TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME,
+};
+use karpenter_core::apis::requirements::Operator;
+use karpenter_core::apis::validation::ec2nodeclass_violations;
+use karpenter_core::domain::amifamily::{Variant, default_block_device_mappings};
+use karpenter_core::domain::nodeclass_hash::resolved_ami_family;
+use karpenter_core::domain::requirements::{AllowUndefined, Requirement, Requirements};
+use karpenter_core::domain::userdata::{self, ClusterInfo, UserData, UserDataError, UserDataInput};
 
 use super::status::{ConditionUpdate, status_of};
 use crate::providers::ami_mapping;
@@ -186,7 +188,10 @@ pub fn validation_launch(amis: &[Ami]) -> Option<(&'static str, &Ami)> {
             }
         }
         requirements.add(Requirement::in_values(ARCH, &[arch]));
-        for key in [crate::apis::labels::OS, crate::apis::labels::WINDOWS_BUILD] {
+        for key in [
+            karpenter_core::apis::labels::OS,
+            karpenter_core::apis::labels::WINDOWS_BUILD,
+        ] {
             requirements.add(Requirement::exists(key));
         }
         requirements
@@ -393,9 +398,9 @@ fn launch_data(input: &DryRunInput<'_>) -> LaunchTemplateData {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::ec2nodeclass::AmiRequirement;
-    use crate::apis::labels::{INSTANCE_GPU_COUNT, OS, OS_WINDOWS};
-    use crate::domain::amifamily::requirement;
+    use karpenter_core::apis::ec2nodeclass::AmiRequirement;
+    use karpenter_core::apis::labels::{INSTANCE_GPU_COUNT, OS, OS_WINDOWS};
+    use karpenter_core::domain::amifamily::requirement;
 
     fn ami(id: &str, requirements: Vec<AmiRequirement>) -> Ami {
         Ami {
@@ -479,7 +484,7 @@ mod tests {
     fn volume_sizes_convert_as_karpenter_does() {
         let mapping = BlockDeviceMapping {
             device_name: Some("/dev/xvda".into()),
-            ebs: Some(crate::domain::amifamily::default_ebs("20Gi")),
+            ebs: Some(karpenter_core::domain::amifamily::default_ebs("20Gi")),
             root_volume: None,
         };
         let device = block_devices("c", std::slice::from_ref(&mapping))
@@ -487,7 +492,7 @@ mod tests {
             .remove(0);
         assert_eq!(device.volume_size_gib, Some(20));
         let odd = BlockDeviceMapping {
-            ebs: Some(crate::domain::amifamily::default_ebs("100G")),
+            ebs: Some(karpenter_core::domain::amifamily::default_ebs("100G")),
             ..mapping
         };
         // 100 GB is 93.13 GiB, rounded up.

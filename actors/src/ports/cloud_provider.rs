@@ -3,7 +3,7 @@
 //!
 //! The AWS implementation is built from the providers in `crate::providers` over the narrow ports;
 //! kwok's is the same code over `crate::kwok`. Instance types are the scheduler's domain model
-//! ([`crate::domain::instance_type::InstanceType`]), so the provisioner hands them straight to
+//! ([`karpenter_core::domain::instance_type::InstanceType`]), so the provisioner hands them straight to
 //! the solver. [`fake::FakeCloudProvider`] is the recording in-memory one for actor tests.
 
 pub mod fake;
@@ -14,10 +14,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::aws_error::AwsError;
-use crate::apis::EC2NodeClass;
-use crate::apis::nodeclaim::NodeClaim;
-use crate::apis::nodepool::NodePool;
-use crate::domain::instance_type::InstanceType;
+use karpenter_core::apis::EC2NodeClass;
+use karpenter_core::apis::nodeclaim::NodeClaim;
+use karpenter_core::apis::nodepool::NodePool;
+use karpenter_core::domain::instance_type::InstanceType;
 
 /// Why a NodeClaim's instance no longer matches its `NodeClass` (provider part of drift).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -21,7 +21,7 @@ use std::fmt;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Taint};
 
-use crate::apis::{
+use karpenter_core::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
 };
 

@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 
 use super::aws_error::AwsError;
+pub use karpenter_core::domain::interruption::setup::{RuleInfo, TargetInfo};
 
 /// One event to publish; `detail` is a JSON object as text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,24 +13,6 @@ pub struct EventEntry {
     pub detail_type: String,
     pub detail: String,
     pub resources: Vec<String>,
-}
-
-/// A rule as it exists on the default bus.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuleInfo {
-    pub name: String,
-    pub arn: String,
-    /// The pattern as JSON text.
-    pub event_pattern: String,
-    /// `ENABLED` or `DISABLED`.
-    pub state: String,
-}
-
-/// A target of a rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TargetInfo {
-    pub id: String,
-    pub arn: String,
 }
 
 #[async_trait]

@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 
-use crate::apis::ec2nodeclass::Ami;
-use crate::domain::amifamily::Variant;
-use crate::domain::instance_type::InstanceType;
-use crate::domain::requirements::{AllowUndefined, RequirementError, Requirements};
+use karpenter_core::apis::ec2nodeclass::Ami;
+use karpenter_core::domain::amifamily::Variant;
+use karpenter_core::domain::instance_type::InstanceType;
+use karpenter_core::domain::requirements::{AllowUndefined, RequirementError, Requirements};
 
 /// An AMI whose status requirements cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -113,11 +113,11 @@ pub fn is_standard_variant(requirements: &Requirements) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::ec2nodeclass::AmiRequirement;
-    use crate::apis::labels::{ARCH, INSTANCE_GPU_COUNT, INSTANCE_TYPE};
-    use crate::domain::instance_type::Overhead;
-    use crate::domain::requirements::Requirement;
-    use crate::domain::resources::Resources;
+    use karpenter_core::apis::ec2nodeclass::AmiRequirement;
+    use karpenter_core::apis::labels::{ARCH, INSTANCE_GPU_COUNT, INSTANCE_TYPE};
+    use karpenter_core::domain::instance_type::Overhead;
+    use karpenter_core::domain::requirements::Requirement;
+    use karpenter_core::domain::resources::Resources;
 
     fn it(name: &str, arch: &str, gpus: Option<&str>) -> Arc<InstanceType> {
         let gpu = match gpus {

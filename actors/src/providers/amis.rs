@@ -5,7 +5,7 @@
 //! Data flow for [`AmiProvider::list`]:
 //!
 //! - an **alias** (`al2023@latest`) names the public SSM parameters of its family for the
-//!   cluster's Kubernetes version ([`crate::domain::amifamily::alias_parameters`]); each is read
+//!   cluster's Kubernetes version ([`karpenter_core::domain::amifamily::alias_parameters`]); each is read
 //!   with `GetParameter` through [`SsmParameters`] (cached 24 h), missing ones are skipped (a
 //!   variant not built for that version), and the image ids found become one `DescribeImages`
 //!   query that knows which variant (standard, nvidia, neuron) each image is;
@@ -13,7 +13,7 @@
 //!   `amazon`), by owner, by tags, or by a **custom SSM parameter** (cached 5 minutes) holding
 //!   an image id;
 //! - every query asks for available images, deprecated ones included, and its answer is cached
-//!   for a minute; [`crate::domain::amifamily::select_amis`] then keeps the newest
+//!   for a minute; [`karpenter_core::domain::amifamily::select_amis`] then keeps the newest
 //!   non-deprecated image per architecture and variant.
 //!
 //! A `latest` alias parameter whose image has become deprecated is evicted at once, so the next
@@ -28,13 +28,13 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::selector::tag_filters;
 use super::ttl_cache::TtlCache;
-use crate::apis::ec2nodeclass::{Ami, AmiSelectorTerm};
-use crate::domain::amifamily::{
-    Alias, AliasError, AliasParameter, ImageCandidate, QueryImages, known_requirements, select_amis,
-};
 use crate::ports::aws_error::AwsError;
 use crate::ports::ec2::{DescribeImagesRequest, Ec2Api, Filter, Image};
 use crate::ports::ssm::SsmApi;
+use karpenter_core::apis::ec2nodeclass::{Ami, AmiSelectorTerm};
+use karpenter_core::domain::amifamily::{
+    Alias, AliasError, AliasParameter, ImageCandidate, QueryImages, known_requirements, select_amis,
+};
 
 /// How long a public (EKS, Bottlerocket, Windows) SSM parameter is trusted (Karpenter: 24 h).
 pub const SSM_PUBLIC_PARAMETER_TTL: Duration = Duration::from_hours(24);
@@ -156,7 +156,8 @@ impl AmiError {
 pub struct ImageQuery {
     pub owners: Vec<String>,
     pub filters: Vec<Filter>,
-    pub known_requirements: BTreeMap<String, Vec<Vec<crate::apis::ec2nodeclass::AmiRequirement>>>,
+    pub known_requirements:
+        BTreeMap<String, Vec<Vec<karpenter_core::apis::ec2nodeclass::AmiRequirement>>>,
 }
 
 impl ImageQuery {
@@ -398,7 +399,7 @@ fn candidate(image: &Image) -> ImageCandidate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::ec2nodeclass::SelectorTags;
+    use karpenter_core::apis::ec2nodeclass::SelectorTags;
 
     #[test]
     fn a_name_term_searches_self_and_amazon_unless_it_names_an_owner() {

@@ -15,10 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::ttl_cache::TtlCache;
-use crate::apis::labels::{REGION, TAG_CLUSTER_PREFIX, TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME};
 use crate::ports::aws_error::AwsError;
 use crate::ports::ec2::Tags;
 use crate::ports::iam::{IamApi, InstanceProfile};
+use karpenter_core::apis::labels::{
+    REGION, TAG_CLUSTER_PREFIX, TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME,
+};
 
 /// How long a profile read or written is trusted (Karpenter's instance-profile cache TTL).
 pub const INSTANCE_PROFILE_CACHE_TTL: Duration = Duration::from_mins(15);

@@ -27,12 +27,12 @@ use super::instance_types::{
 };
 use super::pricing::PricingProvider;
 use super::unavailable::UnavailableOfferings;
-use crate::apis::EC2NodeClass;
-use crate::apis::labels;
-use crate::domain::instance_type::{InstanceType, Offering};
-use crate::domain::requirements::Requirements;
 use crate::ports::aws_error::AwsError;
 use crate::ports::ec2::{Ec2Api, Filter, InstanceTypeInfo};
+use karpenter_core::apis::EC2NodeClass;
+use karpenter_core::apis::labels;
+use karpenter_core::domain::instance_type::{InstanceType, Offering};
+use karpenter_core::domain::requirements::Requirements;
 
 /// The catalogue as last fetched.
 #[derive(Debug, Default)]

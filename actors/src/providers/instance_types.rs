@@ -1,5 +1,5 @@
 //! Instance types resolved from EC2's `InstanceTypeInfo` into the scheduler's model
-//! ([`crate::domain::instance_type::InstanceType`]): the well-known labels of reference 1.4 as
+//! ([`karpenter_core::domain::instance_type::InstanceType`]): the well-known labels of reference 1.4 as
 //! requirements, capacity, overhead and allocatable, for the parts of an `EC2NodeClass` that
 //! change them (AMI family, kubelet settings, block device mappings, instance-store policy).
 //!
@@ -7,7 +7,7 @@
 //! ([`crate::providers::instance_type_provider`]) memoises the resolved catalogue per `NodeClass`
 //! configuration and attaches offerings (zone, capacity type, price, availability).
 //!
-//! Units are the domain's ([`crate::domain::resources`]): cpu in millicores, memory and storage
+//! Units are the domain's ([`karpenter_core::domain::resources`]): cpu in millicores, memory and storage
 //! in bytes, pods and devices as whole units. Label keys and values are interned through a
 //! [`LabelInterner`], so the 1,400 types of a region share one copy of each distinct string
 //! (`linux`, `nitro`, zone names, ...).
@@ -16,15 +16,15 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use crate::apis::ec2nodeclass::{
+use crate::ports::ec2::InstanceTypeInfo;
+use karpenter_core::apis::ec2nodeclass::{
     AmiFamily, BlockDeviceMapping, EC2NodeClassSpec, InstanceStorePolicy, KubeletConfiguration,
 };
-use crate::apis::labels;
-use crate::domain::amifamily::{self, FeatureFlags, NON_ENI_LIMITED_MAX_PODS};
-use crate::domain::instance_type::{InstanceType, Overhead};
-use crate::domain::requirements::{Requirement, Requirements};
-use crate::domain::resources::{self, QuantityError, Resources};
-use crate::ports::ec2::InstanceTypeInfo;
+use karpenter_core::apis::labels;
+use karpenter_core::domain::amifamily::{self, FeatureFlags, NON_ENI_LIMITED_MAX_PODS};
+use karpenter_core::domain::instance_type::{InstanceType, Overhead};
+use karpenter_core::domain::requirements::{Requirement, Requirements};
+use karpenter_core::domain::resources::{self, QuantityError, Resources};
 
 // ---- constants ---------------------------------------------------------------------------------
 
@@ -680,8 +680,8 @@ fn eviction_threshold(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::resources::{CPU, MEMORY};
     use crate::ports::ec2::{Gpu, InstanceStorage, NeuronDevice};
+    use karpenter_core::domain::resources::{CPU, MEMORY};
 
     fn m5_large() -> InstanceTypeInfo {
         InstanceTypeInfo {
@@ -850,7 +850,7 @@ mod tests {
         let root = NodeClassSettings {
             block_device_mappings: vec![BlockDeviceMapping {
                 device_name: Some("/dev/xvdb".into()),
-                ebs: Some(crate::apis::ec2nodeclass::BlockDevice {
+                ebs: Some(karpenter_core::apis::ec2nodeclass::BlockDevice {
                     volume_size: Some("100Gi".into()),
                     ..Default::default()
                 }),

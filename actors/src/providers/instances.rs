@@ -28,14 +28,14 @@ use super::batcher::{
 };
 use super::instance_types::CapacityType;
 use super::unavailable::UnavailableOfferings;
-use crate::apis::labels;
-use crate::domain::instance_type::InstanceType;
-use crate::domain::requirements::{Requirement, Requirements};
 use crate::ports::aws_error::{AwsError, AwsErrorClass, AwsService};
 use crate::ports::ec2::{
     CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, Ec2Api, Ec2CapacityType,
     Filter, FleetLaunchTemplateConfig, FleetOverride, Instance, InstanceState, Tags,
 };
+use karpenter_core::apis::labels;
+use karpenter_core::domain::instance_type::InstanceType;
+use karpenter_core::domain::requirements::{Requirement, Requirements};
 
 /// Spot launches favour pools with spare capacity among the cheap ones.
 pub const SPOT_ALLOCATION_STRATEGY: &str = "price-capacity-optimized";

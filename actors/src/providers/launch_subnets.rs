@@ -17,12 +17,12 @@ use tokio::time::Instant;
 
 use super::instance_types::CapacityType;
 use super::instances::with_capacity_type;
-use crate::apis::EC2NodeClass;
-use crate::apis::labels;
-use crate::domain::instance_type::InstanceType;
-use crate::domain::requirements::{Requirement, Requirements};
 use crate::ports::aws_error::AwsError;
 use crate::ports::ec2::{Ec2Api, Filter, Subnet};
+use karpenter_core::apis::EC2NodeClass;
+use karpenter_core::apis::labels;
+use karpenter_core::domain::instance_type::InstanceType;
+use karpenter_core::domain::requirements::{Requirement, Requirements};
 
 /// How long a subnet's free-address count is trusted (Karpenter's `AvailableIPAddressTTL`).
 pub const AVAILABLE_IP_ADDRESS_TTL: Duration = Duration::from_mins(5);
@@ -206,10 +206,10 @@ impl LaunchSubnets {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::ec2nodeclass::{EC2NodeClassStatus, Subnet as StatusSubnet};
-    use crate::domain::instance_type::{Offering, Overhead};
     use crate::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
     use crate::ports::clock::SystemClock;
+    use karpenter_core::apis::ec2nodeclass::{EC2NodeClassStatus, Subnet as StatusSubnet};
+    use karpenter_core::domain::instance_type::{Offering, Overhead};
 
     fn subnet(id: &str, zone: &str, free: u32) -> Subnet {
         Subnet {
@@ -252,7 +252,7 @@ mod tests {
                     name,
                     Requirements::new(),
                     vec![Offering::new("z1", "on-demand", 0.1)],
-                    crate::domain::resources::Resources::core(1000, 1 << 30, pods),
+                    karpenter_core::domain::resources::Resources::core(1000, 1 << 30, pods),
                     Overhead::default(),
                 ))
             })

@@ -5,7 +5,7 @@
 //! Data flow: for a launch, [`resolve`] (pure) groups the candidate instance types by the AMI
 //! they map to, their max pods and (when EFA is requested) their EFA count, as Karpenter's AMI
 //! resolver does, and builds each group's `CreateLaunchTemplate` request: AMI, user data from
-//! [`crate::domain::userdata::render`] (labels from [`crate::domain::userdata::launch_labels`],
+//! [`karpenter_core::domain::userdata::render`] (labels from [`karpenter_core::domain::userdata::launch_labels`],
 //! the NodeClaim's taints and startup taints), block devices with every EBS field (the family's
 //! defaults when the class has none), metadata options, security groups, instance profile,
 //! monitoring, network interfaces for EFA, a public IP or IPv6, and tags for the template, its
@@ -25,23 +25,23 @@ use tokio::time::Instant;
 
 use super::ami_mapping::{AmiRequirementsError, map_to_instance_types};
 use super::instance_types::{CapacityType, ami_family};
-use crate::apis::EC2NodeClass;
-use crate::apis::ec2nodeclass::{
-    BlockDeviceMapping, HttpTokens, MetadataOptions, Toggle, VolumeType,
-};
-use crate::apis::labels;
-use crate::apis::nodeclaim::NodeClaim;
-use crate::apis::requirements::Requirement as ApiRequirement;
-use crate::domain::amifamily;
-use crate::domain::instance_type::InstanceType;
-use crate::domain::resources;
-use crate::domain::userdata::{self, ClusterInfo, UserDataError, UserDataInput};
 use crate::ports::aws_error::{AwsError, AwsErrorClass};
 use crate::ports::ec2::{
     CreateLaunchTemplateRequest, DescribeLaunchTemplatesRequest, Ec2Api, Filter, LaunchBlockDevice,
     LaunchMetadataOptions, LaunchNetworkInterface, LaunchTemplate, LaunchTemplateData,
     LaunchTemplateRef, Tags,
 };
+use karpenter_core::apis::EC2NodeClass;
+use karpenter_core::apis::ec2nodeclass::{
+    BlockDeviceMapping, HttpTokens, MetadataOptions, Toggle, VolumeType,
+};
+use karpenter_core::apis::labels;
+use karpenter_core::apis::nodeclaim::NodeClaim;
+use karpenter_core::apis::requirements::Requirement as ApiRequirement;
+use karpenter_core::domain::amifamily;
+use karpenter_core::domain::instance_type::InstanceType;
+use karpenter_core::domain::resources;
+use karpenter_core::domain::userdata::{self, ClusterInfo, UserDataError, UserDataInput};
 
 /// Prefix of every launch template Karpenter creates.
 pub const LAUNCH_TEMPLATE_NAME_PREFIX: &str = "karpenter.k8s.aws";
@@ -342,7 +342,7 @@ struct Common {
     security_groups: Vec<String>,
     instance_profile: String,
     labels: std::collections::BTreeMap<String, String>,
-    taints: Vec<crate::apis::taints::Taint>,
+    taints: Vec<karpenter_core::apis::taints::Taint>,
     block_device_mappings: Vec<LaunchBlockDevice>,
 }
 
@@ -738,10 +738,12 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
-    use crate::apis::ec2nodeclass::{Ami, AmiRequirement, EC2NodeClassStatus, SecurityGroup};
-    use crate::domain::instance_type::Overhead;
-    use crate::domain::requirements::{Requirement, Requirements};
-    use crate::domain::resources::Resources;
+    use karpenter_core::apis::ec2nodeclass::{
+        Ami, AmiRequirement, EC2NodeClassStatus, SecurityGroup,
+    };
+    use karpenter_core::domain::instance_type::Overhead;
+    use karpenter_core::domain::requirements::{Requirement, Requirements};
+    use karpenter_core::domain::resources::Resources;
 
     fn it(name: &str, arch: &str, pods: i64, efa: i64) -> Arc<InstanceType> {
         let mut capacity = Resources::core(2000, 8 << 30, pods);

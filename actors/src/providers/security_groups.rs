@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use super::selector::tag_filters;
 use super::ttl_cache::TtlCache;
-use crate::apis::ec2nodeclass::{self, SecurityGroupSelectorTerm};
 use crate::ports::aws_error::AwsError;
 use crate::ports::ec2::{Ec2Api, Filter, SecurityGroup};
+use karpenter_core::apis::ec2nodeclass::{self, SecurityGroupSelectorTerm};
 
 /// How long a selector's answer is reused (Karpenter's security-group cache TTL).
 pub const SECURITY_GROUP_CACHE_TTL: Duration = Duration::from_mins(1);
@@ -104,7 +104,7 @@ pub fn status_security_groups(groups: &[SecurityGroup]) -> Vec<ec2nodeclass::Sec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::ec2nodeclass::SelectorTags;
+    use karpenter_core::apis::ec2nodeclass::SelectorTags;
 
     #[test]
     fn ids_names_and_tags_become_separate_filter_sets() {

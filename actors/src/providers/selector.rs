@@ -2,8 +2,8 @@
 //! providers: a tag whose value is `*` matches any value (`tag-key`), any other value matches
 //! exactly (`tag:<key>`).
 
-use crate::apis::ec2nodeclass::SelectorTags;
 use crate::ports::ec2::Filter;
+use karpenter_core::apis::ec2nodeclass::SelectorTags;
 
 /// The value that matches any value of a tag.
 pub const ANY_VALUE: &str = "*";

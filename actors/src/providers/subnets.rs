@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use super::selector::tag_filters;
 use super::ttl_cache::TtlCache;
-use crate::apis::ec2nodeclass::{self, SubnetSelectorTerm};
 use crate::ports::aws_error::AwsError;
 use crate::ports::ec2::{Ec2Api, Filter, Subnet};
+use karpenter_core::apis::ec2nodeclass::{self, SubnetSelectorTerm};
 
 /// How long a selector's answer is reused (Karpenter's subnet cache TTL).
 pub const SUBNET_CACHE_TTL: Duration = Duration::from_mins(1);
@@ -105,7 +105,7 @@ pub fn status_subnets(subnets: &[Subnet]) -> Vec<ec2nodeclass::Subnet> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::ec2nodeclass::SelectorTags;
+    use karpenter_core::apis::ec2nodeclass::SelectorTags;
 
     fn tags(pairs: &[(&str, &str)]) -> SelectorTags {
         SelectorTags(

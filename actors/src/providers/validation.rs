@@ -19,11 +19,11 @@ use super::ami_mapping::{
     AmiRequirementsError, is_standard_variant, map_to_instance_types, parsed_amis,
 };
 use super::instance_types::ami_family;
-use crate::apis::EC2NodeClass;
-use crate::apis::nodepool::NodePool;
-use crate::apis::requirements::Requirement as ApiRequirement;
-use crate::domain::instance_type::InstanceType;
-use crate::domain::requirements::Requirements;
+use karpenter_core::apis::EC2NodeClass;
+use karpenter_core::apis::nodepool::NodePool;
+use karpenter_core::apis::requirements::Requirement as ApiRequirement;
+use karpenter_core::domain::instance_type::InstanceType;
+use karpenter_core::domain::requirements::Requirements;
 
 /// The types validation falls back to: one `x86_64` and one arm64, so some AMI matches.
 pub const FALLBACK_INSTANCE_TYPES: [&str; 2] = ["m5.large", "m6g.large"];
@@ -113,14 +113,14 @@ pub fn validation_instance_types(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::ec2nodeclass::Ami;
-    use crate::apis::ec2nodeclass::{
+    use karpenter_core::apis::ec2nodeclass::Ami;
+    use karpenter_core::apis::ec2nodeclass::{
         AmiFamily, AmiRequirement, EC2NodeClassSpec, EC2NodeClassStatus,
     };
-    use crate::apis::labels::{ARCH, INSTANCE_GPU_COUNT, INSTANCE_TYPE};
-    use crate::domain::instance_type::Overhead;
-    use crate::domain::requirements::Requirement;
-    use crate::domain::resources::Resources;
+    use karpenter_core::apis::labels::{ARCH, INSTANCE_GPU_COUNT, INSTANCE_TYPE};
+    use karpenter_core::domain::instance_type::Overhead;
+    use karpenter_core::domain::requirements::Requirement;
+    use karpenter_core::domain::resources::Resources;
 
     fn it(name: &str, arch: &str, gpu: bool) -> Arc<InstanceType> {
         Arc::new(InstanceType::new(

@@ -28,19 +28,19 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::apis::conditions::{ConditionStatus, nodeclaim as claim_conditions};
-use crate::apis::labels;
-use crate::apis::nodeclaim::NodeClaim;
-use crate::apis::nodepool::NodePool;
-use crate::apis::taints::{Taint, TaintEffect};
-use crate::domain::instance_type::InstanceType;
-use crate::domain::limits;
-use crate::domain::resources::{Resources, pod_requests};
-use crate::domain::scheduling::{
+use crate::ports::cluster_view::ClusterView;
+use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as claim_conditions};
+use karpenter_core::apis::labels;
+use karpenter_core::apis::nodeclaim::NodeClaim;
+use karpenter_core::apis::nodepool::NodePool;
+use karpenter_core::apis::taints::{Taint, TaintEffect};
+use karpenter_core::domain::instance_type::InstanceType;
+use karpenter_core::domain::limits;
+use karpenter_core::domain::resources::{Resources, pod_requests};
+use karpenter_core::domain::scheduling::{
     BoundPod, ExistingNode, NodePoolInput, SchedulingPod, Snapshot, daemon_requests_for_node,
     scheduling_taints, taints_from_api,
 };
-use crate::ports::cluster_view::ClusterView;
 
 use super::explain::PoolVerdict;
 

@@ -12,14 +12,14 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::apis::labels;
-use crate::apis::nodeclaim::{NodeClaim, NodeClaimSpec, ResourceRequirements};
-use crate::apis::nodepool::NodePool;
-use crate::domain::instance_type::{InstanceType, satisfies_min_values};
-use crate::domain::requirements::{Requirement, Requirements};
-use crate::domain::resources::{ResourceLimits, Resources};
-use crate::domain::scheduling::NewNodeClaim;
-use crate::domain::scheduling::workload::Rng;
+use karpenter_core::apis::labels;
+use karpenter_core::apis::nodeclaim::{NodeClaim, NodeClaimSpec, ResourceRequirements};
+use karpenter_core::apis::nodepool::NodePool;
+use karpenter_core::domain::instance_type::{InstanceType, satisfies_min_values};
+use karpenter_core::domain::requirements::{Requirement, Requirements};
+use karpenter_core::domain::resources::{ResourceLimits, Resources};
+use karpenter_core::domain::scheduling::NewNodeClaim;
+use karpenter_core::domain::scheduling::workload::Rng;
 
 /// The characters the API server's `generateName` draws from (apimachinery's `rand.String`:
 /// lowercase alphanumerics without vowels and look-alikes, so names spell no words).
@@ -181,8 +181,8 @@ pub(super) fn nodeclaim_object(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::resources::{CPU, NODES};
-    use crate::domain::scheduling::workload::fake_instance_type;
+    use karpenter_core::domain::resources::{CPU, NODES};
+    use karpenter_core::domain::scheduling::workload::fake_instance_type;
 
     const GI: i64 = 1 << 30;
 

@@ -42,12 +42,12 @@ use karpenter_config::Settings;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::domain::scheduling::{Options, Plan, Snapshot};
 use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::CloudProvider;
 use crate::ports::cluster::ClusterApi;
 use crate::ports::cluster_view::ClusterView;
 use crate::runtime::{ActorCtx, ActorError, Handles, Mail, Supervised};
+use karpenter_core::domain::scheduling::{Options, Plan, Snapshot};
 
 pub use build::{NotProvisionable, is_disrupted, provisionable};
 pub use events::{FAILED_SCHEDULING, MAX_EVENTS_PER_RUN, NO_COMPATIBLE_INSTANCE_TYPES, NOMINATED};
@@ -75,7 +75,7 @@ const ACK_TTL: Duration = Duration::from_mins(10);
 /// How long a run task waits for room in the actor's mailbox to report back.
 const REPORT_TIMEOUT: Duration = Duration::from_mins(1);
 
-/// The scheduler the runs call; [`crate::domain::scheduling::solve`] in production. Tests may
+/// The scheduler the runs call; [`karpenter_core::domain::scheduling::solve`] in production. Tests may
 /// substitute one that blocks, to show the actor keeps answering while a solve runs.
 pub type SolveFn = Arc<dyn Fn(&Snapshot, &Options) -> Plan + Send + Sync>;
 
@@ -142,7 +142,7 @@ impl ProvisionerDeps {
             view: ports.view,
             cloud: ports.cloud,
             metrics,
-            solver: Arc::new(crate::domain::scheduling::solve),
+            solver: Arc::new(karpenter_core::domain::scheduling::solve),
             inline: false,
             shared: Arc::new(Shared {
                 running: AtomicBool::new(false),

@@ -12,15 +12,15 @@ use serde::Serialize;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::apis::conditions::{ConditionStatus, READY};
-use crate::apis::labels;
-use crate::apis::nodepool::NodePool;
-use crate::domain::instance_type::{InstanceType, MAX_INSTANCE_TYPES};
-use crate::domain::limits;
-use crate::domain::requirements::Requirements;
-use crate::domain::resources::{ResourceLimits, Resources};
-use crate::domain::scheduling::{NewNodeClaim, Options, Plan, ReservedOfferingMode};
 use crate::ports::cluster::{ClusterApi, ClusterError, ClusterEvent};
+use karpenter_core::apis::conditions::{ConditionStatus, READY};
+use karpenter_core::apis::labels;
+use karpenter_core::apis::nodepool::NodePool;
+use karpenter_core::domain::instance_type::{InstanceType, MAX_INSTANCE_TYPES};
+use karpenter_core::domain::limits;
+use karpenter_core::domain::requirements::Requirements;
+use karpenter_core::domain::resources::{ResourceLimits, Resources};
+use karpenter_core::domain::scheduling::{NewNodeClaim, Options, Plan, ReservedOfferingMode};
 
 use super::build::{self, Built, PodRef, UsablePool};
 use super::events::{self, MAX_EVENTS_PER_RUN};

@@ -21,10 +21,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodePool};
 use karpenter_actors::daemon::{Daemon, StartOptions};
 use karpenter_actors::deps::{AwsPorts, Deps};
-use karpenter_actors::domain::userdata::ClusterInfo;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::kwok::eventbridge::KwokEventBridge;
 use karpenter_actors::kwok::iam::KwokIam;
@@ -39,6 +37,8 @@ use karpenter_actors::ports::cluster::{ClusterApi, FakeClusterApi, MirroredClust
 use karpenter_actors::ports::cluster_view::MemoryClusterView;
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use karpenter_actors::runtime::{ActorKit, FaultPlan, GroupSpec, KitOptions, RootGroup};
+use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::domain::userdata::ClusterInfo;
 use kube::Resource;
 use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
@@ -354,7 +354,7 @@ impl Harness {
         }
         let node_taints = node.spec.as_mut().unwrap().taints.get_or_insert_default();
         node_taints.push(taint(
-            karpenter_actors::apis::labels::UNREGISTERED_TAINT,
+            karpenter_core::apis::labels::UNREGISTERED_TAINT,
             "NoExecute",
         ));
         for (key, effect) in taints {
@@ -574,7 +574,7 @@ impl PodSpecBuilder {
                 }),
                 annotations: self.do_not_disrupt.then(|| {
                     BTreeMap::from([(
-                        karpenter_actors::apis::labels::DO_NOT_DISRUPT.to_owned(),
+                        karpenter_core::apis::labels::DO_NOT_DISRUPT.to_owned(),
                         "true".to_owned(),
                     )])
                 }),

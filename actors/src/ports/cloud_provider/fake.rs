@@ -15,14 +15,14 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::{AWS_REPAIR_POLICIES, CloudProvider, CloudProviderError, DriftReason, RepairPolicy};
-use crate::apis::labels;
-use crate::apis::nodeclaim::NodeClaimStatus;
-use crate::apis::nodeclaim::{NodeClaim, NodeClaimSpec, NodeClassReference};
-use crate::apis::nodepool::NodePool;
-use crate::apis::requirements::Operator;
-use crate::domain::instance_type::InstanceType;
 use crate::ports::clock::Clock;
 use crate::ports::failures::FailureRules;
+use karpenter_core::apis::labels;
+use karpenter_core::apis::nodeclaim::NodeClaimStatus;
+use karpenter_core::apis::nodeclaim::{NodeClaim, NodeClaimSpec, NodeClassReference};
+use karpenter_core::apis::nodepool::NodePool;
+use karpenter_core::apis::requirements::Operator;
+use karpenter_core::domain::instance_type::InstanceType;
 
 /// The zone fake instances run in.
 pub const FAKE_ZONE: &str = "us-west-2a";
@@ -142,7 +142,7 @@ fn pinned(nodeclaim: &NodeClaim, key: &str) -> Option<String> {
         .spec
         .requirements
         .iter()
-        .map(crate::apis::requirements::NodeClaimRequirement::as_requirement)
+        .map(karpenter_core::apis::requirements::NodeClaimRequirement::as_requirement)
         .find(|r| r.key == key && r.operator == Operator::In && r.values.len() == 1)
         .and_then(|r| r.values.first().cloned())
 }
@@ -266,10 +266,10 @@ impl FakeCloudProvider {
                 taints: Vec::new(),
                 startup_taints: Vec::new(),
                 requirements: Vec::new(),
-                resources: crate::apis::nodeclaim::ResourceRequirements::default(),
+                resources: karpenter_core::apis::nodeclaim::ResourceRequirements::default(),
                 node_class_ref: NodeClassReference::ec2("default"),
                 termination_grace_period: None,
-                expire_after: crate::apis::nodeclaim::default_expire_after(),
+                expire_after: karpenter_core::apis::nodeclaim::default_expire_after(),
             },
         );
         let mut instance = Self::instance(&template, id, launched);

@@ -15,10 +15,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 
 use super::{Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, ObjectKind};
-use crate::apis::{
+use crate::ports::failures::FailureRules;
+use karpenter_core::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
 };
-use crate::ports::failures::FailureRules;
 
 /// A call made to the fake, with the identifiers it named.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,12 +14,12 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Node;
 
 use super::{Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, FakeClusterApi};
-use crate::apis::{
-    EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
-};
 use crate::messages::ClusterChange;
 use crate::ports::clock::Clock;
 use crate::ports::cluster_view::{ClusterView as _, MemoryClusterView};
+use karpenter_core::apis::{
+    EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
+};
 
 type ChangeHook = Arc<dyn Fn(ClusterChange) + Send + Sync>;
 

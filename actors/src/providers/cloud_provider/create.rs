@@ -6,14 +6,6 @@ use std::sync::Arc;
 use super::filter::{LaunchCandidates, launch_candidates};
 use super::hydrate::{InstanceFacts, hydrate};
 use super::{AwsCloudProvider, readiness};
-use crate::apis::conditions::{ConditionStatus, nodeclaim as reasons};
-use crate::apis::ec2nodeclass::RESTRICTED_TAGS;
-use crate::apis::nodeclaim::NodeClaim;
-use crate::apis::requirements::Requirement as ApiRequirement;
-use crate::apis::{EC2NodeClass, labels};
-use crate::domain::instance_type::InstanceType;
-use crate::domain::requirements::Requirements;
-use crate::domain::resources::Resources;
 use crate::ports::aws_error::{AwsError, AwsErrorClass};
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::ec2::{FleetLaunchTemplateConfig, Tags};
@@ -27,6 +19,14 @@ use crate::providers::launch_subnets::ZonalSubnet;
 use crate::providers::launch_templates::{
     LaunchInput, LaunchTemplateError, ResolvedLaunchTemplate,
 };
+use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as reasons};
+use karpenter_core::apis::ec2nodeclass::RESTRICTED_TAGS;
+use karpenter_core::apis::nodeclaim::NodeClaim;
+use karpenter_core::apis::requirements::Requirement as ApiRequirement;
+use karpenter_core::apis::{EC2NodeClass, labels};
+use karpenter_core::domain::instance_type::InstanceType;
+use karpenter_core::domain::requirements::Requirements;
+use karpenter_core::domain::resources::Resources;
 
 /// Karpenter warns when an on-demand launch that could have been spot has fewer types than
 /// this: spot was likely unavailable for lack of flexibility.
@@ -133,7 +133,7 @@ fn create_error(reason: &str, message: String) -> CloudProviderError {
 /// The NodeClaim's requirements in the domain's algebra.
 pub(super) fn nodeclaim_requirements(
     nodeclaim: &NodeClaim,
-) -> Result<Requirements, crate::domain::requirements::RequirementError> {
+) -> Result<Requirements, karpenter_core::domain::requirements::RequirementError> {
     let api: Vec<ApiRequirement> = nodeclaim
         .spec
         .requirements

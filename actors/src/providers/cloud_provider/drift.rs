@@ -11,11 +11,11 @@ use std::collections::BTreeSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::AwsCloudProvider;
-use crate::apis::nodeclaim::NodeClaim;
-use crate::apis::{EC2NodeClass, labels};
 use crate::ports::cloud_provider::{CloudProviderError, DriftReason, parse_provider_id};
 use crate::ports::ec2::Instance;
 use crate::providers::ami_mapping::map_to_instance_types;
+use karpenter_core::apis::nodeclaim::NodeClaim;
+use karpenter_core::apis::{EC2NodeClass, labels};
 
 fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
     meta.annotations

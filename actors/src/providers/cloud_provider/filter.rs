@@ -11,10 +11,12 @@
 
 use std::sync::Arc;
 
-use crate::apis::labels;
-use crate::domain::instance_type::{InstanceType, MAX_INSTANCE_TYPES, MinValuesError, truncate};
-use crate::domain::requirements::{AllowUndefined, Requirements};
-use crate::domain::resources::Resources;
+use karpenter_core::apis::labels;
+use karpenter_core::domain::instance_type::{
+    InstanceType, MAX_INSTANCE_TYPES, MinValuesError, truncate,
+};
+use karpenter_core::domain::requirements::{AllowUndefined, Requirements};
+use karpenter_core::domain::resources::Resources;
 
 /// Extended resources that make an instance type "exotic".
 const EXOTIC_RESOURCES: [&str; 5] = [
@@ -139,9 +141,11 @@ fn reject_unwanted_spot(instance_types: Vec<Arc<InstanceType>>) -> Split {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::labels::{CAPACITY_TYPE, INSTANCE_FAMILY, INSTANCE_SIZE, INSTANCE_TYPE};
-    use crate::domain::instance_type::{Offering, Overhead};
-    use crate::domain::requirements::{Operator, Requirement};
+    use karpenter_core::apis::labels::{
+        CAPACITY_TYPE, INSTANCE_FAMILY, INSTANCE_SIZE, INSTANCE_TYPE,
+    };
+    use karpenter_core::domain::instance_type::{Offering, Overhead};
+    use karpenter_core::domain::requirements::{Operator, Requirement};
 
     const GI: i64 = 1 << 30;
 

@@ -10,13 +10,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::AwsCloudProvider;
-use crate::apis::nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference};
-use crate::apis::{EC2NodeClass, labels};
-use crate::domain::instance_type::InstanceType;
-use crate::domain::resources::Resources;
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::ec2::{Ec2CapacityType, Instance, InstanceState};
 use crate::providers::instance_types::CapacityType;
+use karpenter_core::apis::nodeclaim::{
+    NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference,
+};
+use karpenter_core::apis::{EC2NodeClass, labels};
+use karpenter_core::domain::instance_type::InstanceType;
+use karpenter_core::domain::resources::Resources;
 
 /// What hydration needs to know about an instance.
 #[derive(Debug, Clone)]
@@ -183,10 +185,10 @@ impl AwsCloudProvider {
                 taints: Vec::new(),
                 startup_taints: Vec::new(),
                 requirements: Vec::new(),
-                resources: crate::apis::nodeclaim::ResourceRequirements::default(),
+                resources: karpenter_core::apis::nodeclaim::ResourceRequirements::default(),
                 node_class_ref: NodeClassReference::ec2(class_name.as_deref().unwrap_or_default()),
                 termination_grace_period: None,
-                expire_after: crate::apis::nodeclaim::default_expire_after(),
+                expire_after: karpenter_core::apis::nodeclaim::default_expire_after(),
             },
             status: None,
         };

@@ -37,12 +37,6 @@ use super::launch_templates::{LaunchTemplateDeps, LaunchTemplateProvider};
 use super::pricing::{PricingDeps, PricingError, PricingProvider};
 use super::unavailable::UnavailableOfferings;
 use super::validation;
-use crate::apis::conditions::ConditionStatus;
-use crate::apis::nodeclaim::NodeClaim;
-use crate::apis::nodepool::NodePool;
-use crate::apis::{EC2NodeClass, labels};
-use crate::domain::instance_type::InstanceType;
-use crate::domain::userdata::ClusterInfo;
 use crate::ports::aws_error::AwsError;
 use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::{
@@ -52,6 +46,12 @@ use crate::ports::cloud_provider::{
 use crate::ports::cluster_view::ClusterView;
 use crate::ports::ec2::Ec2Api;
 use crate::ports::pricing::PricingApi;
+use karpenter_core::apis::conditions::ConditionStatus;
+use karpenter_core::apis::nodeclaim::NodeClaim;
+use karpenter_core::apis::nodepool::NodePool;
+use karpenter_core::apis::{EC2NodeClass, labels};
+use karpenter_core::domain::instance_type::InstanceType;
+use karpenter_core::domain::userdata::ClusterInfo;
 
 /// The controller settings the AWS providers are built with.
 #[derive(Debug, Clone, PartialEq)]
@@ -307,7 +307,7 @@ fn readiness(nodeclass: &EC2NodeClass) -> (ConditionStatus, String) {
         .status
         .iter()
         .flat_map(|s| &s.conditions)
-        .find(|c| c.type_ == crate::apis::conditions::READY)
+        .find(|c| c.type_ == karpenter_core::apis::conditions::READY)
         .map_or((ConditionStatus::Unknown, String::new()), |c| {
             (c.status, c.message.clone())
         })

@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 
-use karpenter_actors::domain::interruption::{
+use karpenter_core::domain::interruption::{
     Command, Event, Kind, MAX_BODY_BYTES, NodeClaimRef, ParseError, Parser, plan,
 };
 use proptest::prelude::*;
@@ -22,7 +22,7 @@ fn fixture(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn parse(name: &str) -> karpenter_actors::domain::interruption::Message {
+fn parse(name: &str) -> karpenter_core::domain::interruption::Message {
     Parser::default().parse(&fixture(name)).unwrap()
 }
 

@@ -21,15 +21,15 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as ApiSelector, ObjectMeta};
-use karpenter_actors::apis::labels::{self, CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, ZONE};
-use karpenter_actors::apis::taints::{Taint, TaintEffect};
-use karpenter_actors::domain::instance_type::{InstanceType, Offering, Overhead};
-use karpenter_actors::domain::requirements::{
+use karpenter_core::apis::labels::{self, CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, ZONE};
+use karpenter_core::apis::taints::{Taint, TaintEffect};
+use karpenter_core::domain::instance_type::{InstanceType, Offering, Overhead};
+use karpenter_core::domain::requirements::{
     AllowUndefined, Incompatibility, Operator, Requirement, Requirements,
 };
-use karpenter_actors::domain::resources::{CPU, MEMORY, NODES, ResourceLimits, Resources};
-use karpenter_actors::domain::scheduling::workload::{ZONES, fake_instance_type};
-use karpenter_actors::domain::scheduling::{
+use karpenter_core::domain::resources::{CPU, MEMORY, NODES, ResourceLimits, Resources};
+use karpenter_core::domain::scheduling::workload::{ZONES, fake_instance_type};
+use karpenter_core::domain::scheduling::{
     BoundPod, ExistingNode, InstanceTypeChecks, NodePoolInput, Options, Placement, Plan,
     PreferencePolicy, Reason, SchedulingPod, Snapshot, TopologyRule, cost_report,
     first_untolerated, solve,
@@ -1438,7 +1438,7 @@ fn reserved_pool() -> NodePoolInput {
 }
 
 fn approx(n: i64) -> f64 {
-    karpenter_actors::domain::resources::approx_f64(n)
+    karpenter_core::domain::resources::approx_f64(n)
 }
 
 fn apart(n: usize) -> Vec<PodBuilder> {
@@ -1487,8 +1487,7 @@ fn reserved_capacity_falls_back_or_is_ignored_when_asked() {
     let s = snapshot(&apart(2), vec![reserved_pool()]);
     let fallback = Options {
         reserved_capacity: true,
-        reserved_offering_mode:
-            karpenter_actors::domain::scheduling::ReservedOfferingMode::Fallback,
+        reserved_offering_mode: karpenter_core::domain::scheduling::ReservedOfferingMode::Fallback,
         ..Options::default()
     };
     let plan = solve(&s, &fallback);
@@ -1765,9 +1764,12 @@ mod properties {
                     claim.requirements
                 );
                 for port in &p.shape.host_ports {
-                    assert!(!ports.iter().any(
-                        |q: &karpenter_actors::domain::scheduling::HostPort| q.conflicts(port)
-                    ));
+                    assert!(
+                        !ports
+                            .iter()
+                            .any(|q: &karpenter_core::domain::scheduling::HostPort| q
+                                .conflicts(port))
+                    );
                     ports.push(port.clone());
                 }
             }

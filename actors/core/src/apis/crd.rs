@@ -6,7 +6,7 @@
 //! rather than sending null), no Rust integer formats, and whole numbers written as integers.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::CustomResourceExt;
+use kube_core::CustomResourceExt;
 use serde_json::{Value, json};
 
 use super::{EC2NodeClass, NodeClaim, NodePool};

@@ -1,11 +1,11 @@
 //! User data of every AMI family against golden files, merges with users' user data, the
 //! errors bad user data gives, and rendering that never panics.
 //!
-//! Goldens live in `actors/tests/fixtures/userdata/<scenario>.golden`, the users' inputs in
+//! Goldens live in `actors/core/tests/fixtures/userdata/<scenario>.golden`, the users' inputs in
 //! `fixtures/userdata/inputs/`. After an intended change to the output, regenerate them with
 //!
 //! ```sh
-//! UPDATE_GOLDEN=1 cargo nextest run -p karpenter-actors --test userdata
+//! UPDATE_GOLDEN=1 cargo nextest run -p karpenter-core --test userdata
 //! ```
 //!
 //! and review the diff before committing.
@@ -20,10 +20,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use karpenter_actors::apis::ec2nodeclass::{AmiFamily, InstanceStorePolicy, KubeletConfiguration};
-use karpenter_actors::apis::requirements::{Operator, Requirement};
-use karpenter_actors::apis::taints::{Taint, TaintEffect};
-use karpenter_actors::domain::userdata::{
+use karpenter_core::apis::ec2nodeclass::{AmiFamily, InstanceStorePolicy, KubeletConfiguration};
+use karpenter_core::apis::requirements::{Operator, Requirement};
+use karpenter_core::apis::taints::{Taint, TaintEffect};
+use karpenter_core::domain::userdata::{
     self, ClusterInfo, UserDataError, UserDataInput, launch_labels, mime,
 };
 use proptest::prelude::*;

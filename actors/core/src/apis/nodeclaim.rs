@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +17,9 @@ use super::taints::Taint;
 /// Karpenter's default node lifetime.
 pub const DEFAULT_EXPIRE_AFTER: &str = "720h";
 
-pub(crate) fn default_expire_after() -> NillableDuration {
+/// `expireAfter` when a NodeClaim or NodePool does not set it.
+#[must_use]
+pub fn default_expire_after() -> NillableDuration {
     NillableDuration(DEFAULT_EXPIRE_AFTER.to_owned())
 }
 
@@ -29,6 +31,7 @@ pub(crate) fn default_expire_after() -> NillableDuration {
 )]
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "karpenter.sh",
     version = "v1",
     kind = "NodeClaim",

@@ -9,7 +9,7 @@
 //! launched) counts nothing, as in Karpenter; the Provisioner subtracts in-flight launches
 //! itself.
 //!
-//! Data flow: `ClusterView` (NodeClaims, Nodes) -> [`nodepool_usage`] -> [`NodePoolUsage`] ->
+//! Data flow: NodeClaims and their Nodes (from the actors' view) -> [`usage_of`] -> [`NodePoolUsage`] ->
 //! [`status_resources`] (NodePool status) and [`remaining_limits`] / [`first_exceeded`].
 //!
 //! The Provisioner is stricter, so a limit is never exceeded whichever instance type the cloud
@@ -34,7 +34,6 @@ use crate::apis::labels;
 use crate::apis::requirements::Operator;
 use crate::apis::{NodeClaim, NodePool};
 use crate::domain::instance_type::InstanceType;
-use crate::ports::cluster_view::ClusterView;
 
 /// The resources `status.resources` always lists, zero when the pool runs nothing (Karpenter's
 /// `BaseResources`).
@@ -169,17 +168,6 @@ pub fn usage_of<'a>(
         }
     }
     usage
-}
-
-/// The pool's usage as the `ClusterView` shows it now.
-#[must_use]
-pub fn nodepool_usage(view: &dyn ClusterView, nodepool: &str) -> NodePoolUsage {
-    let nodeclaims = view.nodeclaims();
-    usage_of(
-        nodeclaims.iter().map(AsRef::as_ref),
-        |provider_id| view.node_by_provider_id(provider_id),
-        nodepool,
-    )
 }
 
 /// `status.resources`: the base resources (zero when absent) and every other resource used.

@@ -3,7 +3,7 @@
 //! and the 4,000 preference pods under Respect and Ignore. Only `solve` is timed, as Karpenter
 //! times only `Solve()`; pods are converted from k8s `Pod`s beforehand.
 //!
-//! `cargo bench -p karpenter-actors --bench scheduling` runs criterion; `... -- --report`
+//! `cargo bench -p karpenter-core --bench scheduling` runs criterion; `... -- --report`
 //! prints one table instead: pods/s, µs per pod, nodes and the plan's cost against the lower
 //! bound, for the diverse mix, the generic-only mix, the preference cases and a cluster with
 //! 1,000 existing nodes
@@ -14,13 +14,13 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use karpenter_actors::apis::labels;
-use karpenter_actors::domain::resources::Resources;
-use karpenter_actors::domain::scheduling::workload::{
+use karpenter_core::apis::labels;
+use karpenter_core::domain::resources::Resources;
+use karpenter_core::domain::scheduling::workload::{
     BENCHMARK_INSTANCE_TYPES, BENCHMARK_SIZES, PREFERENCE_PODS, PodFactory, ZONES,
     benchmark_node_pool, fake_instance_types,
 };
-use karpenter_actors::domain::scheduling::{
+use karpenter_core::domain::scheduling::{
     BoundPod, ExistingNode, Options, Plan, PreferencePolicy, SchedulingPod, Snapshot, cost_report,
     solve,
 };

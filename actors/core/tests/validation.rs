@@ -10,7 +10,7 @@
 
 use std::sync::LazyLock;
 
-use karpenter_actors::apis::validation::{Outcome, Validator, Violation};
+use karpenter_core::apis::validation::{Outcome, Validator, Violation};
 use serde_json::{Value, json};
 
 static VALIDATOR: LazyLock<Validator> =

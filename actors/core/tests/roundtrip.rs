@@ -10,12 +10,12 @@
 
 use std::path::PathBuf;
 
-use karpenter_actors::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 
 fn examples() -> Vec<Value> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config/examples");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../config/examples");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|entry| entry.unwrap().path())

@@ -8,7 +8,23 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::ports::eventbridge::{RuleInfo, TargetInfo};
+/// A rule as it exists on the default bus.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleInfo {
+    pub name: String,
+    pub arn: String,
+    /// The pattern as JSON text.
+    pub event_pattern: String,
+    /// `ENABLED` or `DISABLED`.
+    pub state: String,
+}
+
+/// A target of a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetInfo {
+    pub id: String,
+    pub arn: String,
+}
 
 /// SQS keeps interruption messages 5 minutes: a spot warning is useless after 2.
 pub const MESSAGE_RETENTION_SECONDS: u32 = 300;

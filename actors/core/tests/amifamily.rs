@@ -11,10 +11,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::jiff::Timestamp;
-use karpenter_actors::apis::ec2nodeclass::{
+use karpenter_core::apis::ec2nodeclass::{
     AmiFamily, AmiRequirement, BlockDevice, BlockDeviceMapping, InstanceStorePolicy, VolumeType,
 };
-use karpenter_actors::domain::amifamily::{
+use karpenter_core::domain::amifamily::{
     Alias, AliasError, AliasVersion, ImageCandidate, QueryImages, Variant,
     default_block_device_mappings, ephemeral_block_device, ephemeral_storage, feature_flags,
     known_requirements, requirement, select_amis, windows_build,
@@ -367,7 +367,7 @@ fn query(images: Vec<ImageCandidate>) -> QueryImages {
     }
 }
 
-fn ids(amis: &[karpenter_actors::apis::ec2nodeclass::Ami]) -> Vec<&str> {
+fn ids(amis: &[karpenter_core::apis::ec2nodeclass::Ami]) -> Vec<&str> {
     amis.iter().map(|a| a.id.as_str()).collect()
 }
 
