@@ -26,6 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use karpenter::commands::explain::{self, EXPLAIN_ROUTE_PREFIX};
 use karpenter_actors::daemon::Daemon;
+use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::deps::{AwsPorts, Deps};
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::kwok::eventbridge::KwokEventBridge;
@@ -35,7 +36,6 @@ use karpenter_actors::kwok::sqs::KwokSqs;
 use karpenter_actors::kwok::ssm::KwokSsm;
 use karpenter_actors::messages::ClusterChange;
 use karpenter_actors::metrics::Metrics;
-use karpenter_actors::nodeclass::KubernetesVersion;
 use karpenter_actors::ports::clock::{Clock, ManualClock};
 use karpenter_actors::ports::cloud_provider::fake::FakeCloudProvider;
 use karpenter_actors::ports::cluster::FakeClusterApi;
@@ -134,7 +134,7 @@ fn deps(view: Arc<MemoryClusterView>, registry: &mut Registry) -> Deps {
         unavailable: Arc::new(UnavailableOfferings::default()),
         cluster_info: ClusterInfo::default(),
         region: REGION.into(),
-        kubernetes_version: KubernetesVersion::default(),
+        kubernetes_version: ClusterVersion::default(),
         metrics: Arc::new(Metrics::register(registry)),
     }
 }

@@ -246,7 +246,7 @@ async fn interruption_events_flow_from_eventbridge_through_sqs_to_nodeclaim_dele
     assert!(unavailable.is_unavailable(
         "m5.large",
         "us-west-2a",
-        karpenter_actors::providers::instance_types::CapacityType::Spot
+        karpenter_core::domain::instance_type::CapacityType::Spot
     ));
 
     // A deletion that fails leaves the message; it comes back after the 20 s visibility timeout.

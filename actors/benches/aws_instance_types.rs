@@ -26,10 +26,11 @@ use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::ports::ec2::Ec2Api;
 use karpenter_actors::providers::instance_type_provider::{InstanceTypeDeps, InstanceTypeProvider};
 use karpenter_actors::providers::instance_types::{
-    CapacityType, LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
+    LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
 };
 use karpenter_actors::providers::pricing::{PricingDeps, PricingProvider};
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
+use karpenter_core::domain::instance_type::CapacityType;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]

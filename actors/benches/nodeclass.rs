@@ -15,11 +15,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::kwok::iam::KwokIam;
 use karpenter_actors::kwok::ssm::KwokSsm;
 use karpenter_actors::messages::{Cause, Reconcile};
-use karpenter_actors::nodeclass::{KubernetesVersion, NodeClassActor, NodeClassDeps};
+use karpenter_actors::nodeclass::{NodeClassActor, NodeClassDeps};
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::ports::cluster::{FakeClusterApi, MirroredClusterApi};
 use karpenter_actors::ports::cluster_view::MemoryClusterView;
@@ -109,7 +110,7 @@ fn env() -> Env {
             service_cidr: Some("10.100.0.0/16".into()),
         },
         region: "us-west-2".into(),
-        kubernetes_version: KubernetesVersion::default(),
+        kubernetes_version: ClusterVersion::default(),
         cloud: None,
     };
     let mut metrics = prometheus_client::registry::Registry::default();

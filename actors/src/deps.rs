@@ -2,12 +2,12 @@
 //! by the binary (`karpenter run` with real adapters, `karpenter simulate` and the tests with the
 //! emulator and kwok) and passed down to each actor family by [`crate::daemon`].
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use karpenter_config::Settings;
+use karpenter_core::domain::version::{self, KubernetesVersion};
 
 use crate::metrics::Metrics;
-use crate::nodeclass::KubernetesVersion;
 use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::CloudProvider;
 use crate::ports::cluster::ClusterApi;
@@ -55,8 +55,53 @@ pub struct Deps {
     /// The AWS region (`AWS_REGION` or IMDS).
     pub region: String,
     /// The cluster's Kubernetes version, kept current by the binary from `/version`.
-    pub kubernetes_version: KubernetesVersion,
+    pub kubernetes_version: ClusterVersion,
     /// Karpenter's node-lifecycle metrics, registered in the daemon's Registry
     /// (`Metrics::register`); `Metrics::default()` in tests.
     pub metrics: Arc<Metrics>,
+}
+
+/// The cluster's Kubernetes version, shared between the binary, which refreshes it from the API
+/// server, and the actors, which read it (AMI aliases follow the control plane).
+#[derive(Debug, Clone)]
+pub struct ClusterVersion(Arc<RwLock<KubernetesVersion>>);
+
+impl Default for ClusterVersion {
+    /// The newest version Karpenter v1.5 supports: what tests and a daemon that has not asked the
+    /// API server yet assume.
+    fn default() -> Self {
+        Self::new(version::MAX_TESTED)
+    }
+}
+
+impl ClusterVersion {
+    #[must_use]
+    pub fn new(version: KubernetesVersion) -> Self {
+        Self(Arc::new(RwLock::new(version)))
+    }
+
+    #[must_use]
+    pub fn get(&self) -> KubernetesVersion {
+        *self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn set(&self, version: KubernetesVersion) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = version;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_version_is_shared_by_its_clones() {
+        let version = ClusterVersion::default();
+        assert_eq!(version.get().to_string(), "1.33");
+        version.clone().set(KubernetesVersion {
+            major: 1,
+            minor: 32,
+        });
+        assert_eq!(version.get().to_string(), "1.32");
+    }
 }

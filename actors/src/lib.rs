@@ -12,4 +12,5 @@ pub mod nodepool;
 pub mod ports;
 pub mod providers;
 pub mod provisioner;
+pub mod retry;
 pub mod runtime;

@@ -21,23 +21,21 @@ use karpenter_actors::kwok::rate_limit::RateLimits;
 use karpenter_actors::kwok::sqs::KwokSqs;
 use karpenter_actors::ports::aws_error::{AwsError, AwsErrorClass, AwsService};
 use karpenter_actors::ports::clock::{Clock, ManualClock};
-use karpenter_actors::ports::ec2::{
-    Ec2Api, Ec2CapacityType, FleetLaunchTemplateConfig, InstanceState, Tags,
-};
+use karpenter_actors::ports::ec2::{Ec2Api, FleetLaunchTemplateConfig, InstanceState, Tags};
 use karpenter_actors::ports::eventbridge::EventBridgeApi;
 use karpenter_actors::ports::sqs::{ReceiveRequest, SqsApi};
 use karpenter_actors::providers::instance_type_provider::{InstanceTypeDeps, InstanceTypeProvider};
-use karpenter_actors::providers::instance_types::{
-    CapacityType, NodeClassSettings, ResolveSettings,
-};
+use karpenter_actors::providers::instance_types::{NodeClassSettings, ResolveSettings};
 use karpenter_actors::providers::instances::{
     InstancesDeps, InstancesError, InstancesProvider, LaunchRequest, capacity_type_for, overrides,
     with_capacity_type,
 };
 use karpenter_actors::providers::pricing::{PricingDeps, PricingProvider};
-use karpenter_actors::providers::retry::{RetryPolicy, RetryingEc2};
+use karpenter_actors::providers::retry::RetryingEc2;
 use karpenter_actors::providers::unavailable::{UNAVAILABLE_OFFERINGS_TTL, UnavailableOfferings};
+use karpenter_actors::retry::RetryPolicy;
 use karpenter_core::apis::labels::CAPACITY_TYPE;
+use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::instance_type::{InstanceType, order_by_price};
 use karpenter_core::domain::requirements::{Requirement, Requirements};
 
@@ -253,7 +251,7 @@ async fn launches_take_the_cheapest_offering_and_rank_types_by_price() {
         GENERAL,
     );
     let request = env.instances.fleet_request(&spot).unwrap();
-    assert_eq!(request.capacity_type, Ec2CapacityType::Spot);
+    assert_eq!(request.capacity_type, CapacityType::Spot);
     assert_eq!(request.allocation_strategy, "price-capacity-optimized");
     let order: Vec<&str> = request.launch_template_configs[0]
         .overrides
@@ -299,7 +297,7 @@ async fn an_insufficient_capacity_error_hides_the_offering_for_three_minutes() {
     let env = EnvBuilder::new().build().await;
     let a = env.zone(0);
     env.kwok
-        .set_capacity("c5.large", &a, Ec2CapacityType::OnDemand, 0);
+        .set_capacity("c5.large", &a, CapacityType::OnDemand, 0);
     // Only zone a, where c5.large is cheapest but its pool is empty: m5.large launches instead.
     let mut only_a = env.subnets.clone();
     only_a.retain(|zone, _| *zone == a);
@@ -337,7 +335,7 @@ async fn an_insufficient_capacity_error_hides_the_offering_for_three_minutes() {
 
     // Every offering out of capacity: the launch fails as insufficient capacity.
     env.kwok
-        .set_capacity("m5.large", &a, Ec2CapacityType::OnDemand, 0);
+        .set_capacity("m5.large", &a, CapacityType::OnDemand, 0);
     let only = env.launch_in(
         "ice-2",
         &[CapacityType::OnDemand],

@@ -23,11 +23,8 @@ use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::ports::clock::{Clock, ManualClock};
 use karpenter_actors::ports::cloud_provider::{CloudProvider, CloudProviderError, DriftReason};
 use karpenter_actors::ports::cluster_view::{ClusterView, MemoryClusterView};
-use karpenter_actors::ports::ec2::{
-    Ec2Api, Ec2CapacityType, InstanceState, LaunchTemplateData, LaunchTemplateRef,
-};
+use karpenter_actors::ports::ec2::{Ec2Api, InstanceState, LaunchTemplateData, LaunchTemplateRef};
 use karpenter_actors::providers::cloud_provider::AwsCloudProvider;
-use karpenter_actors::providers::instance_types::CapacityType;
 use karpenter_actors::providers::launch_templates::LAUNCH_TEMPLATE_TTL;
 use karpenter_core::apis::conditions::{Condition, ConditionStatus};
 use karpenter_core::apis::ec2nodeclass::{
@@ -35,6 +32,7 @@ use karpenter_core::apis::ec2nodeclass::{
 };
 use karpenter_core::apis::labels;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::domain::instance_type::CapacityType;
 use serde_json::json;
 
 const REGION: &str = "us-west-2";
@@ -301,7 +299,7 @@ async fn a_nodeclaim_becomes_the_cheapest_compatible_instance_with_karpenters_ta
 
     // The instance: the type and zone chosen, the class's security group, Karpenter's tags.
     assert_eq!(instance.instance_type, "c5.large");
-    assert_eq!(instance.capacity_type, Ec2CapacityType::OnDemand);
+    assert_eq!(instance.capacity_type, CapacityType::OnDemand);
     assert_eq!(instance.subnet_id, env.subnet(1));
     assert_eq!(instance.security_group_ids, [SECURITY_GROUP]);
     for (key, value) in [
@@ -389,7 +387,7 @@ async fn insufficient_capacity_on_the_cheapest_offering_falls_back_to_the_next_a
     let env = Env::new().await;
     let zone = env.zone(0);
     env.kwok
-        .set_capacity("c5.large", &zone, Ec2CapacityType::OnDemand, 0);
+        .set_capacity("c5.large", &zone, CapacityType::OnDemand, 0);
     let created = env.cloud.create(&od_claim("ice", &zone)).await.unwrap();
     assert_eq!(label(&created, labels::INSTANCE_TYPE), "m5.large");
     let providers = env.cloud.providers();
@@ -416,7 +414,7 @@ async fn insufficient_capacity_on_the_cheapest_offering_falls_back_to_the_next_a
 
     // With the only compatible offerings out of capacity, the launch is insufficient capacity.
     env.kwok
-        .set_capacity("m5.large", &zone, Ec2CapacityType::OnDemand, 0);
+        .set_capacity("m5.large", &zone, CapacityType::OnDemand, 0);
     let only_large = nodeclaim(
         "ice-2",
         &json!([
@@ -469,7 +467,7 @@ async fn spot_launches_pick_spot_and_tag_spot_requests() {
     );
     let created = env.cloud.create(&claim).await.unwrap();
     assert_eq!(label(&created, labels::CAPACITY_TYPE), "spot");
-    assert_eq!(env.kwok.instances()[0].capacity_type, Ec2CapacityType::Spot);
+    assert_eq!(env.kwok.instances()[0].capacity_type, CapacityType::Spot);
     let (_, data) = env.launch_template(29);
     assert_eq!(data.spot_request_tags["karpenter.sh/nodepool"], "default");
 }

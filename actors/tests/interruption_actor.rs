@@ -25,13 +25,13 @@ use karpenter_actors::ports::cluster::{ClusterError, ObjectKind};
 use karpenter_actors::ports::cluster_view::MemoryClusterView;
 use karpenter_actors::ports::eventbridge::{EventBridgeApi, EventEntry};
 use karpenter_actors::ports::sqs::SqsApi;
-use karpenter_actors::providers::instance_types::CapacityType;
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use karpenter_actors::runtime::{ActorKit, GroupSpec, KitOptions};
 use karpenter_core::apis::labels;
 use karpenter_core::apis::nodeclaim::{
     NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference,
 };
+use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::interruption::Kind;
 use karpenter_core::domain::interruption::setup::Problem;
 use prometheus_client::metrics::family::Family;

@@ -20,6 +20,7 @@ use async_trait::async_trait;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use karpenter_actors::daemon::Daemon;
+use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::deps::{AwsPorts, Deps};
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::kwok::eventbridge::KwokEventBridge;
@@ -31,7 +32,7 @@ use karpenter_actors::messages::{Cause, ClusterChange, Reconcile};
 use karpenter_actors::metrics::Metrics;
 use karpenter_actors::nodeclass::finalize::REASON_WAITING_ON_NODECLAIM_TERMINATION;
 use karpenter_actors::nodeclass::status::find;
-use karpenter_actors::nodeclass::{KubernetesVersion, NodeClassActor, NodeClassDeps};
+use karpenter_actors::nodeclass::{NodeClassActor, NodeClassDeps};
 use karpenter_actors::ports::aws_error::{AwsError, AwsService};
 use karpenter_actors::ports::clock::{Clock, ManualClock};
 use karpenter_actors::ports::cloud_provider::{
@@ -146,7 +147,7 @@ fn nodeclass_deps(p: &Ports, info: ClusterInfo) -> NodeClassDeps {
         instance_profiles: Arc::new(InstanceProfileProvider::new(p.iam.clone())),
         cluster_info: info,
         region: REGION.into(),
-        kubernetes_version: KubernetesVersion::default(),
+        kubernetes_version: ClusterVersion::default(),
         cloud: None,
     }
 }
@@ -937,7 +938,7 @@ async fn the_daemon_routes_class_changes_and_nodeclaim_deletions_to_the_class_ac
         unavailable: Arc::new(UnavailableOfferings::default()),
         cluster_info: cluster_info(),
         region: REGION.into(),
-        kubernetes_version: KubernetesVersion::default(),
+        kubernetes_version: ClusterVersion::default(),
         metrics: Arc::new(Metrics::default()),
     };
     let mut metrics = Registry::default();

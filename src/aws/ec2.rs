@@ -10,12 +10,13 @@ use karpenter_actors::ports::aws_error::{AwsError, AwsService};
 use karpenter_actors::ports::ec2::{
     AvailabilityZone, CreateFleetRequest, CreateFleetResponse, CreateLaunchTemplateRequest,
     DescribeImagesRequest, DescribeInstancesRequest, DescribeLaunchTemplatesRequest, Ec2Api,
-    Ec2CapacityType, Filter, FleetError, FleetInstance, Gpu, Image, InferenceAccelerator, Instance,
-    InstanceState, InstanceStateChange, InstanceStorage, InstanceTypeInfo, InstanceTypeOffering,
-    LaunchTemplate, LaunchTemplateData, LaunchTemplateRef, NeuronDevice, RunInstancesRequest,
-    SecurityGroup, SpotPrice, SpotPriceHistoryRequest, Subnet, Tags,
+    Filter, FleetError, FleetInstance, Gpu, Image, InferenceAccelerator, Instance, InstanceState,
+    InstanceStateChange, InstanceStorage, InstanceTypeInfo, InstanceTypeOffering, LaunchTemplate,
+    LaunchTemplateData, LaunchTemplateRef, NeuronDevice, RunInstancesRequest, SecurityGroup,
+    SpotPrice, SpotPriceHistoryRequest, Subnet, Tags,
 };
-use karpenter_actors::providers::retry::RetryPolicy;
+use karpenter_actors::retry::RetryPolicy;
+use karpenter_core::domain::instance_type::CapacityType;
 
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
@@ -76,11 +77,11 @@ fn mib(value: Option<i64>) -> u64 {
     value.and_then(|v| u64::try_from(v).ok()).unwrap_or(0)
 }
 
-fn capacity_type(lifecycle: Option<&str>) -> Ec2CapacityType {
+fn capacity_type(lifecycle: Option<&str>) -> CapacityType {
     if lifecycle == Some("spot") {
-        Ec2CapacityType::Spot
+        CapacityType::Spot
     } else {
-        Ec2CapacityType::OnDemand
+        CapacityType::OnDemand
     }
 }
 
@@ -859,14 +860,16 @@ impl Ec2Api for Ec2Adapter {
                     .set_context(request.context.clone())
                     .dry_run(request.dry_run);
                 call = match request.capacity_type {
-                    Ec2CapacityType::Spot => call.spot_options(
+                    CapacityType::Spot => call.spot_options(
                         t::SpotOptionsRequest::builder()
                             .allocation_strategy(t::SpotAllocationStrategy::from(
                                 request.allocation_strategy.as_str(),
                             ))
                             .build(),
                     ),
-                    Ec2CapacityType::OnDemand => call.on_demand_options(
+                    // Reserved capacity is on-demand capacity in the reservation the launch
+                    // template names.
+                    CapacityType::OnDemand | CapacityType::Reserved => call.on_demand_options(
                         t::OnDemandOptionsRequest::builder()
                             .allocation_strategy(t::FleetOnDemandAllocationStrategy::from(
                                 request.allocation_strategy.as_str(),

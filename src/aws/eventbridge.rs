@@ -5,7 +5,7 @@ use aws_sdk_eventbridge as eb;
 use aws_sdk_eventbridge::types::{PutEventsRequestEntry, Target};
 use karpenter_actors::ports::aws_error::{AwsError, AwsService};
 use karpenter_actors::ports::eventbridge::{EventBridgeApi, EventEntry, RuleInfo, TargetInfo};
-use karpenter_actors::providers::retry::RetryPolicy;
+use karpenter_actors::retry::RetryPolicy;
 
 #[derive(Debug, Clone)]
 pub struct EventBridgeAdapter {

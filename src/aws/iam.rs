@@ -5,7 +5,7 @@ use aws_sdk_iam as iam;
 use karpenter_actors::ports::aws_error::{AwsError, AwsService};
 use karpenter_actors::ports::ec2::Tags;
 use karpenter_actors::ports::iam::{IamApi, InstanceProfile};
-use karpenter_actors::providers::retry::RetryPolicy;
+use karpenter_actors::retry::RetryPolicy;
 
 #[derive(Debug, Clone)]
 pub struct IamAdapter {

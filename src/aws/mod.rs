@@ -26,7 +26,7 @@ use karpenter_actors::ports::aws_error::{AwsError, AwsService};
 use karpenter_actors::providers::cloud_provider::{AwsProviderSettings, AwsProviders};
 use karpenter_config::Settings;
 
-pub use karpenter_actors::providers::retry::RetryPolicy;
+pub use karpenter_actors::retry::RetryPolicy;
 
 /// Runs one SDK call under the retry policy; failures become structured errors.
 pub(crate) async fn call<C, T, E, F, Fut>(

@@ -5,7 +5,7 @@ use aws_sdk_pricing as pricing;
 use aws_sdk_pricing::types::{Filter, FilterType};
 use karpenter_actors::ports::aws_error::{AwsError, AwsService};
 use karpenter_actors::ports::pricing::{PricingApi, ProductFilter};
-use karpenter_actors::providers::retry::RetryPolicy;
+use karpenter_actors::retry::RetryPolicy;
 
 #[derive(Debug, Clone)]
 pub struct PricingAdapter {

@@ -7,7 +7,7 @@ use aws_sdk_sqs as sqs;
 use aws_sdk_sqs::types::QueueAttributeName;
 use karpenter_actors::ports::aws_error::{AwsError, AwsService};
 use karpenter_actors::ports::sqs::{ReceiveRequest, SqsApi, SqsMessage};
-use karpenter_actors::providers::retry::RetryPolicy;
+use karpenter_actors::retry::RetryPolicy;
 
 #[derive(Debug, Clone)]
 pub struct SqsAdapter {

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use aws_sdk_ssm as ssm;
 use karpenter_actors::ports::aws_error::{AwsError, AwsService};
 use karpenter_actors::ports::ssm::{Parameter, SsmApi};
-use karpenter_actors::providers::retry::RetryPolicy;
+use karpenter_actors::retry::RetryPolicy;
 
 #[derive(Debug, Clone)]
 pub struct SsmAdapter {

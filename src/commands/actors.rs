@@ -205,7 +205,7 @@ pub async fn fetch(url: &str) -> Result<RegistrySnapshot, String> {
     let url = actors_url(url);
     let (status, body) = http::get(&url, FETCH_TIMEOUT)
         .await
-        .map_err(|e| super::error_chain(&e))?;
+        .map_err(|e| karpenter_core::errors::chain(&e))?;
     if !status.is_success() {
         return Err(format!(
             "{url} answered {status}: {}",

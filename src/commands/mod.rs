@@ -29,17 +29,6 @@ pub(crate) fn current_thread_runtime(
     }
 }
 
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 /// How a command ended; the process exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {

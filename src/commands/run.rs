@@ -26,9 +26,9 @@ use std::time::Duration;
 
 use clap::Args;
 use k8s_openapi::api::core::v1::{Namespace, Service};
+use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::deps::{AwsPorts, Deps};
 use karpenter_actors::metrics::Metrics;
-use karpenter_actors::nodeclass::KubernetesVersion as NodeClassKubernetesVersion;
 use karpenter_actors::ports::clock::{Clock, SystemClock};
 use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::providers::cloud_provider::AwsProviderSettings;
@@ -173,8 +173,8 @@ pub struct DaemonInputs {
     pub cluster_info: ClusterInfo,
     /// The AWS region.
     pub region: String,
-    /// The cluster's Kubernetes version (`<major>.<minor>`), for AMI aliases.
-    pub kubernetes_version: String,
+    /// The cluster's Kubernetes version, for AMI aliases.
+    pub kubernetes_version: KubernetesVersion,
     /// This replica's name in the Lease (unique per process).
     pub identity: String,
     pub lease: LeaseTiming,
@@ -424,7 +424,9 @@ fn start_when_leading(
                 exit.send_replace(Some(Exit::Escalated(format!("{reason:?}"))));
             }
             Err(error) => {
-                exit.send_replace(Some(Exit::ActorsFailed(super::error_chain(&error))));
+                exit.send_replace(Some(Exit::ActorsFailed(karpenter_core::errors::chain(
+                    &error,
+                ))));
             }
         }
     })
@@ -538,7 +540,7 @@ impl RunningDaemon {
             unavailable: built.unavailable,
             cluster_info,
             region,
-            kubernetes_version: NodeClassKubernetesVersion::new(&kubernetes_version),
+            kubernetes_version: ClusterVersion::new(kubernetes_version),
             metrics: shared_metrics,
         };
         tasks.push(start_when_leading(
@@ -808,7 +810,7 @@ async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunErro
         clock: Arc::new(SystemClock),
         cluster_info,
         region: clients.region.clone(),
-        kubernetes_version: verdict.version().to_string(),
+        kubernetes_version: verdict.version(),
         identity: identity(),
         lease: LeaseTiming::default(),
         metrics_addr: any(settings.metrics_port),
@@ -828,7 +830,7 @@ pub fn run(args: &RunArgs, _out: &mut impl Write, err: &mut impl Write) -> Statu
         let _ = writeln!(
             err,
             "error: {}",
-            super::error_chain(&RunError::Settings(error))
+            karpenter_core::errors::chain(&RunError::Settings(error))
         );
         return Status::BadInput;
     }
@@ -841,7 +843,7 @@ pub fn run(args: &RunArgs, _out: &mut impl Write, err: &mut impl Write) -> Statu
             let _ = writeln!(
                 err,
                 "error: {}",
-                super::error_chain(&RunError::Runtime(error))
+                karpenter_core::errors::chain(&RunError::Runtime(error))
             );
             return Status::Problems;
         }
@@ -850,7 +852,7 @@ pub fn run(args: &RunArgs, _out: &mut impl Write, err: &mut impl Write) -> Statu
     match system.block_on(main_loop(args, err)) {
         Ok(exit) => exit.status(),
         Err(error) => {
-            let _ = writeln!(err, "error: {}", super::error_chain(&error));
+            let _ = writeln!(err, "error: {}", karpenter_core::errors::chain(&error));
             match error {
                 RunError::Unsupported(_) | RunError::Settings(_) => Status::BadInput,
                 _ => Status::Problems,

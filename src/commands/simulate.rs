@@ -149,7 +149,7 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write, err: &mut impl Write) -> S
             status_of(&report)
         }
         Err(error) => {
-            let _ = writeln!(err, "error: {}", super::error_chain(&error));
+            let _ = writeln!(err, "error: {}", karpenter_core::errors::chain(&error));
             Status::Problems
         }
     }
@@ -300,7 +300,7 @@ pub async fn serve_until(
             status_of(&report)
         }
         Ok(Err(error)) => {
-            let _ = writeln!(err, "error: {}", super::error_chain(&error));
+            let _ = writeln!(err, "error: {}", karpenter_core::errors::chain(&error));
             Status::BadInput
         }
         Err(_) => {

@@ -3,7 +3,7 @@
 //! Updates read the object, apply the caller's change, and send a JSON merge patch of the
 //! difference carrying the read `metadata.resourceVersion`, so the API server refuses it (409)
 //! when the object changed meanwhile; then they read and try again, up to
-//! [`RetryPolicy::attempts`] times (Karpenter uses client-go's `RetryOnConflict` the same way).
+//! [`CONFLICT_ATTEMPTS`] times (Karpenter uses client-go's `RetryOnConflict` the same way).
 //! Patching only the difference leaves fields our types do not know untouched. Status changes
 //! go to the `status` subresource. Events go through kube-runtime's [`Recorder`], which
 //! turns repeats into an event series.
@@ -12,12 +12,12 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use backon::{ConstantBuilder, Retryable as _};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_actors::ports::cluster::{
     Change, ClusterApi, ClusterError, ClusterEvent, Deletion, EventType, Eviction, FieldProblem,
     ObjectKind,
 };
+use karpenter_actors::retry::RetryPolicy;
 use karpenter_core::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
 };
@@ -31,24 +31,9 @@ use serde_json::{Map, Value, json};
 /// Field manager named in the patches this adapter sends.
 pub const FIELD_MANAGER: &str = "karpenter";
 
-/// How often to retry a write that lost a race.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Tries in all, the first included.
-    pub attempts: u32,
-    /// Pause between tries.
-    pub delay: Duration,
-}
-
-impl Default for RetryPolicy {
-    /// client-go's `retry.DefaultRetry`: 5 tries, 10 ms apart.
-    fn default() -> Self {
-        Self {
-            attempts: 5,
-            delay: Duration::from_millis(10),
-        }
-    }
-}
+/// Tries of a write that lost a race: client-go's `retry.DefaultRetry`, 5 tries 10 ms apart.
+const CONFLICT_DELAY: Duration = Duration::from_millis(10);
+const CONFLICT_ATTEMPTS: usize = 5;
 
 /// The [`ClusterApi`] adapter over a kube client.
 #[derive(Clone)]
@@ -86,7 +71,7 @@ impl KubeClusterApi {
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             client,
-            retry: RetryPolicy::default(),
+            retry: RetryPolicy::constant(CONFLICT_DELAY, CONFLICT_ATTEMPTS),
         }
     }
 
@@ -137,24 +122,22 @@ impl KubeClusterApi {
                 Err(error) => Err(classify(kind, name, error)),
             }
         };
-        let attempts = self.retry.attempts.max(1);
-        let retried = (|| async {
-            match attempt().await? {
-                Attempt::Done(object) => Ok(object),
-                Attempt::Lost => Err(ClusterError::Conflict {
-                    kind,
-                    name: name.to_owned(),
-                    attempts,
-                }),
-            }
-        })
-        .retry(
-            ConstantBuilder::default()
-                .with_delay(self.retry.delay)
-                .with_max_times((attempts - 1) as usize),
-        )
-        .when(|error: &ClusterError| matches!(error, ClusterError::Conflict { .. }));
-        retried.await
+        let attempts = u32::try_from(self.retry.max_attempts.max(1)).unwrap_or(u32::MAX);
+        self.retry
+            .run_when(
+                || async {
+                    match attempt().await? {
+                        Attempt::Done(object) => Ok(object),
+                        Attempt::Lost => Err(ClusterError::Conflict {
+                            kind,
+                            name: name.to_owned(),
+                            attempts,
+                        }),
+                    }
+                },
+                |error: &ClusterError| matches!(error, ClusterError::Conflict { .. }),
+            )
+            .await
     }
 
     async fn delete<K>(

@@ -40,7 +40,7 @@ use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cloud_provider::parse_provider_id;
 use karpenter_actors::ports::cluster::ClusterApi as _;
 use karpenter_actors::ports::cluster_view::ClusterView;
-use karpenter_actors::ports::ec2::{Ec2CapacityType, Instance, InstanceState};
+use karpenter_actors::ports::ec2::{Instance, InstanceState};
 use karpenter_actors::providers::instance_types::{
     LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
 };
@@ -197,11 +197,10 @@ pub fn node_for(
     if let Some(nodepool) = instance.tags.get(labels::TAG_NODEPOOL) {
         node_labels.insert(labels::NODEPOOL.to_owned(), nodepool.clone());
     }
-    let capacity_type = match instance.capacity_type {
-        Ec2CapacityType::Spot => labels::CAPACITY_TYPE_SPOT,
-        Ec2CapacityType::OnDemand => labels::CAPACITY_TYPE_ON_DEMAND,
-    };
-    node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.to_owned());
+    node_labels.insert(
+        labels::CAPACITY_TYPE.to_owned(),
+        instance.capacity_type.as_str().to_owned(),
+    );
     if let Some(claim) = claim {
         node_labels.extend(claim.labels().clone());
     }
@@ -677,7 +676,7 @@ mod tests {
             instance_type: "m5.large".into(),
             zone: "us-west-2a".into(),
             state: InstanceState::Running,
-            capacity_type: Ec2CapacityType::Spot,
+            capacity_type: karpenter_core::domain::instance_type::CapacityType::Spot,
             private_dns_name: "ip-10-0-1.us-west-2.compute.internal".into(),
             tags: [(labels::TAG_NODEPOOL.to_owned(), "default".to_owned())].into(),
             subnet_id: "subnet-1".into(),

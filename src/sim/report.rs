@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use karpenter_actors::ports::ec2::{Ec2CapacityType, Instance, InstanceState};
+use karpenter_actors::ports::ec2::{Instance, InstanceState};
 use karpenter_config::format_go_duration;
 use serde::Serialize;
 
@@ -304,10 +304,7 @@ pub fn instance_counts(instances: &[Instance]) -> (Vec<InstanceCount>, usize, us
     let mut by: BTreeMap<(String, &'static str), InstanceCount> = BTreeMap::new();
     let (mut terminated, mut running) = (0, 0);
     for instance in instances {
-        let capacity_type = match instance.capacity_type {
-            Ec2CapacityType::Spot => "spot",
-            Ec2CapacityType::OnDemand => "on-demand",
-        };
+        let capacity_type = instance.capacity_type.as_str();
         let entry = by
             .entry((instance.instance_type.clone(), capacity_type))
             .or_insert_with(|| InstanceCount {

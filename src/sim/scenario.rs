@@ -21,6 +21,7 @@
 //! names (emulator) and ids (kwok), events chosen by the seed, harness steps in a fixed order.
 //! [`Pace::RealTime`] (used when serving the emulator to kubectl) runs on the wall clock.
 
+use karpenter_core::domain::instance_type::CapacityType;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
@@ -33,7 +34,7 @@ use karpenter_actors::deps::Deps;
 use karpenter_actors::kwok::catalog;
 use karpenter_actors::ports::cloud_provider::{CloudProvider, parse_provider_id};
 use karpenter_actors::ports::cluster_view::ClusterView;
-use karpenter_actors::ports::ec2::{Ec2CapacityType, InstanceState};
+use karpenter_actors::ports::ec2::InstanceState;
 use karpenter_actors::runtime::{ActorKit, FaultPlan, FaultPlanFile, KitOptions};
 use karpenter_config::scenario::{
     DEFAULT_CLUSTER_NAME, DEFAULT_REGION, FailureMode, KwokSettings, MAX_DURATION, Scenario,
@@ -67,8 +68,8 @@ use crate::http::{self, HttpServer, MetricsRegistries, Routes};
 use crate::kube::cluster_api::KubeClusterApi;
 use crate::kube::ingress::ClusterIngress;
 use karpenter_actors::daemon::StartOptions;
+use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::metrics::Metrics;
-use karpenter_actors::nodeclass::KubernetesVersion;
 
 /// How often the harness acts (kubelet, scheduler, workloads, billing): kube-scheduler and
 /// kubelets react within a second, and a second is the report's time resolution.
@@ -623,7 +624,7 @@ impl<'a> Sim<'a> {
             .instances()
             .into_iter()
             .filter(|i| i.state == InstanceState::Running)
-            .filter(|i| !spot_only || i.capacity_type == Ec2CapacityType::Spot)
+            .filter(|i| !spot_only || i.capacity_type == CapacityType::Spot)
             .filter(|i| node_pool.is_none_or(|p| nodepool_of(i) == Some(p)))
             .filter(|i| !registered || self.kubelet.node_of(&i.id).is_some())
             .map(|i| i.id)
@@ -1011,7 +1012,7 @@ impl DaemonProcess {
             unavailable: simulated.unavailable,
             cluster_info: simulated.cluster_info,
             region: loaded.scenario.region.clone(),
-            kubernetes_version: KubernetesVersion::default(),
+            kubernetes_version: ClusterVersion::default(),
             metrics: Arc::new(Metrics::register(&mut registry)),
         };
         let slot = DaemonSlot::new();

@@ -8,6 +8,7 @@
 //! setup` or Karpenter's `CloudFormation` template does in a real account), and keep the [`KwokAws`] to drive events (capacity limits,
 //! spot interruptions, lost instances, injected API errors).
 
+use karpenter_core::domain::instance_type::CapacityType;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,10 +24,10 @@ use karpenter_actors::kwok::ssm::KwokSsm;
 use karpenter_actors::ports::aws_error::{AwsError, AwsService as PortService};
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::ec2::{
-    CreateFleetRequest, CreateLaunchTemplateRequest, Ec2Api as _, Ec2CapacityType,
-    FleetLaunchTemplateConfig, FleetOverride, Instance, LaunchTemplateData, Tags,
+    CreateFleetRequest, CreateLaunchTemplateRequest, Ec2Api as _, FleetLaunchTemplateConfig,
+    FleetOverride, Instance, LaunchTemplateData, Tags,
 };
-use karpenter_config::scenario::{AwsService, CapacityPool, CapacityType};
+use karpenter_config::scenario::{self, AwsService, CapacityPool};
 
 /// Kubernetes versions whose AMI aliases kwok's SSM answers (v1.5's supported range).
 pub const SSM_ALIAS_VERSIONS: [&str; 8] = [
@@ -137,7 +138,7 @@ pub struct Launch<'a> {
     pub launch_template: &'a str,
     pub instance_type: &'a str,
     pub zone: &'a str,
-    pub capacity_type: Ec2CapacityType,
+    pub capacity_type: CapacityType,
     pub tags: Tags,
 }
 
@@ -290,8 +291,8 @@ impl KwokAws {
     pub fn limit_capacity(&self, pools: &[CapacityPool]) {
         for pool in pools {
             let capacity_type = match pool.capacity_type {
-                CapacityType::Spot => Ec2CapacityType::Spot,
-                CapacityType::OnDemand => Ec2CapacityType::OnDemand,
+                scenario::CapacityType::Spot => CapacityType::Spot,
+                scenario::CapacityType::OnDemand => CapacityType::OnDemand,
             };
             self.ec2.set_capacity(
                 &pool.instance_type,
@@ -399,7 +400,7 @@ mod tests {
                 launch_template: "outside",
                 instance_type: "m5.large",
                 zone: "us-west-2a",
-                capacity_type: Ec2CapacityType::Spot,
+                capacity_type: CapacityType::Spot,
                 tags: Tags::new(),
             })
             .await

@@ -20,6 +20,7 @@ mod moto;
 mod narrow;
 mod nodeclass;
 
+use karpenter_core::domain::instance_type::CapacityType;
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -31,8 +32,8 @@ use karpenter_actors::ports::cloud_provider::CloudProvider;
 use karpenter_actors::ports::cluster_view::MemoryClusterView;
 use karpenter_actors::ports::ec2::{
     CreateFleetRequest, CreateLaunchTemplateRequest, DescribeInstancesRequest,
-    DescribeLaunchTemplatesRequest, Ec2Api, Ec2CapacityType, Filter, FleetLaunchTemplateConfig,
-    FleetOverride, InstanceState, LaunchTemplateData, LaunchTemplateRef, RunInstancesRequest, Tags,
+    DescribeLaunchTemplatesRequest, Ec2Api, Filter, FleetLaunchTemplateConfig, FleetOverride,
+    InstanceState, LaunchTemplateData, LaunchTemplateRef, RunInstancesRequest, Tags,
 };
 use karpenter_actors::ports::eventbridge::{EventBridgeApi, EventEntry};
 use karpenter_actors::ports::iam::IamApi;
@@ -40,7 +41,7 @@ use karpenter_actors::ports::sqs::{ReceiveRequest, SqsApi};
 use karpenter_actors::ports::ssm::SsmApi;
 use karpenter_actors::providers::cloud_provider::{AwsCloudProvider, AwsProviders};
 use karpenter_actors::providers::instance_types::{
-    CapacityType, LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
+    LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
 };
 use karpenter_core::apis::labels;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
@@ -66,7 +67,7 @@ async fn default_subnets(ec2: &dyn Ec2Api) -> BTreeMap<String, String> {
 fn fleet(template: &str, capacity: u32, overrides: Vec<FleetOverride>) -> CreateFleetRequest {
     CreateFleetRequest {
         client_token: None,
-        capacity_type: Ec2CapacityType::OnDemand,
+        capacity_type: CapacityType::OnDemand,
         total_target_capacity: capacity,
         allocation_strategy: "lowest-price".into(),
         launch_template_configs: vec![FleetLaunchTemplateConfig {
@@ -256,10 +257,7 @@ async fn launch_templates_fleets_instances_and_tags_round_trip() {
     assert!(response.errors.is_empty());
     assert!(response.fleet_id.is_some());
     assert_eq!(response.instances[0].zone, *zone);
-    assert_eq!(
-        response.instances[0].capacity_type,
-        Ec2CapacityType::OnDemand
-    );
+    assert_eq!(response.instances[0].capacity_type, CapacityType::OnDemand);
 
     let instances = ec2
         .describe_instances(&DescribeInstancesRequest {

@@ -10,9 +10,10 @@ use std::time::Duration;
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::messages::{Cause, Reconcile};
 use karpenter_actors::nodeclass::status::find;
-use karpenter_actors::nodeclass::{KubernetesVersion, NodeClassActor, NodeClassDeps};
+use karpenter_actors::nodeclass::{NodeClassActor, NodeClassDeps};
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::ports::cluster::{FakeClusterApi, MirroredClusterApi};
 use karpenter_actors::ports::cluster_view::MemoryClusterView;
@@ -300,7 +301,7 @@ async fn a_nodeclass_is_ready_and_its_deletion_cleans_up(moto: &Moto) {
             service_cidr: Some("10.100.0.0/16".into()),
         },
         region: REGION.into(),
-        kubernetes_version: KubernetesVersion::new("1.33"),
+        kubernetes_version: ClusterVersion::default(),
         cloud: None,
     };
     let mut metrics = prometheus_client::registry::Registry::default();

@@ -9,8 +9,8 @@ use karpenter::http::Routes;
 use karpenter::kube::leader::LeaseTiming;
 use karpenter::sim::Emulator;
 use karpenter::sim::world::{KwokAws, KwokAwsConfig};
+use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::kwok;
-use karpenter_actors::nodeclass::KubernetesVersion;
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::providers::cloud_provider::AwsProviders;
 use karpenter_config::Settings;
@@ -58,7 +58,7 @@ pub fn inputs(
     DaemonInputs {
         cluster_info: provider_settings.cluster.clone(),
         region: "us-west-2".into(),
-        kubernetes_version: KubernetesVersion::default().get(),
+        kubernetes_version: ClusterVersion::default().get(),
         settings: Arc::new(settings),
         client: emulator.client(),
         aws: world.ports(),

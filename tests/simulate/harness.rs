@@ -5,8 +5,9 @@
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter::sim::world::Launch;
 use karpenter_actors::ports::cluster::ClusterApi as _;
-use karpenter_actors::ports::ec2::{Ec2CapacityType, Tags};
+use karpenter_actors::ports::ec2::Tags;
 use karpenter_core::apis::labels;
+use karpenter_core::domain::instance_type::CapacityType;
 use kube::Api;
 use kube::api::PostParams;
 
@@ -51,7 +52,7 @@ async fn a_kwok_instance_registers_a_ready_node_that_takes_a_pending_pod_once_re
             launch_template: "outside",
             instance_type: "m5.large",
             zone: "us-west-2a",
-            capacity_type: Ec2CapacityType::OnDemand,
+            capacity_type: CapacityType::OnDemand,
             tags: Tags::from([(labels::TAG_NODEPOOL.to_owned(), "default".to_owned())]),
         })
         .await
@@ -133,7 +134,7 @@ async fn the_scheduler_never_overcommits_a_node_and_honours_taints() {
             launch_template: "outside",
             instance_type: "m5.large",
             zone: "us-west-2b",
-            capacity_type: Ec2CapacityType::OnDemand,
+            capacity_type: CapacityType::OnDemand,
             tags: Tags::new(),
         })
         .await

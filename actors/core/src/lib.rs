@@ -4,6 +4,7 @@
 //!   names, defaults, conditions, labels and taints, and their validation with field paths.
 //! - [`domain`]: the decisions over snapshots of those types: requirements, instance types and
 //!   offerings, the scheduler, limits, drift hashes, user data, interruption messages.
+//! - [`errors`]: how an error and its causes are written on one line.
 //!
 //! This crate is the lowest floor of the workspace. It depends on no actor runtime, no async
 //! runtime, no Kubernetes client and no port: the actors (`karpenter-actors`) read the cluster
@@ -11,3 +12,4 @@
 
 pub mod apis;
 pub mod domain;
+pub mod errors;

@@ -27,11 +27,11 @@ use crate::ports::clock::Clock;
 use crate::ports::cluster::{ClusterApi, ClusterEvent, EventType};
 use crate::ports::cluster_view::ClusterView;
 use crate::ports::sqs::{INTERRUPTION_RECEIVE, SqsApi, SqsMessage};
-use crate::providers::instance_types::CapacityType;
 use crate::providers::unavailable::UnavailableOfferings;
 use crate::runtime::{ActorCtx, ActorError, Handles, Mail, Supervised};
 use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::labels;
+use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::interruption::{Command, Event, Message, NodeClaimRef, Parser, plan};
 
 /// Messages of a batch handled at once (Karpenter's `ParallelizeUntil(10)`).

@@ -14,6 +14,7 @@
 //!   every call is recorded.
 //! - [`KwokEc2::interrupt_spot`] sends Spot Interruption Warnings through kwok's EventBridge.
 
+use karpenter_core::domain::instance_type::CapacityType;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,8 +32,8 @@ use crate::ports::clock::Clock;
 use crate::ports::ec2::{
     AvailabilityZone, CreateFleetRequest, CreateFleetResponse, CreateLaunchTemplateRequest,
     DescribeImagesRequest, DescribeInstancesRequest, DescribeLaunchTemplatesRequest, Ec2Api,
-    Ec2CapacityType, Filter, FleetError, FleetInstance, FleetOverride, Image, Instance,
-    InstanceState, InstanceStateChange, InstanceTypeInfo, InstanceTypeOffering, LaunchTemplate,
+    Filter, FleetError, FleetInstance, FleetOverride, Image, Instance, InstanceState,
+    InstanceStateChange, InstanceTypeInfo, InstanceTypeOffering, LaunchTemplate,
     LaunchTemplateData, LaunchTemplateRef, RunInstancesRequest, SecurityGroup, SpotPrice,
     SpotPriceHistoryRequest, Subnet, Tags,
 };
@@ -90,7 +91,7 @@ struct KwokInstance {
 struct PoolKey {
     instance_type: String,
     zone: String,
-    capacity_type: Ec2CapacityType,
+    capacity_type: CapacityType,
 }
 
 #[derive(Debug, Default)]
@@ -286,7 +287,7 @@ impl KwokEc2 {
         &self,
         instance_type: &str,
         zone: &str,
-        capacity_type: Ec2CapacityType,
+        capacity_type: CapacityType,
         count: u32,
     ) {
         self.lock().pools.insert(
@@ -353,12 +354,12 @@ impl KwokEc2 {
         state: &State,
         instance_type: &str,
         zone: &str,
-        capacity_type: Ec2CapacityType,
+        capacity_type: CapacityType,
     ) -> Option<f64> {
         let on_demand = *self.on_demand.get(instance_type)?;
         Some(match capacity_type {
-            Ec2CapacityType::OnDemand => on_demand,
-            Ec2CapacityType::Spot => state
+            CapacityType::OnDemand | CapacityType::Reserved => on_demand,
+            CapacityType::Spot => state
                 .spot_prices
                 .get(&(instance_type.to_owned(), zone.to_owned()))
                 .copied()
@@ -391,7 +392,7 @@ impl KwokEc2 {
         state: &mut State,
         template: &str,
         over: &FleetOverride,
-        capacity_type: Ec2CapacityType,
+        capacity_type: CapacityType,
         tags: &Tags,
     ) -> Instance {
         let id = state.id("i");
@@ -486,7 +487,7 @@ impl KwokEc2 {
             .lock()
             .instances
             .get(instance_id)
-            .filter(|i| i.instance.capacity_type == Ec2CapacityType::Spot)
+            .filter(|i| i.instance.capacity_type == CapacityType::Spot)
             .map(|i| i.instance.zone.clone())
             .ok_or_else(|| {
                 error(
@@ -577,7 +578,7 @@ impl Ec2Api for KwokEc2 {
                 continue;
             }
             for zone in regions.get(&self.config.region).into_iter().flatten() {
-                if let Some(price) = self.price(&state, name, zone, Ec2CapacityType::Spot) {
+                if let Some(price) = self.price(&state, name, zone, CapacityType::Spot) {
                     out.push(SpotPrice {
                         instance_type: name.clone(),
                         zone: zone.clone(),
@@ -912,7 +913,7 @@ impl Ec2Api for KwokEc2 {
             &mut state,
             &request.launch_template_name,
             &over,
-            Ec2CapacityType::OnDemand,
+            CapacityType::OnDemand,
             &request.tags,
         )])
     }

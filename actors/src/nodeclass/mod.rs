@@ -57,12 +57,13 @@ pub mod metadata;
 pub mod status;
 pub mod validation;
 
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
+use crate::deps::ClusterVersion;
 use crate::messages::{Cause, Reconcile};
 use crate::ports::aws_error::AwsError;
 use crate::ports::clock::Clock;
@@ -82,13 +83,11 @@ use karpenter_core::apis::conditions::{READY, ec2nodeclass as types};
 use karpenter_core::apis::ec2nodeclass::AmiFamily;
 use karpenter_core::domain::nodeclass_hash::{HASH_VERSION, nodeclass_hash, resolved_ami_family};
 use karpenter_core::domain::userdata::ClusterInfo;
+use karpenter_core::errors;
 
 use self::status::{ConditionUpdate, StatusPlan};
 use self::validation::{UserDataCheck, Verdict};
 
-/// The Kubernetes version tests and a daemon that has not asked the API server yet assume: the
-/// newest Karpenter v1.5 supports.
-pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
 /// Requeue after AMIs resolved (Karpenter's AMI reconciler).
 pub const AMI_REQUEUE: Duration = Duration::from_mins(5);
 /// Requeue while no AMI matches: users often tag their images after creating the class.
@@ -109,46 +108,6 @@ pub const ERROR_BACKOFF_BASE: Duration = Duration::from_secs(1);
 /// Longest retry delay after failures (Karpenter's controllers cap theirs at a minute).
 pub const ERROR_BACKOFF_MAX: Duration = Duration::from_mins(1);
 
-/// The cluster's Kubernetes version (`1.33`), shared between the daemon, which refreshes it
-/// from the API server's `/version`, and the actors, which read it for AMI aliases.
-#[derive(Debug, Clone)]
-pub struct KubernetesVersion(Arc<RwLock<String>>);
-
-impl Default for KubernetesVersion {
-    fn default() -> Self {
-        Self::new(DEFAULT_KUBERNETES_VERSION)
-    }
-}
-
-impl KubernetesVersion {
-    #[must_use]
-    pub fn new(version: &str) -> Self {
-        Self(Arc::new(RwLock::new(version.to_owned())))
-    }
-
-    /// The version as `<major>.<minor>`.
-    #[must_use]
-    pub fn get(&self) -> String {
-        self.0
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    pub fn set(&self, version: &str) {
-        version.clone_into(&mut self.0.write().unwrap_or_else(PoisonError::into_inner));
-    }
-
-    /// `<major>.<minor>` from the `major` and `minor` fields of `/version`; EKS reports minors
-    /// such as `33+`, whose suffix is dropped. `None` when they are not numbers.
-    #[must_use]
-    pub fn from_version_info(major: &str, minor: &str) -> Option<String> {
-        let minor = minor.trim_end_matches('+');
-        let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        (numeric(major) && numeric(minor)).then(|| format!("{major}.{minor}"))
-    }
-}
-
 /// What every `NodeClassActor` uses, built once at startup; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct NodeClassDeps {
@@ -165,7 +124,7 @@ pub struct NodeClassDeps {
     /// Cluster name, endpoint, CA, DNS and service CIDR: tags, profile names, user data.
     pub cluster_info: ClusterInfo,
     pub region: String,
-    pub kubernetes_version: KubernetesVersion,
+    pub kubernetes_version: ClusterVersion,
     /// Chooses the dry runs' instance type among the class's types (v1.5 dynamic validation);
     /// `None` (or an empty choice) uses Karpenter's fallback types.
     pub cloud: Option<Arc<dyn CloudProvider>>,
@@ -251,18 +210,6 @@ impl NodeClassError {
             Self::InstanceProfile(error) => error.category(),
         }
     }
-}
-
-/// The message of an error and its sources.
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 /// What to do after a reconcile that did not fail.
@@ -412,7 +359,7 @@ impl NodeClassActor {
                 let category = errors.first().map_or("unknown", NodeClassError::category);
                 let message = errors
                     .iter()
-                    .map(|e| chain(e))
+                    .map(|e| errors::chain(e))
                     .collect::<Vec<_>>()
                     .join("; ");
                 tracing::warn!(ec2nodeclass = %self.name, retry_in = ?delay, "{message}");
@@ -494,7 +441,7 @@ impl NodeClassActor {
     }
 
     async fn resolve_amis(&self, class: &EC2NodeClass, now: Timestamp, step: &mut Step) {
-        let version = self.deps.kubernetes_version.get();
+        let version = self.deps.kubernetes_version.get().to_string();
         let listed = self
             .deps
             .amis
@@ -592,7 +539,7 @@ impl NodeClassActor {
                 step.plan.set(ConditionUpdate::not_ready(
                     types::INSTANCE_PROFILE_READY,
                     types::REASON_INSTANCE_PROFILE_CREATION_FAILED,
-                    chain(&error),
+                    errors::chain(&error),
                 ));
                 step.requeue.push(INSTANCE_PROFILE_FAILED_REQUEUE);
             }
@@ -840,23 +787,5 @@ fn verdict_condition(failure: Option<&'static str>) -> ConditionUpdate {
             reason,
             validation::failure_message(reason),
         ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn eks_minor_versions_lose_their_plus() {
-        assert_eq!(
-            KubernetesVersion::from_version_info("1", "33+").as_deref(),
-            Some("1.33")
-        );
-        assert_eq!(KubernetesVersion::from_version_info("1", "x"), None);
-        let version = KubernetesVersion::default();
-        assert_eq!(version.get(), DEFAULT_KUBERNETES_VERSION);
-        version.set("1.32");
-        assert_eq!(version.clone().get(), "1.32");
     }
 }

@@ -20,14 +20,15 @@
 //! the first AMI of the status that a standard (non-GPU) instance can run, on `m5.large`
 //! (amd64) or `m6g.large` (arm64), Karpenter's fallback types.
 
+use karpenter_core::domain::instance_type::CapacityType;
 use std::collections::BTreeMap;
 use std::hash::{Hash as _, Hasher as _};
 use std::time::Duration;
 
 use crate::ports::aws_error::{AwsError, AwsErrorClass};
 use crate::ports::ec2::{
-    CreateFleetRequest, CreateLaunchTemplateRequest, Ec2Api, Ec2CapacityType,
-    FleetLaunchTemplateConfig, FleetOverride, LaunchTemplateData, RunInstancesRequest, Tags,
+    CreateFleetRequest, CreateLaunchTemplateRequest, Ec2Api, FleetLaunchTemplateConfig,
+    FleetOverride, LaunchTemplateData, RunInstancesRequest, Tags,
 };
 use karpenter_core::apis::conditions::{Condition, ConditionStatus, ec2nodeclass as types};
 use karpenter_core::apis::ec2nodeclass::{
@@ -277,7 +278,7 @@ pub struct DryRunInput<'a> {
 pub async fn dry_runs(ec2: &dyn Ec2Api, input: &DryRunInput<'_>) -> Result<Verdict, AwsError> {
     let fleet = CreateFleetRequest {
         client_token: None,
-        capacity_type: Ec2CapacityType::OnDemand,
+        capacity_type: CapacityType::OnDemand,
         total_target_capacity: 1,
         allocation_strategy: "lowest-price".to_owned(),
         launch_template_configs: vec![FleetLaunchTemplateConfig {

@@ -5,6 +5,7 @@
 //! aws-sdk-ec2 (walking every page of paginated calls), `crate::kwok::ec2` in memory. Both return
 //! the same shapes and the same [`AwsError`] codes.
 
+use karpenter_core::domain::instance_type::CapacityType;
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
@@ -44,23 +45,6 @@ impl Filter {
 
 /// Resource tags as a sorted map (sorted so requests compare and hash deterministically).
 pub type Tags = BTreeMap<String, String>;
-
-/// Spot or on-demand, as EC2 spells the fleet target capacity type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Ec2CapacityType {
-    OnDemand,
-    Spot,
-}
-
-impl Ec2CapacityType {
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Ec2CapacityType::OnDemand => "on-demand",
-            Ec2CapacityType::Spot => "spot",
-        }
-    }
-}
 
 // ---- instance types ----------------------------------------------------------------------------
 
@@ -299,7 +283,7 @@ pub struct DescribeLaunchTemplatesRequest {
 pub struct CreateFleetRequest {
     /// Idempotency token: a retried request with the same token returns the first result.
     pub client_token: Option<String>,
-    pub capacity_type: Ec2CapacityType,
+    pub capacity_type: CapacityType,
     pub total_target_capacity: u32,
     /// `price-capacity-optimized` (spot) or `lowest-price` (on-demand).
     pub allocation_strategy: String,
@@ -342,7 +326,7 @@ pub struct FleetInstance {
     pub zone: String,
     pub subnet_id: String,
     pub image_id: Option<String>,
-    pub capacity_type: Ec2CapacityType,
+    pub capacity_type: CapacityType,
 }
 
 /// One per-override failure of an instant fleet.
@@ -421,7 +405,7 @@ pub struct Instance {
     pub subnet_id: String,
     pub image_id: String,
     pub state: InstanceState,
-    pub capacity_type: Ec2CapacityType,
+    pub capacity_type: CapacityType,
     pub launch_time: Option<Timestamp>,
     pub private_dns_name: String,
     pub security_group_ids: Vec<String>,

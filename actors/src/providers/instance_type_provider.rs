@@ -22,8 +22,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use super::instance_types::{
-    CapacityType, LabelInterner, NodeClassSettings, Placement, ResolveError, ResolveSettings,
-    resolve,
+    LabelInterner, NodeClassSettings, Placement, ResolveError, ResolveSettings, resolve,
 };
 use super::pricing::PricingProvider;
 use super::unavailable::UnavailableOfferings;
@@ -31,6 +30,7 @@ use crate::ports::aws_error::AwsError;
 use crate::ports::ec2::{Ec2Api, Filter, InstanceTypeInfo};
 use karpenter_core::apis::EC2NodeClass;
 use karpenter_core::apis::labels;
+use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::instance_type::{InstanceType, Offering};
 use karpenter_core::domain::requirements::Requirements;
 

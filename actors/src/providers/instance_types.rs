@@ -55,37 +55,6 @@ const PID: &str = "pid";
 pub const MEMORY_AVAILABLE: &str = "memory.available";
 pub const NODEFS_AVAILABLE: &str = "nodefs.available";
 
-// ---- capacity types ----------------------------------------------------------------------------
-
-/// Karpenter's capacity types.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum CapacityType {
-    OnDemand,
-    Spot,
-    Reserved,
-}
-
-impl CapacityType {
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CapacityType::OnDemand => labels::CAPACITY_TYPE_ON_DEMAND,
-            CapacityType::Spot => labels::CAPACITY_TYPE_SPOT,
-            CapacityType::Reserved => labels::CAPACITY_TYPE_RESERVED,
-        }
-    }
-
-    #[must_use]
-    pub fn parse(value: &str) -> Option<Self> {
-        match value {
-            labels::CAPACITY_TYPE_ON_DEMAND => Some(CapacityType::OnDemand),
-            labels::CAPACITY_TYPE_SPOT => Some(CapacityType::Spot),
-            labels::CAPACITY_TYPE_RESERVED => Some(CapacityType::Reserved),
-            _ => None,
-        }
-    }
-}
-
 // ---- interning ---------------------------------------------------------------------------------
 
 /// One shared copy of every label key and value: the catalogue repeats a few hundred distinct

@@ -26,14 +26,14 @@ use super::batcher::{
     BatchDropped, Batcher, CREATE_FLEET_WINDOW, DESCRIBE_INSTANCES_WINDOW, Executor,
     TERMINATE_INSTANCES_WINDOW,
 };
-use super::instance_types::CapacityType;
 use super::unavailable::UnavailableOfferings;
 use crate::ports::aws_error::{AwsError, AwsErrorClass, AwsService};
 use crate::ports::ec2::{
-    CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, Ec2Api, Ec2CapacityType,
-    Filter, FleetLaunchTemplateConfig, FleetOverride, Instance, InstanceState, Tags,
+    CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, Ec2Api, Filter,
+    FleetLaunchTemplateConfig, FleetOverride, Instance, InstanceState, Tags,
 };
 use karpenter_core::apis::labels;
+use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::instance_type::InstanceType;
 use karpenter_core::domain::requirements::{Requirement, Requirements};
 
@@ -172,17 +172,12 @@ pub struct InstancesProvider {
     ledger: Mutex<HashMap<String, (Ledger, Instant)>>,
 }
 
-fn ec2_capacity_type(capacity_type: CapacityType) -> Ec2CapacityType {
+/// The capacity type a fleet asks EC2 for: reserved capacity launches as on-demand capacity (in
+/// the reservation its launch template names).
+fn fleet_capacity_type(capacity_type: CapacityType) -> CapacityType {
     match capacity_type {
-        CapacityType::Spot => Ec2CapacityType::Spot,
-        CapacityType::OnDemand | CapacityType::Reserved => Ec2CapacityType::OnDemand,
-    }
-}
-
-fn capacity_type_of(ec2: Ec2CapacityType) -> CapacityType {
-    match ec2 {
-        Ec2CapacityType::Spot => CapacityType::Spot,
-        Ec2CapacityType::OnDemand => CapacityType::OnDemand,
+        CapacityType::Spot => CapacityType::Spot,
+        CapacityType::OnDemand | CapacityType::Reserved => CapacityType::OnDemand,
     }
 }
 
@@ -225,7 +220,7 @@ fn distribute(
                     instance_type: fleet_instance.instance_type.clone(),
                     zone: fleet_instance.zone.clone(),
                     subnet_id: fleet_instance.subnet_id.clone(),
-                    capacity_type: capacity_type_of(fleet_instance.capacity_type),
+                    capacity_type: fleet_instance.capacity_type,
                     image_id: fleet_instance.image_id.clone(),
                 })
         })
@@ -350,7 +345,7 @@ impl InstancesProvider {
                     let mut request = key;
                     request.total_target_capacity = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
                     request.client_token = Some(batch_token(&tokens));
-                    let capacity_type = capacity_type_of(request.capacity_type);
+                    let capacity_type = request.capacity_type;
                     match ec2.create_fleet(&request).await {
                         Ok(response) => {
                             record_fleet_errors(&unavailable, &response, capacity_type);
@@ -441,7 +436,7 @@ impl InstancesProvider {
         .or_insert_with(|| "owned".to_owned());
         Ok(CreateFleetRequest {
             client_token: None,
-            capacity_type: ec2_capacity_type(launch.capacity_type),
+            capacity_type: fleet_capacity_type(launch.capacity_type),
             total_target_capacity: 1,
             allocation_strategy: if launch.capacity_type == CapacityType::Spot {
                 SPOT_ALLOCATION_STRATEGY
@@ -479,7 +474,7 @@ impl InstancesProvider {
                         record_fleet_errors(
                             &self.deps.unavailable,
                             &response,
-                            capacity_type_of(request.capacity_type),
+                            request.capacity_type,
                         );
                         let members = usize::try_from(request.total_target_capacity).unwrap_or(1);
                         distribute(&request, &response, members)

@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::instance_types::CapacityType;
 use super::instances::with_capacity_type;
 use crate::ports::aws_error::AwsError;
 use crate::ports::ec2::{Ec2Api, Filter, Subnet};
 use karpenter_core::apis::EC2NodeClass;
 use karpenter_core::apis::labels;
+use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::instance_type::InstanceType;
 use karpenter_core::domain::requirements::{Requirement, Requirements};
 

@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::ami_mapping::{AmiRequirementsError, map_to_instance_types};
-use super::instance_types::{CapacityType, ami_family};
+use super::instance_types::ami_family;
 use crate::ports::aws_error::{AwsError, AwsErrorClass};
 use crate::ports::ec2::{
     CreateLaunchTemplateRequest, DescribeLaunchTemplatesRequest, Ec2Api, Filter, LaunchBlockDevice,
@@ -39,6 +39,7 @@ use karpenter_core::apis::labels;
 use karpenter_core::apis::nodeclaim::NodeClaim;
 use karpenter_core::apis::requirements::Requirement as ApiRequirement;
 use karpenter_core::domain::amifamily;
+use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::instance_type::InstanceType;
 use karpenter_core::domain::resources;
 use karpenter_core::domain::userdata::{self, ClusterInfo, UserDataError, UserDataInput};

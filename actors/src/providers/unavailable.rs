@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::providers::instance_types::CapacityType;
+use karpenter_core::domain::instance_type::CapacityType;
 
 /// How long an offering stays unavailable after an insufficient-capacity error (Karpenter's
 /// `UnavailableOfferingsTTL`); marking again extends it.

@@ -50,14 +50,7 @@ impl ActorError {
     /// A recoverable error from any error type, its message including the source chain.
     #[must_use]
     pub fn from_error(category: &'static str, error: &(dyn std::error::Error + 'static)) -> Self {
-        let mut message = error.to_string();
-        let mut source = error.source();
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        Self::new(category, message)
+        Self::new(category, karpenter_core::errors::chain(error))
     }
 
     /// The same error, made fatal.

@@ -22,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use karpenter_actors::daemon::{Daemon, StartOptions};
+use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::deps::{AwsPorts, Deps};
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::kwok::eventbridge::KwokEventBridge;
@@ -30,7 +31,6 @@ use karpenter_actors::kwok::pricing::KwokPricing;
 use karpenter_actors::kwok::sqs::KwokSqs;
 use karpenter_actors::kwok::ssm::KwokSsm;
 use karpenter_actors::metrics::Metrics;
-use karpenter_actors::nodeclass::KubernetesVersion;
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cloud_provider::fake::FakeCloudProvider;
 use karpenter_actors::ports::cluster::{ClusterApi, FakeClusterApi, MirroredClusterApi};
@@ -152,7 +152,7 @@ impl Harness {
                 ..ClusterInfo::default()
             },
             region: "us-west-2".into(),
-            kubernetes_version: KubernetesVersion::default(),
+            kubernetes_version: ClusterVersion::default(),
             metrics: Arc::clone(&metrics),
         };
         let kit = ActorKit::new(

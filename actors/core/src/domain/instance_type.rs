@@ -16,6 +16,36 @@ use crate::apis::labels;
 use super::requirements::{AllowUndefined, Requirement, Requirements};
 use super::resources::Resources;
 
+/// Karpenter's capacity types (the `karpenter.sh/capacity-type` label). EC2 itself knows only
+/// spot and on-demand: reserved capacity is on-demand capacity in a capacity reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CapacityType {
+    OnDemand,
+    Spot,
+    Reserved,
+}
+
+impl CapacityType {
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapacityType::OnDemand => labels::CAPACITY_TYPE_ON_DEMAND,
+            CapacityType::Spot => labels::CAPACITY_TYPE_SPOT,
+            CapacityType::Reserved => labels::CAPACITY_TYPE_RESERVED,
+        }
+    }
+
+    #[must_use]
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            labels::CAPACITY_TYPE_ON_DEMAND => Some(CapacityType::OnDemand),
+            labels::CAPACITY_TYPE_SPOT => Some(CapacityType::Spot),
+            labels::CAPACITY_TYPE_RESERVED => Some(CapacityType::Reserved),
+            _ => None,
+        }
+    }
+}
+
 /// Most instance types a NodeClaim carries (Karpenter's `MaxInstanceTypes`): CreateFleet takes
 /// a bounded number of overrides, and the cheapest 60 are plenty of flexibility.
 pub const MAX_INSTANCE_TYPES: usize = 60;

@@ -10,7 +10,6 @@ use crate::ports::aws_error::{AwsError, AwsErrorClass};
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::ec2::{FleetLaunchTemplateConfig, Tags};
 use crate::providers::instance_type_provider::InstanceTypes;
-use crate::providers::instance_types::CapacityType;
 use crate::providers::instances::{
     InstancesError, LaunchRequest, LaunchedInstance, capacity_type_for, overrides,
     with_capacity_type,
@@ -24,6 +23,7 @@ use karpenter_core::apis::ec2nodeclass::RESTRICTED_TAGS;
 use karpenter_core::apis::nodeclaim::NodeClaim;
 use karpenter_core::apis::requirements::Requirement as ApiRequirement;
 use karpenter_core::apis::{EC2NodeClass, labels};
+use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::instance_type::InstanceType;
 use karpenter_core::domain::requirements::Requirements;
 use karpenter_core::domain::resources::Resources;

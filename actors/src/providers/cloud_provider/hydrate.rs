@@ -11,12 +11,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::AwsCloudProvider;
 use crate::ports::cloud_provider::CloudProviderError;
-use crate::ports::ec2::{Ec2CapacityType, Instance, InstanceState};
-use crate::providers::instance_types::CapacityType;
+use crate::ports::ec2::{Instance, InstanceState};
 use karpenter_core::apis::nodeclaim::{
     NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference,
 };
 use karpenter_core::apis::{EC2NodeClass, labels};
+use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::instance_type::InstanceType;
 use karpenter_core::domain::resources::Resources;
 
@@ -139,13 +139,13 @@ pub(super) fn hydrate(
 /// the gate an instance in an open reservation counts as on-demand, as in Karpenter.
 fn capacity_type_of(instance: &Instance, reserved_capacity: bool) -> CapacityType {
     match instance.capacity_type {
-        Ec2CapacityType::Spot => CapacityType::Spot,
-        Ec2CapacityType::OnDemand
+        CapacityType::Spot => CapacityType::Spot,
+        CapacityType::OnDemand | CapacityType::Reserved
             if reserved_capacity && instance.capacity_reservation_id.is_some() =>
         {
             CapacityType::Reserved
         }
-        Ec2CapacityType::OnDemand => CapacityType::OnDemand,
+        CapacityType::OnDemand | CapacityType::Reserved => CapacityType::OnDemand,
     }
 }
 
