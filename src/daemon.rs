@@ -483,7 +483,7 @@ pub async fn wait_for_launches(view: &dyn ClusterView, deadline: Duration) -> Ve
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
-    use karpenter_actors::ports::cluster_view::MemoryClusterView;
+    use karpenter_actors::testing::MemoryClusterView;
 
     fn pod(node: Option<&str>, phase: &str) -> Pod {
         let mut pod = Pod::default();

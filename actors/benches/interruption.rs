@@ -82,11 +82,11 @@ fn actor_batch(c: &mut Criterion) {
     };
     use karpenter_actors::kwok::sqs::KwokSqs;
     use karpenter_actors::ports::clock::SystemClock;
-    use karpenter_actors::ports::cluster::fake::{FakeClusterApi, Operation};
-    use karpenter_actors::ports::cluster_view::MemoryClusterView;
     use karpenter_actors::ports::sqs::SqsApi;
     use karpenter_actors::providers::unavailable::UnavailableOfferings;
     use karpenter_actors::runtime::{ActorKit, GroupSpec, KitOptions};
+    use karpenter_actors::testing::MemoryClusterView;
+    use karpenter_actors::testing::{FakeClusterApi, Operation};
     use karpenter_core::apis::nodeclaim::{
         NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference,
     };

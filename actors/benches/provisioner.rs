@@ -24,14 +24,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use karpenter_actors::metrics::Metrics;
 use karpenter_actors::ports::clock::ManualClock;
-use karpenter_actors::ports::cloud_provider::fake::FakeCloudProvider;
-use karpenter_actors::ports::cluster::FakeClusterApi;
-use karpenter_actors::ports::cluster_view::MemoryClusterView;
 use karpenter_actors::provisioner::{
     GetProvisionerStatus, PROVISIONER_KEY, ProvisionerActor, ProvisionerDeps, ProvisionerMetrics,
     ProvisionerPorts, RunSummary,
 };
 use karpenter_actors::runtime::{ActorKit, GroupSpec, KitOptions};
+use karpenter_actors::testing::FakeCloudProvider;
+use karpenter_actors::testing::FakeClusterApi;
+use karpenter_actors::testing::MemoryClusterView;
 use karpenter_config::Settings;
 use karpenter_core::apis::labels;
 use karpenter_core::apis::nodepool::NodePool;

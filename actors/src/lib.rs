@@ -14,3 +14,5 @@ pub mod providers;
 pub mod provisioner;
 pub mod retry;
 pub mod runtime;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

@@ -22,10 +22,11 @@ use karpenter_actors::kwok::cloud_provider::{KwokCloudDeps, cloud_provider, sett
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
 use karpenter_actors::ports::clock::{Clock, ManualClock};
 use karpenter_actors::ports::cloud_provider::{CloudProvider, CloudProviderError, DriftReason};
-use karpenter_actors::ports::cluster_view::{ClusterView, MemoryClusterView};
+use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::ports::ec2::{Ec2Api, InstanceState, LaunchTemplateData, LaunchTemplateRef};
 use karpenter_actors::providers::cloud_provider::AwsCloudProvider;
 use karpenter_actors::providers::launch_templates::LAUNCH_TEMPLATE_TTL;
+use karpenter_actors::testing::MemoryClusterView;
 use karpenter_core::apis::conditions::{Condition, ConditionStatus};
 use karpenter_core::apis::ec2nodeclass::{
     Ami, AmiRequirement, EC2NodeClassStatus, SecurityGroup, Subnet,

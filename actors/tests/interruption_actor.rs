@@ -20,13 +20,13 @@ use karpenter_actors::interruption::{
 use karpenter_actors::kwok::eventbridge::KwokEventBridge;
 use karpenter_actors::kwok::sqs::KwokSqs;
 use karpenter_actors::ports::clock::{Clock, ManualClock};
-use karpenter_actors::ports::cluster::fake::{FakeClusterApi, Operation};
 use karpenter_actors::ports::cluster::{ClusterError, ObjectKind};
-use karpenter_actors::ports::cluster_view::MemoryClusterView;
 use karpenter_actors::ports::eventbridge::{EventBridgeApi, EventEntry};
 use karpenter_actors::ports::sqs::SqsApi;
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use karpenter_actors::runtime::{ActorKit, GroupSpec, KitOptions};
+use karpenter_actors::testing::MemoryClusterView;
+use karpenter_actors::testing::{FakeClusterApi, Operation};
 use karpenter_core::apis::labels;
 use karpenter_core::apis::nodeclaim::{
     NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference,

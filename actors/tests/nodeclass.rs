@@ -38,11 +38,7 @@ use karpenter_actors::ports::clock::{Clock, ManualClock};
 use karpenter_actors::ports::cloud_provider::{
     CloudProvider, CloudProviderError, DriftReason, RepairPolicy,
 };
-use karpenter_actors::ports::cluster::fake::ClusterCall;
-use karpenter_actors::ports::cluster::{
-    ClusterApi, ClusterEvent, FakeClusterApi, MirroredClusterApi,
-};
-use karpenter_actors::ports::cluster_view::MemoryClusterView;
+use karpenter_actors::ports::cluster::{ClusterApi, ClusterEvent};
 use karpenter_actors::ports::ec2::{
     CreateLaunchTemplateRequest, DescribeLaunchTemplatesRequest, Ec2Api, Image, LaunchTemplateData,
     Tags,
@@ -54,6 +50,9 @@ use karpenter_actors::providers::security_groups::SecurityGroupProvider;
 use karpenter_actors::providers::subnets::SubnetProvider;
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use karpenter_actors::runtime::{ActorKit, Family, GroupSpec, KitOptions, RootGroup, SendError};
+use karpenter_actors::testing::ClusterCall;
+use karpenter_actors::testing::MemoryClusterView;
+use karpenter_actors::testing::{FakeClusterApi, MirroredClusterApi};
 use karpenter_core::apis::conditions::{ConditionStatus, READY, ec2nodeclass as types};
 use karpenter_core::apis::labels::{
     EC2NODECLASS_HASH, EC2NODECLASS_HASH_VERSION, EC2NODECLASS_TERMINATION_FINALIZER,

@@ -24,16 +24,17 @@ use k8s_openapi::jiff::Timestamp;
 use karpenter_actors::metrics::Metrics;
 use karpenter_actors::ports::clock::ManualClock;
 use karpenter_actors::ports::cloud_provider::CloudProviderError;
-use karpenter_actors::ports::cloud_provider::fake::{CloudOperation, FakeCloudProvider};
-use karpenter_actors::ports::cluster::fake::Operation;
-use karpenter_actors::ports::cluster::{ClusterError, ClusterEvent, FakeClusterApi, ObjectKind};
-use karpenter_actors::ports::cluster_view::MemoryClusterView;
+use karpenter_actors::ports::cluster::{ClusterError, ClusterEvent, ObjectKind};
 use karpenter_actors::provisioner::{
     Decision, Explain, GetProvisionerStatus, NameGenerator, PROVISIONER_KEY, PodExplanation,
     PodState, ProvisionerActor, ProvisionerDeps, ProvisionerMetrics, ProvisionerPorts,
     ProvisionerStatus, SolveFn, TriggerSource, Triggered, render,
 };
 use karpenter_actors::runtime::{ActorKit, ActorRef, GroupSpec, KitOptions, RootGroup};
+use karpenter_actors::testing::FakeClusterApi;
+use karpenter_actors::testing::MemoryClusterView;
+use karpenter_actors::testing::Operation;
+use karpenter_actors::testing::{CloudOperation, FakeCloudProvider};
 use karpenter_config::Settings;
 use karpenter_core::apis::labels;
 use karpenter_core::apis::nodeclaim::{NodeClaim, NodeClaimStatus};

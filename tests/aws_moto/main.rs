@@ -29,7 +29,6 @@ use karpenter::aws::RetryPolicy;
 use karpenter_actors::ports::aws_error::{AwsErrorClass, AwsService};
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::ports::cloud_provider::CloudProvider;
-use karpenter_actors::ports::cluster_view::MemoryClusterView;
 use karpenter_actors::ports::ec2::{
     CreateFleetRequest, CreateLaunchTemplateRequest, DescribeInstancesRequest,
     DescribeLaunchTemplatesRequest, Ec2Api, Filter, FleetLaunchTemplateConfig, FleetOverride,
@@ -43,6 +42,7 @@ use karpenter_actors::providers::cloud_provider::{AwsCloudProvider, AwsProviders
 use karpenter_actors::providers::instance_types::{
     LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
 };
+use karpenter_actors::testing::MemoryClusterView;
 use karpenter_core::apis::labels;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 use moto::{Fault, Moto};

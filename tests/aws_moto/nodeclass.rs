@@ -15,8 +15,6 @@ use karpenter_actors::messages::{Cause, Reconcile};
 use karpenter_actors::nodeclass::status::find;
 use karpenter_actors::nodeclass::{NodeClassActor, NodeClassDeps};
 use karpenter_actors::ports::clock::SystemClock;
-use karpenter_actors::ports::cluster::{FakeClusterApi, MirroredClusterApi};
-use karpenter_actors::ports::cluster_view::MemoryClusterView;
 use karpenter_actors::ports::ec2::{
     CreateLaunchTemplateRequest, DescribeLaunchTemplatesRequest, Ec2Api, LaunchTemplateData, Tags,
 };
@@ -29,6 +27,8 @@ use karpenter_actors::providers::instance_profiles::{
 use karpenter_actors::providers::security_groups::SecurityGroupProvider;
 use karpenter_actors::providers::subnets::SubnetProvider;
 use karpenter_actors::runtime::{ActorKit, GroupSpec, KitOptions};
+use karpenter_actors::testing::MemoryClusterView;
+use karpenter_actors::testing::{FakeClusterApi, MirroredClusterApi};
 use karpenter_core::apis::EC2NodeClass;
 use karpenter_core::apis::conditions::{ConditionStatus, READY};
 use karpenter_core::apis::ec2nodeclass::{

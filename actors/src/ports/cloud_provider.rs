@@ -4,9 +4,7 @@
 //! The AWS implementation is built from the providers in `crate::providers` over the narrow ports;
 //! kwok's is the same code over `crate::kwok`. Instance types are the scheduler's domain model
 //! ([`karpenter_core::domain::instance_type::InstanceType`]), so the provisioner hands them straight to
-//! the solver. [`fake::FakeCloudProvider`] is the recording in-memory one for actor tests.
-
-pub mod fake;
+//! the solver. `crate::testing::FakeCloudProvider` is the recording in-memory one for actor tests.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,11 +9,9 @@
 //! of a copy the caller read earlier.
 //!
 //! The production adapter is `karpenter::kube::cluster_api::KubeClusterApi`; tests use
-//! [`fake::FakeClusterApi`], which keeps objects in memory, records every call and fails on
-//! demand ([`mirror::MirroredClusterApi`] also copies its writes into a `MemoryClusterView`). Types here are k8s-openapi's and our CRDs', never the kube client's.
-
-pub mod fake;
-pub mod mirror;
+//! `crate::testing::FakeClusterApi`, which keeps objects in memory, records every call and fails
+//! on demand (`crate::testing::MirroredClusterApi` also copies its writes into a
+//! `MemoryClusterView`). Types here are k8s-openapi's and our CRDs', never the kube client's.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,9 +22,6 @@ use k8s_openapi::api::core::v1::{Node, ObjectReference, Taint};
 use karpenter_core::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
 };
-
-pub use fake::FakeClusterApi;
-pub use mirror::MirroredClusterApi;
 
 /// A change applied to the current version of an object; may run more than once.
 pub type Change<'a, T> = &'a (dyn Fn(&mut T) + Send + Sync);

@@ -10,7 +10,6 @@ pub mod cluster;
 pub mod cluster_view;
 pub mod ec2;
 pub mod eventbridge;
-mod failures;
 pub mod iam;
 pub mod pricing;
 pub mod sqs;

@@ -14,9 +14,11 @@ use async_trait::async_trait;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::{AWS_REPAIR_POLICIES, CloudProvider, CloudProviderError, DriftReason, RepairPolicy};
+use super::failures::FailureRules;
 use crate::ports::clock::Clock;
-use crate::ports::failures::FailureRules;
+use crate::ports::cloud_provider::{
+    AWS_REPAIR_POLICIES, CloudProvider, CloudProviderError, DriftReason, RepairPolicy,
+};
 use karpenter_core::apis::labels;
 use karpenter_core::apis::nodeclaim::NodeClaimStatus;
 use karpenter_core::apis::nodeclaim::{NodeClaim, NodeClaimSpec, NodeClassReference};

@@ -13,10 +13,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Node;
 
-use super::{Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, FakeClusterApi};
+use super::{FakeClusterApi, MemoryClusterView};
 use crate::messages::ClusterChange;
 use crate::ports::clock::Clock;
-use crate::ports::cluster_view::{ClusterView as _, MemoryClusterView};
+use crate::ports::cluster::{Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction};
+use crate::ports::cluster_view::ClusterView as _;
 use karpenter_core::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
 };

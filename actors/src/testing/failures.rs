@@ -1,5 +1,5 @@
-//! [`FailureRules`]: the injected failures of the in-memory fakes ([`super::cluster::fake`],
-//! [`super::cloud_provider::fake`]). A rule matches calls with a predicate and fails the next N
+//! [`FailureRules`]: the injected failures of the in-memory fakes ([`super::FakeClusterApi`],
+//! [`super::FakeCloudProvider`]). A rule matches calls with a predicate and fails the next N
 //! of them (or every one until cleared) with a given error; the first matching rule decides.
 
 /// A call predicate.

@@ -14,8 +14,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 
-use super::{Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, ObjectKind};
-use crate::ports::failures::FailureRules;
+use super::failures::FailureRules;
+use crate::ports::cluster::{
+    Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, ObjectKind,
+};
 use karpenter_core::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
 };

@@ -1,0 +1,20 @@
+//! Test doubles of the ports, for the actors' tests, the binary's tests and the benches; compiled
+//! only for this crate's own unit tests and with the `testing` feature, which the workspace's
+//! test builds turn on (never the daemon's release build).
+//!
+//! - [`FakeClusterApi`]: Kubernetes writes kept in memory, every call recorded, failures on
+//!   demand; [`MirroredClusterApi`] also copies each write into a [`MemoryClusterView`] and
+//!   reports it as a cluster change, as the watch does in production.
+//! - [`MemoryClusterView`]: a `ClusterView` to put objects in by hand.
+//! - [`FakeCloudProvider`]: a recording `CloudProvider` with instance types and injected failures.
+
+mod cloud_provider;
+mod cluster_api;
+mod cluster_view;
+mod failures;
+mod mirror;
+
+pub use cloud_provider::*;
+pub use cluster_api::*;
+pub use cluster_view::MemoryClusterView;
+pub use mirror::MirroredClusterApi;
