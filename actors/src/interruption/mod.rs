@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 pub use metrics::InterruptionMetrics;
 
 use crate::ports::clock::Clock;
-use crate::ports::cluster::{ClusterApi, ClusterEvent, EventType};
+use crate::ports::cluster::{ClusterApi, ClusterError, ClusterEvent, EventType};
 use crate::ports::cluster_view::ClusterView;
 use crate::ports::sqs::{INTERRUPTION_RECEIVE, SqsApi, SqsMessage};
 use crate::providers::unavailable::UnavailableOfferings;
@@ -40,6 +40,35 @@ pub const PARALLEL_MESSAGES: usize = 10;
 const MIN_POLL_BACKOFF: Duration = Duration::from_secs(1);
 /// Longest wait between polls while SQS keeps failing.
 const MAX_POLL_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Acting on a message failed; the message stays in the queue for redelivery.
+#[derive(Debug, thiserror::Error)]
+pub enum InterruptionError {
+    #[error("deleting nodeclaim {nodeclaim}")]
+    DeleteNodeClaim {
+        nodeclaim: String,
+        #[source]
+        source: ClusterError,
+    },
+    #[error("replacing nodeclaim {nodeclaim}")]
+    ReplaceNodeClaim {
+        nodeclaim: String,
+        #[source]
+        source: ClusterError,
+    },
+}
+
+impl InterruptionError {
+    /// Label for metrics and logs.
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::DeleteNodeClaim { source, .. } | Self::ReplaceNodeClaim { source, .. } => {
+                source.category()
+            }
+        }
+    }
+}
 
 /// What the actor needs.
 #[derive(Debug, Clone)]
@@ -232,14 +261,19 @@ impl InterruptionActor {
         let commands = plan(&parsed, |instance_id| index.get(instance_id).cloned());
         for command in commands {
             if let Err(error) = self.execute(&parsed, command).await {
-                tracing::warn!(message_id = message.message_id, %error, "interruption handling failed; the message will be redelivered");
+                tracing::warn!(
+                    message_id = message.message_id,
+                    error = %karpenter_core::errors::chain(&error),
+                    category = error.category(),
+                    "interruption handling failed; the message will be redelivered"
+                );
                 return Handled::Failed;
             }
         }
         Handled::Done
     }
 
-    async fn execute(&self, message: &Message, command: Command) -> Result<(), String> {
+    async fn execute(&self, message: &Message, command: Command) -> Result<(), InterruptionError> {
         match command {
             Command::RecordEvent {
                 nodeclaim,
@@ -271,7 +305,10 @@ impl InterruptionActor {
                     .cluster
                     .delete_nodeclaim(&nodeclaim)
                     .await
-                    .map_err(|e| format!("deleting nodeclaim {nodeclaim}: {e}"))?;
+                    .map_err(|source| InterruptionError::DeleteNodeClaim {
+                        nodeclaim: nodeclaim.clone(),
+                        source,
+                    })?;
                 self.deps
                     .metrics
                     .disrupted(kind, nodepool.as_deref(), capacity_type.as_deref());
@@ -285,7 +322,10 @@ impl InterruptionActor {
                     .cluster
                     .delete_nodeclaim(&nodeclaim)
                     .await
-                    .map_err(|e| format!("replacing nodeclaim {nodeclaim}: {e}"))?;
+                    .map_err(|source| InterruptionError::ReplaceNodeClaim {
+                        nodeclaim: nodeclaim.clone(),
+                        source,
+                    })?;
                 self.deps.metrics.disrupted(message.kind, None, None);
                 Ok(())
             }

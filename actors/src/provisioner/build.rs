@@ -558,9 +558,9 @@ pub(super) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
     for pool in pools {
         match node_pool_input(pool, &deleting_claims, &daemons) {
             Ok(input) => built.snapshot.node_pools.push(input),
-            Err(reason) => built.skipped_pools.push(PoolVerdict {
+            Err(error) => built.skipped_pools.push(PoolVerdict {
                 node_pool: pool.nodepool.metadata.name.clone().unwrap_or_default(),
-                reason,
+                reason: error.to_string(),
                 detail: serde_json::Value::Null,
             }),
         }
@@ -609,21 +609,28 @@ fn existing_node(
     }
 }
 
+/// Why a usable NodePool cannot be offered to the solver this run.
+#[derive(Debug, thiserror::Error)]
+enum PoolInputError {
+    #[error(transparent)]
+    NodePool(#[from] karpenter_core::domain::scheduling::NodePoolError),
+    #[error(transparent)]
+    Limits(#[from] karpenter_core::domain::limits::LimitsError),
+}
+
 fn node_pool_input(
     pool: &UsablePool,
     deleting_claims: &[&NodeClaim],
     daemons: &[SchedulingPod],
-) -> Result<NodePoolInput, String> {
-    let mut input = NodePoolInput::from_node_pool(&pool.nodepool, pool.instance_types.clone())
-        .map_err(|e| e.to_string())?
+) -> Result<NodePoolInput, PoolInputError> {
+    let mut input = NodePoolInput::from_node_pool(&pool.nodepool, pool.instance_types.clone())?
         .with_daemonsets(daemons);
     // The solver subtracts the existing nodes; deleting NodeClaims still hold capacity.
     let held = limits::remaining_with_in_flight(
         &pool.nodepool,
         deleting_claims.iter().copied(),
         &pool.instance_types,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     input.limits = held;
     Ok(input)
 }

@@ -359,7 +359,8 @@ impl Outcome {
         types_by_pool: &HashMap<String, Vec<Arc<InstanceType>>>,
     ) {
         let claims_now = deps.view.nodeclaims();
-        let mut remaining: HashMap<String, Result<ResourceLimits, String>> = HashMap::new();
+        let mut remaining: HashMap<String, Result<ResourceLimits, limits::LimitsError>> =
+            HashMap::new();
         let mut creates: JoinSet<(usize, Result<String, ClusterError>)> = JoinSet::new();
         let mut admitted: HashMap<usize, Vec<Arc<InstanceType>>> = HashMap::new();
         for (index, claim) in plan.new_node_claims.iter().enumerate() {
@@ -381,12 +382,11 @@ impl Outcome {
                     claims_now.iter().map(AsRef::as_ref),
                     types,
                 )
-                .map_err(|e| e.to_string())
             });
             let admission = match left {
                 Ok(left) => launch::admit(claim, left),
                 Err(error) => Admission::Refuse {
-                    reason: error.clone(),
+                    reason: error.to_string(),
                 },
             };
             match admission {

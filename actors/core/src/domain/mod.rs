@@ -13,6 +13,7 @@
 //! - [`limits`]: what a NodePool runs (`status.resources`) and what is left of its limits,
 //!   in-flight launches included for the Provisioner.
 //! - [`nodepool_hash`]: the NodePool template hash static drift compares.
+//! - [`tags`]: the tags of launched instances (the class's and the ones Karpenter owns).
 //! - [`version`]: the supported Kubernetes versions.
 
 pub mod amifamily;
@@ -24,5 +25,6 @@ pub mod nodepool_hash;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;
+pub mod tags;
 pub mod userdata;
 pub mod version;

@@ -19,7 +19,6 @@ use crate::providers::launch_templates::{
     LaunchInput, LaunchTemplateError, ResolvedLaunchTemplate,
 };
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as reasons};
-use karpenter_core::apis::ec2nodeclass::RESTRICTED_TAGS;
 use karpenter_core::apis::nodeclaim::NodeClaim;
 use karpenter_core::apis::requirements::Requirement as ApiRequirement;
 use karpenter_core::apis::{EC2NodeClass, labels};
@@ -27,6 +26,7 @@ use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::instance_type::InstanceType;
 use karpenter_core::domain::requirements::Requirements;
 use karpenter_core::domain::resources::Resources;
+use karpenter_core::domain::tags::launch_tags;
 
 /// Karpenter warns when an on-demand launch that could have been spot has fewer types than
 /// this: spot was likely unavailable for lack of flexibility.
@@ -144,54 +144,6 @@ pub(super) fn nodeclaim_requirements(
     Requirements::from_api(&api)
 }
 
-/// Karpenter's `GetTags`: the class's tags and the ownership tags; a restricted key among the
-/// class's tags makes the class unusable.
-pub fn launch_tags(
-    nodeclass: &EC2NodeClass,
-    nodeclaim: &NodeClaim,
-    cluster_name: &str,
-) -> Result<Tags, String> {
-    let restricted: Vec<String> = nodeclass
-        .spec
-        .tags
-        .keys()
-        .filter(|k| {
-            RESTRICTED_TAGS.contains(&k.as_str()) || k.starts_with(labels::TAG_CLUSTER_PREFIX)
-        })
-        .map(|k| format!("{k:?}"))
-        .collect();
-    if !restricted.is_empty() {
-        return Err(format!(
-            "tags failed validation requirements: {}",
-            restricted.join(", ")
-        ));
-    }
-    let mut tags = nodeclass.spec.tags.clone();
-    tags.insert(
-        format!("{}{cluster_name}", labels::TAG_CLUSTER_PREFIX),
-        "owned".to_owned(),
-    );
-    tags.insert(
-        labels::TAG_NODEPOOL.to_owned(),
-        nodeclaim
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(labels::NODEPOOL))
-            .cloned()
-            .unwrap_or_default(),
-    );
-    tags.insert(
-        labels::TAG_EKS_CLUSTER_NAME.to_owned(),
-        cluster_name.to_owned(),
-    );
-    tags.insert(
-        labels::TAG_EC2NODECLASS.to_owned(),
-        nodeclass.metadata.name.clone().unwrap_or_default(),
-    );
-    Ok(tags)
-}
-
 /// One attempt's failure: a launch template vanished (retried once), or a final error.
 enum Attempt {
     TemplatesNotFound(Vec<String>, CloudProviderError),
@@ -275,8 +227,14 @@ impl AwsCloudProvider {
             }
         }
         let (requirements, all, candidates) = self.candidates(&nodeclass, nodeclaim, &name)?;
-        let tags = launch_tags(&nodeclass, nodeclaim, &self.cluster_name).map_err(|message| {
-            tracing::warn!(nodeclaim = %name, ec2nodeclass = %class_name, %message, "cannot launch");
+        let nodepool = nodeclaim
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODEPOOL))
+            .map_or("", String::as_str);
+        let tags = launch_tags(&class_name, &nodeclass.spec, &self.cluster_name, nodepool).map_err(|error| {
+            tracing::warn!(nodeclaim = %name, ec2nodeclass = %class_name, %error, "cannot launch");
             CloudProviderError::NodeClassNotReady {
                 nodeclass: class_name.clone(),
             }

@@ -21,7 +21,7 @@ mod drift;
 pub mod filter;
 mod hydrate;
 
-pub use create::{launch_tags, reason_message};
+pub use create::reason_message;
 pub use drift::static_drift;
 
 use std::sync::Arc;

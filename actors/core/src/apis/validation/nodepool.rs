@@ -71,15 +71,24 @@ fn check_budget(budget: &Budget, path: &FieldPath, out: &mut Violations) {
     }
 }
 
+/// Why a budget schedule is not a schedule.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    /// Budgets run in UTC; `TZ=` / `CRON_TZ=` prefixes are refused (as Karpenter's CRD does).
+    #[error("time zones are not supported")]
+    TimeZone,
+    #[error(transparent)]
+    Cron(#[from] croner::errors::CronError),
+}
+
 /// Parses a budget schedule: five cron fields or an `@` descriptor, UTC only.
-pub fn parse_schedule(schedule: &str) -> Result<croner::Cron, String> {
+pub fn parse_schedule(schedule: &str) -> Result<croner::Cron, ScheduleError> {
     if schedule.contains("TZ=") || schedule.contains("CRON_TZ=") {
-        return Err("time zones are not supported".to_owned());
+        return Err(ScheduleError::TimeZone);
     }
-    CronParser::builder()
+    Ok(CronParser::builder()
         .seconds(Seconds::Disallowed)
         .year(Year::Disallowed)
         .build()
-        .parse(schedule)
-        .map_err(|error| error.to_string())
+        .parse(schedule)?)
 }

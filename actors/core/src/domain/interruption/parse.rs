@@ -52,7 +52,10 @@ pub enum ParseError {
     #[error("{detail_type} event has no detail")]
     MissingDetail { detail_type: String },
     #[error("{detail_type} detail is malformed: {reason}")]
-    Detail { detail_type: String, reason: String },
+    Detail {
+        detail_type: String,
+        reason: DetailError,
+    },
 }
 
 impl ParseError {
@@ -69,6 +72,16 @@ impl ParseError {
     }
 }
 
+/// Why an event's `detail` does not have the shape its kind requires.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DetailError {
+    /// Not JSON of the expected shape (serde's message names the field).
+    #[error("{0}")]
+    Shape(String),
+    #[error("instance-id is empty")]
+    EmptyInstanceId,
+}
+
 /// What a detail parser returns: the kind (a state change may be stopped or terminated) and
 /// the instances, or `None` when the event is filtered out (a no-op).
 struct Parsed {
@@ -78,7 +91,7 @@ struct Parsed {
     state: Option<String>,
 }
 
-type DetailParser = fn(&str) -> Result<Option<Parsed>, String>;
+type DetailParser = fn(&str) -> Result<Option<Parsed>, DetailError>;
 
 /// Registry of detail parsers keyed by `(version, source, detail-type)`.
 #[derive(Debug)]
@@ -156,20 +169,20 @@ impl Parser {
     }
 }
 
-fn detail<'a, T: Deserialize<'a>>(raw: &'a str) -> Result<T, String> {
-    serde_json::from_str(raw).map_err(|error| error.to_string())
+fn detail<'a, T: Deserialize<'a>>(raw: &'a str) -> Result<T, DetailError> {
+    serde_json::from_str(raw).map_err(|error| DetailError::Shape(error.to_string()))
 }
 
-fn instance_id(id: String) -> Result<Vec<String>, String> {
+fn instance_id(id: String) -> Result<Vec<String>, DetailError> {
     if id.is_empty() {
-        Err("instance-id is empty".to_owned())
+        Err(DetailError::EmptyInstanceId)
     } else {
         Ok(vec![id])
     }
 }
 
 /// A warning about one instance (`detail.instance-id`): spot interruption or rebalance.
-fn instance_warning(raw: &str, kind: Kind) -> Result<Option<Parsed>, String> {
+fn instance_warning(raw: &str, kind: Kind) -> Result<Option<Parsed>, DetailError> {
     #[derive(Deserialize)]
     struct Detail {
         #[serde(rename = "instance-id")]
@@ -184,15 +197,15 @@ fn instance_warning(raw: &str, kind: Kind) -> Result<Option<Parsed>, String> {
     }))
 }
 
-fn spot_interruption(raw: &str) -> Result<Option<Parsed>, String> {
+fn spot_interruption(raw: &str) -> Result<Option<Parsed>, DetailError> {
     instance_warning(raw, Kind::SpotInterrupted)
 }
 
-fn rebalance(raw: &str) -> Result<Option<Parsed>, String> {
+fn rebalance(raw: &str) -> Result<Option<Parsed>, DetailError> {
     instance_warning(raw, Kind::RebalanceRecommendation)
 }
 
-fn state_change(raw: &str) -> Result<Option<Parsed>, String> {
+fn state_change(raw: &str) -> Result<Option<Parsed>, DetailError> {
     #[derive(Deserialize)]
     struct Detail {
         #[serde(rename = "instance-id")]
@@ -214,7 +227,7 @@ fn state_change(raw: &str) -> Result<Option<Parsed>, String> {
     }))
 }
 
-fn scheduled_change(raw: &str) -> Result<Option<Parsed>, String> {
+fn scheduled_change(raw: &str) -> Result<Option<Parsed>, DetailError> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Detail {

@@ -118,7 +118,10 @@ pub enum UserDataError {
         reason: String,
     },
     #[error("{} user data: {reason}", .family.as_str())]
-    InvalidPowerShell { family: AmiFamily, reason: String },
+    InvalidPowerShell {
+        family: AmiFamily,
+        reason: windows::PowerShellError,
+    },
     #[error("{} user data needs the cluster's service CIDR, which is not known yet", .family.as_str())]
     MissingClusterCidr { family: AmiFamily },
     #[error("{} user data: cluster service CIDR {value:?} is not an address/prefix", .family.as_str())]

@@ -53,8 +53,19 @@ pub(crate) fn render(family: AmiFamily, input: &UserDataInput) -> Result<String,
     Ok(out)
 }
 
+/// Why a user's Windows script cannot be merged with ours.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PowerShellError {
+    #[error("text before the <powershell> tag would not run")]
+    TextBeforeTag,
+    #[error("more than one <powershell> block")]
+    SeveralBlocks,
+    #[error("unbalanced <powershell> tags")]
+    Unbalanced,
+}
+
 /// The user's script without its own `<powershell>` tags, and what followed the closing tag.
-fn split_user_script(text: &str) -> Result<(&str, &str), String> {
+fn split_user_script(text: &str) -> Result<(&str, &str), PowerShellError> {
     // ASCII lowercasing keeps byte offsets, so positions found in `lower` index `text`.
     let lower = text.to_ascii_lowercase();
     let open = lower.find(OPEN_TAG);
@@ -65,10 +76,10 @@ fn split_user_script(text: &str) -> Result<(&str, &str), String> {
             let inner_start = open + OPEN_TAG.len();
             let after = close + CLOSE_TAG.len();
             if !text[..open].trim().is_empty() {
-                return Err("text before the <powershell> tag would not run".to_owned());
+                return Err(PowerShellError::TextBeforeTag);
             }
             if lower[inner_start..].contains(OPEN_TAG) || lower[after..].contains(CLOSE_TAG) {
-                return Err("more than one <powershell> block".to_owned());
+                return Err(PowerShellError::SeveralBlocks);
             }
             Ok((
                 text[inner_start..close]
@@ -77,7 +88,7 @@ fn split_user_script(text: &str) -> Result<(&str, &str), String> {
                 text[after..].trim(),
             ))
         }
-        _ => Err("unbalanced <powershell> tags".to_owned()),
+        _ => Err(PowerShellError::Unbalanced),
     }
 }
 
