@@ -26,7 +26,7 @@ use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::instance_type::InstanceType;
 use karpenter_core::domain::requirements::Requirements;
 use karpenter_core::domain::resources::Resources;
-use karpenter_core::domain::tags::launch_tags;
+use karpenter_core::domain::tags::{RestrictedTags, launch_tags};
 
 /// Karpenter warns when an on-demand launch that could have been spot has fewer types than
 /// this: spot was likely unavailable for lack of flexibility.
@@ -144,6 +144,26 @@ pub(super) fn nodeclaim_requirements(
     Requirements::from_api(&api)
 }
 
+/// The tags of a NodeClaim's instance: its class's and its NodePool's (Karpenter's `GetTags`).
+fn nodeclaim_tags(
+    nodeclass: &EC2NodeClass,
+    nodeclaim: &NodeClaim,
+    cluster_name: &str,
+) -> Result<Tags, RestrictedTags> {
+    let nodepool = nodeclaim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::NODEPOOL))
+        .map_or("", String::as_str);
+    launch_tags(
+        &nodeclaim.spec.node_class_ref.name,
+        &nodeclass.spec,
+        cluster_name,
+        nodepool,
+    )
+}
+
 /// One attempt's failure: a launch template vanished (retried once), or a final error.
 enum Attempt {
     TemplatesNotFound(Vec<String>, CloudProviderError),
@@ -227,13 +247,7 @@ impl AwsCloudProvider {
             }
         }
         let (requirements, all, candidates) = self.candidates(&nodeclass, nodeclaim, &name)?;
-        let nodepool = nodeclaim
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(labels::NODEPOOL))
-            .map_or("", String::as_str);
-        let tags = launch_tags(&class_name, &nodeclass.spec, &self.cluster_name, nodepool).map_err(|error| {
+        let tags = nodeclaim_tags(&nodeclass, nodeclaim, &self.cluster_name).map_err(|error| {
             tracing::warn!(nodeclaim = %name, ec2nodeclass = %class_name, %error, "cannot launch");
             CloudProviderError::NodeClassNotReady {
                 nodeclass: class_name.clone(),
