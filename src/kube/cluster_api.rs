@@ -75,12 +75,6 @@ impl KubeClusterApi {
         }
     }
 
-    #[must_use]
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
-        self
-    }
-
     /// Reads `name`, applies `change`, patches the difference with the read resourceVersion;
     /// retries on conflict.
     async fn update<K>(

@@ -290,11 +290,6 @@ impl AwsError {
     }
 
     #[must_use]
-    pub fn is_throttled(&self) -> bool {
-        self.class == AwsErrorClass::Throttled
-    }
-
-    #[must_use]
     pub fn is_retryable(&self) -> bool {
         self.class.is_retryable()
     }

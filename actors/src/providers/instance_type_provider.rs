@@ -183,16 +183,6 @@ impl InstanceTypeProvider {
         Ok(())
     }
 
-    /// Number of instance types fetched.
-    #[must_use]
-    pub fn catalogue_len(&self) -> usize {
-        self.catalogue
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .infos
-            .len()
-    }
-
     /// Every instance type for a `NodeClass`: its settings and the zones of its subnets (with
     /// zone ids), with offerings in every zone of the region (unavailable ones included, as
     /// Karpenter's `GetInstanceTypes`).

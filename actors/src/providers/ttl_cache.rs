@@ -71,11 +71,6 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
         self.lock().remove(key).is_some()
     }
 
-    /// Drops every entry whose key `predicate` accepts.
-    pub fn remove_where(&self, predicate: impl Fn(&K) -> bool) {
-        self.lock().retain(|key, _| !predicate(key));
-    }
-
     /// Entries held, expired ones included until they are read or swept.
     #[must_use]
     pub fn len(&self) -> usize {

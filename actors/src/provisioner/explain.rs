@@ -64,13 +64,7 @@ pub enum Decision {
     Undecided { reason: String },
 }
 
-impl Decision {
-    /// Whether the pod stays without capacity after this decision.
-    #[must_use]
-    pub fn is_unschedulable(&self) -> bool {
-        matches!(self, Self::Unschedulable { .. })
-    }
-}
+impl Decision {}
 
 /// The message of a `FailedScheduling` event and the first line of an explanation: every
 /// NodePool's reason, Karpenter's wording (`incompatible with nodepool "x", ...`).

@@ -173,11 +173,6 @@ impl FakeCloudProvider {
         self.lock().default_types = types;
     }
 
-    /// The instance types of one NodePool.
-    pub fn set_instance_types_for(&self, nodepool: &str, types: Vec<Arc<InstanceType>>) {
-        self.lock().types_by_pool.insert(nodepool.to_owned(), types);
-    }
-
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -24,15 +24,6 @@ pub fn all() -> [Value; 3] {
     [NodePool::crd(), NodeClaim::crd(), EC2NodeClass::crd()].map(|crd| tidy(&crd))
 }
 
-/// The three CRDs as typed objects (for clients that install them).
-#[must_use]
-pub fn all_typed() -> Vec<CustomResourceDefinition> {
-    all()
-        .into_iter()
-        .filter_map(|value| serde_json::from_value(value).ok())
-        .collect()
-}
-
 /// The `openAPIV3Schema` of a CRD.
 #[must_use]
 pub fn schema_of(crd: &Value) -> Value {

@@ -43,11 +43,6 @@ pub fn resource_list(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// An optional resource list; the same schema, since absence is expressed by omission.
-pub fn optional_resource_list(generator: &mut SchemaGenerator) -> Schema {
-    resource_list(generator)
-}
-
 fn quantity_schema() -> Value {
     json!({
         "anyOf": [{ "type": "integer" }, { "type": "string" }],

@@ -191,12 +191,6 @@ impl Requirement {
         &self.key
     }
 
-    /// The label key, shared.
-    #[must_use]
-    pub fn shared_key(&self) -> &Arc<str> {
-        &self.key
-    }
-
     /// The listed values: allowed ones for `In`, excluded ones for `NotIn`; sorted.
     #[must_use]
     pub fn values(&self) -> &[Arc<str>] {

@@ -245,12 +245,6 @@ impl ParsedQuantity {
             Ok(magnitude)
         }
     }
-
-    /// Whether the value is below zero.
-    #[must_use]
-    pub fn is_negative(&self) -> bool {
-        self.negative && self.mantissa != 0
-    }
 }
 
 fn pow10(exponent: i32) -> Option<u128> {

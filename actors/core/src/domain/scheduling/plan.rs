@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::apis::requirements::NodeClaimRequirement;
 use crate::domain::instance_type::InstanceType;
 use crate::domain::requirements::{Incompatibility, Requirements};
 use crate::domain::resources::{Resources, approx_f64};
@@ -43,12 +42,6 @@ pub struct NewNodeClaim {
 }
 
 impl NewNodeClaim {
-    /// The requirements in CRD form for `NodeClaim.spec.requirements`.
-    #[must_use]
-    pub fn api_requirements(&self) -> Vec<NodeClaimRequirement> {
-        self.requirements.to_api()
-    }
-
     /// The names of the instance types, cheapest first.
     #[must_use]
     pub fn instance_type_names(&self) -> Vec<&str> {
@@ -56,14 +49,6 @@ impl NewNodeClaim {
             .iter()
             .map(|t| t.name.as_str())
             .collect()
-    }
-
-    /// The requests in CRD form for `NodeClaim.spec.resources.requests`.
-    #[must_use]
-    pub fn api_requests(
-        &self,
-    ) -> BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
-        self.requests.to_list()
     }
 }
 

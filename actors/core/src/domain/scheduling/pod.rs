@@ -18,9 +18,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::apis::taints::Taint;
-use crate::domain::requirements::{
-    Requirement, RequirementError, Requirements, from_node_selector_requirement,
-};
+use crate::domain::requirements::{RequirementError, Requirements, from_node_selector_requirement};
 use crate::domain::resources::{ResourceError, Resources, pod_requests};
 
 use super::selector::LabelSelector;
@@ -515,15 +513,6 @@ impl SchedulingPod {
         }
         self.shape = Arc::new(shape);
         Ok(self)
-    }
-
-    /// Adds volume requirements already in algebra form.
-    #[must_use]
-    pub fn with_volume_requirement(mut self, requirement: Requirement) -> Self {
-        let mut shape = (*self.shape).clone();
-        shape.volume_requirements.add(requirement);
-        self.shape = Arc::new(shape);
-        self
     }
 
     /// `namespace/name`.
