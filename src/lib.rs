@@ -1,5 +1,5 @@
-//! The karpenter daemon: command-line entry points, and (as the project grows) the adapters that
-//! connect the actors of `karpenter-actors` to Kubernetes and AWS.
+//! The karpenter daemon: command-line entry points, and the adapters that connect the actors of
+//! `karpenter-actors` to Kubernetes and AWS.
 //!
 //! Data flow of the commands: `main` parses [`cli::Cli`] and calls one function of
 //! [`commands`]; each returns an [`commands::ExitCode`]-like status and writes its report to the

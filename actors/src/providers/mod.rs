@@ -1,5 +1,5 @@
-//! The AWS providers: plain async types over the narrow ports ([`crate::ports`]) that the AWS
-//! subsystem actors will wrap. They hold the caches and the pure logic of Karpenter's providers
+//! The AWS providers: plain async types over the narrow ports ([`crate::ports`]), used by the
+//! cloud provider (`cloud_provider`) and the `NodeClassActor`. They hold the caches and the pure logic of Karpenter's providers
 //! (reference 4.2-4.4): instance types and offerings, prices, the unavailable-offerings cache,
 //! and launching through batched `CreateFleet` calls; and the `EC2NodeClass` resolution
 //! providers the `NodeClassActor` uses: subnets, security groups, AMIs (with SSM parameters) and

@@ -15,10 +15,10 @@
 //! rules:
 //!   - kind: NodeClaimActor
 //!     key: "default-*"
-//!     message: Launch
+//!     message: Reconcile
 //!     nth: 2
 //!     action: panic
-//!   - kind: InstancesActor
+//!   - kind: NodePoolActor
 //!     probability: 0.1
 //!     action: delay
 //!     delay: 2s
