@@ -15,10 +15,10 @@
 //! rules:
 //!   - kind: NodeClaimActor
 //!     key: "default-*"
-//!     message: Launch
+//!     message: LaunchCompleted
 //!     nth: 2
 //!     action: panic
-//!   - kind: InstancesActor
+//!   - kind: NodeClassActor
 //!     probability: 0.1
 //!     action: delay
 //!     delay: 2s
