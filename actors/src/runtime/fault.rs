@@ -15,10 +15,10 @@
 //! rules:
 //!   - kind: NodeClaimActor
 //!     key: "default-*"
-//!     message: LaunchCompleted
+//!     message: Launch
 //!     nth: 2
 //!     action: panic
-//!   - kind: NodeClassActor
+//!   - kind: InstancesActor
 //!     probability: 0.1
 //!     action: delay
 //!     delay: 2s
