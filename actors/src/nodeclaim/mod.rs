@@ -3,9 +3,9 @@
 //! controllers in one owner; reference 2.1).
 //!
 //! Flow: the daemon routes every change of the NodeClaim, of its Node (by provider id) and of
-//! the pods on a draining node to the actor as [`Reconcile`]; the actor re-reads the NodeClaim
-//! from the `ClusterView` and takes the next steps, writing through `ClusterApi` and
-//! `CloudProvider`:
+//! the pods on a draining node to the actor as [`Reconcile`](crate::messages::Reconcile); the
+//! actor re-reads the NodeClaim from the `ClusterView` and takes the next steps, writing through
+//! `ClusterApi` and `CloudProvider`:
 //!
 //! 1. **finalizer**: `karpenter.sh/termination` is added before anything is launched, so an
 //!    instance can never outlive its NodeClaim unnoticed;

@@ -83,6 +83,10 @@
 //! ([`Backoff`]) and are logged and returned as [`ActorError`]s. [`ReconcilePolicy`] holds a
 //! family's timings; [`reconcile_object`] runs one reconcile for a family's own messages.
 //!
+//! A new family (say, one actor per Node checking its health) is a struct with its ports, the
+//! two trait impls below, a [`Family`] started by the daemon, and `Reconcile` sent to it by key
+//! when its object or a related one changes; everything about timers and failures is here.
+//!
 //! ```
 //! use std::collections::HashMap;
 //! use std::sync::{Arc, Mutex};
