@@ -1,7 +1,5 @@
 //! What the watchers tell the daemon, reduced to what routing needs, and the one message every
-//! per-object actor accepts.
-
-use crate::runtime::Mail;
+//! per-object actor accepts ([`Reconcile`], from the kit).
 
 /// A change the cluster watchers saw. The daemon's ingress pump (`karpenter::daemon`) turns
 /// each watch event into one of these; [`crate::daemon::Daemon::observe`] routes it to the owners.
@@ -58,35 +56,9 @@ pub enum WatchedKind {
     PodDisruptionBudget,
 }
 
-/// Why an object actor is asked to reconcile; a bounded set, logged and counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
-    /// The object itself changed (or was created).
-    Changed,
-    /// The object is gone from the cluster.
-    Deleted,
-    /// A related object changed: the node of a NodeClaim, a NodeClaim of a node class, the class
-    /// of a NodePool.
-    Related,
-    /// A member changed: a NodeClaim of a NodePool (its usage and status.resources). Frequent in
-    /// bursts, so the pool folds them (`nodepool::MEMBER_COALESCE`).
-    Member,
-    /// A watch re-listed.
-    Relisted,
-    /// A timer the actor set (requeue).
-    Requeue,
-}
-
-/// "Look at your object again": the one event every per-object actor (NodeClaimActor,
-/// NodePoolActor, NodeClassActor) handles. The actor re-reads its object from the
-/// [`crate::ports::cluster_view::ClusterView`]; messages carry no object copies, so a late
+/// The one event every per-object actor (NodeClaimActor, NodePoolActor, NodeClassActor)
+/// handles, and why it was sent; defined by the kit, which handles it for every
+/// [`crate::runtime::Reconciler`]. The actor re-reads its object from the
+/// [`crate::ports::cluster_view::ClusterView`]: messages carry no object copies, so a late
 /// message can never act on stale data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reconcile {
-    pub cause: Cause,
-}
-
-impl Mail for Reconcile {
-    type Reply = ();
-    const NAME: &'static str = "Reconcile";
-}
+pub use crate::runtime::{Cause, Reconcile};

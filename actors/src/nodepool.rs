@@ -15,11 +15,14 @@
 //! - **validation** (`nodepool.validation`): `ValidationSucceeded` from the runtime rules
 //!   ([`karpenter_core::apis::validation::nodepool_violations`]); and the root `Ready`.
 //!
-//! Flow: the daemon sends [`Reconcile`] when the NodePool, one of its NodeClaims or its
-//! `EC2NodeClass` changes; the actor also looks again every [`COUNTER_RESYNC`] (Karpenter's
-//! counter period) for node capacities it is not told about. [`GetNodePoolUsage`] answers the
-//! pool's usage and remaining limits (the same pure functions the Provisioner can call on the
-//! view directly). The actor stops when its NodePool is gone.
+//! Flow: the daemon sends [`Reconcile`](crate::messages::Reconcile) when the NodePool, one of
+//! its NodeClaims or its `EC2NodeClass` changes; the actor also looks again every
+//! [`COUNTER_RESYNC`] (Karpenter's counter period) for node capacities it is not told about, and
+//! retries a failed reconcile after the same period. Changes of members within
+//! [`MEMBER_COALESCE`] of the last recount are folded into one ([`Reconciler::defer`]).
+//! [`GetNodePoolUsage`] answers the pool's usage and remaining limits (the same pure functions
+//! the Provisioner can call on the view directly). The actor is a [`Reconciler`]: it stops when
+//! its NodePool is gone.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,9 +30,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::deps::Deps;
-use crate::messages::{Cause, Reconcile};
 use crate::ports::cluster::ClusterError;
-use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervised};
+use crate::runtime::{
+    Action, ActorCtx, ActorError, Backoff, Cause, Coalesce, Handles, Mail, ReconcileError,
+    ReconcilePolicy, Reconciler, RestartPolicy, Start, Supervised,
+};
 use karpenter_core::apis::condition_set::{self, ConditionSet, NODEPOOL_DEPENDENTS, ObjectFacts};
 use karpenter_core::apis::conditions::{
     ConditionStatus, READY, nodeclaim as claim_cond, nodepool as cond,
@@ -45,8 +50,9 @@ use karpenter_core::domain::resources::{ResourceLimits, Resources};
 pub const COUNTER_RESYNC: Duration = Duration::from_secs(5);
 /// How soon to look again while the cluster view has not listed everything yet.
 pub const UNSYNCED_RETRY: Duration = Duration::from_secs(1);
-/// Recounts caused by members (the pool's NodeClaims) within this long of the last one are folded into one recount at its end: a burst of N launches costs a few passes
-/// over the pool's NodeClaims instead of N (controller-runtime's work queue folds them too).
+/// Recounts caused by members (the pool's NodeClaims) within this long of the last one are
+/// folded into one recount at its end: a burst of N launches costs a few passes over the pool's
+/// NodeClaims instead of N (controller-runtime's work queue folds them too).
 pub const MEMBER_COALESCE: Duration = Duration::from_millis(500);
 
 /// Asks for the pool's usage and what is left of its limits.
@@ -96,12 +102,17 @@ impl NodePoolError {
     }
 }
 
+impl ReconcileError for NodePoolError {
+    fn category(&self) -> &'static str {
+        NodePoolError::category(self)
+    }
+}
+
 /// One NodePool's actor.
 #[derive(Debug)]
 pub struct NodePoolActor {
     name: String,
     deps: Deps,
-    wake: Option<Instant>,
     /// When the pool was last recounted.
     recounted: Option<Instant>,
 }
@@ -118,63 +129,52 @@ impl Supervised for NodePoolActor {
         Ok(Self {
             name: key.to_owned(),
             deps: deps.clone(),
-            wake: None,
             recounted: None,
         })
     }
 
     async fn started(&mut self, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
-        let _ = ctx.myself().try_send_event(Reconcile {
-            cause: Cause::Requeue,
-        });
+        ctx.start_reconciling();
         Ok(())
     }
 }
 
-impl Handles<Reconcile> for NodePoolActor {
-    async fn handle(
-        &mut self,
-        message: Reconcile,
-        ctx: &mut ActorCtx<Self>,
-    ) -> Result<(), ActorError> {
+impl Reconciler for NodePoolActor {
+    type Object = NodePool;
+    type Error = NodePoolError;
+    // A failed reconcile is retried with the next recount.
+    const POLICY: ReconcilePolicy = ReconcilePolicy {
+        coalesce: Coalesce::Earliest,
+        backoff: Backoff::constant(COUNTER_RESYNC),
+        start: Start::Reconcile,
+    };
+
+    fn defer(&self, cause: Cause) -> Option<Duration> {
         let now = Instant::now();
-        if self.wake.is_some_and(|at| at <= now) {
-            self.wake = None;
-        }
-        if message.cause == Cause::Member
-            && let Some(last) = self.recounted
-            && now < last + MEMBER_COALESCE
-        {
-            self.schedule(ctx, last + MEMBER_COALESCE - now);
-            return Ok(());
-        }
-        let Some(nodepool) = self.deps.view.nodepool(&self.name) else {
-            ctx.set_state("gone");
-            ctx.stop();
-            return Ok(());
-        };
+        let last = self.recounted?;
+        (cause == Cause::Member && now < last + MEMBER_COALESCE)
+            .then(|| last + MEMBER_COALESCE - now)
+    }
+
+    fn fetch(&self, key: &str) -> Option<Arc<NodePool>> {
+        self.deps.view.nodepool(key)
+    }
+
+    async fn reconcile(
+        &mut self,
+        nodepool: Arc<NodePool>,
+        _cause: Cause,
+        ctx: &mut ActorCtx<Self>,
+    ) -> Result<Action, NodePoolError> {
         if !self.deps.view.is_synced() {
             ctx.set_state("waiting for sync");
-            self.schedule(ctx, UNSYNCED_RETRY);
-            return Ok(());
+            return Ok(Action::requeue(UNSYNCED_RETRY));
         }
-        self.recounted = Some(now);
-        let outcome = async {
-            self.stamp_hash(&nodepool).await?;
-            self.write_status(&nodepool).await
-        }
-        .await;
-        self.schedule(ctx, COUNTER_RESYNC);
-        match outcome {
-            Ok(()) => {
-                ctx.set_state("synced");
-                Ok(())
-            }
-            Err(error) => {
-                tracing::warn!(nodepool = %self.name, error = %error, "reconciling nodepool failed");
-                Err(ActorError::from_error(error.category(), &error))
-            }
-        }
+        self.recounted = Some(Instant::now());
+        self.stamp_hash(&nodepool).await?;
+        self.write_status(&nodepool).await?;
+        ctx.set_state("synced");
+        Ok(Action::requeue(COUNTER_RESYNC))
     }
 }
 
@@ -277,24 +277,6 @@ fn node_class_readiness(
 }
 
 impl NodePoolActor {
-    fn schedule(&mut self, ctx: &ActorCtx<Self>, delay: Duration) {
-        let now = Instant::now();
-        let at = now + delay;
-        if self
-            .wake
-            .is_some_and(|pending| pending > now && pending <= at)
-        {
-            return;
-        }
-        self.wake = Some(at);
-        ctx.send_after(
-            delay,
-            Reconcile {
-                cause: Cause::Requeue,
-            },
-        );
-    }
-
     /// The pool's NodeClaims.
     fn nodeclaims(&self) -> Vec<Arc<NodeClaim>> {
         self.deps

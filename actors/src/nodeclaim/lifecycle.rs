@@ -14,9 +14,8 @@ use super::initialization::{self, NotInitialized};
 use super::launch::{self, LaunchState};
 use super::registration::{self, NodeLookup};
 use super::{
-    ERROR_BACKOFF_MAX, ERROR_BACKOFF_MIN, LAUNCH_CHECK_INTERVAL, LaunchCompleted, Next,
-    NodeClaimActor, NodeClaimError, REGISTRATION_TTL, elapsed, events, exponential, has_finalizer,
-    label, provider_id, soonest, uid,
+    ERROR_BACKOFF, LAUNCH_CHECK_INTERVAL, LaunchCompleted, Next, NodeClaimActor, NodeClaimError,
+    REGISTRATION_TTL, elapsed, events, has_finalizer, label, provider_id, soonest, uid,
 };
 use crate::metrics::disruption_reason;
 use crate::ports::cloud_provider::{CloudProvider, CloudProviderError};
@@ -289,8 +288,8 @@ impl NodeClaimActor {
         }
     }
 
-    /// Runs `CloudProvider::create` beside the actor; the outcome goes to the launch cache and
-    /// a [`LaunchCompleted`] to the actor.
+    /// Runs `CloudProvider::create` in a task beside the actor; the outcome goes to the launch
+    /// cache and a [`LaunchCompleted`] to the actor.
     fn start_launch(&self, ctx: &ActorCtx<Self>, nodeclaim: Arc<NodeClaim>, uid: String) {
         if !self.launches.begin(&uid) {
             return;
@@ -302,7 +301,7 @@ impl NodeClaimActor {
             actor: ctx.myself().clone(),
             finished: false,
         };
-        tokio::task::spawn_local(async move {
+        ctx.spawn_task(async move {
             let outcome = cloud.create(&nodeclaim).await;
             guard.finish(outcome);
         });
@@ -378,7 +377,7 @@ impl NodeClaimActor {
             );
             return Ok(Step::Stop);
         }
-        let delay = exponential(ERROR_BACKOFF_MIN, ERROR_BACKOFF_MAX, self.launch_failures);
+        let delay = ERROR_BACKOFF.delay(self.launch_failures);
         self.launch_failures = self.launch_failures.saturating_add(1);
         self.launch_not_before = Some(Instant::now() + delay);
         let (reason, message) = launch::launch_failure_condition(&error);

@@ -3,9 +3,9 @@
 //! controllers in one owner; reference 2.1).
 //!
 //! Flow: the daemon routes every change of the NodeClaim, of its Node (by provider id) and of
-//! the pods on a draining node to the actor as [`Reconcile`]; the actor re-reads the NodeClaim
-//! from the `ClusterView` and takes the next steps, writing through `ClusterApi` and
-//! `CloudProvider`:
+//! the pods on a draining node to the actor as [`Reconcile`](crate::messages::Reconcile); the
+//! actor re-reads the NodeClaim from the `ClusterView` and takes the next steps, writing through
+//! `ClusterApi` and `CloudProvider`:
 //!
 //! 1. **finalizer**: `karpenter.sh/termination` is added before anything is launched, so an
 //!    instance can never outlive its NodeClaim unnoticed;
@@ -28,12 +28,13 @@
 //!    instance is deleted until the cloud reports it gone (`InstanceTerminating`); then the
 //!    Node's and the NodeClaim's finalizers are removed.
 //!
-//! Waits use timers on tokio time (`ActorCtx::send_after`); timestamps written to Kubernetes
-//! and deadlines read from it use the `Clock` port. Nothing that must survive a restart lives
-//! only here: the actor's own fields are eviction backoffs and once-only metric flags.
-//!
-//! The actor stops itself ([`crate::runtime::RestartPolicy::Transient`]) when its NodeClaim is
-//! gone from the view.
+//! The actor is a [`Reconciler`]: the kit reads the NodeClaim, stops the actor
+//! ([`crate::runtime::RestartPolicy::Transient`]) when it is gone from the view, keeps the
+//! earliest requeue a step asks for ([`Coalesce::Earliest`]) and retries a failed reconcile
+//! after 1 s doubling to 1 min. Waits use timers on tokio time; timestamps written to
+//! Kubernetes and deadlines read from it use the `Clock` port. Nothing that must survive a
+//! restart lives only here: the actor's own fields are eviction backoffs and once-only metric
+//! flags.
 
 pub mod drain;
 pub mod events;
@@ -54,10 +55,12 @@ use tokio::time::Instant;
 pub use launch::{LaunchCache, LaunchState};
 
 use crate::deps::Deps;
-use crate::messages::{Cause, Reconcile};
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::cluster::ClusterError;
-use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervised};
+use crate::runtime::{
+    Action, ActorCtx, ActorError, Backoff, Cause, Coalesce, Handles, Mail, ReconcileError,
+    ReconcilePolicy, Reconciler, RestartPolicy, Start, Supervised, reconcile_object,
+};
 use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::labels;
 
@@ -79,6 +82,10 @@ pub const DRAIN_POLL: Duration = Duration::from_secs(1);
 pub const EVICTION_BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// Longest wait between eviction retries of one pod (Karpenter's eviction queue).
 pub const EVICTION_BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// Retries of a failed reconcile, and of a failed launch.
+const ERROR_BACKOFF: Backoff = Backoff::exponential(ERROR_BACKOFF_MIN, ERROR_BACKOFF_MAX);
+/// Retries of one pod's refused eviction.
+const EVICTION_BACKOFF: Backoff = Backoff::exponential(EVICTION_BACKOFF_MIN, EVICTION_BACKOFF_MAX);
 /// `FailedDraining` events about one node are published at most this often (the API server
 /// folds repeats into a series anyway; this keeps the calls down while a PDB blocks for hours).
 pub const DRAIN_EVENT_INTERVAL: Duration = Duration::from_mins(1);
@@ -144,9 +151,11 @@ impl NodeClaimError {
             Self::TerminationTimestamp { .. } => "bad_termination_timestamp",
         }
     }
+}
 
-    fn into_actor_error(self) -> ActorError {
-        ActorError::from_error(self.category(), &self)
+impl ReconcileError for NodeClaimError {
+    fn category(&self) -> &'static str {
+        NodeClaimError::category(self)
     }
 }
 
@@ -168,11 +177,6 @@ struct EvictionBackoff {
     next: Instant,
 }
 
-fn exponential(min: Duration, max: Duration, attempts: u32) -> Duration {
-    min.saturating_mul(2u32.saturating_pow(attempts.min(31)))
-        .min(max)
-}
-
 /// One NodeClaim's actor.
 #[derive(Debug)]
 pub struct NodeClaimActor {
@@ -182,10 +186,6 @@ pub struct NodeClaimActor {
     uid: Option<String>,
     deps: Deps,
     launches: Arc<LaunchCache>,
-    /// Consecutive failed reconciles, for the backoff.
-    failures: u32,
-    /// The earliest timer pending, so a burst of reconciles sets one timer.
-    wake: Option<Instant>,
     /// Consecutive failed launches, and when the next may start (events do not bypass the
     /// launch backoff; a restart does).
     launch_failures: u32,
@@ -229,8 +229,6 @@ impl Supervised for NodeClaimActor {
             uid: None,
             deps: deps.deps.clone(),
             launches: Arc::clone(&deps.launches),
-            failures: 0,
-            wake: None,
             launch_failures: 0,
             launch_not_before: None,
             evictions: HashMap::new(),
@@ -241,22 +239,48 @@ impl Supervised for NodeClaimActor {
     }
 
     async fn started(&mut self, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
-        // A fresh instance (first start or after a crash) looks at its NodeClaim at once: the
-        // message that was in flight is lost and timers of the old instance are dropped.
-        let _ = ctx.myself().try_send_event(Reconcile {
-            cause: Cause::Requeue,
-        });
+        ctx.start_reconciling();
         Ok(())
     }
 }
 
-impl Handles<Reconcile> for NodeClaimActor {
-    async fn handle(
+impl Reconciler for NodeClaimActor {
+    type Object = NodeClaim;
+    type Error = NodeClaimError;
+    // A fresh instance (first start or after a crash) looks at its NodeClaim at once: the
+    // message that was in flight is lost and timers of the old instance are dropped.
+    const POLICY: ReconcilePolicy = ReconcilePolicy {
+        coalesce: Coalesce::Earliest,
+        backoff: ERROR_BACKOFF,
+        start: Start::Reconcile,
+    };
+
+    fn fetch(&self, key: &str) -> Option<Arc<NodeClaim>> {
+        self.deps.view.nodeclaim(key)
+    }
+
+    async fn reconcile(
         &mut self,
-        _message: Reconcile,
+        nodeclaim: Arc<NodeClaim>,
+        _cause: Cause,
         ctx: &mut ActorCtx<Self>,
-    ) -> Result<(), ActorError> {
-        self.reconcile(ctx).await
+    ) -> Result<Action, NodeClaimError> {
+        if !is_managed(&nodeclaim) {
+            ctx.set_state("unmanaged");
+            return Ok(Action::AwaitChange);
+        }
+        let current = uid(&nodeclaim);
+        if self.uid.as_deref() != Some(current.as_str()) {
+            self.forget();
+            ctx.reset_backoff();
+            self.uid = Some(current);
+        }
+        let next = if nodeclaim.metadata.deletion_timestamp.is_some() {
+            self.finalize(ctx, nodeclaim).await?
+        } else {
+            self.lifecycle(ctx, nodeclaim).await?
+        };
+        Ok(Action::from(next))
     }
 }
 
@@ -266,7 +290,7 @@ impl Handles<LaunchCompleted> for NodeClaimActor {
         _message: LaunchCompleted,
         ctx: &mut ActorCtx<Self>,
     ) -> Result<(), ActorError> {
-        self.reconcile(ctx).await
+        reconcile_object(self, Cause::Related, ctx).await
     }
 }
 
@@ -319,73 +343,13 @@ impl NodeClaimActor {
         self.deps.clock.now()
     }
 
-    async fn reconcile(&mut self, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
-        if self.wake.is_some_and(|at| at <= Instant::now()) {
-            self.wake = None;
-        }
-        let Some(nodeclaim) = self.deps.view.nodeclaim(&self.name) else {
-            ctx.set_state("gone");
-            ctx.stop();
-            return Ok(());
-        };
-        if !is_managed(&nodeclaim) {
-            ctx.set_state("unmanaged");
-            return Ok(());
-        }
-        let current = uid(&nodeclaim);
-        if self.uid.as_deref() != Some(current.as_str()) {
-            self.forget();
-            self.uid = Some(current);
-        }
-        let outcome = if nodeclaim.metadata.deletion_timestamp.is_some() {
-            self.finalize(ctx, nodeclaim).await
-        } else {
-            self.lifecycle(ctx, nodeclaim).await
-        };
-        match outcome {
-            Ok(next) => {
-                self.failures = 0;
-                self.schedule(ctx, next);
-                Ok(())
-            }
-            Err(error) => {
-                let delay = exponential(ERROR_BACKOFF_MIN, ERROR_BACKOFF_MAX, self.failures);
-                self.failures = self.failures.saturating_add(1);
-                tracing::warn!(nodeclaim = %self.name, error = %error, retry_in = ?delay, "reconciling nodeclaim failed");
-                self.schedule(ctx, Some(delay));
-                Err(error.into_actor_error())
-            }
-        }
-    }
-
     /// Drops what this actor knew about a previous NodeClaim of the same name.
     fn forget(&mut self) {
-        self.failures = 0;
         self.launch_failures = 0;
         self.launch_not_before = None;
         self.evictions.clear();
         self.last_drain_event = None;
         self.reported = Reported::default();
         self.instance_gone = false;
-    }
-
-    /// Sets a timer unless an earlier one is pending.
-    fn schedule(&mut self, ctx: &ActorCtx<Self>, next: Next) {
-        let Some(delay) = next else { return };
-        let now = Instant::now();
-        let at = now + delay;
-        if self
-            .wake
-            .is_some_and(|pending| pending > now && pending <= at)
-        {
-            return;
-        }
-        self.wake = Some(at);
-        ctx.send_after(
-            delay,
-            Reconcile {
-                cause: Cause::Requeue,
-            },
-        );
     }
 }

@@ -16,9 +16,9 @@ use super::drain::{self, DrainPlan, PodKey};
 use super::initialization::is_ready;
 use super::lifecycle::{condition, is_true, until};
 use super::{
-    DRAIN_EVENT_INTERVAL, DRAIN_POLL, EVICTION_BACKOFF_MAX, EVICTION_BACKOFF_MIN, EvictionBackoff,
-    INSTANCE_TERMINATION_POLL, LAUNCH_CHECK_INTERVAL, LaunchState, Next, NodeClaimActor,
-    NodeClaimError, elapsed, events, exponential, has_finalizer, label, provider_id, soonest, uid,
+    DRAIN_EVENT_INTERVAL, DRAIN_POLL, EVICTION_BACKOFF, EvictionBackoff, INSTANCE_TERMINATION_POLL,
+    LAUNCH_CHECK_INTERVAL, LaunchState, Next, NodeClaimActor, NodeClaimError, elapsed, events,
+    has_finalizer, label, provider_id, soonest, uid,
 };
 use crate::metrics::FORCEFUL_TERMINATION;
 use crate::ports::cloud_provider::CloudProviderError;
@@ -387,7 +387,7 @@ impl NodeClaimActor {
             };
             if refused {
                 let attempts = self.evictions.get(pod).map_or(0, |b| b.attempts);
-                let delay = exponential(EVICTION_BACKOFF_MIN, EVICTION_BACKOFF_MAX, attempts);
+                let delay = EVICTION_BACKOFF.delay(attempts);
                 self.evictions.insert(
                     pod.clone(),
                     EvictionBackoff {

@@ -10,8 +10,14 @@
 //!                                              groups, AMIs + SSM, instance profiles), Ec2Api
 //!                                   --writes--> ClusterApi (finalizer, hash annotations,
 //!                                               NodeClaim re-stamps, status, events)
-//!     own timer --RequeueNodeClass--> itself (Karpenter's requeue intervals, error backoff)
+//!     own timer --Requeue--> itself (Karpenter's requeue intervals, error backoff)
 //! ```
+//!
+//! The actor is a [`Reconciler`]: the kit reads the class, stops the actor when it is gone,
+//! keeps only the latest requeue ([`Coalesce::Latest`]: a reconcile's answer replaces the
+//! pending timer, and a class with nothing left to do has none) and retries a failed reconcile
+//! after 1 s doubling to 1 min. The first instance waits for the daemon's event; a restarted
+//! one looks again at once.
 //!
 //! A reconcile of a live class:
 //!
@@ -28,7 +34,8 @@
 //!
 //! A class being deleted waits for its NodeClaims, then deletes its instance profile and
 //! launch templates and drops the finalizer ([`finalize`]). Errors are returned to the kit
-//! (counted, last error kept) and retried with a capped exponential backoff.
+//! (counted, last error kept) and retried with a capped exponential backoff; the steps after a
+//! failed one still run, so one reconcile may report several ([`NodeClassErrors`]).
 //!
 //! # Conditions and reasons
 //!
@@ -57,6 +64,7 @@ pub mod metadata;
 pub mod status;
 pub mod validation;
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,7 +72,6 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
 use crate::deps::ClusterVersion;
-use crate::messages::{Cause, Reconcile};
 use crate::ports::aws_error::AwsError;
 use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::CloudProvider;
@@ -77,7 +84,10 @@ use crate::providers::instance_profiles::{
 };
 use crate::providers::security_groups::{SecurityGroupProvider, status_security_groups};
 use crate::providers::subnets::{SubnetProvider, status_subnets};
-use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervised};
+use crate::runtime::{
+    Action, ActorCtx, ActorError, Backoff, Cause, Coalesce, ReconcileError, ReconcilePolicy,
+    Reconciler, RestartPolicy, Start, Supervised,
+};
 use karpenter_core::apis::EC2NodeClass;
 use karpenter_core::apis::conditions::{READY, ec2nodeclass as types};
 use karpenter_core::apis::ec2nodeclass::AmiFamily;
@@ -103,10 +113,10 @@ pub const INSTANCE_PROFILE_FAILED_REQUEUE: Duration = Duration::from_mins(1);
 /// Requeue when a dry run was throttled or the new profile is not visible to EC2 yet (IAM is
 /// eventually consistent within seconds).
 pub const VALIDATION_RETRY: Duration = Duration::from_secs(10);
-/// First retry delay after a failed reconcile; doubles per failure.
-pub const ERROR_BACKOFF_BASE: Duration = Duration::from_secs(1);
-/// Longest retry delay after failures (Karpenter's controllers cap theirs at a minute).
-pub const ERROR_BACKOFF_MAX: Duration = Duration::from_mins(1);
+/// Retries of a failed reconcile: 1 s, doubling per failure in a row, at most a minute
+/// (Karpenter's controllers cap theirs at a minute).
+pub const ERROR_BACKOFF: Backoff =
+    Backoff::exponential(Duration::from_secs(1), Duration::from_mins(1));
 
 /// What every `NodeClassActor` uses, built once at startup; cheap to clone.
 #[derive(Debug, Clone)]
@@ -150,17 +160,6 @@ impl NodeClassDeps {
             cloud: Some(Arc::clone(&deps.cloud)),
         }
     }
-}
-
-/// The actor's own requeue timer; only the newest one acts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RequeueNodeClass {
-    token: u64,
-}
-
-impl Mail for RequeueNodeClass {
-    type Reply = ();
-    const NAME: &'static str = "RequeueNodeClass";
 }
 
 /// A failed step of a reconcile.
@@ -212,12 +211,43 @@ impl NodeClassError {
     }
 }
 
-/// What to do after a reconcile that did not fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Next {
-    After(Duration),
-    /// Nothing left to do (the class is finalized, or not ours to finalize).
-    Idle,
+/// The failed steps of one reconcile, in order (the steps after a failure still run).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeClassErrors(pub Vec<NodeClassError>);
+
+impl NodeClassErrors {
+    /// The first failure's label.
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        self.0.first().map_or("unknown", NodeClassError::category)
+    }
+}
+
+impl fmt::Display for NodeClassErrors {
+    /// Each failure with its sources, `; ` between them.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, error) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            f.write_str(&errors::chain(error))?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for NodeClassErrors {}
+
+impl ReconcileError for NodeClassErrors {
+    fn category(&self) -> &'static str {
+        NodeClassErrors::category(self)
+    }
+}
+
+impl From<NodeClassError> for NodeClassErrors {
+    fn from(error: NodeClassError) -> Self {
+        Self(vec![error])
+    }
 }
 
 /// What the steps of one reconcile produced.
@@ -242,10 +272,6 @@ struct CachedVerdict {
 pub struct NodeClassActor {
     name: String,
     deps: NodeClassDeps,
-    /// The newest requeue timer; older ones are ignored when they fire.
-    timer_token: u64,
-    /// Reconciles failed in a row, for the backoff.
-    failures: u32,
     verdict: Option<CachedVerdict>,
     last_waiting_event: Option<Instant>,
 }
@@ -263,115 +289,60 @@ impl Supervised for NodeClassActor {
         Ok(Self {
             name: key.to_owned(),
             deps: deps.clone(),
-            timer_token: 0,
-            failures: 0,
             verdict: None,
             last_waiting_event: None,
         })
     }
 
     async fn started(&mut self, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
-        // A restarted instance lost its predecessor's timer: look again now.
-        if ctx.restarts() > 0 {
-            self.schedule(ctx, Duration::ZERO);
-        }
+        ctx.start_reconciling();
         Ok(())
     }
 }
 
-impl Handles<Reconcile> for NodeClassActor {
-    async fn handle(
+impl Reconciler for NodeClassActor {
+    type Object = EC2NodeClass;
+    type Error = NodeClassErrors;
+    // A restarted instance lost its predecessor's timer: it looks again at once.
+    const POLICY: ReconcilePolicy = ReconcilePolicy {
+        coalesce: Coalesce::Latest,
+        backoff: ERROR_BACKOFF,
+        start: Start::RequeueAfterRestart,
+    };
+
+    fn fetch(&self, key: &str) -> Option<Arc<EC2NodeClass>> {
+        self.deps.view.ec2nodeclass(key)
+    }
+
+    async fn reconcile(
         &mut self,
-        message: Reconcile,
+        class: Arc<EC2NodeClass>,
+        _cause: Cause,
         ctx: &mut ActorCtx<Self>,
-    ) -> Result<(), ActorError> {
-        self.run(message.cause, ctx).await
-    }
-}
-
-impl Handles<RequeueNodeClass> for NodeClassActor {
-    async fn handle(
-        &mut self,
-        message: RequeueNodeClass,
-        ctx: &mut ActorCtx<Self>,
-    ) -> Result<(), ActorError> {
-        if message.token != self.timer_token {
-            return Ok(());
-        }
-        self.run(Cause::Requeue, ctx).await
-    }
-}
-
-impl NodeClassActor {
-    /// Replaces the pending timer by one firing after `delay`.
-    fn schedule(&mut self, ctx: &ActorCtx<Self>, delay: Duration) {
-        self.timer_token += 1;
-        ctx.send_after(
-            delay,
-            RequeueNodeClass {
-                token: self.timer_token,
-            },
-        );
-    }
-
-    fn backoff(&self) -> Duration {
-        let factor = 1_u32 << self.failures.min(16);
-        ERROR_BACKOFF_BASE
-            .saturating_mul(factor)
-            .min(ERROR_BACKOFF_MAX)
-    }
-
-    async fn run(&mut self, cause: Cause, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
-        let Some(class) = self.deps.view.ec2nodeclass(&self.name) else {
-            tracing::debug!(ec2nodeclass = %self.name, ?cause, "ec2nodeclass is gone");
-            ctx.set_state("gone");
-            ctx.stop();
-            return Ok(());
-        };
-        let outcome = if class.metadata.deletion_timestamp.is_some() {
+    ) -> Result<Action, NodeClassErrors> {
+        let deleting = class.metadata.deletion_timestamp.is_some();
+        let outcome = if deleting {
             ctx.set_state("finalizing");
             self.finalize(&class).await
         } else {
             ctx.set_state("reconciling");
-            self.reconcile(&class).await
+            self.reconcile_class(&class).await
         };
-        match outcome {
-            Ok(next) => {
-                self.failures = 0;
-                match next {
-                    Next::After(delay) => self.schedule(ctx, delay),
-                    Next::Idle => self.timer_token += 1,
-                }
-                ctx.set_state(match next {
-                    Next::After(_) if class.metadata.deletion_timestamp.is_some() => {
-                        "waiting-for-nodeclaims"
-                    }
-                    Next::After(_) => "reconciled",
-                    Next::Idle => "idle",
-                });
-                Ok(())
-            }
-            Err(errors) => {
-                let delay = self.backoff();
-                self.failures = self.failures.saturating_add(1);
-                self.schedule(ctx, delay);
-                ctx.set_state("retrying");
-                let category = errors.first().map_or("unknown", NodeClassError::category);
-                let message = errors
-                    .iter()
-                    .map(|e| errors::chain(e))
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                tracing::warn!(ec2nodeclass = %self.name, retry_in = ?delay, "{message}");
-                Err(ActorError::new(category, message))
-            }
-        }
+        ctx.set_state(match outcome {
+            Ok(Action::Requeue(_)) if deleting => "waiting-for-nodeclaims",
+            Ok(Action::Requeue(_)) => "reconciled",
+            Ok(Action::AwaitChange) => "idle",
+            Err(_) => "retrying",
+        });
+        outcome
     }
+}
 
+impl NodeClassActor {
     /// Reconciles a live class.
-    async fn reconcile(&mut self, class: &EC2NodeClass) -> Result<Next, Vec<NodeClassError>> {
-        if metadata::metadata_stale(class) && !self.stamp(class).await.map_err(|e| vec![e])? {
-            return Ok(Next::Idle);
+    async fn reconcile_class(&mut self, class: &EC2NodeClass) -> Result<Action, NodeClassErrors> {
+        if metadata::metadata_stale(class) && !self.stamp(class).await? {
+            return Ok(Action::AwaitChange);
         }
         let now = self.deps.clock.now();
         let mut step = Step::default();
@@ -410,11 +381,11 @@ impl NodeClassActor {
             step.errors.push(error);
         }
         if step.errors.is_empty() {
-            Ok(Next::After(
+            Ok(Action::requeue(
                 step.requeue.into_iter().min().unwrap_or(SUBNET_REQUEUE),
             ))
         } else {
-            Err(step.errors)
+            Err(NodeClassErrors(step.errors))
         }
     }
 
@@ -580,12 +551,12 @@ impl NodeClassActor {
         let spec = &class.spec;
         let tags = match validation::launch_tags(&self.name, spec, &self.deps.cluster_info.name) {
             Ok(tags) => tags,
-            Err(message) => {
+            Err(error) => {
                 return Ok((
                     Some(ConditionUpdate::not_ready(
                         types::VALIDATION_SUCCEEDED,
                         types::REASON_TAG_VALIDATION_FAILED,
-                        message,
+                        error.to_string(),
                     )),
                     None,
                 ));
@@ -713,9 +684,9 @@ impl NodeClassActor {
     }
 
     /// Deletion: wait for NodeClaims, then clean up and drop the finalizer.
-    async fn finalize(&mut self, class: &EC2NodeClass) -> Result<Next, Vec<NodeClassError>> {
+    async fn finalize(&mut self, class: &EC2NodeClass) -> Result<Action, NodeClassErrors> {
         if !metadata::has_finalizer(class) {
-            return Ok(Next::Idle);
+            return Ok(Action::AwaitChange);
         }
         let mut waiting: Vec<String> = self
             .deps
@@ -738,7 +709,7 @@ impl NodeClassActor {
                 }
                 self.last_waiting_event = Some(Instant::now());
             }
-            return Ok(Next::After(finalize::WAITING_EVENT_INTERVAL));
+            return Ok(Action::requeue(finalize::WAITING_EVENT_INTERVAL));
         }
         let cluster = self.deps.cluster_info.name.clone();
         if class.spec.role.is_some() {
@@ -747,16 +718,14 @@ impl NodeClassActor {
                 .instance_profiles
                 .delete(&name)
                 .await
-                .map_err(|e| vec![NodeClassError::InstanceProfile(e)])?;
+                .map_err(NodeClassError::InstanceProfile)?;
         }
         let deleted =
             finalize::delete_launch_templates(self.deps.ec2.as_ref(), &cluster, &self.name)
                 .await
-                .map_err(|source| {
-                    vec![NodeClassError::LaunchTemplates {
-                        name: self.name.clone(),
-                        source,
-                    }]
+                .map_err(|source| NodeClassError::LaunchTemplates {
+                    name: self.name.clone(),
+                    source,
                 })?;
         tracing::debug!(ec2nodeclass = %self.name, launch_templates = deleted, "cleaned up");
         match self
@@ -767,14 +736,15 @@ impl NodeClassActor {
         {
             Ok(_) | Err(ClusterError::NotFound { .. }) => {}
             Err(source) => {
-                return Err(vec![NodeClassError::Update {
+                return Err(NodeClassError::Update {
                     name: self.name.clone(),
                     source,
-                }]);
+                }
+                .into());
             }
         }
         self.verdict = None;
-        Ok(Next::Idle)
+        Ok(Action::AwaitChange)
     }
 }
 

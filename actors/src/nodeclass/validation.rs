@@ -39,7 +39,7 @@ use karpenter_core::apis::labels::{
     TAG_CLUSTER_PREFIX, TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME,
 };
 use karpenter_core::apis::requirements::Operator;
-use karpenter_core::apis::validation::ec2nodeclass_violations;
+use karpenter_core::apis::validation::{Violation, ec2nodeclass_violations};
 use karpenter_core::domain::amifamily::{Variant, default_block_device_mappings};
 use karpenter_core::domain::nodeclass_hash::resolved_ami_family;
 use karpenter_core::domain::requirements::{AllowUndefined, Requirement, Requirements};
@@ -116,6 +116,32 @@ pub fn dependencies_not_ready(conditions: &[Condition]) -> Option<ConditionUpdat
     }
 }
 
+/// Why a class's tags cannot be used (`TagValidationFailed`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TagError {
+    /// `spec.tags` sets tags Karpenter owns; each violation names its field path.
+    #[error("tags failed validation requirements: {}", join(.violations))]
+    Restricted { violations: Vec<Violation> },
+}
+
+impl TagError {
+    /// Label for metrics and events.
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Restricted { .. } => "restricted_tags",
+        }
+    }
+}
+
+fn join(violations: &[Violation]) -> String {
+    violations
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The tags of the class's launches (Karpenter's `GetTags` for a NodeClaim without labels):
 /// `spec.tags` plus the cluster, node pool (empty) and class tags. An error names the tags
 /// Karpenter owns that the spec sets.
@@ -123,17 +149,13 @@ pub fn launch_tags(
     class_name: &str,
     spec: &EC2NodeClassSpec,
     cluster: &str,
-) -> Result<Tags, String> {
-    let restricted: Vec<String> = ec2nodeclass_violations(spec)
+) -> Result<Tags, TagError> {
+    let violations: Vec<Violation> = ec2nodeclass_violations(spec)
         .into_iter()
         .filter(|v| v.path.starts_with("spec.tags["))
-        .map(|v| v.to_string())
         .collect();
-    if !restricted.is_empty() {
-        return Err(format!(
-            "tags failed validation requirements: {}",
-            restricted.join("; ")
-        ));
+    if !violations.is_empty() {
+        return Err(TagError::Restricted { violations });
     }
     let mut tags = spec.tags.clone();
     tags.insert(format!("{TAG_CLUSTER_PREFIX}{cluster}"), "owned".to_owned());
@@ -475,8 +497,11 @@ mod tests {
         spec.tags
             .insert("karpenter.sh/nodeclaim".into(), "x".into());
         let error = launch_tags("default", &spec, "c1").unwrap_err();
+        assert_eq!(error.category(), "restricted_tags");
         assert!(
-            error.contains("spec.tags[karpenter.sh/nodeclaim]"),
+            error
+                .to_string()
+                .contains("spec.tags[karpenter.sh/nodeclaim]"),
             "{error}"
         );
     }

@@ -6,8 +6,8 @@
 //! ```text
 //! Daemon::observe --Triggered (pending pod, disrupted node, NodePool/NodeClass change)-->
 //!   ProvisionerActor: batch window (idle 1 s / max 10 s) --BatchDue--> wait for sync -->
-//!   run task (off the actor): CloudProvider::instance_types per NodePool;
-//!     spawn_blocking { snapshot from the ClusterView; solve } with a 1-minute cap;
+//!   run task (beside the actor, ActorCtx::spawn_task): CloudProvider::instance_types per NodePool;
+//!     Tasks::blocking { snapshot from the ClusterView; solve } with a 1-minute cap;
 //!     NodePool limits checked again; ClusterApi::create_nodeclaim in parallel;
 //!     events (Nominated, FailedScheduling, NoCompatibleInstanceTypes) published in the background
 //!   --RunFinished--> ProvisionerActor: keeps the decision per pod for Explain; re-triggers
@@ -413,8 +413,9 @@ impl ProvisionerActor {
         ctx.set_state("solving");
         let deps = self.deps.clone();
         let me = ctx.myself().clone();
-        actix::spawn(async move {
-            let report = run::run(&deps, run).await;
+        let tasks = ctx.tasks();
+        ctx.spawn_task(async move {
+            let report = run::run(&deps, run, tasks).await;
             deps.shared.running.store(false, Ordering::Release);
             if let Err(error) = me
                 .request(RunFinished(Box::new(report)), REPORT_TIMEOUT)

@@ -1,8 +1,8 @@
-//! One provisioning run, off the actor: the NodePools to use and their instance types (from the
-//! cloud provider), the snapshot and the solve on a blocking thread with a one-minute cap, the
-//! limits check against current usage, the NodeClaims created in parallel, the events queued
-//! for publishing in the background, and a [`RunReport`] for the actor (Karpenter's
-//! `Provisioner.Schedule` + `CreateNodeClaims`).
+//! One provisioning run, in a task beside the actor: the NodePools to use and their instance
+//! types (from the cloud provider), the snapshot and the solve on a blocking thread
+//! ([`Tasks::blocking`]) with a one-minute cap, the limits check against current usage, the
+//! NodeClaims created in parallel, the events queued for publishing in another task, and a
+//! [`RunReport`] for the actor (Karpenter's `Provisioner.Schedule` + `CreateNodeClaims`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::ports::cluster::{ClusterApi, ClusterError, ClusterEvent};
+use crate::runtime::Tasks;
 use karpenter_core::apis::conditions::{ConditionStatus, READY};
 use karpenter_core::apis::labels;
 use karpenter_core::apis::nodepool::NodePool;
@@ -146,7 +147,7 @@ async fn usable_pools(deps: &ProvisionerDeps) -> (Vec<UsablePool>, Vec<PoolVerdi
 }
 
 /// Runs once; never fails (failures are in the report).
-pub(super) async fn run(deps: &ProvisionerDeps, run: u64) -> RunReport {
+pub(super) async fn run(deps: &ProvisionerDeps, run: u64, tasks: Tasks) -> RunReport {
     let decided_at = deps.clock.now().to_string();
     if !build::has_work(deps.view.as_ref()) {
         // Karpenter returns before building a scheduler (and asking for instance types).
@@ -200,7 +201,7 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64) -> RunReport {
     let outcome_of_solve = if deps.inline {
         Ok(Ok(work()))
     } else {
-        tokio::time::timeout(SOLVE_TIMEOUT, tokio::task::spawn_blocking(work)).await
+        tokio::time::timeout(SOLVE_TIMEOUT, tasks.blocking(work)).await
     };
     let (built, plan, (build_micros, solve_micros)) = match outcome_of_solve {
         Ok(Ok(done)) => done,
@@ -236,7 +237,7 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64) -> RunReport {
     deps.metrics
         .set_unschedulable(outcome.summary.unschedulable + outcome.summary.node_claims_not_created);
     deps.metrics.set_ignored(outcome.summary.ignored);
-    outcome.publish(deps);
+    outcome.publish(deps, tasks);
     if outcome.summary.node_claims_created > 0 || outcome.summary.unschedulable > 0 {
         tracing::info!(summary = ?outcome.summary, "provisioning run");
     }
@@ -498,7 +499,7 @@ impl Outcome {
 
     /// Queues the events the gate lets through and publishes them in the background: a slow
     /// API server must not hold up the next batch.
-    fn publish(&mut self, deps: &ProvisionerDeps) {
+    fn publish(&mut self, deps: &ProvisionerDeps, tasks: Tasks) {
         let now = Instant::now();
         let admitted: Vec<ClusterEvent> = {
             let mut gate = deps.event_gate();
@@ -513,7 +514,7 @@ impl Outcome {
             return;
         }
         let cluster: Arc<dyn ClusterApi> = Arc::clone(&deps.cluster);
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             for event in admitted {
                 if let Err(error) = cluster.publish_event(&event).await {
                     tracing::debug!(%error, reason = %event.reason, "publishing an event failed");

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use super::address::ActorRef;
 use super::error::ActorError;
+use super::reconciler::RequeueState;
+use super::task::Tasks;
 
 /// A message type. `NAME` is the `message` metric label and the name in the registry, so it
 /// must be a constant (the type's name, e.g. `"Launch"`).
@@ -87,12 +89,15 @@ pub trait Handles<M: Mail>: Supervised {
     ) -> impl Future<Output = Result<M::Reply, ActorError>>;
 }
 
-/// The handler's view of the runtime: its key, state label, own address, timers, stop.
+/// The handler's view of the runtime: its key, state label, own address, timers, background
+/// tasks, stop.
 #[derive(Debug)]
 pub struct ActorCtx<A: Supervised> {
     myself: ActorRef<A>,
     incarnation: u32,
     stop_requested: bool,
+    /// A [`super::Reconciler`]'s timers and failures (unused by other actors).
+    requeue: RequeueState,
 }
 
 impl<A: Supervised> ActorCtx<A> {
@@ -101,7 +106,12 @@ impl<A: Supervised> ActorCtx<A> {
             myself,
             incarnation,
             stop_requested: false,
+            requeue: RequeueState::default(),
         }
+    }
+
+    pub(super) fn requeue_state(&mut self) -> &mut RequeueState {
+        &mut self.requeue
     }
 
     /// The actor's key (object name, or the singleton's name).
@@ -148,9 +158,21 @@ impl<A: Supervised> ActorCtx<A> {
     {
         let target = self.myself.clone();
         let incarnation = self.incarnation;
-        actix::spawn(async move {
+        self.tasks().spawn(async move {
             tokio::time::sleep(delay).await;
             target.deliver_timer(message, incarnation);
         });
+    }
+
+    /// Runs background work for this actor (see [`Tasks`]).
+    #[must_use]
+    pub fn tasks(&self) -> Tasks {
+        Tasks::new()
+    }
+
+    /// Runs `task` beside the actor, on its thread; it is not cancelled by a restart, so it
+    /// reports back through [`Self::myself`]. Shorthand for `ctx.tasks().spawn(task)`.
+    pub fn spawn_task(&self, task: impl Future<Output = ()> + 'static) {
+        self.tasks().spawn(task);
     }
 }

@@ -7,7 +7,7 @@
 //! accepts. Spawn it under a group ([`GroupRef::spawn`]) or, for per-object actors, get it from a
 //! [`Family`] by key. Callers hold an [`ActorRef`] and pick a send style: [`ActorRef::request`]
 //! (reply or a [`SendError`] within a timeout), [`ActorRef::try_send_event`] (queued or an
-//! [`Overflow`], counted) or [`ActorRef::send_lossy`].
+//! [`Overflow`], counted), [`ActorRef::nudge`] (at most one queued) or [`ActorRef::send_lossy`].
 //!
 //! ```
 //! use std::time::Duration;
@@ -17,7 +17,7 @@
 //!     Supervised,
 //! };
 //!
-//! /// One per NodeClaim (an illustration, not the real actor).
+//! /// One per claim (an illustration, not the real NodeClaimActor).
 //! struct ClaimActor {
 //!     launches: u32,
 //! }
@@ -71,6 +71,132 @@
 //!     root.stop().await;
 //! });
 //! ```
+//!
+//! # Per-object actors: reconcilers
+//!
+//! An actor that owns one object (a NodeClaim, a NodePool, an `EC2NodeClass`, ...) implements
+//! [`Reconciler`] beside [`Supervised`]: how to read its object by key ([`Reconciler::fetch`])
+//! and one step of its reconcile, returning an [`Action`] (requeue after a delay, or wait for
+//! the next event) or an error with a category ([`ReconcileError`]). The kit handles
+//! [`Reconcile`] (the daemon's "look again") and [`Requeue`] (its own timer) for it: a gone
+//! object stops the actor, requeue timers are folded ([`Coalesce`]), failures back off
+//! ([`Backoff`]) and are logged and returned as [`ActorError`]s. [`ReconcilePolicy`] holds a
+//! family's timings; [`reconcile_object`] runs one reconcile for a family's own messages.
+//!
+//! A new family (say, one actor per Node checking its health) is a struct with its ports, the
+//! two trait impls below, a [`Family`] started by the daemon, and `Reconcile` sent to it by key
+//! when its object or a related one changes; everything about timers and failures is here.
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use std::sync::{Arc, Mutex};
+//! use std::time::Duration;
+//!
+//! use karpenter_actors::runtime::{
+//!     Action, ActorCtx, ActorError, ActorKit, Backoff, Cause, GroupSpec, KitOptions, Reconcile,
+//!     ReconcileError, ReconcilePolicy, Reconciler, RestartPolicy, Supervised,
+//! };
+//!
+//! /// The object (an illustration): how many replicas a widget wants.
+//! struct Widget {
+//!     replicas: u32,
+//! }
+//!
+//! /// Where widgets are read from (the `ClusterView`, in the daemon).
+//! #[derive(Default)]
+//! struct Widgets(Mutex<HashMap<String, Arc<Widget>>>);
+//!
+//! #[derive(Debug, thiserror::Error)]
+//! #[error("scaling widget {name}")]
+//! struct ScaleFailed {
+//!     name: String,
+//! }
+//!
+//! impl ReconcileError for ScaleFailed {
+//!     fn category(&self) -> &'static str {
+//!         "scale_failed"
+//!     }
+//! }
+//!
+//! /// One per widget.
+//! struct WidgetActor {
+//!     widgets: Arc<Widgets>,
+//!     replicas: u32,
+//! }
+//!
+//! impl Supervised for WidgetActor {
+//!     const KIND: &'static str = "WidgetActor";
+//!     // One event per change of the widget; every one re-reads it, so 16 is plenty.
+//!     const MAILBOX_CAPACITY: usize = 16;
+//!     // Stops for good when its widget is gone.
+//!     const RESTART: RestartPolicy = RestartPolicy::Transient;
+//!     type Deps = Arc<Widgets>;
+//!
+//!     fn build(_key: &str, widgets: &Arc<Widgets>) -> Result<Self, ActorError> {
+//!         Ok(Self { widgets: Arc::clone(widgets), replicas: 0 })
+//!     }
+//!
+//!     async fn started(&mut self, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+//!         ctx.start_reconciling();
+//!         Ok(())
+//!     }
+//! }
+//!
+//! impl Reconciler for WidgetActor {
+//!     type Object = Widget;
+//!     type Error = ScaleFailed;
+//!     // Retries after 2 s, 4 s, ... at most 30 s; the rest as every family.
+//!     const POLICY: ReconcilePolicy = ReconcilePolicy {
+//!         backoff: Backoff::exponential(Duration::from_secs(2), Duration::from_secs(30)),
+//!         ..ReconcilePolicy::DEFAULT
+//!     };
+//!
+//!     fn fetch(&self, key: &str) -> Option<Arc<Widget>> {
+//!         self.widgets.0.lock().unwrap().get(key).cloned()
+//!     }
+//!
+//!     async fn reconcile(
+//!         &mut self,
+//!         widget: Arc<Widget>,
+//!         _cause: Cause,
+//!         ctx: &mut ActorCtx<Self>,
+//!     ) -> Result<Action, ScaleFailed> {
+//!         self.replicas = widget.replicas;
+//!         ctx.set_state("scaled");
+//!         // Look again in five minutes even if nothing changes.
+//!         Ok(Action::requeue(Duration::from_mins(5)))
+//!     }
+//! }
+//!
+//! actix::System::new().block_on(async {
+//!     let mut metrics = prometheus_client::registry::Registry::default();
+//!     let kit = ActorKit::new(&mut metrics, KitOptions::default());
+//!     let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+//!     let store = Arc::new(Widgets::default());
+//!     store.0.lock().unwrap().insert("w1".into(), Arc::new(Widget { replicas: 3 }));
+//!     let widgets = root
+//!         .family::<WidgetActor>(GroupSpec::one_for_one("widgets"), Arc::clone(&store))
+//!         .unwrap();
+//!     let actor = widgets.ensure("w1").unwrap();
+//!     let changed = Reconcile { cause: Cause::Changed };
+//!     widgets.request("w1", changed, Duration::from_secs(5)).await.unwrap();
+//!     assert_eq!(kit.snapshot().actor("WidgetActor", "w1").unwrap().state, "scaled");
+//!     // The widget is deleted: the next reconcile stops the actor.
+//!     store.0.lock().unwrap().remove("w1");
+//!     let deleted = Reconcile { cause: Cause::Deleted };
+//!     widgets.request("w1", deleted, Duration::from_secs(5)).await.unwrap();
+//!     actor.terminated().await;
+//!     assert!(widgets.get("w1").is_none());
+//!     root.stop().await;
+//! });
+//! ```
+//!
+//! # Background work
+//!
+//! A handler never waits on slow work it can hand off: [`ActorCtx::spawn_task`] runs a future
+//! beside the actor (it reports back with a message to [`ActorCtx::myself`]) and
+//! [`Tasks::blocking`] runs a CPU-heavy closure on the blocking pool. Tasks are detached: a
+//! restart does not cancel them.
 //!
 //! # What actix alone does not do, and the kit does
 //!
@@ -128,7 +254,9 @@ mod fault;
 mod group;
 mod kit;
 mod metrics;
+mod reconciler;
 mod registry;
+mod task;
 
 pub use actor::{ActorCtx, Handles, Mail, RestartPolicy, Supervised};
 pub use address::ActorRef;
@@ -145,7 +273,12 @@ pub use group::{
 };
 pub use kit::{ActorKit, KitOptions};
 pub use metrics::{ActorMetrics, DropReason, HANDLER_DURATION_BUCKETS_SECONDS};
+pub use reconciler::{
+    Action, Backoff, Cause, Coalesce, Reconcile, ReconcileError, ReconcilePolicy, Reconciler,
+    Requeue, Start, reconcile_object,
+};
 pub use registry::{
     ActorRegistry, ActorSnapshot, LatencySnapshot, MAX_LAST_ERROR_BYTES, RegistrySnapshot,
     STATE_RUNNING, STATE_STARTING, STATE_STOPPING, STATE_SUSPENDED, SupervisorSnapshot,
 };
+pub use task::{TaskFailed, Tasks};
