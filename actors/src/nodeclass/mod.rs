@@ -92,6 +92,7 @@ use karpenter_core::apis::EC2NodeClass;
 use karpenter_core::apis::conditions::{READY, ec2nodeclass as types};
 use karpenter_core::apis::ec2nodeclass::AmiFamily;
 use karpenter_core::domain::nodeclass_hash::{HASH_VERSION, nodeclass_hash, resolved_ami_family};
+use karpenter_core::domain::tags::launch_tags;
 use karpenter_core::domain::userdata::ClusterInfo;
 use karpenter_core::errors;
 
@@ -549,7 +550,8 @@ impl NodeClassActor {
             return Ok((Some(update), None));
         }
         let spec = &class.spec;
-        let tags = match validation::launch_tags(&self.name, spec, &self.deps.cluster_info.name) {
+        // The class's own dry runs launch for no NodePool (Karpenter's `GetTags` without labels).
+        let tags = match launch_tags(&self.name, spec, &self.deps.cluster_info.name, "") {
             Ok(tags) => tags,
             Err(error) => {
                 return Ok((

@@ -35,11 +35,9 @@ use karpenter_core::apis::ec2nodeclass::{
     Ami, BlockDeviceMapping, EC2NodeClassSpec, EC2NodeClassStatus,
 };
 use karpenter_core::apis::labels::{
-    ARCH, ARCH_AMD64, ARCH_ARM64, CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, NODEPOOL,
-    TAG_CLUSTER_PREFIX, TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME,
+    ARCH, ARCH_AMD64, ARCH_ARM64, CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND,
 };
 use karpenter_core::apis::requirements::Operator;
-use karpenter_core::apis::validation::{Violation, ec2nodeclass_violations};
 use karpenter_core::domain::amifamily::{Variant, default_block_device_mappings};
 use karpenter_core::domain::nodeclass_hash::resolved_ami_family;
 use karpenter_core::domain::requirements::{AllowUndefined, Requirement, Requirements};
@@ -114,55 +112,6 @@ pub fn dependencies_not_ready(conditions: &[Condition]) -> Option<ConditionUpdat
     } else {
         None
     }
-}
-
-/// Why a class's tags cannot be used (`TagValidationFailed`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TagError {
-    /// `spec.tags` sets tags Karpenter owns; each violation names its field path.
-    #[error("tags failed validation requirements: {}", join(.violations))]
-    Restricted { violations: Vec<Violation> },
-}
-
-impl TagError {
-    /// Label for metrics and events.
-    #[must_use]
-    pub fn category(&self) -> &'static str {
-        match self {
-            Self::Restricted { .. } => "restricted_tags",
-        }
-    }
-}
-
-fn join(violations: &[Violation]) -> String {
-    violations
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// The tags of the class's launches (Karpenter's `GetTags` for a NodeClaim without labels):
-/// `spec.tags` plus the cluster, node pool (empty) and class tags. An error names the tags
-/// Karpenter owns that the spec sets.
-pub fn launch_tags(
-    class_name: &str,
-    spec: &EC2NodeClassSpec,
-    cluster: &str,
-) -> Result<Tags, TagError> {
-    let violations: Vec<Violation> = ec2nodeclass_violations(spec)
-        .into_iter()
-        .filter(|v| v.path.starts_with("spec.tags["))
-        .collect();
-    if !violations.is_empty() {
-        return Err(TagError::Restricted { violations });
-    }
-    let mut tags = spec.tags.clone();
-    tags.insert(format!("{TAG_CLUSTER_PREFIX}{cluster}"), "owned".to_owned());
-    tags.insert(NODEPOOL.to_owned(), String::new());
-    tags.insert(TAG_EKS_CLUSTER_NAME.to_owned(), cluster.to_owned());
-    tags.insert(TAG_EC2NODECLASS.to_owned(), class_name.to_owned());
-    Ok(tags)
 }
 
 /// What rendering the class's user data once told.
@@ -480,30 +429,6 @@ mod tests {
         plan.apply(&mut status, None, k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         conditions = status.conditions;
         assert!(dependencies_not_ready(&conditions).is_none());
-    }
-
-    #[test]
-    fn restricted_tags_fail_validation_with_their_field_path() {
-        let mut spec: EC2NodeClassSpec = serde_json::from_value(serde_json::json!({
-            "subnetSelectorTerms": [{"id": "subnet-1"}],
-            "securityGroupSelectorTerms": [{"id": "sg-1"}],
-            "amiSelectorTerms": [{"alias": "al2023@latest"}],
-            "role": "r",
-        }))
-        .unwrap();
-        let tags = launch_tags("default", &spec, "c1").unwrap();
-        assert_eq!(tags["kubernetes.io/cluster/c1"], "owned");
-        assert_eq!(tags[TAG_EC2NODECLASS], "default");
-        spec.tags
-            .insert("karpenter.sh/nodeclaim".into(), "x".into());
-        let error = launch_tags("default", &spec, "c1").unwrap_err();
-        assert_eq!(error.category(), "restricted_tags");
-        assert!(
-            error
-                .to_string()
-                .contains("spec.tags[karpenter.sh/nodeclaim]"),
-            "{error}"
-        );
     }
 
     #[test]
