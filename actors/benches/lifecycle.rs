@@ -2,7 +2,9 @@
 //! (finalizer, launch, registration, initialization) and from deletion to gone (node deletion,
 //! taint, drain of two pods each, instance termination, finalizers), through the daemon's
 //! NodeClaim and NodePool actors over the fake cluster and cloud of the lifecycle tests. Time is
-//! tokio's paused clock, so the numbers are the actors' CPU cost, not waiting.
+//! tokio's paused clock, so the numbers are the actors' CPU cost, not waiting. A run is timed
+//! from the first NodeClaim's creation until the last is gone: the daemon's start and stop cost
+//! the same at every size and would swamp the small one.
 //!
 //! Run: `cargo bench -p karpenter-actors --bench lifecycle -- --quick` (a few minutes). Besides
 //! criterion's report, one line per size gives the time per run and per NodeClaim, which should
@@ -75,12 +77,30 @@ fn launched(h: &Harness, name: &str) -> bool {
         .is_some_and(|claim| claim.status.as_ref().is_some_and(|s| s.provider_id.is_some()))
 }
 
+/// CPU time of this thread so far (Linux's `schedstat`), reported beside the wall time since
+/// the machine may be shared; `None` elsewhere.
+fn thread_cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let nanos: u64 = stat.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(nanos))
+}
+
+/// What one run measured: wall and CPU time from the first NodeClaim's creation until the last
+/// is gone (the daemon's start and stop, the same at every size, are left out).
+#[derive(Default)]
+struct Measured {
+    wall: Duration,
+    cpu: Option<Duration>,
+}
+
 /// Creates `count` NodeClaims, brings them to Ready, deletes them and waits until they are gone.
-async fn lifecycle(count: usize) {
+async fn lifecycle(count: usize) -> Measured {
     tokio::time::pause();
     let h = Harness::start();
     h.add_nodeclass(nodeclass(Some(true)));
     h.add_nodepool(nodepool("default", json!({})));
+    h.settle().await;
+    let (wall, cpu) = (Instant::now(), thread_cpu_time());
     let names: Vec<String> = (0..count).map(|i| format!("default-{i}")).collect();
     for name in &names {
         h.add_nodeclaim(nodeclaim(name, json!({})));
@@ -132,14 +152,24 @@ async fn lifecycle(count: usize) {
         )
         .await
     );
+    let measured = Measured {
+        wall: wall.elapsed(),
+        cpu: thread_cpu_time().zip(cpu).map(|(end, start)| end - start),
+    };
     h.root.stop().await;
+    measured
 }
 
-/// Wall time of the runs of one size: (runs, total).
+/// The runs of one size.
 #[derive(Default)]
 struct Runs {
-    runs: u64,
-    total: Duration,
+    runs: u32,
+    wall: Duration,
+    cpu: Option<Duration>,
+}
+
+fn per_nodeclaim_micros(total: Duration, runs: u32, count: usize) -> f64 {
+    total.as_secs_f64() * 1e6 / f64::from(runs) / count as f64
 }
 
 fn bench(c: &mut Criterion) {
@@ -153,24 +183,30 @@ fn bench(c: &mut Criterion) {
         let runs = RefCell::new(Runs::default());
         group.bench_with_input(BenchmarkId::from_parameter(count), &count, |b, &count| {
             b.iter_custom(|iterations| {
-                let start = Instant::now();
+                let mut total = Duration::ZERO;
                 for _ in 0..iterations {
-                    actix::System::new().block_on(lifecycle(count));
+                    let measured = actix::System::new().block_on(lifecycle(count));
+                    total += measured.wall;
+                    let mut runs = runs.borrow_mut();
+                    runs.runs += 1;
+                    runs.wall += measured.wall;
+                    runs.cpu = measured.cpu.map(|cpu| runs.cpu.unwrap_or_default() + cpu);
                 }
-                let elapsed = start.elapsed();
-                let mut runs = runs.borrow_mut();
-                runs.runs += iterations;
-                runs.total += elapsed;
-                elapsed
+                total
             });
         });
         let runs = runs.into_inner();
         if runs.runs > 0 {
-            let per_run = runs.total / u32::try_from(runs.runs).unwrap_or(u32::MAX);
-            let per_nodeclaim = per_run.as_secs_f64() * 1e6 / count as f64;
+            let cpu = runs.cpu.map_or_else(String::new, |cpu| {
+                format!(
+                    ", {:>6.0} µs CPU per NodeClaim",
+                    per_nodeclaim_micros(cpu, runs.runs, count)
+                )
+            });
             let line = format!(
-                "lifecycle {count:>5} NodeClaims: {:>8.1} ms per run, {per_nodeclaim:>6.0} µs per NodeClaim ({} runs)",
-                per_run.as_secs_f64() * 1e3,
+                "lifecycle {count:>5} NodeClaims: {:>8.1} ms per run, {:>6.0} µs per NodeClaim{cpu} ({} runs)",
+                runs.wall.as_secs_f64() * 1e3 / f64::from(runs.runs),
+                per_nodeclaim_micros(runs.wall, runs.runs, count),
                 runs.runs
             );
             println!("{line}");
