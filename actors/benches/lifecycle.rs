@@ -23,7 +23,9 @@ mod support;
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use criterion::{
+    BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
+};
 use karpenter_actors::ports::cluster_view::ClusterView as _;
 use serde_json::json;
 use support::{Harness, PodSpecBuilder, make_ready, nodeclaim, nodeclass, nodepool};
@@ -72,9 +74,12 @@ fn initialized(h: &Harness, name: &str) -> bool {
 }
 
 fn launched(h: &Harness, name: &str) -> bool {
-    h.view
-        .nodeclaim(name)
-        .is_some_and(|claim| claim.status.as_ref().is_some_and(|s| s.provider_id.is_some()))
+    h.view.nodeclaim(name).is_some_and(|claim| {
+        claim
+            .status
+            .as_ref()
+            .is_some_and(|s| s.provider_id.is_some())
+    })
 }
 
 /// CPU time of this thread so far (Linux's `schedstat`), reported beside the wall time since
@@ -154,7 +159,9 @@ async fn lifecycle(count: usize) -> Measured {
     );
     let measured = Measured {
         wall: wall.elapsed(),
-        cpu: thread_cpu_time().zip(cpu).map(|(end, start)| end - start),
+        cpu: thread_cpu_time()
+            .zip(cpu)
+            .map(|(end, start)| end.saturating_sub(start)),
     };
     h.root.stop().await;
     measured
@@ -169,7 +176,8 @@ struct Runs {
 }
 
 fn per_nodeclaim_micros(total: Duration, runs: u32, count: usize) -> f64 {
-    total.as_secs_f64() * 1e6 / f64::from(runs) / count as f64
+    let count = f64::from(u32::try_from(count).unwrap_or(u32::MAX));
+    total.as_secs_f64() * 1e6 / f64::from(runs) / count
 }
 
 fn bench(c: &mut Criterion) {

@@ -191,7 +191,7 @@ impl FieldIndex {
 }
 
 /// What the index hears: the store's events, named as kube-runtime's watcher names them.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub enum IndexEvent<'a, K> {
     /// An object was created or changed.
     Apply(&'a K),
@@ -204,6 +204,15 @@ pub enum IndexEvent<'a, K> {
     /// The list is complete: it replaces the index.
     RelistDone,
 }
+
+// Copy for any `K` (a derive would ask `K: Copy`): the event holds references only.
+impl<K> Clone for IndexEvent<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for IndexEvent<'_, K> {}
 
 /// The indexes of one kind, kept by the same events as its store.
 pub struct KindIndex<K> {
