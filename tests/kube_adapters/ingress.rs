@@ -171,17 +171,14 @@ async fn until_state<K>(receiver: &mut mpsc::Receiver<Observed<K>>, holds: impl 
         .expect("never converged");
 }
 
+/// A NodeClaim of the `default` NodePool.
 fn nodeclaim(name: &str) -> NodeClaim {
-    serde_json::from_value(json!({
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": { "name": name, "labels": { "karpenter.sh/nodepool": "default" } },
-        "spec": {
-            "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
-            "requirements": [{ "key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"] }],
-        },
-    }))
-    .unwrap()
+    let mut claim = crate::cluster_api::nodeclaim(name, &[]);
+    claim.metadata.labels = Some(std::collections::BTreeMap::from([(
+        "karpenter.sh/nodepool".to_owned(),
+        "default".to_owned(),
+    )]));
+    claim
 }
 
 fn name_of<K: kube::Resource>(object: Option<std::sync::Arc<K>>) -> Option<String> {
