@@ -152,6 +152,9 @@ impl std::fmt::Debug for StateWriters {
 }
 
 impl ClusterState {
+    // The lookups below read the store while holding the index's read lock: the writer takes
+    // the store's lock and then the index's, never both at once, so this cannot deadlock.
+
     /// The objects of `K` whose `field` is `value`, in key order, from the index.
     fn find<K: StateKind>(&self, field: &Field<K>, value: &str) -> Vec<Arc<K>> {
         let (store, index) = K::parts(self);
