@@ -86,18 +86,14 @@ pub mod watched {
 
 macro_rules! watched_kind {
     ($(($type:ty, $field:ident, $kind:ident)),* $(,)?) => {
-        /// The kinds the daemon watches.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum WatchedKind {
-            $($kind,)*
-        }
-
         impl WatchedKind {
             /// Every kind, in the order owners are told about re-lists.
             pub const ALL: [WatchedKind; [$(WatchedKind::$kind),*].len()] =
                 [$(WatchedKind::$kind),*];
 
-            /// The plural name of the kind's store (`nodeclaims`, `pdbs`...), for logs.
+            /// The plural name of the kind's store (`nodeclaims`, `pdbs`...), for logs. Its
+            /// match, generated from the table, has no wildcard: a variant missing from the table
+            /// (or a row naming no variant) does not compile.
             #[must_use]
             pub fn plural(self) -> &'static str {
                 match self {
@@ -118,6 +114,19 @@ macro_rules! watched_kind {
 }
 
 for_each_watched_kind!(watched_kind);
+
+/// The kinds the daemon watches: the rows of [`for_each_watched_kind!`], whose generated
+/// [`WatchedKind::plural`] fails to compile if the two lists ever differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WatchedKind {
+    NodeClaim,
+    NodePool,
+    EC2NodeClass,
+    Node,
+    Pod,
+    DaemonSet,
+    PodDisruptionBudget,
+}
 
 /// Why an object actor is asked to reconcile; a bounded set, logged and counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
