@@ -2,9 +2,13 @@
 //! (finalizer, launch, registration, initialization) and from deletion to gone (node deletion,
 //! taint, drain of two pods each, instance termination, finalizers), through the daemon's
 //! NodeClaim and NodePool actors over the fake cluster and cloud of the lifecycle tests. Time is
-//! tokio's paused clock, so the numbers are the actors' CPU cost, not waiting.
+//! tokio's paused clock, so the numbers are the actors' CPU cost, not waiting. A run is timed
+//! from the first NodeClaim's creation until the last is gone: the daemon's start and stop cost
+//! the same at every size and would swamp the small one.
 //!
-//! Run: `cargo bench -p karpenter-actors --bench lifecycle -- --quick`
+//! Run: `cargo bench -p karpenter-actors --bench lifecycle -- --quick` (a few minutes). Besides
+//! criterion's report, one line per size gives the time per run and per NodeClaim, which should
+//! stay flat as the count grows (every per-object lookup is an index read, not a scan).
 
 #![allow(
     clippy::unwrap_used,
@@ -16,39 +20,109 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::time::Duration;
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{
+    BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
+};
+use karpenter_actors::ports::cluster_view::ClusterView as _;
 use serde_json::json;
 use support::{Harness, PodSpecBuilder, make_ready, nodeclaim, nodeclass, nodepool};
 
 /// The NodeClaim counts measured.
-const SIZES: [usize; 2] = [100, 500];
+const SIZES: [usize; 3] = [100, 1_000, 5_000];
 
-fn initialized(h: &Harness, count: usize) -> bool {
-    (0..count).all(|i| {
-        h.condition(&format!("default-{i}"), "Initialized")
-            .is_some_and(|c| c.0 == "True")
+/// Criterion's time budget per size: a 5,000-NodeClaim run takes seconds, so the big sizes
+/// get the minimum of samples and `--quick` stops after one run.
+fn measurement_time(count: usize) -> Duration {
+    if count <= 100 {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_secs(1)
+    }
+}
+
+/// Waits (on the paused clock, looking every `step`) until `done` holds for every NodeClaim of
+/// `names`; each NodeClaim is checked until it is done and then never again, so the waiting
+/// costs O(N) in all rather than O(N) per look.
+async fn wait_for_each(
+    h: &Harness,
+    names: &[String],
+    limit: Duration,
+    step: Duration,
+    done: impl Fn(&Harness, &str) -> bool,
+) -> bool {
+    let mut pending: Vec<&str> = names.iter().map(String::as_str).collect();
+    h.wait_for(limit, step, |h| {
+        pending.retain(|name| !done(h, name));
+        pending.is_empty()
+    })
+    .await
+}
+
+/// Whether the view shows the NodeClaim `Initialized` (an `Arc` read, no copy).
+fn initialized(h: &Harness, name: &str) -> bool {
+    h.view.nodeclaim(name).is_some_and(|claim| {
+        claim.status.as_ref().is_some_and(|status| {
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Initialized" && c.status.as_str() == "True")
+        })
     })
 }
 
+fn launched(h: &Harness, name: &str) -> bool {
+    h.view.nodeclaim(name).is_some_and(|claim| {
+        claim
+            .status
+            .as_ref()
+            .is_some_and(|s| s.provider_id.is_some())
+    })
+}
+
+/// CPU time of this thread so far (Linux's `schedstat`), reported beside the wall time since
+/// the machine may be shared; `None` elsewhere.
+fn thread_cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let nanos: u64 = stat.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(nanos))
+}
+
+/// What one run measured: wall and CPU time from the first NodeClaim's creation until the last
+/// is gone (the daemon's start and stop, the same at every size, are left out).
+#[derive(Default)]
+struct Measured {
+    wall: Duration,
+    cpu: Option<Duration>,
+}
+
 /// Creates `count` NodeClaims, brings them to Ready, deletes them and waits until they are gone.
-async fn lifecycle(count: usize) {
+async fn lifecycle(count: usize) -> Measured {
     tokio::time::pause();
     let h = Harness::start();
     h.add_nodeclass(nodeclass(Some(true)));
     h.add_nodepool(nodepool("default", json!({})));
-    for i in 0..count {
-        h.add_nodeclaim(nodeclaim(&format!("default-{i}"), json!({})));
+    h.settle().await;
+    let (wall, cpu) = (Instant::now(), thread_cpu_time());
+    let names: Vec<String> = (0..count).map(|i| format!("default-{i}")).collect();
+    for name in &names {
+        h.add_nodeclaim(nodeclaim(name, json!({})));
     }
     assert!(
-        h.wait_for(Duration::from_mins(1), Duration::from_millis(100), |h| {
-            (0..count).all(|i| h.provider_id(&format!("default-{i}")).is_some())
-        })
+        wait_for_each(
+            &h,
+            &names,
+            Duration::from_mins(1),
+            Duration::from_millis(100),
+            launched
+        )
         .await
     );
-    let nodes: Vec<String> = (0..count)
-        .map(|i| h.register_node(&format!("default-{i}"), &[], &[]))
+    let nodes: Vec<String> = names
+        .iter()
+        .map(|name| h.register_node(name, &[], &[]))
         .collect();
     h.settle().await;
     for node in &nodes {
@@ -61,33 +135,96 @@ async fn lifecycle(count: usize) {
         );
     }
     assert!(
-        h.wait_for(Duration::from_mins(1), Duration::from_millis(100), |h| {
-            initialized(h, count)
-        })
+        wait_for_each(
+            &h,
+            &names,
+            Duration::from_mins(1),
+            Duration::from_millis(100),
+            initialized
+        )
         .await
     );
-    for i in 0..count {
-        h.delete_nodeclaim(&format!("default-{i}")).await;
+    for name in &names {
+        h.delete_nodeclaim(name).await;
     }
     assert!(
-        h.wait_for(Duration::from_mins(5), Duration::from_secs(1), |h| {
-            h.api.nodeclaims().is_empty()
-        })
+        wait_for_each(
+            &h,
+            &names,
+            Duration::from_mins(5),
+            Duration::from_secs(1),
+            |h, name| h.view.nodeclaim(name).is_none()
+        )
         .await
     );
+    let measured = Measured {
+        wall: wall.elapsed(),
+        cpu: thread_cpu_time()
+            .zip(cpu)
+            .map(|(end, start)| end.saturating_sub(start)),
+    };
     h.root.stop().await;
+    measured
+}
+
+/// The runs of one size.
+#[derive(Default)]
+struct Runs {
+    runs: u32,
+    wall: Duration,
+    cpu: Option<Duration>,
+}
+
+fn per_nodeclaim_micros(total: Duration, runs: u32, count: usize) -> f64 {
+    let count = f64::from(u32::try_from(count).unwrap_or(u32::MAX));
+    total.as_secs_f64() * 1e6 / f64::from(runs) / count
 }
 
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("nodeclaim_lifecycle");
     group.sample_size(10);
+    group.sampling_mode(SamplingMode::Flat);
+    let mut summary = Vec::new();
     for count in SIZES {
+        group.measurement_time(measurement_time(count));
+        group.throughput(Throughput::Elements(count as u64));
+        let runs = RefCell::new(Runs::default());
         group.bench_with_input(BenchmarkId::from_parameter(count), &count, |b, &count| {
-            b.iter(|| actix::System::new().block_on(lifecycle(count)));
+            b.iter_custom(|iterations| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iterations {
+                    let measured = actix::System::new().block_on(lifecycle(count));
+                    total += measured.wall;
+                    let mut runs = runs.borrow_mut();
+                    runs.runs += 1;
+                    runs.wall += measured.wall;
+                    runs.cpu = measured.cpu.map(|cpu| runs.cpu.unwrap_or_default() + cpu);
+                }
+                total
+            });
         });
+        let runs = runs.into_inner();
+        if runs.runs > 0 {
+            let cpu = runs.cpu.map_or_else(String::new, |cpu| {
+                format!(
+                    ", {:>6.0} µs CPU per NodeClaim",
+                    per_nodeclaim_micros(cpu, runs.runs, count)
+                )
+            });
+            let line = format!(
+                "lifecycle {count:>5} NodeClaims: {:>8.1} ms per run, {:>6.0} µs per NodeClaim{cpu} ({} runs)",
+                runs.wall.as_secs_f64() * 1e3 / f64::from(runs.runs),
+                per_nodeclaim_micros(runs.wall, runs.runs, count),
+                runs.runs
+            );
+            println!("{line}");
+            summary.push(line);
+        }
     }
     group.finish();
+    for line in summary {
+        println!("{line}");
+    }
 }
-
 criterion_group!(benches, bench);
 criterion_main!(benches);

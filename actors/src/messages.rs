@@ -44,7 +44,77 @@ pub enum ClusterChange {
     Relisted(WatchedKind),
 }
 
-/// The kinds the daemon watches.
+/// The seven watched kinds, listed once. Calls `$callback!` with one
+/// `(Type, field, WatchedKind variant)` row per kind: the object type (a path through
+/// `$crate::messages::watched`), the plural name used for its store, writer, subscribers,
+/// counters and `ClusterView` list method (`nodeclaims`, `pods`...), and its [`WatchedKind`].
+/// Rows come in the order owners are told about re-lists (classes before pools before
+/// NodeClaims before nodes and pods), so [`WatchedKind::ALL`] is that order.
+///
+/// ```ignore
+/// macro_rules! stores {
+///     ($(($type:ty, $field:ident, $kind:ident)),* $(,)?) => {
+///         struct Stores { $($field: Store<$type>,)* }
+///     };
+/// }
+/// karpenter_actors::for_each_watched_kind!(stores);
+/// ```
+#[macro_export]
+macro_rules! for_each_watched_kind {
+    ($callback:ident) => {
+        $callback! {
+            ($crate::messages::watched::EC2NodeClass, ec2nodeclasses, EC2NodeClass),
+            ($crate::messages::watched::NodePool, nodepools, NodePool),
+            ($crate::messages::watched::NodeClaim, nodeclaims, NodeClaim),
+            ($crate::messages::watched::Node, nodes, Node),
+            ($crate::messages::watched::Pod, pods, Pod),
+            ($crate::messages::watched::DaemonSet, daemonsets, DaemonSet),
+            ($crate::messages::watched::PodDisruptionBudget, pdbs, PodDisruptionBudget),
+        }
+    };
+}
+
+/// The object types of [`for_each_watched_kind!`], under the names its rows use.
+pub mod watched {
+    pub use k8s_openapi::api::apps::v1::DaemonSet;
+    pub use k8s_openapi::api::core::v1::{Node, Pod};
+    pub use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    pub use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
+}
+
+macro_rules! watched_kind {
+    ($(($type:ty, $field:ident, $kind:ident)),* $(,)?) => {
+        impl WatchedKind {
+            /// Every kind, in the order owners are told about re-lists.
+            pub const ALL: [WatchedKind; [$(WatchedKind::$kind),*].len()] =
+                [$(WatchedKind::$kind),*];
+
+            /// The plural name of the kind's store (`nodeclaims`, `pdbs`...), for logs. Its
+            /// match, generated from the table, has no wildcard: a variant missing from the table
+            /// (or a row naming no variant) does not compile.
+            #[must_use]
+            pub fn plural(self) -> &'static str {
+                match self {
+                    $(WatchedKind::$kind => stringify!($field),)*
+                }
+            }
+        }
+
+        /// The object type of a [`WatchedKind`].
+        pub trait WatchedType {
+            const KIND: WatchedKind;
+        }
+
+        $(impl WatchedType for $type {
+            const KIND: WatchedKind = WatchedKind::$kind;
+        })*
+    };
+}
+
+for_each_watched_kind!(watched_kind);
+
+/// The kinds the daemon watches: the rows of [`for_each_watched_kind!`], whose generated
+/// [`WatchedKind::plural`] fails to compile if the two lists ever differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WatchedKind {
     NodeClaim,

@@ -1,11 +1,14 @@
-//! The cluster ingress: one kube-runtime watcher per kind (Pods, Nodes, NodeClaims, NodePools,
-//! EC2NodeClasses, DaemonSets, PodDisruptionBudgets) feeding the [`ClusterState`] through
-//! reflectors, and routing each change to the kind's subscribers.
+//! The cluster ingress: one kube-runtime watcher per kind (the kinds of
+//! [`karpenter_actors::for_each_watched_kind!`]: EC2NodeClasses, NodePools, NodeClaims, Nodes,
+//! Pods, DaemonSets, PodDisruptionBudgets) feeding the [`ClusterState`] (each store through its
+//! reflector writer, then its index), and routing each change to the kind's subscribers.
 //!
 //! ```text
-//! API server -> watcher (list, watch, backoff, re-list on 410) -> reflector -> store
+//! API server -> watcher (list, watch, backoff, re-list on 410) -> store, then index
 //!                                                                 \-> subscribers (ChangeSink)
 //! ```
+//!
+//! A subscriber hears of a change only after the store and the index both hold it.
 //!
 //! Subscribers get [`Observed`] changes through a [`ChangeSink`]: a tokio `mpsc::Sender` works
 //! as one (`try_send`; a full channel drops the change and counts it), and the actor runtime can
@@ -19,17 +22,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::StreamExt as _;
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
-use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+use karpenter_actors::cluster_index::Indexed;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
-use super::state::{self, ClusterState, StateWriters};
+use super::state::{self, ClusterState, KindWriter, StateWriters};
 
 /// A change of one object, as its owner hears of it.
 #[derive(Debug, Clone)]
@@ -80,56 +80,30 @@ pub struct KindCounters {
     pub relists: AtomicU64,
 }
 
-/// Counters per kind, shared with whoever exports metrics.
-#[derive(Debug, Default)]
-pub struct IngressCounters {
-    pub pods: KindCounters,
-    pub nodes: KindCounters,
-    pub nodeclaims: KindCounters,
-    pub nodepools: KindCounters,
-    pub ec2nodeclasses: KindCounters,
-    pub daemonsets: KindCounters,
-    pub pdbs: KindCounters,
-}
-
 type Sinks<K> = Vec<Box<dyn ChangeSink<K>>>;
 
-impl fmt::Debug for Subscribers {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Subscribers")
-            .field("pods", &self.pods.len())
-            .field("nodes", &self.nodes.len())
-            .field("nodeclaims", &self.nodeclaims.len())
-            .field("nodepools", &self.nodepools.len())
-            .field("ec2nodeclasses", &self.ec2nodeclasses.len())
-            .field("daemonsets", &self.daemonsets.len())
-            .field("pdbs", &self.pdbs.len())
-            .finish()
-    }
-}
+macro_rules! per_kind {
+    ($(($type:ty, $field:ident, $kind:ident)),* $(,)?) => {
+        /// Counters per kind, shared with whoever exports metrics.
+        #[derive(Debug, Default)]
+        pub struct IngressCounters {
+            $(pub $field: KindCounters,)*
+        }
 
-/// The subscribers of every kind (filled through [`ClusterIngress::subscribe`]).
-#[derive(Default)]
-pub struct Subscribers {
-    pods: Sinks<Pod>,
-    nodes: Sinks<Node>,
-    nodeclaims: Sinks<NodeClaim>,
-    nodepools: Sinks<NodePool>,
-    ec2nodeclasses: Sinks<EC2NodeClass>,
-    daemonsets: Sinks<DaemonSet>,
-    pdbs: Sinks<PodDisruptionBudget>,
-}
+        /// The subscribers of every kind (filled through [`ClusterIngress::subscribe`]).
+        #[derive(Default)]
+        pub struct Subscribers {
+            $($field: Sinks<$type>,)*
+        }
 
-/// A kind the ingress watches.
-pub trait Watched:
-    Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static
-{
-    #[doc(hidden)]
-    fn subscribers(subscribers: &mut Subscribers) -> &mut Sinks<Self>;
-}
+        impl fmt::Debug for Subscribers {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct("Subscribers")
+                    $(.field(stringify!($field), &self.$field.len()))*
+                    .finish()
+            }
+        }
 
-macro_rules! watched {
-    ($($type:ty => $field:ident),* $(,)?) => {
         $(impl Watched for $type {
             fn subscribers(subscribers: &mut Subscribers) -> &mut Sinks<Self> {
                 &mut subscribers.$field
@@ -138,15 +112,15 @@ macro_rules! watched {
     };
 }
 
-watched!(
-    Pod => pods,
-    Node => nodes,
-    NodeClaim => nodeclaims,
-    NodePool => nodepools,
-    EC2NodeClass => ec2nodeclasses,
-    DaemonSet => daemonsets,
-    PodDisruptionBudget => pdbs,
-);
+karpenter_actors::for_each_watched_kind!(per_kind);
+
+/// A kind the ingress watches.
+pub trait Watched:
+    Resource<DynamicType = ()> + Indexed + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static
+{
+    #[doc(hidden)]
+    fn subscribers(subscribers: &mut Subscribers) -> &mut Sinks<Self>;
+}
 
 /// Watches the cluster and keeps the store; build it, subscribe, then [`ClusterIngress::run`].
 pub struct ClusterIngress {
@@ -221,65 +195,20 @@ impl ClusterIngress {
             config,
             state,
         } = self;
-        let c = &counters;
-        tokio::join!(
-            follow(
-                Api::<Pod>::all(client.clone()),
-                writers.pods,
-                state.pods.clone(),
-                subscribers.pods,
-                &c.pods,
-                config.clone()
-            ),
-            follow(
-                Api::<Node>::all(client.clone()),
-                writers.nodes,
-                state.nodes.clone(),
-                subscribers.nodes,
-                &c.nodes,
-                config.clone()
-            ),
-            follow(
-                Api::<NodeClaim>::all(client.clone()),
-                writers.nodeclaims,
-                state.nodeclaims.clone(),
-                subscribers.nodeclaims,
-                &c.nodeclaims,
-                config.clone()
-            ),
-            follow(
-                Api::<NodePool>::all(client.clone()),
-                writers.nodepools,
-                state.nodepools.clone(),
-                subscribers.nodepools,
-                &c.nodepools,
-                config.clone()
-            ),
-            follow(
-                Api::<EC2NodeClass>::all(client.clone()),
-                writers.ec2nodeclasses,
-                state.ec2nodeclasses.clone(),
-                subscribers.ec2nodeclasses,
-                &c.ec2nodeclasses,
-                config.clone()
-            ),
-            follow(
-                Api::<DaemonSet>::all(client.clone()),
-                writers.daemonsets,
-                state.daemonsets.clone(),
-                subscribers.daemonsets,
-                &c.daemonsets,
-                config.clone()
-            ),
-            follow(
-                Api::<PodDisruptionBudget>::all(client),
-                writers.pdbs,
-                state.pdbs.clone(),
-                subscribers.pdbs,
-                &c.pdbs,
-                config
-            ),
-        );
+        // One `follow` per kind, all on this task.
+        macro_rules! follow_every_kind {
+            ($(($type:ty, $field:ident, $kind:ident)),* $(,)?) => {
+                tokio::join!($(follow(
+                    Api::<$type>::all(client.clone()),
+                    writers.$field,
+                    state.$field.clone(),
+                    subscribers.$field,
+                    &counters.$field,
+                    config.clone(),
+                )),*)
+            };
+        }
+        karpenter_actors::for_each_watched_kind!(follow_every_kind);
     }
 }
 
@@ -297,19 +226,21 @@ where
 /// One kind: watch, reflect into the store, route changes.
 async fn follow<K: Watched>(
     api: Api<K>,
-    writer: Writer<K>,
+    mut writer: KindWriter<K>,
     reader: Store<K>,
     sinks: Sinks<K>,
     counters: &KindCounters,
     config: watcher::Config,
 ) {
     let kind = K::kind(&());
-    let stream = reflector::reflector(writer, watcher::watcher(api, config).default_backoff());
+    // The reflector's work, done here so the index follows each event right after the store.
+    let stream = watcher::watcher(api, config).default_backoff();
     let mut stream = std::pin::pin!(stream);
     let mut before_relist: Vec<Arc<K>> = Vec::new();
     while let Some(event) = stream.next().await {
         match event {
             Ok(event) => {
+                writer.apply(&event);
                 counters.events.fetch_add(1, Ordering::Relaxed);
                 match event {
                     watcher::Event::Init => before_relist = reader.state(),

@@ -1,53 +1,149 @@
-//! The cluster-state store: one kube-runtime reflector [`Store`] per watched kind. The
-//! [`StateWriters`] (not cloneable, one per kind) go to the ingress, the only writer; readers
-//! clone [`ClusterState`] freely. Reads return `Arc`s of the stored objects and hold no lock
-//! once they return, so nothing is held across an `.await`.
+//! The cluster-state store: one kube-runtime reflector [`Store`] per watched kind, each with its
+//! [`KindIndex`] (NodeClaims and Nodes by provider id, NodeClaims by NodePool, Pods by node).
+//! The [`StateWriters`] (not cloneable, one [`KindWriter`] per kind) go to the ingress, the only
+//! writer; readers clone [`ClusterState`] freely. Reads return `Arc`s of the stored objects and
+//! hold no lock once they return, so nothing is held across an `.await`.
+//!
+//! ```text
+//! watch event --> KindWriter::apply --> Store (reflector Writer: insert, remove, re-list swap)
+//!                                   \-> KindIndex (the same event, right after the store)
+//! lookup by field: index -> keys -> Store::get -> field re-checked (a stale entry is "not found")
+//! ```
+//!
+//! The kinds come from [`karpenter_actors::for_each_watched_kind!`], the one list of them.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
-use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use karpenter_actors::cluster_index::{
+    Field, IndexEvent, Indexed, KindIndex, NODE_PROVIDER_ID, NODECLAIM_NODEPOOL,
+    NODECLAIM_PROVIDER_ID, POD_NODE_NAME, split_key,
+};
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
-use kube::runtime::reflector;
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::Resource;
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+use kube::runtime::watcher;
 
-/// Read access to every watched kind.
-#[derive(Clone)]
-pub struct ClusterState {
-    pub pods: Store<Pod>,
-    pub nodes: Store<Node>,
-    pub nodeclaims: Store<NodeClaim>,
-    pub nodepools: Store<NodePool>,
-    pub ec2nodeclasses: Store<EC2NodeClass>,
-    pub daemonsets: Store<DaemonSet>,
-    pub pdbs: Store<PodDisruptionBudget>,
+/// The index of one kind, shared by its writer and every reader.
+type SharedIndex<K> = Arc<RwLock<KindIndex<K>>>;
+
+/// The writing half of one kind: its store's reflector writer and its index, fed the same
+/// events in the same order.
+pub struct KindWriter<K: Resource<DynamicType = ()> + Clone + 'static> {
+    store: Writer<K>,
+    index: SharedIndex<K>,
 }
 
-impl std::fmt::Debug for ClusterState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClusterState")
-            .field("pods", &self.pods.len())
-            .field("nodes", &self.nodes.len())
-            .field("nodeclaims", &self.nodeclaims.len())
-            .field("nodepools", &self.nodepools.len())
-            .field("ec2nodeclasses", &self.ec2nodeclasses.len())
-            .field("daemonsets", &self.daemonsets.len())
-            .field("pdbs", &self.pdbs.len())
-            .finish()
+impl<K> KindWriter<K>
+where
+    K: Resource<DynamicType = ()> + Indexed + Clone + 'static,
+{
+    /// Applies one watch event to the store, then to the index. A reader in between meets
+    /// index entries that the store no longer backs; lookups re-check them.
+    pub fn apply(&mut self, event: &watcher::Event<K>) {
+        self.store.apply_watcher_event(event);
+        let event = match event {
+            watcher::Event::Apply(object) => IndexEvent::Apply(object),
+            watcher::Event::Delete(object) => IndexEvent::Delete(object),
+            watcher::Event::Init => IndexEvent::RelistStarted,
+            watcher::Event::InitApply(object) => IndexEvent::RelistApply(object),
+            watcher::Event::InitDone => IndexEvent::RelistDone,
+        };
+        self.index
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .apply(event);
     }
 }
 
-/// The writing half of every store; owned by the ingress.
-pub struct StateWriters {
-    pub pods: Writer<Pod>,
-    pub nodes: Writer<Node>,
-    pub nodeclaims: Writer<NodeClaim>,
-    pub nodepools: Writer<NodePool>,
-    pub ec2nodeclasses: Writer<EC2NodeClass>,
-    pub daemonsets: Writer<DaemonSet>,
-    pub pdbs: Writer<PodDisruptionBudget>,
+impl<K: Resource<DynamicType = ()> + Clone + 'static> std::fmt::Debug for KindWriter<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KindWriter").finish_non_exhaustive()
+    }
 }
+
+/// The store key of an index key (`namespace/name` or `name`).
+fn object_ref<K: Resource<DynamicType = ()>>(key: &str) -> ObjectRef<K> {
+    match split_key(key) {
+        (Some(namespace), name) => ObjectRef::new(name).within(namespace),
+        (None, name) => ObjectRef::new(name),
+    }
+}
+
+fn read<K>(index: &SharedIndex<K>) -> RwLockReadGuard<'_, KindIndex<K>> {
+    index.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The store and the index of one kind, found by type.
+trait StateKind: Resource<DynamicType = ()> + Indexed + Clone + 'static {
+    fn parts(state: &ClusterState) -> (&Store<Self>, &SharedIndex<Self>);
+}
+
+macro_rules! cluster_state {
+    ($(($type:ty, $field:ident, $kind:ident)),* $(,)?) => {
+        /// Read access to every watched kind.
+        #[derive(Clone)]
+        pub struct ClusterState {
+            $(pub $field: Store<$type>,)*
+            indexes: Indexes,
+        }
+
+        #[derive(Clone)]
+        struct Indexes {
+            $($field: SharedIndex<$type>,)*
+        }
+
+        impl std::fmt::Debug for ClusterState {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct("ClusterState")
+                    $(.field(stringify!($field), &self.$field.len()))*
+                    .finish()
+            }
+        }
+
+        /// The writing half of every store; owned by the ingress.
+        pub struct StateWriters {
+            $(pub $field: KindWriter<$type>,)*
+        }
+
+        $(impl StateKind for $type {
+            fn parts(state: &ClusterState) -> (&Store<Self>, &SharedIndex<Self>) {
+                (&state.$field, &state.indexes.$field)
+            }
+        })*
+
+        /// An empty store with its writers.
+        #[must_use]
+        pub fn new() -> (ClusterState, StateWriters) {
+            $(let $field = {
+                let (store, writer) = reflector::store();
+                let index: SharedIndex<$type> = Arc::default();
+                (store, KindWriter { store: writer, index })
+            };)*
+            (
+                ClusterState {
+                    indexes: Indexes {
+                        $($field: Arc::clone(&$field.1.index),)*
+                    },
+                    $($field: $field.0,)*
+                },
+                StateWriters {
+                    $($field: $field.1,)*
+                },
+            )
+        }
+
+        impl ClusterState {
+            /// Waits until every kind has been listed once.
+            pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
+                $(self.$field.wait_until_ready().await?;)*
+                Ok(())
+            }
+        }
+    };
+}
+
+karpenter_actors::for_each_watched_kind!(cluster_state);
 
 impl std::fmt::Debug for StateWriters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -55,48 +151,20 @@ impl std::fmt::Debug for StateWriters {
     }
 }
 
-/// An empty store with its writers.
-#[must_use]
-pub fn new() -> (ClusterState, StateWriters) {
-    let (pods, pods_writer) = reflector::store();
-    let (nodes, nodes_writer) = reflector::store();
-    let (nodeclaims, nodeclaims_writer) = reflector::store();
-    let (nodepools, nodepools_writer) = reflector::store();
-    let (ec2nodeclasses, ec2nodeclasses_writer) = reflector::store();
-    let (daemonsets, daemonsets_writer) = reflector::store();
-    let (pdbs, pdbs_writer) = reflector::store();
-    (
-        ClusterState {
-            pods,
-            nodes,
-            nodeclaims,
-            nodepools,
-            ec2nodeclasses,
-            daemonsets,
-            pdbs,
-        },
-        StateWriters {
-            pods: pods_writer,
-            nodes: nodes_writer,
-            nodeclaims: nodeclaims_writer,
-            nodepools: nodepools_writer,
-            ec2nodeclasses: ec2nodeclasses_writer,
-            daemonsets: daemonsets_writer,
-            pdbs: pdbs_writer,
-        },
-    )
-}
-
 impl ClusterState {
-    /// Waits until every kind has been listed once.
-    pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
-        self.pods.wait_until_ready().await?;
-        self.nodes.wait_until_ready().await?;
-        self.nodeclaims.wait_until_ready().await?;
-        self.nodepools.wait_until_ready().await?;
-        self.ec2nodeclasses.wait_until_ready().await?;
-        self.daemonsets.wait_until_ready().await?;
-        self.pdbs.wait_until_ready().await
+    // The lookups below read the store while holding the index's read lock: the writer takes
+    // the store's lock and then the index's, never both at once, so this cannot deadlock.
+
+    /// The objects of `K` whose `field` is `value`, in key order, from the index.
+    fn find<K: StateKind>(&self, field: &Field<K>, value: &str) -> Vec<Arc<K>> {
+        let (store, index) = K::parts(self);
+        read(index).find(field, value, |key| store.get(&object_ref(key)))
+    }
+
+    /// The first (by key) object of `K` whose `field` is `value`, from the index.
+    fn find_first<K: StateKind>(&self, field: &Field<K>, value: &str) -> Option<Arc<K>> {
+        let (store, index) = K::parts(self);
+        read(index).find_first(field, value, |key| store.get(&object_ref(key)))
     }
 
     #[must_use]
@@ -124,57 +192,68 @@ impl ClusterState {
         self.pods.get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// The node with this provider ID (the API server cannot select nodes by it).
+    /// The node with this provider ID (the API server cannot select nodes by it); the first
+    /// by name when several have it.
     #[must_use]
     pub fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
-        self.nodes.find(|node| {
-            node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id)
-        })
+        self.find_first(&NODE_PROVIDER_ID, provider_id)
+    }
+
+    /// Every node with this provider ID, by name.
+    #[must_use]
+    pub fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Arc<Node>> {
+        self.find(&NODE_PROVIDER_ID, provider_id)
     }
 
     /// The NodeClaim whose status carries this provider ID.
     #[must_use]
     pub fn nodeclaim_by_provider_id(&self, provider_id: &str) -> Option<Arc<NodeClaim>> {
-        self.nodeclaims.find(|claim| {
-            claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id)
-        })
+        self.find_first(&NODECLAIM_PROVIDER_ID, provider_id)
     }
 
-    /// Pods bound to a node.
+    /// The NodeClaims labelled with this NodePool, by name.
+    #[must_use]
+    pub fn nodeclaims_of_nodepool(&self, nodepool: &str) -> Vec<Arc<NodeClaim>> {
+        self.find(&NODECLAIM_NODEPOOL, nodepool)
+    }
+
+    /// Pods bound to a node, by namespace and name.
     #[must_use]
     pub fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
-        self.pods.state_filter(|pod| {
-            pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
-        })
+        self.find(&POD_NODE_NAME, node)
     }
+}
+
+/// The `ClusterView` list method of every kind: the whole store.
+macro_rules! store_lists {
+    ($(($type:ty, $field:ident, $kind:ident)),* $(,)?) => {
+        $(fn $field(&self) -> Vec<Arc<$type>> {
+            self.$field.state()
+        })*
+    };
 }
 
 /// [`ClusterState`] is the production [`ClusterView`]: the actors read the reflector stores
 /// through it.
+///
+/// [`ClusterView`]: karpenter_actors::ports::cluster_view::ClusterView
 impl karpenter_actors::ports::cluster_view::ClusterView for ClusterState {
-    fn nodeclaims(&self) -> Vec<Arc<NodeClaim>> {
-        self.nodeclaims.state()
-    }
+    karpenter_actors::for_each_watched_kind!(store_lists);
+
     fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>> {
         ClusterState::nodeclaim(self, name)
     }
     fn nodeclaim_by_provider_id(&self, provider_id: &str) -> Option<Arc<NodeClaim>> {
         ClusterState::nodeclaim_by_provider_id(self, provider_id)
     }
-    fn nodepools(&self) -> Vec<Arc<NodePool>> {
-        self.nodepools.state()
+    fn nodeclaims_of_nodepool(&self, nodepool: &str) -> Vec<Arc<NodeClaim>> {
+        ClusterState::nodeclaims_of_nodepool(self, nodepool)
     }
     fn nodepool(&self, name: &str) -> Option<Arc<NodePool>> {
         ClusterState::nodepool(self, name)
     }
-    fn ec2nodeclasses(&self) -> Vec<Arc<EC2NodeClass>> {
-        self.ec2nodeclasses.state()
-    }
     fn ec2nodeclass(&self, name: &str) -> Option<Arc<EC2NodeClass>> {
         ClusterState::ec2nodeclass(self, name)
-    }
-    fn nodes(&self) -> Vec<Arc<Node>> {
-        self.nodes.state()
     }
     fn node(&self, name: &str) -> Option<Arc<Node>> {
         ClusterState::node(self, name)
@@ -182,8 +261,8 @@ impl karpenter_actors::ports::cluster_view::ClusterView for ClusterState {
     fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
         ClusterState::node_by_provider_id(self, provider_id)
     }
-    fn pods(&self) -> Vec<Arc<Pod>> {
-        self.pods.state()
+    fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Arc<Node>> {
+        ClusterState::nodes_by_provider_id(self, provider_id)
     }
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
         ClusterState::pod(self, namespace, name)
@@ -191,15 +270,64 @@ impl karpenter_actors::ports::cluster_view::ClusterView for ClusterState {
     fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
         ClusterState::pods_on_node(self, node)
     }
-    fn daemonsets(&self) -> Vec<Arc<DaemonSet>> {
-        self.daemonsets.state()
-    }
-    fn pdbs(&self) -> Vec<Arc<PodDisruptionBudget>> {
-        self.pdbs.state()
-    }
     fn is_synced(&self) -> bool {
         // A store is ready once its first list has been applied; polling the readiness future
         // once answers without waiting.
         futures::FutureExt::now_or_never(self.wait_until_ready()).is_some_and(|ready| ready.is_ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::NodeSpec;
+
+    fn node(name: &str, provider_id: &str) -> Node {
+        let mut node = Node::default();
+        node.metadata.name = Some(name.into());
+        node.spec = Some(NodeSpec {
+            provider_id: Some(provider_id.into()),
+            ..NodeSpec::default()
+        });
+        node
+    }
+
+    #[test]
+    fn a_relist_replaces_the_index_when_it_replaces_the_store() {
+        let (state, mut writers) = new();
+        writers
+            .nodes
+            .apply(&watcher::Event::Apply(node("n1", "aws:///a/i-1")));
+        assert!(state.node_by_provider_id("aws:///a/i-1").is_some());
+        writers.nodes.apply(&watcher::Event::Init);
+        writers
+            .nodes
+            .apply(&watcher::Event::InitApply(node("n2", "aws:///a/i-2")));
+        // Until the list is done, both the store and the index show the old state.
+        assert!(state.node_by_provider_id("aws:///a/i-1").is_some());
+        assert!(state.node_by_provider_id("aws:///a/i-2").is_none());
+        writers.nodes.apply(&watcher::Event::InitDone);
+        assert!(state.node_by_provider_id("aws:///a/i-1").is_none());
+        assert_eq!(
+            state
+                .node_by_provider_id("aws:///a/i-2")
+                .and_then(|n| n.metadata.name.clone())
+                .as_deref(),
+            Some("n2")
+        );
+    }
+
+    #[test]
+    fn a_store_ahead_of_its_index_answers_not_found_rather_than_a_wrong_node() {
+        let (state, mut writers) = new();
+        writers
+            .nodes
+            .apply(&watcher::Event::Apply(node("n1", "aws:///a/i-1")));
+        // The store hears of the change, the index not yet (a reader between the two).
+        writers
+            .nodes
+            .store
+            .apply_watcher_event(&watcher::Event::Apply(node("n1", "aws:///a/i-9")));
+        assert!(state.node_by_provider_id("aws:///a/i-1").is_none());
     }
 }

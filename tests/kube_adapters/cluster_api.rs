@@ -25,7 +25,7 @@ fn adapter(emulator: &Emulator) -> (KubeClusterApi, Client) {
     (KubeClusterApi::new(client.clone(), reporter), client)
 }
 
-fn nodeclaim(name: &str, finalizers: &[&str]) -> NodeClaim {
+pub(crate) fn nodeclaim(name: &str, finalizers: &[&str]) -> NodeClaim {
     serde_json::from_value(json!({
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",

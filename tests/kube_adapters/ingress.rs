@@ -1,12 +1,15 @@
-//! The ingress: store and subscribers converge after watch errors, restarts and compaction.
+//! The ingress: store and subscribers converge after watch errors, restarts and compaction, and
+//! the store's indexes (by provider id, by node) follow changes, deletes and re-lists.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter::kube::ingress::{ClusterIngress, Observed};
 use karpenter::sim::{Emulator, FaultRule, Verb};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use karpenter_core::apis::NodeClaim;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt as _};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -152,5 +155,194 @@ async fn a_full_subscriber_loses_changes_but_the_store_does_not() {
             .load(std::sync::atomic::Ordering::Relaxed),
         5
     );
+    task.abort();
+}
+
+/// Receives `K` changes until `holds` (a look at the store and its index) is true; a
+/// subscriber hears of a change only after both hold it, so each change is a moment to look.
+async fn until_state<K>(receiver: &mut mpsc::Receiver<Observed<K>>, holds: impl Fn() -> bool) {
+    let receive = async {
+        while !holds() {
+            receiver.recv().await.expect("the ingress stopped");
+        }
+    };
+    tokio::time::timeout(Duration::from_mins(10), receive)
+        .await
+        .expect("never converged");
+}
+
+/// A NodeClaim of the `default` NodePool.
+fn nodeclaim(name: &str) -> NodeClaim {
+    let mut claim = crate::cluster_api::nodeclaim(name, &[]);
+    claim.metadata.labels = Some(std::collections::BTreeMap::from([(
+        "karpenter.sh/nodepool".to_owned(),
+        "default".to_owned(),
+    )]));
+    claim
+}
+
+fn name_of<K: kube::Resource>(object: Option<std::sync::Arc<K>>) -> Option<String> {
+    object.map(|o| o.meta().name.clone().unwrap_or_default())
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_nodeclaim_index_follows_a_provider_id_that_appears_and_then_changes() {
+    let emulator = Emulator::new().unwrap();
+    let client = emulator.client();
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let mut ingress = ClusterIngress::new(client);
+    let state = ingress.state();
+    let mut changes = ingress.channel::<NodeClaim>(1024);
+    let task = tokio::spawn(ingress.run());
+    state.wait_until_ready().await.unwrap();
+    claims
+        .create(&PostParams::default(), &nodeclaim("c1"))
+        .await
+        .unwrap();
+    until_state(&mut changes, || state.nodeclaim("c1").is_some()).await;
+    assert_eq!(state.nodeclaims_of_nodepool("default").len(), 1);
+
+    let provider_id = |id: &str| json!({ "status": { "providerID": id } });
+    claims
+        .patch_status(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(provider_id("aws:///zone/i-1")),
+        )
+        .await
+        .unwrap();
+    until_state(&mut changes, || {
+        state.nodeclaim_by_provider_id("aws:///zone/i-1").is_some()
+    })
+    .await;
+    claims
+        .patch_status(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(provider_id("aws:///zone/i-2")),
+        )
+        .await
+        .unwrap();
+    until_state(&mut changes, || {
+        state.nodeclaim_by_provider_id("aws:///zone/i-2").is_some()
+    })
+    .await;
+    assert!(state.nodeclaim_by_provider_id("aws:///zone/i-1").is_none());
+    assert_eq!(
+        name_of(state.nodeclaim_by_provider_id("aws:///zone/i-2")).as_deref(),
+        Some("c1")
+    );
+    task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_node_leaves_the_provider_id_index() {
+    let emulator = Emulator::new().unwrap();
+    let client = emulator.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut ingress = ClusterIngress::new(client);
+    let state = ingress.state();
+    let mut changes = ingress.channel::<Node>(1024);
+    let task = tokio::spawn(ingress.run());
+    state.wait_until_ready().await.unwrap();
+    nodes
+        .create(&PostParams::default(), &node("n1"))
+        .await
+        .unwrap();
+    until_state(&mut changes, || {
+        state.node_by_provider_id("aws:///zone/i-n1").is_some()
+    })
+    .await;
+    nodes.delete("n1", &DeleteParams::default()).await.unwrap();
+    until_state(&mut changes, || state.node("n1").is_none()).await;
+    assert!(state.node_by_provider_id("aws:///zone/i-n1").is_none());
+    assert!(state.nodes_by_provider_id("aws:///zone/i-n1").is_empty());
+    task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_relist_after_the_history_is_compacted_rebuilds_the_index() {
+    let emulator = Emulator::new().unwrap();
+    let client = emulator.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n1"))
+        .await
+        .unwrap();
+    let mut ingress = ClusterIngress::new(client);
+    let state = ingress.state();
+    let counters = ingress.counters();
+    let mut changes = ingress.channel::<Node>(1024);
+    let task = tokio::spawn(ingress.run());
+    state.wait_until_ready().await.unwrap();
+    assert!(state.node_by_provider_id("aws:///zone/i-n1").is_some());
+
+    // The watch is down while n1 goes and n2 comes, and the history it would resume from is
+    // compacted: it must re-list (410 Gone), and the index must be rebuilt from that list.
+    emulator.faults().inject(
+        FaultRule::fail(500)
+            .on(Verb::Watch)
+            .resource("nodes")
+            .times(3),
+    );
+    emulator.close_watches();
+    nodes.delete("n1", &DeleteParams::default()).await.unwrap();
+    nodes
+        .create(&PostParams::default(), &node("n2"))
+        .await
+        .unwrap();
+    emulator.compact();
+    until_state(&mut changes, || {
+        counters.nodes.relists.load(Ordering::Relaxed) >= 2 && state.node("n1").is_none()
+    })
+    .await;
+    assert!(state.node_by_provider_id("aws:///zone/i-n1").is_none());
+    assert_eq!(
+        name_of(state.node_by_provider_id("aws:///zone/i-n2")).as_deref(),
+        Some("n2")
+    );
+    task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_that_binds_is_found_on_its_node() {
+    let emulator = Emulator::new().unwrap();
+    let client = emulator.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut ingress = ClusterIngress::new(client);
+    let state = ingress.state();
+    let mut changes = ingress.channel::<Pod>(1024);
+    let task = tokio::spawn(ingress.run());
+    state.wait_until_ready().await.unwrap();
+    pods.create(&PostParams::default(), &pod("web"))
+        .await
+        .unwrap();
+    until_state(&mut changes, || state.pod("default", "web").is_some()).await;
+    assert!(state.pods_on_node("n1").is_empty());
+
+    let binding = json!({
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": { "name": "web", "namespace": "default" },
+        "target": { "apiVersion": "v1", "kind": "Node", "name": "n1" },
+    });
+    pods.create_subresource::<_, serde_json::Value>(
+        "binding",
+        "web",
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .unwrap();
+    until_state(&mut changes, || !state.pods_on_node("n1").is_empty()).await;
+    assert_eq!(
+        name_of(state.pods_on_node("n1").into_iter().next()).as_deref(),
+        Some("web")
+    );
+    pods.delete("web", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    until_state(&mut changes, || state.pod("default", "web").is_none()).await;
+    assert!(state.pods_on_node("n1").is_empty());
     task.abort();
 }

@@ -2,7 +2,8 @@
 //! implementation is the kube reflector store (`karpenter::kube::ClusterState`); tests use
 //! `crate::testing::MemoryClusterView`. Reads return `Arc`s of shared objects and never block on I/O, so
 //! actors can read in a handler without awaiting; writes go through [`super::cluster::ClusterApi`]
-//! and come back here through the watch.
+//! and come back here through the watch. Lookups by a field (provider id, NodePool, node)
+//! answer from the indexes of [`crate::cluster_index`] instead of scanning.
 
 use std::fmt;
 use std::sync::Arc;
@@ -13,12 +14,25 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 
+use crate::cluster_index::{NODE_PROVIDER_ID, NODECLAIM_NODEPOOL};
+
 /// The objects the daemon reads.
 pub trait ClusterView: Send + Sync + fmt::Debug {
     fn nodeclaims(&self) -> Vec<Arc<NodeClaim>>;
     fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>>;
     /// The NodeClaim whose `status.providerID` is this.
     fn nodeclaim_by_provider_id(&self, provider_id: &str) -> Option<Arc<NodeClaim>>;
+    /// The NodeClaims labelled with this NodePool (`karpenter.sh/nodepool`), deleting ones
+    /// included, in name order. Both implementations answer from an index; this default scans.
+    fn nodeclaims_of_nodepool(&self, nodepool: &str) -> Vec<Arc<NodeClaim>> {
+        let mut claims: Vec<Arc<NodeClaim>> = self
+            .nodeclaims()
+            .into_iter()
+            .filter(|claim| NODECLAIM_NODEPOOL.value(claim) == Some(nodepool))
+            .collect();
+        claims.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        claims
+    }
     fn nodepools(&self) -> Vec<Arc<NodePool>>;
     fn nodepool(&self, name: &str) -> Option<Arc<NodePool>>;
     fn ec2nodeclasses(&self) -> Vec<Arc<EC2NodeClass>>;
@@ -27,6 +41,18 @@ pub trait ClusterView: Send + Sync + fmt::Debug {
     fn node(&self, name: &str) -> Option<Arc<Node>>;
     /// The node whose `spec.providerID` is this (the API server cannot select nodes by it).
     fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>>;
+    /// Every node whose `spec.providerID` is this, in name order (more than one breaks the
+    /// invariant registration checks). Both implementations answer from an index; this
+    /// default scans.
+    fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Arc<Node>> {
+        let mut nodes: Vec<Arc<Node>> = self
+            .nodes()
+            .into_iter()
+            .filter(|node| NODE_PROVIDER_ID.value(node) == Some(provider_id))
+            .collect();
+        nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        nodes
+    }
     fn pods(&self) -> Vec<Arc<Pod>>;
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>>;
     /// Pods bound to the node.

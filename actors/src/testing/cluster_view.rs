@@ -8,44 +8,106 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 
+use crate::cluster_index::{
+    Field, Indexed, KindIndex, NODE_PROVIDER_ID, NODECLAIM_NODEPOOL, NODECLAIM_PROVIDER_ID,
+    POD_NODE_NAME, object_key,
+};
 use crate::ports::cluster_view::ClusterView;
 
-fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
-    match &meta.namespace {
-        Some(namespace) => format!("{namespace}/{}", meta.name.as_deref().unwrap_or_default()),
-        None => meta.name.clone().unwrap_or_default(),
-    }
-}
-
-/// An in-memory [`ClusterView`] for tests: put objects in, read them back.
+/// An in-memory [`ClusterView`] for tests: put objects in, read them back. Lookups by provider
+/// id, NodePool and node answer from [`KindIndex`]es kept under the same lock as the objects.
 #[derive(Debug, Default)]
 pub struct MemoryClusterView {
     inner: RwLock<Objects>,
 }
 
-#[derive(Debug, Default)]
-struct Objects {
-    nodeclaims: BTreeMap<String, Arc<NodeClaim>>,
-    nodepools: BTreeMap<String, Arc<NodePool>>,
-    ec2nodeclasses: BTreeMap<String, Arc<EC2NodeClass>>,
-    nodes: BTreeMap<String, Arc<Node>>,
-    pods: BTreeMap<String, Arc<Pod>>,
-    daemonsets: BTreeMap<String, Arc<DaemonSet>>,
-    pdbs: BTreeMap<String, Arc<PodDisruptionBudget>>,
-    unsynced: bool,
+/// One kind's objects by key (`namespace/name` or `name`) and their index.
+#[derive(Debug)]
+struct Stored<K> {
+    objects: BTreeMap<String, Arc<K>>,
+    index: KindIndex<K>,
+}
+
+impl<K: Indexed> Default for Stored<K> {
+    fn default() -> Self {
+        Self {
+            objects: BTreeMap::new(),
+            index: KindIndex::new(),
+        }
+    }
+}
+
+impl<K: Indexed> Stored<K> {
+    fn put(&mut self, object: K) {
+        let key = object_key(object.metadata());
+        self.index.insert(&key, &object);
+        self.objects.insert(key, Arc::new(object));
+    }
+
+    fn remove(&mut self, key: &str) {
+        self.index.remove(key);
+        self.objects.remove(key);
+    }
+
+    fn list(&self) -> Vec<Arc<K>> {
+        self.objects.values().cloned().collect()
+    }
+
+    fn get(&self, key: &str) -> Option<Arc<K>> {
+        self.objects.get(key).cloned()
+    }
+
+    fn find(&self, field: &Field<K>, value: &str) -> Vec<Arc<K>> {
+        self.index.find(field, value, |key| self.get(key))
+    }
+
+    fn find_first(&self, field: &Field<K>, value: &str) -> Option<Arc<K>> {
+        self.index.find_first(field, value, |key| self.get(key))
+    }
+}
+
+/// A kind [`MemoryClusterView`] stores: where its objects are.
+trait MemoryKind: Indexed {
+    fn stored_mut(objects: &mut Objects) -> &mut Stored<Self>;
+}
+
+macro_rules! memory_objects {
+    ($(($type:ty, $field:ident, $kind:ident)),* $(,)?) => {
+        #[derive(Debug, Default)]
+        struct Objects {
+            $($field: Stored<$type>,)*
+            unsynced: bool,
+        }
+
+        $(impl MemoryKind for $type {
+            fn stored_mut(objects: &mut Objects) -> &mut Stored<Self> {
+                &mut objects.$field
+            }
+        })*
+    };
+}
+
+crate::for_each_watched_kind!(memory_objects);
+
+/// The `ClusterView` list method of every kind.
+macro_rules! memory_lists {
+    ($(($type:ty, $field:ident, $kind:ident)),* $(,)?) => {
+        $(fn $field(&self) -> Vec<Arc<$type>> {
+            self.read().$field.list()
+        })*
+    };
 }
 
 macro_rules! memory_kind {
-    ($put:ident, $remove:ident, $field:ident, $ty:ty) => {
+    ($put:ident, $remove:ident, $ty:ty) => {
         /// Adds or replaces the object (keyed by `namespace/name` or `name`).
         pub fn $put(&self, object: $ty) {
-            let key = name_of(&object.metadata);
-            self.write().$field.insert(key, Arc::new(object));
+            self.put(object);
         }
 
         /// Removes the object with this key (`namespace/name` or `name`).
         pub fn $remove(&self, key: &str) {
-            self.write().$field.remove(key);
+            self.remove::<$ty>(key);
         }
     };
 }
@@ -68,18 +130,23 @@ impl MemoryClusterView {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    memory_kind!(put_nodeclaim, remove_nodeclaim, nodeclaims, NodeClaim);
-    memory_kind!(put_nodepool, remove_nodepool, nodepools, NodePool);
-    memory_kind!(
-        put_ec2nodeclass,
-        remove_ec2nodeclass,
-        ec2nodeclasses,
-        EC2NodeClass
-    );
-    memory_kind!(put_node, remove_node, nodes, Node);
-    memory_kind!(put_pod, remove_pod, pods, Pod);
-    memory_kind!(put_daemonset, remove_daemonset, daemonsets, DaemonSet);
-    memory_kind!(put_pdb, remove_pdb, pdbs, PodDisruptionBudget);
+    /// Adds or replaces an object of any watched kind (keyed by `namespace/name` or `name`).
+    fn put<K: MemoryKind>(&self, object: K) {
+        K::stored_mut(&mut self.write()).put(object);
+    }
+
+    /// Removes the object of kind `K` with this key (`namespace/name` or `name`).
+    fn remove<K: MemoryKind>(&self, key: &str) {
+        K::stored_mut(&mut self.write()).remove(key);
+    }
+
+    memory_kind!(put_nodeclaim, remove_nodeclaim, NodeClaim);
+    memory_kind!(put_nodepool, remove_nodepool, NodePool);
+    memory_kind!(put_ec2nodeclass, remove_ec2nodeclass, EC2NodeClass);
+    memory_kind!(put_node, remove_node, Node);
+    memory_kind!(put_pod, remove_pod, Pod);
+    memory_kind!(put_daemonset, remove_daemonset, DaemonSet);
+    memory_kind!(put_pdb, remove_pdb, PodDisruptionBudget);
 
     /// Makes [`ClusterView::is_synced`] report `synced`.
     pub fn set_synced(&self, synced: bool) {
@@ -88,66 +155,39 @@ impl MemoryClusterView {
 }
 
 impl ClusterView for MemoryClusterView {
-    fn nodeclaims(&self) -> Vec<Arc<NodeClaim>> {
-        self.read().nodeclaims.values().cloned().collect()
-    }
+    crate::for_each_watched_kind!(memory_lists);
+
     fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>> {
-        self.read().nodeclaims.get(name).cloned()
+        self.read().nodeclaims.get(name)
     }
     fn nodeclaim_by_provider_id(&self, provider_id: &str) -> Option<Arc<NodeClaim>> {
         self.read()
             .nodeclaims
-            .values()
-            .find(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
-            .cloned()
+            .find_first(&NODECLAIM_PROVIDER_ID, provider_id)
     }
-    fn nodepools(&self) -> Vec<Arc<NodePool>> {
-        self.read().nodepools.values().cloned().collect()
+    fn nodeclaims_of_nodepool(&self, nodepool: &str) -> Vec<Arc<NodeClaim>> {
+        self.read().nodeclaims.find(&NODECLAIM_NODEPOOL, nodepool)
     }
     fn nodepool(&self, name: &str) -> Option<Arc<NodePool>> {
-        self.read().nodepools.get(name).cloned()
-    }
-    fn ec2nodeclasses(&self) -> Vec<Arc<EC2NodeClass>> {
-        self.read().ec2nodeclasses.values().cloned().collect()
+        self.read().nodepools.get(name)
     }
     fn ec2nodeclass(&self, name: &str) -> Option<Arc<EC2NodeClass>> {
-        self.read().ec2nodeclasses.get(name).cloned()
-    }
-    fn nodes(&self) -> Vec<Arc<Node>> {
-        self.read().nodes.values().cloned().collect()
+        self.read().ec2nodeclasses.get(name)
     }
     fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.read().nodes.get(name).cloned()
+        self.read().nodes.get(name)
     }
     fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
-        self.read()
-            .nodes
-            .values()
-            .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
-            .cloned()
+        self.read().nodes.find_first(&NODE_PROVIDER_ID, provider_id)
     }
-    fn pods(&self) -> Vec<Arc<Pod>> {
-        self.read().pods.values().cloned().collect()
+    fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Arc<Node>> {
+        self.read().nodes.find(&NODE_PROVIDER_ID, provider_id)
     }
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
-        self.read()
-            .pods
-            .get(&format!("{namespace}/{name}"))
-            .cloned()
+        self.read().pods.get(&format!("{namespace}/{name}"))
     }
     fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
-        self.read()
-            .pods
-            .values()
-            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-            .cloned()
-            .collect()
-    }
-    fn daemonsets(&self) -> Vec<Arc<DaemonSet>> {
-        self.read().daemonsets.values().cloned().collect()
-    }
-    fn pdbs(&self) -> Vec<Arc<PodDisruptionBudget>> {
-        self.read().pdbs.values().cloned().collect()
+        self.read().pods.find(&POD_NODE_NAME, node)
     }
     fn is_synced(&self) -> bool {
         !self.read().unsynced

@@ -1,0 +1,510 @@
+//! Secondary indexes of the cluster view: the objects of one kind by the value of a field
+//! (NodeClaims and Nodes by provider id, NodeClaims by NodePool, Pods by node), kept from the
+//! same watch events that keep the store, so a lookup costs the matches instead of a scan of
+//! every object (as linkerd2's policy-controller keeps its indexes from its watches).
+//!
+//! ```text
+//! watch event --> store (kube's reflector Writer, or MemoryClusterView's maps)
+//!             \-> KindIndex<K>::apply (same event, same order, right after the store)
+//! lookup: KindIndex::keys(field, value) -> object keys -> store get -> field re-checked
+//! ```
+//!
+//! The index follows the store's rules for a re-list (kube-runtime's `Writer`): `RelistStarted`
+//! opens a fresh index that `RelistApply` fills while lookups keep reading the old one, and
+//! `RelistDone` swaps it in, as the store swaps its buffer in. Between the store's update and the
+//! index's a reader may meet an entry that no longer holds (the object went or moved to another
+//! value), so [`KindIndex::find`] fetches each candidate and keeps it only if its field still
+//! has the value: a stale entry yields "not found", never a wrong object.
+//!
+//! The index knows object keys (`namespace/name`, or `name` for cluster-scoped kinds) and field
+//! values only; the production store (`karpenter::kube::state`) and
+//! [`crate::testing::MemoryClusterView`] own the objects and their locks.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::Deref;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
+use rustc_hash::FxHashMap;
+
+/// A field of `K` that objects are looked up by.
+pub struct Field<K> {
+    /// The field's path, for logs and tests.
+    pub name: &'static str,
+    /// Where the field sits in [`Indexed::FIELDS`].
+    position: usize,
+    value: for<'a> fn(&'a K) -> Option<&'a str>,
+}
+
+impl<K> Field<K> {
+    /// The field of `object` (what the index keys it by).
+    #[must_use]
+    pub fn value<'a>(&self, object: &'a K) -> Option<&'a str> {
+        (self.value)(object)
+    }
+}
+
+impl<K> fmt::Debug for Field<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// A kind whose objects the index follows: its key and the fields it is looked up by.
+pub trait Indexed: Sized + 'static {
+    /// Every indexed field, each at its `position`; empty for kinds looked up by name only.
+    const FIELDS: &'static [Field<Self>];
+    fn metadata(&self) -> &ObjectMeta;
+}
+
+/// `status.providerID` of a NodeClaim.
+pub const NODECLAIM_PROVIDER_ID: Field<NodeClaim> = Field {
+    name: "status.providerID",
+    position: 0,
+    value: |claim| claim.status.as_ref()?.provider_id.as_deref(),
+};
+
+/// The `karpenter.sh/nodepool` label of a NodeClaim.
+pub const NODECLAIM_NODEPOOL: Field<NodeClaim> = Field {
+    name: "metadata.labels[karpenter.sh/nodepool]",
+    position: 1,
+    value: |claim| {
+        claim
+            .metadata
+            .labels
+            .as_ref()?
+            .get(labels::NODEPOOL)
+            .map(String::as_str)
+    },
+};
+
+/// `spec.providerID` of a Node.
+pub const NODE_PROVIDER_ID: Field<Node> = Field {
+    name: "spec.providerID",
+    position: 0,
+    value: |node| node.spec.as_ref()?.provider_id.as_deref(),
+};
+
+/// `spec.nodeName` of a Pod (unset while it is unbound).
+pub const POD_NODE_NAME: Field<Pod> = Field {
+    name: "spec.nodeName",
+    position: 0,
+    value: |pod| pod.spec.as_ref()?.node_name.as_deref(),
+};
+
+impl Indexed for NodeClaim {
+    const FIELDS: &'static [Field<Self>] = &[NODECLAIM_PROVIDER_ID, NODECLAIM_NODEPOOL];
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
+impl Indexed for Node {
+    const FIELDS: &'static [Field<Self>] = &[NODE_PROVIDER_ID];
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
+impl Indexed for Pod {
+    const FIELDS: &'static [Field<Self>] = &[POD_NODE_NAME];
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
+macro_rules! looked_up_by_name_only {
+    ($($type:ty),*) => {
+        $(impl Indexed for $type {
+            const FIELDS: &'static [Field<Self>] = &[];
+            fn metadata(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+        })*
+    };
+}
+
+looked_up_by_name_only!(NodePool, EC2NodeClass, DaemonSet, PodDisruptionBudget);
+
+/// The key of an object in the index and in `MemoryClusterView`: `namespace/name`, or `name`
+/// for a cluster-scoped object.
+#[must_use]
+pub fn object_key(metadata: &ObjectMeta) -> String {
+    let name = metadata.name.as_deref().unwrap_or_default();
+    match &metadata.namespace {
+        Some(namespace) => format!("{namespace}/{name}"),
+        None => name.to_owned(),
+    }
+}
+
+/// An object key split back into namespace (if any) and name; names and namespaces cannot
+/// contain `/`.
+#[must_use]
+pub fn split_key(key: &str) -> (Option<&str>, &str) {
+    match key.split_once('/') {
+        Some((namespace, name)) => (Some(namespace), name),
+        None => (None, key),
+    }
+}
+
+/// One field's index: value -> keys of the objects that have it, and key -> value to move an
+/// object when its value changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct FieldIndex {
+    keys_by_value: FxHashMap<String, BTreeSet<String>>,
+    value_by_key: FxHashMap<String, String>,
+}
+
+impl FieldIndex {
+    /// Files `key` under `value` (nowhere for `None`), moving it from its old value.
+    fn set(&mut self, key: &str, value: Option<&str>) {
+        // Most changes leave the indexed fields alone: nothing to allocate then.
+        if self.value_by_key.get(key).map(String::as_str) == value {
+            return;
+        }
+        self.remove(key);
+        if let Some(value) = value {
+            self.keys_by_value
+                .entry(value.to_owned())
+                .or_default()
+                .insert(key.to_owned());
+            self.value_by_key.insert(key.to_owned(), value.to_owned());
+        }
+    }
+
+    fn remove(&mut self, key: &str) {
+        let Some(old) = self.value_by_key.remove(key) else {
+            return;
+        };
+        if let Some(keys) = self.keys_by_value.get_mut(&old) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.keys_by_value.remove(&old);
+            }
+        }
+    }
+}
+
+/// What the index hears: the store's events, named as kube-runtime's watcher names them.
+#[derive(Debug)]
+pub enum IndexEvent<'a, K> {
+    /// An object was created or changed.
+    Apply(&'a K),
+    /// An object was deleted.
+    Delete(&'a K),
+    /// A (re-)list began: the objects that follow replace the whole kind at `RelistDone`.
+    RelistStarted,
+    /// One object of the list.
+    RelistApply(&'a K),
+    /// The list is complete: it replaces the index.
+    RelistDone,
+}
+
+// Copy for any `K` (a derive would ask `K: Copy`): the event holds references only.
+impl<K> Clone for IndexEvent<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for IndexEvent<'_, K> {}
+
+/// The indexes of one kind, kept by the same events as its store.
+pub struct KindIndex<K> {
+    live: Vec<FieldIndex>,
+    /// The index a re-list is filling; swapped in when it is done.
+    relisting: Option<Vec<FieldIndex>>,
+    kind: PhantomData<fn(&K)>,
+}
+
+impl<K> fmt::Debug for KindIndex<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KindIndex")
+            .field(
+                "keys",
+                &self.live.first().map_or(0, |i| i.value_by_key.len()),
+            )
+            .field("relisting", &self.relisting.is_some())
+            .finish()
+    }
+}
+
+impl<K: Indexed> Default for KindIndex<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn fill<K: Indexed>(fields: &mut [FieldIndex], key: &str, object: &K) {
+    for (index, field) in fields.iter_mut().zip(K::FIELDS) {
+        index.set(key, field.value(object));
+    }
+}
+
+impl<K: Indexed> KindIndex<K> {
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            live: empty::<K>(),
+            relisting: None,
+            kind: PhantomData,
+        }
+    }
+
+    /// Follows one event of the store.
+    pub fn apply(&mut self, event: IndexEvent<'_, K>) {
+        if K::FIELDS.is_empty() {
+            return;
+        }
+        match event {
+            IndexEvent::Apply(object) => {
+                fill(&mut self.live, &object_key(object.metadata()), object);
+            }
+            IndexEvent::Delete(object) => self.remove(&object_key(object.metadata())),
+            // A list that restarts before it completes starts over, as the store's buffer does.
+            IndexEvent::RelistStarted => self.relisting = Some(empty::<K>()),
+            IndexEvent::RelistApply(object) => {
+                let fields = self.relisting.get_or_insert_with(empty::<K>);
+                fill(fields, &object_key(object.metadata()), object);
+            }
+            IndexEvent::RelistDone => self.live = self.relisting.take().unwrap_or_else(empty::<K>),
+        }
+    }
+
+    /// Files the object stored under `key` (an in-memory store's put).
+    pub fn insert(&mut self, key: &str, object: &K) {
+        fill(&mut self.live, key, object);
+    }
+
+    /// Forgets the object stored under `key`.
+    pub fn remove(&mut self, key: &str) {
+        for index in &mut self.live {
+            index.remove(key);
+        }
+    }
+
+    /// Keys of the objects whose `field` is `value`, in key order. May name objects that
+    /// changed since (see [`Self::find`]).
+    pub fn keys<'a>(
+        &'a self,
+        field: &Field<K>,
+        value: &str,
+    ) -> impl Iterator<Item = &'a str> + use<'a, K> {
+        self.live
+            .get(field.position)
+            .and_then(|index| index.keys_by_value.get(value))
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+    }
+
+    /// The objects whose `field` is `value`, in key order: each candidate of the index
+    /// fetched with `get` and kept only if its field still holds `value`.
+    pub fn find<A: Deref<Target = K>>(
+        &self,
+        field: &Field<K>,
+        value: &str,
+        mut get: impl FnMut(&str) -> Option<A>,
+    ) -> Vec<A> {
+        self.keys(field, value)
+            .filter_map(&mut get)
+            .filter(|object| field.value(object) == Some(value))
+            .collect()
+    }
+
+    /// The first (by key) object whose `field` is `value`, re-checked as [`Self::find`] does.
+    pub fn find_first<A: Deref<Target = K>>(
+        &self,
+        field: &Field<K>,
+        value: &str,
+        mut get: impl FnMut(&str) -> Option<A>,
+    ) -> Option<A> {
+        self.keys(field, value)
+            .filter_map(&mut get)
+            .find(|object| field.value(object) == Some(value))
+    }
+}
+
+fn empty<K: Indexed>() -> Vec<FieldIndex> {
+    K::FIELDS.iter().map(|_| FieldIndex::default()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::{NodeSpec, PodSpec};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn fields_sit_at_their_positions<K: Indexed>() {
+        for (position, field) in K::FIELDS.iter().enumerate() {
+            assert_eq!(field.position, position, "{}", field.name);
+        }
+    }
+
+    #[test]
+    fn every_field_sits_at_its_position() {
+        fields_sit_at_their_positions::<NodeClaim>();
+        fields_sit_at_their_positions::<Node>();
+        fields_sit_at_their_positions::<Pod>();
+        fields_sit_at_their_positions::<NodePool>();
+    }
+
+    fn pod(name: &str, node: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some("default".to_owned()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                node_name: node.map(str::to_owned),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        }
+    }
+
+    fn node(name: &str, provider_id: Option<&str>) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: provider_id.map(str::to_owned),
+                ..NodeSpec::default()
+            }),
+            ..Node::default()
+        }
+    }
+
+    #[test]
+    fn a_pod_that_binds_moves_from_nowhere_to_its_node() {
+        let mut index = KindIndex::<Pod>::new();
+        index.apply(IndexEvent::Apply(&pod("web", None)));
+        assert_eq!(index.keys(&POD_NODE_NAME, "n1").count(), 0);
+        index.apply(IndexEvent::Apply(&pod("web", Some("n1"))));
+        assert_eq!(
+            index.keys(&POD_NODE_NAME, "n1").collect::<Vec<_>>(),
+            ["default/web"]
+        );
+        index.apply(IndexEvent::Delete(&pod("web", Some("n1"))));
+        assert_eq!(index.keys(&POD_NODE_NAME, "n1").count(), 0);
+    }
+
+    #[test]
+    fn a_stale_entry_is_not_found_rather_than_a_wrong_object() {
+        let mut index = KindIndex::<Node>::new();
+        index.apply(IndexEvent::Apply(&node("n1", Some("i-1"))));
+        // The store moved on (n1 now has another provider id) before the index heard of it.
+        let store = BTreeMap::from([("n1".to_owned(), Arc::new(node("n1", Some("i-2"))))]);
+        let get = |key: &str| store.get(key).cloned();
+        assert!(index.find_first(&NODE_PROVIDER_ID, "i-1", get).is_none());
+        assert!(index.find(&NODE_PROVIDER_ID, "i-1", get).is_empty());
+    }
+
+    #[test]
+    fn lookups_read_the_old_index_until_the_relist_is_done() {
+        let mut index = KindIndex::<Node>::new();
+        index.apply(IndexEvent::Apply(&node("n1", Some("i-1"))));
+        index.apply(IndexEvent::RelistStarted);
+        index.apply(IndexEvent::RelistApply(&node("n2", Some("i-2"))));
+        assert_eq!(index.keys(&NODE_PROVIDER_ID, "i-1").count(), 1);
+        assert_eq!(index.keys(&NODE_PROVIDER_ID, "i-2").count(), 0);
+        index.apply(IndexEvent::RelistDone);
+        assert_eq!(index.keys(&NODE_PROVIDER_ID, "i-1").count(), 0);
+        assert_eq!(index.keys(&NODE_PROVIDER_ID, "i-2").count(), 1);
+    }
+
+    /// One step of the watch, over a few nodes and provider ids so that they collide.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Apply(u8, Option<u8>),
+        Delete(u8),
+        RelistStarted,
+        RelistApply(u8, Option<u8>),
+        RelistDone,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        let name = 0u8..6;
+        let id = proptest::option::of(0u8..4);
+        prop_oneof![
+            4 => (name.clone(), id.clone()).prop_map(|(n, i)| Step::Apply(n, i)),
+            2 => name.clone().prop_map(Step::Delete),
+            1 => Just(Step::RelistStarted),
+            3 => (name, id).prop_map(|(n, i)| Step::RelistApply(n, i)),
+            1 => Just(Step::RelistDone),
+        ]
+    }
+
+    fn named(name: u8, id: Option<u8>) -> Node {
+        node(&format!("n{name}"), id.map(|i| format!("i-{i}")).as_deref())
+    }
+
+    /// kube-runtime's reflector `Writer`: applies and deletes to the store, a re-list into a
+    /// buffer swapped in at the end.
+    #[derive(Default)]
+    struct ModelStore {
+        live: BTreeMap<String, Node>,
+        buffer: BTreeMap<String, Node>,
+    }
+
+    proptest! {
+        #[test]
+        fn the_index_always_finds_what_a_scan_of_the_store_finds(
+            steps in proptest::collection::vec(step(), 0..60)
+        ) {
+            let mut store = ModelStore::default();
+            let mut index = KindIndex::<Node>::new();
+            for step in steps {
+                match step {
+                    Step::Apply(n, i) => {
+                        let object = named(n, i);
+                        store.live.insert(object_key(&object.metadata), object.clone());
+                        index.apply(IndexEvent::Apply(&object));
+                    }
+                    Step::Delete(n) => {
+                        let object = named(n, None);
+                        store.live.remove(&object_key(&object.metadata));
+                        index.apply(IndexEvent::Delete(&object));
+                    }
+                    Step::RelistStarted => {
+                        store.buffer.clear();
+                        index.apply(IndexEvent::RelistStarted);
+                    }
+                    Step::RelistApply(n, i) => {
+                        let object = named(n, i);
+                        store.buffer.insert(object_key(&object.metadata), object.clone());
+                        index.apply(IndexEvent::RelistApply(&object));
+                    }
+                    Step::RelistDone => {
+                        store.live = std::mem::take(&mut store.buffer);
+                        index.apply(IndexEvent::RelistDone);
+                    }
+                }
+                for id in (0..4).map(|i| format!("i-{i}")) {
+                    let scanned: Vec<&str> = store
+                        .live
+                        .iter()
+                        .filter(|(_, n)| NODE_PROVIDER_ID.value(n) == Some(id.as_str()))
+                        .map(|(key, _)| key.as_str())
+                        .collect();
+                    let indexed: Vec<&str> = index.keys(&NODE_PROVIDER_ID, &id).collect();
+                    prop_assert_eq!(&indexed, &scanned);
+                    let found = index.find(&NODE_PROVIDER_ID, &id, |key| store.live.get(key));
+                    prop_assert_eq!(found.len(), scanned.len());
+                }
+            }
+        }
+    }
+}
