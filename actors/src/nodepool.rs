@@ -200,7 +200,7 @@ pub fn nodepool_usage(
     view: &dyn crate::ports::cluster_view::ClusterView,
     nodepool: &str,
 ) -> limits::NodePoolUsage {
-    let nodeclaims = view.nodeclaims();
+    let nodeclaims = view.nodeclaims_of_nodepool(nodepool);
     limits::usage_of(
         nodeclaims.iter().map(AsRef::as_ref),
         |provider_id| view.node_by_provider_id(provider_id),
@@ -279,18 +279,7 @@ fn node_class_readiness(
 impl NodePoolActor {
     /// The pool's NodeClaims.
     fn nodeclaims(&self) -> Vec<Arc<NodeClaim>> {
-        self.deps
-            .view
-            .nodeclaims()
-            .into_iter()
-            .filter(|nc| {
-                nc.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(labels::NODEPOOL))
-                    .is_some_and(|p| *p == self.name)
-            })
-            .collect()
+        self.deps.view.nodeclaims_of_nodepool(&self.name)
     }
 
     async fn stamp_hash(&self, nodepool: &NodePool) -> Result<(), NodePoolError> {

@@ -12,7 +12,7 @@
 //! from single-valued requirements, then the NodeClaim's own (later ones win); annotations;
 //! provider id, image id, capacity and allocatable.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -50,7 +50,16 @@ struct Entry {
 /// Launch outcomes by NodeClaim UID, kept for [`LAUNCH_CACHE_TTL`].
 #[derive(Debug, Default)]
 pub struct LaunchCache {
-    entries: Mutex<HashMap<String, Entry>>,
+    entries: Mutex<Entries>,
+}
+
+/// The entries, and the finished ones in the order they expire (the TTL is fixed, so that is
+/// the order they finished): expiry pops from the front instead of scanning every entry on
+/// every access.
+#[derive(Debug, Default)]
+struct Entries {
+    by_uid: HashMap<String, Entry>,
+    expiring: VecDeque<(Instant, String)>,
 }
 
 impl LaunchCache {
@@ -59,26 +68,36 @@ impl LaunchCache {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+    fn lock(&self) -> MutexGuard<'_, Entries> {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
-        entries.retain(|_, entry| entry.expires.is_none_or(|at| at > now));
+        while let Some((at, _)) = entries.expiring.front()
+            && *at <= now
+        {
+            let Some((at, uid)) = entries.expiring.pop_front() else {
+                break;
+            };
+            // A later outcome for the same UID has its own, later place in the queue.
+            if entries.by_uid.get(&uid).is_some_and(|e| e.expires == Some(at)) {
+                entries.by_uid.remove(&uid);
+            }
+        }
         entries
     }
 
     /// The launch of this NodeClaim, if one is running or finished within the TTL.
     #[must_use]
     pub fn get(&self, uid: &str) -> Option<LaunchState> {
-        self.lock().get(uid).map(|entry| entry.state.clone())
+        self.lock().by_uid.get(uid).map(|entry| entry.state.clone())
     }
 
     /// Marks a launch as started; `false` if one is running or remembered already.
     pub fn begin(&self, uid: &str) -> bool {
         let mut entries = self.lock();
-        if entries.contains_key(uid) {
+        if entries.by_uid.contains_key(uid) {
             return false;
         }
-        entries.insert(
+        entries.by_uid.insert(
             uid.to_owned(),
             Entry {
                 state: LaunchState::InFlight,
@@ -94,11 +113,14 @@ impl LaunchCache {
             Ok(created) => LaunchState::Launched(Arc::new(created)),
             Err(error) => LaunchState::Failed(error),
         };
-        self.lock().insert(
+        let expires = Instant::now() + LAUNCH_CACHE_TTL;
+        let mut entries = self.lock();
+        entries.expiring.push_back((expires, uid.to_owned()));
+        entries.by_uid.insert(
             uid.to_owned(),
             Entry {
                 state,
-                expires: Some(Instant::now() + LAUNCH_CACHE_TTL),
+                expires: Some(expires),
             },
         );
     }
@@ -107,18 +129,18 @@ impl LaunchCache {
     pub fn abandon(&self, uid: &str) {
         let mut entries = self.lock();
         if matches!(
-            entries.get(uid).map(|e| &e.state),
+            entries.by_uid.get(uid).map(|e| &e.state),
             Some(LaunchState::InFlight)
         ) {
-            entries.remove(uid);
+            entries.by_uid.remove(uid);
         }
     }
 
     /// Takes a failure out, so each is handled once.
     pub fn take_failure(&self, uid: &str) -> Option<CloudProviderError> {
         let mut entries = self.lock();
-        match entries.get(uid).map(|e| &e.state) {
-            Some(LaunchState::Failed(_)) => match entries.remove(uid) {
+        match entries.by_uid.get(uid).map(|e| &e.state) {
+            Some(LaunchState::Failed(_)) => match entries.by_uid.remove(uid) {
                 Some(Entry {
                     state: LaunchState::Failed(error),
                     ..
@@ -134,6 +156,7 @@ impl LaunchCache {
     #[must_use]
     pub fn launched_provider_ids(&self) -> HashSet<String> {
         self.lock()
+            .by_uid
             .values()
             .filter_map(|entry| match &entry.state {
                 LaunchState::Launched(created) => {
@@ -142,14 +165,6 @@ impl LaunchCache {
                 _ => None,
             })
             .collect()
-    }
-
-    /// Whether any launch is running now.
-    #[must_use]
-    pub fn any_in_flight(&self) -> bool {
-        self.lock()
-            .values()
-            .any(|entry| matches!(entry.state, LaunchState::InFlight))
     }
 }
 

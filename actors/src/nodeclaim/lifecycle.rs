@@ -403,7 +403,7 @@ impl NodeClaimActor {
             return Ok(Step::Continue(nodeclaim, None));
         };
         ctx.set_state("registering");
-        let nodes = self.deps.view.nodes();
+        let nodes = self.deps.view.nodes_by_provider_id(&provider_id);
         let node = match registration::matching_nodes(&nodes, &provider_id) {
             NodeLookup::NotFound => {
                 let written = self
