@@ -14,8 +14,8 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use crate::sim::scenario::file::{DEFAULT_SCENARIO, DEFAULT_SCENARIO_PATH};
 use clap::{Args, ValueEnum};
-use karpenter_config::scenario::{DEFAULT_SCENARIO, DEFAULT_SCENARIO_PATH};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Status;

@@ -6,12 +6,12 @@
 
 use std::sync::Arc;
 
+use crate::sim::scenario::file::Scenario;
 use karpenter_actors::kwok::cloud_provider::{self as kwok_cloud, KwokCloudDeps};
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cloud_provider::CloudProvider;
 use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
-use karpenter_config::scenario::Scenario;
 use karpenter_core::domain::userdata::ClusterInfo;
 
 use super::scenario::SimulationError;

@@ -13,13 +13,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::sim::scenario::file::{ScaleStep, ScenarioError, Workload};
 use k8s_openapi::api::core::v1::{
     Affinity, Container, Pod, PodSpec, ResourceRequirements, Toleration, TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use karpenter_actors::ports::cluster_view::ClusterView;
-use karpenter_config::scenario::{ScaleStep, ScenarioError, Workload};
 use karpenter_core::domain::resources::parse_resource;
 use karpenter_core::domain::scheduling::SchedulingPod;
 use kube::api::{DeleteParams, PostParams};
@@ -306,7 +306,7 @@ impl Workloads {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use karpenter_config::scenario::Scenario;
+    use crate::sim::scenario::file::Scenario;
 
     fn workload(extra: &str) -> Workload {
         let text = format!(

@@ -12,6 +12,7 @@ use karpenter_core::domain::instance_type::CapacityType;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::sim::scenario::file::{AwsService, CapacityPool};
 use karpenter_actors::deps::AwsPorts;
 use karpenter_actors::interruption::setup;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
@@ -27,7 +28,6 @@ use karpenter_actors::ports::ec2::{
     CreateFleetRequest, CreateLaunchTemplateRequest, Ec2Api as _, FleetLaunchTemplateConfig,
     FleetOverride, Instance, LaunchTemplateData, Tags,
 };
-use karpenter_config::scenario::{self, AwsService, CapacityPool};
 
 /// Kubernetes versions whose AMI aliases kwok's SSM answers (v1.5's supported range).
 pub const SSM_ALIAS_VERSIONS: [&str; 8] = [
@@ -290,14 +290,10 @@ impl KwokAws {
     /// Limits capacity pools (launches beyond them get ICE).
     pub fn limit_capacity(&self, pools: &[CapacityPool]) {
         for pool in pools {
-            let capacity_type = match pool.capacity_type {
-                scenario::CapacityType::Spot => CapacityType::Spot,
-                scenario::CapacityType::OnDemand => CapacityType::OnDemand,
-            };
             self.ec2.set_capacity(
                 &pool.instance_type,
                 &pool.zone,
-                capacity_type,
+                pool.capacity_type,
                 pool.available,
             );
         }

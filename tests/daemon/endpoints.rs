@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use karpenter::commands::actors::{self, ActorsArgs};
 use karpenter::commands::run::RunningDaemon;
+use karpenter::emulator::Emulator;
 use karpenter::http;
-use karpenter::sim::Emulator;
 use karpenter_actors::runtime::RegistrySnapshot;
 
 use super::support::{inputs, settings, world};

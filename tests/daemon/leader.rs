@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use karpenter::cloud::CloudSource;
 use karpenter::commands::run::RunningDaemon;
-use karpenter::sim::Emulator;
+use karpenter::emulator::Emulator;
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use karpenter_actors::testing::FakeCloudProvider;

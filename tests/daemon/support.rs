@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use karpenter::cloud::CloudSource;
 use karpenter::commands::run::DaemonInputs;
+use karpenter::emulator::Emulator;
 use karpenter::http::Routes;
 use karpenter::kube::leader::LeaseTiming;
-use karpenter::sim::Emulator;
 use karpenter::sim::world::{KwokAws, KwokAwsConfig};
 use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::kwok;

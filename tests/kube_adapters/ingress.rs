@@ -4,8 +4,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter::emulator::{Emulator, FaultRule, Verb};
 use karpenter::kube::ingress::{ClusterIngress, Observed};
-use karpenter::sim::{Emulator, FaultRule, Verb};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt as _};
 use serde_json::json;
