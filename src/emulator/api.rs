@@ -610,8 +610,7 @@ impl Shared {
                         )
                     })?;
                 }
-                PatchType::Strategic => strategic::apply(kind.behavior, &mut object, &patch)
-                    .map_err(ApiError::bad_request)?,
+                PatchType::Strategic => strategic::apply(kind.behavior, &mut object, &patch)?,
                 PatchType::Apply => {
                     lifecycle::check_type(kind, &patch)?;
                     Self::run_apply(

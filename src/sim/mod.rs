@@ -6,7 +6,6 @@
 //! scenario (file -> load) -> Simulation
 //!   world     kwok's AWS account (EC2, SQS, EventBridge, IAM, SSM, Pricing) as the daemon's
 //!             AWS ports, and the chaos hooks on it
-//!   cloud     the daemon's CloudProvider over kwok (catalogue loaded before the actors start)
 //!   clock     simulated wall time for the emulator, kwok and the actors
 //!   workloads Deployments as the ReplicaSet controller runs them -> pods
 //!   kubelet   instances -> Nodes (registration, Ready, startup taints), pods Running
@@ -16,7 +15,6 @@
 
 pub mod binder;
 pub mod clock;
-pub mod cloud;
 pub mod kubelet;
 pub mod report;
 pub mod scenario;

@@ -1,38 +1,36 @@
-//! The daemon of a simulation: settings a simulated cluster needs ([`simulated_settings`]) and
-//! one daemon process over the emulator and kwok.
+//! The daemon of a simulation: the settings a simulated cluster needs ([`simulated_settings`])
+//! and the inputs and options [`crate::daemon::DaemonAssembly`] builds a simulated daemon from.
 //!
 //! ```text
-//! ClusterIngress (own watchers) -> store synced -> cloud provider over kwok (catalogue loaded)
-//!   -> actor kit (the scenario's fault plan) -> Daemon (inline solves) -> pump of the changes
+//! emulator client + kwok's AWS ports + CloudSource::Loaded (the AWS cloud provider of
+//!   `karpenter run`, over kwok's EC2 and Pricing, its catalogue loaded once before the actors
+//!   start: a simulation is shorter than the 12-hour refresh, and the first provisioning run
+//!   must see every instance type)
+//!   -> DaemonAssembly: own watchers -> store synced -> cloud -> actors (the scenario's fault
+//!      plan, inline solves) -> pump; no leader election, no HTTP (the simulation serves its own)
 //! ```
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use karpenter_actors::daemon::StartOptions;
-use karpenter_actors::deps::{ClusterVersion, Deps};
-use karpenter_actors::metrics::Metrics;
-use karpenter_actors::ports::cloud_provider::CloudProvider;
-use karpenter_actors::ports::cluster_view::ClusterView;
-use karpenter_actors::runtime::{ActorKit, KitOptions};
+use karpenter_actors::deps::ClusterVersion;
+use karpenter_actors::kwok::cloud_provider as kwok_cloud;
+use karpenter_actors::runtime::KitOptions;
 use karpenter_config::{HttpUrl, Settings};
 use kube::Client;
-use prometheus_client::registry::Registry;
-use tokio::task::JoinHandle;
 
 use super::error::SimulationError;
 use super::file::Scenario;
 use super::load::LoadedScenario;
-use crate::daemon::{ChangeFeed, DaemonSlot, pump};
-use crate::http::MetricsRegistries;
-use crate::kube::cluster_api::KubeClusterApi;
-use crate::kube::ingress::ClusterIngress;
+use crate::cloud::CloudSource;
+use crate::daemon::{ActorStart, DaemonAssembly, DaemonInputs, DaemonOptions};
 use crate::sim::clock::SimClock;
-use crate::sim::cloud::cloud_provider;
 use crate::sim::world::KwokAws;
 
 /// The API endpoint the simulated cluster claims to have (user data needs one).
 const SIMULATED_ENDPOINT: &str = "https://simulated.eks.amazonaws.com";
+/// The simulated daemon's name on the events it writes.
+const SIMULATED_IDENTITY: &str = "karpenter-simulated";
 
 /// The daemon's settings in a simulation.
 #[must_use]
@@ -47,90 +45,43 @@ pub fn simulated_settings(scenario: &Scenario) -> Settings {
     }
 }
 
-/// The daemon as one process runs it: its own watchers (unless it shares the first ones),
-/// actor kit, actors and metrics.
-pub(super) struct DaemonProcess {
-    pub(super) kit: ActorKit,
-    pub(super) slot: DaemonSlot,
-    pub(super) registries: MetricsRegistries,
-    pub(super) dropped: Arc<AtomicU64>,
-    pub(super) tasks: Vec<JoinHandle<()>>,
-}
-
-impl DaemonProcess {
-    /// Starts the watchers of `ingress` and the actors over them; returns the store too.
-    pub(super) async fn start(
-        loaded: &LoadedScenario,
-        clock: SimClock,
-        client: &Client,
-        world: &KwokAws,
-        mut ingress: ClusterIngress,
-    ) -> Result<(Self, Arc<dyn ClusterView>, Arc<dyn CloudProvider>), SimulationError> {
-        let feed = ChangeFeed::subscribe(&mut ingress);
-        let dropped = feed.dropped_counter();
-        let state = ingress.state();
-        let mut tasks = vec![tokio::task::spawn_local(ingress.run())];
-        state
-            .wait_until_ready()
-            .await
-            .map_err(|_| SimulationError::Sync)?;
-        let view: Arc<dyn ClusterView> = Arc::new(state);
-        let simulated =
-            cloud_provider(world, Arc::clone(&view), Arc::new(clock), &loaded.scenario).await?;
-        let cloud = Arc::clone(&simulated.cloud);
-        let mut registry = Registry::default();
-        let kit = ActorKit::new(
-            &mut registry,
-            KitOptions {
-                faults: loaded.actor_faults.clone(),
-                ..KitOptions::default()
-            },
-        );
-        let reporter = kube::runtime::events::Reporter {
-            controller: "karpenter".to_owned(),
-            instance: Some("karpenter-simulated".to_owned()),
-        };
-        let deps = Deps {
-            settings: Arc::new(simulated_settings(&loaded.scenario)),
-            clock: Arc::new(clock),
-            cluster: Arc::new(KubeClusterApi::new(client.clone(), reporter)),
-            view: Arc::clone(&view),
-            cloud: Arc::clone(&cloud),
-            aws: world.ports(),
-            unavailable: simulated.unavailable,
-            cluster_info: simulated.cluster_info,
-            region: loaded.scenario.region.clone(),
-            kubernetes_version: ClusterVersion::default(),
-            metrics: Arc::new(Metrics::register(&mut registry)),
-        };
-        let slot = DaemonSlot::new();
-        let mut daemon_registry = Registry::default();
+/// Starts one daemon process over the cluster: its own watchers, actor kit, actors and
+/// metrics (call inside the simulation's actix System).
+pub(super) async fn start_daemon(
+    loaded: &LoadedScenario,
+    clock: SimClock,
+    client: &Client,
+    world: &KwokAws,
+) -> Result<DaemonAssembly, SimulationError> {
+    let scenario = &loaded.scenario;
+    let provider_settings = kwok_cloud::settings(&scenario.region, &scenario.cluster_name);
+    let inputs = DaemonInputs {
+        settings: Arc::new(simulated_settings(scenario)),
+        client: client.clone(),
+        aws: world.ports(),
+        cluster_info: provider_settings.cluster.clone(),
+        cloud: CloudSource::Loaded {
+            ec2: world.ec2.clone(),
+            pricing: Some(world.pricing.clone()),
+            settings: provider_settings,
+        },
+        clock: Arc::new(clock),
+        region: scenario.region.clone(),
+        kubernetes_version: ClusterVersion::default().get(),
+        identity: SIMULATED_IDENTITY.to_owned(),
+    };
+    let options = DaemonOptions {
+        actors: ActorStart::AfterSync,
         // Inline solves: a run ends at the same simulated instant however fast this machine is.
-        let options = StartOptions {
+        start: StartOptions {
             inline_solve: true,
             ..StartOptions::default()
-        };
-        slot.start_with(&kit, deps, &mut daemon_registry, options)
-            .map_err(SimulationError::Actors)?;
-        let registries = MetricsRegistries::new(registry);
-        registries.add(daemon_registry);
-        tasks.push(tokio::task::spawn_local(pump(feed, slot.clone())));
-        Ok((
-            Self {
-                kit,
-                slot,
-                registries,
-                dropped,
-                tasks,
-            },
-            view,
-            cloud,
-        ))
-    }
-
-    pub(super) fn escalated(&self) -> bool {
-        self.slot
-            .get()
-            .is_some_and(|s| s.root.escalation().is_some())
-    }
+        },
+        kit: KitOptions {
+            faults: loaded.actor_faults.clone(),
+            ..KitOptions::default()
+        },
+        endpoints: None,
+    };
+    Ok(DaemonAssembly::start(inputs, options).await?)
 }

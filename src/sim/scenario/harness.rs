@@ -44,8 +44,6 @@ use crate::sim::world::KwokAws;
 pub const HARNESS_TICK: Duration = Duration::from_secs(1);
 /// EC2 reclaims a spot instance two minutes after its interruption warning.
 pub const SPOT_RECLAIM_AFTER: Duration = Duration::from_mins(2);
-/// The API endpoint the simulated cluster claims to have (user data needs one).
-
 /// A deterministic order of `ids` for the seed (which instances an event hits).
 fn seeded_order(seed: u64, salt: &str, mut ids: Vec<String>) -> Vec<String> {
     ids.sort_by_cached_key(|id| {

@@ -155,7 +155,7 @@ impl LoadedScenario {
         };
         for (i, fault) in scenario.chaos.aws.iter().enumerate() {
             kwok_operation(fault.service, &fault.operation).map_err(|rule| {
-                ScenarioError::invalid(format!("chaos.aws[{i}].operation"), rule)
+                ScenarioError::invalid(format!("chaos.aws[{i}].operation"), rule.to_string())
             })?;
         }
         Ok(Self {

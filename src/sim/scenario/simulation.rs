@@ -23,14 +23,14 @@ use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::daemon::DaemonProcess;
+use super::daemon::start_daemon;
 use super::error::SimulationError;
 use super::harness::{HARNESS_TICK, Harness, Sim};
 use super::load::LoadedScenario;
 use super::run::ProgressSink;
+use crate::daemon::DaemonAssembly;
 use crate::emulator::{Emulator, EmulatorConfig};
-use crate::http::{self, MetricsRegistries, Routes};
-use crate::kube::ingress::ClusterIngress;
+use crate::http::{MetricsRegistries, Routes};
 use crate::sim::clock::SimClock;
 use crate::sim::report::Report;
 use crate::sim::world::{KwokAws, KwokAwsConfig};
@@ -81,7 +81,7 @@ async fn seed(client: &Client, loaded: &LoadedScenario) -> Result<(), Simulation
 pub struct Simulation<'a> {
     emulator: Emulator,
     clock: SimClock,
-    daemons: Vec<DaemonProcess>,
+    daemons: Vec<DaemonAssembly>,
     sim: Sim<'a>,
     start: Instant,
     now: Duration,
@@ -128,23 +128,17 @@ impl<'a> Simulation<'a> {
         let queue_url = world
             .create_interruption_queue(&scenario.cluster_name, &scenario.cluster_name)
             .await
-            .map_err(|e| SimulationError::Kwok(e.to_string()))?;
+            .map_err(SimulationError::InterruptionQueue)?;
         // The first daemon shares its watchers with the harness.
-        let (daemon, view, cloud) = DaemonProcess::start(
-            &loaded,
-            clock,
-            &client,
-            &world,
-            ClusterIngress::new(client.clone()),
-        )
-        .await?;
+        let daemon = start_daemon(&loaded, clock, &client, &world).await?;
+        let view: Arc<dyn ClusterView> = Arc::new(daemon.state().clone());
         let sim = Sim::new(
             loaded,
             Harness {
                 client,
                 view,
                 world,
-                cloud,
+                cloud: daemon.cloud(),
                 queue_url,
             },
             clock,
@@ -195,21 +189,15 @@ impl<'a> Simulation<'a> {
     /// The kit of the daemon running now.
     #[must_use]
     pub fn kit(&self) -> Option<&ActorKit> {
-        self.daemons.last().map(|d| &d.kit)
+        self.daemons.last().map(DaemonAssembly::kit)
     }
 
     /// `/metrics` and `/debug/actors` of the daemon running now.
     #[must_use]
     pub fn routes(&self) -> Routes {
-        let Some(daemon) = self.daemons.last() else {
-            return Routes::new();
-        };
-        Routes::new()
-            .route(
-                http::METRICS_PATH,
-                http::metrics_handler(daemon.registries.clone()),
-            )
-            .route(http::ACTORS_PATH, http::actors_handler(daemon.kit.clone()))
+        self.daemons
+            .last()
+            .map_or_else(Routes::new, DaemonAssembly::actor_routes)
     }
 
     pub(super) fn say(&mut self, line: &str) {
@@ -223,7 +211,7 @@ impl<'a> Simulation<'a> {
             self.sim.progress_line(self.now).await;
             self.next_progress += self.sim.loaded.scenario.progress_every;
         }
-        if self.daemons.last().is_some_and(DaemonProcess::escalated) {
+        if self.daemons.last().is_some_and(DaemonAssembly::escalated) {
             self.escalated = true;
             return false;
         }
@@ -280,22 +268,17 @@ impl<'a> Simulation<'a> {
     /// emulator and kwok state, as a process restart would.
     pub async fn restart_daemon(&mut self) -> Result<(), SimulationError> {
         if let Some(old) = self.daemons.last() {
-            old.slot.stop().await;
-            // The first daemon's watchers feed the harness: only its pump goes.
-            if let Some(pump) = old.tasks.get(1) {
-                pump.abort();
-            }
+            // The first daemon's watchers feed the harness: they stay until the end.
+            old.stop_actors().await;
         }
-        let client = self.sim.client.clone();
-        let (daemon, _, cloud) = DaemonProcess::start(
+        let daemon = start_daemon(
             &self.sim.loaded,
             self.clock,
-            &client,
+            &self.sim.client,
             &self.sim.world,
-            ClusterIngress::new(client.clone()),
         )
         .await?;
-        self.sim.cloud = cloud;
+        self.sim.cloud = daemon.cloud();
         self.daemons.push(daemon);
         Ok(())
     }
@@ -306,19 +289,17 @@ impl<'a> Simulation<'a> {
         let mut injected = 0;
         let mut dropped = 0;
         for daemon in &self.daemons {
-            registries.extend(&daemon.registries);
-            injected += daemon.kit.faults().map_or(0, |f| f.injected().len());
-            dropped += daemon.dropped.load(std::sync::atomic::Ordering::Relaxed);
+            registries.extend(daemon.registries());
+            injected += daemon.kit().faults().map_or(0, |f| f.injected().len());
+            dropped += daemon.dropped_changes();
         }
         let report = self
             .sim
             .report(self.now, &registries, injected, self.escalated, dropped)
             .await;
-        for daemon in &self.daemons {
-            daemon.slot.stop().await;
-            for task in &daemon.tasks {
-                task.abort();
-            }
+        for daemon in self.daemons {
+            // No launch is waited for: the simulated time is over.
+            daemon.shutdown(Duration::ZERO).await;
         }
         self.emulator.close_watches();
         report

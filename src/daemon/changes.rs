@@ -1,34 +1,21 @@
-//! The daemon assembled on the binary side: the actors of `karpenter_actors::daemon` started
-//! under the kit's root group, fed by the cluster watchers.
+//! From watch events to the actors: each watched object becomes a [`ClusterChange`], queued in
+//! arrival order on one channel, and the pump hands it to the actors once they run.
 //!
 //! ```text
 //! ClusterIngress (watchers -> ClusterState) --Observed<K>--> ChangeForwarder (one queue, arrival
-//!     order kept across kinds) --ClusterChange--> pump --> Daemon::observe --> actors
+//!     order kept across kinds) --ClusterChange--> pump --> DaemonSlot --> Daemon::observe
 //! ```
 //!
-//! Who builds what:
-//! - `karpenter run` builds [`actors_deps`] from the kube adapters over a real API server and the
-//!   aws-sdk adapters; `karpenter simulate` from the same kube adapters over the in-process
-//!   emulator and kwok's AWS ports (`crate::sim::world`).
-//! - [`ChangeFeed::subscribe`] must be called before the ingress runs; [`pump`] runs on the
-//!   actix arbiter of the actors (it calls `Daemon::observe`, which may start actors) and
-//!   forwards changes once [`DaemonSlot::start`] has started the actors. Changes seen before
-//!   that (a standby replica watches to keep its cache warm) are dropped: starting the actors
-//!   sends every owner a `Relisted` for each kind, so they read the whole store anyway.
-//! - [`bridge`] serves [`DaemonRoutes`] (HTTP routes answered by the actors, such as the
-//!   Provisioner's `/debug/explain/`) from the actors' thread.
-//! - [`wait_for_launches`] is the first step of a graceful shutdown: the NodeClaims whose launch
-//!   is in flight get a deadline to finish before the actors are stopped (a launch cut short is
-//!   safe, as its client token makes the next leader's retry return the same instance, but
-//!   finishing it spares the retry).
+//! [`ChangeFeed::subscribe`] must be called before the ingress runs; [`pump`] runs on the actix
+//! arbiter of the actors (it calls `Daemon::observe`, which may start actors) and forwards
+//! changes once [`DaemonSlot::start`] has started the actors. Changes it reads before that (a
+//! standby replica watches to keep its cache warm) are dropped: starting the actors sends every
+//! owner a `Relisted` for each kind, so they read the whole store anyway.
 
 use std::cell::RefCell;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -36,14 +23,12 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_actors::daemon::{Daemon, StartOptions};
 use karpenter_actors::deps::Deps;
 use karpenter_actors::messages::{ClusterChange, WatchedKind};
-use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::runtime::{ActorKit, GroupRef, GroupSpec, RootGroup, SpawnError};
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 use kube::ResourceExt as _;
 use prometheus_client::registry::Registry;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use crate::http::{Reply, RouteRequest, Routes, handler};
 use crate::kube::ingress::{ChangeSink, ClusterIngress, Delivery, Observed, Watched};
 
 /// Changes queued between the watchers and the pump. A re-list of a 10,000-pod cluster queues
@@ -254,20 +239,11 @@ impl DaemonSlot {
         Self::default()
     }
 
-    /// Starts the root group and every actor family of [`Daemon::start`] (call on the actix
-    /// arbiter), their metrics registered in `registry`, then tells every owner to read the
-    /// whole store. Starting twice returns the actors already running.
+    /// Starts the root group and the actor families of [`Daemon::start_with`] (call on the actix
+    /// arbiter; `options` leave some out or solve inline), their metrics registered in
+    /// `registry`, then tells every owner to read the whole store. Starting twice returns the
+    /// actors already running.
     pub fn start(
-        &self,
-        kit: &ActorKit,
-        deps: Deps,
-        registry: &mut Registry,
-    ) -> Result<StartedActors, SpawnError> {
-        self.start_with(kit, deps, registry, StartOptions::default())
-    }
-
-    /// [`DaemonSlot::start`] with [`StartOptions`] (simulations solve inline).
-    pub fn start_with(
         &self,
         kit: &ActorKit,
         deps: Deps,
@@ -328,162 +304,10 @@ pub async fn pump(mut feed: ChangeFeed, slot: DaemonSlot) {
     }
 }
 
-type AnswerFuture = Pin<Box<dyn Future<Output = Reply>>>;
-/// An answer computed from the running actors, on their thread (so it may hold `&Daemon`).
-pub type DaemonAnswer = Rc<dyn Fn(Rc<Daemon>, RouteRequest) -> AnswerFuture>;
-
-/// HTTP routes answered by the actors (`/debug/explain/...`): path prefix and answer. Served
-/// through [`bridge`], as the HTTP server's tasks cannot hold the actors' `Daemon`.
-#[derive(Clone, Default)]
-pub struct DaemonRoutes {
-    routes: Vec<(String, DaemonAnswer)>,
-}
-
-impl std::fmt::Debug for DaemonRoutes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(self.routes.iter().map(|(p, _)| p))
-            .finish()
-    }
-}
-
-impl DaemonRoutes {
-    #[must_use]
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Answers every path under `prefix` with `answer`.
-    #[must_use]
-    pub fn prefix<F, Fut>(mut self, prefix: &str, answer: F) -> Self
-    where
-        F: Fn(Rc<Daemon>, RouteRequest) -> Fut + 'static,
-        Fut: Future<Output = Reply> + 'static,
-    {
-        let answer: DaemonAnswer =
-            Rc::new(move |daemon, request| Box::pin(answer(daemon, request)));
-        self.routes.push((prefix.to_owned(), answer));
-        self
-    }
-}
-
-/// The routes every daemon serves from its actors (`karpenter run`, `simulate --serve`): the
-/// Provisioner's `karpenter explain` answers.
-#[must_use]
-pub fn daemon_routes() -> DaemonRoutes {
-    use crate::commands::explain::{EXPLAIN_ROUTE_PREFIX, answer};
-    DaemonRoutes::new().prefix(EXPLAIN_ROUTE_PREFIX, |daemon, request| async move {
-        match answer(&daemon, &request.path).await {
-            Some(found) => Reply {
-                status: http::StatusCode::from_u16(found.status)
-                    .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
-                content_type: "application/json",
-                body: found.body.into(),
-            },
-            None => Reply::text(
-                http::StatusCode::NOT_FOUND,
-                format!("no route for {}\n", request.path),
-            ),
-        }
-    })
-}
-
-/// Requests of bridged routes waiting for the actors' thread, at most this many at once (a
-/// debugging client, not traffic).
-const BRIDGE_QUEUE: usize = 64;
-/// How long a bridged request waits for its answer.
-const BRIDGE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Serves `routes` from the actors in `slot`: HTTP handlers that hand each request to a task
-/// on this (the actors') thread, which answers with the running `Daemon`, or 503 while this
-/// replica runs no actors (a standby). Returns the HTTP routes and the task.
-#[must_use]
-pub fn bridge(slot: DaemonSlot, routes: &DaemonRoutes) -> (Routes, tokio::task::JoinHandle<()>) {
-    type Asked = (usize, RouteRequest, oneshot::Sender<Reply>);
-    let (queue, mut asked) = mpsc::channel::<Asked>(BRIDGE_QUEUE);
-    let answers: Vec<DaemonAnswer> = routes.routes.iter().map(|(_, a)| Rc::clone(a)).collect();
-    let task = tokio::task::spawn_local(async move {
-        while let Some((index, request, reply)) = asked.recv().await {
-            let answer = match (slot.get(), answers.get(index)) {
-                (Some(started), Some(answer)) => answer(started.daemon, request).await,
-                _ => Reply::text(
-                    http::StatusCode::SERVICE_UNAVAILABLE,
-                    "this replica runs no actors (not the leader)\n",
-                ),
-            };
-            let _ = reply.send(answer);
-        }
-    });
-    let mut http_routes = Routes::new();
-    for (index, (prefix, _)) in routes.routes.iter().enumerate() {
-        let queue = queue.clone();
-        http_routes = http_routes.prefix(
-            prefix,
-            handler(move |request: RouteRequest| {
-                let queue = queue.clone();
-                async move {
-                    let (reply, answered) = oneshot::channel();
-                    if queue.send((index, request, reply)).await.is_err() {
-                        return Reply::text(
-                            http::StatusCode::SERVICE_UNAVAILABLE,
-                            "the daemon is stopping\n",
-                        );
-                    }
-                    match tokio::time::timeout(BRIDGE_TIMEOUT, answered).await {
-                        Ok(Ok(answer)) => answer,
-                        _ => Reply::text(
-                            http::StatusCode::GATEWAY_TIMEOUT,
-                            "the actors did not answer\n",
-                        ),
-                    }
-                }
-            }),
-        );
-    }
-    (http_routes, task)
-}
-
-/// NodeClaims whose launch is in flight: not deleting and without a provider id yet.
-#[must_use]
-pub fn unlaunched_nodeclaims(view: &dyn ClusterView) -> Vec<String> {
-    let mut names: Vec<String> = view
-        .nodeclaims()
-        .iter()
-        .filter(|claim| claim.metadata.deletion_timestamp.is_none())
-        .filter(|claim| {
-            claim
-                .status
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .is_none_or(str::is_empty)
-        })
-        .map(|claim| claim.name_any())
-        .collect();
-    names.sort();
-    names
-}
-
-/// How often [`wait_for_launches`] looks again.
-const LAUNCH_POLL: Duration = Duration::from_millis(250);
-
-/// Waits until no launch is in flight, or `deadline` passes; returns the NodeClaims still
-/// unlaunched (empty when every launch finished).
-pub async fn wait_for_launches(view: &dyn ClusterView, deadline: Duration) -> Vec<String> {
-    let until = tokio::time::Instant::now() + deadline;
-    loop {
-        let pending = unlaunched_nodeclaims(view);
-        if pending.is_empty() || tokio::time::Instant::now() >= until {
-            return pending;
-        }
-        tokio::time::sleep(LAUNCH_POLL.min(until - tokio::time::Instant::now())).await;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
-    use karpenter_actors::testing::MemoryClusterView;
 
     fn pod(node: Option<&str>, phase: &str) -> Pod {
         let mut pod = Pod::default();
@@ -552,43 +376,6 @@ mod tests {
                 provider_id: Some("aws:///us-west-2a/i-1".into()),
                 deleted: true
             }
-        );
-    }
-
-    fn claim(name: &str, provider_id: Option<&str>) -> NodeClaim {
-        let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": {"name": name},
-            "spec": {
-                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                "requirements": []
-            }
-        }))
-        .expect("nodeclaim");
-        if let Some(id) = provider_id {
-            claim.status = Some(
-                serde_json::from_value(serde_json::json!({"providerID": id})).expect("status"),
-            );
-        }
-        claim
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn shutdown_waits_for_unlaunched_nodeclaims_until_the_deadline() {
-        let view = MemoryClusterView::new();
-        view.put_nodeclaim(claim("default-a", Some("aws:///us-west-2a/i-1")));
-        view.put_nodeclaim(claim("default-b", None));
-        assert_eq!(unlaunched_nodeclaims(&view), ["default-b"]);
-        let start = tokio::time::Instant::now();
-        let left = wait_for_launches(&view, Duration::from_secs(3)).await;
-        assert_eq!(left, ["default-b"]);
-        assert_eq!(start.elapsed(), Duration::from_secs(3));
-        view.put_nodeclaim(claim("default-b", Some("aws:///us-west-2b/i-2")));
-        assert!(
-            wait_for_launches(&view, Duration::from_secs(3))
-                .await
-                .is_empty()
         );
     }
 }
