@@ -25,6 +25,7 @@ use karpenter_actors::deps::Deps;
 use karpenter_actors::messages::{ClusterChange, WatchedKind};
 use karpenter_actors::runtime::{ActorKit, GroupRef, GroupSpec, RootGroup, SpawnError};
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::domain::pods::provisionable;
 use kube::ResourceExt as _;
 use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
@@ -56,18 +57,15 @@ pub trait Routed: Watched {
 
 impl Routed for Pod {
     const KIND: WatchedKind = WatchedKind::Pod;
+    /// `pending` (a provisioning trigger) is the Provisioner's own rule, [`provisionable`]: a
+    /// pod the run would not place (bound, finished, being deleted, a DaemonSet's or a static
+    /// pod, preempting, gated) triggers nothing.
     fn change(&self, deleted: bool) -> ClusterChange {
-        let node_name = self.spec.as_ref().and_then(|s| s.node_name.clone());
-        let terminal = self
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_some_and(|phase| phase == "Succeeded" || phase == "Failed");
         ClusterChange::Pod {
             namespace: self.namespace().unwrap_or_default(),
             name: self.name_any(),
-            pending: node_name.is_none() && !terminal && !deleted,
-            node_name,
+            node_name: self.spec.as_ref().and_then(|s| s.node_name.clone()),
+            pending: !deleted && provisionable(self).is_ok(),
             deleted,
         }
     }
@@ -346,6 +344,17 @@ mod tests {
             finished,
             ClusterChange::Pod { pending: false, .. }
         ));
+        let mut nominated = pod(None, "Pending");
+        if let Some(status) = nominated.status.as_mut() {
+            status.nominated_node_name = Some("n2".into());
+        }
+        assert!(
+            matches!(
+                change_of(&Observed::Applied(Arc::new(nominated))),
+                ClusterChange::Pod { pending: false, .. }
+            ),
+            "kube-scheduler is preempting for it: the Provisioner would not place it"
+        );
         let deleted = change_of(&Observed::Deleted(Arc::new(pod(None, "Pending"))));
         assert!(matches!(
             deleted,

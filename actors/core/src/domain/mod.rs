@@ -13,6 +13,7 @@
 //! - [`limits`]: what a NodePool runs (`status.resources`) and what is left of its limits,
 //!   in-flight launches included for the Provisioner.
 //! - [`nodepool_hash`]: the NodePool template hash static drift compares.
+//! - [`pods`]: whether a pod is provisionable (Karpenter's `IsProvisionable`).
 //! - [`version`]: the supported Kubernetes versions.
 
 pub mod amifamily;
@@ -21,6 +22,7 @@ pub mod interruption;
 pub mod limits;
 pub mod nodeclass_hash;
 pub mod nodepool_hash;
+pub mod pods;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;
