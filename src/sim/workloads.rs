@@ -25,6 +25,7 @@ use karpenter_core::domain::scheduling::SchedulingPod;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client, ResourceExt as _};
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::binder::PodKey;
 
@@ -35,11 +36,9 @@ const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// Karpenter's default grace for pods without one (Kubernetes' default).
 const TERMINATION_GRACE_SECONDS: i64 = 30;
 
-fn from_yaml<T: DeserializeOwned>(
-    path: &str,
-    value: &serde_yaml::Value,
-) -> Result<T, ScenarioError> {
-    serde_yaml::from_value(value.clone()).map_err(|e| ScenarioError::invalid(path, e.to_string()))
+/// Reads an embedded Kubernetes field (a YAML value of the scenario) as its type.
+fn from_yaml<T: DeserializeOwned>(path: &str, value: &Value) -> Result<T, ScenarioError> {
+    serde_json::from_value(value.clone()).map_err(|e| ScenarioError::invalid(path, e.to_string()))
 }
 
 /// A workload's pod template and scaling steps.

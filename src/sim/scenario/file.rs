@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use karpenter_config::{format_go_duration, parse_go_duration};
 use karpenter_core::domain::instance_type::CapacityType;
+use karpenter_core::yaml;
 use serde::{Deserialize, Serialize};
-use serde_yaml::Value;
+use serde_json::Value;
 
 /// The scenario `karpenter simulate` runs without `--scenario`.
 pub const DEFAULT_SCENARIO: &str = include_str!("../../../config/scenarios/default.yaml");
@@ -455,7 +456,7 @@ impl Scenario {
     /// Parses and checks a scenario file.
     pub fn from_yaml(text: &str) -> Result<Self, ScenarioError> {
         let file: ScenarioFile =
-            serde_yaml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+            yaml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
         file.check()
     }
 
@@ -467,7 +468,7 @@ impl Scenario {
     /// Replaces the chaos plan with one read from a `--chaos FILE` (the `chaos:` section's form).
     pub fn with_chaos_yaml(mut self, text: &str) -> Result<Self, ScenarioError> {
         let file: ChaosFile =
-            serde_yaml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+            yaml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
         self.chaos = check_chaos("chaos", file, self.duration)?;
         Ok(self)
     }
@@ -509,7 +510,7 @@ impl ScenarioFile {
         }
         let kwok = check_kwok(self.kwok)?;
         for (i, pool) in self.node_pools.iter().enumerate() {
-            if !pool.is_mapping() {
+            if !pool.is_object() {
                 return Err(ScenarioError::invalid(
                     format!("nodePools[{i}]"),
                     "must be a NodePool manifest (a mapping)",
@@ -517,7 +518,7 @@ impl ScenarioFile {
             }
         }
         for (i, class) in self.ec2_node_classes.iter().enumerate() {
-            if !class.is_mapping() {
+            if !class.is_object() {
                 return Err(ScenarioError::invalid(
                     format!("ec2NodeClasses[{i}]"),
                     "must be an EC2NodeClass manifest (a mapping)",
@@ -778,7 +779,7 @@ fn check_node_failure(
 
 fn check_chaos(path: &str, file: ChaosFile, run: Duration) -> Result<Chaos, ScenarioError> {
     if let Some(actors) = &file.actors
-        && !actors.is_mapping()
+        && !actors.is_object()
     {
         return Err(ScenarioError::invalid(
             format!("{path}.actors"),

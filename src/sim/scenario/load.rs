@@ -22,6 +22,7 @@ use karpenter_actors::runtime::{FaultPlan, FaultPlanFile};
 use karpenter_core::apis::validation::{Outcome, Validator};
 use karpenter_core::apis::{EC2NodeClass, NodePool};
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::file::{
     Chaos, DEFAULT_CLUSTER_NAME, DEFAULT_LAUNCH_LATENCY, DEFAULT_READY_DELAY, DEFAULT_REGION,
@@ -48,11 +49,9 @@ fn manifest<T: DeserializeOwned>(
     validator: &Validator,
     path: &str,
     kind: &str,
-    value: &serde_yaml::Value,
+    json: &Value,
 ) -> Result<T, ScenarioError> {
-    let json =
-        serde_json::to_value(value).map_err(|e| ScenarioError::invalid(path, e.to_string()))?;
-    match validator.validate(&json) {
+    match validator.validate(json) {
         Outcome::Checked {
             kind: checked,
             violations,
@@ -82,7 +81,7 @@ fn manifest<T: DeserializeOwned>(
             ));
         }
     }
-    serde_json::from_value(json).map_err(|e| ScenarioError::invalid(path, e.to_string()))
+    serde_json::from_value(json.clone()).map_err(|e| ScenarioError::invalid(path, e.to_string()))
 }
 
 impl LoadedScenario {
@@ -139,7 +138,7 @@ impl LoadedScenario {
             .collect::<Result<Vec<_>, _>>()?;
         let actor_faults = match &scenario.chaos.actors {
             Some(value) => {
-                let file: FaultPlanFile = serde_yaml::from_value(value.clone())
+                let file: FaultPlanFile = serde_json::from_value(value.clone())
                     .map_err(|e| ScenarioError::invalid("chaos.actors", e.to_string()))?;
                 let plan = file.into_plan().map_err(|e| match e {
                     karpenter_actors::runtime::FaultPlanError::Invalid { path, rule } => {
