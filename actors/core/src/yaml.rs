@@ -421,4 +421,24 @@ mod tests {
         let text = to_string(&value).unwrap();
         assert_eq!(from_str::<Value>(&text).unwrap(), value, "{text}");
     }
+
+    #[test]
+    fn strings_are_written_in_the_styles_serde_yaml_chose() {
+        let text = to_string(&json!({
+            "a": "1000",
+            "b": "10.0.0.10",
+            "c": "x: y",
+            "d": "it's",
+            "e": "two\nlines",
+            "f": "",
+            "g": "- x",
+            "h": "true",
+            "i": ["0755", "tab\there"],
+        }))
+        .unwrap();
+        assert_eq!(
+            text,
+            "a: '1000'\nb: 10.0.0.10\nc: 'x: y'\nd: it's\ne: |-\n  two\n  lines\nf: ''\ng: '- x'\nh: 'true'\ni:\n- '0755'\n- \"tab\\there\"\n"
+        );
+    }
 }
