@@ -14,4 +14,5 @@ pub mod emulator;
 pub mod http;
 pub mod kube;
 pub mod permissions;
+#[cfg(feature = "simulate")]
 pub mod sim;

@@ -21,6 +21,8 @@ mod crud;
 mod faults;
 #[path = "emulator/finalizers.rs"]
 mod finalizers;
+// `karpenter simulate --serve` needs the command.
+#[cfg(feature = "simulate")]
 #[path = "emulator/loopback.rs"]
 mod loopback;
 #[path = "emulator/patches.rs"]
