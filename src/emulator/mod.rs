@@ -21,15 +21,15 @@
 //! JSON, strategic merge patches and server-side apply (subsets documented in [`strategic`] and
 //! [`apply`]).
 //!
-//! The modules, in the order a request meets them: [`http`] (routing, query parsing, faults, the
-//! request log; [`server`] puts it on loopback, [`body`] is the response body), [`api`] (get,
-//! list, create, update, patch) with [`delete`] and [`pods`] (binding, eviction), which shape
-//! objects with [`lifecycle`] (system metadata, defaults, status split), [`schema`] (CRD
-//! admission), [`strategic`] and [`apply`] (patch flavours) and store them in [`store`]
-//! (objects, resourceVersions, watch history, indexed by [`kinds`] and matched by [`selector`]);
-//! [`watch`] turns the history into event streams, [`table`] and [`openapi`] answer kubectl,
-//! [`events`] converts between the two Event APIs, [`disruption`] plays the PodDisruptionBudget
-//! status controller, [`status`] words failures, [`faults`] injects them.
+//! The modules, in the order a request meets them: `http` (routing, query parsing, faults, the
+//! request log; `server` puts it on loopback, `body` is the response body), `api` (get,
+//! list, create, update, patch) with `delete` and `pods` (binding, eviction), which shape
+//! objects with `lifecycle` (system metadata, defaults, status split), `schema` (CRD
+//! admission), `strategic` and `apply` (patch flavours) and store them in `store`
+//! (objects, resourceVersions, watch history, indexed by `kinds` and matched by `selector`);
+//! `watch` turns the history into event streams, `table` and `openapi` answer kubectl,
+//! `events` converts between the two Event APIs, `disruption` plays the PodDisruptionBudget
+//! status controller, `status` words failures, `faults` injects them.
 //!
 //! Not modelled: authentication and RBAC, admission webhooks, garbage collection by owner
 //! references, controllers other than the disruption controller's PodDisruptionBudget status,

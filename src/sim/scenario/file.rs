@@ -5,7 +5,7 @@
 //! refused) and checks every rule that needs no Kubernetes types, returning a [`Scenario`] with
 //! typed durations and events in time order, or a [`ScenarioError`] naming the field path and
 //! the rule. The embedded Kubernetes manifests (NodePools, EC2NodeClasses, tolerations, spread
-//! constraints, affinity) and the chaos plan stay untyped values here: [`super::load`] checks
+//! constraints, affinity) and the chaos plan stay untyped values here: [`LoadedScenario`](super::LoadedScenario) checks
 //! them with the same validators as the API server and the actor kit, naming the field path the
 //! same way. [`DEFAULT_SCENARIO`] is embedded in the binary.
 

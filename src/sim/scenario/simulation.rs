@@ -76,7 +76,7 @@ async fn seed(client: &Client, loaded: &LoadedScenario) -> Result<(), Simulation
 }
 
 /// A simulation in progress: the cluster (emulator, kwok, harness) and the daemon on it.
-/// [`simulate`] drives one through a scenario; tests drive one step by step, and can restart the
+/// [`simulate`](super::simulate) drives one through a scenario; tests drive one step by step, and can restart the
 /// daemon over the same cluster.
 pub struct Simulation<'a> {
     emulator: Emulator,
@@ -100,7 +100,7 @@ impl std::fmt::Debug for Simulation<'_> {
 
 impl<'a> Simulation<'a> {
     /// Builds the emulator with the scenario's objects, kwok's account, the watchers, the
-    /// daemon's actors and the harness (call inside the actix System of [`run`]).
+    /// daemon's actors and the harness (call inside the actix System of [`run`](super::run)).
     pub async fn start(
         loaded: LoadedScenario,
         progress: Option<ProgressSink<'a>>,
