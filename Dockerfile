@@ -1,13 +1,14 @@
 # syntax=docker/dockerfile:1
 # The controller image: a release build of `karpenter` on a distroless, non-root runtime.
 #   docker build -t karpenter:dev .
+# Built without default features: no `simulate` command, and no tokio test-util in the binary.
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin karpenter \
+    cargo build --release --locked --no-default-features --bin karpenter \
     && strip target/release/karpenter \
     && install -D target/release/karpenter /out/karpenter
 

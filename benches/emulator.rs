@@ -26,7 +26,7 @@ use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group};
 use http_body_util::{BodyExt as _, Full};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use karpenter::sim::{Emulator, EmulatorService};
+use karpenter::emulator::{Emulator, EmulatorService};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;

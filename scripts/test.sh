@@ -12,5 +12,13 @@ export KARPENTER_REQUIRE_MOTO=1
 # The floors of the workspace (core below actors below the binary) hold on the dependency graph.
 scripts/check-layers.sh
 
+# The controller image builds without default features (Dockerfile): that binary must not carry
+# tokio's test-util (paused time is for `karpenter simulate` only).
+release_tokio=$(cargo tree --locked -p karpenter -e normal --no-default-features -i tokio -f '{p} {f}' --depth 0)
+if grep -q 'test-util' <<<"$release_tokio"; then
+  echo "the release build (--no-default-features) turns on tokio/test-util: $release_tokio" >&2
+  exit 1
+fi
+
 cargo nextest run --workspace --no-fail-fast
 cargo test --workspace --doc --quiet

@@ -49,6 +49,8 @@ pub enum Command {
     /// fake kubelet and kube-scheduler) through a scenario on simulated time, and report.
     ///
     /// `--serve ADDR` serves the emulator to kubectl while it runs (at wall-clock pace).
+    // Only in builds with the `simulate` feature (the default), not in the controller image.
+    #[cfg(feature = "simulate")]
     Simulate(crate::commands::simulate::SimulateArgs),
     /// Ask a running daemon why a pod is pending: the Provisioner's last decision, with a
     /// reason per NodePool (`karpenter explain pod NAMESPACE/NAME`).

@@ -10,7 +10,9 @@ pub mod cli;
 pub mod cloud;
 pub mod commands;
 pub mod daemon;
+pub mod emulator;
 pub mod http;
 pub mod kube;
 pub mod permissions;
+#[cfg(feature = "simulate")]
 pub mod sim;

@@ -19,6 +19,7 @@ fn main() -> ExitCode {
         Command::ShowSettings { for_run, settings } => {
             commands::settings::run(&settings, for_run, &mut stdout, &mut stderr)
         }
+        #[cfg(feature = "simulate")]
         Command::Simulate(args) => commands::simulate::run(&args, &mut stdout, &mut stderr),
         Command::Explain(args) => commands::explain::run(&args, &mut stdout, &mut stderr),
         Command::Run(args) => commands::run::run(&args, &mut stdout, &mut stderr),

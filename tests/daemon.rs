@@ -1,4 +1,4 @@
-//! The daemon's process side (`karpenter run`, `karpenter::commands::run::RunningDaemon`,
+//! The daemon's process side (`karpenter run`, `karpenter::daemon::DaemonAssembly`,
 //! `karpenter actors`) over the in-process emulator and kwok's AWS: only the leader starts the
 //! actors and a standby takes over when it stops; the probes and /metrics, /debug/actors answer
 //! over HTTP; the Kubernetes version check refuses old servers.

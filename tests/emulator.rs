@@ -1,4 +1,4 @@
-//! Conformance of the Kubernetes API emulator (`karpenter::sim`), driven through kube-rs `Api`
+//! Conformance of the Kubernetes API emulator (`karpenter::emulator`), driven through kube-rs `Api`
 //! and `watcher` in-process: each module covers one rule of the real API server that our code
 //! can tell apart (conflicts, watches, selectors, finalizers, subresources, patches, CRD
 //! validation), plus the loopback server and a kubectl smoke test (skipped without kubectl).
@@ -21,6 +21,8 @@ mod crud;
 mod faults;
 #[path = "emulator/finalizers.rs"]
 mod finalizers;
+// `karpenter simulate --serve` needs the command.
+#[cfg(feature = "simulate")]
 #[path = "emulator/loopback.rs"]
 mod loopback;
 #[path = "emulator/patches.rs"]

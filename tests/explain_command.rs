@@ -24,7 +24,8 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-use karpenter::commands::explain::{self, EXPLAIN_ROUTE_PREFIX};
+use karpenter::commands::explain;
+use karpenter::daemon::{EXPLAIN_ROUTE_PREFIX, explain_answer};
 use karpenter_actors::daemon::Daemon;
 use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::deps::{AwsPorts, Deps};
@@ -149,7 +150,7 @@ async fn serve(daemon: Rc<Daemon>) -> String {
             let handler = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 let daemon = Rc::clone(&daemon);
                 async move {
-                    let answer = explain::answer(&daemon, request.uri().path()).await;
+                    let answer = explain_answer(&daemon, request.uri().path()).await;
                     let (status, body) =
                         answer.map_or((404, String::new()), |a| (a.status, a.body));
                     Ok::<_, Infallible>(
@@ -230,10 +231,10 @@ async fn explain_prints_why_a_pod_routed_by_the_daemon_is_pending() {
     );
 
     // A path that is not `<namespace>/<name>` is a 400 naming the route.
-    let bad = explain::answer(&daemon, &format!("{EXPLAIN_ROUTE_PREFIX}only-a-name"))
+    let bad = explain_answer(&daemon, &format!("{EXPLAIN_ROUTE_PREFIX}only-a-name"))
         .await
         .unwrap();
     assert_eq!(bad.status, 400);
-    assert!(explain::answer(&daemon, "/metrics").await.is_none());
+    assert!(explain_answer(&daemon, "/metrics").await.is_none());
     root.stop().await;
 }

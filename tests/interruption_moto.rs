@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 
 use karpenter::commands::Status;
 use karpenter::commands::interruption::{SetupArgs, setup_with};
+use karpenter::emulator::{Emulator, FaultRule, Verb};
 use karpenter::kube::cluster_api::KubeClusterApi;
 use karpenter::kube::ingress::ClusterIngress;
-use karpenter::sim::{Emulator, FaultRule, Verb};
 use karpenter_actors::interruption::{InterruptionActor, InterruptionDeps, InterruptionMetrics};
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::ports::eventbridge::{EventBridgeApi, EventEntry};

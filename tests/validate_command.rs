@@ -106,7 +106,7 @@ fn a_huge_document_is_validated() {
             "spec": { "nodeClassRef": { "group": "g", "kind": "k", "name": "n" }, "requirements": [] },
         } },
     });
-    let text = serde_yaml::to_string(&document).unwrap();
+    let text = karpenter_core::yaml::to_string(&document).unwrap();
     let report = validate::validate_text("huge", &text, &VALIDATOR);
     let [(0, DocumentReport::Invalid { violations, .. })] = report.documents.as_slice() else {
         panic!("{report:?}");
@@ -157,7 +157,9 @@ static EXAMPLES: LazyLock<Vec<serde_json::Value>> = LazyLock::new(|| {
         "nodeclass-custom.yaml",
     ]
     .iter()
-    .map(|name| serde_yaml::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap())
+    .map(|name| {
+        karpenter_core::yaml::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
+    })
     .collect()
 });
 
@@ -194,7 +196,7 @@ proptest! {
         replacement in yaml_value(),
     ) {
         let mut document = EXAMPLES[example].clone();
-        let new = serde_yaml::from_str(&replacement).unwrap_or(serde_json::Value::Null);
+        let new = karpenter_core::yaml::from_str(&replacement).unwrap_or(serde_json::Value::Null);
         mutate(&mut document, &steps, new);
         let _ = VALIDATOR.validate(&document);
     }

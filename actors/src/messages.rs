@@ -23,8 +23,9 @@ pub enum ClusterChange {
         provider_id: Option<String>,
         deleted: bool,
     },
-    /// A pod: `pending` when it is unbound and not terminal (a provisioning trigger);
-    /// `node_name` when bound (a pod event on that node).
+    /// A pod: `pending` when the Provisioner would place it
+    /// (`karpenter_core::domain::pods::provisionable`; a provisioning trigger); `node_name` when
+    /// bound (a pod event on that node).
     Pod {
         namespace: String,
         name: String,

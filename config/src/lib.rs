@@ -5,8 +5,8 @@
 //! flag names (`--batch-max-duration`) and defaults, so an existing Karpenter deployment's
 //! environment configures this daemon unchanged. It also owns the value types those settings
 //! parse into ([`FeatureGates`], [`LogLevel`], [`PreferencePolicy`], [`HttpUrl`], Go-syntax
-//! durations), the startup validation ([`Settings::validate_for_run`]) and the simulator's scenario
-//! files ([`scenario`]).
+//! durations) and the startup validation ([`Settings::validate_for_run`]). (The simulator's
+//! scenario files are the binary's, beside their one user: `karpenter::sim::scenario::file`.)
 //!
 //! Data flow: the binary flattens [`Settings`] into its `run` and `simulate` subcommands and clap
 //! parses it once at startup (flag, else env var, else default; a malformed value stops the binary
@@ -21,7 +21,6 @@ mod choices;
 mod duration;
 mod error;
 mod feature_gates;
-pub mod scenario;
 mod settings;
 mod url;
 mod validation;

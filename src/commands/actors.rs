@@ -200,20 +200,49 @@ pub fn render(snapshot: &RegistrySnapshot, actors: &[&ActorSnapshot]) -> String 
     out
 }
 
-/// Fetches and parses the snapshot.
-pub async fn fetch(url: &str) -> Result<RegistrySnapshot, String> {
-    let url = actors_url(url);
-    let (status, body) = http::get(&url, FETCH_TIMEOUT)
-        .await
-        .map_err(|e| karpenter_core::errors::chain(&e))?;
-    if !status.is_success() {
-        return Err(format!(
-            "{url} answered {status}: {}",
-            String::from_utf8_lossy(&body).trim()
-        ));
+/// Why the actor snapshot could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error(transparent)]
+    Http(#[from] http::HttpError),
+    #[error("{url} answered {status}: {body}")]
+    Status {
+        url: String,
+        status: ::http::StatusCode,
+        body: String,
+    },
+    #[error("{url} did not answer an actor snapshot")]
+    Decode {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl FetchError {
+    /// A bounded label for metrics and events.
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Http(error) => error.category(),
+            Self::Status { .. } => "status",
+            Self::Decode { .. } => "decode",
+        }
     }
-    serde_json::from_slice(&body)
-        .map_err(|e| format!("{url} did not answer an actor snapshot: {e}"))
+}
+
+/// Fetches and parses the snapshot.
+pub async fn fetch(url: &str) -> Result<RegistrySnapshot, FetchError> {
+    let url = actors_url(url);
+    let (status, body) = http::get(&url, FETCH_TIMEOUT).await?;
+    if !status.is_success() {
+        return Err(FetchError::Status {
+            url,
+            status,
+            body: String::from_utf8_lossy(&body).trim().to_owned(),
+        });
+    }
+    serde_json::from_slice(&body).map_err(|source| FetchError::Decode { url, source })
 }
 
 /// Runs the command.
@@ -223,8 +252,8 @@ pub fn run(args: &ActorsArgs, out: &mut impl Write, err: &mut impl Write) -> Sta
     };
     let snapshot = match runtime.block_on(fetch(&args.url)) {
         Ok(snapshot) => snapshot,
-        Err(message) => {
-            let _ = writeln!(err, "error: {message}");
+        Err(error) => {
+            let _ = writeln!(err, "error: {}", karpenter_core::errors::chain(&error));
             return Status::BadInput;
         }
     };

@@ -2,10 +2,9 @@
 //! running daemon, with a reason per NodePool.
 //!
 //! Data flow: the command sends `GET <url>/debug/explain/pod/<namespace>/<name>` to the
-//! daemon's HTTP server, which answers with [`answer`] (the Provisioner's
-//! [`PodExplanation`] as JSON, through `Daemon::explain_pod`); the command prints it with
-//! [`karpenter_actors::provisioner::render`], or as JSON with `-o json`. `karpenter simulate`
-//! prints the same rendering for its own pods.
+//! daemon's HTTP server, which answers with the Provisioner's [`PodExplanation`] as JSON (the
+//! server side is [`crate::daemon::explain_answer`], beside the daemon's other routes); the
+//! command prints it with [`karpenter_actors::provisioner::render`], or as JSON with `-o json`.
 
 use std::io::Write;
 use std::time::Duration;
@@ -14,13 +13,10 @@ use bytes::Bytes;
 use clap::{Args, Subcommand, ValueEnum};
 use http_body_util::{BodyExt as _, Empty};
 use hyper_util::rt::TokioIo;
-use karpenter_actors::daemon::Daemon;
 use karpenter_actors::provisioner::{PodExplanation, render};
 
 use super::Status;
-
-/// Where the daemon's HTTP server answers explain requests; the pod's namespace and name follow.
-pub const EXPLAIN_ROUTE_PREFIX: &str = "/debug/explain/pod/";
+use crate::daemon::EXPLAIN_ROUTE_PREFIX;
 /// The daemon's HTTP address when `--url` is not given (its metrics port on loopback, e.g.
 /// through `kubectl port-forward`).
 pub const DEFAULT_URL: &str = "http://127.0.0.1:8080";
@@ -235,41 +231,6 @@ pub fn run(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -> St
             Status::Problems
         }
     }
-}
-
-/// An HTTP answer of the explain route: status code and JSON body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouteAnswer {
-    pub status: u16,
-    /// `application/json`.
-    pub body: String,
-}
-
-/// The daemon's HTTP server side: answers `GET /debug/explain/pod/{namespace}/{name}` with the
-/// Provisioner's explanation; `None` when `path` is not this route, so a server can try its
-/// other routes.
-pub async fn answer(daemon: &Daemon, path: &str) -> Option<RouteAnswer> {
-    let rest = path.strip_prefix(EXPLAIN_ROUTE_PREFIX)?;
-    let error = |status: u16, message: String| RouteAnswer {
-        status,
-        body: serde_json::json!({ "error": message }).to_string(),
-    };
-    let Some((namespace, name)) = rest
-        .split_once('/')
-        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
-    else {
-        return Some(error(
-            400,
-            format!("expected {EXPLAIN_ROUTE_PREFIX}<namespace>/<name>, got {path}"),
-        ));
-    };
-    Some(match daemon.explain_pod(namespace, name).await {
-        Ok(explanation) => RouteAnswer {
-            status: 200,
-            body: serde_json::to_string(&explanation).unwrap_or_default(),
-        },
-        Err(send) => error(503, format!("the provisioner did not answer: {send}")),
-    })
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod explain;
 pub mod interruption;
 pub mod run;
 pub mod settings;
+#[cfg(feature = "simulate")]
 pub mod simulate;
 pub mod validate;
 

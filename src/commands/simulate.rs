@@ -14,13 +14,15 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use crate::sim::scenario::file::{DEFAULT_SCENARIO, DEFAULT_SCENARIO_PATH};
 use clap::{Args, ValueEnum};
-use karpenter_config::scenario::{DEFAULT_SCENARIO, DEFAULT_SCENARIO_PATH};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Status;
 use crate::sim::report::Report;
-use crate::sim::scenario::{self, LoadedScenario, Pace, RunOptions, ServeOptions, Served};
+use crate::sim::scenario::{
+    self, LoadedScenario, Pace, RunOptions, ScenarioError, ServeOptions, Served,
+};
 
 /// File name of the kubeconfig written when `--kubeconfig` is not given (in the temp dir).
 pub const DEFAULT_KUBECONFIG_NAME: &str = "karpenter-emulator.kubeconfig";
@@ -66,12 +68,44 @@ pub struct SimulateArgs {
     pub daemon_addr: Option<SocketAddr>,
 }
 
-fn read(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))
+/// Why the scenario the arguments name could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("reading {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The scenario (or the `--chaos` file) breaks a rule; `file` names the one at fault.
+    #[error("{file}")]
+    Scenario {
+        file: String,
+        #[source]
+        source: ScenarioError,
+    },
+}
+
+impl LoadError {
+    /// A bounded label for metrics and events.
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Read { .. } => "read",
+            Self::Scenario { source, .. } => source.category(),
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<String, LoadError> {
+    std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// Loads the scenario the arguments name (the embedded default without `--scenario`).
-pub fn load(args: &SimulateArgs) -> Result<LoadedScenario, String> {
+pub fn load(args: &SimulateArgs) -> Result<LoadedScenario, LoadError> {
     let (source, text) = match &args.scenario {
         Some(path) => (path.display().to_string(), read(path)?),
         None => (
@@ -84,9 +118,12 @@ pub fn load(args: &SimulateArgs) -> Result<LoadedScenario, String> {
         None => None,
     };
     let mut loaded = LoadedScenario::from_yaml(&text, chaos.as_ref().map(|(_, t)| t.as_str()))
-        .map_err(|e| match (&chaos, e.to_string().starts_with("chaos")) {
-            (Some((chaos_source, _)), true) => format!("{chaos_source}: {e}"),
-            _ => format!("{source}: {e}"),
+        .map_err(|e| {
+            let file = match (&chaos, e.to_string().starts_with("chaos")) {
+                (Some((chaos_source, _)), true) => chaos_source.clone(),
+                _ => source,
+            };
+            LoadError::Scenario { file, source: e }
         })?;
     if let Some(seed) = args.seed {
         loaded.scenario.seed = seed;
@@ -121,8 +158,8 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write, err: &mut impl Write) -> S
     }
     let loaded = match load(args) {
         Ok(loaded) => loaded,
-        Err(message) => {
-            let _ = writeln!(err, "error: {message}");
+        Err(error) => {
+            let _ = writeln!(err, "error: {}", karpenter_core::errors::chain(&error));
             return Status::BadInput;
         }
     };
@@ -239,8 +276,8 @@ pub async fn serve_until(
     let loaded = if args.scenario.is_some() {
         match load(args) {
             Ok(loaded) => loaded,
-            Err(message) => {
-                let _ = writeln!(err, "error: {message}");
+            Err(error) => {
+                let _ = writeln!(err, "error: {}", karpenter_core::errors::chain(&error));
                 return Status::BadInput;
             }
         }

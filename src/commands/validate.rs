@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use karpenter_core::apis::validation::{Outcome, Validator, Violation};
-use serde::Deserialize as _;
+use karpenter_core::yaml;
 use serde_json::Value;
 
 use super::Status;
@@ -68,8 +68,8 @@ pub fn validate_text(source: &str, text: &str, validator: &Validator) -> SourceR
         documents: Vec::new(),
         error: None,
     };
-    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value = match Value::deserialize(document) {
+    for (index, document) in yaml::documents::<Value>(text).into_iter().enumerate() {
+        let value = match document {
             Ok(value) => value,
             Err(error) => {
                 report.error = Some(format!("document {index}: {error}"));

@@ -8,7 +8,7 @@
 //! - [`leader`]: leader election on a Lease with Karpenter's timing.
 //!
 //! The same code runs against a real API server (in-cluster or from a kubeconfig, see
-//! [`connect`]) and against the emulator in [`crate::sim`] in tests and simulations.
+//! [`connect`]) and against the emulator in [`crate::emulator`] in tests and simulations.
 
 pub mod cluster_api;
 pub mod ingress;

@@ -45,7 +45,7 @@ impl SimClock {
 
     /// The clock as the emulator takes it.
     #[must_use]
-    pub fn for_emulator(self) -> super::Clock {
+    pub fn for_emulator(self) -> crate::emulator::Clock {
         Arc::new(move || self.now())
     }
 }

@@ -73,8 +73,8 @@ pub struct KubeletConfig {
     pub startup_taint_delay: Duration,
 }
 
-impl From<&karpenter_config::scenario::KwokSettings> for KubeletConfig {
-    fn from(settings: &karpenter_config::scenario::KwokSettings) -> Self {
+impl From<&crate::sim::scenario::file::KwokSettings> for KubeletConfig {
+    fn from(settings: &crate::sim::scenario::file::KwokSettings) -> Self {
         Self {
             registration_delay: settings.registration_delay,
             ready_delay: settings.ready_delay,

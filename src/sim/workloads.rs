@@ -13,18 +13,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::sim::scenario::file::{ScaleStep, ScenarioError, Workload};
 use k8s_openapi::api::core::v1::{
     Affinity, Container, Pod, PodSpec, ResourceRequirements, Toleration, TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use karpenter_actors::ports::cluster_view::ClusterView;
-use karpenter_config::scenario::{ScaleStep, ScenarioError, Workload};
 use karpenter_core::domain::resources::parse_resource;
 use karpenter_core::domain::scheduling::SchedulingPod;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client, ResourceExt as _};
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::binder::PodKey;
 
@@ -35,11 +36,9 @@ const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// Karpenter's default grace for pods without one (Kubernetes' default).
 const TERMINATION_GRACE_SECONDS: i64 = 30;
 
-fn from_yaml<T: DeserializeOwned>(
-    path: &str,
-    value: &serde_yaml::Value,
-) -> Result<T, ScenarioError> {
-    serde_yaml::from_value(value.clone()).map_err(|e| ScenarioError::invalid(path, e.to_string()))
+/// Reads an embedded Kubernetes field (a YAML value of the scenario) as its type.
+fn from_yaml<T: DeserializeOwned>(path: &str, value: &Value) -> Result<T, ScenarioError> {
+    serde_json::from_value(value.clone()).map_err(|e| ScenarioError::invalid(path, e.to_string()))
 }
 
 /// A workload's pod template and scaling steps.
@@ -306,7 +305,7 @@ impl Workloads {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use karpenter_config::scenario::Scenario;
+    use crate::sim::scenario::file::Scenario;
 
     fn workload(extra: &str) -> Workload {
         let text = format!(

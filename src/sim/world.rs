@@ -12,6 +12,7 @@ use karpenter_core::domain::instance_type::CapacityType;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::sim::scenario::file::{AwsService, CapacityPool};
 use karpenter_actors::deps::AwsPorts;
 use karpenter_actors::interruption::setup;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
@@ -27,7 +28,6 @@ use karpenter_actors::ports::ec2::{
     CreateFleetRequest, CreateLaunchTemplateRequest, Ec2Api as _, FleetLaunchTemplateConfig,
     FleetOverride, Instance, LaunchTemplateData, Tags,
 };
-use karpenter_config::scenario::{self, AwsService, CapacityPool};
 
 /// Kubernetes versions whose AMI aliases kwok's SSM answers (v1.5's supported range).
 pub const SSM_ALIAS_VERSIONS: [&str; 8] = [
@@ -88,8 +88,35 @@ const OPERATIONS: [(AwsService, &[&str]); 6] = [
     (AwsService::Pricing, &["GetProducts"]),
 ];
 
+/// What the simulated account refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorldError {
+    /// A chaos fault names an operation the service does not answer.
+    #[error("{operation:?} is not an operation kwok's {service} answers ({known})")]
+    UnknownOperation {
+        service: &'static str,
+        operation: String,
+        /// The operations it answers, comma-separated.
+        known: String,
+    },
+    /// kwok's EC2 could not load its catalogue for the region.
+    #[error("setting up kwok's EC2: {0}")]
+    Ec2(String),
+}
+
+impl WorldError {
+    /// A bounded label for metrics and events.
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::UnknownOperation { .. } => "unknown_operation",
+            Self::Ec2(_) => "kwok_ec2",
+        }
+    }
+}
+
 /// The kwok name of `operation` on `service`, or the operations it answers.
-pub fn kwok_operation(service: AwsService, operation: &str) -> Result<&'static str, String> {
+pub fn kwok_operation(service: AwsService, operation: &str) -> Result<&'static str, WorldError> {
     let known = OPERATIONS
         .iter()
         .find(|(s, _)| *s == service)
@@ -98,12 +125,10 @@ pub fn kwok_operation(service: AwsService, operation: &str) -> Result<&'static s
         .iter()
         .find(|op| **op == operation)
         .copied()
-        .ok_or_else(|| {
-            format!(
-                "{operation:?} is not an operation kwok's {} answers ({})",
-                service.as_str(),
-                known.join(", ")
-            )
+        .ok_or_else(|| WorldError::UnknownOperation {
+            service: service.as_str(),
+            operation: operation.to_owned(),
+            known: known.join(", "),
         })
 }
 
@@ -164,7 +189,7 @@ pub struct KwokAws {
 
 impl KwokAws {
     /// Builds the account; fails when the region is not in kwok's catalogue.
-    pub fn new(config: &KwokAwsConfig, clock: Arc<dyn Clock>) -> Result<Self, String> {
+    pub fn new(config: &KwokAwsConfig, clock: Arc<dyn Clock>) -> Result<Self, WorldError> {
         let sqs = Arc::new(KwokSqs::new(&config.region));
         let eventbridge = Arc::new(KwokEventBridge::new(
             &config.region,
@@ -173,13 +198,16 @@ impl KwokAws {
         ));
         let mut ec2_config = KwokEc2Config::new(&config.region, &config.cluster_name);
         ec2_config.launch_latency = config.launch_latency;
-        let ec2 = Arc::new(KwokEc2::new(
-            ec2_config,
-            KwokEc2Deps {
-                clock,
-                events: Some(Arc::clone(&eventbridge)),
-            },
-        )?);
+        let ec2 = Arc::new(
+            KwokEc2::new(
+                ec2_config,
+                KwokEc2Deps {
+                    clock,
+                    events: Some(Arc::clone(&eventbridge)),
+                },
+            )
+            .map_err(WorldError::Ec2)?,
+        );
         Ok(Self {
             ec2,
             sqs,
@@ -290,14 +318,10 @@ impl KwokAws {
     /// Limits capacity pools (launches beyond them get ICE).
     pub fn limit_capacity(&self, pools: &[CapacityPool]) {
         for pool in pools {
-            let capacity_type = match pool.capacity_type {
-                scenario::CapacityType::Spot => CapacityType::Spot,
-                scenario::CapacityType::OnDemand => CapacityType::OnDemand,
-            };
             self.ec2.set_capacity(
                 &pool.instance_type,
                 &pool.zone,
-                capacity_type,
+                pool.capacity_type,
                 pool.available,
             );
         }
@@ -323,7 +347,7 @@ impl KwokAws {
         operation: &str,
         count: u32,
         code: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), WorldError> {
         let operation = kwok_operation(service, operation)?;
         let error = AwsError::new(
             port_service(service),
@@ -368,7 +392,8 @@ mod tests {
             Ok("CreateFleet")
         );
         let error = kwok_operation(AwsService::Ssm, "PutParameter").unwrap_err();
-        assert!(error.contains("GetParameter"), "{error}");
+        assert!(error.to_string().contains("GetParameter"), "{error}");
+        assert_eq!(error.category(), "unknown_operation");
     }
 
     #[tokio::test(start_paused = true)]

@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 use karpenter::commands::actors::{self, ActorsArgs};
-use karpenter::commands::run::RunningDaemon;
+use karpenter::daemon::DaemonAssembly;
+use karpenter::emulator::Emulator;
 use karpenter::http;
-use karpenter::sim::Emulator;
 use karpenter_actors::runtime::RegistrySnapshot;
 
-use super::support::{inputs, settings, world};
+use super::support::{inputs, options, settings, world};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -41,16 +41,19 @@ async fn probes_metrics_and_the_actor_table_answer_over_http() {
         .create_interruption_queue("test-cluster", "test-cluster")
         .await
         .unwrap();
-    let daemon = RunningDaemon::start(inputs(
-        &emulator,
-        &world,
-        settings(Some("test-cluster"), false),
-        "solo",
-    ))
+    let daemon = DaemonAssembly::start(
+        inputs(
+            &emulator,
+            &world,
+            settings(Some("test-cluster"), false),
+            "solo",
+        ),
+        options(),
+    )
     .await
     .unwrap();
-    let health = daemon.health_url();
-    let metrics = daemon.metrics_url();
+    let health = daemon.health_url().unwrap();
+    let metrics = daemon.metrics_url().unwrap();
 
     let (status, body) = get(&format!("{health}/healthz")).await;
     assert_eq!((status, body.as_str()), (200, "ok\n"));
@@ -103,15 +106,18 @@ async fn probes_metrics_and_the_actor_table_answer_over_http() {
 async fn a_missing_interruption_queue_fails_readiness_with_its_name() {
     let emulator = Emulator::new().unwrap();
     let world = world();
-    let daemon = RunningDaemon::start(inputs(
-        &emulator,
-        &world,
-        settings(Some("no-such-queue"), false),
-        "solo",
-    ))
+    let daemon = DaemonAssembly::start(
+        inputs(
+            &emulator,
+            &world,
+            settings(Some("no-such-queue"), false),
+            "solo",
+        ),
+        options(),
+    )
     .await
     .unwrap();
-    let url = format!("{}/readyz", daemon.health_url());
+    let url = format!("{}/readyz", daemon.health_url().unwrap());
     let body = tokio::time::timeout(TIMEOUT, async {
         loop {
             let (status, body) = get(&url).await;
@@ -127,7 +133,7 @@ async fn a_missing_interruption_queue_fails_readiness_with_its_name() {
         body.contains("[-]interruption-queue failed: SQS queue no-such-queue"),
         "{body}"
     );
-    let unknown = get(&format!("{}/nope", daemon.metrics_url())).await;
+    let unknown = get(&format!("{}/nope", daemon.metrics_url().unwrap())).await;
     assert_eq!(unknown.0, 404);
     daemon.shutdown(Duration::from_secs(1)).await;
 }

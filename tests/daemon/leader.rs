@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use karpenter::cloud::CloudSource;
-use karpenter::commands::run::RunningDaemon;
-use karpenter::sim::Emulator;
+use karpenter::daemon::DaemonAssembly;
+use karpenter::emulator::Emulator;
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use karpenter_actors::testing::FakeCloudProvider;
@@ -15,11 +15,11 @@ use karpenter_core::apis::NodeClaim;
 use kube::Api;
 use kube::api::PostParams;
 
-use super::support::{inputs, settings, world};
+use super::support::{inputs, options, settings, world};
 
 const QUEUE: &str = "test-cluster";
 
-async fn until_started(daemon: &RunningDaemon) {
+async fn until_started(daemon: &DaemonAssembly) {
     while !daemon.actors_started() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -35,9 +35,12 @@ async fn only_the_leader_runs_actors_and_a_standby_takes_over_when_it_stops() {
         .await
         .unwrap();
 
-    let mut a = RunningDaemon::start(inputs(&emulator, &world, settings(Some(QUEUE), true), "a"))
-        .await
-        .unwrap();
+    let mut a = DaemonAssembly::start(
+        inputs(&emulator, &world, settings(Some(QUEUE), true), "a"),
+        options(),
+    )
+    .await
+    .unwrap();
     a.until_leading().await;
     until_started(&a).await;
     assert!(
@@ -48,9 +51,12 @@ async fn only_the_leader_runs_actors_and_a_standby_takes_over_when_it_stops() {
         "the leader runs the actors"
     );
 
-    let b = RunningDaemon::start(inputs(&emulator, &world, settings(Some(QUEUE), true), "b"))
-        .await
-        .unwrap();
+    let b = DaemonAssembly::start(
+        inputs(&emulator, &world, settings(Some(QUEUE), true), "b"),
+        options(),
+    )
+    .await
+    .unwrap();
     // A minute as standby: watching, ready, but no actor started.
     tokio::time::sleep(Duration::from_mins(1)).await;
     assert!(!b.is_leading());
@@ -93,7 +99,7 @@ async fn shutdown_gives_in_flight_launches_their_grace_and_names_the_unfinished(
         cloud: Arc::new(cloud),
         unavailable: Arc::new(UnavailableOfferings::default()),
     };
-    let daemon = RunningDaemon::start(inputs).await.unwrap();
+    let daemon = DaemonAssembly::start(inputs, options()).await.unwrap();
     until_started(&daemon).await;
     // A NodeClaim whose launch never finishes.
     let claim: NodeClaim = serde_json::from_value(serde_json::json!({

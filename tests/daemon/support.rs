@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use karpenter::cloud::CloudSource;
-use karpenter::commands::run::DaemonInputs;
+use karpenter::daemon::{DaemonInputs, DaemonOptions, Endpoints};
+use karpenter::emulator::Emulator;
 use karpenter::http::Routes;
 use karpenter::kube::leader::LeaseTiming;
-use karpenter::sim::Emulator;
 use karpenter::sim::world::{KwokAws, KwokAwsConfig};
 use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::kwok;
@@ -68,10 +68,18 @@ pub fn inputs(
         },
         clock: Arc::new(SystemClock),
         identity: identity.into(),
-        lease: LeaseTiming::default(),
-        metrics_addr: "127.0.0.1:0".parse().unwrap(),
-        health_addr: "127.0.0.1:0".parse().unwrap(),
-        routes: Routes::new(),
-        daemon_routes: karpenter::daemon::daemon_routes(),
     }
+}
+
+/// `karpenter run`'s options, served on loopback ports of the system's choosing.
+pub fn options() -> DaemonOptions {
+    DaemonOptions::leader_elected(
+        LeaseTiming::default(),
+        Endpoints {
+            metrics_addr: "127.0.0.1:0".parse().unwrap(),
+            health_addr: "127.0.0.1:0".parse().unwrap(),
+            routes: Routes::new(),
+            daemon_routes: karpenter::daemon::daemon_routes(),
+        },
+    )
 }

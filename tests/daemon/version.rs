@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::Service;
 use karpenter::commands::run::{RunError, check_version, cluster_dns};
-use karpenter::sim::{Emulator, EmulatorConfig};
+use karpenter::emulator::{Emulator, EmulatorConfig};
 use karpenter_config::Settings;
 use karpenter_core::domain::version::VersionVerdict;
 use kube::Api;

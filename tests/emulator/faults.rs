@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use karpenter::sim::{FaultRule, Verb};
+use karpenter::emulator::{FaultRule, Verb};
 use kube::Api;
 use kube::api::ListParams;
 use serde_json::json;

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use k8s_openapi::api::core::v1::Pod;
 use karpenter::commands::simulate::{self, SimulateArgs};
-use karpenter::sim::Emulator;
+use karpenter::emulator::Emulator;
 use kube::api::{ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, ResourceExt as _};

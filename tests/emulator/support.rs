@@ -1,7 +1,7 @@
 //! Builders for the objects the emulator tests create.
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use karpenter::sim::{Emulator, EmulatorConfig};
+use karpenter::emulator::{Emulator, EmulatorConfig};
 use karpenter_core::apis::{NodeClaim, NodePool};
 use kube::api::PostParams;
 use kube::{Api, Client};

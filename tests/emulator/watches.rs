@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::Pod;
-use karpenter::sim::{EmulatorConfig, Verb};
+use karpenter::emulator::{EmulatorConfig, Verb};
 use kube::api::{Patch, WatchEvent, WatchParams};
 use kube::runtime::{WatchStreamExt as _, reflector, watcher};
 use kube::{Api, ResourceExt as _};

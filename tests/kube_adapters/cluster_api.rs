@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use karpenter::emulator::{Emulator, FaultRule, Verb};
 use karpenter::kube::cluster_api::KubeClusterApi;
-use karpenter::sim::{Emulator, FaultRule, Verb};
 use karpenter_actors::ports::cluster::{
     ClusterApi, ClusterError, ClusterEvent, Deletion, EventType, Eviction, ObjectKind,
 };

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter::emulator::{Emulator, FaultRule, Verb};
 use karpenter::kube::ingress::{ClusterIngress, Observed};
-use karpenter::sim::{Emulator, FaultRule, Verb};
 use karpenter_core::apis::NodeClaim;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt as _};

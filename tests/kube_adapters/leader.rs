@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
+use karpenter::emulator::{Emulator, FaultRule, Verb};
 use karpenter::kube::leader::{DEFAULT_LEASE_NAME, Ended, LeaderElector, LeaseTiming};
-use karpenter::sim::{Emulator, FaultRule, Verb};
 use kube::Api;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use karpenter::commands::simulate::{self, SimulateArgs};
 use karpenter::sim::scenario::LoadedScenario;
-use karpenter_config::scenario::DEFAULT_SCENARIO;
+use karpenter::sim::scenario::file::DEFAULT_SCENARIO;
 
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)

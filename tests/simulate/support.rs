@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use karpenter::emulator::{Emulator, EmulatorConfig};
 use karpenter::kube::ingress::ClusterIngress;
 use karpenter::sim::binder::FakeScheduler;
 use karpenter::sim::clock::SimClock;
 use karpenter::sim::kubelet::{FakeKubelet, KubeletConfig, KubeletDeps};
 use karpenter::sim::world::{KwokAws, KwokAwsConfig};
-use karpenter::sim::{Emulator, EmulatorConfig};
 use karpenter_actors::ports::cluster_view::ClusterView;
 
 pub const REGION: &str = "us-west-2";

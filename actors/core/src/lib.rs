@@ -13,3 +13,4 @@
 pub mod apis;
 pub mod domain;
 pub mod errors;
+pub mod yaml;

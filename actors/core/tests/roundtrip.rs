@@ -11,7 +11,6 @@
 use std::path::PathBuf;
 
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
-use serde::Deserialize as _;
 use serde_json::{Value, json};
 
 fn examples() -> Vec<Value> {
@@ -27,8 +26,9 @@ fn examples() -> Vec<Value> {
         .iter()
         .flat_map(|file| {
             let text = std::fs::read_to_string(file).unwrap();
-            serde_yaml::Deserializer::from_str(&text)
-                .map(|document| Value::deserialize(document).unwrap())
+            karpenter_core::yaml::documents::<Value>(&text)
+                .into_iter()
+                .map(Result::unwrap)
                 .collect::<Vec<_>>()
         })
         .collect()
@@ -177,6 +177,6 @@ status:
     - {type: Launched, status: "True", reason: Launched, message: "", lastTransitionTime: "2025-05-01T11:58:00Z"}
     - {type: Ready, status: "True", reason: Ready, message: "", lastTransitionTime: "2025-05-01T11:59:30Z", observedGeneration: 1}
 "#;
-    let document: Value = serde_yaml::from_str(text).unwrap();
+    let document: Value = karpenter_core::yaml::from_str(text).unwrap();
     assert_contains(&document, &round_trip(&document), "");
 }

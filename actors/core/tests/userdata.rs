@@ -350,24 +350,24 @@ fn al2023_merges_user_node_configs_before_karpenters() {
             Some("application/node.eks.aws")
         );
     }
-    let ours: serde_yaml::Value = serde_yaml::from_str(&parts[1].body).unwrap();
+    let ours: serde_json::Value = karpenter_core::yaml::from_str(&parts[1].body).unwrap();
     let config = &ours["spec"]["kubelet"]["config"];
-    assert_eq!(config["maxPods"], serde_yaml::Value::from(58));
+    assert_eq!(config["maxPods"], serde_json::Value::from(58));
     assert_eq!(
         config["evictionSoftGracePeriod"]["memory.available"],
-        serde_yaml::Value::from("1m30s")
+        serde_json::Value::from("1m30s")
     );
     assert_eq!(
         config["evictionSoftGracePeriod"]["nodefs.available"],
-        serde_yaml::Value::from("2m0s")
+        serde_json::Value::from("2m0s")
     );
     assert_eq!(
         ours["spec"]["cluster"]["cidr"],
-        serde_yaml::Value::from("10.100.0.0/16")
+        serde_json::Value::from("10.100.0.0/16")
     );
     assert_eq!(
         ours["spec"]["cluster"]["certificateAuthority"],
-        serde_yaml::Value::from("Y2EtYnVuZGxlCg==")
+        serde_json::Value::from("Y2EtYnVuZGxlCg==")
     );
 }
 

@@ -15,6 +15,7 @@
 //!   pod is deleted at `T - terminationGracePeriodSeconds` with the time left to `T` as its grace,
 //!   bypassing PodDisruptionBudgets and `do-not-disrupt`.
 
+use karpenter_core::domain::pods::{is_terminal, owned_by};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -85,25 +86,6 @@ impl DrainPlan {
     }
 }
 
-fn phase(pod: &Pod) -> Option<&str> {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref())
-}
-
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(phase(pod), Some("Succeeded" | "Failed"))
-}
-
-fn owned_by(pod: &Pod, api_version: &str, kind: &str) -> bool {
-    pod.metadata
-        .owner_references
-        .as_ref()
-        .is_some_and(|owners| {
-            owners
-                .iter()
-                .any(|o| o.api_version == api_version && o.kind == kind)
-        })
-}
-
 fn is_mirror(pod: &Pod) -> bool {
     owned_by(pod, "v1", "Node")
 }
@@ -158,7 +140,7 @@ fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
 
 /// Karpenter's `IsWaitingEviction`: the pod must leave before the node can go.
 fn is_waiting(pod: &Pod, now: Timestamp) -> bool {
-    !is_terminal(pod)
+    is_terminal(pod).is_none()
         && !tolerates_disrupted(pod)
         && !is_stuck_terminating(pod, now)
         && !is_mirror(pod)
@@ -167,7 +149,7 @@ fn is_waiting(pod: &Pod, now: Timestamp) -> bool {
 /// Karpenter's `IsEvictable`: active, not tolerating the disrupted taint, not static, not
 /// `do-not-disrupt`.
 fn is_evictable(pod: &Pod) -> bool {
-    !is_terminal(pod)
+    is_terminal(pod).is_none()
         && deletion(pod).is_none()
         && !tolerates_disrupted(pod)
         && !is_mirror(pod)

@@ -78,7 +78,11 @@ impl LaunchCache {
                 break;
             };
             // A later outcome for the same UID has its own, later place in the queue.
-            if entries.by_uid.get(&uid).is_some_and(|e| e.expires == Some(at)) {
+            if entries
+                .by_uid
+                .get(&uid)
+                .is_some_and(|e| e.expires == Some(at))
+            {
                 entries.by_uid.remove(&uid);
             }
         }

@@ -3,8 +3,9 @@
 //! `pkg/controllers/state`).
 //!
 //! What goes in:
-//! - **Pods**: pending provisionable pods ([`provisionable`]: unbound, not terminal or
-//!   terminating, not owned by a DaemonSet or a Node, not preempting, not gated), then the
+//! - **Pods**: pending provisionable pods ([`provisionable`], the core's rule the daemon's trigger
+//!   also uses: unbound, not terminal or terminating, not owned by a DaemonSet or a Node, not
+//!   preempting, not gated), then the
 //!   reschedulable pods of deleting nodes. Pods that cannot be read, or that refuse Karpenter
 //!   nodes (`karpenter.sh/nodepool DoesNotExist`), are set aside as ignored.
 //! - **Existing nodes**: every Node and every launched NodeClaim, paired by provider id, except
@@ -21,7 +22,6 @@
 //! `PersistentVolumeClaims`, and namespace labels for pod affinity `namespaceSelector`s.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -36,6 +36,8 @@ use karpenter_core::apis::nodepool::NodePool;
 use karpenter_core::apis::taints::{Taint, TaintEffect};
 use karpenter_core::domain::instance_type::InstanceType;
 use karpenter_core::domain::limits;
+pub use karpenter_core::domain::pods::{NotProvisionable, provisionable};
+use karpenter_core::domain::pods::{is_terminal, owned_by};
 use karpenter_core::domain::resources::{Resources, pod_requests};
 use karpenter_core::domain::scheduling::{
     BoundPod, ExistingNode, NodePoolInput, SchedulingPod, Snapshot, daemon_requests_for_node,
@@ -43,103 +45,6 @@ use karpenter_core::domain::scheduling::{
 };
 
 use super::explain::PoolVerdict;
-
-/// Why a pod is not something the Provisioner acts on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NotProvisionable {
-    Bound {
-        node: String,
-    },
-    Terminal {
-        phase: String,
-    },
-    Terminating,
-    OwnedByDaemonSet,
-    /// A static (mirror) pod, owned by its Node.
-    Static,
-    /// kube-scheduler is preempting pods for it on this node.
-    Preempting {
-        node: String,
-    },
-    /// `spec.schedulingGates` hold it back.
-    Gated,
-}
-
-impl fmt::Display for NotProvisionable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Bound { node } => write!(f, "it is bound to node {node}"),
-            Self::Terminal { phase } => write!(f, "it has finished ({phase})"),
-            Self::Terminating => f.write_str("it is being deleted"),
-            Self::OwnedByDaemonSet => f.write_str("it belongs to a DaemonSet"),
-            Self::Static => f.write_str("it is a static pod"),
-            Self::Preempting { node } => {
-                write!(
-                    f,
-                    "kube-scheduler nominated node {node} and is preempting for it"
-                )
-            }
-            Self::Gated => f.write_str("scheduling gates hold it back"),
-        }
-    }
-}
-
-fn owned_by(pod: &Pod, api_version: &str, kind: &str) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.api_version == api_version && o.kind == kind)
-}
-
-fn is_terminal(pod: &Pod) -> Option<String> {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref())?;
-    matches!(phase, "Succeeded" | "Failed").then(|| phase.to_owned())
-}
-
-/// Whether the Provisioner should find capacity for this pod (Karpenter's `IsProvisionable`).
-/// Unlike Karpenter, a pod kube-scheduler has not marked `Unschedulable` yet counts too: the
-/// scheduler tries existing nodes first, so such a pod is only nominated where it already fits,
-/// and an emulated cluster without a kube-scheduler still provisions.
-pub fn provisionable(pod: &Pod) -> Result<(), NotProvisionable> {
-    let spec = pod.spec.as_ref();
-    if let Some(node) = spec.and_then(|s| s.node_name.as_deref())
-        && !node.is_empty()
-    {
-        return Err(NotProvisionable::Bound {
-            node: node.to_owned(),
-        });
-    }
-    if let Some(phase) = is_terminal(pod) {
-        return Err(NotProvisionable::Terminal { phase });
-    }
-    if pod.metadata.deletion_timestamp.is_some() {
-        return Err(NotProvisionable::Terminating);
-    }
-    if owned_by(pod, "apps/v1", "DaemonSet") {
-        return Err(NotProvisionable::OwnedByDaemonSet);
-    }
-    if owned_by(pod, "v1", "Node") {
-        return Err(NotProvisionable::Static);
-    }
-    if let Some(node) = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
-        && !node.is_empty()
-    {
-        return Err(NotProvisionable::Preempting {
-            node: node.to_owned(),
-        });
-    }
-    if spec
-        .and_then(|s| s.scheduling_gates.as_ref())
-        .is_some_and(|g| !g.is_empty())
-    {
-        return Err(NotProvisionable::Gated);
-    }
-    Ok(())
-}
 
 /// Whether a pod on a deleting node needs a new home (Karpenter's `IsReschedulable`): active (a
 /// terminating `StatefulSet` pod too, since its replacement waits for it), not a DaemonSet or

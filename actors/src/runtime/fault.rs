@@ -227,8 +227,8 @@ impl FaultPlan {
 
     /// Parses a plan from YAML (JSON is YAML too, but [`Self::from_json`] gives JSON errors).
     pub fn from_yaml(text: &str) -> Result<Self, FaultPlanError> {
-        let file: FaultPlanFile =
-            serde_yaml::from_str(text).map_err(|e| FaultPlanError::Parse(e.to_string()))?;
+        let file: FaultPlanFile = karpenter_core::yaml::from_str(text)
+            .map_err(|e| FaultPlanError::Parse(e.to_string()))?;
         file.into_plan()
     }
 

@@ -13,6 +13,7 @@
 //! - [`limits`]: what a NodePool runs (`status.resources`) and what is left of its limits,
 //!   in-flight launches included for the Provisioner.
 //! - [`nodepool_hash`]: the NodePool template hash static drift compares.
+//! - [`pods`]: whether a pod is provisionable (Karpenter's `IsProvisionable`).
 //! - [`tags`]: the tags of launched instances (the class's and the ones Karpenter owns).
 //! - [`version`]: the supported Kubernetes versions.
 
@@ -22,6 +23,7 @@ pub mod interruption;
 pub mod limits;
 pub mod nodeclass_hash;
 pub mod nodepool_hash;
+pub mod pods;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;

@@ -12,14 +12,14 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use base64::Engine as _;
-use serde::Deserialize as _;
-use serde_yaml::{Mapping, Value};
+use serde_json::{Map, Value};
 
 use super::al2::SHELL_SCRIPT_CONTENT_TYPE;
 use super::kubelet::ResolvedKubelet;
 use super::mime::{self, Part};
 use super::{UserDataError, UserDataInput};
 use crate::apis::ec2nodeclass::{AmiFamily, InstanceStorePolicy};
+use crate::yaml;
 
 const FAMILY: AmiFamily = AmiFamily::AL2023;
 /// Content type of nodeadm configuration parts.
@@ -76,9 +76,9 @@ fn user_parts(user_data: Option<&str>) -> Result<Vec<Part>, UserDataError> {
 /// one mapping was found.
 fn check_yaml_mappings(text: &str) -> Result<bool, String> {
     let mut found = false;
-    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        match Value::deserialize(document).map_err(|e| e.to_string())? {
-            Value::Mapping(_) => found = true,
+    for (index, document) in yaml::documents::<Value>(text).into_iter().enumerate() {
+        match document.map_err(|e| e.to_string())? {
+            Value::Object(_) => found = true,
             Value::Null => {}
             other => {
                 return Err(format!(
@@ -98,9 +98,8 @@ fn yaml_kind(value: &Value) -> &'static str {
         Value::Bool(_) => "a boolean",
         Value::Number(_) => "a number",
         Value::String(_) => "a string",
-        Value::Sequence(_) => "a sequence",
-        Value::Mapping(_) => "a mapping",
-        Value::Tagged(_) => "a tagged value",
+        Value::Array(_) => "a sequence",
+        Value::Object(_) => "a mapping",
     }
 }
 
@@ -128,7 +127,7 @@ fn node_config(
         });
     }
 
-    let mut cluster_config = Mapping::new();
+    let mut cluster_config = Map::new();
     insert(
         &mut cluster_config,
         "apiServerEndpoint",
@@ -144,7 +143,7 @@ fn node_config(
     insert(&mut cluster_config, "cidr", cidr);
     insert(&mut cluster_config, "name", cluster.name.as_str());
 
-    let mut kubelet_config = Mapping::new();
+    let mut kubelet_config = Map::new();
     insert(
         &mut kubelet_config,
         "config",
@@ -154,33 +153,32 @@ fn node_config(
         insert(&mut kubelet_config, "flags", vec![flag]);
     }
 
-    let mut spec = Mapping::new();
+    let mut spec = Map::new();
     insert(&mut spec, "cluster", cluster_config);
     if input.instance_store_policy == Some(InstanceStorePolicy::RAID0) {
-        let mut local_storage = Mapping::new();
+        let mut local_storage = Map::new();
         insert(&mut local_storage, "strategy", "RAID0");
-        let mut instance = Mapping::new();
+        let mut instance = Map::new();
         insert(&mut instance, "localStorage", local_storage);
         insert(&mut spec, "instance", instance);
     }
     insert(&mut spec, "kubelet", kubelet_config);
 
-    let mut document = Mapping::new();
+    let mut document = Map::new();
     insert(&mut document, "apiVersion", NODE_CONFIG_API_VERSION);
     insert(&mut document, "kind", NODE_CONFIG_KIND);
     insert(&mut document, "spec", spec);
-    let yaml = serde_yaml::to_string(&Value::Mapping(document)).map_err(|error| {
-        UserDataError::Encode {
+    let yaml =
+        yaml::to_string(&Value::Object(document)).map_err(|error| UserDataError::Encode {
             family: FAMILY,
             reason: error.to_string(),
-        }
-    })?;
+        })?;
     Ok(format!("{GENERATED_HEADER}\n{yaml}"))
 }
 
 /// The kubelet `config` block: the EC2NodeClass kubelet settings under their
 /// `KubeletConfiguration` names, sorted, with the resolved DNS, max pods and taints.
-fn kubelet_configuration(kubelet: &ResolvedKubelet<'_>) -> Mapping {
+fn kubelet_configuration(kubelet: &ResolvedKubelet<'_>) -> Map<String, Value> {
     let config = kubelet.config;
     let mut fields: BTreeMap<&str, Value> = BTreeMap::new();
     if !kubelet.cluster_dns.is_empty() {
@@ -229,32 +227,31 @@ fn kubelet_configuration(kubelet: &ResolvedKubelet<'_>) -> Mapping {
         .taints
         .iter()
         .map(|taint| {
-            let mut entry = Mapping::new();
+            let mut entry = Map::new();
             insert(&mut entry, "effect", taint.effect.as_str());
             insert(&mut entry, "key", taint.key.as_str());
             if let Some(value) = taint.value.as_deref().filter(|v| !v.is_empty()) {
                 insert(&mut entry, "value", value);
             }
-            Value::Mapping(entry)
+            Value::Object(entry)
         })
         .collect();
-    fields.insert("registerWithTaints", Value::Sequence(taints));
-    fields
-        .into_iter()
-        .map(|(k, v)| (Value::from(k), v))
-        .collect()
+    fields.insert("registerWithTaints", Value::Array(taints));
+    fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
 fn string_map(map: &BTreeMap<String, String>) -> Value {
-    Value::Mapping(
+    Value::Object(
         map.iter()
-            .map(|(k, v)| (Value::from(k.as_str()), Value::from(v.as_str())))
+            .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
             .collect(),
     )
 }
 
-fn insert(mapping: &mut Mapping, key: &str, value: impl Into<Value>) {
-    mapping.insert(Value::from(key), value.into());
+/// Every mapping here gets its keys in alphabetical order, so the output is the same whether or
+/// not `serde_json` keeps insertion order (its `preserve_order` feature).
+fn insert(mapping: &mut Map<String, Value>, key: &str, value: impl Into<Value>) {
+    mapping.insert(key.to_owned(), value.into());
 }
 
 /// nodeadm wants the CA as base64 of the PEM: decode (ignoring line breaks) and re-encode.

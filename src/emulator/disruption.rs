@@ -227,8 +227,8 @@ pub(crate) fn admit_eviction<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::kinds::Behavior;
-    use crate::sim::store::ObjectKey;
+    use crate::emulator::kinds::Behavior;
+    use crate::emulator::store::ObjectKey;
     use bytes::Bytes;
 
     fn pod(name: &str, ready: bool) -> Arc<StoredObject> {
@@ -265,7 +265,7 @@ mod tests {
 
     #[test]
     fn an_unready_pod_can_go_only_while_the_budget_is_healthy() {
-        let kinds = crate::sim::kinds::Kinds::new();
+        let kinds = crate::emulator::kinds::Kinds::new();
         let pdb_kind = kinds
             .get(kinds.by_behavior(Behavior::PodDisruptionBudget).unwrap())
             .clone();

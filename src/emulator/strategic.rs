@@ -15,6 +15,7 @@
 use serde_json::{Map, Value};
 
 use super::kinds::Behavior;
+use super::status::ApiError;
 
 /// How a list field merges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,10 +95,34 @@ pub(crate) fn list_strategy(behavior: Behavior, at: &str) -> ListStrategy {
     }
 }
 
+/// Why a strategic merge patch could not be applied: a 400 `BadRequest` for the client that
+/// sent it (the `Status` reason is its category).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PatchError {
+    #[error("a strategic merge patch must be a JSON object")]
+    NotAnObject,
+    #[error("unknown patch directive {directive:?} at {at}")]
+    UnknownDirective { directive: String, at: String },
+    #[error("{at}: list items must be objects with key {merge_key}")]
+    ItemNotAnObject { at: String, merge_key: &'static str },
+    #[error("{at}: an item is missing its merge key {merge_key}")]
+    MissingMergeKey { at: String, merge_key: &'static str },
+}
+
+impl From<PatchError> for ApiError {
+    fn from(error: PatchError) -> Self {
+        ApiError::bad_request(error.to_string())
+    }
+}
+
 /// Applies a strategic merge `patch` to `target`.
-pub(crate) fn apply(behavior: Behavior, target: &mut Value, patch: &Value) -> Result<(), String> {
+pub(crate) fn apply(
+    behavior: Behavior,
+    target: &mut Value,
+    patch: &Value,
+) -> Result<(), PatchError> {
     let Value::Object(patch) = patch else {
-        return Err("a strategic merge patch must be a JSON object".into());
+        return Err(PatchError::NotAnObject);
     };
     if !target.is_object() {
         *target = Value::Object(Map::new());
@@ -121,7 +146,7 @@ fn merge_map(
     target: &mut Map<String, Value>,
     patch: &Map<String, Value>,
     at: &str,
-) -> Result<(), String> {
+) -> Result<(), PatchError> {
     if let Some(directive) = patch.get("$patch").and_then(Value::as_str) {
         match directive {
             "replace" => {
@@ -133,7 +158,12 @@ fn merge_map(
                 return Ok(());
             }
             "merge" => {}
-            other => return Err(format!("unknown patch directive {other:?} at {at}")),
+            other => {
+                return Err(PatchError::UnknownDirective {
+                    directive: other.to_owned(),
+                    at: at.to_owned(),
+                });
+            }
         }
     }
     for (key, value) in patch {
@@ -195,7 +225,7 @@ fn merge_list(
     patch: &[Value],
     strategy: ListStrategy,
     at: &str,
-) -> Result<Vec<Value>, String> {
+) -> Result<Vec<Value>, PatchError> {
     let replace = patch
         .iter()
         .any(|item| item.get("$patch").and_then(Value::as_str) == Some("replace"));
@@ -219,14 +249,16 @@ fn merge_list(
         ListStrategy::MergeByKey(merge_key) => {
             for item in patch {
                 let Value::Object(item_patch) = item else {
-                    return Err(format!(
-                        "{at}: list items must be objects with key {merge_key}"
-                    ));
+                    return Err(PatchError::ItemNotAnObject {
+                        at: at.to_owned(),
+                        merge_key,
+                    });
                 };
                 let Some(key_value) = item_patch.get(merge_key) else {
-                    return Err(format!(
-                        "{at}: an item is missing its merge key {merge_key}"
-                    ));
+                    return Err(PatchError::MissingMergeKey {
+                        at: at.to_owned(),
+                        merge_key,
+                    });
                 };
                 let position = existing
                     .iter()
@@ -393,5 +425,32 @@ mod tests {
         apply(Behavior::Pod, &mut pod, &patch).unwrap();
         assert_eq!(pod["spec"]["containers"][0]["name"], "b");
         assert_eq!(pod["spec"]["containers"][1]["image"], "x");
+    }
+
+    #[test]
+    fn malformed_patches_are_refused_with_the_path_named() {
+        let mut pod = json!({"spec": {"containers": [{"name": "app"}]}});
+        let error = apply(Behavior::Pod, &mut pod, &json!([])).unwrap_err();
+        assert_eq!(error, PatchError::NotAnObject);
+        let error = apply(
+            Behavior::Pod,
+            &mut pod,
+            &json!({"spec": {"containers": [{"image": "nginx"}]}}),
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "spec.containers: an item is missing its merge key name"
+        );
+        let error = apply(
+            Behavior::Pod,
+            &mut pod,
+            &json!({"metadata": {"$patch": "shuffle"}}),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(error, PatchError::UnknownDirective { ref directive, .. } if directive == "shuffle"),
+            "{error}"
+        );
     }
 }

@@ -5,21 +5,22 @@
 //! refused) and checks every rule that needs no Kubernetes types, returning a [`Scenario`] with
 //! typed durations and events in time order, or a [`ScenarioError`] naming the field path and
 //! the rule. The embedded Kubernetes manifests (NodePools, EC2NodeClasses, tolerations, spread
-//! constraints, affinity) and the chaos plan stay YAML values here: the binary checks them with
-//! the same validators as the API server and the actor kit (`karpenter::sim::scenario`), naming
-//! the field path the same way. [`DEFAULT_SCENARIO`] is embedded in the binary.
+//! constraints, affinity) and the chaos plan stay untyped values here: [`LoadedScenario`](super::LoadedScenario) checks
+//! them with the same validators as the API server and the actor kit, naming the field path the
+//! same way. [`DEFAULT_SCENARIO`] is embedded in the binary.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
+use karpenter_config::{format_go_duration, parse_go_duration};
+use karpenter_core::domain::instance_type::CapacityType;
+use karpenter_core::yaml;
 use serde::{Deserialize, Serialize};
-use serde_yaml::Value;
-
-use crate::duration::parse_go_duration;
+use serde_json::Value;
 
 /// The scenario `karpenter simulate` runs without `--scenario`.
-pub const DEFAULT_SCENARIO: &str = include_str!("../scenarios/default.yaml");
+pub const DEFAULT_SCENARIO: &str = include_str!("../../../config/scenarios/default.yaml");
 /// Where the default scenario lives in the repository (for messages).
 pub const DEFAULT_SCENARIO_PATH: &str = "config/scenarios/default.yaml";
 
@@ -248,24 +249,8 @@ pub struct KwokSettings {
     pub capacity: Vec<CapacityPool>,
 }
 
-/// Capacity types a pool can limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum CapacityType {
-    OnDemand,
-    Spot,
-}
-
-impl CapacityType {
-    /// Karpenter's label value.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::OnDemand => "on-demand",
-            Self::Spot => "spot",
-        }
-    }
-}
-
+/// A limited capacity pool of kwok's EC2: EC2 knows spot and on-demand capacity only (reserved
+/// capacity is on-demand capacity in a reservation), so [`CapacityType::Reserved`] is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CapacityPool {
     pub instance_type: String,
@@ -412,7 +397,7 @@ impl fmt::Display for Scenario {
             "{} (seed {}, {} simulated)",
             self.name,
             self.seed,
-            crate::duration::format_go_duration(self.duration)
+            format_go_duration(self.duration)
         )
     }
 }
@@ -439,7 +424,7 @@ fn event_time(path: &str, text: &str, run: Duration) -> Result<Duration, Scenari
             path,
             format!(
                 "{text} is not before the end of the scenario (duration {})",
-                crate::duration::format_go_duration(run)
+                format_go_duration(run)
             ),
         ));
     }
@@ -471,7 +456,7 @@ impl Scenario {
     /// Parses and checks a scenario file.
     pub fn from_yaml(text: &str) -> Result<Self, ScenarioError> {
         let file: ScenarioFile =
-            serde_yaml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+            yaml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
         file.check()
     }
 
@@ -483,7 +468,7 @@ impl Scenario {
     /// Replaces the chaos plan with one read from a `--chaos FILE` (the `chaos:` section's form).
     pub fn with_chaos_yaml(mut self, text: &str) -> Result<Self, ScenarioError> {
         let file: ChaosFile =
-            serde_yaml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+            yaml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
         self.chaos = check_chaos("chaos", file, self.duration)?;
         Ok(self)
     }
@@ -525,7 +510,7 @@ impl ScenarioFile {
         }
         let kwok = check_kwok(self.kwok)?;
         for (i, pool) in self.node_pools.iter().enumerate() {
-            if !pool.is_mapping() {
+            if !pool.is_object() {
                 return Err(ScenarioError::invalid(
                     format!("nodePools[{i}]"),
                     "must be a NodePool manifest (a mapping)",
@@ -533,7 +518,7 @@ impl ScenarioFile {
             }
         }
         for (i, class) in self.ec2_node_classes.iter().enumerate() {
-            if !class.is_mapping() {
+            if !class.is_object() {
                 return Err(ScenarioError::invalid(
                     format!("ec2NodeClasses[{i}]"),
                     "must be an EC2NodeClass manifest (a mapping)",
@@ -585,13 +570,20 @@ fn check_kwok(file: KwokFile) -> Result<KwokSettings, ScenarioError> {
         .enumerate()
         .map(|(i, pool)| {
             let path = format!("kwok.capacity[{i}]");
-            let capacity_type = match pool.capacity_type.as_str() {
-                "spot" => CapacityType::Spot,
-                "on-demand" => CapacityType::OnDemand,
-                other => {
+            let capacity_type = match CapacityType::parse(&pool.capacity_type) {
+                Some(limited @ (CapacityType::Spot | CapacityType::OnDemand)) => limited,
+                Some(CapacityType::Reserved) => {
                     return Err(ScenarioError::invalid(
                         format!("{path}.capacityType"),
-                        format!("{other:?} must be \"spot\" or \"on-demand\""),
+                        "\"reserved\" cannot be limited: kwok's EC2 has spot and on-demand \
+                         pools only (reserved capacity is on-demand capacity in a reservation); \
+                         use \"spot\" or \"on-demand\"",
+                    ));
+                }
+                None => {
+                    return Err(ScenarioError::invalid(
+                        format!("{path}.capacityType"),
+                        format!("{:?} must be \"spot\" or \"on-demand\"", pool.capacity_type),
                     ));
                 }
             };
@@ -787,7 +779,7 @@ fn check_node_failure(
 
 fn check_chaos(path: &str, file: ChaosFile, run: Duration) -> Result<Chaos, ScenarioError> {
     if let Some(actors) = &file.actors
-        && !actors.is_mapping()
+        && !actors.is_object()
     {
         return Err(ScenarioError::invalid(
             format!("{path}.actors"),
@@ -947,6 +939,30 @@ workloads:
         assert!(
             message.starts_with("chaos.aws[0].service: \"s3\" must be one of ec2"),
             "{message}"
+        );
+    }
+
+    #[test]
+    fn a_reserved_capacity_pool_is_refused_with_the_field_named() {
+        let pool = |capacity_type: &str| {
+            format!(
+                "{MINIMAL}kwok:\n  capacity:\n    - {{instanceType: m5.large, zone: us-west-2a, capacityType: {capacity_type}, available: 1}}\n"
+            )
+        };
+        let scenario = Scenario::from_yaml(&pool("on-demand")).expect("valid");
+        assert_eq!(
+            scenario.kwok.capacity[0].capacity_type,
+            CapacityType::OnDemand
+        );
+        let message = error_of(&pool("reserved")).to_string();
+        assert!(
+            message.starts_with("kwok.capacity[0].capacityType: \"reserved\" cannot be limited"),
+            "{message}"
+        );
+        let message = error_of(&pool("spotty")).to_string();
+        assert_eq!(
+            message,
+            "kwok.capacity[0].capacityType: \"spotty\" must be \"spot\" or \"on-demand\""
         );
     }
 

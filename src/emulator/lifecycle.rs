@@ -333,7 +333,7 @@ fn masked_pod_spec(pod: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::kinds::Kinds;
+    use crate::emulator::kinds::Kinds;
 
     fn kind(plural: &str) -> ResourceKind {
         let kinds = Kinds::new();

@@ -53,7 +53,7 @@ impl Shared {
                 &mut pod,
                 &json!({ "status": { "conditions": [scheduled] } }),
             )
-            .map_err(ApiError::internal)?;
+            .map_err(|error| ApiError::internal(error.to_string()))?;
             let stored = txn.put(kind.storage, key.clone(), pod, EventType::Modified);
             self.after_pod_write(txn, &key.namespace, Some(&old.labels), Some(&stored.labels));
             Ok(())

@@ -163,9 +163,12 @@ pub(crate) fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
         return Err(ApiError::bad_request("the request body is empty"));
     }
     serde_json::from_slice(body).or_else(|json_error| {
-        serde_yaml::from_slice::<Value>(body).map_err(|_| {
-            ApiError::bad_request(format!("the request body is not valid JSON: {json_error}"))
-        })
+        std::str::from_utf8(body)
+            .ok()
+            .and_then(|text| karpenter_core::yaml::from_str::<Value>(text).ok())
+            .ok_or_else(|| {
+                ApiError::bad_request(format!("the request body is not valid JSON: {json_error}"))
+            })
     })
 }
 
@@ -610,8 +613,7 @@ impl Shared {
                         )
                     })?;
                 }
-                PatchType::Strategic => strategic::apply(kind.behavior, &mut object, &patch)
-                    .map_err(ApiError::bad_request)?,
+                PatchType::Strategic => strategic::apply(kind.behavior, &mut object, &patch)?,
                 PatchType::Apply => {
                     lifecycle::check_type(kind, &patch)?;
                     Self::run_apply(

@@ -1,0 +1,212 @@
+//! Pod facts Karpenter decides on, as pure functions of the pod.
+//!
+//! [`provisionable`] is Karpenter's `IsProvisionable`: the Provisioner builds its snapshot from
+//! the pods it accepts, `karpenter explain` says why it refuses one ([`NotProvisionable`]), and
+//! the daemon's change routing marks a watched pod `pending` (a provisioning trigger) with the
+//! same rule, so what triggers a run is what a run places.
+
+use std::fmt;
+
+use k8s_openapi::api::core::v1::Pod;
+
+/// Why a pod is not something the Provisioner acts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotProvisionable {
+    Bound {
+        node: String,
+    },
+    Terminal {
+        phase: String,
+    },
+    Terminating,
+    OwnedByDaemonSet,
+    /// A static (mirror) pod, owned by its Node.
+    Static,
+    /// kube-scheduler is preempting pods for it on this node.
+    Preempting {
+        node: String,
+    },
+    /// `spec.schedulingGates` hold it back.
+    Gated,
+}
+
+impl fmt::Display for NotProvisionable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Bound { node } => write!(f, "it is bound to node {node}"),
+            Self::Terminal { phase } => write!(f, "it has finished ({phase})"),
+            Self::Terminating => f.write_str("it is being deleted"),
+            Self::OwnedByDaemonSet => f.write_str("it belongs to a DaemonSet"),
+            Self::Static => f.write_str("it is a static pod"),
+            Self::Preempting { node } => {
+                write!(
+                    f,
+                    "kube-scheduler nominated node {node} and is preempting for it"
+                )
+            }
+            Self::Gated => f.write_str("scheduling gates hold it back"),
+        }
+    }
+}
+
+/// Whether `pod` has an owner of this API version and kind (`apps/v1` `DaemonSet`, `v1` `Node`).
+#[must_use]
+pub fn owned_by(pod: &Pod, api_version: &str, kind: &str) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.api_version == api_version && o.kind == kind)
+}
+
+/// The phase of a pod that has finished (`Succeeded` or `Failed`).
+#[must_use]
+pub fn is_terminal(pod: &Pod) -> Option<String> {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref())?;
+    matches!(phase, "Succeeded" | "Failed").then(|| phase.to_owned())
+}
+
+/// Whether the Provisioner should find capacity for this pod (Karpenter's `IsProvisionable`).
+/// Unlike Karpenter, a pod kube-scheduler has not marked `Unschedulable` yet counts too: the
+/// scheduler tries existing nodes first, so such a pod is only nominated where it already fits,
+/// and an emulated cluster without a kube-scheduler still provisions.
+pub fn provisionable(pod: &Pod) -> Result<(), NotProvisionable> {
+    let spec = pod.spec.as_ref();
+    if let Some(node) = spec.and_then(|s| s.node_name.as_deref())
+        && !node.is_empty()
+    {
+        return Err(NotProvisionable::Bound {
+            node: node.to_owned(),
+        });
+    }
+    if let Some(phase) = is_terminal(pod) {
+        return Err(NotProvisionable::Terminal { phase });
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Err(NotProvisionable::Terminating);
+    }
+    if owned_by(pod, "apps/v1", "DaemonSet") {
+        return Err(NotProvisionable::OwnedByDaemonSet);
+    }
+    if owned_by(pod, "v1", "Node") {
+        return Err(NotProvisionable::Static);
+    }
+    if let Some(node) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        && !node.is_empty()
+    {
+        return Err(NotProvisionable::Preempting {
+            node: node.to_owned(),
+        });
+    }
+    if spec
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty())
+    {
+        return Err(NotProvisionable::Gated);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodSchedulingGate, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+
+    fn pending() -> Pod {
+        Pod {
+            spec: Some(PodSpec::default()),
+            status: Some(PodStatus {
+                phase: Some("Pending".to_owned()),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        }
+    }
+
+    fn owned(api_version: &str, kind: &str) -> Pod {
+        let mut pod = pending();
+        pod.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+            name: "owner".to_owned(),
+            uid: "1".to_owned(),
+            ..OwnerReference::default()
+        }]);
+        pod
+    }
+
+    #[test]
+    fn an_unbound_pending_pod_is_provisionable() {
+        assert_eq!(provisionable(&pending()), Ok(()));
+        let mut empty_node = pending();
+        empty_node.spec = Some(PodSpec {
+            node_name: Some(String::new()),
+            ..PodSpec::default()
+        });
+        assert_eq!(provisionable(&empty_node), Ok(()));
+    }
+
+    #[test]
+    fn bound_finished_deleting_owned_preempting_and_gated_pods_are_not() {
+        let mut bound = pending();
+        bound.spec = Some(PodSpec {
+            node_name: Some("n1".to_owned()),
+            ..PodSpec::default()
+        });
+        assert_eq!(
+            provisionable(&bound),
+            Err(NotProvisionable::Bound {
+                node: "n1".to_owned()
+            })
+        );
+        let mut finished = pending();
+        finished.status = Some(PodStatus {
+            phase: Some("Succeeded".to_owned()),
+            ..PodStatus::default()
+        });
+        assert_eq!(
+            provisionable(&finished),
+            Err(NotProvisionable::Terminal {
+                phase: "Succeeded".to_owned()
+            })
+        );
+        let mut deleting = pending();
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        assert_eq!(provisionable(&deleting), Err(NotProvisionable::Terminating));
+        assert_eq!(
+            provisionable(&owned("apps/v1", "DaemonSet")),
+            Err(NotProvisionable::OwnedByDaemonSet)
+        );
+        assert_eq!(
+            provisionable(&owned("v1", "Node")),
+            Err(NotProvisionable::Static)
+        );
+        let mut nominated = pending();
+        nominated.status = Some(PodStatus {
+            nominated_node_name: Some("n2".to_owned()),
+            ..PodStatus::default()
+        });
+        assert_eq!(
+            provisionable(&nominated),
+            Err(NotProvisionable::Preempting {
+                node: "n2".to_owned()
+            })
+        );
+        let mut gated = pending();
+        gated.spec = Some(PodSpec {
+            scheduling_gates: Some(vec![PodSchedulingGate {
+                name: "example.com/wait".to_owned(),
+            }]),
+            ..PodSpec::default()
+        });
+        assert_eq!(provisionable(&gated), Err(NotProvisionable::Gated));
+        assert_eq!(
+            NotProvisionable::Gated.to_string(),
+            "scheduling gates hold it back"
+        );
+    }
+}

@@ -1,0 +1,717 @@
+//! The daemon, assembled once for every caller: `karpenter run` over a real API server and the
+//! AWS SDK, `karpenter simulate` over the emulator and kwok, the tests over either.
+//!
+//! ```text
+//! DaemonAssembly::start(DaemonInputs, DaemonOptions):
+//!   registry -> actor kit (options.kit), Karpenter's shared metrics
+//!   endpoints?: metrics server (/metrics, /debug/actors, added routes, bridged daemon routes),
+//!     health server (/healthz, /readyz)
+//!   ClusterIngress (watchers -> ClusterState) -> ChangeFeed -> pump -> DaemonSlot -> actors
+//!   endpoints?: startup probes (cache-synced, crds, aws, interruption-queue) and exit checks
+//!   actors: WhenLeading: campaign for the Lease (unless DISABLE_LEADER_ELECTION), pump at once
+//!             (changes before the start are dropped), cloud provider built over the store,
+//!             the actors started once leading;
+//!           AfterSync: the store's first sync, the cloud provider built (a loaded source reads
+//!             its catalogue now), the actors started at once, then the pump (changes seen
+//!             meanwhile are delivered)
+//!   a root escalation -> Exit::Escalated; a lost lease -> Exit::LostLeadership
+//! shutdown(grace): in-flight launches get `grace`, the actors stop, the lease is released, the
+//!   watchers and servers stop
+//! ```
+//!
+//! What differs between the callers is in [`DaemonOptions`]; the rest is built the same way for
+//! all of them.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use karpenter_actors::daemon::StartOptions;
+use karpenter_actors::deps::{AwsPorts, ClusterVersion, Deps};
+use karpenter_actors::metrics::Metrics;
+use karpenter_actors::ports::clock::Clock;
+use karpenter_actors::ports::cloud_provider::CloudProvider;
+use karpenter_actors::ports::cluster_view::ClusterView;
+use karpenter_actors::runtime::{ActorKit, KitOptions, RootGroup, SpawnError, StopReason};
+use karpenter_config::Settings;
+use karpenter_core::domain::userdata::ClusterInfo;
+use karpenter_core::domain::version::KubernetesVersion;
+use kube::api::PostParams;
+use kube::{Api, Client, ResourceExt as _};
+use prometheus_client::registry::Registry;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+use super::changes::{ChangeFeed, DaemonSlot, pump};
+use super::probes::{exit_checks, startup_checks};
+use super::routes::{DaemonRoutes, bridge};
+use crate::cloud::{BuiltCloud, CloudError, CloudSource};
+use crate::http::{self, HealthChecks, HttpError, HttpServer, MetricsRegistries, Routes};
+use crate::kube::cluster_api::KubeClusterApi;
+use crate::kube::ingress::ClusterIngress;
+use crate::kube::leader::{Ended, LeaderElector, LeaseTiming};
+use crate::kube::state::ClusterState;
+
+/// The namespace of the Lease when neither `LEADER_ELECTION_NAMESPACE` nor `SYSTEM_NAMESPACE`
+/// is set (the chart sets the release namespace).
+const DEFAULT_LEASE_NAMESPACE: &str = "kube-system";
+/// The controller name on the events the daemon writes (Karpenter's).
+const EVENT_CONTROLLER: &str = "karpenter";
+/// How often [`wait_for_launches`] looks again.
+const LAUNCH_POLL: Duration = Duration::from_millis(250);
+
+/// What the daemon runs with: built by `karpenter run` from the settings, by the simulation and
+/// the tests from the emulator and kwok.
+pub struct DaemonInputs {
+    pub settings: Arc<Settings>,
+    pub client: Client,
+    pub aws: AwsPorts,
+    /// The cloud provider, built over the daemon's store once the watchers start.
+    pub cloud: CloudSource,
+    pub clock: Arc<dyn Clock>,
+    /// Cluster facts for user data and names (endpoint, CA, DNS, service CIDR).
+    pub cluster_info: ClusterInfo,
+    /// The AWS region.
+    pub region: String,
+    /// The cluster's Kubernetes version, for AMI aliases.
+    pub kubernetes_version: KubernetesVersion,
+    /// This replica's name: its holder identity in the Lease (unique per process) and the
+    /// instance on the events it writes.
+    pub identity: String,
+}
+
+impl std::fmt::Debug for DaemonInputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaemonInputs")
+            .field("identity", &self.identity)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+/// When the actors start.
+#[derive(Debug, Clone, Copy)]
+pub enum ActorStart {
+    /// Once this replica leads the Lease of the settings (at once with
+    /// `DISABLE_LEADER_ELECTION`). The pump runs from the start and drops the changes it reads
+    /// before: starting actors re-read the whole store (`karpenter run`).
+    WhenLeading(LeaseTiming),
+    /// Right after the store's first sync, before the pump starts, so the changes seen meanwhile
+    /// reach the actors after their start: a simulation's actors start at the same simulated
+    /// instant, with the same inputs, on every run.
+    AfterSync,
+}
+
+/// The HTTP servers of a daemon.
+#[derive(Debug)]
+pub struct Endpoints {
+    /// `/metrics`, `/debug/actors`, [`Self::routes`] and [`Self::daemon_routes`].
+    pub metrics_addr: SocketAddr,
+    /// `/healthz` and `/readyz`.
+    pub health_addr: SocketAddr,
+    /// More routes for the metrics server.
+    pub routes: Routes,
+    /// Routes the actors answer (e.g. `/debug/explain/`), on the metrics server; 503 while this
+    /// replica is a standby.
+    pub daemon_routes: DaemonRoutes,
+}
+
+/// What differs between the daemons the assembly builds.
+#[derive(Debug)]
+pub struct DaemonOptions {
+    pub actors: ActorStart,
+    /// Which actor families run, and whether the Provisioner solves inline.
+    pub start: StartOptions,
+    /// The actor kit's options (a simulation's fault plan).
+    pub kit: KitOptions,
+    /// The metrics and health servers, with the startup probes and exit checks they serve;
+    /// `None` for none (a simulation serves its own routes).
+    pub endpoints: Option<Endpoints>,
+}
+
+impl DaemonOptions {
+    /// `karpenter run`'s: every actor, started when leading, served on `endpoints`.
+    #[must_use]
+    pub fn leader_elected(lease: LeaseTiming, endpoints: Endpoints) -> Self {
+        Self {
+            actors: ActorStart::WhenLeading(lease),
+            start: StartOptions::default(),
+            kit: KitOptions::default(),
+            endpoints: Some(endpoints),
+        }
+    }
+}
+
+/// Why the daemon could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("serving {what}")]
+    Serve {
+        what: &'static str,
+        #[source]
+        source: HttpError,
+    },
+    #[error("the cluster store never synced")]
+    Sync,
+    #[error("building the cloud provider")]
+    Cloud(#[source] CloudError),
+    #[error("starting the actors")]
+    Actors(#[source] SpawnError),
+}
+
+impl DaemonError {
+    /// A bounded label for metrics and events.
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Serve { source, .. } => source.category(),
+            Self::Sync => "sync",
+            Self::Cloud(error) => error.category(),
+            Self::Actors(_) => "actors",
+        }
+    }
+}
+
+/// Why a running daemon stopped on its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    /// SIGTERM, SIGINT, or the caller's stop.
+    Signal,
+    /// Another replica holds the lease now (Karpenter exits and restarts as a candidate).
+    LostLeadership,
+    /// The actors' root supervisor gave up.
+    Escalated(String),
+    /// The actors could not be started.
+    ActorsFailed(String),
+}
+
+/// The two servers of [`Endpoints`].
+#[derive(Debug)]
+struct Servers {
+    metrics: HttpServer,
+    health: HttpServer,
+}
+
+/// A daemon that is running: watchers, the change pump, the actors (once leading), servers.
+pub struct DaemonAssembly {
+    kit: ActorKit,
+    slot: DaemonSlot,
+    state: ClusterState,
+    cloud: Arc<dyn CloudProvider>,
+    registries: MetricsRegistries,
+    dropped: Arc<AtomicU64>,
+    readiness: HealthChecks,
+    liveness: HealthChecks,
+    servers: Option<Servers>,
+    leading: watch::Receiver<bool>,
+    exit: watch::Receiver<Option<Exit>>,
+    elector: Option<(oneshot::Sender<()>, JoinHandle<Ended>)>,
+    pump: Option<JoinHandle<()>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for DaemonAssembly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaemonAssembly")
+            .field("servers", &self.servers)
+            .field("leading", &*self.leading.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+async fn serve_on(
+    addr: SocketAddr,
+    routes: Routes,
+    what: &'static str,
+) -> Result<HttpServer, DaemonError> {
+    http::serve(addr, routes)
+        .await
+        .map_err(|source| DaemonError::Serve { what, source })
+}
+
+/// `/metrics` (every registry) and `/debug/actors` (the kit's actors).
+fn actor_routes(registries: &MetricsRegistries, kit: &ActorKit) -> Routes {
+    Routes::new()
+        .route(
+            http::METRICS_PATH,
+            http::metrics_handler(registries.clone()),
+        )
+        .route(http::ACTORS_PATH, http::actors_handler(kit.clone()))
+}
+
+impl DaemonAssembly {
+    /// Starts everything (on the actix arbiter of the current thread); the actors start as
+    /// `options.actors` says.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the startup sequence, in order: servers, watchers, checks, election, actors"
+    )]
+    pub async fn start(inputs: DaemonInputs, options: DaemonOptions) -> Result<Self, DaemonError> {
+        let DaemonInputs {
+            settings,
+            client,
+            aws,
+            cloud,
+            clock,
+            cluster_info,
+            region,
+            kubernetes_version,
+            identity,
+        } = inputs;
+        let mut registry = Registry::default();
+        let kit = ActorKit::new(&mut registry, options.kit);
+        // Karpenter's shared families exist (at zero) on a standby replica too.
+        let shared_metrics = Arc::new(Metrics::register(&mut registry));
+        let registries = MetricsRegistries::new(registry);
+
+        let readiness = HealthChecks::new();
+        let liveness = HealthChecks::new();
+        let slot = DaemonSlot::new();
+        let mut tasks = Vec::new();
+        let servers = match options.endpoints {
+            Some(endpoints) => {
+                let (bridged, bridge_task) = bridge(slot.clone(), &endpoints.daemon_routes);
+                tasks.push(bridge_task);
+                let metrics = serve_on(
+                    endpoints.metrics_addr,
+                    endpoints
+                        .routes
+                        .merge(bridged)
+                        .merge(actor_routes(&registries, &kit)),
+                    "metrics",
+                )
+                .await?;
+                let health = serve_on(
+                    endpoints.health_addr,
+                    Routes::new()
+                        .route(http::HEALTHZ_PATH, liveness.handler())
+                        .route(http::READYZ_PATH, readiness.handler()),
+                    "health probes",
+                )
+                .await?;
+                Some(Servers { metrics, health })
+            }
+            None => None,
+        };
+
+        let mut ingress = ClusterIngress::new(client.clone());
+        let feed = ChangeFeed::subscribe(&mut ingress);
+        let dropped = feed.dropped_counter();
+        let state = ingress.state();
+        tasks.push(tokio::task::spawn_local(ingress.run()));
+        let mut feed = Some(feed);
+        let mut pump_task = None;
+        if matches!(options.actors, ActorStart::WhenLeading(_)) {
+            pump_task = feed
+                .take()
+                .map(|feed| tokio::task::spawn_local(pump(feed, slot.clone())));
+        }
+
+        if servers.is_some() {
+            tasks.extend(startup_checks(&readiness, &settings, &client, &aws, &state));
+        }
+        let (exit_tx, exit) = watch::channel::<Option<Exit>>(None);
+        let exit_tx = Arc::new(exit_tx);
+        if servers.is_some() {
+            exit_checks(&readiness, &liveness, &exit);
+        }
+        let view: Arc<dyn ClusterView> = Arc::new(state.clone());
+        let deps = |built: &BuiltCloud| Deps {
+            settings: Arc::clone(&settings),
+            clock: Arc::clone(&clock),
+            cluster: Arc::new(KubeClusterApi::new(
+                client.clone(),
+                kube::runtime::events::Reporter {
+                    controller: EVENT_CONTROLLER.to_owned(),
+                    instance: Some(identity.clone()),
+                },
+            )),
+            view: Arc::clone(&view),
+            cloud: Arc::clone(&built.cloud),
+            aws: aws.clone(),
+            unavailable: Arc::clone(&built.unavailable),
+            cluster_info: cluster_info.clone(),
+            region: region.clone(),
+            kubernetes_version: ClusterVersion::new(kubernetes_version),
+            metrics: Arc::clone(&shared_metrics),
+        };
+
+        let (leading, elector, built) = match options.actors {
+            ActorStart::WhenLeading(lease) => {
+                let (leading_tx, leading) = watch::channel(settings.disable_leader_election);
+                let elector = campaign(
+                    &settings,
+                    &client,
+                    &identity,
+                    lease,
+                    leading_tx,
+                    Arc::clone(&exit_tx),
+                )
+                .await;
+                let mut built = cloud
+                    .build(Arc::clone(&view), Arc::clone(&clock), &readiness)
+                    .await
+                    .map_err(DaemonError::Cloud)?;
+                tasks.extend(built.refresh.take());
+                tasks.push(start_when_leading(
+                    slot.clone(),
+                    kit.clone(),
+                    deps(&built),
+                    options.start,
+                    registries.clone(),
+                    leading.clone(),
+                    Arc::clone(&exit_tx),
+                ));
+                (leading, elector, built.cloud)
+            }
+            ActorStart::AfterSync => {
+                state
+                    .wait_until_ready()
+                    .await
+                    .map_err(|_| DaemonError::Sync)?;
+                let mut built = cloud
+                    .build(Arc::clone(&view), Arc::clone(&clock), &readiness)
+                    .await
+                    .map_err(DaemonError::Cloud)?;
+                tasks.extend(built.refresh.take());
+                let mut actor_metrics = Registry::default();
+                let started = slot
+                    .start(&kit, deps(&built), &mut actor_metrics, options.start)
+                    .map_err(DaemonError::Actors)?;
+                registries.add(actor_metrics);
+                pump_task = feed
+                    .take()
+                    .map(|feed| tokio::task::spawn_local(pump(feed, slot.clone())));
+                tasks.push(report_escalation(started.root, Arc::clone(&exit_tx)));
+                (watch::channel(true).1, None, built.cloud)
+            }
+        };
+
+        Ok(Self {
+            kit,
+            slot,
+            state,
+            cloud: built,
+            registries,
+            dropped,
+            readiness,
+            liveness,
+            servers,
+            leading,
+            exit,
+            elector,
+            pump: pump_task,
+            tasks,
+        })
+    }
+
+    /// Where `/metrics` and `/debug/actors` are served (with [`Endpoints`]).
+    #[must_use]
+    pub fn metrics_url(&self) -> Option<String> {
+        self.servers.as_ref().map(|s| s.metrics.url())
+    }
+
+    /// Where `/healthz` and `/readyz` are served (with [`Endpoints`]).
+    #[must_use]
+    pub fn health_url(&self) -> Option<String> {
+        self.servers.as_ref().map(|s| s.health.url())
+    }
+
+    /// `/metrics` and `/debug/actors` of this daemon, for a server of the caller's.
+    #[must_use]
+    pub fn actor_routes(&self) -> Routes {
+        actor_routes(&self.registries, &self.kit)
+    }
+
+    /// The actor kit (its registry is `/debug/actors`).
+    #[must_use]
+    pub fn kit(&self) -> &ActorKit {
+        &self.kit
+    }
+
+    /// Every metrics registry of this daemon (the kit's, Karpenter's, the actors').
+    #[must_use]
+    pub fn registries(&self) -> &MetricsRegistries {
+        &self.registries
+    }
+
+    /// The readiness checks (empty without [`Endpoints`], but for the cloud's own).
+    #[must_use]
+    pub fn readiness(&self) -> &HealthChecks {
+        &self.readiness
+    }
+
+    /// The liveness checks.
+    #[must_use]
+    pub fn liveness(&self) -> &HealthChecks {
+        &self.liveness
+    }
+
+    /// The cluster store.
+    #[must_use]
+    pub fn state(&self) -> &ClusterState {
+        &self.state
+    }
+
+    /// The cloud provider the actors use.
+    #[must_use]
+    pub fn cloud(&self) -> Arc<dyn CloudProvider> {
+        Arc::clone(&self.cloud)
+    }
+
+    /// Changes dropped because the queue to the pump was full.
+    #[must_use]
+    pub fn dropped_changes(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Whether this replica holds the lease (always, for [`ActorStart::AfterSync`]).
+    #[must_use]
+    pub fn is_leading(&self) -> bool {
+        *self.leading.borrow()
+    }
+
+    /// Whether the actors are running.
+    #[must_use]
+    pub fn actors_started(&self) -> bool {
+        self.slot.get().is_some()
+    }
+
+    /// Whether the actors' root supervisor gave up.
+    #[must_use]
+    pub fn escalated(&self) -> bool {
+        self.slot
+            .get()
+            .is_some_and(|started| started.root.escalation().is_some())
+    }
+
+    /// Resolves once this replica leads.
+    pub async fn until_leading(&mut self) {
+        let _ = self.leading.wait_for(|l| *l).await;
+    }
+
+    /// Resolves when the daemon stops on its own (lost leadership, escalation, failed start).
+    pub async fn wait(&mut self) -> Exit {
+        match self.exit.wait_for(Option::is_some).await {
+            Ok(exit) => exit.clone().unwrap_or(Exit::Signal),
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Stops the actors and the pump, as a process that stops; the watchers go on (a
+    /// simulation's harness reads the first daemon's store) until [`Self::shutdown`].
+    pub async fn stop_actors(&self) {
+        self.slot.stop().await;
+        if let Some(pump) = &self.pump {
+            pump.abort();
+        }
+    }
+
+    /// Stops gracefully: launches in flight get `launch_grace`, then the actors stop, the lease
+    /// is released and the watchers and servers stop. Returns the NodeClaims whose launch did
+    /// not finish.
+    pub async fn shutdown(self, launch_grace: Duration) -> Vec<String> {
+        let unfinished = if self.slot.get().is_some() {
+            wait_for_launches(&self.state, launch_grace).await
+        } else {
+            Vec::new()
+        };
+        self.slot.stop().await;
+        if let Some((stop, handle)) = self.elector {
+            let _ = stop.send(());
+            let _ = handle.await;
+        }
+        for task in self.tasks.into_iter().chain(self.pump) {
+            task.abort();
+        }
+        if let Some(servers) = self.servers {
+            servers.metrics.shutdown().await;
+            servers.health.shutdown().await;
+        }
+        unfinished
+    }
+}
+
+/// Campaigns for the Lease (unless leader election is off): leadership is published on
+/// `leading`, a loss on `exit`. Returns how to stop the campaign.
+async fn campaign(
+    settings: &Settings,
+    client: &Client,
+    identity: &str,
+    lease: LeaseTiming,
+    leading: watch::Sender<bool>,
+    exit: Arc<watch::Sender<Option<Exit>>>,
+) -> Option<(oneshot::Sender<()>, JoinHandle<Ended>)> {
+    if settings.disable_leader_election {
+        return None;
+    }
+    let namespace = settings
+        .leader_election_namespace
+        .clone()
+        .or_else(|| settings.system_namespace.clone())
+        .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_owned());
+    ensure_namespace(client, &namespace).await;
+    let candidate = LeaderElector::new(
+        client.clone(),
+        &namespace,
+        &settings.leader_election_name,
+        identity,
+        lease,
+    );
+    let (stop, stopped) = oneshot::channel::<()>();
+    let handle = tokio::task::spawn_local(async move {
+        let ended = candidate
+            .run(leading, async {
+                let _ = stopped.await;
+            })
+            .await;
+        if ended == Ended::Lost {
+            exit.send_replace(Some(Exit::LostLeadership));
+        }
+        ended
+    });
+    Some((stop, handle))
+}
+
+/// Creates the Lease's namespace if it is missing (only matters on fresh test clusters; a
+/// failure shows up as leader election errors).
+async fn ensure_namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    if matches!(api.get_opt(name).await, Ok(Some(_))) {
+        return;
+    }
+    let namespace = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        ..Namespace::default()
+    };
+    let _ = api.create(&PostParams::default(), &namespace).await;
+}
+
+/// Starts the actors once this replica leads, their metrics added to `/metrics`; then reports
+/// a root escalation on `exit`.
+fn start_when_leading(
+    slot: DaemonSlot,
+    kit: ActorKit,
+    deps: Deps,
+    options: StartOptions,
+    registries: MetricsRegistries,
+    mut leading: watch::Receiver<bool>,
+    exit: Arc<watch::Sender<Option<Exit>>>,
+) -> JoinHandle<()> {
+    let deps = Rc::new(RefCell::new(Some(deps)));
+    tokio::task::spawn_local(async move {
+        if leading.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        let Some(deps) = deps.borrow_mut().take() else {
+            return;
+        };
+        let mut actor_metrics = Registry::default();
+        let started = slot.start(&kit, deps, &mut actor_metrics, options);
+        registries.add(actor_metrics);
+        match started {
+            Ok(started) => report_escalation_now(started.root, &exit).await,
+            Err(error) => {
+                exit.send_replace(Some(Exit::ActorsFailed(karpenter_core::errors::chain(
+                    &error,
+                ))));
+            }
+        }
+    })
+}
+
+/// Waits for the root supervisor to give up and says so on `exit`.
+async fn report_escalation_now(root: RootGroup, exit: &watch::Sender<Option<Exit>>) {
+    let reason: StopReason = root.escalated().await;
+    exit.send_replace(Some(Exit::Escalated(format!("{reason:?}"))));
+}
+
+/// [`report_escalation_now`] as a task.
+fn report_escalation(root: RootGroup, exit: Arc<watch::Sender<Option<Exit>>>) -> JoinHandle<()> {
+    tokio::task::spawn_local(async move { report_escalation_now(root, &exit).await })
+}
+
+/// NodeClaims whose launch is in flight: not deleting and without a provider id yet.
+#[must_use]
+pub fn unlaunched_nodeclaims(view: &dyn ClusterView) -> Vec<String> {
+    let mut names: Vec<String> = view
+        .nodeclaims()
+        .iter()
+        .filter(|claim| claim.metadata.deletion_timestamp.is_none())
+        .filter(|claim| {
+            claim
+                .status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .is_none_or(str::is_empty)
+        })
+        .map(|claim| claim.name_any())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Waits until no launch is in flight, or `deadline` passes; returns the NodeClaims still
+/// unlaunched (empty when every launch finished). The first step of a graceful shutdown: a
+/// launch cut short is safe, as its client token makes the next leader's retry return the same
+/// instance, but finishing it spares the retry.
+pub async fn wait_for_launches(view: &dyn ClusterView, deadline: Duration) -> Vec<String> {
+    let until = tokio::time::Instant::now() + deadline;
+    loop {
+        let pending = unlaunched_nodeclaims(view);
+        if pending.is_empty() || tokio::time::Instant::now() >= until {
+            return pending;
+        }
+        tokio::time::sleep(LAUNCH_POLL.min(until - tokio::time::Instant::now())).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_actors::testing::MemoryClusterView;
+    use karpenter_core::apis::NodeClaim;
+    fn claim(name: &str, provider_id: Option<&str>) -> NodeClaim {
+        let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": []
+            }
+        }))
+        .expect("nodeclaim");
+        if let Some(id) = provider_id {
+            claim.status = Some(
+                serde_json::from_value(serde_json::json!({"providerID": id})).expect("status"),
+            );
+        }
+        claim
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_unlaunched_nodeclaims_until_the_deadline() {
+        let view = MemoryClusterView::new();
+        view.put_nodeclaim(claim("default-a", Some("aws:///us-west-2a/i-1")));
+        view.put_nodeclaim(claim("default-b", None));
+        assert_eq!(unlaunched_nodeclaims(&view), ["default-b"]);
+        let start = tokio::time::Instant::now();
+        let left = wait_for_launches(&view, Duration::from_secs(3)).await;
+        assert_eq!(left, ["default-b"]);
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+        view.put_nodeclaim(claim("default-b", Some("aws:///us-west-2b/i-2")));
+        assert!(
+            wait_for_launches(&view, Duration::from_secs(3))
+                .await
+                .is_empty()
+        );
+    }
+}

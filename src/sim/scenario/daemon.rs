@@ -1,0 +1,87 @@
+//! The daemon of a simulation: the settings a simulated cluster needs ([`simulated_settings`])
+//! and the inputs and options [`crate::daemon::DaemonAssembly`] builds a simulated daemon from.
+//!
+//! ```text
+//! emulator client + kwok's AWS ports + CloudSource::Loaded (the AWS cloud provider of
+//!   `karpenter run`, over kwok's EC2 and Pricing, its catalogue loaded once before the actors
+//!   start: a simulation is shorter than the 12-hour refresh, and the first provisioning run
+//!   must see every instance type)
+//!   -> DaemonAssembly: own watchers -> store synced -> cloud -> actors (the scenario's fault
+//!      plan, inline solves) -> pump; no leader election, no HTTP (the simulation serves its own)
+//! ```
+
+use std::sync::Arc;
+
+use karpenter_actors::daemon::StartOptions;
+use karpenter_actors::deps::ClusterVersion;
+use karpenter_actors::kwok::cloud_provider as kwok_cloud;
+use karpenter_actors::runtime::KitOptions;
+use karpenter_config::{HttpUrl, Settings};
+use kube::Client;
+
+use super::error::SimulationError;
+use super::file::Scenario;
+use super::load::LoadedScenario;
+use crate::cloud::CloudSource;
+use crate::daemon::{ActorStart, DaemonAssembly, DaemonInputs, DaemonOptions};
+use crate::sim::clock::SimClock;
+use crate::sim::world::KwokAws;
+
+/// The API endpoint the simulated cluster claims to have (user data needs one).
+const SIMULATED_ENDPOINT: &str = "https://simulated.eks.amazonaws.com";
+/// The simulated daemon's name on the events it writes.
+const SIMULATED_IDENTITY: &str = "karpenter-simulated";
+
+/// The daemon's settings in a simulation.
+#[must_use]
+pub fn simulated_settings(scenario: &Scenario) -> Settings {
+    Settings {
+        cluster_name: Some(scenario.cluster_name.clone()),
+        aws_region: Some(scenario.region.clone()),
+        interruption_queue: Some(scenario.cluster_name.clone()),
+        cluster_endpoint: HttpUrl::parse(SIMULATED_ENDPOINT).ok(),
+        disable_leader_election: true,
+        ..Settings::default()
+    }
+}
+
+/// Starts one daemon process over the cluster: its own watchers, actor kit, actors and
+/// metrics (call inside the simulation's actix System).
+pub(super) async fn start_daemon(
+    loaded: &LoadedScenario,
+    clock: SimClock,
+    client: &Client,
+    world: &KwokAws,
+) -> Result<DaemonAssembly, SimulationError> {
+    let scenario = &loaded.scenario;
+    let provider_settings = kwok_cloud::settings(&scenario.region, &scenario.cluster_name);
+    let inputs = DaemonInputs {
+        settings: Arc::new(simulated_settings(scenario)),
+        client: client.clone(),
+        aws: world.ports(),
+        cluster_info: provider_settings.cluster.clone(),
+        cloud: CloudSource::Loaded {
+            ec2: world.ec2.clone(),
+            pricing: Some(world.pricing.clone()),
+            settings: provider_settings,
+        },
+        clock: Arc::new(clock),
+        region: scenario.region.clone(),
+        kubernetes_version: ClusterVersion::default().get(),
+        identity: SIMULATED_IDENTITY.to_owned(),
+    };
+    let options = DaemonOptions {
+        actors: ActorStart::AfterSync,
+        // Inline solves: a run ends at the same simulated instant however fast this machine is.
+        start: StartOptions {
+            inline_solve: true,
+            ..StartOptions::default()
+        },
+        kit: KitOptions {
+            faults: loaded.actor_faults.clone(),
+            ..KitOptions::default()
+        },
+        endpoints: None,
+    };
+    Ok(DaemonAssembly::start(inputs, options).await?)
+}

@@ -1,0 +1,503 @@
+//! The harness acting on the simulated cluster each tick, and what it records.
+//!
+//! ```text
+//! tick(now): due events (spot interruption warnings, reclaims two minutes later, node
+//!   failures, AWS faults) -> workloads (create/delete pods) -> kubelet (nodes, pod status)
+//!   -> scheduler (bindings) -> billing -> NodeClaims seen, peak nodes
+//! progress_line(now): the lower bound of the cost, and a line for the progress sink
+//! report(now): the Recorder's counts, pending pods with Karpenter's last word on each, kwok's
+//!   instances, the actor totals from the daemons' metrics
+//! ```
+//!
+//! Which instances an event hits is chosen in the seed's order ([`seeded_order`]), so runs
+//! replay.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use karpenter_actors::ports::cloud_provider::{CloudProvider, parse_provider_id};
+use karpenter_actors::ports::cluster_view::ClusterView;
+use karpenter_actors::ports::ec2::InstanceState;
+use karpenter_config::format_go_duration;
+use karpenter_core::domain::instance_type::CapacityType;
+use karpenter_core::domain::requirements::Requirements;
+use karpenter_core::domain::resources::Resources;
+use karpenter_core::domain::scheduling::{
+    NewNodeClaim, NodePoolInput, Plan, SchedulingPod, Snapshot, cost_report,
+};
+use kube::{Api, Client, ResourceExt as _};
+
+use super::file::{FailureMode, Share};
+use super::load::LoadedScenario;
+use super::run::ProgressSink;
+use crate::http::MetricsRegistries;
+use crate::sim::binder::{self, FakeScheduler};
+use crate::sim::clock::SimClock;
+use crate::sim::kubelet::{FakeKubelet, KubeletConfig, KubeletDeps};
+use crate::sim::report::{self, Latency, NodesReport, PendingPod, PodsReport, Recorder, Report};
+use crate::sim::workloads::{APP_LABEL, Workloads};
+use crate::sim::world::KwokAws;
+
+pub const HARNESS_TICK: Duration = Duration::from_secs(1);
+/// EC2 reclaims a spot instance two minutes after its interruption warning.
+pub const SPOT_RECLAIM_AFTER: Duration = Duration::from_mins(2);
+/// A deterministic order of `ids` for the seed (which instances an event hits).
+fn seeded_order(seed: u64, salt: &str, mut ids: Vec<String>) -> Vec<String> {
+    ids.sort_by_cached_key(|id| {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (seed, salt, id).hash(&mut hasher);
+        (hasher.finish(), id.clone())
+    });
+    ids
+}
+
+/// The cheapest $/h any placement of the live workload pods could cost (see
+/// [`cost_report`]); `None` when the NodePools' instance types cannot be read.
+async fn lower_bound(view: &dyn ClusterView, cloud: &dyn CloudProvider) -> Option<f64> {
+    let mut pods: Vec<SchedulingPod> = view
+        .pods()
+        .iter()
+        .filter(|p| p.labels().contains_key(APP_LABEL) && p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| SchedulingPod::from_pod(p).ok())
+        .collect();
+    if pods.is_empty() {
+        return Some(0.0);
+    }
+    pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let mut pools = view.nodepools();
+    pools.sort_by_key(|p| p.name_any());
+    let mut inputs = Vec::new();
+    for pool in pools {
+        let types = cloud.instance_types(&pool).await.ok()?;
+        inputs.push(NodePoolInput::from_node_pool(&pool, types).ok()?);
+    }
+    let count = pods.len();
+    let snapshot = Snapshot {
+        pods,
+        node_pools: inputs,
+        ..Snapshot::default()
+    };
+    // One claim holding every pod: the bound prices their total requests.
+    let plan = Plan {
+        new_node_claims: vec![NewNodeClaim {
+            node_pool: String::new(),
+            node_pool_index: 0,
+            requirements: Requirements::default(),
+            requests: Resources::default(),
+            instance_types: Vec::new(),
+            pods: (0..count).collect(),
+            price: 0.0,
+        }],
+        ..Plan::default()
+    };
+    Some(cost_report(&snapshot, &plan).lower_bound)
+}
+
+/// $/h of the instances EC2 bills now (pending and running).
+fn billed_per_hour(world: &KwokAws) -> f64 {
+    world
+        .ec2
+        .instances()
+        .iter()
+        .filter(|i| matches!(i.state, InstanceState::Pending | InstanceState::Running))
+        .filter_map(|i| world.ec2.hourly_price(i))
+        .fold(0.0, |sum, price| sum + price)
+}
+
+/// Everything a running simulation holds.
+pub(super) struct Sim<'a> {
+    pub(super) loaded: LoadedScenario,
+    pub(super) client: Client,
+    pub(super) view: Arc<dyn ClusterView>,
+    pub(super) world: KwokAws,
+    pub(super) cloud: Arc<dyn CloudProvider>,
+    pub(super) queue_url: String,
+    kubelet: FakeKubelet,
+    scheduler: FakeScheduler,
+    workloads: Workloads,
+    recorder: Recorder,
+    /// Instances warned, and when EC2 reclaims them.
+    reclaims: Vec<(Duration, String)>,
+    next_interruption: usize,
+    next_failure: usize,
+    next_fault: usize,
+    progress: Option<ProgressSink<'a>>,
+}
+
+/// The parts of the cluster the harness acts on.
+pub(super) struct Harness {
+    pub(super) client: Client,
+    pub(super) view: Arc<dyn ClusterView>,
+    pub(super) world: KwokAws,
+    pub(super) cloud: Arc<dyn CloudProvider>,
+    pub(super) queue_url: String,
+}
+
+impl<'a> Sim<'a> {
+    pub(super) fn new(
+        loaded: LoadedScenario,
+        harness: Harness,
+        clock: SimClock,
+        progress: Option<ProgressSink<'a>>,
+    ) -> Self {
+        let scenario = &loaded.scenario;
+        let kubelet = FakeKubelet::new(
+            KubeletDeps {
+                client: harness.client.clone(),
+                ec2: Arc::clone(&harness.world.ec2),
+                view: Arc::clone(&harness.view),
+                clock: Arc::new(clock),
+                region: scenario.region.clone(),
+            },
+            KubeletConfig::from(&scenario.kwok),
+        );
+        let scheduler = FakeScheduler::new(
+            harness.client.clone(),
+            Arc::clone(&harness.view),
+            Arc::new(clock),
+        );
+        let workloads = Workloads::new(
+            harness.client.clone(),
+            Arc::clone(&harness.view),
+            loaded.workloads.clone(),
+        );
+        Self {
+            loaded,
+            client: harness.client,
+            view: harness.view,
+            world: harness.world,
+            cloud: harness.cloud,
+            queue_url: harness.queue_url,
+            kubelet,
+            scheduler,
+            workloads,
+            recorder: Recorder::default(),
+            reclaims: Vec::new(),
+            next_interruption: 0,
+            next_failure: 0,
+            next_fault: 0,
+            progress,
+        }
+    }
+
+    pub(super) fn say(&mut self, line: &str) {
+        if let Some(progress) = self.progress.as_mut() {
+            progress(line);
+        }
+    }
+
+    /// Running instances matching an optional NodePool (and capacity type), in the seed's order.
+    fn candidates(
+        &self,
+        salt: &str,
+        node_pool: Option<&str>,
+        spot_only: bool,
+        registered: bool,
+    ) -> Vec<String> {
+        let ids: Vec<String> = self
+            .world
+            .ec2
+            .instances()
+            .into_iter()
+            .filter(|i| i.state == InstanceState::Running)
+            .filter(|i| !spot_only || i.capacity_type == CapacityType::Spot)
+            .filter(|i| node_pool.is_none_or(|p| nodepool_of(i) == Some(p)))
+            .filter(|i| !registered || self.kubelet.node_of(&i.id).is_some())
+            .map(|i| i.id)
+            .collect();
+        seeded_order(self.loaded.scenario.seed, salt, ids)
+    }
+
+    /// Whether Karpenter has let go of an instance: it is terminating, or its NodeClaim is gone
+    /// or being deleted.
+    fn released(&self, instance_id: &str) -> bool {
+        let terminating = self.world.ec2.instances().iter().any(|i| {
+            i.id == instance_id
+                && matches!(
+                    i.state,
+                    InstanceState::ShuttingDown | InstanceState::Terminated
+                )
+        });
+        if terminating {
+            return true;
+        }
+        !self.view.nodeclaims().iter().any(|claim| {
+            claim.metadata.deletion_timestamp.is_none()
+                && claim
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref())
+                    .and_then(|id| parse_provider_id(id).ok())
+                    .is_some_and(|(_, id)| id == instance_id)
+        })
+    }
+
+    async fn fire_events(&mut self, now: Duration) {
+        // Reclaims of warned spot instances.
+        let due: Vec<String> = self
+            .reclaims
+            .iter()
+            .filter(|(at, _)| *at <= now)
+            .map(|(_, id)| id.clone())
+            .collect();
+        self.reclaims.retain(|(at, _)| *at > now);
+        for id in due {
+            if self.released(&id) {
+                self.recorder.interruptions.handled += 1;
+            } else {
+                self.recorder.interruptions.reclaimed_unhandled += 1;
+            }
+            self.world.ec2.reclaim(&id);
+        }
+        let scenario = self.loaded.scenario.clone();
+        while let Some(event) = scenario.interruptions.get(self.next_interruption) {
+            if event.at > now {
+                break;
+            }
+            self.next_interruption += 1;
+            let salt = format!("interruption-{}", self.next_interruption);
+            let candidates = self.candidates(&salt, event.node_pool.as_deref(), true, false);
+            let hit = share_of(event.share, candidates.len());
+            for id in candidates.into_iter().take(hit) {
+                if self.world.ec2.interrupt_spot(&id).await.is_ok() {
+                    self.recorder.interruptions.warnings += 1;
+                    self.reclaims.push((now + SPOT_RECLAIM_AFTER, id));
+                }
+            }
+            self.say(&format!(
+                "[{:>6}] {hit} spot interruption warning(s) sent",
+                format_go_duration(now)
+            ));
+        }
+        while let Some(event) = scenario.node_failures.get(self.next_failure) {
+            if event.at > now {
+                break;
+            }
+            self.next_failure += 1;
+            let salt = format!("failure-{}", self.next_failure);
+            let candidates = self.candidates(&salt, event.node_pool.as_deref(), false, true);
+            let count = usize::try_from(event.count).unwrap_or(usize::MAX);
+            let mut failed = 0;
+            for id in candidates.into_iter().take(count) {
+                let done = match event.mode {
+                    FailureMode::Terminate => self.world.ec2.reclaim(&id),
+                    FailureMode::NotReady => self.kubelet.fail(&id),
+                };
+                if done {
+                    failed += 1;
+                }
+            }
+            self.recorder.faults.node_failures += failed;
+            self.say(&format!(
+                "[{:>6}] {failed} node failure(s) injected",
+                format_go_duration(now)
+            ));
+        }
+        while let Some(fault) = scenario.chaos.aws.get(self.next_fault) {
+            if fault.at > now {
+                break;
+            }
+            self.next_fault += 1;
+            if self
+                .world
+                .fail_next(fault.service, &fault.operation, fault.count, &fault.code)
+                .is_ok()
+            {
+                self.recorder.faults.aws_faults_scheduled += 1;
+            }
+        }
+    }
+
+    pub(super) async fn tick(&mut self, now: Duration) {
+        self.fire_events(now).await;
+        let step = self.workloads.tick(now).await;
+        self.recorder.created(&step.created, now);
+        self.recorder.scaled_down(&step.deleted);
+        self.recorder.harness.workload_errors += step.errors;
+        let kubelet = self.kubelet.tick().await;
+        self.recorder.harness.kubelet_errors += kubelet.errors;
+        let bound = self.scheduler.tick().await;
+        self.recorder.bound(&bound.bound, now);
+        self.recorder.harness.scheduler_errors += bound.errors;
+        self.recorder
+            .bill(billed_per_hour(&self.world), HARNESS_TICK);
+        for claim in self.view.nodeclaims() {
+            if !self.recorder.nodeclaims_seen.contains(&claim.name_any()) {
+                self.recorder.nodeclaims_seen.insert(claim.name_any());
+            }
+        }
+        self.recorder.peak_nodes = self.recorder.peak_nodes.max(self.view.nodes().len());
+    }
+
+    pub(super) async fn progress_line(&mut self, now: Duration) {
+        let bound = lower_bound(self.view.as_ref(), self.cloud.as_ref()).await;
+        self.recorder.lower_bound(bound, now);
+        if self.progress.is_none() {
+            return;
+        }
+        let pods: Vec<Arc<Pod>> = self
+            .view
+            .pods()
+            .into_iter()
+            .filter(|p| p.labels().contains_key(APP_LABEL))
+            .collect();
+        let bound_pods = pods
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+            .count();
+        let nodes = self.view.nodes();
+        let ready = nodes.iter().filter(|n| binder::is_schedulable(n)).count();
+        let line = format!(
+            "[{:>6}] pods {bound_pods} bound, {} pending | nodes {ready} ready of {} | nodeclaims {} | ${:.2}/h, ${:.2} spent",
+            format_go_duration(now),
+            pods.len() - bound_pods,
+            nodes.len(),
+            self.view.nodeclaims().len(),
+            billed_per_hour(&self.world),
+            self.recorder.spent(),
+        );
+        self.say(&line);
+    }
+
+    /// The last word on each pending pod: Karpenter's latest event about it, else the
+    /// scheduler's condition.
+    async fn pending_pods(&self) -> Vec<PendingPod> {
+        let events: Api<Event> = Api::all(self.client.clone());
+        let mut latest: BTreeMap<(String, String), (String, String)> = BTreeMap::new();
+        if let Ok(list) = events.list(&kube::api::ListParams::default()).await {
+            for event in list.items {
+                let involved = &event.involved_object;
+                if involved.kind.as_deref() != Some("Pod") {
+                    continue;
+                }
+                let key = (
+                    involved.namespace.clone().unwrap_or_default(),
+                    involved.name.clone().unwrap_or_default(),
+                );
+                let stamp = event
+                    .last_timestamp
+                    .as_ref()
+                    .map(|t| t.0.to_string())
+                    .or_else(|| event.event_time.as_ref().map(|t| t.0.to_string()))
+                    .unwrap_or_default();
+                let text = format!(
+                    "{}: {}",
+                    event.reason.unwrap_or_default(),
+                    event.message.unwrap_or_default()
+                );
+                match latest.get(&key) {
+                    Some((previous, _)) if *previous > stamp => {}
+                    _ => {
+                        latest.insert(key, (stamp, text));
+                    }
+                }
+            }
+        }
+        let mut pending: Vec<PendingPod> = self
+            .view
+            .pods()
+            .iter()
+            .filter(|p| p.labels().contains_key(APP_LABEL) && binder::is_pending(p))
+            .map(|p| {
+                let key = (p.namespace().unwrap_or_default(), p.name_any());
+                let reason = latest.get(&key).map_or_else(
+                    || {
+                        if binder::is_marked_unschedulable(p) {
+                            "Unschedulable: no Karpenter event yet".to_owned()
+                        } else {
+                            "not seen by the scheduler yet".to_owned()
+                        }
+                    },
+                    |(_, text)| text.clone(),
+                );
+                PendingPod {
+                    pod: format!("{}/{}", key.0, key.1),
+                    reason,
+                }
+            })
+            .collect();
+        pending.sort_by(|a, b| a.pod.cmp(&b.pod));
+        pending
+    }
+
+    pub(super) async fn report(
+        &mut self,
+        now: Duration,
+        registries: &MetricsRegistries,
+        actor_faults_injected: usize,
+        escalated: bool,
+        dropped: u64,
+    ) -> Report {
+        let bound = lower_bound(self.view.as_ref(), self.cloud.as_ref()).await;
+        self.recorder.lower_bound(bound, now);
+        let pending = self.pending_pods().await;
+        let mut pending_reasons: BTreeMap<String, usize> = BTreeMap::new();
+        for pod in &pending {
+            *pending_reasons.entry(pod.reason.clone()).or_default() += 1;
+        }
+        let running = self
+            .view
+            .pods()
+            .iter()
+            .filter(|p| {
+                p.labels().contains_key(APP_LABEL)
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            })
+            .count();
+        let instances = self.world.ec2.instances();
+        let (by_type, launched, terminated, running_instances) =
+            report::instance_counts(&instances);
+        let metrics = registries.encode().unwrap_or_default();
+        self.recorder.interruptions.left_in_queue = self.world.sqs.depth(&self.queue_url);
+        self.recorder.faults.actor_faults_injected = actor_faults_injected;
+        self.recorder.harness.dropped_changes = dropped;
+        let scenario = &self.loaded.scenario;
+        Report {
+            scenario: scenario.name.clone(),
+            seed: scenario.seed,
+            simulated_seconds: now.as_secs(),
+            pods: PodsReport {
+                requested: self.recorder.requested,
+                scheduled: self.recorder.scheduled,
+                scaled_down: self.recorder.scaled_down,
+                running_at_end: running,
+                pending_at_end: pending.len(),
+                pending_reasons,
+                pending: pending
+                    .into_iter()
+                    .take(report::MAX_LISTED_PENDING)
+                    .collect(),
+            },
+            time_to_schedule: Latency::of(self.recorder.latencies()),
+            nodes: NodesReport {
+                launched,
+                terminated,
+                running_at_end: running_instances,
+                nodeclaims_created: self.recorder.nodeclaims_seen.len(),
+                peak_nodes: self.recorder.peak_nodes,
+                by_type,
+            },
+            cost: self.recorder.cost(billed_per_hour(&self.world)),
+            interruptions: self.recorder.interruptions.clone(),
+            faults: self.recorder.faults.clone(),
+            actors: report::actor_totals(&metrics),
+            escalated,
+            harness: self.recorder.harness.clone(),
+        }
+    }
+}
+
+/// The NodePool an instance was launched for (its tag).
+fn nodepool_of(instance: &karpenter_actors::ports::ec2::Instance) -> Option<&str> {
+    instance
+        .tags
+        .get(karpenter_core::apis::labels::TAG_NODEPOOL)
+        .map(String::as_str)
+}
+
+fn share_of(share: Share, candidates: usize) -> usize {
+    share.of(candidates)
+}
