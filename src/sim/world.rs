@@ -100,8 +100,8 @@ pub enum WorldError {
         known: String,
     },
     /// kwok's EC2 could not load its catalogue for the region.
-    #[error("setting up kwok's EC2: {0}")]
-    Ec2(String),
+    #[error("setting up kwok's EC2")]
+    Ec2(#[source] karpenter_actors::kwok::ec2::KwokEc2Error),
 }
 
 impl WorldError {

@@ -3,6 +3,7 @@
 //! `scripts/gen_aws_catalog.py` from the dumps moto ships (Apache-2.0) into
 //! `data/instance-types.json`, and parsed once.
 
+use crate::providers::pricing::BundledDataError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
@@ -218,10 +219,15 @@ pub fn parse(json: &str) -> Result<Catalogue, serde_json::Error> {
 }
 
 /// The bundled catalogue, parsed on first use.
-pub fn bundled() -> Result<&'static Catalogue, String> {
-    static CATALOGUE: OnceLock<Result<Catalogue, String>> = OnceLock::new();
+pub fn bundled() -> Result<&'static Catalogue, BundledDataError> {
+    static CATALOGUE: OnceLock<Result<Catalogue, BundledDataError>> = OnceLock::new();
     CATALOGUE
-        .get_or_init(|| parse(CATALOGUE_JSON).map_err(|e| format!("bundled catalogue: {e}")))
+        .get_or_init(|| {
+            parse(CATALOGUE_JSON).map_err(|e| BundledDataError {
+                what: "instance-type catalogue",
+                message: e.to_string(),
+            })
+        })
         .as_ref()
         .map_err(Clone::clone)
 }

@@ -38,7 +38,7 @@ use crate::ports::ec2::{
     SpotPriceHistoryRequest, Subnet, Tags,
 };
 use crate::ports::eventbridge::{EventBridgeApi, EventEntry};
-use crate::providers::pricing::builtin_on_demand_prices;
+use crate::providers::pricing::{BundledDataError, builtin_on_demand_prices};
 
 /// How long a launched instance stays `pending` by default; EC2 usually takes tens of seconds.
 const DEFAULT_LAUNCH_LATENCY: Duration = Duration::from_secs(15);
@@ -201,14 +201,26 @@ fn spot_discount(instance_type: &str, zone: &str) -> f64 {
     0.2 + 0.25 * fraction
 }
 
+/// kwok's EC2 cannot start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KwokEc2Error {
+    #[error(transparent)]
+    Bundled(#[from] BundledDataError),
+    #[error("region {region} is not in kwok's catalogue")]
+    UnknownRegion { region: String },
+}
+
 impl KwokEc2 {
-    pub fn new(config: KwokEc2Config, deps: KwokEc2Deps) -> Result<Self, String> {
+    pub fn new(config: KwokEc2Config, deps: KwokEc2Deps) -> Result<Self, KwokEc2Error> {
         let catalogue = catalog::bundled()?;
         let on_demand = builtin_on_demand_prices()?;
-        let zones = catalogue
-            .regions
-            .get(&config.region)
-            .ok_or_else(|| format!("region {} is not in the kwok catalogue", config.region))?;
+        let zones =
+            catalogue
+                .regions
+                .get(&config.region)
+                .ok_or_else(|| KwokEc2Error::UnknownRegion {
+                    region: config.region.clone(),
+                })?;
         let discovery: Tags = [(DISCOVERY_TAG.to_owned(), config.cluster_name.clone())].into();
         let subnets = zones
             .iter()

@@ -44,7 +44,7 @@ impl PricingApi for KwokPricing {
                 AwsService::Pricing,
                 "GetProducts",
                 Some("InternalErrorException"),
-                e,
+                e.to_string(),
             )
             .with_status(500)
         })?;

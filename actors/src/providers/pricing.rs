@@ -30,12 +30,15 @@ struct PriceFile {
 }
 
 /// The built-in on-demand prices (USD/hour), listed and estimated together.
-pub fn builtin_on_demand_prices() -> Result<&'static HashMap<String, f64>, String> {
-    static PRICES: OnceLock<Result<HashMap<String, f64>, String>> = OnceLock::new();
+pub fn builtin_on_demand_prices() -> Result<&'static HashMap<String, f64>, BundledDataError> {
+    static PRICES: OnceLock<Result<HashMap<String, f64>, BundledDataError>> = OnceLock::new();
     PRICES
         .get_or_init(|| {
-            let file: PriceFile = serde_json::from_str(ON_DEMAND_JSON)
-                .map_err(|e| format!("built-in price table: {e}"))?;
+            let file: PriceFile =
+                serde_json::from_str(ON_DEMAND_JSON).map_err(|e| BundledDataError {
+                    what: "on-demand price table",
+                    message: e.to_string(),
+                })?;
             let mut prices = file.estimated;
             prices.extend(file.prices);
             Ok(prices)
@@ -122,8 +125,17 @@ pub enum PricingError {
     NoPrices { region: String, documents: usize },
     #[error("refreshing spot prices: {0}")]
     Spot(AwsError),
-    #[error("{0}")]
-    BuiltinTable(String),
+    #[error(transparent)]
+    BuiltinTable(BundledDataError),
+}
+
+/// Data built into the binary (the price table, kwok's catalogue) does not parse: a broken
+/// build, reported instead of a panic.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the {what} built into this binary does not parse: {message}")]
+pub struct BundledDataError {
+    pub what: &'static str,
+    pub message: String,
 }
 
 impl PricingError {

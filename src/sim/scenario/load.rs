@@ -204,7 +204,7 @@ impl LoadedScenario {
 }
 
 fn check_kwok(region: &str, kwok: &KwokSettings) -> Result<(), ScenarioError> {
-    let catalogue = catalog::bundled().map_err(ScenarioError::Parse)?;
+    let catalogue = catalog::bundled().map_err(|e| ScenarioError::Parse(e.to_string()))?;
     let Some(zones) = catalogue.regions.get(region) else {
         return Err(ScenarioError::invalid(
             "region",

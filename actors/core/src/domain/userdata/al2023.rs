@@ -74,22 +74,34 @@ fn user_parts(user_data: Option<&str>) -> Result<Vec<Part>, UserDataError> {
 
 /// Checks that every YAML document in `text` is a mapping (or empty); `Ok(true)` when at least
 /// one mapping was found.
-fn check_yaml_mappings(text: &str) -> Result<bool, String> {
+fn check_yaml_mappings(text: &str) -> Result<bool, NodeConfigError> {
     let mut found = false;
     for (index, document) in yaml::documents::<Value>(text).into_iter().enumerate() {
-        match document.map_err(|e| e.to_string())? {
+        match document.map_err(|e| NodeConfigError::Yaml(e.to_string()))? {
             Value::Object(_) => found = true,
             Value::Null => {}
             other => {
-                return Err(format!(
-                    "YAML document {} is {}, not a mapping",
-                    index + 1,
-                    yaml_kind(&other)
-                ));
+                return Err(NodeConfigError::NotAMapping {
+                    document: index + 1,
+                    found: yaml_kind(&other),
+                });
             }
         }
     }
     Ok(found)
+}
+
+/// Why a nodeadm `NodeConfig` document cannot be merged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeConfigError {
+    /// Not YAML (the parser's message names the line and column).
+    #[error("{0}")]
+    Yaml(String),
+    #[error("YAML document {document} is {found}, not a mapping")]
+    NotAMapping {
+        document: usize,
+        found: &'static str,
+    },
 }
 
 fn yaml_kind(value: &Value) -> &'static str {
@@ -297,7 +309,16 @@ mod tests {
         assert_eq!(check_yaml_mappings("kind: NodeConfig\n"), Ok(true));
         assert_eq!(
             check_yaml_mappings("#!/bin/bash\necho hi\n"),
-            Err("YAML document 1 is a string, not a mapping".to_owned())
+            Err(NodeConfigError::NotAMapping {
+                document: 1,
+                found: "a string"
+            })
+        );
+        assert_eq!(
+            check_yaml_mappings("#!/bin/bash\necho hi\n")
+                .unwrap_err()
+                .to_string(),
+            "YAML document 1 is a string, not a mapping"
         );
         assert_eq!(check_yaml_mappings("# only a comment\n"), Ok(false));
         assert_eq!(check_yaml_mappings("a: 1\n---\nb: 2\n"), Ok(true));

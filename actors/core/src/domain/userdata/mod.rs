@@ -115,7 +115,7 @@ pub enum UserDataError {
     InvalidNodeConfig {
         family: AmiFamily,
         location: String,
-        reason: String,
+        reason: al2023::NodeConfigError,
     },
     #[error("{} user data: {reason}", .family.as_str())]
     InvalidPowerShell {
