@@ -13,7 +13,7 @@
 //!
 //! All timers are tokio timers (actix's `run_later`), so `tokio::time::pause()` drives them.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -266,7 +266,9 @@ pub(crate) struct GroupActor {
     kit: Arc<KitInner>,
     record: Arc<GroupRecord>,
     parent: GroupParent,
-    children: Vec<ChildEntry>,
+    /// By id: ids are handed out in spawn order, so the map iterates in start order, and a
+    /// family of thousands of children finds and removes one in O(log n).
+    children: BTreeMap<ChildId, ChildEntry>,
     restarts: VecDeque<Instant>,
     phase: GroupPhase,
     on_removed: Option<RemovalHook>,
@@ -276,7 +278,7 @@ impl Actor for GroupActor {
     type Context = Context<Self>;
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        for child in self.children.drain(..) {
+        for child in std::mem::take(&mut self.children).into_values() {
             if let (Some(hook), Some(key)) = (&self.on_removed, &child.key) {
                 hook(key, child.id);
             }
@@ -303,7 +305,7 @@ impl Handler<Adopt> for GroupActor {
             }
             GroupPhase::Running => {}
         }
-        self.children.push(child);
+        self.children.insert(child.id, child);
         self.record.set_children(self.children.len());
     }
 }
@@ -312,11 +314,13 @@ impl Handler<ChildStopped> for GroupActor {
     type Result = ();
 
     fn handle(&mut self, report: ChildStopped, ctx: &mut Context<Self>) {
-        let Some(index) = self.children.iter().position(|c| c.id == report.child) else {
+        if !self.children.contains_key(&report.child) {
             return;
-        };
+        }
         if report.reason == StopReason::Shutdown {
-            let child = self.children.remove(index);
+            let Some(child) = self.children.remove(&report.child) else {
+                return;
+            };
             self.record.set_children(self.children.len());
             if let (Some(hook), Some(key)) = (&self.on_removed, &child.key) {
                 hook(key, child.id);
@@ -327,7 +331,9 @@ impl Handler<ChildStopped> for GroupActor {
             // Every child is being stopped, or waits for the parent's decision.
             return;
         }
-        let child = &self.children[index];
+        let Some(child) = self.children.get(&report.child) else {
+            return;
+        };
         let label = child.target.label();
         let restart = child.restart.restarts_after(report.reason.is_normal());
         let reason_text = report.reason.to_string();
@@ -351,7 +357,7 @@ impl Handler<ChildStopped> for GroupActor {
             return;
         }
         self.record.child_stopped(&label, &reason_text, true);
-        let delay = self.next_delay(index, now);
+        let delay = self.next_delay(report.child, now);
         tracing::info!(group = self.spec.name, child = %label, reason = %report.reason, ?delay, "restarting child");
         match self.spec.strategy {
             Strategy::OneForOne => {
@@ -364,7 +370,7 @@ impl Handler<ChildStopped> for GroupActor {
                     return;
                 }
                 self.phase = GroupPhase::RestartingAll;
-                for sibling in self.children.iter().rev() {
+                for sibling in self.children.values().rev() {
                     if sibling.id != report.child {
                         sibling.target.command(Command::Suspend);
                     }
@@ -390,14 +396,14 @@ impl Handler<Wake> for GroupActor {
             Command::Suspend => {
                 self.phase = GroupPhase::Suspended;
                 self.record.set_phase(STATE_SUSPENDED);
-                for child in self.children.iter().rev() {
+                for child in self.children.values().rev() {
                     child.target.command(Command::Suspend);
                 }
             }
             Command::Restart => {
                 // A restarted group starts afresh: empty window, fresh backoffs.
                 self.restarts.clear();
-                for child in &mut self.children {
+                for child in self.children.values_mut() {
                     child.backoff = None;
                     child.last_failure = None;
                 }
@@ -409,10 +415,12 @@ impl Handler<Wake> for GroupActor {
 }
 
 impl GroupActor {
-    fn next_delay(&mut self, index: usize, now: Instant) -> Duration {
+    fn next_delay(&mut self, id: ChildId, now: Instant) -> Duration {
         let within = self.spec.within;
         let backoff = self.spec.backoff;
-        let child = &mut self.children[index];
+        let Some(child) = self.children.get_mut(&id) else {
+            return backoff.min;
+        };
         // A child that ran a whole window without failing starts its backoff over.
         if child
             .last_failure
@@ -432,7 +440,7 @@ impl GroupActor {
         if self.phase != GroupPhase::Running {
             return;
         }
-        if let Some(child) = self.children.iter().find(|c| c.id == id) {
+        if let Some(child) = self.children.get(&id) {
             child.target.command(Command::Restart);
         }
     }
@@ -443,7 +451,7 @@ impl GroupActor {
         }
         self.phase = GroupPhase::Running;
         self.record.set_phase(STATE_RUNNING);
-        for child in &self.children {
+        for child in self.children.values() {
             child.target.command(Command::Restart);
         }
     }
@@ -453,7 +461,7 @@ impl GroupActor {
         self.record.set_phase(STATE_SUSPENDED);
         self.record.escalated();
         self.kit.metrics.escalated(self.spec.name);
-        for sibling in self.children.iter().rev() {
+        for sibling in self.children.values().rev() {
             sibling.target.command(Command::Suspend);
         }
         let reason = StopReason::Escalated {
@@ -475,7 +483,7 @@ impl GroupActor {
         self.record.set_phase(STATE_STOPPING);
         let order: Vec<Arc<ChildTarget>> = self
             .children
-            .iter()
+            .values()
             .rev()
             .map(|c| Arc::clone(&c.target))
             .collect();
@@ -572,7 +580,7 @@ impl GroupRef {
             kit: Arc::clone(kit),
             record: Arc::clone(&record),
             parent: group_parent,
-            children: Vec::new(),
+            children: BTreeMap::new(),
             restarts: VecDeque::new(),
             phase: GroupPhase::Running,
             on_removed,
