@@ -89,3 +89,16 @@ pub fn solve(snapshot: &Snapshot, options: &Options) -> Plan {
     solver.run();
     solver.into_plan()
 }
+
+/// [`solve`], also telling for each pod whether its very first attempt placed it, with its
+/// requirements unrelaxed. Such a pod went to the first node, in the scheduler's order, that
+/// could take it at that moment; a pod that failed an attempt first, or needed a relaxed
+/// preference, may owe its place to what was placed in between. Disruption uses this to prove
+/// that a simulation over a prefix of the existing nodes answers as the whole cluster would.
+#[must_use]
+pub fn solve_observed(snapshot: &Snapshot, options: &Options) -> (Plan, Vec<bool>) {
+    let mut solver = solver::Solver::new(snapshot, options);
+    solver.run();
+    let first_try = std::mem::take(&mut solver.first_try);
+    (solver.into_plan(), first_try)
+}
