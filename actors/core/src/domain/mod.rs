@@ -14,8 +14,11 @@
 //!   in-flight launches included for the Provisioner.
 //! - [`nodepool_hash`]: the NodePool template hash static drift compares.
 //! - [`version`]: the supported Kubernetes versions.
+//! - [`disruption`]: voluntary disruption (consolidation, emptiness, drift, budgets): which
+//!   nodes to remove or replace in one round, and the validation of that decision.
 
 pub mod amifamily;
+pub mod disruption;
 pub mod instance_type;
 pub mod interruption;
 pub mod limits;
