@@ -407,6 +407,45 @@ pub fn build(input: &DisruptionInput) -> Candidates {
     out
 }
 
+/// A state node as a candidate, whatever its checks say (for simulating its removal).
+pub(super) fn any_node(input: &DisruptionInput, index: usize) -> Candidate {
+    let node = &input.nodes[index];
+    let pool = node
+        .node_pool()
+        .and_then(|p| input.pools.iter().position(|pool| pool.name == p))
+        .unwrap_or(0);
+    let instance_type = node.label(labels::INSTANCE_TYPE).and_then(|name| {
+        input
+            .pools
+            .get(pool)
+            .and_then(|p| p.instance_types.iter().find(|t| t.name == name).cloned())
+    });
+    Candidate {
+        node: index,
+        name: node.name.clone(),
+        node_claim: node
+            .node_claim
+            .as_ref()
+            .map(|c| c.name.clone())
+            .unwrap_or_default(),
+        node_pool: node.node_pool().unwrap_or_default().to_owned(),
+        pool,
+        instance_type,
+        capacity_type: node.label(labels::CAPACITY_TYPE).map(str::to_owned),
+        zone: node.label(labels::ZONE).map(str::to_owned),
+        reschedulable: node
+            .pods
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.is_reschedulable())
+            .map(|(i, _)| i)
+            .collect(),
+        cost: disruption_cost(node, input.now),
+        pod_block: None,
+        price: OnceCell::new(),
+    }
+}
+
 /// Ascending disruption cost, ties by name (Karpenter's sort is unstable; a deterministic
 /// order is an allowed deviation).
 pub fn sort_by_cost(candidates: &mut [Candidate]) {

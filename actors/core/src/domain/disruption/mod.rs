@@ -71,6 +71,21 @@ pub use methods::decide;
 pub use simulate::{Origin, SimulatedPod, Simulation};
 pub use validate::{Abandoned, Validation, validate};
 
+/// Simulates removing the named state nodes, whatever their candidacy, as a consolidation
+/// method would: their currently reschedulable pods, the pending pods and the deleting nodes'
+/// pods scheduled on the rest of the cluster (for explanations and tests). Unknown names are
+/// ignored.
+#[must_use]
+pub fn simulate_removal(input: &DisruptionInput, nodes: &[&str]) -> Simulation {
+    let candidates: Vec<candidates::Candidate> = nodes
+        .iter()
+        .filter_map(|name| input.nodes.iter().position(|n| n.name == *name))
+        .map(|index| candidates::any_node(input, index))
+        .collect();
+    let refs: Vec<&candidates::Candidate> = candidates.iter().collect();
+    simulate::Simulator::new(input).simulate(&refs)
+}
+
 /// A round that could not be decided (the controller backs off, as after Karpenter's
 /// reconcile errors).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

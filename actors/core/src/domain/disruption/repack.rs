@@ -3,9 +3,9 @@
 //! Karpenter replaces a set of nodes only by *one* cheaper node. When the pods of several
 //! underutilized nodes need more than one node, it gives up, even if two cheaper nodes could
 //! take the pods of five. Repacking runs after the four methods found nothing: it searches the
-//! budgeted consolidation candidates, cheapest to disrupt first, for the longest prefix of 2 to
-//! 101 whose pods the scheduler places on existing nodes plus M < N new NodeClaims that cost
-//! less together than the candidates.
+//! budgeted consolidation candidates, cheapest to disrupt first, for the longest prefix of 3 to
+//! 101 (longest first) whose pods the scheduler places on existing nodes plus 2 ≤ M < N new
+//! NodeClaims that cost less together than the candidates.
 //!
 //! Savings are guaranteed the way Karpenter guarantees them for one replacement: each
 //! replacement `j` is priced at `w_j`, the worst launch price of its cheapest instance type;
@@ -35,6 +35,9 @@ use super::methods::{Round, budgeted, budgets, command, over_budget};
 use super::simulate::Simulation;
 use super::{Command, DisruptionError, Method, MethodOutcome, MethodReport};
 
+/// Fewest candidates worth repacking: two nodes into one is multi-node consolidation's job.
+const MIN_REPACK: usize = 3;
+
 /// Repacks the budgeted candidates (see the module docs).
 pub(super) fn repack(
     round: &mut Round<'_>,
@@ -56,38 +59,35 @@ pub(super) fn repack(
     report.outcome = MethodOutcome::Nothing {
         mark_consolidated: !constrained,
     };
-    if kept.len() < 2 {
+    if kept.len() < MIN_REPACK {
         return Ok(None);
     }
-    let cap = input.options.multi_node_limit.max(2) - 1;
-    let (mut low, mut high) = (1, (kept.len() - 1).min(cap));
-    let mut saved = None;
-    while low <= high {
+    // Unlike Karpenter's N→1 search, a longer prefix is not harder here (more nodes leave
+    // more room to save one), so the search goes from the longest prefix down.
+    let longest = kept
+        .len()
+        .min(input.options.multi_node_limit.max(MIN_REPACK));
+    for size in (MIN_REPACK..=longest).rev() {
         // Shares multi-node's budget: it is the same kind of search.
         if over_budget(report, input.options.multi_node_budget) {
             report.timed_out = true;
             break;
         }
-        let mid = usize::midpoint(low, high);
-        let prefix = &kept[..=mid];
+        let prefix = &kept[..size];
         let simulation = round.sims.simulate(prefix, report);
-        match evaluate(&simulation, prefix, input)? {
-            Some(replacements) => {
-                let price = candidates_price(prefix, input)?;
-                saved = Some(command(
-                    Method::Repack,
-                    prefix,
-                    input,
-                    Some(&simulation),
-                    replacements,
-                    Some(price),
-                ));
-                low = mid + 1;
-            }
-            None => high = mid - 1,
+        if let Some(replacements) = evaluate(&simulation, prefix, input)? {
+            let price = candidates_price(prefix, input)?;
+            return Ok(Some(command(
+                Method::Repack,
+                prefix,
+                input,
+                Some(&simulation),
+                replacements,
+                Some(price),
+            )));
         }
     }
-    Ok(saved)
+    Ok(None)
 }
 
 /// The replacements that make removing `candidates` a saving, if any.

@@ -482,7 +482,7 @@ impl<'a> Simulator<'a> {
                 // Without topology that reads domains, two instance types per pool order the
                 // pods as all of them would; if every pod lands on an existing node,
                 // NodeClaims never mattered.
-                let solved = self.solve(&batch, &cut, None, true);
+                let solved = self.solve(&batch, &cut, relevant.as_ref(), true);
                 if plan_on_existing(&solved.plan, batch.pods.len()) {
                     if cut.complete || self.accept(&batch.pods, &solved, cut.end) {
                         return self.judge(solved.plan, origins, solved.work);

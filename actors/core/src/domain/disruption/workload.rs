@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec, ResourceRequirements,
-    Toleration as ApiToleration, TopologySpreadConstraint,
+    Affinity, Container, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec,
+    ResourceRequirements, Toleration as ApiToleration, TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -190,6 +190,23 @@ impl PodBuilder {
         affinity
             .pod_anti_affinity
             .get_or_insert_with(PodAntiAffinity::default)
+            .required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(PodAffinityTerm {
+                label_selector: Some(app_selector(app)),
+                topology_key: topology_key.to_owned(),
+                ..PodAffinityTerm::default()
+            });
+        self
+    }
+
+    /// Required affinity to pods labelled `app=<app>` on the topology key.
+    #[must_use]
+    pub fn affinity(mut self, topology_key: &str, app: &str) -> Self {
+        let affinity = self.spec().affinity.get_or_insert_with(Affinity::default);
+        affinity
+            .pod_affinity
+            .get_or_insert_with(PodAffinity::default)
             .required_during_scheduling_ignored_during_execution
             .get_or_insert_with(Vec::new)
             .push(PodAffinityTerm {
