@@ -742,28 +742,24 @@ fn destination(name: &str, cpus: usize) -> NodeSpec {
 
 #[test]
 fn multi_node_deletes_the_longest_prefix_whose_pods_fit_elsewhere() {
-    let mut c = cluster();
-    c.pools[0] = c.pools[0].clone().budgets(vec![budget("100%", None)]);
+    let mut c = unbudgeted();
     c.nodes = vec![destination("big", 16)];
-    for i in 0..4 {
-        c.nodes
-            .push(node(&format!("small-{i}"), 2).pod(pod(&format!("app-{i}"), 1000, 512)));
-    }
+    c.nodes.extend(numbered("small-", 4, 2, 1000));
     let decision = round(&c);
     let command = expect_command(&decision, Method::MultiNode);
     assert_eq!(command.decision(), CommandDecision::Delete);
-    assert_eq!(names(command), ["small-0", "small-1", "small-2", "small-3"]);
+    assert_eq!(
+        names(command),
+        ["small-000", "small-001", "small-002", "small-003"]
+    );
     assert_eq!(command.destinations(), ["big"]);
     assert_eq!(command.price_after, Some(0.0));
 }
 
 #[test]
 fn multi_node_replaces_several_nodes_by_one_cheaper_node() {
-    let mut c = cluster();
-    c.pools[0] = c.pools[0].clone().budgets(vec![budget("100%", None)]);
-    c.nodes = (0..3)
-        .map(|i| node(&format!("n{i}"), 8).pod(pod(&format!("app-{i}"), 1000, 512)))
-        .collect();
+    let mut c = unbudgeted();
+    c.nodes = numbered("n", 3, 8, 1000);
     let decision = round(&c);
     let command = expect_command(&decision, Method::MultiNode);
     assert_eq!(command.candidates.len(), 3);
@@ -782,8 +778,7 @@ fn the_same_type_filter_refuses_a_replacement_no_cheaper_than_a_candidate_of_its
     // Both pods need a 4-CPU node: replacing the two 4-CPU nodes by one 4-CPU node is just
     // deleting one, which multi-node leaves to single-node consolidation: "full" goes, its
     // pod moving next to the tiny one.
-    let mut c = cluster();
-    c.pools[0] = c.pools[0].clone().budgets(vec![budget("100%", None)]);
+    let mut c = unbudgeted();
     c.nodes = vec![
         node("full", 4).pod(pod("big", 3500, 512)),
         node("light", 4).pod(pod("tiny", 200, 128)),
@@ -803,13 +798,9 @@ fn the_same_type_filter_refuses_a_replacement_no_cheaper_than_a_candidate_of_its
 
 #[test]
 fn multi_node_takes_at_most_101_candidates() {
-    let mut c = cluster();
-    c.pools[0] = c.pools[0].clone().budgets(vec![budget("100%", None)]);
+    let mut c = unbudgeted();
     c.nodes = vec![destination("big", 32)];
-    for i in 0..150 {
-        c.nodes
-            .push(node(&format!("n{i:03}"), 1).pod(pod(&format!("app-{i:03}"), 100, 64)));
-    }
+    c.nodes.extend(numbered("n", 150, 1, 100));
     let decision = round(&c);
     let command = expect_command(&decision, Method::MultiNode);
     assert_eq!(command.candidates.len(), 101);
@@ -826,13 +817,9 @@ fn multi_node_takes_at_most_101_candidates() {
 
 #[test]
 fn multi_node_returns_its_last_valid_command_when_its_budget_runs_out() {
-    let mut c = cluster();
-    c.pools[0] = c.pools[0].clone().budgets(vec![budget("100%", None)]);
+    let mut c = unbudgeted();
     c.nodes = vec![destination("big", 16)];
-    for i in 0..8 {
-        c.nodes
-            .push(node(&format!("n{i}"), 2).pod(pod(&format!("app-{i}"), 500, 256)));
-    }
+    c.nodes.extend(numbered("n", 8, 2, 500));
     c.options.multi_node_budget = Some(1);
     let decision = round(&c);
     let report = decision.method(Method::MultiNode).unwrap();
@@ -1117,9 +1104,7 @@ fn validation_abandons_a_command_whose_candidate_was_nominated() {
     let mut c = single_replace();
     let command = round(&c).command.unwrap();
     c.node_mut("a").unwrap().nominated_until = Some(now() + minutes(1));
-    let Validation::Abandon(abandoned) = validate(&command, &c.input()) else {
-        panic!("kept");
-    };
+    let abandoned = expect_abandoned(&command, &c);
     assert_eq!(abandoned.failed_validations, 1);
 }
 
@@ -1128,9 +1113,7 @@ fn validation_abandons_a_command_the_budgets_no_longer_allow() {
     let mut c = single_replace();
     let command = round(&c).command.unwrap();
     c.pools[0] = c.pools[0].clone().budgets(vec![budget("0", None)]);
-    let Validation::Abandon(abandoned) = validate(&command, &c.input()) else {
-        panic!("kept");
-    };
+    let abandoned = expect_abandoned(&command, &c);
     assert_eq!(
         abandoned.reason,
         "a candidate can no longer be disrupted without violating budgets"
@@ -1148,13 +1131,8 @@ fn validation_abandons_a_delete_that_now_needs_a_new_node() {
     let command = round(&c).command.unwrap();
     assert_eq!(command.decision(), CommandDecision::Delete);
     // Meanwhile a pod took the room on "big".
-    c.node_mut("big")
-        .unwrap()
-        .pods
-        .push(pod("late", 1000, 256).build().unwrap());
-    let Validation::Abandon(abandoned) = validate(&command, &c.input()) else {
-        panic!("kept");
-    };
+    arrive(&mut c, "big", pod("late", 1000, 256));
+    let abandoned = expect_abandoned(&command, &c);
     assert_eq!(abandoned.failed_validations, 0);
 }
 
@@ -1174,18 +1152,14 @@ fn validation_abandons_a_replacement_whose_instance_types_are_no_longer_offered(
 
 #[test]
 fn emptiness_validation_keeps_the_candidates_still_empty() {
-    let mut c = cluster();
-    c.pools[0] = c.pools[0].clone().budgets(vec![budget("100%", None)]);
+    let mut c = unbudgeted();
     c.nodes = vec![
         node("a", 2).pod(daemon("d-a")),
         node("b", 2).pod(daemon("d-b")),
     ];
     let command = round(&c).command.unwrap();
     assert_eq!(command.candidates.len(), 2);
-    c.node_mut("b")
-        .unwrap()
-        .pods
-        .push(pod("web", 100, 64).build().unwrap());
+    arrive(&mut c, "b", pod("web", 100, 64));
     let Validation::Keep {
         command: kept,
         failed_validations,
@@ -1196,13 +1170,8 @@ fn emptiness_validation_keeps_the_candidates_still_empty() {
     assert_eq!(names(&kept), ["a"]);
     assert_eq!(failed_validations, 0);
     // Nothing left: abandoned, every candidate counted.
-    c.node_mut("a")
-        .unwrap()
-        .pods
-        .push(pod("api", 100, 64).build().unwrap());
-    let Validation::Abandon(abandoned) = validate(&command, &c.input()) else {
-        panic!("kept");
-    };
+    arrive(&mut c, "a", pod("api", 100, 64));
+    let abandoned = expect_abandoned(&command, &c);
     assert_eq!(abandoned.failed_validations, 2);
 }
 
@@ -1448,8 +1417,7 @@ fn simulated_pods_carry_their_origin() {
 
 #[test]
 fn repacking_replaces_several_nodes_by_fewer_cheaper_ones_where_karpenter_gives_up() {
-    let mut c = cluster();
-    c.pools[0] = c.pools[0].clone().budgets(vec![budget("100%", None)]);
+    let mut c = unbudgeted();
     c.nodes = vec![
         node("n1", 21).pod(pod("a", 20_000, 1024)),
         node("n2", 21)

@@ -10,7 +10,8 @@ use karpenter_core::apis::labels;
 use karpenter_core::apis::nodepool::{Budget, DisruptionReason};
 use karpenter_core::domain::disruption::workload::{Cluster, NodeSpec, PodBuilder, PoolSpec};
 use karpenter_core::domain::disruption::{
-    Blocker, Command, Decision, Method, MethodOutcome, NodeEventReason, decide,
+    Abandoned, Blocker, Command, Decision, Method, MethodOutcome, NodeEventReason, Validation,
+    decide, validate,
 };
 use karpenter_core::domain::instance_type::InstanceType;
 use karpenter_core::domain::scheduling::workload::fake_instance_types;
@@ -42,6 +43,26 @@ pub fn cluster() -> Cluster {
         PoolSpec::new("spot", &[labels::CAPACITY_TYPE_SPOT], types()),
     ];
     cluster
+}
+
+/// A cluster whose on-demand pool may disrupt all its nodes at once.
+pub fn unbudgeted() -> Cluster {
+    let mut cluster = cluster();
+    cluster.pools[0] = cluster.pools[0].clone().budgets(vec![budget("100%", None)]);
+    cluster
+}
+
+/// `count` on-demand nodes `<prefix><i>` of `cpus` CPUs, each with one pod of `pod_millis`.
+pub fn numbered(prefix: &str, count: usize, cpus: usize, pod_millis: i64) -> Vec<NodeSpec> {
+    (0..count)
+        .map(|i| {
+            node(&format!("{prefix}{i:03}"), cpus).pod(pod(
+                &format!("{prefix}{i:03}-app"),
+                pod_millis,
+                pod_millis / 2,
+            ))
+        })
+        .collect()
 }
 
 /// An on-demand node of `cpus` CPUs in zone 1.
@@ -170,4 +191,22 @@ pub fn allowed(decision: &Decision, method: Method, pool: &str) -> i64 {
             || panic!("no budget for {pool} in {method:?}: {decision:#?}"),
             |b| b.allowed,
         )
+}
+
+/// A pod lands on a node of the cluster.
+pub fn arrive(cluster: &mut Cluster, node: &str, pod: PodBuilder) {
+    let pod = pod.build().expect("a valid pod");
+    cluster
+        .node_mut(node)
+        .unwrap_or_else(|| panic!("no node {node}"))
+        .pods
+        .push(pod);
+}
+
+/// Validates the command against the cluster as it is now; it must be abandoned.
+pub fn expect_abandoned(command: &Command, cluster: &Cluster) -> Abandoned {
+    match validate(command, &cluster.input()) {
+        Validation::Abandon(abandoned) => abandoned,
+        Validation::Keep { command, .. } => panic!("kept {command:#?}"),
+    }
 }

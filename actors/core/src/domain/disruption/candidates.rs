@@ -348,10 +348,9 @@ fn node_blocker(node: &StateNode, input: &DisruptionInput) -> Result<usize, Bloc
 pub fn build(input: &DisruptionInput) -> Candidates {
     let mut out = Candidates::default();
     for (index, node) in input.nodes.iter().enumerate() {
-        let claim_name = node.node_claim.as_ref().map(|c| c.name.clone());
         let reject = |blocker: Blocker| BlockedNode {
             node: node.name.clone(),
-            node_claim: claim_name.clone(),
+            node_claim: node.node_claim.as_ref().map(|c| c.name.clone()),
             blocker,
         };
         let pool = match node_blocker(node, input) {
@@ -374,34 +373,7 @@ pub fn build(input: &DisruptionInput) -> Candidates {
                 continue;
             }
         }
-        let pool_input: &PoolInput = &input.pools[pool];
-        let instance_type = node.label(labels::INSTANCE_TYPE).and_then(|name| {
-            pool_input
-                .instance_types
-                .iter()
-                .find(|t| t.name == name)
-                .cloned()
-        });
-        out.all.push(Candidate {
-            node: index,
-            name: node.name.clone(),
-            node_claim: claim_name.unwrap_or_default(),
-            node_pool: pool_input.name.clone(),
-            pool,
-            instance_type,
-            capacity_type: node.label(labels::CAPACITY_TYPE).map(str::to_owned),
-            zone: node.label(labels::ZONE).map(str::to_owned),
-            reschedulable: node
-                .pods
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| p.is_reschedulable())
-                .map(|(i, _)| i)
-                .collect(),
-            cost: disruption_cost(node, input.now),
-            pod_block,
-            price: OnceCell::new(),
-        });
+        out.all.push(candidate(input, index, pool, pod_block));
     }
     sort_by_cost(&mut out.all);
     out
@@ -409,16 +381,25 @@ pub fn build(input: &DisruptionInput) -> Candidates {
 
 /// A state node as a candidate, whatever its checks say (for simulating its removal).
 pub(super) fn any_node(input: &DisruptionInput, index: usize) -> Candidate {
-    let node = &input.nodes[index];
-    let pool = node
+    let pool = input.nodes[index]
         .node_pool()
         .and_then(|p| input.pools.iter().position(|pool| pool.name == p))
         .unwrap_or(0);
+    candidate(input, index, pool, None)
+}
+
+/// The candidate for a state node of a pool: its instance type by label in the pool's
+/// types, capacity type, zone, reschedulable pods and cost.
+fn candidate(
+    input: &DisruptionInput,
+    index: usize,
+    pool: usize,
+    pod_block: Option<Blocker>,
+) -> Candidate {
+    let node = &input.nodes[index];
+    let pool_input = input.pools.get(pool);
     let instance_type = node.label(labels::INSTANCE_TYPE).and_then(|name| {
-        input
-            .pools
-            .get(pool)
-            .and_then(|p| p.instance_types.iter().find(|t| t.name == name).cloned())
+        pool_input.and_then(|p| p.instance_types.iter().find(|t| t.name == name).cloned())
     });
     Candidate {
         node: index,
@@ -441,7 +422,7 @@ pub(super) fn any_node(input: &DisruptionInput, index: usize) -> Candidate {
             .map(|(i, _)| i)
             .collect(),
         cost: disruption_cost(node, input.now),
-        pod_block: None,
+        pod_block,
         price: OnceCell::new(),
     }
 }

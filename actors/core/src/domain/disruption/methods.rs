@@ -238,6 +238,38 @@ pub(super) fn command(
     }
 }
 
+/// The command a consolidation computation found (`None` for nothing).
+fn consolidation_command(
+    method: Method,
+    candidates: &[&Candidate],
+    input: &DisruptionInput,
+    consolidation: Consolidation,
+) -> Option<Command> {
+    match consolidation {
+        Consolidation::Nothing { .. } => None,
+        Consolidation::Delete { simulation } => Some(command(
+            method,
+            candidates,
+            input,
+            Some(&simulation),
+            Vec::new(),
+            consolidation::candidates_price(candidates, input).ok(),
+        )),
+        Consolidation::Replace {
+            simulation,
+            replacement,
+            price_before,
+        } => Some(command(
+            method,
+            candidates,
+            input,
+            Some(&simulation),
+            vec![replacement],
+            Some(price_before),
+        )),
+    }
+}
+
 /// Emptiness (spec 6.1): every empty consolidatable candidate the budgets allow, deleted.
 fn emptiness(round: &mut Round<'_>, report: &mut MethodReport) -> Option<Command> {
     let input = round.input;
@@ -407,32 +439,27 @@ fn multi_node(
         let mid = usize::midpoint(low, high);
         let prefix = &kept[..=mid];
         let simulation = round.sims.simulate(prefix, report);
-        let workable = match consolidation::compute(simulation, prefix, input)? {
-            Consolidation::Nothing { .. } => None,
-            Consolidation::Delete { simulation } => Some(command(
-                Method::MultiNode,
-                prefix,
-                input,
-                Some(&simulation),
-                Vec::new(),
-                Some(consolidation::candidates_price(prefix, input)?),
-            )),
+        let consolidation = match consolidation::compute(simulation, prefix, input)? {
+            // Karpenter's filterOutSameType: a replacement no cheaper than a candidate of its
+            // own type is no move at all.
             Consolidation::Replace {
                 simulation,
                 mut replacement,
                 price_before,
-            } => consolidation::filter_out_same_type(&replacement, prefix, input).map(|types| {
-                consolidation::set_instance_types(&mut replacement, types);
-                command(
-                    Method::MultiNode,
-                    prefix,
-                    input,
-                    Some(&simulation),
-                    vec![replacement],
-                    Some(price_before),
-                )
-            }),
+            } => match consolidation::filter_out_same_type(&replacement, prefix, input) {
+                Some(types) => {
+                    consolidation::set_instance_types(&mut replacement, types);
+                    Consolidation::Replace {
+                        simulation,
+                        replacement,
+                        price_before,
+                    }
+                }
+                None => Consolidation::Nothing { event: None },
+            },
+            other => other,
         };
+        let workable = consolidation_command(Method::MultiNode, prefix, input, consolidation);
         match workable {
             Some(command) => {
                 saved = Some(command);
@@ -526,38 +553,10 @@ fn single_node(round: &mut Round<'_>, report: &mut MethodReport) -> (Option<Comm
                     ));
                 }
             }
-            Ok(Consolidation::Delete { simulation }) => {
+            Ok(found) => {
                 report.evaluated = i + 1;
-                let price = consolidation::candidates_price(&[candidate], input).ok();
-                return (
-                    Some(command(
-                        Method::SingleNode,
-                        &[candidate],
-                        input,
-                        Some(&simulation),
-                        Vec::new(),
-                        price,
-                    )),
-                    Vec::new(),
-                );
-            }
-            Ok(Consolidation::Replace {
-                simulation,
-                replacement,
-                price_before,
-            }) => {
-                report.evaluated = i + 1;
-                return (
-                    Some(command(
-                        Method::SingleNode,
-                        &[candidate],
-                        input,
-                        Some(&simulation),
-                        vec![replacement],
-                        Some(price_before),
-                    )),
-                    Vec::new(),
-                );
+                let command = consolidation_command(Method::SingleNode, &[candidate], input, found);
+                return (command, Vec::new());
             }
         }
     }

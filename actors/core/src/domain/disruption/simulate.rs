@@ -57,9 +57,9 @@ use crate::domain::instance_type::InstanceType;
 use crate::domain::requirements::{AllowUndefined, Requirements};
 use crate::domain::resources::{NODES, Resources, approx_f64};
 use crate::domain::scheduling::{
-    self, AffinityTerm, BoundPod, ExistingNode, LabelSelector, NewNodeClaim, NodePoolInput,
-    Options, Placement, Plan, PodShape, ReservedOfferingMode, SchedulingPod, SelectorOperator,
-    Snapshot, SpreadConstraint, Toleration, first_untolerated,
+    self, BoundPod, ExistingNode, LabelSelector, NewNodeClaim, NodePoolInput, Options, Placement,
+    Plan, PodShape, ReservedOfferingMode, SchedulingPod, SelectorOperator, Snapshot,
+    SpreadConstraint, Toleration, first_untolerated,
 };
 
 use super::candidates::{Candidate, is_currently_reschedulable};
@@ -258,13 +258,7 @@ impl<'a> Simulator<'a> {
     pub fn new(input: &'a DisruptionInput) -> Self {
         let snapshot = &input.scheduling;
         let nodes = &snapshot.existing_nodes;
-        let mut order: Vec<usize> = (0..nodes.len()).collect();
-        order.sort_by(|a, b| {
-            let (na, nb) = (&nodes[*a], &nodes[*b]);
-            nb.initialized
-                .cmp(&na.initialized)
-                .then_with(|| na.name.cmp(&nb.name))
-        });
+        let order = scheduling::existing_node_order(nodes);
         let free: Vec<Resources> = nodes.iter().map(free_room).collect();
         let pool_of: Vec<Option<usize>> = nodes
             .iter()
@@ -1080,7 +1074,7 @@ impl<'a> Simulator<'a> {
                     }
                     for term in &pod.anti_affinity {
                         let key = (
-                            resolve_namespaces(&snapshot.namespaces, &pod.namespace, term),
+                            term.selected_namespaces(&pod.namespace, &snapshot.namespaces),
                             term.selector.clone(),
                             is_hostname(&term.topology_key),
                         );
@@ -1278,7 +1272,7 @@ fn batch_selectors(
         }
         for term in shape.affinity.iter().chain(&shape.preferred_affinity) {
             selectors.push(Selector {
-                namespaces: resolve_namespaces(namespaces, &shape.namespace, term),
+                namespaces: term.selected_namespaces(&shape.namespace, namespaces),
                 selector: term.selector.clone(),
                 for_ghosts: true,
                 shift: None,
@@ -1290,7 +1284,7 @@ fn batch_selectors(
             .chain(&shape.preferred_anti_affinity)
         {
             selectors.push(Selector {
-                namespaces: resolve_namespaces(namespaces, &shape.namespace, term),
+                namespaces: term.selected_namespaces(&shape.namespace, namespaces),
                 selector: term.selector.clone(),
                 for_ghosts: !is_hostname(&term.topology_key),
                 shift: None,
@@ -1399,30 +1393,6 @@ fn names_hostname(shape: &PodShape) -> bool {
     shape.node_selector.has(labels::HOSTNAME)
         || shape.volume_requirements.has(labels::HOSTNAME)
         || shape.required_terms.iter().any(|t| t.has(labels::HOSTNAME))
-}
-
-/// The namespaces a pod (anti-)affinity term selects in, as the solver resolves them.
-fn resolve_namespaces(
-    namespaces: &BTreeMap<String, BTreeMap<String, String>>,
-    pod_namespace: &str,
-    term: &AffinityTerm,
-) -> Vec<String> {
-    let mut out = match &term.namespace_selector {
-        None if term.namespaces.is_empty() => vec![pod_namespace.to_owned()],
-        None => term.namespaces.clone(),
-        Some(selector) => {
-            let mut selected: Vec<String> = namespaces
-                .iter()
-                .filter(|(_, labels)| selector.matches(labels))
-                .map(|(name, _)| name.clone())
-                .collect();
-            selected.extend(term.namespaces.iter().cloned());
-            selected
-        }
-    };
-    out.sort_unstable();
-    out.dedup();
-    out
 }
 
 /// A pool cut down to the instance types that decide the solver's pod order: those with the

@@ -192,11 +192,7 @@ impl PodBuilder {
             .get_or_insert_with(PodAntiAffinity::default)
             .required_during_scheduling_ignored_during_execution
             .get_or_insert_with(Vec::new)
-            .push(PodAffinityTerm {
-                label_selector: Some(app_selector(app)),
-                topology_key: topology_key.to_owned(),
-                ..PodAffinityTerm::default()
-            });
+            .push(app_term(topology_key, app));
         self
     }
 
@@ -209,11 +205,7 @@ impl PodBuilder {
             .get_or_insert_with(PodAffinity::default)
             .required_during_scheduling_ignored_during_execution
             .get_or_insert_with(Vec::new)
-            .push(PodAffinityTerm {
-                label_selector: Some(app_selector(app)),
-                topology_key: topology_key.to_owned(),
-                ..PodAffinityTerm::default()
-            });
+            .push(app_term(topology_key, app));
         self
     }
 
@@ -227,6 +219,15 @@ impl PodBuilder {
     #[must_use]
     pub fn build(self) -> Option<NodePod> {
         NodePod::from_pod(&self.0).ok()
+    }
+}
+
+/// A pod (anti-)affinity term over pods labelled `app=<app>`.
+fn app_term(topology_key: &str, app: &str) -> PodAffinityTerm {
+    PodAffinityTerm {
+        label_selector: Some(app_selector(app)),
+        topology_key: topology_key.to_owned(),
+        ..PodAffinityTerm::default()
     }
 }
 

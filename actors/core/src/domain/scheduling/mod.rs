@@ -82,6 +82,20 @@ impl Default for Options {
     }
 }
 
+/// The order in which the scheduler tries existing nodes (indices into `nodes`): initialized
+/// nodes first, then by name. A pod goes to the first that can take it.
+#[must_use]
+pub fn existing_node_order(nodes: &[ExistingNode]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..nodes.len()).collect();
+    order.sort_by(|a, b| {
+        let (na, nb) = (&nodes[*a], &nodes[*b]);
+        nb.initialized
+            .cmp(&na.initialized)
+            .then_with(|| na.name.cmp(&nb.name))
+    });
+    order
+}
+
 /// Places the snapshot's pods (see the module docs).
 #[must_use]
 pub fn solve(snapshot: &Snapshot, options: &Options) -> Plan {
