@@ -67,7 +67,7 @@ use super::input::DisruptionInput;
 
 /// Open nodes offered to the first attempt of a simulation; each retry offers four times as
 /// many. 16 holds the pods of one or two candidates in a cluster with room to spare.
-const FIRST_PREFIX: usize = 16;
+const FIRST_PREFIX: usize = 8;
 const PREFIX_GROWTH: usize = 4;
 /// Karpenter's cap on the number of errors an event message lists.
 const MAX_ERRORS_LISTED: usize = 5;
@@ -175,12 +175,14 @@ type PodRef = (usize, usize);
 /// Pods per domain value, each list sorted.
 type DomainLists = Vec<(String, Vec<PodRef>)>;
 
-/// The existing pods' required anti-affinity terms that are alike (same namespaces,
-/// selector and whether the key is the hostname): one Deployment's replicas share one.
+/// The existing pods' required anti-affinity terms that are alike (same namespaces, selector
+/// and topology key): one Deployment's replicas share one.
 #[derive(Debug)]
 struct AntiGroup {
     namespaces: Vec<String>,
     selector: LabelSelector,
+    /// The normalized topology key.
+    key: Arc<str>,
     hostname: bool,
     pods: Vec<PodRef>,
 }
@@ -459,6 +461,7 @@ impl<'a> Simulator<'a> {
         };
         let batch = Batch {
             namespace_selectors: shapes.iter().any(|s| uses_namespace_selector(s)),
+            label_keys: label_keys(&shapes, relevant.as_ref()),
             pods,
             excluded,
             excluded_list,
@@ -543,7 +546,7 @@ impl<'a> Simulator<'a> {
             }
             _ => BTreeMap::new(),
         };
-        let reduced = self.existing_nodes(cut, &batch.excluded, &ghost_pods, relevant);
+        let reduced = self.existing_nodes(cut, batch, &ghost_pods, relevant);
         let mut work = reduced.work;
         let source = if restricted {
             &self.restricted_pools
@@ -670,10 +673,11 @@ impl<'a> Simulator<'a> {
     fn existing_nodes(
         &self,
         cut: &Cut,
-        excluded: &[bool],
+        batch: &Batch,
         ghost_pods: &BTreeMap<usize, Vec<PodRef>>,
         relevant: Option<&Relevant>,
     ) -> ReducedNodes {
+        let (excluded, label_keys) = (&batch.excluded, &batch.label_keys);
         let snapshot = &self.input.scheduling;
         let mut entries: Vec<(usize, Entry)> =
             cut.real.iter().map(|n| (*n, Entry::Real(*n))).collect();
@@ -700,14 +704,16 @@ impl<'a> Simulator<'a> {
                     let copy = if cut.full {
                         original.clone()
                     } else {
-                        // Pods matter to the batch through topology and host ports only.
-                        ExistingNode {
-                            pods: (0..original.pods.len())
+                        // Pods matter to the batch through topology and host ports only, labels
+                        // through the keys its requirements and topology read.
+                        existing_copy(
+                            original,
+                            trimmed(&original.labels, label_keys),
+                            (0..original.pods.len())
                                 .filter(|i| self.keeps(relevant, node, *i))
                                 .map(|i| original.pods[i].clone())
                                 .collect(),
-                            ..existing_without_pods(original)
-                        }
+                        )
                     };
                     out.work += 1 + copy.pods.len() as u64;
                     out.nodes.push(copy);
@@ -715,13 +721,12 @@ impl<'a> Simulator<'a> {
                 }
                 Entry::Ghost(class) => {
                     let c = &self.classes[class];
-                    let mut node = c.ghost.clone();
-                    if let Some(refs) = ghost_pods.get(&class) {
-                        node.pods = refs
-                            .iter()
+                    let pods = ghost_pods.get(&class).map_or_else(Vec::new, |refs| {
+                        refs.iter()
                             .map(|(n, p)| ghost_pod(&snapshot.existing_nodes[*n].pods[*p]))
-                            .collect();
-                    }
+                            .collect()
+                    });
+                    let node = existing_copy(&c.ghost, trimmed(&c.ghost.labels, label_keys), pods);
                     out.work += 1 + node.pods.len() as u64;
                     if let Some(pool) = c.pool {
                         *out.ghosts_per_pool.entry(pool).or_default() += 1;
@@ -922,11 +927,16 @@ impl<'a> Simulator<'a> {
             fixed.sort_unstable();
             fixed.dedup();
         }
+        let keys = groups
+            .iter()
+            .map(|g| self.topology_index().anti[*g].key.clone())
+            .collect();
         Some(Relevant {
             selectors,
             groups,
             fixed,
             shifted,
+            keys,
         })
     }
 
@@ -1053,7 +1063,7 @@ impl<'a> Simulator<'a> {
         if self.topology.is_none() {
             let snapshot = &self.input.scheduling;
             let mut index = TopologyIndex::default();
-            let mut group_ids: FxHashMap<(Vec<String>, LabelSelector, bool), usize> =
+            let mut group_ids: FxHashMap<(Vec<String>, LabelSelector, Arc<str>), usize> =
                 FxHashMap::default();
             for (n, node) in snapshot.existing_nodes.iter().enumerate() {
                 for (p, pod) in node.pods.iter().enumerate() {
@@ -1076,7 +1086,7 @@ impl<'a> Simulator<'a> {
                         let key = (
                             term.selected_namespaces(&pod.namespace, &snapshot.namespaces),
                             term.selector.clone(),
-                            is_hostname(&term.topology_key),
+                            Arc::from(labels::normalize(&term.topology_key)),
                         );
                         let next = index.anti.len();
                         let id = *group_ids.entry(key.clone()).or_insert(next);
@@ -1084,7 +1094,8 @@ impl<'a> Simulator<'a> {
                             index.anti.push(AntiGroup {
                                 namespaces: key.0,
                                 selector: key.1,
-                                hostname: key.2,
+                                hostname: &*key.2 == labels::HOSTNAME,
+                                key: key.2,
                                 pods: Vec::new(),
                             });
                         }
@@ -1172,6 +1183,8 @@ struct Batch {
     excluded_list: Vec<usize>,
     /// Some pod's (anti-)affinity term selects namespaces by label.
     namespace_selectors: bool,
+    /// The (normalized) label keys the simulation reads on existing nodes.
+    label_keys: FxHashSet<Arc<str>>,
 }
 
 /// An existing node of a reduced snapshot.
@@ -1202,6 +1215,8 @@ struct Relevant {
     fixed: Vec<PodRef>,
     /// Shiftable selectors whose pods nothing else needs.
     shifted: Vec<Shifted>,
+    /// The topology keys of the relevant existing anti-affinity terms.
+    keys: Vec<Arc<str>>,
 }
 
 /// A spread selector whose counts may be shifted (see [`Selector::shift`]).
@@ -1328,17 +1343,71 @@ fn ghost_pod(pod: &BoundPod) -> BoundPod {
     }
 }
 
-/// A node's copy without its pods.
-fn existing_without_pods(node: &ExistingNode) -> ExistingNode {
+/// The label keys a simulation reads on existing nodes: the hostname, the NodePool (limits),
+/// every key the batch's requirements (node selector, required and preferred terms, volumes)
+/// and topology terms name, and the keys of the existing anti-affinity terms that select
+/// batch pods. Other labels cannot change a placement: compatibility only looks at the keys
+/// a pod requires, topology only at its keys.
+fn label_keys(shapes: &[Arc<PodShape>], relevant: Option<&Relevant>) -> FxHashSet<Arc<str>> {
+    let mut keys: FxHashSet<Arc<str>> = FxHashSet::default();
+    keys.insert(Arc::from(labels::HOSTNAME));
+    keys.insert(Arc::from(labels::NODEPOOL));
+    for shape in shapes {
+        let requirements = std::iter::once(&shape.node_selector)
+            .chain(&shape.required_terms)
+            .chain(shape.preferred_terms.iter().map(|t| &t.requirements))
+            .chain(std::iter::once(&shape.volume_requirements));
+        for requirements in requirements {
+            keys.extend(requirements.keys().map(Arc::from));
+        }
+        let topology = shape
+            .spread
+            .iter()
+            .map(|s| &s.topology_key)
+            .chain(shape.affinity.iter().map(|t| &t.topology_key))
+            .chain(shape.preferred_affinity.iter().map(|t| &t.topology_key))
+            .chain(shape.anti_affinity.iter().map(|t| &t.topology_key))
+            .chain(
+                shape
+                    .preferred_anti_affinity
+                    .iter()
+                    .map(|t| &t.topology_key),
+            );
+        keys.extend(topology.map(|k| Arc::from(labels::normalize(k))));
+    }
+    if let Some(relevant) = relevant {
+        keys.extend(relevant.keys.iter().cloned());
+    }
+    keys
+}
+
+/// The labels whose (normalized) keys are among `keys`.
+fn trimmed(
+    labels: &BTreeMap<String, String>,
+    keys: &FxHashSet<Arc<str>>,
+) -> BTreeMap<String, String> {
+    labels
+        .iter()
+        .filter(|(k, _)| keys.contains(labels::normalize(k)))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// A node's copy with other labels and pods.
+fn existing_copy(
+    node: &ExistingNode,
+    labels: BTreeMap<String, String>,
+    pods: Vec<BoundPod>,
+) -> ExistingNode {
     ExistingNode {
         name: node.name.clone(),
-        labels: node.labels.clone(),
+        labels,
         taints: node.taints.clone(),
         allocatable: node.allocatable.clone(),
         requested: node.requested.clone(),
         pending_daemon_overhead: node.pending_daemon_overhead.clone(),
         capacity: node.capacity.clone(),
-        pods: Vec::new(),
+        pods,
         initialized: node.initialized,
         registered: node.registered,
     }
