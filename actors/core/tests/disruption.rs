@@ -898,6 +898,16 @@ fn single_node_does_not_replace_by_a_node_that_is_not_cheaper() {
         ),
         ["Can't replace with a cheaper node"]
     );
+    // The explanation names the cheapest replacement considered: the node's own type.
+    let considered = &decision.method(Method::SingleNode).unwrap().replacements;
+    let eight = it(8);
+    assert_eq!(considered.len(), 1);
+    assert_eq!(considered[0].candidates, ["a"]);
+    assert_eq!(
+        considered[0].cheapest,
+        Some((eight.name.clone(), eight.offerings[0].price))
+    );
+    assert!((considered[0].price - eight.offerings[0].price).abs() < 1e-12);
 }
 
 #[test]

@@ -91,9 +91,10 @@ pub fn candidates_price(
 #[derive(Debug, Clone)]
 pub enum Consolidation {
     /// Nothing to do; `event` is the `Unconsolidatable` message Karpenter publishes when
-    /// there is exactly one candidate.
+    /// there is exactly one candidate; `considered` the replacement priced and refused.
     Nothing {
         event: Option<String>,
+        considered: Option<ReplacementConsidered>,
     },
     Delete {
         simulation: Simulation,
@@ -103,6 +104,36 @@ pub enum Consolidation {
         replacement: NewNodeClaim,
         price_before: f64,
     },
+}
+
+/// A replacement consolidation priced and found no cheaper (for explanations).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplacementConsidered {
+    /// The candidates' names.
+    pub candidates: Vec<String>,
+    /// What the candidates cost together.
+    pub price: f64,
+    /// The cheapest instance type the replacement could launch as, at its worst launch price.
+    pub cheapest: Option<(String, f64)>,
+}
+
+impl ReplacementConsidered {
+    fn new(
+        candidates: &[&Candidate],
+        price: f64,
+        types: &[Arc<InstanceType>],
+        requirements: &Requirements,
+    ) -> Self {
+        let cheapest = types
+            .iter()
+            .map(|t| (t.name.clone(), t.worst_launch_price(requirements)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        Self {
+            candidates: candidates.iter().map(|c| c.name.clone()).collect(),
+            price,
+            cheapest,
+        }
+    }
 }
 
 /// Karpenter's `minValues` error text.
@@ -163,6 +194,7 @@ pub fn compute(
     let single = candidates.len() == 1;
     let nothing = |message: String| Consolidation::Nothing {
         event: single.then_some(message),
+        considered: None,
     };
     if !simulation.all_non_pending_scheduled() {
         return Ok(nothing(sentence(&simulation.error_text())));
@@ -188,22 +220,31 @@ pub fn compute(
             simulation,
             replacement,
             types,
-            candidates.len(),
+            candidates,
             price,
             input.options.spot_to_spot,
         ));
     }
+    let refused = |message: String| Consolidation::Nothing {
+        event: single.then_some(message),
+        considered: Some(ReplacementConsidered::new(
+            candidates,
+            price,
+            &types,
+            &replacement.requirements,
+        )),
+    };
     let kept = match filter_by_price(&types, &replacement.requirements, price) {
         Ok(kept) => kept,
         Err(error) => {
-            return Ok(nothing(format!(
+            return Ok(refused(format!(
                 "Filtering by price: {}",
                 min_values_text(&error)
             )));
         }
     };
     if kept.is_empty() {
-        return Ok(nothing("Can't replace with a cheaper node".to_owned()));
+        return Ok(refused("Can't replace with a cheaper node".to_owned()));
     }
     // The price filter priced the spot variant; an on-demand fallback could cost more, so the
     // launch must fail rather than fall back.
@@ -228,12 +269,14 @@ fn spot_to_spot(
     simulation: Simulation,
     mut replacement: NewNodeClaim,
     types: Vec<Arc<InstanceType>>,
-    candidates: usize,
+    candidates: &[&Candidate],
     price: f64,
     enabled: bool,
 ) -> Consolidation {
+    let single = candidates.len() == 1;
     let nothing = |message: String| Consolidation::Nothing {
-        event: (candidates == 1).then_some(message),
+        event: single.then_some(message),
+        considered: None,
     };
     if !enabled {
         return nothing(
@@ -254,14 +297,23 @@ fn spot_to_spot(
                 .any(|o| o.is_compatible(&requirements))
         })
         .collect();
+    let refused = |message: String| Consolidation::Nothing {
+        event: single.then_some(message),
+        considered: Some(ReplacementConsidered::new(
+            candidates,
+            price,
+            &compatible,
+            &requirements,
+        )),
+    };
     let mut kept = match filter_by_price(&compatible, &requirements, price) {
         Ok(kept) => kept,
-        Err(error) => return nothing(format!("Filtering by price: {}", min_values_text(&error))),
+        Err(error) => return refused(format!("Filtering by price: {}", min_values_text(&error))),
     };
     if kept.is_empty() {
-        return nothing("Can't replace with a cheaper node".to_owned());
+        return refused("Can't replace with a cheaper node".to_owned());
     }
-    if candidates == 1 {
+    if single {
         if kept.len() < SPOT_TO_SPOT_MIN_TYPES {
             return nothing(format!(
                 "SpotToSpotConsolidation requires {SPOT_TO_SPOT_MIN_TYPES} cheaper instance type options than the current candidate to consolidate, got {}",

@@ -439,7 +439,15 @@ fn multi_node(
         let mid = usize::midpoint(low, high);
         let prefix = &kept[..=mid];
         let simulation = round.sims.simulate(prefix, report);
-        let consolidation = match consolidation::compute(simulation, prefix, input)? {
+        let computed = consolidation::compute(simulation, prefix, input)?;
+        if let Consolidation::Nothing {
+            considered: Some(considered),
+            ..
+        } = &computed
+        {
+            report.replacements.push(considered.clone());
+        }
+        let consolidation = match computed {
             // Karpenter's filterOutSameType: a replacement no cheaper than a candidate of its
             // own type is no move at all.
             Consolidation::Replace {
@@ -455,7 +463,10 @@ fn multi_node(
                         price_before,
                     }
                 }
-                None => Consolidation::Nothing { event: None },
+                None => Consolidation::Nothing {
+                    event: None,
+                    considered: None,
+                },
             },
             other => other,
         };
@@ -544,7 +555,11 @@ fn single_node(round: &mut Round<'_>, report: &mut MethodReport) -> (Option<Comm
                 NodeEventReason::Unconsolidatable,
                 sentence(&error.to_string()),
             )),
-            Ok(Consolidation::Nothing { event: message }) => {
+            Ok(Consolidation::Nothing {
+                event: message,
+                considered,
+            }) => {
+                report.replacements.extend(considered);
                 if let Some(message) = message {
                     report.events.push(event(
                         candidate,

@@ -62,7 +62,7 @@ use crate::domain::scheduling::NewNodeClaim;
 
 pub use budgets::{BudgetError, BudgetMapping, PoolBudget, UNLIMITED};
 pub use candidates::{BlockedNode, Blocker, Unconsolidatable};
-pub use consolidation::SPOT_TO_SPOT_MIN_TYPES;
+pub use consolidation::{ReplacementConsidered, SPOT_TO_SPOT_MIN_TYPES};
 pub use input::{
     DisruptionInput, DisruptionOptions, Memos, NodeClaimFacts, NodePod, Pdb, PodOwner, PoolInput,
     StateNode,
@@ -324,6 +324,8 @@ pub struct MethodReport {
     pub work: u64,
     /// Single-node: candidates evaluated before a timeout.
     pub evaluated: usize,
+    /// Replacements priced and refused as no cheaper, with the cheapest type considered.
+    pub replacements: Vec<ReplacementConsidered>,
 }
 
 impl MethodReport {
@@ -338,6 +340,7 @@ impl MethodReport {
             simulations: 0,
             work: 0,
             evaluated: 0,
+            replacements: Vec::new(),
         }
     }
 }

@@ -23,8 +23,11 @@
 //!   the prefix, its taints, and its labels against the pod's node selector and required
 //!   terms. Otherwise the prefix grows fourfold; once it holds every open node the answer is
 //!   exact by the first point.
-//! - **Pods on real nodes are trimmed** to those topology needs (below) and those binding host
-//!   ports: the others only count in groups no simulated pod looks at.
+//! - **Real nodes are trimmed** to the pods topology needs (below) and those binding host
+//!   ports (the others only count in groups no simulated pod looks at), and to the labels the
+//!   batch reads: the hostname, the NodePool, and the keys its requirements and topology terms
+//!   (and the relevant existing anti-affinity terms) name; compatibility and domains look at
+//!   nothing else.
 //! - **Topology is kept with ghosts.** When the batch's pods have spread or (anti-)affinity
 //!   terms, or existing pods' anti-affinity selects them, the nodes left out still count: per
 //!   node class one closed "ghost" node with the class's labels carries the left-out nodes'

@@ -99,7 +99,10 @@ fn emptiness(command: &Command, fresh: &DisruptionInput) -> Validation {
 
 /// Multi-node, single-node and repack (8.2): the candidates are all still candidates within
 /// a fresh budget, and a fresh simulation reaches the same kind of decision with the
-/// command's replacement types still on offer.
+/// command's replacement types still on offer. Karpenter checks the candidates once more
+/// after simulating, against pods that bound meanwhile; over one fresh snapshot that second
+/// check is the first one, so it is not repeated (the actor may validate again on a newer
+/// snapshot).
 fn consolidation(command: &Command, fresh: &DisruptionInput) -> Validation {
     let total = command.candidates.len();
     let mut round = Round::new(fresh);
