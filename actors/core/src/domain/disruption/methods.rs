@@ -549,12 +549,8 @@ fn single_node(round: &mut Round<'_>, report: &mut MethodReport) -> (Option<Comm
         }
         let simulation = round.sims.simulate(&[candidate], report);
         match consolidation::compute(simulation, &[candidate], input) {
-            // Karpenter logs "failed computing consolidation" and goes on.
-            Err(error) => report.events.push(event(
-                candidate,
-                NodeEventReason::Unconsolidatable,
-                sentence(&error.to_string()),
-            )),
+            // Karpenter logs "failed computing consolidation" (no event) and goes on.
+            Err(error) => report.errors.push((candidate.name.clone(), error)),
             Ok(Consolidation::Nothing {
                 event: message,
                 considered,

@@ -326,6 +326,9 @@ pub struct MethodReport {
     pub evaluated: usize,
     /// Replacements priced and refused as no cheaper, with the cheapest type considered.
     pub replacements: Vec<ReplacementConsidered>,
+    /// Single-node: candidates whose computation failed and was skipped (Karpenter logs
+    /// `failed computing consolidation` at ERROR for each).
+    pub errors: Vec<(String, DisruptionError)>,
 }
 
 impl MethodReport {
@@ -341,6 +344,7 @@ impl MethodReport {
             work: 0,
             evaluated: 0,
             replacements: Vec::new(),
+            errors: Vec::new(),
         }
     }
 }
