@@ -16,8 +16,11 @@
 //! - [`pods`]: whether a pod is provisionable (Karpenter's `IsProvisionable`).
 //! - [`tags`]: the tags of launched instances (the class's and the ones Karpenter owns).
 //! - [`version`]: the supported Kubernetes versions.
+//! - [`disruption`]: voluntary disruption (consolidation, emptiness, drift, budgets): which
+//!   nodes to remove or replace in one round, and the validation of that decision.
 
 pub mod amifamily;
+pub mod disruption;
 pub mod instance_type;
 pub mod interruption;
 pub mod limits;

@@ -82,10 +82,37 @@ impl Default for Options {
     }
 }
 
+/// The order in which the scheduler tries existing nodes (indices into `nodes`): initialized
+/// nodes first, then by name. A pod goes to the first that can take it.
+#[must_use]
+pub fn existing_node_order(nodes: &[ExistingNode]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..nodes.len()).collect();
+    order.sort_by(|a, b| {
+        let (na, nb) = (&nodes[*a], &nodes[*b]);
+        nb.initialized
+            .cmp(&na.initialized)
+            .then_with(|| na.name.cmp(&nb.name))
+    });
+    order
+}
+
 /// Places the snapshot's pods (see the module docs).
 #[must_use]
 pub fn solve(snapshot: &Snapshot, options: &Options) -> Plan {
     let mut solver = solver::Solver::new(snapshot, options);
     solver.run();
     solver.into_plan()
+}
+
+/// [`solve`], also telling for each pod whether its very first attempt placed it, with its
+/// requirements unrelaxed. Such a pod went to the first node, in the scheduler's order, that
+/// could take it at that moment; a pod that failed an attempt first, or needed a relaxed
+/// preference, may owe its place to what was placed in between. Disruption uses this to prove
+/// that a simulation over a prefix of the existing nodes answers as the whole cluster would.
+#[must_use]
+pub fn solve_observed(snapshot: &Snapshot, options: &Options) -> (Plan, Vec<bool>) {
+    let mut solver = solver::Solver::new(snapshot, options);
+    solver.run();
+    let first_try = std::mem::take(&mut solver.first_try);
+    (solver.into_plan(), first_try)
 }

@@ -241,6 +241,33 @@ pub struct AffinityTerm {
 }
 
 impl AffinityTerm {
+    /// The namespaces whose pods the term selects, sorted: the pod's own when the term names
+    /// none, else those listed plus those its namespace selector selects among `namespaces`
+    /// (namespace labels by name).
+    #[must_use]
+    pub fn selected_namespaces(
+        &self,
+        pod_namespace: &str,
+        namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+    ) -> Vec<String> {
+        let mut out = match &self.namespace_selector {
+            None if self.namespaces.is_empty() => vec![pod_namespace.to_owned()],
+            None => self.namespaces.clone(),
+            Some(selector) => {
+                let mut selected: Vec<String> = namespaces
+                    .iter()
+                    .filter(|(_, labels)| selector.matches(labels))
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                selected.extend(self.namespaces.iter().cloned());
+                selected
+            }
+        };
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     fn from_api(term: &PodAffinityTerm, weight: i32) -> Self {
         let mut namespaces = term.namespaces.clone().unwrap_or_default();
         namespaces.sort_unstable();

@@ -320,6 +320,10 @@ pub(super) struct Solver<'a> {
     reservations: Option<Reservations>,
     /// Pods deferred because reserved capacity ran out (strict mode).
     deferred: Vec<bool>,
+    /// Pods tried at least once, and pods placed by their first attempt with their
+    /// unrelaxed requirements (see [`super::solve_observed`]).
+    attempted: Vec<bool>,
+    pub first_try: Vec<bool>,
 }
 
 /// Karpenter's placeholder hostnames for NodeClaims not launched yet.
@@ -370,6 +374,8 @@ impl<'a> Solver<'a> {
             ready: false,
             reservations: None,
             deferred: vec![false; snapshot.pods.len()],
+            attempted: vec![false; snapshot.pods.len()],
+            first_try: vec![false; snapshot.pods.len()],
         };
         solver.empty_req = solver.reqs.intern(Requirements::new());
         solver.init_pools();
@@ -484,11 +490,16 @@ impl<'a> Solver<'a> {
     }
 
     fn try_schedule(&mut self, pod: usize) -> bool {
-        let mut variant = self.sigs[self.pod_sig[pod]].base;
+        let base = self.sigs[self.pod_sig[pod]].base;
+        let mut variant = base;
+        let first = !std::mem::replace(&mut self.attempted[pod], true);
         self.deferred[pod] = false;
         loop {
             match self.add(pod, variant) {
-                Added::Placed => return true,
+                Added::Placed => {
+                    self.first_try[pod] = first && variant == base;
+                    return true;
+                }
                 // Reserved capacity may free up later; relaxing would not help.
                 Added::Deferred => {
                     self.deferred[pod] = true;

@@ -226,13 +226,7 @@ impl Solver<'_> {
 
     pub(super) fn init_existing_slots(&mut self) {
         let nodes = &self.snapshot.existing_nodes;
-        let mut order: Vec<usize> = (0..nodes.len()).collect();
-        order.sort_by(|a, b| {
-            let (na, nb) = (&nodes[*a], &nodes[*b]);
-            nb.initialized
-                .cmp(&na.initialized)
-                .then_with(|| na.name.cmp(&nb.name))
-        });
+        let order = super::super::existing_node_order(nodes);
         let mut label_sets: FxHashMap<(String, BTreeMap<String, String>), usize> =
             FxHashMap::default();
         for index in order {
@@ -367,23 +361,6 @@ impl Solver<'_> {
         pod_namespace: &str,
         term: &AffinityTerm,
     ) -> Vec<String> {
-        let mut out = match &term.namespace_selector {
-            None if term.namespaces.is_empty() => vec![pod_namespace.to_owned()],
-            None => term.namespaces.clone(),
-            Some(selector) => {
-                let mut selected: Vec<String> = self
-                    .snapshot
-                    .namespaces
-                    .iter()
-                    .filter(|(_, labels)| selector.matches(labels))
-                    .map(|(name, _)| name.clone())
-                    .collect();
-                selected.extend(term.namespaces.iter().cloned());
-                selected
-            }
-        };
-        out.sort_unstable();
-        out.dedup();
-        out
+        term.selected_namespaces(pod_namespace, &self.snapshot.namespaces)
     }
 }

@@ -1,0 +1,168 @@
+//! Past Karpenter: N→M repacking, behind [`super::DisruptionOptions::repack`].
+//!
+//! Karpenter replaces a set of nodes only by *one* cheaper node. When the pods of several
+//! underutilized nodes need more than one node, it gives up, even if two cheaper nodes could
+//! take the pods of five. Repacking runs after the four methods found nothing: it searches the
+//! budgeted consolidation candidates, cheapest to disrupt first, for the longest prefix of 3 to
+//! 101 (longest first) whose pods the scheduler places on existing nodes plus 2 ≤ M < N new
+//! NodeClaims that cost less together than the candidates.
+//!
+//! Savings are guaranteed the way Karpenter guarantees them for one replacement: each
+//! replacement `j` is priced at `w_j`, the worst launch price of its cheapest instance type;
+//! the command needs `Σ w_j < P` (the candidates' price), and replacement `j` keeps only the
+//! instance types whose worst launch price is below `w_j + (P − Σ w) / M`, so whatever types
+//! the launches pick, the replacements cost less than `P`. A replacement allowed both spot and
+//! on-demand is narrowed to spot (its worst launch price is the spot one). All-spot candidates
+//! with spot replacements need the `SpotToSpotConsolidation` gate.
+//!
+//! Why this cannot oscillate: every command, Karpenter's or this one, strictly lowers the sum of
+//! the nodes' prices (a launched node's price is at most the worst launch price it was admitted
+//! with), and a cluster with a fixed workload has finitely many states, so no sequence of
+//! commands can come back to a state. `tests/disruption.rs` runs rounds to a fixed point and
+//! checks it.
+
+use std::sync::Arc;
+
+use crate::apis::labels;
+use crate::domain::instance_type::{InstanceType, order_by_price, satisfies_min_values};
+use crate::domain::requirements::Requirement;
+use crate::domain::scheduling::NewNodeClaim;
+
+use super::candidates::{self, Candidate};
+use super::consolidation::{candidates_price, set_instance_types};
+use super::input::DisruptionInput;
+use super::methods::{Round, budgeted, budgets, command, over_budget};
+use super::simulate::Simulation;
+use super::{Command, DisruptionError, Method, MethodOutcome, MethodReport};
+
+/// Fewest candidates worth repacking: two nodes into one is multi-node consolidation's job.
+const MIN_REPACK: usize = 3;
+
+/// Repacks the budgeted candidates (see the module docs).
+pub(super) fn repack(
+    round: &mut Round<'_>,
+    report: &mut MethodReport,
+) -> Result<Option<Command>, DisruptionError> {
+    let input = round.input;
+    let eligible: Vec<&Candidate> = round
+        .candidates
+        .all
+        .iter()
+        .filter(|c| candidates::consolidation_filter(c, input).is_ok())
+        .collect();
+    report.eligible = eligible.len();
+    if eligible.is_empty() {
+        return Ok(None);
+    }
+    let mut mapping = budgets(input, report);
+    let (kept, constrained) = budgeted(&eligible, &mut mapping);
+    report.outcome = MethodOutcome::Nothing {
+        mark_consolidated: !constrained,
+    };
+    if kept.len() < MIN_REPACK {
+        return Ok(None);
+    }
+    // Unlike Karpenter's N→1 search, a longer prefix is not harder here (more nodes leave
+    // more room to save one), so the search goes from the longest prefix down.
+    let longest = kept
+        .len()
+        .min(input.options.multi_node_limit.max(MIN_REPACK));
+    for size in (MIN_REPACK..=longest).rev() {
+        // Shares multi-node's budget: it is the same kind of search.
+        if over_budget(report, input.options.multi_node_budget) {
+            report.timed_out = true;
+            break;
+        }
+        let prefix = &kept[..size];
+        let simulation = round.sims.simulate(prefix, report);
+        if let Some(replacements) = evaluate(&simulation, prefix, input)? {
+            let price = candidates_price(prefix, input)?;
+            return Ok(Some(command(
+                Method::Repack,
+                prefix,
+                input,
+                Some(&simulation),
+                replacements,
+                Some(price),
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// The replacements that make removing `candidates` a saving, if any.
+fn evaluate(
+    simulation: &Simulation,
+    candidates: &[&Candidate],
+    input: &DisruptionInput,
+) -> Result<Option<Vec<NewNodeClaim>>, DisruptionError> {
+    if !simulation.all_non_pending_scheduled() {
+        return Ok(None);
+    }
+    let claims = simulation.new_node_claims();
+    // Deletes and single replacements are multi-node's; more nodes than removed is no repack.
+    if claims.len() < 2 || claims.len() >= candidates.len() {
+        return Ok(None);
+    }
+    let price = candidates_price(candidates, input)?;
+    if price <= 0.0 {
+        return Ok(None);
+    }
+    let all_spot = candidates
+        .iter()
+        .all(|c| c.capacity_type.as_deref() == Some(labels::CAPACITY_TYPE_SPOT));
+    let mut claims: Vec<NewNodeClaim> = claims.to_vec();
+    let mut cheapest = Vec::with_capacity(claims.len());
+    for claim in &mut claims {
+        let allows = |value: &str| {
+            claim
+                .requirements
+                .get(labels::CAPACITY_TYPE)
+                .is_none_or(|r| r.has(value))
+        };
+        if all_spot && allows(labels::CAPACITY_TYPE_SPOT) && !input.options.spot_to_spot {
+            return Ok(None);
+        }
+        if allows(labels::CAPACITY_TYPE_SPOT) && allows(labels::CAPACITY_TYPE_ON_DEMAND) {
+            claim.requirements.add(Requirement::in_values(
+                labels::CAPACITY_TYPE,
+                &[labels::CAPACITY_TYPE_SPOT],
+            ));
+        }
+        let mut types = claim.instance_types.clone();
+        order_by_price(&mut types, &claim.requirements);
+        let worst = types
+            .iter()
+            .map(|t| t.worst_launch_price(&claim.requirements))
+            .fold(f64::MAX, f64::min);
+        if worst >= f64::MAX {
+            return Ok(None);
+        }
+        cheapest.push(worst);
+        claim.instance_types = types;
+    }
+    let floor: f64 = cheapest.iter().sum();
+    if floor >= price {
+        return Ok(None);
+    }
+    let share = (price - floor) / approx_count(claims.len());
+    for (claim, worst) in claims.iter_mut().zip(cheapest) {
+        let threshold = worst + share;
+        let kept: Vec<Arc<InstanceType>> = claim
+            .instance_types
+            .iter()
+            .filter(|t| t.worst_launch_price(&claim.requirements) < threshold)
+            .cloned()
+            .collect();
+        if kept.is_empty() || satisfies_min_values(&kept, &claim.requirements).is_err() {
+            return Ok(None);
+        }
+        set_instance_types(claim, kept);
+    }
+    Ok(Some(claims))
+}
+
+/// A small count as a float.
+fn approx_count(n: usize) -> f64 {
+    f64::from(u32::try_from(n).unwrap_or(u32::MAX))
+}
