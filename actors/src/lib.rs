@@ -2,6 +2,7 @@
 pub mod cluster_index;
 pub mod daemon;
 pub mod deps;
+pub mod disruption;
 pub mod garbage_collection;
 pub mod interruption;
 pub mod kwok;
@@ -10,6 +11,7 @@ pub mod metrics;
 pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodepool;
+pub mod nominations;
 pub mod ports;
 pub mod providers;
 pub mod provisioner;

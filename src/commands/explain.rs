@@ -1,10 +1,12 @@
 //! `karpenter explain pod NAMESPACE/NAME`: why a pod is pending, from the Provisioner of a
-//! running daemon, with a reason per NodePool.
+//! running daemon, with a reason per NodePool; `karpenter explain node NAME`: why a node is or is
+//! not being disrupted, from the disruption actor's last round.
 //!
-//! Data flow: the command sends `GET <url>/debug/explain/pod/<namespace>/<name>` to the
-//! daemon's HTTP server, which answers with the Provisioner's [`PodExplanation`] as JSON (the
-//! server side is [`crate::daemon::explain_answer`], beside the daemon's other routes); the
-//! command prints it with [`karpenter_actors::provisioner::render`], or as JSON with `-o json`.
+//! Data flow: the command sends `GET <url>/debug/explain/pod/<namespace>/<name>` (or
+//! `/debug/explain/node/<name>`) to the daemon's HTTP server, which answers with the
+//! Provisioner's [`PodExplanation`] (or the disruption actor's [`NodeExplanation`]) as JSON (the
+//! server side is [`crate::daemon::explain_answer`] and [`crate::daemon::explain_node_answer`],
+//! beside the daemon's other routes); the command prints it as text, or as JSON with `-o json`.
 
 use std::io::Write;
 use std::time::Duration;
@@ -13,10 +15,12 @@ use bytes::Bytes;
 use clap::{Args, Subcommand, ValueEnum};
 use http_body_util::{BodyExt as _, Empty};
 use hyper_util::rt::TokioIo;
+use karpenter_actors::disruption::{NodeExplanation, explain::render as render_node};
 use karpenter_actors::provisioner::{PodExplanation, render};
+use serde::de::DeserializeOwned;
 
 use super::Status;
-use crate::daemon::EXPLAIN_ROUTE_PREFIX;
+use crate::daemon::{EXPLAIN_NODE_ROUTE_PREFIX, EXPLAIN_ROUTE_PREFIX};
 /// The daemon's HTTP address when `--url` is not given (its metrics port on loopback, e.g.
 /// through `kubectl port-forward`).
 pub const DEFAULT_URL: &str = "http://127.0.0.1:8080";
@@ -35,6 +39,23 @@ pub struct ExplainArgs {
 pub enum ExplainWhat {
     /// Why a pod is pending: the Provisioner's last decision, with a reason per NodePool.
     Pod(ExplainPodArgs),
+    /// Why a node is or is not being disrupted: budgets, blocking pods and PDBs, the
+    /// consolidation clock, the cheapest replacement considered, commands in flight.
+    Node(ExplainNodeArgs),
+}
+
+/// Options of `karpenter explain node`.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainNodeArgs {
+    /// The node's name (or, before it registers, its NodeClaim's).
+    #[arg(value_name = "NAME")]
+    pub node: String,
+    /// The daemon's HTTP address (plain http).
+    #[arg(long, default_value = DEFAULT_URL)]
+    pub url: String,
+    /// How to print the answer.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
+    pub output: Output,
 }
 
 /// Options of `karpenter explain pod`.
@@ -65,6 +86,8 @@ pub enum Output {
 pub enum ExplainError {
     #[error("pod {pod:?}: expected NAMESPACE/NAME or NAME")]
     InvalidPod { pod: String },
+    #[error("node {node:?}: expected a node name")]
+    InvalidNode { node: String },
     #[error("--url {url:?}: {reason}")]
     InvalidUrl { url: String, reason: String },
     #[error("connecting to {url}: {source}")]
@@ -97,6 +120,7 @@ impl ExplainError {
     pub fn category(&self) -> &'static str {
         match self {
             Self::InvalidPod { .. } => "invalid_pod",
+            Self::InvalidNode { .. } => "invalid_node",
             Self::InvalidUrl { .. } => "invalid_url",
             Self::Connect { .. } => "connect",
             Self::Http { .. } => "http",
@@ -121,6 +145,16 @@ pub fn parse_pod(pod: &str) -> Result<(String, String), ExplainError> {
 
 /// Asks the daemon at `url` about a pod.
 pub async fn fetch(url: &str, namespace: &str, name: &str) -> Result<PodExplanation, ExplainError> {
+    fetch_route(url, &format!("{EXPLAIN_ROUTE_PREFIX}{namespace}/{name}")).await
+}
+
+/// Asks the daemon at `url` about a node.
+pub async fn fetch_node(url: &str, node: &str) -> Result<NodeExplanation, ExplainError> {
+    fetch_route(url, &format!("{EXPLAIN_NODE_ROUTE_PREFIX}{node}")).await
+}
+
+/// `GET <url><route>`, decoded from JSON.
+async fn fetch_route<T: DeserializeOwned>(url: &str, route: &str) -> Result<T, ExplainError> {
     let invalid = |reason: &str| ExplainError::InvalidUrl {
         url: url.to_owned(),
         reason: reason.to_owned(),
@@ -141,7 +175,7 @@ pub async fn fetch(url: &str, namespace: &str, name: &str) -> Result<PodExplanat
         authority.port_u16().unwrap_or(80)
     );
     let base = uri.path().trim_end_matches('/');
-    let path = format!("{base}{EXPLAIN_ROUTE_PREFIX}{namespace}/{name}");
+    let path = format!("{base}{route}");
     let ask = async {
         let stream = tokio::net::TcpStream::connect(&address)
             .await
@@ -198,22 +232,58 @@ pub async fn fetch(url: &str, namespace: &str, name: &str) -> Result<PodExplanat
 
 /// Runs `karpenter explain`.
 pub fn run(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -> Status {
-    let ExplainWhat::Pod(args) = &args.what;
-    let (namespace, name) = match parse_pod(&args.pod) {
-        Ok(parsed) => parsed,
-        Err(error) => {
-            let _ = writeln!(err, "error: {error}");
-            return Status::BadInput;
+    match &args.what {
+        ExplainWhat::Pod(args) => {
+            let (namespace, name) = match parse_pod(&args.pod) {
+                Ok(parsed) => parsed,
+                Err(error) => {
+                    let _ = writeln!(err, "error: {error}");
+                    return Status::BadInput;
+                }
+            };
+            answer(
+                fetch(&args.url, &namespace, &name),
+                args.output,
+                render,
+                out,
+                err,
+            )
         }
-    };
+        ExplainWhat::Node(args) => {
+            if args.node.is_empty() || args.node.contains('/') {
+                let error = ExplainError::InvalidNode {
+                    node: args.node.clone(),
+                };
+                let _ = writeln!(err, "error: {error}");
+                return Status::BadInput;
+            }
+            answer(
+                fetch_node(&args.url, &args.node),
+                args.output,
+                render_node,
+                out,
+                err,
+            )
+        }
+    }
+}
+
+/// Waits for the daemon's answer and prints it.
+fn answer<T: serde::Serialize>(
+    ask: impl std::future::Future<Output = Result<T, ExplainError>>,
+    output: Output,
+    text: fn(&T) -> String,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> Status {
     let Some(runtime) = super::current_thread_runtime(err) else {
         return Status::Problems;
     };
-    match runtime.block_on(fetch(&args.url, &namespace, &name)) {
+    match runtime.block_on(ask) {
         Ok(explanation) => {
-            match args.output {
+            match output {
                 Output::Text => {
-                    let _ = write!(out, "{}", render(&explanation));
+                    let _ = write!(out, "{}", text(&explanation));
                 }
                 Output::Json => {
                     let json = serde_json::to_string_pretty(&explanation).unwrap_or_default();

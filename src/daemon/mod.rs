@@ -31,6 +31,6 @@ pub use changes::{
 };
 pub use probes::ProbeError;
 pub use routes::{
-    DaemonAnswer, DaemonRoutes, EXPLAIN_ROUTE_PREFIX, RouteAnswer, bridge, daemon_routes,
-    explain_answer,
+    DaemonAnswer, DaemonRoutes, EXPLAIN_NODE_ROUTE_PREFIX, EXPLAIN_ROUTE_PREFIX, RouteAnswer,
+    bridge, daemon_routes, explain_answer, explain_node_answer,
 };

@@ -8,6 +8,8 @@
 //! ```text
 //! GET /debug/explain/pod/NS/NAME -> bridge handler --queue--> task on the actors' thread
 //!   -> explain_answer(&Daemon) -> Provisioner (explain_pod) -> JSON -> reply
+//! GET /debug/explain/node/NAME -> ... -> explain_node_answer(&Daemon) -> DisruptionActor
+//!   (explain_node) -> JSON -> reply
 //! ```
 //!
 //! The client side of the explain route is the `karpenter explain` command.
@@ -25,6 +27,8 @@ use crate::http::{Reply, RouteRequest, Routes, handler};
 
 /// Where the daemon's HTTP server answers explain requests; the pod's namespace and name follow.
 pub const EXPLAIN_ROUTE_PREFIX: &str = "/debug/explain/pod/";
+/// Where it answers `explain node`; the node's name follows.
+pub const EXPLAIN_NODE_ROUTE_PREFIX: &str = "/debug/explain/node/";
 
 type AnswerFuture = Pin<Box<dyn Future<Output = Reply>>>;
 /// An answer computed from the running actors, on their thread (so it may hold `&Daemon`).
@@ -65,24 +69,35 @@ impl DaemonRoutes {
     }
 }
 
-/// The routes every daemon serves from its actors (`karpenter run`): the Provisioner's
-/// `karpenter explain` answers.
+fn json_reply(answer: Option<RouteAnswer>, path: &str) -> Reply {
+    match answer {
+        Some(found) => Reply {
+            status: http::StatusCode::from_u16(found.status)
+                .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
+            content_type: "application/json",
+            body: found.body.into(),
+        },
+        None => Reply::text(
+            http::StatusCode::NOT_FOUND,
+            format!("no route for {path}\n"),
+        ),
+    }
+}
+
+/// The routes every daemon serves from its actors (`karpenter run`): the Provisioner's and the
+/// disruption actor's `karpenter explain` answers.
 #[must_use]
 pub fn daemon_routes() -> DaemonRoutes {
-    DaemonRoutes::new().prefix(EXPLAIN_ROUTE_PREFIX, |daemon, request| async move {
-        match explain_answer(&daemon, &request.path).await {
-            Some(found) => Reply {
-                status: http::StatusCode::from_u16(found.status)
-                    .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
-                content_type: "application/json",
-                body: found.body.into(),
-            },
-            None => Reply::text(
-                http::StatusCode::NOT_FOUND,
-                format!("no route for {}\n", request.path),
-            ),
-        }
-    })
+    DaemonRoutes::new()
+        .prefix(EXPLAIN_ROUTE_PREFIX, |daemon, request| async move {
+            json_reply(explain_answer(&daemon, &request.path).await, &request.path)
+        })
+        .prefix(EXPLAIN_NODE_ROUTE_PREFIX, |daemon, request| async move {
+            json_reply(
+                explain_node_answer(&daemon, &request.path).await,
+                &request.path,
+            )
+        })
 }
 
 /// An HTTP answer of the explain route: status code and JSON body.
@@ -117,6 +132,33 @@ pub async fn explain_answer(daemon: &Daemon, path: &str) -> Option<RouteAnswer> 
             body: serde_json::to_string(&explanation).unwrap_or_default(),
         },
         Err(send) => error(503, format!("the provisioner did not answer: {send}")),
+    })
+}
+
+/// The server side of `karpenter explain node`: answers `GET /debug/explain/node/{name}` with
+/// the disruption actor's explanation (`Daemon::explain_node`) as JSON; `None` when `path` is
+/// not this route.
+pub async fn explain_node_answer(daemon: &Daemon, path: &str) -> Option<RouteAnswer> {
+    let name = path.strip_prefix(EXPLAIN_NODE_ROUTE_PREFIX)?;
+    if name.is_empty() || name.contains('/') {
+        return Some(RouteAnswer {
+            status: 400,
+            body: serde_json::json!({
+                "error": format!("expected {EXPLAIN_NODE_ROUTE_PREFIX}<name>, got {path}")
+            })
+            .to_string(),
+        });
+    }
+    Some(match daemon.explain_node(name).await {
+        Ok(explanation) => RouteAnswer {
+            status: 200,
+            body: serde_json::to_string(&explanation).unwrap_or_default(),
+        },
+        Err(send) => RouteAnswer {
+            status: 503,
+            body: serde_json::json!({ "error": format!("the disruption actor did not answer: {send}") })
+                .to_string(),
+        },
     })
 }
 

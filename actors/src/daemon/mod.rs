@@ -36,6 +36,10 @@ use prometheus_client::registry::Registry;
 use crate::deps::Deps;
 use crate::messages::{Cause, ClusterChange, Reconcile, WatchedKind};
 
+use crate::disruption::{
+    ChangeSignal, ClusterChanged, DISRUPTION_KEY, DisruptionActor, DisruptionDeps,
+    DisruptionMetrics, ExplainNode, NodeExplanation,
+};
 use crate::garbage_collection::{GarbageCollectorActor, GarbageCollectorDeps};
 use crate::interruption::{InterruptionActor, InterruptionDeps, InterruptionMetrics};
 use crate::metrics::Metrics;
@@ -68,6 +72,9 @@ pub struct Daemon {
     nodeclasses: Option<Family<NodeClassActor>>,
     /// The Provisioner singleton: pending pods to NodeClaims.
     provisioner: ActorRef<ProvisionerActor>,
+    /// The disruption singleton: consolidation, emptiness, drift and the orchestration queue.
+    disruption: ActorRef<DisruptionActor>,
+    disruption_changes: ChangeSignal,
 }
 
 /// How [`Daemon::start_with`] runs the actors. The default is production's.
@@ -164,7 +171,14 @@ impl Daemon {
         if options.inline_solve {
             provisioner_deps = provisioner_deps.solving_inline();
         }
+        let disruption_deps = DisruptionDeps::new(
+            deps.clone(),
+            provisioner_deps.clone(),
+            DisruptionMetrics::register(registry),
+        );
+        let disruption_changes = disruption_deps.changes.clone();
         let provisioner = root.spawn::<ProvisionerActor>(PROVISIONER_KEY, provisioner_deps)?;
+        let disruption = root.spawn::<DisruptionActor>(DISRUPTION_KEY, disruption_deps)?;
         Ok(Self {
             root,
             deps,
@@ -175,6 +189,8 @@ impl Daemon {
             interruption,
             nodeclasses,
             provisioner,
+            disruption,
+            disruption_changes,
         })
     }
 
@@ -183,6 +199,7 @@ impl Daemon {
     /// actor's own requeue catches up, since actors re-read the store).
     pub fn observe(&self, change: &ClusterChange) {
         self.trigger_provisioner(change);
+        self.tell_disruption(change);
         match change {
             ClusterChange::NodeClaim { name, deleted } => {
                 self.nodeclaim_changed(name, *deleted);
@@ -473,6 +490,44 @@ impl Daemon {
             _ => return,
         };
         self.provisioner.send_lossy(trigger);
+    }
+
+    /// Any change may make a node consolidatable or a command invalid; NodeClaim, Node,
+    /// NodePool and PDB changes bring the next disruption round forward. A nudge: at most one
+    /// notice waits in the mailbox, and a lost one only delays the round to its next poll.
+    fn tell_disruption(&self, change: &ClusterChange) {
+        let structural = match change {
+            ClusterChange::NodeClaim { .. }
+            | ClusterChange::Node { .. }
+            | ClusterChange::NodePool { .. }
+            | ClusterChange::PodDisruptionBudget { .. }
+            | ClusterChange::Relisted(_) => true,
+            ClusterChange::Pod { .. }
+            | ClusterChange::EC2NodeClass { .. }
+            | ClusterChange::DaemonSet { .. } => false,
+        };
+        if structural {
+            self.disruption_changes.structural();
+        }
+        let _ = self.disruption.nudge(ClusterChanged);
+    }
+
+    /// The disruption singleton (for `explain node`, `/debug` and the simulation report).
+    #[must_use]
+    pub fn disruption(&self) -> &ActorRef<DisruptionActor> {
+        &self.disruption
+    }
+
+    /// Why a node is or is not being disrupted (`karpenter explain node`).
+    pub async fn explain_node(&self, name: &str) -> Result<NodeExplanation, SendError> {
+        self.disruption
+            .request(
+                ExplainNode {
+                    name: name.to_owned(),
+                },
+                EXPLAIN_TIMEOUT,
+            )
+            .await
     }
 
     /// The Provisioner singleton (for `explain` and `/debug` routes).

@@ -91,7 +91,7 @@ pub(super) fn pod_key(pod: &Pod) -> String {
 
 /// A pod of the snapshot, to address events and decisions.
 #[derive(Debug, Clone)]
-pub(super) struct PodRef {
+pub(crate) struct PodRef {
     pub key: String,
     pub namespace: String,
     pub name: String,
@@ -115,21 +115,21 @@ impl PodRef {
 
 /// An existing node of the snapshot: its Node and NodeClaim names.
 #[derive(Debug, Clone, Default)]
-pub(super) struct NodeRef {
+pub(crate) struct NodeRef {
     pub node: Option<String>,
     pub node_claim: Option<String>,
 }
 
 /// A NodePool the run schedules with.
 #[derive(Debug, Clone)]
-pub(super) struct UsablePool {
+pub(crate) struct UsablePool {
     pub nodepool: Arc<NodePool>,
     pub instance_types: Vec<Arc<InstanceType>>,
 }
 
 /// The snapshot and what its indices refer to.
 #[derive(Debug, Default)]
-pub(super) struct Built {
+pub(crate) struct Built {
     pub snapshot: Snapshot,
     /// One per `snapshot.pods`.
     pub pods: Vec<PodRef>,
@@ -141,12 +141,36 @@ pub(super) struct Built {
     pub skipped_pools: Vec<PoolVerdict>,
     /// How many of `pods` are pending (the rest come from deleting nodes).
     pub pending: usize,
+    /// Every state node (launched NodeClaims and Nodes), deleting ones included.
+    pub states: Vec<StateRef>,
 }
 
 /// A Node, its NodeClaim, or both (Karpenter's `StateNode`).
 struct StateNode<'a> {
     node: Option<&'a Node>,
     claim: Option<&'a NodeClaim>,
+    /// The shared objects behind `node` and `claim`, for [`StateRef`].
+    arcs: (Option<&'a Arc<Node>>, Option<&'a Arc<NodeClaim>>),
+}
+
+/// A state node of the snapshot, as the disruption actor reads it: the objects, the pods bound
+/// to the Node, what the snapshot made of it, and its index among the snapshot's existing nodes
+/// (`None` when it is being deleted or disrupted).
+#[derive(Debug, Clone)]
+pub(crate) struct StateRef {
+    pub node: Option<Arc<Node>>,
+    pub claim: Option<Arc<NodeClaim>>,
+    /// The Node's name once it has one, else the NodeClaim's.
+    pub name: String,
+    /// The Node's labels once registered, else the NodeClaim's.
+    pub labels: BTreeMap<String, String>,
+    /// Karpenter's `Initialized()` (unmanaged nodes count as initialized).
+    pub initialized: bool,
+    /// Being deleted, its instance terminating, or tainted `karpenter.sh/disrupted`.
+    pub deleting: bool,
+    pub existing: Option<usize>,
+    /// Every pod bound to the Node.
+    pub pods: Vec<Arc<Pod>>,
 }
 
 fn label_is_true(node: Option<&Node>, key: &str) -> bool {
@@ -350,6 +374,7 @@ pub(super) fn has_work(view: &dyn ClusterView) -> bool {
         StateNode {
             node: Some(n.as_ref()),
             claim: None,
+            arcs: (None, None),
         }
         .deleting()
     });
@@ -358,13 +383,14 @@ pub(super) fn has_work(view: &dyn ClusterView) -> bool {
             StateNode {
                 node: None,
                 claim: Some(c.as_ref()),
+                arcs: (None, None),
             }
             .deleting()
         })
 }
 
 /// Reads the snapshot for one run.
-pub(super) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
+pub(crate) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
     let mut built = Built::default();
     let daemons = daemon_pods(&view.daemonsets());
     let nodes = view.nodes();
@@ -391,6 +417,7 @@ pub(super) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
         states.push(StateNode {
             node: node.map(AsRef::as_ref),
             claim: Some(claim.as_ref()),
+            arcs: (node, Some(claim)),
         });
     }
     for node in &nodes {
@@ -398,6 +425,7 @@ pub(super) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
             states.push(StateNode {
                 node: Some(node.as_ref()),
                 claim: None,
+                arcs: (Some(node), None),
             });
         }
     }
@@ -423,7 +451,18 @@ pub(super) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
             .and_then(|n| n.metadata.name.as_deref())
             .and_then(|name| by_node.get(name))
             .map_or(&[], Vec::as_slice);
-        if state.deleting() {
+        let deleting = state.deleting();
+        built.states.push(StateRef {
+            node: state.arcs.0.cloned(),
+            claim: state.arcs.1.cloned(),
+            name: state.name(),
+            labels: state.labels(),
+            initialized: state.initialized(),
+            deleting,
+            existing: (!deleting).then_some(built.snapshot.existing_nodes.len()),
+            pods: pods_on.iter().map(|p| Arc::clone(p)).collect(),
+        });
+        if deleting {
             deleting_pods.extend(pods_on.iter().copied().filter(|p| reschedulable(p)));
             deleting_claims.extend(state.claim);
             continue;

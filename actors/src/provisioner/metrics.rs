@@ -142,9 +142,15 @@ impl ProvisionerMetrics {
     }
 
     pub(super) fn count_created(&self, nodepool: &str, capacity_type: &str) {
+        self.count_created_for(PROVISIONED_REASON, nodepool, capacity_type);
+    }
+
+    /// `karpenter_nodeclaims_created_total` with another reason (disruption replacements are
+    /// created with the disruption reason, as Karpenter's `CreateNodeClaims(WithReason)`).
+    pub(super) fn count_created_for(&self, reason: &str, nodepool: &str, capacity_type: &str) {
         self.created
             .get_or_create(&CreatedLabels {
-                reason: PROVISIONED_REASON.to_owned(),
+                reason: reason.to_owned(),
                 nodepool: nodepool.to_owned(),
                 capacity_type: capacity_type.to_owned(),
             })

@@ -25,12 +25,12 @@
 //! the kit keeps across restarts; the decisions are diagnostics and start afresh.
 
 mod batch;
-mod build;
+pub(crate) mod build;
 mod events;
 pub mod explain;
 mod launch;
 mod metrics;
-mod run;
+pub(crate) mod run;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -54,7 +54,7 @@ pub use events::{FAILED_SCHEDULING, MAX_EVENTS_PER_RUN, NO_COMPATIBLE_INSTANCE_T
 pub use explain::{Decision, PodDecision, PodExplanation, PodState, PoolVerdict, render};
 pub use launch::NameGenerator;
 pub use metrics::{CONTROLLER, DURATION_BUCKETS_SECONDS, PROVISIONED_REASON, ProvisionerMetrics};
-pub use run::RunSummary;
+pub use run::{CreateError, RunSummary};
 
 /// The singleton's key.
 pub const PROVISIONER_KEY: &str = "provisioner";
@@ -115,6 +115,8 @@ pub struct ProvisionerDeps {
     pub cloud: Arc<dyn CloudProvider>,
     pub metrics: ProvisionerMetrics,
     solver: SolveFn,
+    /// Existing nodes a run places pods on are nominated here, so disruption leaves them be.
+    pub nominations: Arc<crate::nominations::Nominations>,
     /// Solve on the actor's thread instead of a blocking thread (see [`Self::solving_inline`]).
     inline: bool,
     shared: Arc<Shared>,
@@ -143,6 +145,7 @@ impl ProvisionerDeps {
             cloud: ports.cloud,
             metrics,
             solver: Arc::new(karpenter_core::domain::scheduling::solve),
+            nominations: Arc::default(),
             inline: false,
             shared: Arc::new(Shared {
                 running: AtomicBool::new(false),
@@ -169,6 +172,19 @@ impl ProvisionerDeps {
     pub fn solving_inline(mut self) -> Self {
         self.inline = true;
         self
+    }
+
+    /// Nominates into this shared registry (the disruption actor reads it).
+    #[must_use]
+    pub fn with_nominations(mut self, nominations: Arc<crate::nominations::Nominations>) -> Self {
+        self.nominations = nominations;
+        self
+    }
+
+    /// Whether runs solve inline (simulations).
+    #[must_use]
+    pub fn is_inline(&self) -> bool {
+        self.inline
     }
 
     /// Solves with `solver` instead of the real scheduler.

@@ -230,7 +230,7 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64, tasks: Tasks) -> RunRe
     outcome.summary.build_micros = build_micros;
     outcome.summary.solve_micros = solve_micros;
     outcome.ignored(&built);
-    outcome.existing(&built, &plan);
+    outcome.existing(deps, &built, &plan);
     outcome.failures(&built, &plan);
     outcome.pools_without_types(deps, &plan);
     outcome.launch(deps, &built, &plan, &types_by_pool).await;
@@ -287,11 +287,18 @@ impl Outcome {
         }
     }
 
-    fn existing(&mut self, built: &Built, plan: &Plan) {
+    fn existing(&mut self, deps: &ProvisionerDeps, built: &Built, plan: &Plan) {
+        let now = deps.clock.now();
+        let window = crate::nominations::nomination_window(deps.settings.batch_max_duration);
         for placement in &plan.existing {
             let Some(node) = built.nodes.get(placement.node) else {
                 continue;
             };
+            if let Some(name) = node.node.as_deref().or(node.node_claim.as_deref())
+                && !placement.pods.is_empty()
+            {
+                deps.nominations.nominate(name, now, window);
+            }
             for pod in placement.pods.iter().filter_map(|i| built.pods.get(*i)) {
                 self.summary.nominated += 1;
                 self.events.push((
@@ -522,6 +529,117 @@ impl Outcome {
             }
         });
     }
+}
+
+/// Why NodeClaims decided elsewhere could not all be created.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error("nodepool {nodepool} is gone or being deleted")]
+    NodePoolGone { nodepool: String },
+    #[error("nodepool {nodepool}: {reason}")]
+    Refused { nodepool: String, reason: String },
+    #[error("creating a nodeclaim of nodepool {nodepool}")]
+    Create {
+        nodepool: String,
+        #[source]
+        source: ClusterError,
+    },
+}
+
+impl CreateError {
+    /// Label for metrics and events.
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::NodePoolGone { .. } => "nodepool_gone",
+            Self::Refused { .. } => "limits_exceeded",
+            Self::Create { source, .. } => source.category(),
+        }
+    }
+}
+
+/// Creates NodeClaims planned by someone else (disruption replacements; Karpenter's
+/// `Provisioner.CreateNodeClaims` with a reason): each is checked against its NodePool's
+/// limits as they are now, named by the Provisioner's generator and remembered, so the next
+/// provisioning run waits until the view shows them instead of launching for the same pods.
+/// Stops at the first failure and returns it; NodeClaims created before it stay (the caller
+/// decides whether to delete them).
+pub(crate) async fn create_planned(
+    deps: &ProvisionerDeps,
+    claims: &[NewNodeClaim],
+    reason: &str,
+    types_by_pool: &HashMap<String, Vec<Arc<InstanceType>>>,
+) -> Result<Vec<String>, (Vec<String>, CreateError)> {
+    let claims_now = deps.view.nodeclaims();
+    let mut created = Vec::with_capacity(claims.len());
+    for claim in claims {
+        let nodepool = deps
+            .view
+            .nodepool(&claim.node_pool)
+            .filter(|np| np.metadata.deletion_timestamp.is_none());
+        let Some(nodepool) = nodepool else {
+            let error = CreateError::NodePoolGone {
+                nodepool: claim.node_pool.clone(),
+            };
+            return Err((created, error));
+        };
+        let types = types_by_pool
+            .get(&claim.node_pool)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let admission = match limits::remaining_with_in_flight(
+            &nodepool,
+            claims_now.iter().map(AsRef::as_ref),
+            types,
+        ) {
+            Ok(mut left) => launch::admit(claim, &mut left),
+            Err(error) => Admission::Refuse {
+                reason: error.to_string(),
+            },
+        };
+        let requirements = match admission {
+            Admission::Admit { requirements, .. } => requirements,
+            Admission::Refuse { reason } => {
+                let error = CreateError::Refused {
+                    nodepool: claim.node_pool.clone(),
+                    reason,
+                };
+                return Err((created, error));
+            }
+        };
+        match create(
+            deps.clone(),
+            Arc::clone(&nodepool),
+            requirements,
+            claim.requests.clone(),
+        )
+        .await
+        {
+            Ok(name) => {
+                deps.remember_created(&name);
+                let capacity_type = nodepool
+                    .spec
+                    .template
+                    .metadata
+                    .labels
+                    .get(labels::CAPACITY_TYPE)
+                    .cloned()
+                    .unwrap_or_default();
+                deps.metrics
+                    .count_created_for(reason, &claim.node_pool, &capacity_type);
+                tracing::info!(nodeclaim = %name, nodepool = %claim.node_pool, requests = %claim.requests, reason, "created nodeclaim");
+                created.push(name);
+            }
+            Err(source) => {
+                let error = CreateError::Create {
+                    nodepool: claim.node_pool.clone(),
+                    source,
+                };
+                return Err((created, error));
+            }
+        }
+    }
+    Ok(created)
 }
 
 /// Creates one NodeClaim under a fresh name, trying another on a name clash.

@@ -65,6 +65,13 @@ impl Sims<'_> {
 /// Decides one disruption round (see the module docs of [`super`]).
 #[must_use]
 pub fn decide(input: &DisruptionInput) -> Decision {
+    decide_observed(input, &mut |_| {})
+}
+
+/// [`decide`], calling `method_done` as each method finishes (before the next starts), so a
+/// caller can time the methods (Karpenter's `decision_evaluation_duration_seconds`) without the
+/// decision reading a clock.
+pub fn decide_observed(input: &DisruptionInput, method_done: &mut dyn FnMut(Method)) -> Decision {
     let mut round = Round::new(input);
     let mut decision = Decision {
         command: None,
@@ -105,6 +112,7 @@ pub fn decide(input: &DisruptionInput) -> Decision {
             }
             Method::Repack => repack::repack(&mut round, &mut report),
         };
+        method_done(method);
         match result {
             Ok(Some(command)) => {
                 if !report.timed_out {

@@ -67,7 +67,7 @@ pub use input::{
     DisruptionInput, DisruptionOptions, Memos, NodeClaimFacts, NodePod, Pdb, PodOwner, PoolInput,
     StateNode,
 };
-pub use methods::decide;
+pub use methods::{decide, decide_observed};
 pub use simulate::{Origin, SimulatedPod, Simulation};
 pub use validate::{Abandoned, Validation, validate};
 
