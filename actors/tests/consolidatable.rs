@@ -91,7 +91,7 @@ fn until(h: &Harness, at: Timestamp) -> Duration {
 /// millisecond, so the condition transitions at most 1 ms later).
 async fn expect_consolidatable_at(h: &Harness, name: &str, at: Timestamp) {
     // `settle` moves at most 6 ms, so this looks 4 ms or more before `at`.
-    tokio::time::sleep(until(h, at) - Duration::from_millis(10)).await;
+    tokio::time::sleep(until(h, at).checked_sub(Duration::from_millis(10)).unwrap()).await;
     h.settle().await;
     assert_eq!(
         consolidatable(h, name),
