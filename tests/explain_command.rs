@@ -192,6 +192,7 @@ async fn explain_prints_why_a_pod_routed_by_the_daemon_is_pending() {
             name: name.to_owned(),
             node_name: None,
             pending: true,
+            pod_event: false,
             deleted: false,
         });
     }

@@ -25,12 +25,16 @@ pub enum ClusterChange {
     },
     /// A pod: `pending` when the Provisioner would place it
     /// (`karpenter_core::domain::pods::provisionable`; a provisioning trigger); `node_name` when
-    /// bound (a pod event on that node).
+    /// bound; `pod_event` when the change moved the node's pods
+    /// (`karpenter_core::domain::pods::is_pod_event`: bound, finished, terminating, created or
+    /// deleted while bound; never a `DaemonSet`'s), which its NodeClaim records as
+    /// `status.lastPodEventTime`.
     Pod {
         namespace: String,
         name: String,
         node_name: Option<String>,
         pending: bool,
+        pod_event: bool,
         deleted: bool,
     },
     DaemonSet {

@@ -25,7 +25,7 @@ use karpenter_actors::deps::Deps;
 use karpenter_actors::messages::{ClusterChange, WatchedKind, WatchedType};
 use karpenter_actors::runtime::{ActorKit, GroupRef, GroupSpec, RootGroup, SpawnError};
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
-use karpenter_core::domain::pods::provisionable;
+use karpenter_core::domain::pods::{PodChange, is_pod_event, provisionable};
 use kube::ResourceExt as _;
 use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
@@ -41,29 +41,56 @@ pub const CHANGE_QUEUE_CAPACITY: usize = 65_536;
 /// order, `karpenter_actors::for_each_watched_kind!`).
 pub const WATCHED_KINDS: [WatchedKind; WatchedKind::ALL.len()] = WatchedKind::ALL;
 
+/// What a watch event did to the object a [`Routed::change`] is called on.
+#[derive(Debug, Clone, Copy)]
+pub enum Seen<'a, K> {
+    /// Created or changed; `previous` is the version the store held before, if any.
+    Applied { previous: Option<&'a K> },
+    /// Deleted (the object is its last known state).
+    Deleted,
+}
+
+impl<K> Seen<'_, K> {
+    #[must_use]
+    pub fn is_deleted(&self) -> bool {
+        matches!(self, Self::Deleted)
+    }
+}
+
 /// A watched kind the daemon routes: how a watch event becomes a [`ClusterChange`].
 pub trait Routed: Watched + WatchedType {
-    /// The change of an applied (`deleted == false`) or deleted object.
-    fn change(&self, deleted: bool) -> ClusterChange;
+    /// The change of an applied or deleted object.
+    fn change(&self, seen: Seen<'_, Self>) -> ClusterChange;
 }
 
 impl Routed for Pod {
     /// `pending` (a provisioning trigger) is the Provisioner's own rule, [`provisionable`]: a
     /// pod the run would not place (bound, finished, being deleted, a DaemonSet's or a static
-    /// pod, preempting, gated) triggers nothing.
-    fn change(&self, deleted: bool) -> ClusterChange {
+    /// pod, preempting, gated) triggers nothing. `pod_event` is Karpenter's `nodeclaim.podevents`
+    /// filter, [`is_pod_event`], over the previous and the new version.
+    fn change(&self, seen: Seen<'_, Self>) -> ClusterChange {
+        let deleted = seen.is_deleted();
+        let pod_change = match seen {
+            Seen::Applied { previous: None } => PodChange::Created(self),
+            Seen::Applied {
+                previous: Some(old),
+            } => PodChange::Updated { old, new: self },
+            Seen::Deleted => PodChange::Deleted(self),
+        };
         ClusterChange::Pod {
             namespace: self.namespace().unwrap_or_default(),
             name: self.name_any(),
             node_name: self.spec.as_ref().and_then(|s| s.node_name.clone()),
             pending: !deleted && provisionable(self).is_ok(),
+            pod_event: is_pod_event(pod_change),
             deleted,
         }
     }
 }
 
 impl Routed for Node {
-    fn change(&self, deleted: bool) -> ClusterChange {
+    fn change(&self, seen: Seen<'_, Self>) -> ClusterChange {
+        let deleted = seen.is_deleted();
         ClusterChange::Node {
             name: self.name_any(),
             provider_id: self.spec.as_ref().and_then(|s| s.provider_id.clone()),
@@ -73,7 +100,8 @@ impl Routed for Node {
 }
 
 impl Routed for NodeClaim {
-    fn change(&self, deleted: bool) -> ClusterChange {
+    fn change(&self, seen: Seen<'_, Self>) -> ClusterChange {
+        let deleted = seen.is_deleted();
         ClusterChange::NodeClaim {
             name: self.name_any(),
             deleted,
@@ -82,7 +110,8 @@ impl Routed for NodeClaim {
 }
 
 impl Routed for NodePool {
-    fn change(&self, deleted: bool) -> ClusterChange {
+    fn change(&self, seen: Seen<'_, Self>) -> ClusterChange {
+        let deleted = seen.is_deleted();
         ClusterChange::NodePool {
             name: self.name_any(),
             deleted,
@@ -91,7 +120,8 @@ impl Routed for NodePool {
 }
 
 impl Routed for EC2NodeClass {
-    fn change(&self, deleted: bool) -> ClusterChange {
+    fn change(&self, seen: Seen<'_, Self>) -> ClusterChange {
+        let deleted = seen.is_deleted();
         ClusterChange::EC2NodeClass {
             name: self.name_any(),
             deleted,
@@ -100,7 +130,7 @@ impl Routed for EC2NodeClass {
 }
 
 impl Routed for DaemonSet {
-    fn change(&self, _deleted: bool) -> ClusterChange {
+    fn change(&self, _seen: Seen<'_, Self>) -> ClusterChange {
         ClusterChange::DaemonSet {
             namespace: self.namespace().unwrap_or_default(),
             name: self.name_any(),
@@ -109,7 +139,7 @@ impl Routed for DaemonSet {
 }
 
 impl Routed for PodDisruptionBudget {
-    fn change(&self, _deleted: bool) -> ClusterChange {
+    fn change(&self, _seen: Seen<'_, Self>) -> ClusterChange {
         ClusterChange::PodDisruptionBudget {
             namespace: self.namespace().unwrap_or_default(),
             name: self.name_any(),
@@ -121,8 +151,10 @@ impl Routed for PodDisruptionBudget {
 #[must_use]
 pub fn change_of<K: Routed>(observed: &Observed<K>) -> ClusterChange {
     match observed {
-        Observed::Applied(object) => object.change(false),
-        Observed::Deleted(object) => object.change(true),
+        Observed::Applied { object, previous } => object.change(Seen::Applied {
+            previous: previous.as_deref(),
+        }),
+        Observed::Deleted(object) => object.change(Seen::Deleted),
         Observed::Relisted => ClusterChange::Relisted(K::KIND),
     }
 }
@@ -306,9 +338,27 @@ mod tests {
         pod
     }
 
+    /// A watch event of `object` replacing `previous`.
+    fn applied<K>(object: K, previous: Option<K>) -> Observed<K> {
+        Observed::Applied {
+            object: Arc::new(object),
+            previous: previous.map(Arc::new),
+        }
+    }
+
+    fn is_pod_event(change: &ClusterChange) -> bool {
+        matches!(
+            change,
+            ClusterChange::Pod {
+                pod_event: true,
+                ..
+            }
+        )
+    }
+
     #[test]
     fn an_unbound_pod_is_pending_and_a_bound_or_finished_one_is_not() {
-        let pending = change_of(&Observed::Applied(Arc::new(pod(None, "Pending"))));
+        let pending = change_of(&applied(pod(None, "Pending"), None));
         assert_eq!(
             pending,
             ClusterChange::Pod {
@@ -316,14 +366,15 @@ mod tests {
                 name: "web-1".into(),
                 node_name: None,
                 pending: true,
+                pod_event: false,
                 deleted: false,
             }
         );
-        let bound = change_of(&Observed::Applied(Arc::new(pod(Some("n1"), "Running"))));
+        let bound = change_of(&applied(pod(Some("n1"), "Running"), None));
         assert!(
             matches!(bound, ClusterChange::Pod { pending: false, node_name: Some(ref n), .. } if n == "n1")
         );
-        let finished = change_of(&Observed::Applied(Arc::new(pod(None, "Succeeded"))));
+        let finished = change_of(&applied(pod(None, "Succeeded"), None));
         assert!(matches!(
             finished,
             ClusterChange::Pod { pending: false, .. }
@@ -334,7 +385,7 @@ mod tests {
         }
         assert!(
             matches!(
-                change_of(&Observed::Applied(Arc::new(nominated))),
+                change_of(&applied(nominated, None)),
                 ClusterChange::Pod { pending: false, .. }
             ),
             "kube-scheduler is preempting for it: the Provisioner would not place it"
@@ -348,6 +399,46 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_bind_is_a_pod_event_and_a_label_change_is_not() {
+        let bind = change_of(&applied(
+            pod(Some("n1"), "Running"),
+            Some(pod(None, "Pending")),
+        ));
+        assert!(is_pod_event(&bind), "{bind:?}");
+        let mut labelled = pod(Some("n1"), "Running");
+        labelled.metadata.labels = Some([("tier".to_owned(), "web".to_owned())].into());
+        let relabel = change_of(&applied(labelled, Some(pod(Some("n1"), "Running"))));
+        assert!(
+            matches!(relabel, ClusterChange::Pod { pod_event: false, node_name: Some(ref n), .. } if n == "n1"),
+            "{relabel:?}"
+        );
+        let finished = change_of(&applied(
+            pod(Some("n1"), "Succeeded"),
+            Some(pod(Some("n1"), "Running")),
+        ));
+        assert!(is_pod_event(&finished), "{finished:?}");
+    }
+
+    #[test]
+    fn a_bound_pod_first_seen_or_deleted_is_a_pod_event_and_a_pending_one_is_not() {
+        assert!(
+            is_pod_event(&change_of(&applied(pod(Some("n1"), "Running"), None))),
+            "created bound, or listed at startup with nothing stored"
+        );
+        assert!(is_pod_event(&change_of(&Observed::Deleted(Arc::new(pod(
+            Some("n1"),
+            "Running"
+        ))))));
+        assert!(!is_pod_event(&change_of(&applied(
+            pod(None, "Pending"),
+            None
+        ))));
+        assert!(!is_pod_event(&change_of(&Observed::Deleted(Arc::new(
+            pod(None, "Pending")
+        )))));
     }
 
     #[test]

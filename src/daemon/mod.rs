@@ -26,7 +26,7 @@ pub use assembly::{
     unlaunched_nodeclaims, wait_for_launches,
 };
 pub use changes::{
-    CHANGE_QUEUE_CAPACITY, ChangeFeed, ChangeForwarder, DaemonSlot, ROOT_GROUP, Routed,
+    CHANGE_QUEUE_CAPACITY, ChangeFeed, ChangeForwarder, DaemonSlot, ROOT_GROUP, Routed, Seen,
     StartedActors, WATCHED_KINDS, change_of, pump,
 };
 pub use probes::ProbeError;

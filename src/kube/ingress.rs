@@ -34,8 +34,15 @@ use super::state::{self, ClusterState, KindWriter, StateWriters};
 /// A change of one object, as its owner hears of it.
 #[derive(Debug, Clone)]
 pub enum Observed<K> {
-    /// Created or changed (also sent for every object of a re-list).
-    Applied(Arc<K>),
+    /// Created or changed (also sent for every object of a re-list), with the version the store
+    /// held before (`None` when it held none: a creation, or an object first listed). During a
+    /// re-list that is the version from before the re-list (kube's reflector swaps the listed
+    /// objects in at its end), so, as client-go's informers do, a re-listed object that did not
+    /// change meanwhile arrives as an update to itself and one that appeared as a creation.
+    Applied {
+        object: Arc<K>,
+        previous: Option<Arc<K>>,
+    },
     /// Deleted (its last known state).
     Deleted(Arc<K>),
     /// A re-list finished: the store holds the whole current state.
@@ -240,12 +247,22 @@ async fn follow<K: Watched>(
     while let Some(event) = stream.next().await {
         match event {
             Ok(event) => {
+                // The version this event replaces, read before the store takes it.
+                let previous = match &event {
+                    watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
+                        reader.get(&ObjectRef::from_obj(object))
+                    }
+                    watcher::Event::Init | watcher::Event::InitDone | watcher::Event::Delete(_) => {
+                        None
+                    }
+                };
                 writer.apply(&event);
                 counters.events.fetch_add(1, Ordering::Relaxed);
                 match event {
                     watcher::Event::Init => before_relist = reader.state(),
                     watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
-                        deliver(&sinks, counters, &Observed::Applied(Arc::new(object)));
+                        let object = Arc::new(object);
+                        deliver(&sinks, counters, &Observed::Applied { object, previous });
                     }
                     watcher::Event::Delete(object) => {
                         deliver(&sinks, counters, &Observed::Deleted(Arc::new(object)));

@@ -6,8 +6,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter::daemon::ChangeFeed;
 use karpenter::emulator::{Emulator, FaultRule, Verb};
 use karpenter::kube::ingress::{ClusterIngress, Observed};
+use karpenter_actors::messages::ClusterChange;
 use karpenter_core::apis::NodeClaim;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt as _};
@@ -36,7 +38,7 @@ async fn until<K: kube::Resource>(
     let receive = async {
         while !done(names) {
             match receiver.recv().await.expect("the ingress stopped") {
-                Observed::Applied(object) => {
+                Observed::Applied { object, .. } => {
                     names.insert(object.meta().name.clone().unwrap());
                 }
                 Observed::Deleted(object) => {
@@ -344,5 +346,88 @@ async fn a_pod_that_binds_is_found_on_its_node() {
         .unwrap();
     until_state(&mut changes, || state.pod("default", "web").is_none()).await;
     assert!(state.pods_on_node("n1").is_empty());
+    task.abort();
+}
+
+/// The next change of pod `name` the feed routes.
+async fn next_pod_change(feed: &mut ChangeFeed, name: &str) -> ClusterChange {
+    let receive = async {
+        loop {
+            let change = feed.next().await.expect("the ingress stopped");
+            if matches!(&change, ClusterChange::Pod { name: n, .. } if n == name) {
+                return change;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_mins(10), receive)
+        .await
+        .expect("no change of the pod")
+}
+
+fn pod_event_of(change: &ClusterChange) -> bool {
+    match change {
+        ClusterChange::Pod { pod_event, .. } => *pod_event,
+        other => panic!("not a pod change: {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_routing_marks_a_bind_as_a_pod_event_and_a_label_change_as_not() {
+    let emulator = Emulator::new().unwrap();
+    let client = emulator.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut ingress = ClusterIngress::new(client);
+    let state = ingress.state();
+    let mut feed = ChangeFeed::subscribe(&mut ingress);
+    let task = tokio::spawn(ingress.run());
+    state.wait_until_ready().await.unwrap();
+
+    pods.create(&PostParams::default(), &pod("web"))
+        .await
+        .unwrap();
+    let created = next_pod_change(&mut feed, "web").await;
+    assert!(!pod_event_of(&created), "created unbound: {created:?}");
+
+    let binding = json!({ "apiVersion": "v1", "kind": "Binding", "metadata": { "name": "web" }, "target": { "kind": "Node", "name": "n1" } });
+    pods.create_subresource::<_, serde_json::Value>(
+        "binding",
+        "web",
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .unwrap();
+    let bound = next_pod_change(&mut feed, "web").await;
+    assert!(
+        matches!(&bound, ClusterChange::Pod { node_name: Some(n), pod_event: true, .. } if n == "n1"),
+        "the ingress compared the bind with the stored unbound pod: {bound:?}"
+    );
+
+    pods.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "metadata": { "labels": { "tier": "web" } } })),
+    )
+    .await
+    .unwrap();
+    let relabelled = next_pod_change(&mut feed, "web").await;
+    assert!(
+        matches!(&relabelled, ClusterChange::Pod { node_name: Some(n), pod_event: false, .. } if n == "n1"),
+        "a label on a bound pod moves nothing: {relabelled:?}"
+    );
+
+    pods.delete("web", &DeleteParams::default()).await.unwrap();
+    let deleted = next_pod_change(&mut feed, "web").await;
+    assert!(
+        matches!(
+            &deleted,
+            ClusterChange::Pod {
+                deleted: true,
+                pod_event: true,
+                ..
+            }
+        ),
+        "deleted while bound: {deleted:?}"
+    );
     task.abort();
 }

@@ -24,9 +24,12 @@
 //! Node lifecycle routes: a NodeClaim change goes to its `NodeClaimActor` (started on demand)
 //! and its `NodePoolActor`; a Node change to the NodeClaim with its provider id; a change of a
 //! pod bound to a node whose NodeClaim is being deleted to that NodeClaim (its drain goes on);
-//! a NodePool change to its actor; an `EC2NodeClass` change to its `NodeClassActor` and the
-//! pools using it; a deleted NodeClaim to the classes waiting in deletion. The
-//! `GarbageCollectorActor` runs on its own timers, the `InterruptionActor` on its SQS polls.
+//! a pod event on a node of a live NodeClaim to that NodeClaim, marked in [`PodEvents`] (it
+//! records `lastPodEventTime`); a NodePool change to its actor and, nudged, to its NodeClaims
+//! (their `Consolidatable` follows `consolidateAfter`); an `EC2NodeClass` change to its
+//! `NodeClassActor` and the pools using it; a deleted NodeClaim to the classes waiting in
+//! deletion. The `GarbageCollectorActor` runs on its own timers, the `InterruptionActor` on its
+//! SQS polls.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +38,7 @@ use prometheus_client::registry::Registry;
 
 use crate::deps::Deps;
 use crate::messages::{Cause, ClusterChange, Reconcile, WatchedKind};
+use karpenter_core::domain::consolidatable::pod_event_due;
 
 use crate::disruption::{
     ChangeSignal, ClusterChanged, DISRUPTION_KEY, DisruptionActor, DisruptionDeps,
@@ -43,7 +47,7 @@ use crate::disruption::{
 use crate::garbage_collection::{GarbageCollectorActor, GarbageCollectorDeps};
 use crate::interruption::{InterruptionActor, InterruptionDeps, InterruptionMetrics};
 use crate::metrics::Metrics;
-use crate::nodeclaim::{LaunchCache, NodeClaimActor, NodeClaimDeps};
+use crate::nodeclaim::{LaunchCache, NodeClaimActor, NodeClaimDeps, PodEvents};
 use crate::nodeclass::{NodeClassActor, NodeClassDeps};
 use crate::nodepool::NodePoolActor;
 use crate::provisioner::{
@@ -66,6 +70,8 @@ pub struct Daemon {
     garbage_collector: ActorRef<GarbageCollectorActor>,
     /// Launch outcomes shared by the NodeClaim actors and the garbage collector.
     launches: Arc<LaunchCache>,
+    /// Pod events routed to NodeClaim actors and not yet recorded by them.
+    pod_events: Arc<PodEvents>,
     /// The interruption actor, when `INTERRUPTION_QUEUE` is set.
     interruption: Option<ActorRef<InterruptionActor>>,
     /// One `NodeClassActor` per `EC2NodeClass` (resolution, validation, status, deletion).
@@ -115,11 +121,13 @@ impl Daemon {
         options: StartOptions,
     ) -> Result<Self, SpawnError> {
         let launches = Arc::new(LaunchCache::new());
+        let pod_events = Arc::new(PodEvents::new());
         let nodeclaims = root.family::<NodeClaimActor>(
             GroupSpec::one_for_one("nodeclaims"),
             NodeClaimDeps {
                 deps: deps.clone(),
                 launches: Arc::clone(&launches),
+                pod_events: Arc::clone(&pod_events),
             },
         )?;
         let nodepools =
@@ -186,6 +194,7 @@ impl Daemon {
             nodepools,
             garbage_collector,
             launches,
+            pod_events,
             interruption,
             nodeclasses,
             provisioner,
@@ -218,8 +227,9 @@ impl Daemon {
             } => self.node_changed(provider_id),
             ClusterChange::Pod {
                 node_name: Some(node),
+                pod_event,
                 ..
-            } => self.pod_on_node_changed(node),
+            } => self.pod_on_node_changed(node, *pod_event),
             ClusterChange::Relisted(kind) => self.relisted(*kind),
             ClusterChange::Node {
                 provider_id: None, ..
@@ -240,6 +250,7 @@ impl Daemon {
             Cause::Changed
         };
         if deleted {
+            self.pod_events.take(name);
             let _ = self.nodeclaims.nudge(name, Reconcile { cause });
         } else {
             nudge(&self.nodeclaims, name, cause);
@@ -277,6 +288,18 @@ impl Daemon {
         } else {
             send(&self.nodepools, name, Cause::Changed);
         }
+        // Its NodeClaims look again: `consolidateAfter` decides their `Consolidatable`
+        // (Karpenter's nodeclaim.disruption watches NodePools the same way).
+        for nodeclaim in self.deps.view.nodeclaims_of_nodepool(name) {
+            if let Some(nodeclaim) = nodeclaim.metadata.name.as_deref() {
+                let _ = self.nodeclaims.nudge(
+                    nodeclaim,
+                    Reconcile {
+                        cause: Cause::Related,
+                    },
+                );
+            }
+        }
     }
 
     /// The pools using the class re-check its readiness.
@@ -302,9 +325,11 @@ impl Daemon {
         }
     }
 
-    /// A pod on a draining node moved: its NodeClaim's drain goes on. Pods on other nodes do
-    /// not concern the lifecycle actors.
-    fn pod_on_node_changed(&self, node: &str) {
+    /// A pod on a node of a NodeClaim moved. Draining: the NodeClaim's drain goes on. Live and
+    /// a pod event: the NodeClaim records it (marked, then nudged; see [`PodEvents`]), unless
+    /// the one it stored is within the dedupe window, which the actor would skip anyway (a
+    /// node's pods come in bursts). Pods on nodes without a NodeClaim concern no actor.
+    fn pod_on_node_changed(&self, node: &str, pod_event: bool) {
         let Some(provider_id) = self
             .deps
             .view
@@ -313,16 +338,29 @@ impl Daemon {
         else {
             return;
         };
-        if let Some(nodeclaim) = self.deps.view.nodeclaim_by_provider_id(&provider_id)
-            && nodeclaim.metadata.deletion_timestamp.is_some()
-            && let Some(name) = nodeclaim.metadata.name.as_deref()
-        {
+        let Some(nodeclaim) = self.deps.view.nodeclaim_by_provider_id(&provider_id) else {
+            return;
+        };
+        let Some(name) = nodeclaim.metadata.name.as_deref() else {
+            return;
+        };
+        if nodeclaim.metadata.deletion_timestamp.is_some() {
             let _ = self.nodeclaims.nudge(
                 name,
                 Reconcile {
                     cause: Cause::Related,
                 },
             );
+            return;
+        }
+        let last = nodeclaim
+            .status
+            .as_ref()
+            .and_then(|s| s.last_pod_event_time.as_ref())
+            .map(|t| t.0);
+        if pod_event && pod_event_due(last, self.deps.clock.now()) {
+            self.pod_events.mark(name);
+            nudge(&self.nodeclaims, name, Cause::Related);
         }
     }
 
@@ -346,6 +384,15 @@ impl Daemon {
                     }
                 }
                 broadcast(&self.nodepools, Cause::Relisted);
+                // A `consolidateAfter` may have changed during the gap.
+                for name in self.nodeclaims.keys() {
+                    let _ = self.nodeclaims.nudge(
+                        &name,
+                        Reconcile {
+                            cause: Cause::Relisted,
+                        },
+                    );
+                }
             }
             WatchedKind::EC2NodeClass => {
                 self.relist_nodeclasses();

@@ -1,5 +1,5 @@
 //! The NodeClaimActor's steps for a live NodeClaim: finalizer, launch, registration,
-//! initialization and liveness (see the parent module for the flow). Each step reads the
+//! initialization, consolidation (`consolidatable`) and liveness (see the parent module for the flow). Each step reads the
 //! NodeClaim it is given, writes only when something changes, and returns the NodeClaim as
 //! written so the next step sees its own writes before the watch does.
 
@@ -201,18 +201,9 @@ impl NodeClaimActor {
             }
         };
         let nodeclaim = if failure.is_none() {
-            match self.register(ctx, nodeclaim).await? {
-                Step::Continue(nodeclaim, after) => {
-                    next = soonest(next, after);
-                    match self.initialize(ctx, nodeclaim).await? {
-                        Step::Continue(nodeclaim, after) => {
-                            next = soonest(next, after);
-                            nodeclaim
-                        }
-                        Step::Stop => return Ok(None),
-                    }
-                }
-                Step::Stop => return Ok(None),
+            match self.after_launch(ctx, nodeclaim, &mut next).await? {
+                Some(nodeclaim) => nodeclaim,
+                None => return Ok(None),
             }
         } else {
             nodeclaim
@@ -226,6 +217,33 @@ impl NodeClaimActor {
             Some(error) => Err(error),
             None => Ok(next),
         }
+    }
+
+    /// The steps after a launch: registration, initialization, the pod event and
+    /// `Consolidatable`, each given the NodeClaim as the one before wrote it; `None` when one
+    /// ended the reconcile.
+    async fn after_launch(
+        &mut self,
+        ctx: &mut ActorCtx<Self>,
+        nodeclaim: Arc<NodeClaim>,
+        next: &mut Next,
+    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+        let Step::Continue(nodeclaim, after) = self.register(ctx, nodeclaim).await? else {
+            return Ok(None);
+        };
+        *next = soonest(*next, after);
+        let Step::Continue(nodeclaim, after) = self.initialize(ctx, nodeclaim).await? else {
+            return Ok(None);
+        };
+        *next = soonest(*next, after);
+        let Some(nodeclaim) = self.record_pod_event(nodeclaim).await? else {
+            return Ok(None);
+        };
+        let Step::Continue(nodeclaim, after) = self.update_consolidatable(nodeclaim).await? else {
+            return Ok(None);
+        };
+        *next = soonest(*next, after);
+        Ok(Some(nodeclaim))
     }
 
     /// Adds the termination finalizer; `None` when the NodeClaim is gone.

@@ -2,8 +2,9 @@
 //! is deleted, back to nothing (Karpenter's `nodeclaim.lifecycle` and `node.termination`
 //! controllers in one owner; reference 2.1).
 //!
-//! Flow: the daemon routes every change of the NodeClaim, of its Node (by provider id) and of
-//! the pods on a draining node to the actor as [`Reconcile`](crate::messages::Reconcile); the
+//! Flow: the daemon routes every change of the NodeClaim, of its Node (by provider id), of its
+//! NodePool, the pod events on its node and the changes of the pods on a draining node to the
+//! actor as [`Reconcile`](crate::messages::Reconcile); the
 //! actor re-reads the NodeClaim from the `ClusterView` and takes the next steps, writing through
 //! `ClusterApi` and `CloudProvider`:
 //!
@@ -19,6 +20,10 @@
 //!    and `Registered` set; the NodePool's `NodeRegistrationHealthy` turns `True`;
 //! 4. **initialization** ([`initialization`]): Ready, no startup or ephemeral taints, requested
 //!    resources present: the node is labelled `karpenter.sh/initialized` and `Initialized` set;
+//!    then, every reconcile, **consolidation** ([`consolidatable`]): a pod event the daemon
+//!    marked in [`PodEvents`] is written as `status.lastPodEventTime`, and `Consolidatable` is
+//!    set once the NodePool's `consolidateAfter` has passed since it (or since the
+//!    initialization), removed otherwise;
 //! 5. **liveness**: a NodeClaim not registered 15 minutes after its launch (the `Launched`
 //!    condition's transition time, so the window survives restarts) is deleted, and its
 //!    NodePool's `NodeRegistrationHealthy` turns `False`;
@@ -36,6 +41,7 @@
 //! restart lives only here: the actor's own fields are eviction backoffs and once-only metric
 //! flags.
 
+pub mod consolidatable;
 pub mod drain;
 pub mod events;
 pub mod initialization;
@@ -52,6 +58,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
+pub use consolidatable::PodEvents;
 pub use launch::{LaunchCache, LaunchState};
 
 use crate::deps::Deps;
@@ -99,12 +106,13 @@ impl Mail for LaunchCompleted {
     const NAME: &'static str = "LaunchCompleted";
 }
 
-/// What every NodeClaimActor shares: the daemon's ports and the launch cache that outlives
-/// restarts of any one actor.
+/// What every NodeClaimActor shares: the daemon's ports, and the launch cache and pod event
+/// marks that outlive restarts of any one actor.
 #[derive(Debug, Clone)]
 pub struct NodeClaimDeps {
     pub deps: Deps,
     pub launches: Arc<LaunchCache>,
+    pub pod_events: Arc<PodEvents>,
 }
 
 /// A failed step of a NodeClaim's reconcile.
@@ -186,6 +194,7 @@ pub struct NodeClaimActor {
     uid: Option<String>,
     deps: Deps,
     launches: Arc<LaunchCache>,
+    pod_events: Arc<PodEvents>,
     /// Consecutive failed launches, and when the next may start (events do not bypass the
     /// launch backoff; a restart does).
     launch_failures: u32,
@@ -229,6 +238,7 @@ impl Supervised for NodeClaimActor {
             uid: None,
             deps: deps.deps.clone(),
             launches: Arc::clone(&deps.launches),
+            pod_events: Arc::clone(&deps.pod_events),
             launch_failures: 0,
             launch_not_before: None,
             evictions: HashMap::new(),
@@ -276,6 +286,8 @@ impl Reconciler for NodeClaimActor {
             self.uid = Some(current);
         }
         let next = if nodeclaim.metadata.deletion_timestamp.is_some() {
+            // Pods leaving a node that goes away move nothing consolidation would look at.
+            self.pod_events.take(&self.name);
             self.finalize(ctx, nodeclaim).await?
         } else {
             self.lifecycle(ctx, nodeclaim).await?

@@ -21,6 +21,7 @@ use crate::ports::cluster_view::ClusterView as _;
 use karpenter_core::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
 };
+use karpenter_core::domain::pods::{PodChange, is_pod_event};
 
 type ChangeHook = Arc<dyn Fn(ClusterChange) + Send + Sync>;
 
@@ -193,6 +194,12 @@ impl MirroredClusterApi {
             .and_then(|p| p.spec.as_ref())
             .and_then(|s| s.node_name.clone());
         let deleted = new.is_none();
+        let pod_event = match (previous.as_deref(), new.as_ref()) {
+            (None, Some(new)) => is_pod_event(PodChange::Created(new)),
+            (Some(old), Some(new)) => is_pod_event(PodChange::Updated { old, new }),
+            (Some(old), None) => is_pod_event(PodChange::Deleted(old)),
+            (None, None) => false,
+        };
         match new {
             Some(object) => self.view.put_pod(object),
             None => self.view.remove_pod(&format!("{namespace}/{name}")),
@@ -202,6 +209,7 @@ impl MirroredClusterApi {
             name: name.to_owned(),
             node_name,
             pending: false,
+            pod_event,
             deleted,
         });
     }

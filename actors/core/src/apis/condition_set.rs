@@ -145,6 +145,18 @@ impl<'a> ConditionSet<'a> {
         changed
     }
 
+    /// Removes an informational condition (neither the root nor a dependent); returns whether
+    /// one was there (operatorpkg's `Clear`, which refuses the root and dependents too: the
+    /// root summarises them, so they are set, never removed). The root is unaffected.
+    pub fn clear(&mut self, kind: &str) -> bool {
+        if self.is_dependent(kind) {
+            return false;
+        }
+        let before = self.conditions.len();
+        self.conditions.retain(|c| c.type_ != kind);
+        self.conditions.len() != before
+    }
+
     fn is_dependent(&self, kind: &str) -> bool {
         kind == READY || self.dependents.contains(&kind)
     }
@@ -320,6 +332,40 @@ mod tests {
                 .last_transition_time
                 .0,
             at(99)
+        );
+    }
+
+    #[test]
+    fn clearing_removes_an_informational_condition_but_never_the_root_or_a_dependent() {
+        let mut conditions = Vec::new();
+        let mut set = ConditionSet::new(&mut conditions, NODECLAIM_DEPENDENTS, facts(), at(10));
+        for kind in NODECLAIM_DEPENDENTS {
+            set.set_true(kind);
+        }
+        set.set_true(nodeclaim::CONSOLIDATABLE);
+        assert!(set.clear(nodeclaim::CONSOLIDATABLE));
+        assert!(set.get(nodeclaim::CONSOLIDATABLE).is_none());
+        assert!(
+            !set.clear(nodeclaim::CONSOLIDATABLE),
+            "nothing left to clear"
+        );
+        assert!(!set.clear(nodeclaim::INITIALIZED));
+        assert!(!set.clear(READY));
+        assert!(set.is_true(nodeclaim::INITIALIZED) && set.is_true(READY));
+        assert_eq!(conditions.len(), 4);
+    }
+
+    #[test]
+    fn consolidatable_is_not_a_dependent_of_the_nodeclaim_root() {
+        let mut conditions = Vec::new();
+        let mut set = ConditionSet::new(&mut conditions, NODECLAIM_DEPENDENTS, facts(), at(10));
+        for kind in NODECLAIM_DEPENDENTS {
+            set.set_true(kind);
+        }
+        set.set_false(nodeclaim::CONSOLIDATABLE, "NotYet", "");
+        assert!(
+            set.is_true(READY),
+            "Ready depends on Launched, Registered, Initialized only"
         );
     }
 

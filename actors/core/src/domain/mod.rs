@@ -13,13 +13,17 @@
 //! - [`limits`]: what a NodePool runs (`status.resources`) and what is left of its limits,
 //!   in-flight launches included for the Provisioner.
 //! - [`nodepool_hash`]: the NodePool template hash static drift compares.
-//! - [`pods`]: whether a pod is provisionable (Karpenter's `IsProvisionable`).
+//! - [`pods`]: whether a pod is provisionable (Karpenter's `IsProvisionable`) and whether a
+//!   pod change is a pod event on its node (`nodeclaim.podevents`).
+//! - [`consolidatable`]: whether a NodeClaim is consolidatable yet (`consolidateAfter` since its
+//!   last pod event or initialization) and the pod event dedupe.
 //! - [`tags`]: the tags of launched instances (the class's and the ones Karpenter owns).
 //! - [`version`]: the supported Kubernetes versions.
 //! - [`disruption`]: voluntary disruption (consolidation, emptiness, drift, budgets): which
 //!   nodes to remove or replace in one round, and the validation of that decision.
 
 pub mod amifamily;
+pub mod consolidatable;
 pub mod disruption;
 pub mod instance_type;
 pub mod interruption;

@@ -4,6 +4,10 @@
 //! the pods it accepts, `karpenter explain` says why it refuses one ([`NotProvisionable`]), and
 //! the daemon's change routing marks a watched pod `pending` (a provisioning trigger) with the
 //! same rule, so what triggers a run is what a run places.
+//!
+//! [`is_pod_event`] is Karpenter's `nodeclaim.podevents` filter: the change routing marks a pod
+//! change that moves a node's pods (bound, finished, being deleted, gone) so its NodeClaim
+//! records `status.lastPodEventTime`, which consolidation waits `consolidateAfter` from.
 
 use std::fmt;
 
@@ -64,6 +68,53 @@ pub fn owned_by(pod: &Pod, api_version: &str, kind: &str) -> bool {
 pub fn is_terminal(pod: &Pod) -> Option<String> {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref())?;
     matches!(phase, "Succeeded" | "Failed").then(|| phase.to_owned())
+}
+
+/// What a watch saw happen to a pod, with the version it replaced.
+#[derive(Debug, Clone, Copy)]
+pub enum PodChange<'a> {
+    /// Seen for the first time: created, or listed with no stored version before it (so after a
+    /// restart every pod counts as created, as Karpenter's informer sends `Create` at startup).
+    Created(&'a Pod),
+    /// Changed from `old` to `new`.
+    Updated { old: &'a Pod, new: &'a Pod },
+    /// Deleted, in its last known state.
+    Deleted(&'a Pod),
+}
+
+/// The node a pod is bound to (`spec.nodeName`, empty counts as none).
+#[must_use]
+pub fn node_name(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+/// Whether a pod change is a pod event on its node (Karpenter's `nodeclaim.podevents`
+/// predicate and reconcile guard): a pod created or deleted while bound, or an update where
+/// the pod became bound, became terminal (`Succeeded`/`Failed`) or became terminating
+/// (`deletionTimestamp` set) while bound. `DaemonSet` pods never count: they follow the node,
+/// they do not say it is in use.
+#[must_use]
+pub fn is_pod_event(change: PodChange<'_>) -> bool {
+    let pod = match change {
+        PodChange::Created(pod) | PodChange::Deleted(pod) => pod,
+        PodChange::Updated { new, .. } => new,
+    };
+    if node_name(pod).is_none() || owned_by(pod, "apps/v1", "DaemonSet") {
+        return false;
+    }
+    match change {
+        PodChange::Created(_) | PodChange::Deleted(_) => true,
+        PodChange::Updated { old, new } => {
+            let bound = node_name(old).is_none();
+            let terminal = is_terminal(old).is_none() && is_terminal(new).is_some();
+            let terminating = old.metadata.deletion_timestamp.is_none()
+                && new.metadata.deletion_timestamp.is_some();
+            bound || terminal || terminating
+        }
+    }
 }
 
 /// Whether the Provisioner should find capacity for this pod (Karpenter's `IsProvisionable`).
@@ -208,5 +259,107 @@ mod tests {
             NotProvisionable::Gated.to_string(),
             "scheduling gates hold it back"
         );
+    }
+
+    fn on(node: &str) -> Pod {
+        let mut pod = pending();
+        pod.spec = Some(PodSpec {
+            node_name: Some(node.to_owned()),
+            ..PodSpec::default()
+        });
+        pod.status = Some(PodStatus {
+            phase: Some("Running".to_owned()),
+            ..PodStatus::default()
+        });
+        pod
+    }
+
+    fn updated(old: &Pod, new: &Pod) -> bool {
+        is_pod_event(PodChange::Updated { old, new })
+    }
+
+    #[test]
+    fn a_pod_binding_to_a_node_is_a_pod_event() {
+        assert!(updated(&pending(), &on("n1")));
+        let mut empty = pending();
+        empty.spec = Some(PodSpec {
+            node_name: Some(String::new()),
+            ..PodSpec::default()
+        });
+        assert!(updated(&empty, &on("n1")), "an empty nodeName is unbound");
+    }
+
+    #[test]
+    fn a_bound_pod_finishing_is_a_pod_event_and_stays_one_only_once() {
+        let mut succeeded = on("n1");
+        succeeded.status = Some(PodStatus {
+            phase: Some("Succeeded".to_owned()),
+            ..PodStatus::default()
+        });
+        let mut failed = on("n1");
+        failed.status = Some(PodStatus {
+            phase: Some("Failed".to_owned()),
+            ..PodStatus::default()
+        });
+        assert!(updated(&on("n1"), &succeeded));
+        assert!(updated(&on("n1"), &failed));
+        assert!(!updated(&succeeded, &succeeded), "already terminal");
+        assert!(!updated(&succeeded, &failed), "terminal before and after");
+    }
+
+    #[test]
+    fn a_bound_pod_starting_to_terminate_is_a_pod_event() {
+        let mut terminating = on("n1");
+        terminating.metadata.deletion_timestamp =
+            Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        assert!(updated(&on("n1"), &terminating));
+        assert!(!updated(&terminating, &terminating), "already terminating");
+    }
+
+    #[test]
+    fn a_pod_created_or_deleted_while_bound_is_a_pod_event_and_unbound_is_not() {
+        assert!(is_pod_event(PodChange::Created(&on("n1"))));
+        assert!(is_pod_event(PodChange::Deleted(&on("n1"))));
+        assert!(!is_pod_event(PodChange::Created(&pending())));
+        assert!(!is_pod_event(PodChange::Deleted(&pending())));
+        let mut finished_unbound = pending();
+        finished_unbound.status = Some(PodStatus {
+            phase: Some("Failed".to_owned()),
+            ..PodStatus::default()
+        });
+        assert!(
+            !updated(&pending(), &finished_unbound),
+            "a pod that never ran on a node says nothing about one"
+        );
+    }
+
+    #[test]
+    fn daemonset_pods_are_never_pod_events() {
+        let mut daemon = owned("apps/v1", "DaemonSet");
+        daemon.spec = on("n1").spec;
+        let unbound = owned("apps/v1", "DaemonSet");
+        assert!(!is_pod_event(PodChange::Created(&daemon)));
+        assert!(!is_pod_event(PodChange::Deleted(&daemon)));
+        assert!(!updated(&unbound, &daemon), "bound, but a DaemonSet's");
+        assert!(
+            is_pod_event(PodChange::Created(&{
+                let mut other = owned("apps/v1", "ReplicaSet");
+                other.spec = on("n1").spec;
+                other
+            })),
+            "other owners count"
+        );
+    }
+
+    #[test]
+    fn an_unrelated_update_of_a_bound_pod_is_not_a_pod_event() {
+        let mut labelled = on("n1");
+        labelled.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+        assert!(!updated(&on("n1"), &labelled));
+        let mut ready = on("n1");
+        if let Some(status) = ready.status.as_mut() {
+            status.pod_ip = Some("10.0.0.7".to_owned());
+        }
+        assert!(!updated(&on("n1"), &ready));
     }
 }
