@@ -489,6 +489,23 @@ impl DaemonAssembly {
             .is_some_and(|started| started.root.escalation().is_some())
     }
 
+    /// The disruption commands the actors decided (empty while no actors run).
+    pub async fn disruption_history(&self) -> Vec<karpenter_actors::disruption::DisruptionRecord> {
+        let Some(started) = self.slot.get() else {
+            return Vec::new();
+        };
+        started
+            .daemon
+            .disruption()
+            .request(
+                karpenter_actors::disruption::GetDisruptionStatus,
+                Duration::from_secs(5),
+            )
+            .await
+            .map(|status| status.commands)
+            .unwrap_or_default()
+    }
+
     /// Resolves once this replica leads.
     pub async fn until_leading(&mut self) {
         let _ = self.leading.wait_for(|l| *l).await;

@@ -37,6 +37,12 @@ impl SimClock {
         Self::starting_at(Timestamp::from_second(SIMULATION_EPOCH_SECONDS).unwrap_or_default())
     }
 
+    /// The simulated instant the clock started at.
+    #[must_use]
+    pub fn start(&self) -> Timestamp {
+        self.start
+    }
+
     /// Simulated time since the clock was made.
     #[must_use]
     pub fn elapsed(&self) -> Duration {

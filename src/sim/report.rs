@@ -201,6 +201,71 @@ pub struct Report {
     /// Whether the root supervisor gave up during the run.
     pub escalated: bool,
     pub harness: HarnessReport,
+    /// Every disruption command the daemons decided, in order.
+    pub disruptions: Vec<DisruptionLine>,
+}
+
+/// One disruption command as the report shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionLine {
+    /// Simulated seconds since the start when it was decided.
+    pub at_seconds: u64,
+    pub method: String,
+    pub reason: String,
+    pub decision: String,
+    /// Instance types removed (`type/capacity`).
+    pub removed: Vec<String>,
+    /// Cheapest instance type of each replacement.
+    pub added: Vec<String>,
+    pub price_before: Option<f64>,
+    pub price_after: Option<f64>,
+    /// `validating`, `abandoned: ...`, `executing`, `succeeded`, `failed: ...`.
+    pub outcome: String,
+}
+
+impl DisruptionLine {
+    /// The line of a command decided on a clock that started at `start`.
+    #[must_use]
+    pub fn of(
+        record: karpenter_actors::disruption::DisruptionRecord,
+        start: k8s_openapi::jiff::Timestamp,
+    ) -> Self {
+        use karpenter_actors::disruption::CommandState;
+        let at_seconds = record
+            .decided_at
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .ok()
+            .and_then(|at| u64::try_from(at.as_second() - start.as_second()).ok())
+            .unwrap_or_default();
+        Self {
+            at_seconds,
+            method: record.method.to_owned(),
+            reason: record.reason.to_owned(),
+            decision: record.decision.to_owned(),
+            removed: record
+                .candidates
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}/{}",
+                        c.instance_type.as_deref().unwrap_or("?"),
+                        c.capacity_type.as_deref().unwrap_or("?")
+                    )
+                })
+                .collect(),
+            added: record.replacement_types,
+            price_before: record.price_before,
+            price_after: record.price_after,
+            outcome: match record.state {
+                CommandState::Validating => "validating".to_owned(),
+                CommandState::Executing => "executing".to_owned(),
+                CommandState::Succeeded => "succeeded".to_owned(),
+                CommandState::Abandoned(why) => format!("abandoned: {why}"),
+                CommandState::Failed(why) => format!("failed: {why}"),
+            },
+        }
+    }
 }
 
 /// What the runner records while the scenario runs.
@@ -377,6 +442,10 @@ fn money(value: f64) -> String {
     format!("${value:.2}")
 }
 
+fn money4(value: f64) -> String {
+    format!("${value:.4}")
+}
+
 impl Report {
     /// The report as pretty JSON (stable field order).
     #[must_use]
@@ -397,6 +466,7 @@ impl Report {
         self.pods_section(&mut out);
         self.nodes_section(&mut out);
         self.cost_section(&mut out);
+        self.disruptions_section(&mut out);
         self.faults_section(&mut out);
         self.actors_section(&mut out);
         out
@@ -478,6 +548,40 @@ impl Report {
             cost.ratio
                 .map_or_else(String::new, |ratio| format!(", {ratio:.2}x"))
         );
+    }
+
+    fn disruptions_section(&self, out: &mut String) {
+        let _ = writeln!(out, "DISRUPTIONS");
+        if self.disruptions.is_empty() {
+            let _ = writeln!(out, "  none\n");
+            return;
+        }
+        for line in &self.disruptions {
+            let price = match (line.price_before, line.price_after) {
+                (Some(before), Some(after)) => {
+                    format!("  {} -> {}/h", money4(before), money4(after))
+                }
+                _ => String::new(),
+            };
+            let added = if line.added.is_empty() {
+                String::new()
+            } else {
+                format!(" -> {}", line.added.join(", "))
+            };
+            let _ = writeln!(
+                out,
+                "  [{:>6}] {} {} {}: {}{}{}  ({})",
+                format_go_duration(Duration::from_secs(line.at_seconds)),
+                line.method,
+                line.reason,
+                line.decision,
+                line.removed.join(", "),
+                added,
+                price,
+                line.outcome
+            );
+        }
+        let _ = writeln!(out);
     }
 
     fn faults_section(&self, out: &mut String) {

@@ -486,6 +486,7 @@ impl<'a> Sim<'a> {
             actors: report::actor_totals(&metrics),
             escalated,
             harness: self.recorder.harness.clone(),
+            disruptions: Vec::new(),
         }
     }
 }

@@ -288,15 +288,21 @@ impl<'a> Simulation<'a> {
         let registries = MetricsRegistries::default();
         let mut injected = 0;
         let mut dropped = 0;
+        let mut disruptions = Vec::new();
         for daemon in &self.daemons {
+            disruptions.extend(daemon.disruption_history().await);
             registries.extend(daemon.registries());
             injected += daemon.kit().faults().map_or(0, |f| f.injected().len());
             dropped += daemon.dropped_changes();
         }
-        let report = self
+        let mut report = self
             .sim
             .report(self.now, &registries, injected, self.escalated, dropped)
             .await;
+        report.disruptions = disruptions
+            .into_iter()
+            .map(|record| crate::sim::report::DisruptionLine::of(record, self.clock.start()))
+            .collect();
         for daemon in self.daemons {
             // No launch is waited for: the simulated time is over.
             daemon.shutdown(Duration::ZERO).await;
