@@ -419,6 +419,22 @@ pub struct Settings {
         help_heading = AWS
     )]
     pub interruption_rebalance_replace: bool,
+
+    /// Consolidate by repacking: replace nodes by two or more cheaper ones when no single node
+    /// can take their pods (true or false; the bare flag means true). Every such command
+    /// strictly lowers the cluster's price, so rounds cannot oscillate. Not in Karpenter, which
+    /// only replaces nodes by one.
+    #[arg(
+        long = "consolidation-repack",
+        env = "CONSOLIDATION_REPACK",
+        action = ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_value_t = true,
+        default_missing_value = "true",
+        value_parser = parse_go_bool
+    )]
+    pub consolidation_repack: bool,
 }
 
 /// Karpenter v1.5's defaults, without reading the environment.
@@ -456,6 +472,7 @@ impl Default for Settings {
             aws_region: None,
             aws_endpoint_url: None,
             interruption_rebalance_replace: false,
+            consolidation_repack: true,
         }
     }
 }

@@ -81,6 +81,7 @@ fn defaults_match_karpenter() {
         aws_region,
         aws_endpoint_url,
         interruption_rebalance_replace,
+        consolidation_repack,
     } = defaults;
 
     // Karpenter's "" defaults are `None` here.
@@ -122,6 +123,7 @@ fn defaults_match_karpenter() {
     assert_eq!(aws_region, None);
     assert_eq!(aws_endpoint_url, None);
     assert!(!interruption_rebalance_replace);
+    assert!(consolidation_repack);
 }
 
 #[test]
@@ -163,6 +165,7 @@ fn every_setting_has_karpenters_flag_and_env_var() {
         "AWS_REGION",
         "AWS_ENDPOINT_URL",
         "INTERRUPTION_REBALANCE_REPLACE",
+        "CONSOLIDATION_REPACK",
     ];
     let command = Settings::command();
     let mut envs = Vec::new();
@@ -291,6 +294,7 @@ fn flags_override_every_default() {
             "--aws-region=eu-west-1",
             "--aws-endpoint-url=http://localhost:4566",
             "--interruption-rebalance-replace",
+            "--consolidation-repack=false",
         ],
         &[],
     );
@@ -332,6 +336,7 @@ fn flags_override_every_default() {
         aws_region: Some("eu-west-1".to_owned()),
         aws_endpoint_url: Some(HttpUrl::parse("http://localhost:4566").unwrap()),
         interruption_rebalance_replace: true,
+        consolidation_repack: false,
     };
     assert_eq!(settings, expected);
     assert_eq!(settings.validate_for_run(), Ok(()));

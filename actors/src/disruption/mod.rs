@@ -188,6 +188,7 @@ impl DisruptionDeps {
             spot_to_spot: gates.spot_to_spot_consolidation,
             reserved_capacity: gates.reserved_capacity,
             preference_policy: deps.settings.preference_policy,
+            repack: deps.settings.consolidation_repack,
             ..DisruptionOptions::default()
         };
         Self {
@@ -620,6 +621,21 @@ impl DisruptionActor {
             self.deps.metrics.observe_evaluation(*method, *took);
         }
         let mut pending: Vec<Pending> = Vec::new();
+        if std::env::var_os("KARPENTER_DEBUG_DISRUPTION").is_some() {
+            for report in &decision.methods {
+                eprintln!(
+                    "DBG {} {:?} eligible={} outcome={:?} timed_out={} sims={} repl={:?} events={:?}",
+                    self.deps.deps.clock.now(),
+                    report.method,
+                    report.eligible,
+                    report.outcome,
+                    report.timed_out,
+                    report.simulations,
+                    report.replacements,
+                    report.events.iter().map(|e| &e.message).collect::<Vec<_>>()
+                );
+            }
+        }
         for report in &decision.methods {
             self.deps
                 .metrics
@@ -667,7 +683,8 @@ impl DisruptionActor {
                     Method::Emptiness => self.memos.emptiness = true,
                     Method::MultiNode => self.memos.multi_node = true,
                     Method::SingleNode => self.memos.single_node = true,
-                    Method::Drift | Method::Repack => {}
+                    Method::Repack => self.memos.repack = true,
+                    Method::Drift => {}
                 }
                 self.memos_since.get_or_insert_with(Instant::now);
             }

@@ -41,6 +41,7 @@ pub fn simulated_settings(scenario: &Scenario) -> Settings {
         interruption_queue: Some(scenario.cluster_name.clone()),
         cluster_endpoint: HttpUrl::parse(SIMULATED_ENDPOINT).ok(),
         disable_leader_election: true,
+        feature_gates: scenario.feature_gates,
         ..Settings::default()
     }
 }

@@ -94,6 +94,9 @@ pub struct ScenarioFile {
     pub cluster_name: Option<String>,
     #[serde(default)]
     pub progress_every: Option<String>,
+    /// The daemon's `FEATURE_GATES` (Karpenter's syntax: `SpotToSpotConsolidation=true,...`).
+    #[serde(default)]
+    pub feature_gates: Option<String>,
     #[serde(default)]
     pub kwok: KwokFile,
     #[serde(default)]
@@ -227,6 +230,8 @@ pub struct Scenario {
     pub region: String,
     pub cluster_name: String,
     pub progress_every: Duration,
+    /// The daemon's feature gates.
+    pub feature_gates: karpenter_config::FeatureGates,
     pub kwok: KwokSettings,
     /// NodePool manifests (checked by the binary).
     pub node_pools: Vec<Value>,
@@ -508,6 +513,14 @@ impl ScenarioFile {
         if cluster_name.trim().is_empty() {
             return Err(ScenarioError::invalid("clusterName", "must not be empty"));
         }
+        let feature_gates = match self.feature_gates.as_deref() {
+            None => karpenter_config::FeatureGates::default(),
+            Some(text) => text
+                .parse()
+                .map_err(|e: karpenter_config::FeatureGatesError| {
+                    ScenarioError::invalid("featureGates", e.to_string())
+                })?,
+        };
         let kwok = check_kwok(self.kwok)?;
         for (i, pool) in self.node_pools.iter().enumerate() {
             if !pool.is_object() {
@@ -552,6 +565,7 @@ impl ScenarioFile {
             region,
             cluster_name,
             progress_every,
+            feature_gates,
             kwok,
             node_pools: self.node_pools,
             ec2_node_classes: self.ec2_node_classes,

@@ -180,6 +180,7 @@ impl LoadedScenario {
                 region: DEFAULT_REGION.to_owned(),
                 cluster_name: DEFAULT_CLUSTER_NAME.to_owned(),
                 progress_every: Duration::from_mins(1),
+                feature_gates: karpenter_config::FeatureGates::default(),
                 kwok: KwokSettings {
                     launch_latency: DEFAULT_LAUNCH_LATENCY,
                     registration_delay: DEFAULT_REGISTRATION_DELAY,

@@ -344,6 +344,7 @@ pub struct Memos {
     pub emptiness: bool,
     pub multi_node: bool,
     pub single_node: bool,
+    pub repack: bool,
 }
 
 /// Everything one disruption round decides from.

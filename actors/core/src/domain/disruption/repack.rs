@@ -1,11 +1,13 @@
 //! Past Karpenter: N→M repacking, behind [`super::DisruptionOptions::repack`].
 //!
-//! Karpenter replaces a set of nodes only by *one* cheaper node. When the pods of several
-//! underutilized nodes need more than one node, it gives up, even if two cheaper nodes could
-//! take the pods of five. Repacking runs after the four methods found nothing: it searches the
-//! budgeted consolidation candidates, cheapest to disrupt first, for the longest prefix of 3 to
-//! 101 (longest first) whose pods the scheduler places on existing nodes plus 2 ≤ M < N new
-//! NodeClaims that cost less together than the candidates.
+//! Karpenter replaces a set of nodes only by *one* cheaper node ("never splits"). When the pods
+//! of several underutilized nodes need more than one node, it gives up, even if two cheaper
+//! nodes could take the pods of five; and when topology spread sends the pods of one large node
+//! to two zones, it keeps the large node however much two small ones would save. Repacking runs
+//! after the four methods found nothing: it searches the budgeted consolidation candidates,
+//! cheapest to disrupt first, for the longest prefix of 1 to 101 (longest first) whose pods the
+//! scheduler places on existing nodes plus M ≥ 2 new NodeClaims that cost less together than
+//! the candidates (M < N merges, M ≥ N splits).
 //!
 //! Savings are guaranteed the way Karpenter guarantees them for one replacement: each
 //! replacement `j` is priced at `w_j`, the worst launch price of its cheapest instance type;
@@ -31,14 +33,18 @@ use crate::domain::scheduling::NewNodeClaim;
 use super::candidates::{self, Candidate};
 use super::consolidation::{candidates_price, set_instance_types};
 use super::input::DisruptionInput;
-use super::methods::{Round, budgeted, budgets, command, over_budget};
+use super::methods::{Round, Sims, budgeted, budgets, command, over_budget};
 use super::simulate::Simulation;
 use super::{Command, DisruptionError, Method, MethodOutcome, MethodReport};
 
-/// Fewest candidates worth repacking: two nodes into one is multi-node consolidation's job.
-const MIN_REPACK: usize = 3;
+/// Fewest candidates a merge takes (a single candidate is tried as a split).
+const MIN_MERGE: usize = 2;
+/// Fewest replacements: one replacement is multi- and single-node consolidation's job.
+const MIN_REPLACEMENTS: usize = 2;
 
-/// Repacks the budgeted candidates (see the module docs).
+/// Repacks the budgeted candidates (see the module docs): merges first (the longest prefix of
+/// two or more budgeted candidates), then splits (each candidate alone, within its pool's
+/// budget, cheapest to disrupt first, as single-node consolidation walks them).
 pub(super) fn repack(
     round: &mut Round<'_>,
     report: &mut MethodReport,
@@ -55,39 +61,65 @@ pub(super) fn repack(
         return Ok(None);
     }
     let mut mapping = budgets(input, report);
+    if input.memos.repack {
+        report.outcome = MethodOutcome::Memo;
+        return Ok(None);
+    }
+    let fresh = mapping.clone();
     let (kept, constrained) = budgeted(&eligible, &mut mapping);
     report.outcome = MethodOutcome::Nothing {
         mark_consolidated: !constrained,
     };
-    if kept.len() < MIN_REPACK {
-        return Ok(None);
-    }
     // Unlike Karpenter's N→1 search, a longer prefix is not harder here (more nodes leave
     // more room to save one), so the search goes from the longest prefix down.
-    let longest = kept
-        .len()
-        .min(input.options.multi_node_limit.max(MIN_REPACK));
-    for size in (MIN_REPACK..=longest).rev() {
-        // Shares multi-node's budget: it is the same kind of search.
-        if over_budget(report, input.options.multi_node_budget) {
-            report.timed_out = true;
-            break;
+    let longest = kept.len().min(input.options.multi_node_limit);
+    for size in (MIN_MERGE..=longest).rev() {
+        if let Some(command) = try_prefix(&mut round.sims, input, report, &kept[..size])? {
+            return Ok(Some(command));
         }
-        let prefix = &kept[..size];
-        let simulation = round.sims.simulate(prefix, report);
-        if let Some(replacements) = evaluate(&simulation, prefix, input)? {
-            let price = candidates_price(prefix, input)?;
-            return Ok(Some(command(
-                Method::Repack,
-                prefix,
-                input,
-                Some(&simulation),
-                replacements,
-                Some(price),
-            )));
+        if report.timed_out {
+            return Ok(None);
+        }
+    }
+    for candidate in eligible
+        .iter()
+        .filter(|c| !c.is_empty() && fresh.remaining(&c.node_pool) > 0)
+    {
+        if let Some(command) = try_prefix(&mut round.sims, input, report, &[*candidate])? {
+            return Ok(Some(command));
+        }
+        if report.timed_out {
+            return Ok(None);
         }
     }
     Ok(None)
+}
+
+/// Simulates removing `prefix` and builds the repack command if it saves money.
+fn try_prefix(
+    sims: &mut Sims<'_>,
+    input: &DisruptionInput,
+    report: &mut MethodReport,
+    prefix: &[&Candidate],
+) -> Result<Option<Command>, DisruptionError> {
+    // Shares multi-node's budget: it is the same kind of search.
+    if over_budget(report, input.options.multi_node_budget) {
+        report.timed_out = true;
+        return Ok(None);
+    }
+    let simulation = sims.simulate(prefix, report);
+    let Some(replacements) = evaluate(&simulation, prefix, input)? else {
+        return Ok(None);
+    };
+    let price = candidates_price(prefix, input)?;
+    Ok(Some(command(
+        Method::Repack,
+        prefix,
+        input,
+        Some(&simulation),
+        replacements,
+        Some(price),
+    )))
 }
 
 /// The replacements that make removing `candidates` a saving, if any.
@@ -100,8 +132,8 @@ fn evaluate(
         return Ok(None);
     }
     let claims = simulation.new_node_claims();
-    // Deletes and single replacements are multi-node's; more nodes than removed is no repack.
-    if claims.len() < 2 || claims.len() >= candidates.len() {
+    // Deletes and single replacements are the other methods'.
+    if claims.len() < MIN_REPLACEMENTS {
         return Ok(None);
     }
     let price = candidates_price(candidates, input)?;
