@@ -559,7 +559,11 @@ impl Report {
         for line in &self.disruptions {
             let price = match (line.price_before, line.price_after) {
                 (Some(before), Some(after)) => {
-                    format!("  {} -> {}/h", money4(before), money4(after.max(0.0)))
+                    format!(
+                        "  {} -> {}/h",
+                        money4(before),
+                        money4(if after > 0.0 { after } else { 0.0 })
+                    )
                 }
                 _ => String::new(),
             };

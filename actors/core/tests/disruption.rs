@@ -1444,7 +1444,35 @@ fn repacking_replaces_several_nodes_by_fewer_cheaper_ones_where_karpenter_gives_
     let command = expect_command(&decision, Method::Repack);
     assert_eq!(command.candidates.len(), 3);
     assert_eq!(command.replacements.len(), 2);
-    assert!(command.price_after.unwrap() < command.price_before.unwrap());
+    assert!(command.price_after.unwrap() < command.price_before.unwrap() * 0.99);
+}
+
+#[test]
+fn repacking_splits_a_node_whose_pods_topology_spread_sends_to_two_zones() {
+    let mut c = unbudgeted();
+    // One big node in zone 1 holds pods spread over zones with maxSkew 1; zone 2 holds as many
+    // on another node. Moving the big node's pods needs two nodes (zones 1 and 3 are then the
+    // least loaded), which Karpenter refuses ("Can't remove without creating 2 candidates").
+    let spread = |name: &str| {
+        pod(name, 1000, 512)
+            .label("app", "web")
+            .spread(labels::ZONE, "web", 1)
+    };
+    let mut big = node("big", 32).zone("test-zone-1");
+    let mut other = node("other", 8).zone("test-zone-2");
+    for i in 0..6 {
+        big = big.pod(spread(&format!("big-{i}")));
+        other = other.pod(spread(&format!("other-{i}")));
+    }
+    c.nodes = vec![big, other];
+    let decision = round(&c);
+    expect_no_command(&decision);
+    c.options.repack = true;
+    let decision = round(&c);
+    let command = expect_command(&decision, Method::Repack);
+    assert!(command.candidate_names().contains(&"big"), "{command:#?}");
+    assert!(command.replacements.len() >= 2, "{command:#?}");
+    assert!(command.price_after.unwrap() < command.price_before.unwrap() * 0.99);
 }
 
 /// A signature of the cluster's nodes: sorted (instance type, capacity type, zone).

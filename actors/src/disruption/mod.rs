@@ -621,22 +621,15 @@ impl DisruptionActor {
             self.deps.metrics.observe_evaluation(*method, *took);
         }
         let mut pending: Vec<Pending> = Vec::new();
-        if std::env::var_os("KARPENTER_DEBUG_DISRUPTION").is_some() {
-            for report in &decision.methods {
-                eprintln!(
-                    "DBG {} {:?} eligible={} outcome={:?} timed_out={} sims={} repl={:?} events={:?}",
-                    self.deps.deps.clock.now(),
-                    report.method,
-                    report.eligible,
-                    report.outcome,
-                    report.timed_out,
-                    report.simulations,
-                    report.replacements,
-                    report.events.iter().map(|e| &e.message).collect::<Vec<_>>()
-                );
-            }
-        }
         for report in &decision.methods {
+            tracing::debug!(
+                method = queue::method_name(report.method),
+                eligible = report.eligible,
+                outcome = ?report.outcome,
+                timed_out = report.timed_out,
+                simulations = report.simulations,
+                "disruption method evaluated"
+            );
             self.deps
                 .metrics
                 .set_eligible(report.method, report.eligible);

@@ -11,9 +11,10 @@
 //!
 //! Savings are guaranteed the way Karpenter guarantees them for one replacement: each
 //! replacement `j` is priced at `w_j`, the worst launch price of its cheapest instance type;
-//! the command needs `Σ w_j < P` (the candidates' price), and replacement `j` keeps only the
-//! instance types whose worst launch price is below `w_j + (P − Σ w) / M`, so whatever types
-//! the launches pick, the replacements cost less than `P`. A replacement allowed both spot and
+//! the command needs `Σ w_j < C = P · (1 − MIN_REPACK_SAVING)` (`P` the candidates' price), and
+//! replacement `j` keeps only the instance types whose worst launch price is below
+//! `w_j + (C − Σ w) / M`, so whatever types the launches pick, the replacements cost less than
+//! `C`. A replacement allowed both spot and
 //! on-demand is narrowed to spot (its worst launch price is the spot one). All-spot candidates
 //! with spot replacements need the `SpotToSpotConsolidation` gate.
 //!
@@ -41,6 +42,9 @@ use super::{Command, DisruptionError, Method, MethodOutcome, MethodReport};
 const MIN_MERGE: usize = 2;
 /// Fewest replacements: one replacement is multi- and single-node consolidation's job.
 const MIN_REPLACEMENTS: usize = 2;
+/// The least share of the candidates' price a repack must save: moving pods for a rounding
+/// error (two nodes of half the size at exactly half the price) is churn, not a saving.
+pub const MIN_REPACK_SAVING: f64 = 0.01;
 
 /// Repacks the budgeted candidates (see the module docs): merges first (the longest prefix of
 /// two or more budgeted candidates), then splits (each candidate alone, within its pool's
@@ -174,10 +178,11 @@ fn evaluate(
         claim.instance_types = types;
     }
     let floor: f64 = cheapest.iter().sum();
-    if floor >= price {
+    let ceiling = price * (1.0 - MIN_REPACK_SAVING);
+    if floor >= ceiling {
         return Ok(None);
     }
-    let share = (price - floor) / approx_count(claims.len());
+    let share = (ceiling - floor) / approx_count(claims.len());
     for (claim, worst) in claims.iter_mut().zip(cheapest) {
         let threshold = worst + share;
         let kept: Vec<Arc<InstanceType>> = claim
