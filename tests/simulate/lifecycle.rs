@@ -21,6 +21,21 @@ fn small() -> LoadedScenario {
     LoadedScenario::from_yaml(&std::fs::read_to_string(path).unwrap(), None).unwrap()
 }
 
+/// [`small`] without consolidation: these tests follow NodeClaims through launches and
+/// restarts, and a consolidation replacing one meanwhile is another test's subject.
+fn small_without_consolidation() -> LoadedScenario {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/scenarios/small.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let limits = "      limits:\n        cpu: \"200\"\n";
+    assert!(text.contains(limits), "small.yaml's NodePool limits moved");
+    let text = text.replace(
+        limits,
+        &format!("{limits}      disruption:\n        consolidateAfter: Never\n"),
+    );
+    LoadedScenario::from_yaml(&text, None).unwrap()
+}
+
 /// Runs `body` as `karpenter simulate` runs: an actix System on paused tokio time.
 fn in_simulation<F: Future>(body: impl FnOnce() -> F) -> F::Output {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -172,7 +187,9 @@ fn a_deleted_nodeclaim_drains_its_pods_and_terminates_its_instance() {
 #[test]
 fn a_daemon_restarted_mid_scale_up_loses_nothing_and_launches_no_duplicate_instance() {
     in_simulation(|| async {
-        let mut sim = Simulation::start(small(), None).await.unwrap();
+        let mut sim = Simulation::start(small_without_consolidation(), None)
+            .await
+            .unwrap();
         // The workload goes 4 -> 12 at 2m; the Provisioner's batch closes a second later, the
         // instances take 10 s to run and their nodes 10 s more to register: restart while the
         // new NodeClaims are launched but not registered. (A restart between NodeClaim creation
