@@ -8,7 +8,8 @@
 //! finds anything and single-node consolidation evaluates candidates until its work budget
 //! runs out (the worst round); `underutilized` leaves a fifth of the nodes half full, so
 //! multi-node consolidation finds a command. Each runs with the default work budgets
-//! ("caps") and without them (`uncapped`: every candidate evaluated).
+//! ("caps"), without them (`uncapped`: every candidate evaluated), and as the daemon runs it by
+//! default (`repack`: budgets on and N→M repacking after Karpenter's methods).
 //!
 //! `cargo bench -p karpenter-core --bench disruption` runs criterion; `... -- --report` prints
 //! one table: wall time per round (best of several runs), per node, simulations, work units,
@@ -54,9 +55,16 @@ fn cases(filter: Option<&str>) -> Vec<Case> {
         (Scenario::Steady, "steady"),
         (Scenario::Underutilized, "underutilized"),
     ] {
-        for capped in [true, false] {
+        // Karpenter's methods with and without the work budgets, then the daemon's default
+        // (repacking on, budgets on).
+        for (capped, repack) in [(true, false), (false, false), (true, true)] {
             for nodes in SIZES {
-                let name = format!("{label}{}/{nodes}", if capped { "" } else { "-uncapped" });
+                let variant = match (capped, repack) {
+                    (true, false) => "",
+                    (false, _) => "-uncapped",
+                    (true, true) => "-repack",
+                };
+                let name = format!("{label}{variant}/{nodes}");
                 let exact = filter.is_some_and(|f| f.ends_with('!'));
                 let wanted = match filter {
                     None => true,
@@ -67,9 +75,11 @@ fn cases(filter: Option<&str>) -> Vec<Case> {
                     continue;
                 }
                 let mut cluster = bench_cluster(nodes, scenario, SEED);
+                cluster.options.repack = repack;
                 if !capped {
                     cluster.options.multi_node_budget = None;
                     cluster.options.single_node_budget = None;
+                    cluster.options.repack_budget = None;
                 }
                 let before = live();
                 let input = cluster.input();

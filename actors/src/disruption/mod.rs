@@ -217,6 +217,16 @@ impl DisruptionDeps {
         history.push(record);
     }
 
+    /// A command that waited for validation when the actor restarted was never executed.
+    fn abandon_validations(&self) {
+        for record in lock(&self.shared.history)
+            .iter_mut()
+            .filter(|r| r.state == CommandState::Validating)
+        {
+            record.state = CommandState::Abandoned("the disruption actor restarted".to_owned());
+        }
+    }
+
     fn set_state(&self, id: u64, state: CommandState, replacements: Option<&[String]>) {
         let mut history = lock(&self.shared.history);
         if let Some(record) = history.iter_mut().rev().find(|r| r.id == id) {
@@ -358,6 +368,7 @@ impl Supervised for DisruptionActor {
         ctx.set_state("idle");
         // A validation in flight was lost with the previous instance; its command was never
         // executed, so nothing is left marked. Queued commands go on.
+        self.deps.abandon_validations();
         self.schedule_round(ctx, POLL_PERIOD);
         if !lock(&self.deps.shared.queue).commands.is_empty() {
             self.arm_queue(ctx);

@@ -306,6 +306,9 @@ pub struct DisruptionOptions {
     pub multi_node_budget: Option<u64>,
     /// Work budget standing in for single-node consolidation's 3-minute timeout.
     pub single_node_budget: Option<u64>,
+    /// Work budget of repacking (no Karpenter counterpart), so that a round with every method
+    /// stays under a second at 5,000 nodes.
+    pub repack_budget: Option<u64>,
     /// Past Karpenter: replace N underutilized nodes by M < N cheaper ones when no single
     /// node can take them (off by default).
     pub repack: bool,
@@ -318,6 +321,9 @@ pub const MULTI_NODE_LIMIT: usize = 101;
 /// half a second of simulation on one core (a work unit costs about 1.5 µs in the disruption
 /// bench), far more simulations than Karpenter runs in its minute.
 pub const MULTI_NODE_BUDGET: u64 = 300_000;
+/// Default work budget of repacking: a sixth of multi-node's (its simulations create several
+/// NodeClaims and cost about four times as much per work unit).
+pub const REPACK_BUDGET: u64 = 50_000;
 /// Default work budget of single-node consolidation: about half a second of simulation, or
 /// some 3,000 candidates of ten pods, where Karpenter's three minutes evaluate a few hundred.
 pub const SINGLE_NODE_BUDGET: u64 = 300_000;
@@ -331,6 +337,7 @@ impl Default for DisruptionOptions {
             multi_node_limit: MULTI_NODE_LIMIT,
             multi_node_budget: Some(MULTI_NODE_BUDGET),
             single_node_budget: Some(SINGLE_NODE_BUDGET),
+            repack_budget: Some(REPACK_BUDGET),
             repack: false,
         }
     }

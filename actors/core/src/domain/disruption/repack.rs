@@ -5,9 +5,10 @@
 //! nodes could take the pods of five; and when topology spread sends the pods of one large node
 //! to two zones, it keeps the large node however much two small ones would save. Repacking runs
 //! after the four methods found nothing: it searches the budgeted consolidation candidates,
-//! cheapest to disrupt first, for the longest prefix of 1 to 101 (longest first) whose pods the
-//! scheduler places on existing nodes plus M ≥ 2 new NodeClaims that cost less together than
-//! the candidates (M < N merges, M ≥ N splits).
+//! cheapest to disrupt first, for the longest prefix of 2 to 16 (longest first), then for each
+//! single candidate, whose pods the scheduler places on existing nodes plus M ≥ 2 new
+//! NodeClaims that cost less together than the candidates (M < N merges, M ≥ N splits), within
+//! its own work budget ([`super::DisruptionOptions::repack_budget`]).
 //!
 //! Savings are guaranteed the way Karpenter guarantees them for one replacement: each
 //! replacement `j` is priced at `w_j`, the worst launch price of its cheapest instance type;
@@ -40,6 +41,10 @@ use super::{Command, DisruptionError, Method, MethodOutcome, MethodReport};
 
 /// Fewest candidates a merge takes (a single candidate is tried as a split).
 const MIN_MERGE: usize = 2;
+/// Most candidates a merge takes: a merge into two or more nodes saves the per-node overhead of
+/// the nodes it removes, which a few candidates already show; longer prefixes cost much more to
+/// simulate (multi-node consolidation covers long prefixes into one node).
+const MAX_MERGE: usize = 16;
 /// Fewest replacements: one replacement is multi- and single-node consolidation's job.
 const MIN_REPLACEMENTS: usize = 2;
 /// The least share of the candidates' price a repack must save: moving pods for a rounding
@@ -76,7 +81,10 @@ pub(super) fn repack(
     };
     // Unlike Karpenter's N→1 search, a longer prefix is not harder here (more nodes leave
     // more room to save one), so the search goes from the longest prefix down.
-    let longest = kept.len().min(input.options.multi_node_limit);
+    let longest = kept
+        .len()
+        .min(input.options.multi_node_limit)
+        .min(MAX_MERGE);
     for size in (MIN_MERGE..=longest).rev() {
         if let Some(command) = try_prefix(&mut round.sims, input, report, &kept[..size])? {
             return Ok(Some(command));
@@ -106,8 +114,7 @@ fn try_prefix(
     report: &mut MethodReport,
     prefix: &[&Candidate],
 ) -> Result<Option<Command>, DisruptionError> {
-    // Shares multi-node's budget: it is the same kind of search.
-    if over_budget(report, input.options.multi_node_budget) {
+    if over_budget(report, input.options.repack_budget) {
         report.timed_out = true;
         return Ok(None);
     }
