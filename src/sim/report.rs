@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use karpenter_actors::ports::ec2::{Instance, InstanceState};
 use karpenter_config::format_go_duration;
+use karpenter_core::domain::scheduling::CostLowerBound;
 use serde::Serialize;
 
 use super::binder::PodKey;
@@ -130,9 +131,13 @@ pub struct CostReport {
     pub peak_per_hour: f64,
     /// $ spent over the run (instances billed from launch to termination).
     pub total: f64,
-    /// The cheapest $/h any placement of the pods requested at the end could cost
-    /// (`domain::scheduling::cost_report`'s bound); `None` when instance types were unavailable.
+    /// The cheapest $/h any placement of the pods requested at the end could cost, each pod
+    /// priced over the instance types and offerings it may run on
+    /// (`domain::scheduling::cost_lower_bound`); `None` when instance types were unavailable.
     pub lower_bound_per_hour_at_end: Option<f64>,
+    /// Pods at the end that no NodePool offers a compatible instance type for, left out of
+    /// the bound.
+    pub lower_bound_unpriced_pods: usize,
     /// The bound integrated over the run (sampled every progress interval).
     pub lower_bound_total: Option<f64>,
     /// `total / lowerBoundTotal` (1.0 is perfect).
@@ -280,6 +285,7 @@ pub struct Recorder {
     peak_per_hour: f64,
     lower_bound_total: Option<f64>,
     last_lower_bound: Option<(Duration, f64)>,
+    last_unpriced_pods: usize,
     pub nodeclaims_seen: BTreeSet<String>,
     pub peak_nodes: usize,
     pub interruptions: InterruptionsReport,
@@ -320,11 +326,13 @@ impl Recorder {
         self.peak_per_hour = self.peak_per_hour.max(per_hour);
     }
 
-    /// The lower bound ($/h) at simulated time `at`; integrated piecewise constant.
-    pub fn lower_bound(&mut self, per_hour: Option<f64>, at: Duration) {
-        let Some(per_hour) = per_hour else {
+    /// The lower bound at simulated time `at`; its $/h is integrated piecewise constant.
+    pub fn lower_bound(&mut self, bound: Option<&CostLowerBound>, at: Duration) {
+        let Some(bound) = bound else {
             return;
         };
+        let per_hour = bound.per_hour;
+        self.last_unpriced_pods = bound.unpriced_pods;
         if let Some((since, previous)) = self.last_lower_bound {
             let spent = previous * at.saturating_sub(since).as_secs_f64() / 3600.0;
             *self.lower_bound_total.get_or_insert(0.0) += spent;
@@ -355,6 +363,7 @@ impl Recorder {
             peak_per_hour: round(self.peak_per_hour, 4),
             total: round(self.cost_total, 4),
             lower_bound_per_hour_at_end: self.last_lower_bound.map(|(_, b)| round(b, 4)),
+            lower_bound_unpriced_pods: self.last_unpriced_pods,
             lower_bound_total,
             ratio: lower_bound_total
                 .filter(|b| *b > 0.0)
@@ -542,11 +551,20 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "  total {} (lower bound {}{})\n",
+            "  total {} (lower bound {}{})",
             money(cost.total),
             bound(cost.lower_bound_total),
             cost.ratio
                 .map_or_else(String::new, |ratio| format!(", {ratio:.2}x"))
+        );
+        let left_out = match cost.lower_bound_unpriced_pods {
+            0 => String::new(),
+            n => format!(" ({n} pods with no such offering left out)"),
+        };
+        let _ = writeln!(
+            out,
+            "  lower bound: each pod priced at the cheapest unit price among the instance types \
+             and offerings it may run on{left_out}\n"
         );
     }
 
@@ -690,12 +708,43 @@ karpenter_nodes_created_total{nodepool=\"default\"} 3
         for _ in 0..3600 {
             recorder.bill(2.0, Duration::from_secs(1));
         }
-        recorder.lower_bound(Some(1.0), Duration::ZERO);
-        recorder.lower_bound(Some(1.0), Duration::from_hours(1));
+        let bound = CostLowerBound {
+            per_hour: 1.0,
+            ..CostLowerBound::default()
+        };
+        recorder.lower_bound(Some(&bound), Duration::ZERO);
+        recorder.lower_bound(Some(&bound), Duration::from_hours(1));
         let cost = recorder.cost(2.0);
         assert!((cost.total - 2.0).abs() < 1e-9, "{cost:?}");
         assert_eq!(cost.lower_bound_total, Some(1.0));
         assert_eq!(cost.ratio, Some(2.0));
+    }
+
+    #[test]
+    fn the_cost_section_says_what_the_bound_means_and_what_it_leaves_out() {
+        let mut recorder = Recorder::default();
+        let bound = CostLowerBound {
+            per_hour: 0.32,
+            unpriced_pods: 3,
+            ..CostLowerBound::default()
+        };
+        recorder.lower_bound(Some(&bound), Duration::ZERO);
+        let report = Report {
+            cost: recorder.cost(1.71),
+            ..Report::default()
+        };
+        let table = report.to_table();
+        assert!(
+            table.contains("per hour at end $1.71 (lower bound $0.32)"),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "lower bound: each pod priced at the cheapest unit price among the instance \
+                 types and offerings it may run on (3 pods with no such offering left out)"
+            ),
+            "{table}"
+        );
     }
 
     #[test]

@@ -31,7 +31,7 @@ use karpenter_core::domain::resources::{CPU, MEMORY, NODES, ResourceLimits, Reso
 use karpenter_core::domain::scheduling::workload::{ZONES, fake_instance_type};
 use karpenter_core::domain::scheduling::{
     BoundPod, ExistingNode, InstanceTypeChecks, NodePoolInput, Options, Placement, Plan,
-    PreferencePolicy, Reason, SchedulingPod, Snapshot, TopologyRule, cost_report,
+    PreferencePolicy, Reason, SchedulingPod, Snapshot, TopologyRule, cost_lower_bound, cost_report,
     first_untolerated, solve,
 };
 
@@ -1706,6 +1706,23 @@ mod properties {
         check_limits(s, plan);
         let report = cost_report(s, plan);
         assert!(report.cost + 1e-9 >= report.lower_bound, "{report:?}");
+        // The bound over what each pod may run on: no higher than the new NodeClaims' cost,
+        // no lower than the bound over every instance type.
+        let on_new_claims = plan
+            .new_node_claims
+            .iter()
+            .flat_map(|c| &c.pods)
+            .map(|p| &s.pods[*p]);
+        let bound = cost_lower_bound(on_new_claims, &s.node_pools);
+        assert_eq!(bound.unpriced_pods, 0, "{bound:?}");
+        assert!(
+            bound.per_hour <= report.cost * (1.0 + 1e-9) + 1e-12,
+            "{bound:?} {report:?}"
+        );
+        assert!(
+            bound.per_hour * (1.0 + 1e-9) + 1e-12 >= report.lower_bound,
+            "{bound:?} {report:?}"
+        );
         // A reservation (cr-1 holds one instance) is never promised twice.
         let holding = plan
             .new_node_claims

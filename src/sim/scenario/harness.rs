@@ -23,10 +23,8 @@ use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::ports::ec2::InstanceState;
 use karpenter_config::format_go_duration;
 use karpenter_core::domain::instance_type::CapacityType;
-use karpenter_core::domain::requirements::Requirements;
-use karpenter_core::domain::resources::Resources;
 use karpenter_core::domain::scheduling::{
-    NewNodeClaim, NodePoolInput, Plan, SchedulingPod, Snapshot, cost_report,
+    CostLowerBound, NodePoolInput, SchedulingPod, cost_lower_bound,
 };
 use kube::{Api, Client, ResourceExt as _};
 
@@ -54,9 +52,10 @@ fn seeded_order(seed: u64, salt: &str, mut ids: Vec<String>) -> Vec<String> {
     ids
 }
 
-/// The cheapest $/h any placement of the live workload pods could cost (see
-/// [`cost_report`]); `None` when the NodePools' instance types cannot be read.
-async fn lower_bound(view: &dyn ClusterView, cloud: &dyn CloudProvider) -> Option<f64> {
+/// The cheapest $/h any placement of the live workload pods could cost, each pod priced over
+/// the instance types and offerings its NodePools and its own constraints allow (see
+/// [`cost_lower_bound`]); `None` when the NodePools' instance types cannot be read.
+async fn lower_bound(view: &dyn ClusterView, cloud: &dyn CloudProvider) -> Option<CostLowerBound> {
     let mut pods: Vec<SchedulingPod> = view
         .pods()
         .iter()
@@ -64,8 +63,9 @@ async fn lower_bound(view: &dyn ClusterView, cloud: &dyn CloudProvider) -> Optio
         .filter_map(|p| SchedulingPod::from_pod(p).ok())
         .collect();
     if pods.is_empty() {
-        return Some(0.0);
+        return Some(CostLowerBound::default());
     }
+    // Pods in name order, so the sums add up in the same order on every run.
     pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     let mut pools = view.nodepools();
     pools.sort_by_key(|p| p.name_any());
@@ -74,26 +74,7 @@ async fn lower_bound(view: &dyn ClusterView, cloud: &dyn CloudProvider) -> Optio
         let types = cloud.instance_types(&pool).await.ok()?;
         inputs.push(NodePoolInput::from_node_pool(&pool, types).ok()?);
     }
-    let count = pods.len();
-    let snapshot = Snapshot {
-        pods,
-        node_pools: inputs,
-        ..Snapshot::default()
-    };
-    // One claim holding every pod: the bound prices their total requests.
-    let plan = Plan {
-        new_node_claims: vec![NewNodeClaim {
-            node_pool: String::new(),
-            node_pool_index: 0,
-            requirements: Requirements::default(),
-            requests: Resources::default(),
-            instance_types: Vec::new(),
-            pods: (0..count).collect(),
-            price: 0.0,
-        }],
-        ..Plan::default()
-    };
-    Some(cost_report(&snapshot, &plan).lower_bound)
+    Some(cost_lower_bound(&pods, &inputs))
 }
 
 /// $/h of the instances EC2 bills now (pending and running).
@@ -334,7 +315,7 @@ impl<'a> Sim<'a> {
 
     pub(super) async fn progress_line(&mut self, now: Duration) {
         let bound = lower_bound(self.view.as_ref(), self.cloud.as_ref()).await;
-        self.recorder.lower_bound(bound, now);
+        self.recorder.lower_bound(bound.as_ref(), now);
         if self.progress.is_none() {
             return;
         }
@@ -432,7 +413,7 @@ impl<'a> Sim<'a> {
         dropped: u64,
     ) -> Report {
         let bound = lower_bound(self.view.as_ref(), self.cloud.as_ref()).await;
-        self.recorder.lower_bound(bound, now);
+        self.recorder.lower_bound(bound.as_ref(), now);
         let pending = self.pending_pods().await;
         let mut pending_reasons: BTreeMap<String, usize> = BTreeMap::new();
         for pod in &pending {

@@ -8,7 +8,8 @@
 //! The returned [`Plan`] says which pods go on which existing nodes, which NodeClaims to create
 //! (requirements, requests, up to 60 cheapest instance types, their pods), and for every pod
 //! left pending a [`Reason`] per NodePool that renders as a short line and serializes as a
-//! structured object. [`cost_report`] prices the plan against a lower bound.
+//! structured object. [`cost_report`] prices the plan against a lower bound;
+//! [`cost_lower_bound`] is a tighter one over what each pod may actually run on.
 //!
 //! Everything Karpenter honours is honoured: the requirements algebra (`In`, `NotIn`, `Exists`,
 //! `DoesNotExist`, `Gt`, `Lt`, `minValues`, label aliases), requests with init containers, sidecars
@@ -21,6 +22,7 @@
 //! it deliberately differs from Karpenter.
 
 mod bitset;
+mod bound;
 mod explain;
 mod input;
 mod plan;
@@ -30,6 +32,7 @@ mod solver;
 mod topology;
 pub mod workload;
 
+pub use bound::{CostLowerBound, cost_lower_bound};
 pub use input::{
     ExistingNode, NodePoolError, NodePoolInput, Snapshot, daemon_requests_for_node,
     scheduling_taints,

@@ -1,0 +1,533 @@
+//! A lower bound on what nodes for a set of pods cost per hour, using only the instance types
+//! and offerings each pod may run on. The simulation (`karpenter simulate`) judges its cost by
+//! it on every progress tick, so pods with identical constraints are priced once per group.
+//!
+//! [`cost_report`](super::cost_report) keeps the scheduler's own, looser bound (every instance
+//! type of every pool) for the benches' cost ratio.
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
+
+use crate::apis::labels;
+use crate::apis::taints::TaintEffect;
+use crate::domain::requirements::{AllowUndefined, Requirements};
+use crate::domain::resources::{Resources, approx_f64};
+
+use super::input::NodePoolInput;
+use super::pod::{PodShape, SchedulingPod, Toleration, first_untolerated};
+use super::topology::without_hostname;
+
+/// What [`cost_lower_bound`] found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CostLowerBound {
+    /// $/h that no placement of the priced pods can beat.
+    pub per_hour: f64,
+    /// The resource whose priced requests give the bound; `None` when no pod was priced.
+    pub resource: Option<String>,
+    /// Pods with at least one compatible (instance type, offering).
+    pub priced_pods: usize,
+    /// Pods no NodePool offers a compatible instance type for: left out of the bound.
+    pub unpriced_pods: usize,
+    /// Distinct constraint groups priced (one computation each).
+    pub groups: usize,
+}
+
+/// The cheapest $/h any placement of `pods` onto nodes of `node_pools` could cost.
+///
+/// For pod i, its compatible pairs are the (instance type t, offering o) of every NodePool
+/// whose taints it tolerates, where the pool's requirements (hostname aside, as the scheduler
+/// reads them) are compatible with the pod's node selector, volume requirements and one of its
+/// required node affinity terms, t meets the union of both and has room for the pod's
+/// requests, and o is available and compatible with that union. For each resource r,
+/// `c_i(r) = min over those pairs of price(o) / allocatable_r(t)` (allocatable after the
+/// kubelet's overhead), and the bound is `max over r of Σ_i request_{i,r} · c_i(r)`.
+///
+/// Why it is a bound: a node of type t at price p holding pods P has
+/// `Σ_{i∈P} request_{i,r} ≤ allocatable_r(t)`, so
+/// `p ≥ Σ_{i∈P} request_{i,r} · p / allocatable_r(t) ≥ Σ_{i∈P} request_{i,r} · c_i(r)` for every
+/// r, since (t, o) is among each such pod's pairs. Summing over the nodes, the total price is at
+/// least `Σ_i request_{i,r} · c_i(r)` for every r, hence at least their maximum.
+///
+/// Everything else the scheduler honours is left out, which can only lower the bound:
+/// preferences, topology spread, pod (anti-)affinity, host ports, hostnames, limits,
+/// `minValues`, DaemonSet overhead, and `PreferNoSchedule` taints (which the scheduler's last
+/// relaxation step tolerates). The bound prices what can be launched now: a node still running
+/// on an offering that has since become unavailable is not among the pairs.
+///
+/// Pods with no compatible pair are counted in [`CostLowerBound::unpriced_pods`] and left out.
+#[must_use]
+pub fn cost_lower_bound<'a>(
+    pods: impl IntoIterator<Item = &'a SchedulingPod>,
+    node_pools: &[NodePoolInput],
+) -> CostLowerBound {
+    let mut index: FxHashMap<Constraints<'a>, usize> = FxHashMap::default();
+    let mut groups: Vec<(Constraints<'a>, usize)> = Vec::new();
+    for pod in pods {
+        let key = Constraints::of(&pod.shape);
+        if let Some(group) = index.get(&key) {
+            groups[*group].1 += 1;
+        } else {
+            index.insert(key, groups.len());
+            groups.push((key, 1));
+        }
+    }
+    let pools: Vec<(&NodePoolInput, Requirements)> = node_pools
+        .iter()
+        .map(|pool| (pool, without_hostname(&pool.requirements)))
+        .collect();
+    let mut out = CostLowerBound {
+        groups: groups.len(),
+        ..CostLowerBound::default()
+    };
+    // By resource name, so the sums are added in the same order on every run.
+    let mut totals: BTreeMap<&str, f64> = BTreeMap::new();
+    for (constraints, count) in &groups {
+        let Some(prices) = constraints.unit_prices(&pools) else {
+            out.unpriced_pods += count;
+            continue;
+        };
+        out.priced_pods += count;
+        let pods = approx_f64(i64::try_from(*count).unwrap_or(i64::MAX));
+        for (resource, unit_price) in prices {
+            let requested = approx_f64(constraints.requests.get(resource));
+            *totals.entry(resource).or_default() += requested * unit_price * pods;
+        }
+    }
+    if let Some((resource, per_hour)) = totals.iter().max_by(|a, b| a.1.total_cmp(b.1)) {
+        out.per_hour = *per_hour;
+        out.resource = Some((*resource).to_owned());
+    }
+    out
+}
+
+/// The parts of a pod's shape that decide its compatible pairs; pods with equal constraints
+/// are priced once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Constraints<'a> {
+    requests: &'a Resources,
+    node_selector: &'a Requirements,
+    required_terms: &'a [Requirements],
+    volume_requirements: &'a Requirements,
+    tolerations: &'a [Toleration],
+}
+
+impl<'a> Constraints<'a> {
+    fn of(shape: &'a PodShape) -> Self {
+        Self {
+            requests: &shape.requests,
+            node_selector: &shape.node_selector,
+            required_terms: &shape.required_terms,
+            volume_requirements: &shape.volume_requirements,
+            tolerations: &shape.tolerations,
+        }
+    }
+
+    /// The requirement sets the pod may be placed under, as the scheduler builds them: the node
+    /// selector and volume requirements with each required node affinity term in turn (terms
+    /// are ORed), without the hostname.
+    fn requirement_sets(&self) -> Vec<Requirements> {
+        let with = |term: Option<&Requirements>| {
+            let mut requirements = self.node_selector.clone();
+            if let Some(term) = term {
+                requirements.add_all(term);
+            }
+            requirements.add_all(self.volume_requirements);
+            requirements.remove(labels::HOSTNAME);
+            requirements
+        };
+        if self.required_terms.is_empty() {
+            vec![with(None)]
+        } else {
+            self.required_terms.iter().map(|t| with(Some(t))).collect()
+        }
+    }
+
+    /// For each resource the pod requests, the cheapest $/h per allocatable unit among its
+    /// compatible pairs; `None` when it has none.
+    fn unit_prices(&self, pools: &[(&NodePoolInput, Requirements)]) -> Option<Vec<(&'a str, f64)>> {
+        let requested: Vec<&'a str> = self
+            .requests
+            .iter()
+            .filter(|(_, amount)| *amount > 0)
+            .map(|(name, _)| name)
+            .collect();
+        let mut cheapest = vec![f64::INFINITY; requested.len()];
+        let mut compatible = false;
+        let mut tolerations = self.tolerations.to_vec();
+        tolerations.push(Toleration::exists_for_effect(
+            TaintEffect::PreferNoSchedule.as_str(),
+        ));
+        let sets = self.requirement_sets();
+        for (pool, pool_requirements) in pools {
+            if first_untolerated(&tolerations, &pool.taints).is_some() {
+                continue;
+            }
+            for set in &sets {
+                if !pool_requirements.is_compatible(set, AllowUndefined::WellKnown) {
+                    continue;
+                }
+                let mut merged = pool_requirements.clone();
+                merged.add_all(set);
+                for instance_type in &pool.instance_types {
+                    let allocatable = instance_type.allocatable();
+                    if !instance_type.is_compatible(&merged) || !self.requests.fits_in(allocatable)
+                    {
+                        continue;
+                    }
+                    let Some(offering) = instance_type.cheapest_offering(&merged) else {
+                        continue;
+                    };
+                    compatible = true;
+                    for (resource, best) in requested.iter().zip(&mut cheapest) {
+                        // Positive: the pod requests the resource and fits.
+                        let units = allocatable.get(resource);
+                        if units > 0 {
+                            *best = best.min(offering.price / approx_f64(units));
+                        }
+                    }
+                }
+            }
+        }
+        compatible.then(|| requested.into_iter().zip(cheapest).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+    use crate::apis::taints::Taint;
+    use crate::domain::instance_type::{InstanceType, Offering, Overhead};
+    use crate::domain::requirements::Requirement;
+    use crate::domain::resources::{CPU, MEMORY};
+
+    const GI: i64 = 1 << 30;
+    const ZONE_A: &str = "zone-a";
+    const ZONE_B: &str = "zone-b";
+
+    fn pod(name: &str, cpu: &str, memory: &str, selector: &[(&str, &str)]) -> SchedulingPod {
+        let list = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+                .collect()
+        };
+        SchedulingPod::from_pod(&Pod {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "app".to_owned(),
+                    resources: Some(ResourceRequirements {
+                        requests: Some(list(&[(CPU, cpu), (MEMORY, memory)])),
+                        ..ResourceRequirements::default()
+                    }),
+                    ..Container::default()
+                }],
+                node_selector: (!selector.is_empty()).then(|| {
+                    selector
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect()
+                }),
+                ..PodSpec::default()
+            }),
+            status: None,
+        })
+        .expect("valid pod")
+    }
+
+    /// A type with `cpu` cores, `memory_gi` GiB and 110 pods, no overhead, and the given
+    /// (zone, capacity type, price) offerings.
+    fn instance_type(
+        name: &str,
+        family: &str,
+        cpu: i64,
+        memory_gi: i64,
+        offerings: &[(&str, &str, f64)],
+    ) -> Arc<InstanceType> {
+        let zones: Vec<&str> = offerings.iter().map(|o| o.0).collect();
+        let capacity_types: Vec<&str> = offerings.iter().map(|o| o.1).collect();
+        Arc::new(InstanceType::new(
+            name,
+            Requirements::from_requirements([
+                Requirement::in_values(labels::INSTANCE_TYPE, &[name]),
+                Requirement::in_values("family", &[family]),
+                Requirement::in_values(labels::ZONE, &zones),
+                Requirement::in_values(labels::CAPACITY_TYPE, &capacity_types),
+            ]),
+            offerings
+                .iter()
+                .map(|(zone, capacity_type, price)| Offering::new(zone, capacity_type, *price))
+                .collect(),
+            Resources::core(cpu * 1000, memory_gi * GI, 110),
+            Overhead::default(),
+        ))
+    }
+
+    fn on_demand(price: f64) -> [(&'static str, &'static str, f64); 1] {
+        [(ZONE_A, labels::CAPACITY_TYPE_ON_DEMAND, price)]
+    }
+
+    fn close(actual: f64, expected: f64) -> bool {
+        (actual - expected).abs() < 1e-9
+    }
+
+    #[test]
+    fn a_pod_restricted_to_spot_gets_spot_prices() {
+        // 4 cores, on-demand $0.40/h, spot $0.12/h: $0.10 and $0.03 per core-hour.
+        let types = vec![instance_type(
+            "m.xlarge",
+            "m",
+            4,
+            64,
+            &[
+                (ZONE_A, labels::CAPACITY_TYPE_ON_DEMAND, 0.40),
+                (ZONE_A, labels::CAPACITY_TYPE_SPOT, 0.12),
+            ],
+        )];
+        let mut pool = NodePoolInput::new("default", types);
+        pool.requirements.add(Requirement::in_values(
+            labels::CAPACITY_TYPE,
+            &[labels::CAPACITY_TYPE_ON_DEMAND, labels::CAPACITY_TYPE_SPOT],
+        ));
+        let pools = [pool];
+        let spot = pod("spot", "2", "1Gi", &[(labels::CAPACITY_TYPE, "spot")]);
+        let od = pod("od", "2", "1Gi", &[(labels::CAPACITY_TYPE, "on-demand")]);
+        let bound = cost_lower_bound([&spot], &pools);
+        assert!(close(bound.per_hour, 2.0 * 0.03), "{bound:?}");
+        assert_eq!(bound.resource.as_deref(), Some(CPU));
+        let bound = cost_lower_bound([&od], &pools);
+        assert!(close(bound.per_hour, 2.0 * 0.10), "{bound:?}");
+        let bound = cost_lower_bound([&spot, &od], &pools);
+        assert!(close(bound.per_hour, 2.0 * 0.03 + 2.0 * 0.10), "{bound:?}");
+    }
+
+    #[test]
+    fn a_pool_excluding_a_cheap_type_does_not_see_it() {
+        // "t" is five times cheaper per core, but the pool only allows family "m".
+        let types = vec![
+            instance_type("t.large", "t", 2, 4, &on_demand(0.02)),
+            instance_type("m.large", "m", 2, 8, &on_demand(0.10)),
+        ];
+        let mut pool = NodePoolInput::new("default", types);
+        pool.requirements
+            .add(Requirement::in_values("family", &["m"]));
+        let p = pod("p", "1", "1Gi", &[]);
+        let bound = cost_lower_bound([&p], &[pool.clone()]);
+        assert!(close(bound.per_hour, 0.05), "{bound:?}");
+        // Without the requirement the cheap type prices the pod.
+        pool.requirements.remove("family");
+        let bound = cost_lower_bound([&p], &[pool]);
+        assert!(close(bound.per_hour, 0.01), "{bound:?}");
+    }
+
+    #[test]
+    fn a_node_selector_on_a_zone_prices_that_zone_only() {
+        let types = vec![instance_type(
+            "m.large",
+            "m",
+            2,
+            8,
+            &[
+                (ZONE_A, labels::CAPACITY_TYPE_ON_DEMAND, 0.08),
+                (ZONE_B, labels::CAPACITY_TYPE_ON_DEMAND, 0.20),
+            ],
+        )];
+        let pools = [NodePoolInput::new("default", types)];
+        let anywhere = pod("anywhere", "1", "1Gi", &[]);
+        let zone_b = pod("b", "1", "1Gi", &[(labels::ZONE, ZONE_B)]);
+        assert!(close(cost_lower_bound([&anywhere], &pools).per_hour, 0.04));
+        assert!(close(cost_lower_bound([&zone_b], &pools).per_hour, 0.10));
+        let nowhere = pod("c", "1", "1Gi", &[(labels::ZONE, "zone-c")]);
+        let bound = cost_lower_bound([&nowhere, &zone_b], &pools);
+        assert_eq!((bound.priced_pods, bound.unpriced_pods), (1, 1));
+        assert!(close(bound.per_hour, 0.10), "{bound:?}");
+    }
+
+    #[test]
+    fn the_dominating_resource_gives_the_bound() {
+        // $0.10/h for 2 cores and 16 GiB: $0.05 per core, $0.00625 per GiB.
+        let types = vec![instance_type("r.large", "r", 2, 16, &on_demand(0.10))];
+        let pools = [NodePoolInput::new("default", types)];
+        let cpu_heavy = pod("cpu", "2", "1Gi", &[]);
+        let bound = cost_lower_bound([&cpu_heavy], &pools);
+        assert_eq!(bound.resource.as_deref(), Some(CPU));
+        assert!(close(bound.per_hour, 0.10), "{bound:?}");
+        let memory_heavy = pod("mem", "100m", "12Gi", &[]);
+        let bound = cost_lower_bound([&memory_heavy], &pools);
+        assert_eq!(bound.resource.as_deref(), Some(MEMORY));
+        assert!(close(bound.per_hour, 12.0 * 0.00625), "{bound:?}");
+    }
+
+    #[test]
+    fn untolerated_taints_exclude_the_pool_but_prefer_no_schedule_does_not() {
+        let cheap = vec![instance_type("c.large", "c", 2, 4, &on_demand(0.02))];
+        let dear = vec![instance_type("m.large", "m", 2, 8, &on_demand(0.10))];
+        let mut tainted = NodePoolInput::new("gpu", cheap);
+        tainted.taints = vec![Taint::new("gpu", None, TaintEffect::NoSchedule)];
+        let pools = [tainted, NodePoolInput::new("default", dear)];
+        let p = pod("p", "1", "1Gi", &[]);
+        assert!(close(cost_lower_bound([&p], &pools).per_hour, 0.05));
+        let mut soft = pools.clone();
+        soft[0].taints = vec![Taint::new("gpu", None, TaintEffect::PreferNoSchedule)];
+        assert!(close(cost_lower_bound([&p], &soft).per_hour, 0.01));
+    }
+
+    #[test]
+    fn types_too_small_for_the_pod_do_not_price_it() {
+        let types = vec![
+            instance_type("c.medium", "c", 1, 2, &on_demand(0.01)),
+            instance_type("m.xlarge", "m", 4, 16, &on_demand(0.20)),
+        ];
+        let pools = [NodePoolInput::new("default", types)];
+        let big = pod("big", "2", "1Gi", &[]);
+        assert!(close(cost_lower_bound([&big], &pools).per_hour, 0.10));
+        let huge = pod("huge", "8", "1Gi", &[]);
+        let bound = cost_lower_bound([&huge], &pools);
+        assert_eq!((bound.per_hour, bound.unpriced_pods), (0.0, 1));
+        assert_eq!(bound.resource, None);
+    }
+
+    mod never_above_a_feasible_packing {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::domain::scheduling::{Options, Snapshot, solve};
+
+        /// (cores, GiB, on-demand $/h, spot discount in tenths, zones offered as bits).
+        type TypePlan = (i64, i64, u32, u8, u8);
+        /// (millicores, MiB, zone selector, capacity-type selector, tolerates the taint).
+        type PodPlan = (u32, u32, Option<u8>, Option<bool>, bool);
+
+        const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+
+        fn types(plans: &[TypePlan]) -> Vec<Arc<InstanceType>> {
+            plans
+                .iter()
+                .enumerate()
+                .map(|(i, (cpu, memory, price, discount, zones))| {
+                    let on_demand = f64::from(*price) / 100.0;
+                    let spot = on_demand * f64::from(*discount) / 10.0;
+                    let offerings: Vec<(&str, &str, f64)> = ZONES
+                        .iter()
+                        .enumerate()
+                        .filter(|(z, _)| zones & (1 << z) != 0)
+                        .flat_map(|(_, zone)| {
+                            [
+                                (*zone, labels::CAPACITY_TYPE_ON_DEMAND, on_demand),
+                                (*zone, labels::CAPACITY_TYPE_SPOT, spot),
+                            ]
+                        })
+                        .collect();
+                    let family = if i % 2 == 0 { "c" } else { "m" };
+                    instance_type(&format!("t{i}"), family, *cpu, *memory, &offerings)
+                })
+                .collect()
+        }
+
+        fn pods(plans: &[PodPlan]) -> Vec<SchedulingPod> {
+            plans
+                .iter()
+                .enumerate()
+                .map(|(i, (cpu, memory, zone, spot, tolerates))| {
+                    let mut selector = Vec::new();
+                    if let Some(zone) = zone {
+                        selector.push((labels::ZONE, ZONES[usize::from(*zone)]));
+                    }
+                    if let Some(spot) = spot {
+                        selector.push((
+                            labels::CAPACITY_TYPE,
+                            if *spot { "spot" } else { "on-demand" },
+                        ));
+                    }
+                    let mut p = pod(
+                        &format!("p{i}"),
+                        &format!("{cpu}m"),
+                        &format!("{memory}Mi"),
+                        &selector,
+                    );
+                    if *tolerates {
+                        let mut shape = (*p.shape).clone();
+                        shape.tolerations.push(Toleration {
+                            key: Some("dedicated".to_owned()),
+                            operator: crate::domain::scheduling::TolerationOperator::Exists,
+                            value: String::new(),
+                            effect: None,
+                        });
+                        p.shape = Arc::new(shape);
+                    }
+                    p
+                })
+                .collect()
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+            #[test]
+            fn the_bound_is_at_most_the_cost_of_the_schedulers_plan(
+                type_plans in prop::collection::vec((1i64..=16, 1i64..=64, 1u32..=100, 1u8..=10, 1u8..8), 1..6),
+                pod_plans in prop::collection::vec(
+                    (100u32..=6000, 64u32..=16384, proptest::option::of(0u8..3), proptest::option::of(any::<bool>()), any::<bool>()),
+                    1..30,
+                ),
+                restrict_family in any::<bool>(),
+                tainted_spot_pool in any::<bool>(),
+            ) {
+                let all = types(&type_plans);
+                let mut general = NodePoolInput::new("general", all.clone());
+                if restrict_family {
+                    general.requirements.add(Requirement::in_values("family", &["m"]));
+                }
+                let mut pools = vec![general];
+                if tainted_spot_pool {
+                    let mut dedicated = NodePoolInput::new("dedicated", all);
+                    dedicated.requirements.add(Requirement::in_values(labels::CAPACITY_TYPE, &["spot"]));
+                    dedicated.taints = vec![Taint::new("dedicated", None, TaintEffect::NoSchedule)];
+                    dedicated.weight = 10;
+                    pools.push(dedicated);
+                }
+                let snapshot = Snapshot {
+                    pods: pods(&pod_plans),
+                    node_pools: pools,
+                    ..Snapshot::default()
+                };
+                let plan = solve(&snapshot, &Options::default());
+                let placed = plan
+                    .new_node_claims
+                    .iter()
+                    .flat_map(|c| &c.pods)
+                    .map(|p| &snapshot.pods[*p]);
+                let bound = cost_lower_bound(placed, &snapshot.node_pools);
+                prop_assert_eq!(bound.unpriced_pods, 0);
+                prop_assert_eq!(bound.priced_pods, plan.scheduled_pods());
+                prop_assert!(
+                    bound.per_hour <= plan.cost() * (1.0 + 1e-9) + 1e-12,
+                    "bound {:?} above the plan's cost {}", bound, plan.cost()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn pods_with_equal_constraints_are_priced_once() {
+        let types = vec![instance_type("m.large", "m", 2, 8, &on_demand(0.10))];
+        let pools = [NodePoolInput::new("default", types)];
+        let pods: Vec<SchedulingPod> = (0..1000)
+            .map(|i| pod(&format!("p{i}"), "500m", "1Gi", &[]))
+            .chain([pod("other", "1", "1Gi", &[])])
+            .collect();
+        let bound = cost_lower_bound(&pods, &pools);
+        assert_eq!((bound.groups, bound.priced_pods), (2, 1001));
+        assert!(close(bound.per_hour, 500.0 * 0.05 + 0.05), "{bound:?}");
+    }
+}
