@@ -149,8 +149,15 @@ pub struct LastRound {
     /// RFC 3339.
     pub at: String,
     pub decision: Arc<Decision>,
-    /// The state nodes the round saw: name → (NodeClaim, NodePool).
-    pub nodes: Arc<HashMap<String, (Option<String>, Option<String>)>>,
+    /// The state nodes the round saw, by name.
+    pub nodes: Arc<HashMap<String, SeenNode>>,
+}
+
+/// A state node a round saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenNode {
+    pub node_claim: Option<String>,
+    pub node_pool: Option<String>,
 }
 
 /// What the [`DisruptionActor`] is built from; cheap to clone.
@@ -566,16 +573,16 @@ impl DisruptionActor {
         ctx.set_state("deciding");
         let (input, types) = self.read_input().await;
         let now = input.now;
-        let nodes: HashMap<String, (Option<String>, Option<String>)> = input
+        let nodes: HashMap<String, SeenNode> = input
             .nodes
             .iter()
             .map(|n| {
                 (
                     n.name.clone(),
-                    (
-                        n.node_claim.as_ref().map(|c| c.name.clone()),
-                        n.node_pool().map(str::to_owned),
-                    ),
+                    SeenNode {
+                        node_claim: n.node_claim.as_ref().map(|c| c.name.clone()),
+                        node_pool: n.node_pool().map(str::to_owned),
+                    },
                 )
             })
             .collect();
@@ -799,32 +806,12 @@ impl DisruptionActor {
                 return;
             }
         }
-        let mut replacements = Vec::new();
-        if !command.replacements.is_empty() {
-            match crate::provisioner::run::create_planned(
-                &self.deps.provisioner,
-                &command.replacements,
-                command.method.reason_label(),
-                types,
-            )
+        let Some(replacements) = self
+            .launch_replacements(command, id, types, &candidates)
             .await
-            {
-                Ok(names) => replacements = names,
-                Err((created, error)) => {
-                    let error = DisruptionError::Replacements(error);
-                    tracing::warn!(command = id, %error, created = ?created, "launching replacement nodeclaims failed; undoing");
-                    for name in &created {
-                        if let Err(error) = self.deps.deps.cluster.delete_nodeclaim(name).await {
-                            tracing::warn!(nodeclaim = %name, %error, "deleting a replacement of a failed command failed");
-                        }
-                    }
-                    self.undo(&candidates).await;
-                    self.deps
-                        .set_state(id, CommandState::Failed(error.to_string()), None);
-                    return;
-                }
-            }
-        }
+        else {
+            return;
+        };
         let now = self.deps.deps.clock.now();
         let window = nomination_window(self.deps.deps.settings.batch_max_duration);
         for node in command.destinations() {
@@ -864,6 +851,43 @@ impl DisruptionActor {
             added: Instant::now(),
         });
         self.arm_queue(ctx);
+    }
+
+    /// Creates the command's replacements; on a failure deletes those created, undoes the
+    /// marks and records the failure (`None`).
+    async fn launch_replacements(
+        &self,
+        command: &Command,
+        id: u64,
+        types: &HashMap<String, Vec<Arc<InstanceType>>>,
+        candidates: &[DisruptedNode],
+    ) -> Option<Vec<String>> {
+        if command.replacements.is_empty() {
+            return Some(Vec::new());
+        }
+        match crate::provisioner::run::create_planned(
+            &self.deps.provisioner,
+            &command.replacements,
+            command.method.reason_label(),
+            types,
+        )
+        .await
+        {
+            Ok(names) => Some(names),
+            Err((created, error)) => {
+                let error = DisruptionError::Replacements(error);
+                tracing::warn!(command = id, %error, created = ?created, "launching replacement nodeclaims failed; undoing");
+                for name in &created {
+                    if let Err(error) = self.deps.deps.cluster.delete_nodeclaim(name).await {
+                        tracing::warn!(nodeclaim = %name, %error, "deleting a replacement of a failed command failed");
+                    }
+                }
+                self.undo(candidates).await;
+                self.deps
+                    .set_state(id, CommandState::Failed(error.to_string()), None);
+                None
+            }
+        }
     }
 
     async fn undo(&self, candidates: &[DisruptedNode]) {

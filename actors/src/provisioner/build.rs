@@ -389,23 +389,18 @@ pub(super) fn has_work(view: &dyn ClusterView) -> bool {
         })
 }
 
-/// Reads the snapshot for one run.
-pub(crate) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
-    let mut built = Built::default();
-    let daemons = daemon_pods(&view.daemonsets());
-    let nodes = view.nodes();
-    let claims = view.nodeclaims();
-
-    // Pair NodeClaims with their Nodes by provider id.
+/// Pairs NodeClaims with their Nodes by provider id: one state per launched NodeClaim (with its
+/// Node once registered), then one per Node no NodeClaim claims.
+fn pair<'a>(nodes: &'a [Arc<Node>], claims: &'a [Arc<NodeClaim>]) -> Vec<StateNode<'a>> {
     let mut paired: HashSet<String> = HashSet::new();
     let mut states: Vec<StateNode<'_>> = Vec::new();
     let mut node_by_provider: BTreeMap<&str, &Arc<Node>> = BTreeMap::new();
-    for node in &nodes {
+    for node in nodes {
         if let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) {
             node_by_provider.insert(id, node);
         }
     }
-    for claim in &claims {
+    for claim in claims {
         let Some(id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
             // Not launched yet: no node to place pods on.
             continue;
@@ -420,7 +415,7 @@ pub(crate) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
             arcs: (node, Some(claim)),
         });
     }
-    for node in &nodes {
+    for node in nodes {
         if !paired.contains(node.metadata.name.as_deref().unwrap_or_default()) {
             states.push(StateNode {
                 node: Some(node.as_ref()),
@@ -429,6 +424,17 @@ pub(crate) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
             });
         }
     }
+    states
+}
+
+/// Reads the snapshot for one run.
+pub(crate) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
+    let mut built = Built::default();
+    let daemons = daemon_pods(&view.daemonsets());
+    let nodes = view.nodes();
+    let claims = view.nodeclaims();
+
+    let states = pair(&nodes, &claims);
 
     // Every pod once: bound ones by node (one pass, not a scan per node), pending ones aside.
     let pods = view.pods();
