@@ -149,9 +149,12 @@ pub struct LastRound {
     /// RFC 3339.
     pub at: String,
     pub decision: Arc<Decision>,
-    /// The state nodes the round saw: name → (NodeClaim, NodePool).
-    pub nodes: Arc<HashMap<String, (Option<String>, Option<String>)>>,
+    /// The state nodes the round saw.
+    pub nodes: Arc<SeenNodes>,
 }
+
+/// State node name → (NodeClaim, NodePool).
+pub type SeenNodes = HashMap<String, (Option<String>, Option<String>)>;
 
 /// What the [`DisruptionActor`] is built from; cheap to clone.
 #[derive(Clone)]
@@ -555,7 +558,7 @@ impl DisruptionActor {
         ctx.set_state("deciding");
         let (input, types) = self.read_input().await;
         let now = input.now;
-        let nodes: HashMap<String, (Option<String>, Option<String>)> = input
+        let nodes: SeenNodes = input
             .nodes
             .iter()
             .map(|n| {
@@ -788,32 +791,9 @@ impl DisruptionActor {
                 return;
             }
         }
-        let mut replacements = Vec::new();
-        if !command.replacements.is_empty() {
-            match crate::provisioner::run::create_planned(
-                &self.deps.provisioner,
-                &command.replacements,
-                command.method.reason_label(),
-                types,
-            )
-            .await
-            {
-                Ok(names) => replacements = names,
-                Err((created, error)) => {
-                    let error = DisruptionError::Replacements(error);
-                    tracing::warn!(command = id, %error, created = ?created, "launching replacement nodeclaims failed; undoing");
-                    for name in &created {
-                        if let Err(error) = self.deps.deps.cluster.delete_nodeclaim(name).await {
-                            tracing::warn!(nodeclaim = %name, %error, "deleting a replacement of a failed command failed");
-                        }
-                    }
-                    self.undo(&candidates).await;
-                    self.deps
-                        .set_state(id, CommandState::Failed(error.to_string()), None);
-                    return;
-                }
-            }
-        }
+        let Some(replacements) = self.launch(command, id, &candidates, types).await else {
+            return;
+        };
         let now = self.deps.deps.clock.now();
         let window = nomination_window(self.deps.deps.settings.batch_max_duration);
         for node in command.destinations() {
@@ -853,6 +833,43 @@ impl DisruptionActor {
             added: Instant::now(),
         });
         self.arm_queue(ctx);
+    }
+
+    /// Creates the command's replacements; a failure deletes the ones created, undoes the
+    /// marks and fails the command (`None`).
+    async fn launch(
+        &self,
+        command: &Command,
+        id: u64,
+        candidates: &[DisruptedNode],
+        types: &HashMap<String, Vec<Arc<InstanceType>>>,
+    ) -> Option<Vec<String>> {
+        if command.replacements.is_empty() {
+            return Some(Vec::new());
+        }
+        match crate::provisioner::run::create_planned(
+            &self.deps.provisioner,
+            &command.replacements,
+            command.method.reason_label(),
+            types,
+        )
+        .await
+        {
+            Ok(names) => Some(names),
+            Err((created, error)) => {
+                let error = DisruptionError::Replacements(error);
+                tracing::warn!(command = id, %error, created = ?created, "launching replacement nodeclaims failed; undoing");
+                for name in &created {
+                    if let Err(error) = self.deps.deps.cluster.delete_nodeclaim(name).await {
+                        tracing::warn!(nodeclaim = %name, %error, "deleting a replacement of a failed command failed");
+                    }
+                }
+                self.undo(candidates).await;
+                self.deps
+                    .set_state(id, CommandState::Failed(error.to_string()), None);
+                None
+            }
+        }
     }
 
     async fn undo(&self, candidates: &[DisruptedNode]) {
