@@ -5,10 +5,11 @@
 //! termination), so each step of a command (decide, wait 15 s, validate, mark, launch, wait
 //! for the replacements, delete or give up) is observed on its own.
 //!
-//! Covered: emptiness, single-node replacement, abandonment at validation, the queue's timeout
-//! and a deleted replacement, blockers (do-not-disrupt pods and nodes, PDBs), budgets (zero,
-//! scheduled, invalid, one at a time), stale marks after a restart, `WhenEmpty` and
-//! `consolidateAfter: Never`, and `explain node`.
+//! Covered: emptiness, single-node replacement, drift (no validation wait), abandonment and
+//! narrowing at validation, a restart of the actor during validation, the queue's timeout and
+//! a deleted replacement, blockers (do-not-disrupt pods and nodes, PDBs), budgets (zero,
+//! scheduled, invalid, one at a time), stale marks after a restart of the process, `WhenEmpty`
+//! and `consolidateAfter: Never`, and `explain node`.
 
 #![allow(
     clippy::unwrap_used,
@@ -46,7 +47,9 @@ use karpenter_actors::metrics::{CreatedLabels, Metrics};
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cluster::ClusterApi;
 use karpenter_actors::provisioner::{ProvisionerDeps, ProvisionerMetrics, ProvisionerPorts};
-use karpenter_actors::runtime::{ActorKit, ActorRef, GroupSpec, KitOptions, RootGroup};
+use karpenter_actors::runtime::{
+    ActorKit, ActorRef, FaultAction, FaultPlan, FaultRule, GroupSpec, KitOptions, RootGroup,
+};
 use karpenter_actors::testing::{
     ClusterCall, FakeCloudProvider, FakeClusterApi, MemoryClusterView, MirroredClusterApi,
     Operation,
@@ -138,6 +141,10 @@ fn nodepool(name: &str, disruption: serde_json::Value) -> NodePool {
 
 /// A registered, initialized, Ready node of a NodePool and its NodeClaim, both named after
 /// `key` (`node-KEY`, `claim-KEY`).
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent facts of a test node, each set by its own builder method"
+)]
 struct Managed {
     key: String,
     cpu: i64,
@@ -145,6 +152,7 @@ struct Managed {
     node_do_not_disrupt: bool,
     consolidatable: bool,
     disrupted: bool,
+    drifted: bool,
 }
 
 impl Managed {
@@ -156,6 +164,7 @@ impl Managed {
             node_do_not_disrupt: false,
             consolidatable: true,
             disrupted: false,
+            drifted: false,
         }
     }
 
@@ -174,6 +183,12 @@ impl Managed {
     /// flight leaves them.
     fn disrupted(mut self) -> Self {
         self.disrupted = true;
+        self
+    }
+
+    /// `Drifted=True`, as the NodeClaim actor sets it when the cloud reports drift.
+    fn drifted(mut self) -> Self {
+        self.drifted = true;
         self
     }
 
@@ -222,6 +237,12 @@ impl Managed {
         ];
         if self.consolidatable {
             conditions.push(condition(cond::CONSOLIDATABLE, now));
+        }
+        if self.drifted {
+            conditions.push(json!({
+                "type": cond::DRIFTED, "status": "True", "reason": "AMIDrift",
+                "message": "", "lastTransitionTime": now.to_string(),
+            }));
         }
         if self.disrupted {
             conditions.push(json!({
@@ -388,6 +409,11 @@ impl Harness {
     /// Starts the disruption actor as the daemon does. Call inside `#[actix::test]` after
     /// `tokio::time::pause()`.
     fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Like [`Harness::start`], with a fault plan in the actor kit.
+    fn start_with(faults: Option<FaultPlan>) -> Self {
         let clock = Arc::new(PausedClock::new(start_time()));
         let api = Arc::new(FakeClusterApi::new());
         api.set_now(clock.now());
@@ -423,7 +449,13 @@ impl Harness {
         )
         .with_name_seed(SEED);
         let disruption = DisruptionDeps::new(deps, provisioner, DisruptionMetrics::default());
-        let kit = ActorKit::new(&mut registry, KitOptions::default());
+        let kit = ActorKit::new(
+            &mut registry,
+            KitOptions {
+                faults: faults.map(Arc::new),
+                ..KitOptions::default()
+            },
+        );
         let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
         let actor = root
             .spawn::<DisruptionActor>(DISRUPTION_KEY, disruption.clone())
@@ -605,15 +637,22 @@ impl Harness {
             .collect()
     }
 
+    /// `karpenter_nodeclaims_created_total{reason, nodepool="default"}` over both capacity-type
+    /// values it may carry (the Provisioner labels it from the NodePool template's labels).
     fn created_count(&self, reason: &str) -> u64 {
-        self.metrics
-            .nodeclaims_created()
-            .get_or_create(&CreatedLabels {
-                reason: reason.to_owned(),
-                nodepool: POOL.to_owned(),
-                capacity_type: String::new(),
+        let family = self.metrics.nodeclaims_created();
+        ["", labels::CAPACITY_TYPE_ON_DEMAND]
+            .iter()
+            .map(|capacity_type| {
+                family
+                    .get_or_create(&CreatedLabels {
+                        reason: reason.to_owned(),
+                        nodepool: POOL.to_owned(),
+                        capacity_type: (*capacity_type).to_owned(),
+                    })
+                    .get()
             })
-            .get()
+            .sum()
     }
 
     async fn explain(&self, node: &str) -> Vec<NodeVerdict> {
@@ -957,6 +996,109 @@ async fn a_deleted_replacement_fails_the_command_after_the_five_second_grace() {
     assert_eq!(
         h.metrics()
             .queue_failures_count(Method::SingleNode, "replace"),
+        1
+    );
+}
+
+#[actix::test]
+async fn an_emptiness_command_validated_down_to_fewer_candidates_records_only_those() {
+    tokio::time::pause();
+    let h = Harness::start();
+    h.add_nodepool(nodepool(POOL, json!({ "budgets": [{ "nodes": "2" }] })));
+    let (a, a_claim) = h.add(&Managed::new("a", 2));
+    let (b, b_claim) = h.add(&Managed::new("b", 2));
+    settle().await;
+    assert_eq!(only(&h.history()).candidates.len(), 2);
+
+    advance(Duration::from_secs(5)).await;
+    h.put_pod(pod("late", &b, "100m"));
+    advance(VALIDATION).await;
+
+    assert!(h.delete_requested(&a_claim) && !h.delete_requested(&b_claim));
+    assert!(h.tainted(&a) && !h.tainted(&b));
+    // As Karpenter's emptiness validator: a candidate that is merely no longer empty is not a
+    // failed validation while others remain.
+    assert_eq!(h.metrics().failed_validations_count(Method::Emptiness), 0);
+    let record = only(&h.history()).clone();
+    assert_eq!(record.state, CommandState::Succeeded);
+    let names: Vec<&str> = record.candidates.iter().map(|c| c.node.as_str()).collect();
+    assert_eq!(names, [a.as_str()], "the history shows what was disrupted");
+}
+
+#[actix::test]
+async fn a_restart_during_validation_abandons_the_lost_command_and_decides_again() {
+    tokio::time::pause();
+    let plan = FaultPlan::new(3)
+        .with_rule(
+            FaultRule::new(FaultAction::Panic)
+                .kind("DisruptionActor")
+                .message("ValidateDue")
+                .nth(1),
+        )
+        .unwrap();
+    let h = Harness::start_with(Some(plan));
+    h.add_nodepool(nodepool(POOL, json!({})));
+    let (node, claim) = h.add(&Managed::new("a", 2));
+    settle().await;
+    assert_eq!(h.states(), [CommandState::Validating]);
+
+    // The validation's timer dies with the instance; the next one decides afresh.
+    advance(VALIDATION).await;
+    assert!(
+        h.wait_for(Duration::from_secs(5), |h| h.actor.restarts() == 1)
+            .await,
+        "the injected panic restarts the actor"
+    );
+    assert!(!h.tainted(&node), "the lost command was never executed");
+    assert!(
+        matches!(&h.states()[0], CommandState::Abandoned(reason) if reason.contains("restart")),
+        "the lost command is not left validating: {:?}",
+        h.states()
+    );
+    assert!(
+        h.wait_for(QUIET, |h| h.delete_requested(&claim)).await,
+        "{:?}",
+        h.states()
+    );
+    let states = h.states();
+    assert_eq!(states.len(), 2);
+    assert_eq!(states[1], CommandState::Succeeded);
+}
+
+// ---- drift ---------------------------------------------------------------------------------
+
+#[actix::test]
+async fn a_drifted_node_is_replaced_without_waiting_for_validation() {
+    tokio::time::pause();
+    let h = Harness::start();
+    h.add_nodepool(nodepool(POOL, json!({})));
+    // The cheapest type with a pod: consolidation has nothing to do, only drift.
+    let (node, claim) = h.add(&Managed::new("old", 2).drifted());
+    h.put_pod(pod("web", &node, "500m"));
+    settle().await;
+
+    let record = only(&h.history()).clone();
+    assert_eq!(
+        (record.method, record.reason, record.decision),
+        ("drift", "Drifted", "replace")
+    );
+    assert_eq!(record.state, CommandState::Executing, "no 15 s wait");
+    assert!(h.tainted(&node));
+    assert_eq!(
+        h.disruption_reason(&claim),
+        Some(("True".to_owned(), "Drifted".to_owned()))
+    );
+    assert_eq!(h.created().len(), 1);
+    assert_eq!(h.created_count("drifted"), 1);
+
+    h.initialize(&record.replacements[0]).await;
+    assert!(
+        h.wait_for(Duration::from_secs(2), |h| h.delete_requested(&claim))
+            .await
+    );
+    assert_eq!(
+        h.metrics
+            .disrupted_count("drifted", POOL, labels::CAPACITY_TYPE_ON_DEMAND),
         1
     );
 }
