@@ -1391,3 +1391,73 @@ async fn explain_node_follows_a_command_from_validation_to_the_queue() {
         "{verdicts:#?}"
     );
 }
+
+// ---- through the daemon --------------------------------------------------------------------
+
+#[actix::test]
+async fn an_empty_node_goes_end_to_end_through_the_daemon() {
+    tokio::time::pause();
+    // The whole daemon: the NodeClaim actor launches, registers, initializes and marks the
+    // NodeClaim Consolidatable 30 s after initialization; disruption deletes it 15 s later; the
+    // NodeClaim actor then terminates it.
+    let h = support::Harness::start();
+    h.cloud.set_instance_types(catalogue());
+    h.add_nodeclass(support::nodeclass(Some(true)));
+    h.add_nodepool(support::nodepool(
+        POOL,
+        json!({ "spec": { "disruption": { "consolidateAfter": "30s" } } }),
+    ));
+    h.add_nodeclaim(support::nodeclaim(
+        "default-a",
+        json!({ "spec": { "requirements": [
+            { "key": labels::NODEPOOL, "operator": "In", "values": [POOL] },
+            { "key": labels::INSTANCE_TYPE, "operator": "In", "values": [type_name(2)] },
+            { "key": labels::ZONE, "operator": "In", "values": [zone()] },
+        ]}}),
+    ));
+    h.settle().await;
+    let node = h.register_node("default-a", &[], &[]);
+    h.settle().await;
+    h.edit_node(&node, |n| support::make_ready(n, &[]));
+    h.settle().await;
+    assert_eq!(
+        h.condition("default-a", cond::INITIALIZED).map(|c| c.0),
+        Some("True".to_owned())
+    );
+    let initialized = Instant::now();
+
+    // Not consolidatable for 30 s, then 15 s of validation.
+    h.advance(Duration::from_secs(40)).await;
+    assert!(
+        h.nodeclaim("default-a")
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none()
+    );
+    assert_eq!(
+        h.condition("default-a", cond::CONSOLIDATABLE).map(|c| c.0),
+        Some("True".to_owned())
+    );
+    assert!(
+        h.wait_for(Duration::from_mins(1), Duration::from_secs(1), |h| h
+            .nodeclaim("default-a")
+            .is_none())
+            .await,
+        "the empty NodeClaim is disrupted and terminated"
+    );
+    let gone = Instant::now().duration_since(initialized);
+    assert!(gone >= Duration::from_secs(45), "after {gone:?}");
+    assert!(h.api.node(&node).is_none());
+    assert_eq!(
+        h.metrics
+            .disrupted_count("empty", POOL, labels::CAPACITY_TYPE_ON_DEMAND),
+        1
+    );
+    assert!(
+        h.events()
+            .contains(&(DISRUPTION_TERMINATING.to_owned(), "default-a".to_owned()))
+    );
+    let verdicts = h.daemon.explain_node(&node).await.unwrap().verdicts;
+    assert_eq!(verdicts, [NodeVerdict::NotSeen], "gone from the next round");
+}
