@@ -79,6 +79,8 @@ pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
 pub const QUEUE_POLL: Duration = Duration::from_secs(1);
 /// While the view has not synced, look again this soon.
 const SYNC_POLL: Duration = Duration::from_secs(1);
+/// Why a command whose validation a restart of the actor lost was abandoned.
+const LOST_VALIDATION: &str = "the disruption actor restarted before validating it";
 /// Karpenter refreshes its consolidation state every 5 minutes even without changes, so a
 /// memo of "nothing to consolidate" never outlives this.
 const MEMO_TTL: Duration = Duration::from_mins(5);
@@ -224,13 +226,26 @@ impl DisruptionDeps {
         history.push(record);
     }
 
-    /// A command that waited for validation when the actor restarted was never executed.
-    fn abandon_validations(&self) {
-        for record in lock(&self.shared.history)
+    /// Records the candidates a validation kept (Emptiness may keep fewer than it decided).
+    fn set_candidates(&self, id: u64, command: &Command) {
+        let mut history = lock(&self.shared.history);
+        if let Some(record) = history.iter_mut().rev().find(|r| r.id == id) {
+            record.candidates = command.candidates.iter().map(disrupted_node).collect();
+            if record.price_before.is_some() {
+                record.price_before = record.candidates.iter().map(|c| c.price).sum();
+            }
+        }
+    }
+
+    /// Abandons the records of validations that were in flight in a previous instance of the
+    /// actor: their timers died with it and their commands were never executed.
+    fn abandon_lost_validations(&self) {
+        let mut history = lock(&self.shared.history);
+        for record in history
             .iter_mut()
             .filter(|r| r.state == CommandState::Validating)
         {
-            record.state = CommandState::Abandoned("the disruption actor restarted".to_owned());
+            record.state = CommandState::Abandoned(LOST_VALIDATION.to_owned());
         }
     }
 
@@ -374,8 +389,9 @@ impl Supervised for DisruptionActor {
     async fn started(&mut self, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
         ctx.set_state("idle");
         // A validation in flight was lost with the previous instance; its command was never
-        // executed, so nothing is left marked. Queued commands go on.
-        self.deps.abandon_validations();
+        // executed, so nothing is left marked, and its record must not stay `Validating`.
+        // Queued commands go on.
+        self.deps.abandon_lost_validations();
         self.schedule_round(ctx, POLL_PERIOD);
         if !lock(&self.deps.shared.queue).commands.is_empty() {
             self.arm_queue(ctx);
@@ -740,6 +756,9 @@ impl DisruptionActor {
                     self.deps
                         .metrics
                         .count_failed_validations(command.method, failed_validations);
+                }
+                if command.candidates.len() != pending.command.candidates.len() {
+                    self.deps.set_candidates(pending.id, &command);
                 }
                 let types = if types.is_empty() {
                     pending.types_by_pool

@@ -115,6 +115,34 @@ fn aws_ports(clock: Arc<dyn Clock>) -> AwsPorts {
     }
 }
 
+/// The daemon's dependencies over these fakes: default settings, kwok AWS ports, a test
+/// cluster's identity. For tests that start single actors themselves.
+pub fn fake_deps(
+    clock: Arc<PausedClock>,
+    cluster: Arc<dyn ClusterApi>,
+    view: Arc<MemoryClusterView>,
+    cloud: Arc<FakeCloudProvider>,
+    metrics: Arc<Metrics>,
+) -> Deps {
+    Deps {
+        settings: Arc::new(karpenter_config::Settings::default()),
+        clock: clock.clone(),
+        cluster,
+        view,
+        cloud,
+        aws: aws_ports(clock),
+        unavailable: Arc::new(UnavailableOfferings::default()),
+        cluster_info: ClusterInfo {
+            name: "test-cluster".into(),
+            endpoint: "https://test-cluster.example.com".into(),
+            ..ClusterInfo::default()
+        },
+        region: "us-west-2".into(),
+        kubernetes_version: ClusterVersion::default(),
+        metrics,
+    }
+}
+
 impl Harness {
     /// Starts the daemon's actors over an empty fake cluster. Call inside `#[actix::test]`
     /// after `tokio::time::pause()`.
@@ -139,23 +167,13 @@ impl Harness {
                     let _ = changes.send(change);
                 }),
         );
-        let deps = Deps {
-            settings: Arc::new(karpenter_config::Settings::default()),
-            clock: clock.clone(),
-            cluster: mirror.clone(),
-            view: view.clone(),
-            cloud: cloud.clone(),
-            aws: aws_ports(clock.clone()),
-            unavailable: Arc::new(UnavailableOfferings::default()),
-            cluster_info: ClusterInfo {
-                name: "test-cluster".into(),
-                endpoint: "https://test-cluster.example.com".into(),
-                ..ClusterInfo::default()
-            },
-            region: "us-west-2".into(),
-            kubernetes_version: ClusterVersion::default(),
-            metrics: Arc::clone(&metrics),
-        };
+        let deps = fake_deps(
+            clock.clone(),
+            mirror.clone(),
+            view.clone(),
+            cloud.clone(),
+            Arc::clone(&metrics),
+        );
         let kit = ActorKit::new(
             &mut registry,
             KitOptions {
