@@ -1,6 +1,7 @@
-//! `karpenter explain pod` end to end: a daemon (the actors' `Daemon` with a fake cluster, a
-//! fake cloud provider and kwok's AWS) routes a pending pod to the Provisioner, which decides;
-//! the explain route answers over HTTP on loopback and the command's client prints the reasons.
+//! `karpenter explain pod` and `explain node` end to end: a daemon (the actors' `Daemon` with a
+//! fake cluster, a fake cloud provider and kwok's AWS) routes a pending pod to the Provisioner,
+//! which decides; the explain routes answer over HTTP on loopback and the command's client
+//! prints the reasons.
 
 #![allow(
     clippy::unwrap_used,
@@ -25,7 +26,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use karpenter::commands::explain;
-use karpenter::daemon::{EXPLAIN_ROUTE_PREFIX, explain_answer};
+use karpenter::daemon::{
+    EXPLAIN_NODE_ROUTE_PREFIX, EXPLAIN_ROUTE_PREFIX, explain_answer, explain_node_answer,
+};
 use karpenter_actors::daemon::Daemon;
 use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::deps::{AwsPorts, Deps};
@@ -150,7 +153,11 @@ async fn serve(daemon: Rc<Daemon>) -> String {
             let handler = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 let daemon = Rc::clone(&daemon);
                 async move {
-                    let answer = explain_answer(&daemon, request.uri().path()).await;
+                    let path = request.uri().path();
+                    let answer = match explain_answer(&daemon, path).await {
+                        Some(answer) => Some(answer),
+                        None => explain_node_answer(&daemon, path).await,
+                    };
                     let (status, body) =
                         answer.map_or((404, String::new()), |a| (a.status, a.body));
                     Ok::<_, Infallible>(
@@ -237,5 +244,22 @@ async fn explain_prints_why_a_pod_routed_by_the_daemon_is_pending() {
         .unwrap();
     assert_eq!(bad.status, 400);
     assert!(explain_answer(&daemon, "/metrics").await.is_none());
+
+    // No disruption round has run yet (the first comes 10 s after start): the node is not seen.
+    let node = explain::fetch_node(&url, "ip-10-0-0-1").await.unwrap();
+    assert_eq!(node.node, "ip-10-0-0-1");
+    assert_eq!(
+        node.verdicts,
+        [karpenter_actors::disruption::NodeVerdict::NotSeen]
+    );
+    let text = karpenter_actors::disruption::explain::render(&node);
+    assert!(
+        text.contains("not seen by the last disruption round"),
+        "{text}"
+    );
+    let bad = explain_node_answer(&daemon, &format!("{EXPLAIN_NODE_ROUTE_PREFIX}a/b"))
+        .await
+        .unwrap();
+    assert_eq!(bad.status, 400);
     root.stop().await;
 }
