@@ -128,6 +128,14 @@ impl DisruptionMetrics {
         metrics
     }
 
+    fn decision_labels(method: Method, decision: &'static str) -> DecisionLabels {
+        DecisionLabels {
+            decision,
+            reason: method.reason_label(),
+            consolidation_type: method.consolidation_type(),
+        }
+    }
+
     fn method_labels(method: Method) -> MethodLabels {
         MethodLabels {
             reason: method.reason_label(),
@@ -143,11 +151,7 @@ impl DisruptionMetrics {
 
     pub(super) fn count_decision(&self, method: Method, decision: &'static str) {
         self.decisions
-            .get_or_create(&DecisionLabels {
-                decision,
-                reason: method.reason_label(),
-                consolidation_type: method.consolidation_type(),
-            })
+            .get_or_create(&Self::decision_labels(method, decision))
             .inc();
     }
 
@@ -182,11 +186,7 @@ impl DisruptionMetrics {
         launches: usize,
     ) {
         self.queue_failures
-            .get_or_create(&DecisionLabels {
-                decision,
-                reason: method.reason_label(),
-                consolidation_type: method.consolidation_type(),
-            })
+            .get_or_create(&Self::decision_labels(method, decision))
             .inc_by(u64::try_from(launches).unwrap_or(u64::MAX));
     }
 
@@ -203,11 +203,7 @@ impl DisruptionMetrics {
     #[must_use]
     pub fn decisions_count(&self, method: Method, decision: &'static str) -> u64 {
         self.decisions
-            .get_or_create(&DecisionLabels {
-                decision,
-                reason: method.reason_label(),
-                consolidation_type: method.consolidation_type(),
-            })
+            .get_or_create(&Self::decision_labels(method, decision))
             .get()
     }
 
@@ -215,11 +211,7 @@ impl DisruptionMetrics {
     #[must_use]
     pub fn queue_failures_count(&self, method: Method, decision: &'static str) -> u64 {
         self.queue_failures
-            .get_or_create(&DecisionLabels {
-                decision,
-                reason: method.reason_label(),
-                consolidation_type: method.consolidation_type(),
-            })
+            .get_or_create(&Self::decision_labels(method, decision))
             .get()
     }
 
