@@ -146,7 +146,7 @@ pub fn launching(nodeclaim: Involved, reason: &str) -> Pending {
         DISRUPTION_LAUNCHING,
         format!("Launching NodeClaim: {}", title(reason)),
     );
-    event.dedupe_extra = reason.to_owned();
+    reason.clone_into(&mut event.dedupe_extra);
     event
 }
 
@@ -170,7 +170,7 @@ pub fn terminating(node: Option<Involved>, nodeclaim: Involved, reason: &str) ->
             DISRUPTION_TERMINATING,
             format!("Disrupting Node: {}", title(reason)),
         );
-        event.dedupe_extra = reason.to_owned();
+        reason.clone_into(&mut event.dedupe_extra);
         out.push(event);
     }
     let mut event = Pending::new(
@@ -178,7 +178,7 @@ pub fn terminating(node: Option<Involved>, nodeclaim: Involved, reason: &str) ->
         DISRUPTION_TERMINATING,
         format!("Disrupting NodeClaim: {}", title(reason)),
     );
-    event.dedupe_extra = reason.to_owned();
+    reason.clone_into(&mut event.dedupe_extra);
     out.push(event);
     out
 }
@@ -213,7 +213,7 @@ pub fn blocked(node: Option<Involved>, nodeclaim: Option<Involved>, message: &st
 #[must_use]
 pub fn nodepool_blocked(nodepool: Involved, message: String, reason: &str) -> Pending {
     let mut event = Pending::new(nodepool, DISRUPTION_BLOCKED, message);
-    event.dedupe_extra = reason.to_owned();
+    reason.clone_into(&mut event.dedupe_extra);
     event.dedupe = NODEPOOL_BLOCKED_DEDUPE;
     event
 }

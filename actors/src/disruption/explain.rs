@@ -3,6 +3,8 @@
 //! and its queue, plus the NodeClaim's own consolidation clock. Past Karpenter, which only
 //! leaves events behind.
 
+use std::fmt::Write as _;
+
 use serde::{Deserialize, Serialize};
 
 use super::LastRound;
@@ -209,7 +211,7 @@ pub fn explain(
 pub fn render(explanation: &NodeExplanation) -> String {
     let mut out = format!("node {}", explanation.node);
     if let Some(at) = &explanation.round_at {
-        out.push_str(&format!(" (last disruption round at {at})"));
+        let _ = write!(out, " (last disruption round at {at})");
     }
     out.push('\n');
     for verdict in &explanation.verdicts {

@@ -143,6 +143,9 @@ impl Shared {
     }
 }
 
+/// A state node's NodeClaim and NodePool, as a round saw them.
+pub type NodeOwners = (Option<String>, Option<String>);
+
 /// The last round's decision, for `karpenter explain node`.
 #[derive(Debug, Clone)]
 pub struct LastRound {
@@ -150,7 +153,7 @@ pub struct LastRound {
     pub at: String,
     pub decision: Arc<Decision>,
     /// The state nodes the round saw: name → (NodeClaim, NodePool).
-    pub nodes: Arc<HashMap<String, (Option<String>, Option<String>)>>,
+    pub nodes: Arc<HashMap<String, NodeOwners>>,
 }
 
 /// What the [`DisruptionActor`] is built from; cheap to clone.
@@ -555,7 +558,7 @@ impl DisruptionActor {
         ctx.set_state("deciding");
         let (input, types) = self.read_input().await;
         let now = input.now;
-        let nodes: HashMap<String, (Option<String>, Option<String>)> = input
+        let nodes: HashMap<String, NodeOwners> = input
             .nodes
             .iter()
             .map(|n| {
@@ -788,32 +791,12 @@ impl DisruptionActor {
                 return;
             }
         }
-        let mut replacements = Vec::new();
-        if !command.replacements.is_empty() {
-            match crate::provisioner::run::create_planned(
-                &self.deps.provisioner,
-                &command.replacements,
-                command.method.reason_label(),
-                types,
-            )
+        let Some(replacements) = self
+            .launch_replacements(command, id, &candidates, types)
             .await
-            {
-                Ok(names) => replacements = names,
-                Err((created, error)) => {
-                    let error = DisruptionError::Replacements(error);
-                    tracing::warn!(command = id, %error, created = ?created, "launching replacement nodeclaims failed; undoing");
-                    for name in &created {
-                        if let Err(error) = self.deps.deps.cluster.delete_nodeclaim(name).await {
-                            tracing::warn!(nodeclaim = %name, %error, "deleting a replacement of a failed command failed");
-                        }
-                    }
-                    self.undo(&candidates).await;
-                    self.deps
-                        .set_state(id, CommandState::Failed(error.to_string()), None);
-                    return;
-                }
-            }
-        }
+        else {
+            return;
+        };
         let now = self.deps.deps.clock.now();
         let window = nomination_window(self.deps.deps.settings.batch_max_duration);
         for node in command.destinations() {
@@ -853,6 +836,43 @@ impl DisruptionActor {
             added: Instant::now(),
         });
         self.arm_queue(ctx);
+    }
+
+    /// Creates the command's replacement NodeClaims; on a failure deletes those created,
+    /// undoes the marks, fails the command and returns `None`.
+    async fn launch_replacements(
+        &self,
+        command: &Command,
+        id: u64,
+        candidates: &[DisruptedNode],
+        types: &HashMap<String, Vec<Arc<InstanceType>>>,
+    ) -> Option<Vec<String>> {
+        if command.replacements.is_empty() {
+            return Some(Vec::new());
+        }
+        match crate::provisioner::run::create_planned(
+            &self.deps.provisioner,
+            &command.replacements,
+            command.method.reason_label(),
+            types,
+        )
+        .await
+        {
+            Ok(names) => Some(names),
+            Err((created, error)) => {
+                let error = DisruptionError::Replacements(error);
+                tracing::warn!(command = id, %error, created = ?created, "launching replacement nodeclaims failed; undoing");
+                for name in &created {
+                    if let Err(error) = self.deps.deps.cluster.delete_nodeclaim(name).await {
+                        tracing::warn!(nodeclaim = %name, %error, "deleting a replacement of a failed command failed");
+                    }
+                }
+                self.undo(candidates).await;
+                self.deps
+                    .set_state(id, CommandState::Failed(error.to_string()), None);
+                None
+            }
+        }
     }
 
     async fn undo(&self, candidates: &[DisruptedNode]) {

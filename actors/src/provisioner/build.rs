@@ -389,25 +389,19 @@ pub(super) fn has_work(view: &dyn ClusterView) -> bool {
         })
 }
 
-/// Reads the snapshot for one run.
-pub(crate) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
-    let mut built = Built::default();
-    let daemons = daemon_pods(&view.daemonsets());
-    let nodes = view.nodes();
-    let claims = view.nodeclaims();
-
-    // Pair NodeClaims with their Nodes by provider id.
+/// Pairs NodeClaims with their Nodes by provider id; NodeClaims not launched yet are left out
+/// (no node to place pods on), Nodes without a NodeClaim stand alone.
+fn state_nodes<'a>(nodes: &'a [Arc<Node>], claims: &'a [Arc<NodeClaim>]) -> Vec<StateNode<'a>> {
     let mut paired: HashSet<String> = HashSet::new();
-    let mut states: Vec<StateNode<'_>> = Vec::new();
+    let mut states: Vec<StateNode<'a>> = Vec::new();
     let mut node_by_provider: BTreeMap<&str, &Arc<Node>> = BTreeMap::new();
-    for node in &nodes {
+    for node in nodes {
         if let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) {
             node_by_provider.insert(id, node);
         }
     }
-    for claim in &claims {
+    for claim in claims {
         let Some(id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
-            // Not launched yet: no node to place pods on.
             continue;
         };
         let node = node_by_provider.get(id).copied();
@@ -420,7 +414,7 @@ pub(crate) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
             arcs: (node, Some(claim)),
         });
     }
-    for node in &nodes {
+    for node in nodes {
         if !paired.contains(node.metadata.name.as_deref().unwrap_or_default()) {
             states.push(StateNode {
                 node: Some(node.as_ref()),
@@ -429,6 +423,16 @@ pub(crate) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
             });
         }
     }
+    states
+}
+
+/// Reads the snapshot for one run.
+pub(crate) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
+    let mut built = Built::default();
+    let daemons = daemon_pods(&view.daemonsets());
+    let nodes = view.nodes();
+    let claims = view.nodeclaims();
+    let states = state_nodes(&nodes, &claims);
 
     // Every pod once: bound ones by node (one pass, not a scan per node), pending ones aside.
     let pods = view.pods();

@@ -340,6 +340,10 @@ impl Default for DisruptionOptions {
 /// method last found nothing (Karpenter's `IsConsolidated` memo). The method then stops after
 /// computing its candidates and budgets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "one independent flag per consolidation method, not a state machine"
+)]
 pub struct Memos {
     pub emptiness: bool,
     pub multi_node: bool,
