@@ -98,6 +98,32 @@ pub struct PodsReport {
     pub pending_reasons: BTreeMap<String, usize>,
     /// Up to [`MAX_LISTED_PENDING`] pending pods.
     pub pending: Vec<PendingPod>,
+    pub evictions: EvictionsReport,
+}
+
+/// How often each replica's pod was evicted (see `sim::workloads`: a pod removed by anything
+/// but a scale-down, its replacement inheriting the count).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvictionsReport {
+    /// The most evictions any one replica saw.
+    pub max_per_replica: u32,
+    /// Replicas (over the whole run, scaled-down ones included) by their evictions.
+    pub replicas_by_evictions: BTreeMap<u32, usize>,
+}
+
+impl EvictionsReport {
+    #[must_use]
+    pub fn of(replicas_by_evictions: BTreeMap<u32, usize>) -> Self {
+        Self {
+            max_per_replica: replicas_by_evictions
+                .keys()
+                .next_back()
+                .copied()
+                .unwrap_or(0),
+            replicas_by_evictions,
+        }
+    }
 }
 
 /// Instances of one type and capacity type.
@@ -219,6 +245,8 @@ pub struct DisruptionLine {
     pub method: String,
     pub reason: String,
     pub decision: String,
+    /// Nodes removed (the Node's name once registered, else the NodeClaim's).
+    pub nodes: Vec<String>,
     /// Instance types removed (`type/capacity`).
     pub removed: Vec<String>,
     /// Cheapest instance type of each replacement.
@@ -248,6 +276,7 @@ impl DisruptionLine {
             method: record.method.to_owned(),
             reason: record.reason.to_owned(),
             decision: record.decision.to_owned(),
+            nodes: record.candidates.iter().map(|c| c.node.clone()).collect(),
             removed: record
                 .candidates
                 .iter()
@@ -502,6 +531,22 @@ impl Report {
             latency.p99_seconds,
             latency.max_seconds,
             latency.samples
+        );
+        let histogram: Vec<String> = pods
+            .evictions
+            .replicas_by_evictions
+            .iter()
+            .map(|(evictions, replicas)| format!("{evictions}x {replicas}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  evictions: max per replica {}, replicas evicted {}",
+            pods.evictions.max_per_replica,
+            if histogram.is_empty() {
+                "-".to_owned()
+            } else {
+                histogram.join(" ")
+            }
         );
         for (reason, count) in &pods.pending_reasons {
             let _ = writeln!(out, "  pending x{count}: {reason}");

@@ -8,21 +8,32 @@
 //! errors that name the scenario field; [`Workloads::tick`] reconciles them against the cluster
 //! store and returns the pods it created and deleted. Pod names are `<workload>-<n>` with a
 //! counter, so runs replay.
+//!
+//! Each workload's `ReplicaSet` is stored too, its `spec.replicas` following the steps, so
+//! PodDisruptionBudgets with `maxUnavailable` or a percentage count the replicas the
+//! workload wants, as Kubernetes' disruption controller does.
+//!
+//! Each replica is followed as a lineage ([`Lineages`]): a pod that leaves the live set without
+//! this controller deleting it (evicted by a drain, deleted at a spot interruption's termination
+//! time, lost with its node) counts one eviction against its replica, and the pod created to
+//! replace it inherits the count. A scale-down ends a lineage without counting.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::sim::scenario::file::{ScaleStep, ScenarioError, Workload};
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, Pod, PodSpec, ResourceRequirements, Toleration, TopologySpreadConstraint,
+    Affinity, Container, Pod, PodSpec, PodTemplateSpec, ResourceRequirements, Toleration,
+    TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_core::domain::resources::parse_resource;
 use karpenter_core::domain::scheduling::SchedulingPod;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt as _};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -35,6 +46,11 @@ pub const APP_LABEL: &str = "app";
 const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// Karpenter's default grace for pods without one (Kubernetes' default).
 const TERMINATION_GRACE_SECONDS: i64 = 30;
+
+/// The `ReplicaSet` that owns a workload's pods.
+fn replica_set_name(workload: &str) -> String {
+    format!("{workload}-simulated")
+}
 
 /// Reads an embedded Kubernetes field (a YAML value of the scenario) as its type.
 fn from_yaml<T: DeserializeOwned>(path: &str, value: &Value) -> Result<T, ScenarioError> {
@@ -95,10 +111,12 @@ impl WorkloadTemplate {
             metadata: ObjectMeta {
                 namespace: Some(workload.namespace.clone()),
                 labels: Some(labels),
+                annotations: (!workload.annotations.is_empty())
+                    .then(|| workload.annotations.clone()),
                 owner_references: Some(vec![OwnerReference {
                     api_version: "apps/v1".to_owned(),
                     kind: "ReplicaSet".to_owned(),
-                    name: format!("{}-simulated", workload.name),
+                    name: replica_set_name(&workload.name),
                     uid: format!("simulated-{}-{}", workload.namespace, workload.name),
                     controller: Some(true),
                     block_owner_deletion: Some(true),
@@ -167,12 +185,107 @@ pub struct WorkloadStep {
     pub errors: usize,
 }
 
+/// A pod the controller follows.
+#[derive(Debug, Clone, Copy)]
+struct Tracked {
+    lineage: usize,
+    /// Whether the view has shown it live (a pod just created may not be there yet).
+    seen: bool,
+}
+
+/// The replicas of one workload as lineages: each pod belongs to one, and a replacement joins
+/// the lineage of the pod it replaces (see the module docs).
+#[derive(Debug, Default)]
+pub struct Lineages {
+    /// Evictions per lineage, by lineage id (in the order lineages started).
+    evictions: Vec<u32>,
+    /// Pods of the workload by name.
+    pods: BTreeMap<String, Tracked>,
+    /// Lineages whose pod went and that wait for a replacement, oldest first.
+    waiting: VecDeque<usize>,
+    /// Pods this controller deleted on a scale-down, until they leave the view.
+    scaled_down: BTreeSet<String>,
+}
+
+impl Lineages {
+    /// Compares the live pods with the followed ones: a followed pod seen before and now gone
+    /// was evicted unless this controller scaled it down; a live pod not followed yet (one
+    /// from before a restart) starts a lineage.
+    fn observe(&mut self, live: &BTreeSet<String>) {
+        let gone: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(name, tracked)| tracked.seen && !live.contains(*name))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            let Some(tracked) = self.pods.remove(&name) else {
+                continue;
+            };
+            if !self.scaled_down.remove(&name) {
+                if let Some(count) = self.evictions.get_mut(tracked.lineage) {
+                    *count += 1;
+                }
+                self.waiting.push_back(tracked.lineage);
+            }
+        }
+        for name in live {
+            if let Some(tracked) = self.pods.get_mut(name) {
+                tracked.seen = true;
+            } else {
+                let lineage = self.start();
+                self.pods.insert(
+                    name.clone(),
+                    Tracked {
+                        lineage,
+                        seen: true,
+                    },
+                );
+            }
+        }
+    }
+
+    fn start(&mut self) -> usize {
+        self.evictions.push(0);
+        self.evictions.len() - 1
+    }
+
+    /// A pod created: the replacement of the oldest waiting lineage, else a new replica.
+    fn created(&mut self, name: String) {
+        let lineage = match self.waiting.pop_front() {
+            Some(lineage) => lineage,
+            None => self.start(),
+        };
+        self.pods.insert(
+            name,
+            Tracked {
+                lineage,
+                seen: false,
+            },
+        );
+    }
+
+    /// Lineages still waiting beyond `shortfall` replicas are scaled away: they end.
+    fn keep_waiting(&mut self, shortfall: usize) {
+        self.waiting.truncate(shortfall);
+    }
+
+    /// Evictions of every lineage so far.
+    #[must_use]
+    pub fn evictions(&self) -> &[u32] {
+        &self.evictions
+    }
+}
+
 /// Every workload's controller.
 pub struct Workloads {
     client: Client,
     view: Arc<dyn ClusterView>,
     templates: Vec<WorkloadTemplate>,
     next_index: Vec<u64>,
+    lineages: Vec<Lineages>,
+    /// The `spec.replicas` last written to each workload's `ReplicaSet`.
+    scales: Vec<Option<usize>>,
 }
 
 impl std::fmt::Debug for Workloads {
@@ -211,12 +324,27 @@ impl Workloads {
         templates: Vec<WorkloadTemplate>,
     ) -> Self {
         let next_index = vec![0; templates.len()];
+        let lineages = templates.iter().map(|_| Lineages::default()).collect();
+        let scales = vec![None; templates.len()];
         Self {
             client,
             view,
             templates,
             next_index,
+            lineages,
+            scales,
         }
+    }
+
+    /// Replicas (lineages, over every workload and the whole run) by how many times their pod
+    /// was evicted.
+    #[must_use]
+    pub fn replicas_by_evictions(&self) -> BTreeMap<u32, usize> {
+        let mut histogram = BTreeMap::new();
+        for count in self.lineages.iter().flat_map(|l| l.evictions().iter()) {
+            *histogram.entry(*count).or_default() += 1;
+        }
+        histogram
     }
 
     /// The templates.
@@ -249,10 +377,19 @@ impl Workloads {
             if let Some(highest) = highest {
                 self.next_index[index] = self.next_index[index].max(highest + 1);
             }
+            let names: BTreeSet<String> = live.iter().map(|p| p.name_any()).collect();
+            self.lineages[index].observe(&names);
             let desired = template.desired(at);
+            if self.scales[index] != Some(desired) {
+                self.scale(index, desired, &mut step).await;
+            }
+            let template = &self.templates[index];
+            let mut shortfall = desired.saturating_sub(live.len());
             if live.len() < desired {
                 for _ in live.len()..desired {
-                    self.create(index, &mut step).await;
+                    if self.create(index, &mut step).await {
+                        shortfall -= 1;
+                    }
                 }
             } else if live.len() > desired {
                 // Unbound pods go first, then the newest (highest counter).
@@ -264,14 +401,73 @@ impl Workloads {
                 });
                 let surplus = live.len() - desired;
                 for pod in live.iter().take(surplus) {
-                    self.delete(pod, &mut step).await;
+                    if self.delete(pod, &mut step).await {
+                        self.lineages[index].scaled_down.insert(pod.name_any());
+                    }
                 }
             }
+            self.lineages[index].keep_waiting(shortfall);
         }
         step
     }
 
-    async fn create(&mut self, index: usize, step: &mut WorkloadStep) {
+    /// Writes `replicas` to the `index`th workload's `ReplicaSet`, creating it the first time.
+    async fn scale(&mut self, index: usize, replicas: usize, step: &mut WorkloadStep) {
+        let template = &self.templates[index];
+        let name = replica_set_name(&template.name);
+        let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &template.namespace);
+        let count = i32::try_from(replicas).unwrap_or(i32::MAX);
+        let written = if self.scales[index].is_none() {
+            let labels = template.pod.metadata.labels.clone();
+            let selector = [(APP_LABEL.to_owned(), template.name.clone())].into();
+            let replica_set = ReplicaSet {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(template.namespace.clone()),
+                    labels: labels.clone(),
+                    ..ObjectMeta::default()
+                },
+                spec: ReplicaSetSpec {
+                    replicas: Some(count),
+                    selector: LabelSelector {
+                        match_labels: Some(selector),
+                        ..LabelSelector::default()
+                    },
+                    template: Some(PodTemplateSpec {
+                        metadata: Some(ObjectMeta {
+                            labels,
+                            annotations: template.pod.metadata.annotations.clone(),
+                            ..ObjectMeta::default()
+                        }),
+                        spec: template.pod.spec.clone(),
+                    }),
+                    min_ready_seconds: None,
+                },
+                status: None,
+            };
+            match api.create(&PostParams::default(), &replica_set).await {
+                Ok(_) => Ok(()),
+                // A restarted simulation: the ReplicaSet is there; set its scale.
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    patch_replicas(&api, &name, count).await
+                }
+                Err(error) => Err(error),
+            }
+        } else {
+            patch_replicas(&api, &name, count).await
+        };
+        match written {
+            Ok(()) => self.scales[index] = Some(replicas),
+            Err(error) => {
+                // Retried next tick.
+                tracing::debug!(%error, %name, "writing a workload's ReplicaSet failed");
+                step.errors += 1;
+            }
+        }
+    }
+
+    /// Creates the next pod of the `index`th workload; true when it was created.
+    async fn create(&mut self, index: usize, step: &mut WorkloadStep) -> bool {
         let template = &self.templates[index];
         let name = format!("{}-{}", template.name, self.next_index[index]);
         self.next_index[index] += 1;
@@ -279,27 +475,45 @@ impl Workloads {
         pod.metadata.name = Some(name.clone());
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &template.namespace);
         match api.create(&PostParams::default(), &pod).await {
-            Ok(_) => step.created.push((template.namespace.clone(), name)),
+            Ok(_) => {
+                step.created
+                    .push((template.namespace.clone(), name.clone()));
+                self.lineages[index].created(name);
+                true
+            }
             Err(error) => {
                 tracing::debug!(%error, %name, "creating a workload pod failed");
                 step.errors += 1;
+                false
             }
         }
     }
 
-    async fn delete(&self, pod: &Pod, step: &mut WorkloadStep) {
+    /// Deletes a surplus pod; true when this call deleted it.
+    async fn delete(&self, pod: &Pod, step: &mut WorkloadStep) -> bool {
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
         match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => step.deleted.push((namespace, name)),
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Ok(_) => {
+                step.deleted.push((namespace, name));
+                true
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => false,
             Err(error) => {
                 tracing::debug!(%error, %name, "deleting a workload pod failed");
                 step.errors += 1;
+                false
             }
         }
     }
+}
+
+async fn patch_replicas(api: &Api<ReplicaSet>, name: &str, replicas: i32) -> kube::Result<()> {
+    let patch = serde_json::json!({ "spec": { "replicas": replicas } });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
 }
 
 #[cfg(test)]
@@ -374,6 +588,44 @@ mod tests {
         )
         .unwrap_err();
         assert!(error.to_string().contains("maxSkew"), "{error}");
+    }
+
+    fn live(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_replacement_inherits_the_evictions_of_the_pod_it_replaces() {
+        let mut lineages = Lineages::default();
+        lineages.created("web-0".into());
+        lineages.created("web-1".into());
+        // Not in the view yet: not evicted.
+        lineages.observe(&live(&[]));
+        assert_eq!(lineages.evictions(), [0, 0]);
+        lineages.observe(&live(&["web-0", "web-1"]));
+        // web-1 evicted, replaced by web-2, which is evicted in turn.
+        lineages.observe(&live(&["web-0"]));
+        lineages.created("web-2".into());
+        lineages.observe(&live(&["web-0", "web-2"]));
+        lineages.observe(&live(&["web-0"]));
+        lineages.created("web-3".into());
+        lineages.observe(&live(&["web-0", "web-3"]));
+        assert_eq!(lineages.evictions(), [0, 2]);
+    }
+
+    #[test]
+    fn a_scale_down_is_no_eviction_and_ends_waiting_lineages() {
+        let mut lineages = Lineages::default();
+        for name in ["web-0", "web-1", "web-2"] {
+            lineages.created(name.into());
+        }
+        lineages.observe(&live(&["web-0", "web-1", "web-2"]));
+        lineages.scaled_down.insert("web-2".into());
+        // web-2 scaled down, web-1 evicted, and the workload wants one pod: nothing replaces it.
+        lineages.observe(&live(&["web-0"]));
+        lineages.keep_waiting(0);
+        lineages.created("web-3".into());
+        assert_eq!(lineages.evictions(), [0, 1, 0, 0]);
     }
 
     #[test]

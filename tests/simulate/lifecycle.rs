@@ -3,7 +3,6 @@
 //! instance; a daemon restarted mid scale-up loses nothing and launches no duplicate instance.
 
 use std::collections::BTreeSet;
-use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -14,6 +13,8 @@ use karpenter_actors::ports::ec2::InstanceState;
 use karpenter_core::apis::NodeClaim;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
+
+use super::support::in_simulation;
 
 fn small() -> LoadedScenario {
     let path =
@@ -34,16 +35,6 @@ fn small_without_consolidation() -> LoadedScenario {
         &format!("{limits}      disruption:\n        consolidateAfter: Never\n"),
     );
     LoadedScenario::from_yaml(&text, None).unwrap()
-}
-
-/// Runs `body` as `karpenter simulate` runs: an actix System on paused tokio time.
-fn in_simulation<F: Future>(body: impl FnOnce() -> F) -> F::Output {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    actix::System::with_tokio_rt(move || runtime).block_on(body())
 }
 
 async fn nodeclaims(sim: &Simulation<'_>) -> Vec<NodeClaim> {

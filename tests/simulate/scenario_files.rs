@@ -109,3 +109,30 @@ fn the_command_names_the_file_and_the_field_and_exits_2() {
     );
     assert!(out.is_empty());
 }
+
+#[test]
+fn a_pod_disruption_budget_spec_is_checked_with_the_field_named() {
+    let budget = |spec: &str| {
+        format!("{DEFAULT_SCENARIO}podDisruptionBudgets:\n  - name: web\n    spec: {spec}\n")
+    };
+    assert_eq!(
+        error_of(&budget("{maxUnavailable: 0}")),
+        "podDisruptionBudgets[0].spec.selector: required (a budget without a selector selects no pod)"
+    );
+    assert_eq!(
+        error_of(&budget(
+            "{minAvailable: 1, maxUnavailable: 0, selector: {matchLabels: {app: web}}}"
+        )),
+        "podDisruptionBudgets[0].spec: set exactly one of minAvailable and maxUnavailable"
+    );
+    let message = error_of(&budget("{maxUnavailable: [1], selector: {}}"));
+    assert!(
+        message.starts_with("podDisruptionBudgets[0].spec: "),
+        "{message}"
+    );
+    LoadedScenario::from_yaml(
+        &budget("{maxUnavailable: 1, selector: {matchLabels: {app: web}}}"),
+        None,
+    )
+    .unwrap();
+}

@@ -1,6 +1,7 @@
 //! A simulated cluster without Karpenter's actors: the emulator on the simulated clock, its
 //! watchers' store, kwok's AWS account, the fake kubelet and scheduler.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -84,4 +85,14 @@ impl Cluster {
             self.scheduler.tick().await;
         }
     }
+}
+
+/// Runs `body` as `karpenter simulate` runs: an actix System on paused tokio time.
+pub fn in_simulation<F: Future>(body: impl FnOnce() -> F) -> F::Output {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    actix::System::with_tokio_rt(move || runtime).block_on(body())
 }

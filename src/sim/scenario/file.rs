@@ -110,6 +110,8 @@ pub struct ScenarioFile {
     #[serde(default)]
     pub node_failures: Vec<NodeFailureFile>,
     #[serde(default)]
+    pub pod_disruption_budgets: Vec<PodDisruptionBudgetFile>,
+    #[serde(default)]
     pub chaos: Option<ChaosFile>,
 }
 
@@ -163,6 +165,9 @@ pub struct WorkloadFile {
     /// Extra pod labels (`app: <name>` is always set).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Pod annotations (`karpenter.sh/do-not-disrupt: "true"`).
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
     pub steps: Vec<StepFile>,
 }
 
@@ -194,6 +199,19 @@ pub struct NodeFailureFile {
     pub mode: Option<String>,
     #[serde(default)]
     pub node_pool: Option<String>,
+}
+
+/// A PodDisruptionBudget created at the start, deleted at `until` if given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PodDisruptionBudgetFile {
+    pub name: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// A Kubernetes `PodDisruptionBudgetSpec` (`selector`, `minAvailable` or `maxUnavailable`).
+    pub spec: Value,
+    #[serde(default)]
+    pub until: Option<String>,
 }
 
 /// The chaos plan: the actor kit's fault plan and AWS faults at given times. Also the form of
@@ -242,6 +260,7 @@ pub struct Scenario {
     pub interruptions: Vec<Interruption>,
     /// In time order.
     pub node_failures: Vec<NodeFailure>,
+    pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
     pub chaos: Chaos,
 }
 
@@ -275,8 +294,20 @@ pub struct Workload {
     pub topology_spread_constraints: Vec<Value>,
     pub affinity: Option<Value>,
     pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
     /// In time order, strictly increasing.
     pub steps: Vec<ScaleStep>,
+}
+
+/// A PodDisruptionBudget of the scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodDisruptionBudget {
+    pub name: String,
+    pub namespace: String,
+    /// The spec (checked as a Kubernetes type by the loader).
+    pub spec: Value,
+    /// When the harness deletes it (`None`: never).
+    pub until: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -553,6 +584,8 @@ impl ScenarioFile {
             .map(|(i, event)| check_node_failure(i, event, duration))
             .collect::<Result<Vec<_>, _>>()?;
         node_failures.sort_by_key(|e| e.at);
+        let pod_disruption_budgets =
+            check_pod_disruption_budgets(self.pod_disruption_budgets, duration)?;
         let chaos = match self.chaos {
             Some(chaos) => check_chaos("chaos", chaos, duration)?,
             None => Chaos::default(),
@@ -572,6 +605,7 @@ impl ScenarioFile {
             workloads,
             interruptions,
             node_failures,
+            pod_disruption_budgets,
             chaos,
         })
     }
@@ -705,6 +739,12 @@ fn check_workloads(
                 "is set to the workload's name by the simulator; remove it",
             ));
         }
+        if file.annotations.keys().any(String::is_empty) {
+            return Err(ScenarioError::invalid(
+                format!("{path}.annotations"),
+                "a key must not be empty",
+            ));
+        }
         workloads.push(Workload {
             name: file.name,
             namespace,
@@ -714,10 +754,52 @@ fn check_workloads(
             topology_spread_constraints: file.topology_spread_constraints,
             affinity: file.affinity,
             labels: file.labels,
+            annotations: file.annotations,
             steps,
         });
     }
     Ok(workloads)
+}
+
+fn check_pod_disruption_budgets(
+    files: Vec<PodDisruptionBudgetFile>,
+    run: Duration,
+) -> Result<Vec<PodDisruptionBudget>, ScenarioError> {
+    let mut seen = BTreeSet::new();
+    let mut budgets = Vec::with_capacity(files.len());
+    for (i, file) in files.into_iter().enumerate() {
+        let path = format!("podDisruptionBudgets[{i}]");
+        check_dns_label(&format!("{path}.name"), &file.name)?;
+        let namespace = file.namespace.unwrap_or_else(|| "default".to_owned());
+        check_dns_label(&format!("{path}.namespace"), &namespace)?;
+        if !seen.insert((namespace.clone(), file.name.clone())) {
+            return Err(ScenarioError::invalid(
+                format!("{path}.name"),
+                format!(
+                    "{:?} is used by an earlier budget in namespace {namespace:?}",
+                    file.name
+                ),
+            ));
+        }
+        if !file.spec.is_object() {
+            return Err(ScenarioError::invalid(
+                format!("{path}.spec"),
+                "must be a PodDisruptionBudgetSpec (a mapping)",
+            ));
+        }
+        let until = file
+            .until
+            .as_deref()
+            .map(|text| event_time(&format!("{path}.until"), text, run))
+            .transpose()?;
+        budgets.push(PodDisruptionBudget {
+            name: file.name,
+            namespace,
+            spec: file.spec,
+            until,
+        });
+    }
+    Ok(budgets)
 }
 
 fn check_interruption(
@@ -977,6 +1059,48 @@ workloads:
         assert_eq!(
             message,
             "kwok.capacity[0].capacityType: \"spotty\" must be \"spot\" or \"on-demand\""
+        );
+    }
+
+    #[test]
+    fn a_pod_disruption_budget_names_its_field() {
+        let budget = |extra: &str| {
+            format!(
+                "{MINIMAL}podDisruptionBudgets:\n  - {{name: web, spec: {{maxUnavailable: 0}}{extra}}}\n"
+            )
+        };
+        let scenario = Scenario::from_yaml(&budget(", until: 4m")).expect("valid");
+        assert_eq!(
+            scenario.pod_disruption_budgets[0].until,
+            Some(Duration::from_mins(4))
+        );
+        assert_eq!(scenario.pod_disruption_budgets[0].namespace, "default");
+        let message = error_of(&budget(", until: 9m")).to_string();
+        assert!(
+            message.starts_with("podDisruptionBudgets[0].until: 9m is not before the end"),
+            "{message}"
+        );
+        let text = format!("{MINIMAL}podDisruptionBudgets:\n  - {{name: Web, spec: {{}}}}\n");
+        let message = error_of(&text).to_string();
+        assert!(
+            message.starts_with("podDisruptionBudgets[0].name: "),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn workload_annotations_are_kept() {
+        let text = MINIMAL.replace(
+            "    requests: {cpu: 500m}\n",
+            "    requests: {cpu: 500m}\n    annotations: {karpenter.sh/do-not-disrupt: \"true\"}\n",
+        );
+        let scenario = Scenario::from_yaml(&text).expect("valid");
+        assert_eq!(
+            scenario.workloads[0]
+                .annotations
+                .get("karpenter.sh/do-not-disrupt")
+                .map(String::as_str),
+            Some("true")
         );
     }
 

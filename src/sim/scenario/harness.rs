@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! tick(now): due events (spot interruption warnings, reclaims two minutes later, node
-//!   failures, AWS faults) -> workloads (create/delete pods) -> kubelet (nodes, pod status)
+//!   failures, AWS faults, PodDisruptionBudgets removed) -> workloads (create/delete pods,
+//!   evictions per replica) -> kubelet (nodes, pod status)
 //!   -> scheduler (bindings) -> billing -> NodeClaims seen, peak nodes
 //! progress_line(now): the lower bound of the cost, and a line for the progress sink
 //! report(now): the Recorder's counts, pending pods with Karpenter's last word on each, kwok's
@@ -18,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_actors::ports::cloud_provider::{CloudProvider, parse_provider_id};
 use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::ports::ec2::InstanceState;
@@ -35,7 +37,9 @@ use crate::http::MetricsRegistries;
 use crate::sim::binder::{self, FakeScheduler};
 use crate::sim::clock::SimClock;
 use crate::sim::kubelet::{FakeKubelet, KubeletConfig, KubeletDeps};
-use crate::sim::report::{self, Latency, NodesReport, PendingPod, PodsReport, Recorder, Report};
+use crate::sim::report::{
+    self, EvictionsReport, Latency, NodesReport, PendingPod, PodsReport, Recorder, Report,
+};
 use crate::sim::workloads::{APP_LABEL, Workloads};
 use crate::sim::world::KwokAws;
 
@@ -105,6 +109,8 @@ pub(super) struct Sim<'a> {
     next_interruption: usize,
     next_failure: usize,
     next_fault: usize,
+    /// PodDisruptionBudgets to delete: (when, namespace, name), in time order.
+    budget_removals: Vec<(Duration, String, String)>,
     progress: Option<ProgressSink<'a>>,
 }
 
@@ -145,6 +151,12 @@ impl<'a> Sim<'a> {
             Arc::clone(&harness.view),
             loaded.workloads.clone(),
         );
+        let mut budget_removals: Vec<(Duration, String, String)> = scenario
+            .pod_disruption_budgets
+            .iter()
+            .filter_map(|b| Some((b.until?, b.namespace.clone(), b.name.clone())))
+            .collect();
+        budget_removals.sort();
         Self {
             loaded,
             client: harness.client,
@@ -160,6 +172,7 @@ impl<'a> Sim<'a> {
             next_interruption: 0,
             next_failure: 0,
             next_fault: 0,
+            budget_removals,
             progress,
         }
     }
@@ -276,6 +289,32 @@ impl<'a> Sim<'a> {
                 "[{:>6}] {failed} node failure(s) injected",
                 format_go_duration(now)
             ));
+        }
+        while self
+            .budget_removals
+            .first()
+            .is_some_and(|(until, _, _)| *until <= now)
+        {
+            let (_, namespace, name) = self.budget_removals[0].clone();
+            let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), &namespace);
+            match api.delete(&name, &kube::api::DeleteParams::default()).await {
+                Ok(_) => {
+                    self.budget_removals.remove(0);
+                    self.say(&format!(
+                        "[{:>6}] PodDisruptionBudget {namespace}/{name} deleted",
+                        format_go_duration(now)
+                    ));
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => {
+                    self.budget_removals.remove(0);
+                }
+                Err(error) => {
+                    // Retried next tick.
+                    tracing::debug!(%error, %name, "deleting a PodDisruptionBudget failed");
+                    self.recorder.harness.workload_errors += 1;
+                    break;
+                }
+            }
         }
         while let Some(fault) = scenario.chaos.aws.get(self.next_fault) {
             if fault.at > now {
@@ -451,6 +490,7 @@ impl<'a> Sim<'a> {
                     .into_iter()
                     .take(report::MAX_LISTED_PENDING)
                     .collect(),
+                evictions: EvictionsReport::of(self.workloads.replicas_by_evictions()),
             },
             time_to_schedule: Latency::of(self.recorder.latencies()),
             nodes: NodesReport {

@@ -7,7 +7,8 @@
 //!   -> NodePools and EC2NodeClasses through the API server's validator, each NodePool's class
 //!      among the scenario's; region, zones and instance types of kwok's capacity limits in its
 //!      catalogue; workload templates (tolerations, spread, affinity as Kubernetes types); the
-//!      actor kit's fault plan; AWS faults naming operations kwok answers
+//!      actor kit's fault plan; AWS faults naming operations kwok answers; PodDisruptionBudget
+//!      specs as Kubernetes types (a selector, one of minAvailable and maxUnavailable)
 //!   -> LoadedScenario (what `Simulation::start` seeds the cluster with)
 //! ```
 //!
@@ -17,6 +18,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_actors::kwok::catalog;
 use karpenter_actors::runtime::{FaultPlan, FaultPlanFile};
 use karpenter_core::apis::validation::{Outcome, Validator};
@@ -25,7 +28,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::file::{
-    Chaos, DEFAULT_CLUSTER_NAME, DEFAULT_LAUNCH_LATENCY, DEFAULT_READY_DELAY, DEFAULT_REGION,
+    self, Chaos, DEFAULT_CLUSTER_NAME, DEFAULT_LAUNCH_LATENCY, DEFAULT_READY_DELAY, DEFAULT_REGION,
     DEFAULT_REGISTRATION_DELAY, DEFAULT_STARTUP_TAINT_DELAY, KwokSettings, MAX_DURATION, Scenario,
     ScenarioError,
 };
@@ -39,6 +42,9 @@ pub struct LoadedScenario {
     pub node_pools: Vec<NodePool>,
     pub node_classes: Vec<EC2NodeClass>,
     pub workloads: Vec<WorkloadTemplate>,
+    /// The scenario's PodDisruptionBudgets, in its order (`scenario.pod_disruption_budgets`
+    /// says when each goes).
+    pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
     pub actor_faults: Option<Arc<FaultPlan>>,
     /// Runs until stopped instead of for the scenario's duration (serving without a scenario).
     pub open_ended: bool,
@@ -136,6 +142,12 @@ impl LoadedScenario {
             .enumerate()
             .map(|(i, w)| WorkloadTemplate::from_workload(i, w))
             .collect::<Result<Vec<_>, _>>()?;
+        let pod_disruption_budgets = scenario
+            .pod_disruption_budgets
+            .iter()
+            .enumerate()
+            .map(|(i, b)| pod_disruption_budget(i, b))
+            .collect::<Result<Vec<_>, _>>()?;
         let actor_faults = match &scenario.chaos.actors {
             Some(value) => {
                 let file: FaultPlanFile = serde_json::from_value(value.clone())
@@ -162,6 +174,7 @@ impl LoadedScenario {
             node_pools,
             node_classes,
             workloads,
+            pod_disruption_budgets,
             actor_faults,
             open_ended: false,
         })
@@ -193,15 +206,50 @@ impl LoadedScenario {
                 workloads: Vec::new(),
                 interruptions: Vec::new(),
                 node_failures: Vec::new(),
+                pod_disruption_budgets: Vec::new(),
                 chaos: Chaos::default(),
             },
             node_pools: Vec::new(),
             node_classes: Vec::new(),
             workloads: Vec::new(),
+            pod_disruption_budgets: Vec::new(),
             actor_faults: None,
             open_ended: true,
         }
     }
+}
+
+/// The `index`th budget of the scenario as a Kubernetes object, with the API server's rules on
+/// its spec: a selector (a budget without one selects nothing) and exactly one of
+/// `minAvailable` and `maxUnavailable`.
+fn pod_disruption_budget(
+    index: usize,
+    budget: &file::PodDisruptionBudget,
+) -> Result<PodDisruptionBudget, ScenarioError> {
+    let path = format!("podDisruptionBudgets[{index}].spec");
+    let spec: PodDisruptionBudgetSpec = serde_json::from_value(budget.spec.clone())
+        .map_err(|e| ScenarioError::invalid(path.clone(), e.to_string()))?;
+    if spec.selector.is_none() {
+        return Err(ScenarioError::invalid(
+            format!("{path}.selector"),
+            "required (a budget without a selector selects no pod)",
+        ));
+    }
+    if spec.min_available.is_some() == spec.max_unavailable.is_some() {
+        return Err(ScenarioError::invalid(
+            path,
+            "set exactly one of minAvailable and maxUnavailable",
+        ));
+    }
+    Ok(PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: Some(budget.name.clone()),
+            namespace: Some(budget.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    })
 }
 
 fn check_kwok(region: &str, kwok: &KwokSettings) -> Result<(), ScenarioError> {

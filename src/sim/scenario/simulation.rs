@@ -1,7 +1,8 @@
 //! A simulation in progress, the API `karpenter simulate` and the tests drive.
 //!
 //! ```text
-//! start: emulator (seeded names, simulated clock) <- namespaces, EC2NodeClasses, NodePools
+//! start: emulator (seeded names, simulated clock) <- namespaces, EC2NodeClasses, NodePools,
+//!   PodDisruptionBudgets
 //!   -> kwok account (capacity limits, interruption queue and rules)
 //!   -> first daemon (its watchers also feed the harness) -> harness
 //! advance(by) / run_to_end(stop): one harness tick per simulated second
@@ -14,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::runtime::ActorKit;
 use karpenter_core::apis::{EC2NodeClass, NodePool};
@@ -46,12 +48,19 @@ where
     }
 }
 
-/// Creates the scenario's namespaces, EC2NodeClasses and NodePools.
+/// Creates the scenario's namespaces, EC2NodeClasses, NodePools and PodDisruptionBudgets.
 async fn seed(client: &Client, loaded: &LoadedScenario) -> Result<(), SimulationError> {
     let namespaces: BTreeSet<&str> = loaded
         .workloads
         .iter()
         .map(|w| w.namespace.as_str())
+        .chain(
+            loaded
+                .scenario
+                .pod_disruption_budgets
+                .iter()
+                .map(|b| b.namespace.as_str()),
+        )
         .collect();
     let api: Api<Namespace> = Api::all(client.clone());
     for name in namespaces {
@@ -71,6 +80,12 @@ async fn seed(client: &Client, loaded: &LoadedScenario) -> Result<(), Simulation
     let api: Api<NodePool> = Api::all(client.clone());
     for pool in &loaded.node_pools {
         create(&api, pool, format!("NodePool {}", pool.name_any())).await?;
+    }
+    for budget in &loaded.pod_disruption_budgets {
+        let namespace = budget.namespace().unwrap_or_default();
+        let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &namespace);
+        let what = format!("PodDisruptionBudget {namespace}/{}", budget.name_any());
+        create(&api, budget, what).await?;
     }
     Ok(())
 }
