@@ -3,10 +3,17 @@
 //! observe (generated names, resourceVersions, finalizers delaying deletion, a change that
 //! changes nothing writes nothing), records every call, fails calls on demand, and blocks
 //! evictions of chosen pods as a PodDisruptionBudget would.
+//!
+//! The fake lives in the test's process, beside the daemon's view, so its memory is the daemon's
+//! cache footprint too; at thousands of NodeClaims that footprint, not the work, decides the cost
+//! of a write. So objects are `Arc`s that [`super::MirroredClusterApi`] hands to the view as they
+//! are (one copy of each object, as a daemon holding only its watch cache has), stored with
+//! their JSON, made while the object is at hand, so a write serializes only the changed object
+//! to compare.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -109,13 +116,43 @@ impl ClusterCall {
     }
 }
 
+/// An object as the fake keeps it: shared with the view the mirror puts it in, with its JSON.
+struct Stored<K> {
+    object: Arc<K>,
+    /// The object's JSON without its `resourceVersion` (`None` if it does not serialize).
+    json: Option<Vec<u8>>,
+}
+
+impl<K: Resource + serde::Serialize> Stored<K> {
+    /// Stores `object`, serialized now, while it is at hand.
+    fn new(mut object: K) -> Self {
+        let json = json_without_version(&mut object);
+        Self {
+            object: Arc::new(object),
+            json,
+        }
+    }
+}
+
+/// The object's JSON without its `resourceVersion`: the rest of what the API server compares to
+/// tell whether a write changes anything (the version is compared on its own).
+fn json_without_version<K: Resource + serde::Serialize>(object: &mut K) -> Option<Vec<u8>> {
+    let version = object.meta_mut().resource_version.take();
+    let json = serde_json::to_vec(&*object).ok();
+    object.meta_mut().resource_version = version;
+    json
+}
+
+/// The objects of one kind by name (pods by namespace and name).
+type Objects<K, Key = String> = BTreeMap<Key, Stored<K>>;
+
 #[derive(Default)]
 struct State {
-    nodeclaims: BTreeMap<String, NodeClaim>,
-    nodepools: BTreeMap<String, NodePool>,
-    ec2nodeclasses: BTreeMap<String, EC2NodeClass>,
-    nodes: BTreeMap<String, Node>,
-    pods: BTreeMap<(String, String), Pod>,
+    nodeclaims: Objects<NodeClaim>,
+    nodepools: Objects<NodePool>,
+    ec2nodeclasses: Objects<EC2NodeClass>,
+    nodes: Objects<Node>,
+    pods: Objects<Pod, (String, String)>,
     events: Vec<ClusterEvent>,
     calls: Vec<ClusterCall>,
     failures: FailureRules<ClusterCall, ClusterError>,
@@ -171,19 +208,22 @@ fn update<K, F>(
 ) -> Result<K, ClusterError>
 where
     K: Resource + Clone + serde::Serialize,
-    F: Fn(&mut State) -> &mut BTreeMap<String, K>,
+    F: Fn(&mut State) -> &mut Objects<K>,
 {
     let current = select(state)
-        .get(name)
+        .get_mut(name)
         .ok_or_else(|| not_found(kind, name))?;
+    let mut next = K::clone(&current.object);
+    change(&mut next);
     // CRD types have no PartialEq; their JSON is what the API server would compare anyway.
     // Serialized bytes, not `serde_json::Value` trees: the same type writes its fields in the
-    // same order and its maps are ordered, so equal bytes mean equal objects, for one buffer
-    // per side instead of a tree of allocations (the lifecycle bench's biggest cost).
-    let before = serde_json::to_vec(current).ok();
-    let mut next = current.clone();
-    change(&mut next);
-    if serde_json::to_vec(&next).ok() == before {
+    // same order and its maps are ordered, so equal bytes mean equal objects. The stored
+    // object's bytes are kept from the write that stored it, so only the changed one is
+    // serialized.
+    let after = json_without_version(&mut next);
+    if after == current.json
+        && next.meta().resource_version == current.object.meta().resource_version
+    {
         return Ok(next);
     }
     state.stamp(&mut next);
@@ -191,19 +231,25 @@ where
         && next.meta().finalizers.as_ref().is_none_or(Vec::is_empty);
     if done {
         select(state).remove(name);
-    } else {
-        select(state).insert(name.to_owned(), next.clone());
+    } else if let Some(stored) = select(state).get_mut(name) {
+        *stored = Stored {
+            object: Arc::new(next.clone()),
+            json: after,
+        };
     }
     Ok(next)
 }
 
 fn delete<K, F>(state: &mut State, select: F, name: &str) -> Deletion
 where
-    K: Resource + Clone,
-    F: Fn(&mut State) -> &mut BTreeMap<String, K>,
+    K: Resource + Clone + serde::Serialize,
+    F: Fn(&mut State) -> &mut Objects<K>,
 {
     let now = state.now;
-    let Some(current) = select(state).get(name).cloned() else {
+    let Some(current) = select(state)
+        .get(name)
+        .map(|stored| Arc::clone(&stored.object))
+    else {
         return Deletion::NotFound;
     };
     if current.meta().finalizers.as_ref().is_none_or(Vec::is_empty) {
@@ -211,10 +257,12 @@ where
         return Deletion::Deleted;
     }
     if current.meta().deletion_timestamp.is_none() {
-        let mut marked = current;
+        let mut marked = K::clone(&current);
         marked.meta_mut().deletion_timestamp = Some(Time(now.unwrap_or(Timestamp::UNIX_EPOCH)));
         state.stamp(&mut marked);
-        select(state).insert(name.to_owned(), marked);
+        if let Some(stored) = select(state).get_mut(name) {
+            *stored = Stored::new(marked);
+        }
     }
     Deletion::Terminating
 }
@@ -236,22 +284,24 @@ impl FakeClusterApi {
 
     pub fn seed_nodeclaim(&self, nodeclaim: NodeClaim) {
         let name = nodeclaim.metadata.name.clone().unwrap_or_default();
-        self.lock().nodeclaims.insert(name, nodeclaim);
+        self.lock().nodeclaims.insert(name, Stored::new(nodeclaim));
     }
 
     pub fn seed_nodepool(&self, nodepool: NodePool) {
         let name = nodepool.metadata.name.clone().unwrap_or_default();
-        self.lock().nodepools.insert(name, nodepool);
+        self.lock().nodepools.insert(name, Stored::new(nodepool));
     }
 
     pub fn seed_ec2nodeclass(&self, nodeclass: EC2NodeClass) {
         let name = nodeclass.metadata.name.clone().unwrap_or_default();
-        self.lock().ec2nodeclasses.insert(name, nodeclass);
+        self.lock()
+            .ec2nodeclasses
+            .insert(name, Stored::new(nodeclass));
     }
 
     pub fn seed_node(&self, node: Node) {
         let name = node.metadata.name.clone().unwrap_or_default();
-        self.lock().nodes.insert(name, node);
+        self.lock().nodes.insert(name, Stored::new(node));
     }
 
     pub fn seed_pod(&self, pod: Pod) {
@@ -259,40 +309,87 @@ impl FakeClusterApi {
             pod.metadata.namespace.clone().unwrap_or_default(),
             pod.metadata.name.clone().unwrap_or_default(),
         );
-        self.lock().pods.insert(key, pod);
+        self.lock().pods.insert(key, Stored::new(pod));
     }
 
     #[must_use]
     pub fn nodeclaim(&self, name: &str) -> Option<NodeClaim> {
-        self.lock().nodeclaims.get(name).cloned()
+        self.shared_nodeclaim(name).map(|n| NodeClaim::clone(&n))
     }
 
     #[must_use]
     pub fn nodeclaims(&self) -> Vec<NodeClaim> {
-        self.lock().nodeclaims.values().cloned().collect()
+        self.lock()
+            .nodeclaims
+            .values()
+            .map(|stored| NodeClaim::clone(&stored.object))
+            .collect()
     }
 
     #[must_use]
     pub fn nodepool(&self, name: &str) -> Option<NodePool> {
-        self.lock().nodepools.get(name).cloned()
+        self.shared_nodepool(name).map(|n| NodePool::clone(&n))
     }
 
     #[must_use]
     pub fn ec2nodeclass(&self, name: &str) -> Option<EC2NodeClass> {
-        self.lock().ec2nodeclasses.get(name).cloned()
+        self.shared_ec2nodeclass(name)
+            .map(|n| EC2NodeClass::clone(&n))
     }
 
     #[must_use]
     pub fn node(&self, name: &str) -> Option<Node> {
-        self.lock().nodes.get(name).cloned()
+        self.shared_node(name).map(|n| Node::clone(&n))
     }
 
     #[must_use]
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Pod> {
+        self.shared_pod(namespace, name).map(|p| Pod::clone(&p))
+    }
+
+    /// The stored NodeClaim itself, not a copy (what the mirror puts in the view).
+    #[must_use]
+    pub fn shared_nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>> {
+        self.lock()
+            .nodeclaims
+            .get(name)
+            .map(|stored| Arc::clone(&stored.object))
+    }
+
+    /// The stored NodePool itself, not a copy.
+    #[must_use]
+    pub fn shared_nodepool(&self, name: &str) -> Option<Arc<NodePool>> {
+        self.lock()
+            .nodepools
+            .get(name)
+            .map(|stored| Arc::clone(&stored.object))
+    }
+
+    /// The stored `EC2NodeClass` itself, not a copy.
+    #[must_use]
+    pub fn shared_ec2nodeclass(&self, name: &str) -> Option<Arc<EC2NodeClass>> {
+        self.lock()
+            .ec2nodeclasses
+            .get(name)
+            .map(|stored| Arc::clone(&stored.object))
+    }
+
+    /// The stored Node itself, not a copy.
+    #[must_use]
+    pub fn shared_node(&self, name: &str) -> Option<Arc<Node>> {
+        self.lock()
+            .nodes
+            .get(name)
+            .map(|stored| Arc::clone(&stored.object))
+    }
+
+    /// The stored pod itself, not a copy.
+    #[must_use]
+    pub fn shared_pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
         self.lock()
             .pods
             .get(&(namespace.to_owned(), name.to_owned()))
-            .cloned()
+            .map(|stored| Arc::clone(&stored.object))
     }
 
     /// Events published so far.
@@ -394,7 +491,7 @@ impl ClusterApi for FakeClusterApi {
         created.metadata.creation_timestamp = state.now.map(Time);
         created.status = None;
         state.stamp(&mut created);
-        state.nodeclaims.insert(name, created.clone());
+        state.nodeclaims.insert(name, Stored::new(created.clone()));
         Ok(created)
     }
 

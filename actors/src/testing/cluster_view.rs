@@ -38,10 +38,10 @@ impl<K: Indexed> Default for Stored<K> {
 }
 
 impl<K: Indexed> Stored<K> {
-    fn put(&mut self, object: K) {
+    fn put(&mut self, object: Arc<K>) {
         let key = object_key(object.metadata());
         self.index.insert(&key, &object);
-        self.objects.insert(key, Arc::new(object));
+        self.objects.insert(key, object);
     }
 
     fn remove(&mut self, key: &str) {
@@ -99,9 +99,15 @@ macro_rules! memory_lists {
 }
 
 macro_rules! memory_kind {
-    ($put:ident, $remove:ident, $ty:ty) => {
+    ($put:ident, $put_shared:ident, $remove:ident, $ty:ty) => {
         /// Adds or replaces the object (keyed by `namespace/name` or `name`).
         pub fn $put(&self, object: $ty) {
+            self.put(Arc::new(object));
+        }
+
+        /// Adds or replaces the object, sharing the allocation (the mirror hands over the
+        /// fake's own copy rather than a clone).
+        pub fn $put_shared(&self, object: Arc<$ty>) {
             self.put(object);
         }
 
@@ -131,7 +137,7 @@ impl MemoryClusterView {
     }
 
     /// Adds or replaces an object of any watched kind (keyed by `namespace/name` or `name`).
-    fn put<K: MemoryKind>(&self, object: K) {
+    fn put<K: MemoryKind>(&self, object: Arc<K>) {
         K::stored_mut(&mut self.write()).put(object);
     }
 
@@ -140,13 +146,28 @@ impl MemoryClusterView {
         K::stored_mut(&mut self.write()).remove(key);
     }
 
-    memory_kind!(put_nodeclaim, remove_nodeclaim, NodeClaim);
-    memory_kind!(put_nodepool, remove_nodepool, NodePool);
-    memory_kind!(put_ec2nodeclass, remove_ec2nodeclass, EC2NodeClass);
-    memory_kind!(put_node, remove_node, Node);
-    memory_kind!(put_pod, remove_pod, Pod);
-    memory_kind!(put_daemonset, remove_daemonset, DaemonSet);
-    memory_kind!(put_pdb, remove_pdb, PodDisruptionBudget);
+    memory_kind!(
+        put_nodeclaim,
+        put_shared_nodeclaim,
+        remove_nodeclaim,
+        NodeClaim
+    );
+    memory_kind!(put_nodepool, put_shared_nodepool, remove_nodepool, NodePool);
+    memory_kind!(
+        put_ec2nodeclass,
+        put_shared_ec2nodeclass,
+        remove_ec2nodeclass,
+        EC2NodeClass
+    );
+    memory_kind!(put_node, put_shared_node, remove_node, Node);
+    memory_kind!(put_pod, put_shared_pod, remove_pod, Pod);
+    memory_kind!(
+        put_daemonset,
+        put_shared_daemonset,
+        remove_daemonset,
+        DaemonSet
+    );
+    memory_kind!(put_pdb, put_shared_pdb, remove_pdb, PodDisruptionBudget);
 
     /// Makes [`ClusterView::is_synced`] report `synced`.
     pub fn set_synced(&self, synced: bool) {

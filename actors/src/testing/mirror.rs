@@ -1,11 +1,11 @@
 //! [`MirroredClusterApi`]: the recording [`FakeClusterApi`] joined to a [`MemoryClusterView`],
 //! for actor tests that need their own writes to come back through the store, as the watch
 //! brings them back in production. Every write goes to the fake; afterwards the object it
-//! touched is copied from the fake into the view (or removed from the view when the fake no
-//! longer has it). Optionally each write first sets the fake's clock from a [`Clock`], and every
-//! object that changed in the view is reported as a [`ClusterChange`] to a hook, as the watchers
-//! report changes to `Daemon::observe` in production (the lifecycle tests wire the hook to the
-//! daemon).
+//! touched is put into the view (or removed from the view when the fake no longer has it), the
+//! fake's own `Arc` rather than a copy, so each object is held once. Optionally each write
+//! first sets the fake's clock from a [`Clock`], and every object that changed in the view is
+//! reported as a [`ClusterChange`] to a hook, as the watchers report changes to
+//! `Daemon::observe` in production (the lifecycle tests wire the hook to the daemon).
 
 use std::fmt;
 use std::sync::Arc;
@@ -99,16 +99,17 @@ impl MirroredClusterApi {
         &self.view
     }
 
-    /// Copies the NodeClaim from the fake into the view (or removes it), reporting a change.
+    /// Puts the NodeClaim of the fake into the view (or removes it), reporting a change.
     pub fn sync_nodeclaim(&self, name: &str) {
-        let new = self.api.nodeclaim(name);
-        if resource_version(new.as_ref()) == resource_version(self.view.nodeclaim(name).as_deref())
+        let new = self.api.shared_nodeclaim(name);
+        if resource_version(new.as_deref())
+            == resource_version(self.view.nodeclaim(name).as_deref())
         {
             return;
         }
         let deleted = new.is_none();
         match new {
-            Some(object) => self.view.put_nodeclaim(object),
+            Some(object) => self.view.put_shared_nodeclaim(object),
             None => self.view.remove_nodeclaim(name),
         }
         self.notify(ClusterChange::NodeClaim {
@@ -117,15 +118,16 @@ impl MirroredClusterApi {
         });
     }
 
-    /// Copies the NodePool from the fake into the view (or removes it), reporting a change.
+    /// Puts the NodePool of the fake into the view (or removes it), reporting a change.
     pub fn sync_nodepool(&self, name: &str) {
-        let new = self.api.nodepool(name);
-        if resource_version(new.as_ref()) == resource_version(self.view.nodepool(name).as_deref()) {
+        let new = self.api.shared_nodepool(name);
+        if resource_version(new.as_deref()) == resource_version(self.view.nodepool(name).as_deref())
+        {
             return;
         }
         let deleted = new.is_none();
         match new {
-            Some(object) => self.view.put_nodepool(object),
+            Some(object) => self.view.put_shared_nodepool(object),
             None => self.view.remove_nodepool(name),
         }
         self.notify(ClusterChange::NodePool {
@@ -134,17 +136,17 @@ impl MirroredClusterApi {
         });
     }
 
-    /// Copies the `EC2NodeClass` from the fake into the view (or removes it), reporting a change.
+    /// Puts the `EC2NodeClass` of the fake into the view (or removes it), reporting a change.
     pub fn sync_ec2nodeclass(&self, name: &str) {
-        let new = self.api.ec2nodeclass(name);
-        if resource_version(new.as_ref())
+        let new = self.api.shared_ec2nodeclass(name);
+        if resource_version(new.as_deref())
             == resource_version(self.view.ec2nodeclass(name).as_deref())
         {
             return;
         }
         let deleted = new.is_none();
         match new {
-            Some(object) => self.view.put_ec2nodeclass(object),
+            Some(object) => self.view.put_shared_ec2nodeclass(object),
             None => self.view.remove_ec2nodeclass(name),
         }
         self.notify(ClusterChange::EC2NodeClass {
@@ -153,22 +155,22 @@ impl MirroredClusterApi {
         });
     }
 
-    /// Copies the Node from the fake into the view (or removes it), reporting a change with its
+    /// Puts the Node of the fake into the view (or removes it), reporting a change with its
     /// provider id (the old one when it went).
     pub fn sync_node(&self, name: &str) {
         let previous = self.view.node(name);
-        let new = self.api.node(name);
-        if resource_version(new.as_ref()) == resource_version(previous.as_deref()) {
+        let new = self.api.shared_node(name);
+        if resource_version(new.as_deref()) == resource_version(previous.as_deref()) {
             return;
         }
         let provider_id = new
-            .as_ref()
+            .as_deref()
             .or(previous.as_deref())
             .and_then(|n| n.spec.as_ref())
             .and_then(|s| s.provider_id.clone());
         let deleted = new.is_none();
         match new {
-            Some(object) => self.view.put_node(object),
+            Some(object) => self.view.put_shared_node(object),
             None => self.view.remove_node(name),
         }
         self.notify(ClusterChange::Node {
@@ -178,18 +180,18 @@ impl MirroredClusterApi {
         });
     }
 
-    /// Copies the pod from the fake into the view (or removes it), reporting a change with its
+    /// Puts the pod of the fake into the view (or removes it), reporting a change with its
     /// node (the old one when it went).
     pub fn sync_pod(&self, namespace: &str, name: &str) {
         let previous = self.view.pod(namespace, name);
-        let new = self.api.pod(namespace, name);
-        if resource_version(new.as_ref()) == resource_version(previous.as_deref())
+        let new = self.api.shared_pod(namespace, name);
+        if resource_version(new.as_deref()) == resource_version(previous.as_deref())
             && new.is_some() == previous.is_some()
         {
             return;
         }
         let node_name = new
-            .as_ref()
+            .as_deref()
             .or(previous.as_deref())
             .and_then(|p| p.spec.as_ref())
             .and_then(|s| s.node_name.clone());
@@ -201,7 +203,7 @@ impl MirroredClusterApi {
             (None, None) => false,
         };
         match new {
-            Some(object) => self.view.put_pod(object),
+            Some(object) => self.view.put_shared_pod(object),
             None => self.view.remove_pod(&format!("{namespace}/{name}")),
         }
         self.notify(ClusterChange::Pod {
