@@ -185,6 +185,37 @@ pub(super) fn build_input(view: &dyn ClusterView, context: RoundContext<'_>) -> 
     }
 }
 
+/// A digest of what Karpenter's consolidation memo depends on (its cluster state's
+/// `MarkUnconsolidated` calls): every state node with whether it is initialized and marked for
+/// deletion, the pods bound to each (by key, finished ones apart), and the pending pods; and,
+/// past Karpenter (whose memo waits up to 5 minutes for it), whether each NodeClaim is
+/// `Consolidatable`. Equal digests mean no method can decide differently for a reason the memo
+/// covers.
+#[must_use]
+pub(super) fn consolidation_state(input: &DisruptionInput) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for node in &input.nodes {
+        node.name.hash(&mut hasher);
+        node.initialized.hash(&mut hasher);
+        node.marked_for_deletion.hash(&mut hasher);
+        node.node_claim
+            .as_ref()
+            .is_some_and(|c| c.consolidatable)
+            .hash(&mut hasher);
+        for pod in &node.pods {
+            pod.pod.namespace.hash(&mut hasher);
+            pod.pod.name.hash(&mut hasher);
+            pod.is_active().hash(&mut hasher);
+        }
+    }
+    for pod in input.scheduling.pods.iter().take(input.pending_pods) {
+        pod.namespace.hash(&mut hasher);
+        pod.name.hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
 /// A NodePool that provisioning schedules with (Karpenter's disruption simulations use the
 /// provisioner's ready NodePools).
 fn is_ready(pool: &NodePool) -> bool {

@@ -284,9 +284,8 @@ impl Mail for QueueTick {
     const NAME: &'static str = "QueueTick";
 }
 
-/// An event (sent as a nudge): the cluster changed, so the "nothing to consolidate" memos are
-/// stale. When [`ChangeSignal::structural`] was raised (a NodeClaim, Node, NodePool or PDB
-/// changed) the next round also comes sooner.
+/// An event (sent as a nudge): the cluster changed. When [`ChangeSignal::structural`] was raised
+/// (a NodeClaim, Node, NodePool or PDB changed) the next round comes sooner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClusterChanged;
 
@@ -362,6 +361,8 @@ pub struct DisruptionActor {
     queue_armed: bool,
     memos: Memos,
     memos_since: Option<Instant>,
+    /// The consolidation state the memos were set in ([`input::consolidation_state`]).
+    memo_state: Option<u64>,
     single_node_unseen_pools: Vec<String>,
 }
 
@@ -382,6 +383,7 @@ impl Supervised for DisruptionActor {
             queue_armed: false,
             memos: Memos::default(),
             memos_since: None,
+            memo_state: None,
             single_node_unseen_pools: Vec::new(),
         })
     }
@@ -458,12 +460,17 @@ impl DisruptionActor {
         }
     }
 
-    fn memos(&mut self, now: Instant) -> Memos {
-        if self
+    /// The memos that still hold for a cluster in consolidation state `state`: Karpenter's
+    /// `IsConsolidated`, which a new pod binding, a pod deletion, a node or NodeClaim coming or
+    /// going, or a node's initialization or deletion mark invalidates, and which lapses after
+    /// [`MEMO_TTL`] anyway.
+    fn memos_for(&mut self, state: u64, now: Instant) -> Memos {
+        let lapsed = self
             .memos_since
-            .is_some_and(|since| now.duration_since(since) >= MEMO_TTL)
-        {
+            .is_some_and(|since| now.duration_since(since) >= MEMO_TTL);
+        if lapsed || self.memo_state != Some(state) {
             self.forget_memos();
+            self.memo_state = Some(state);
         }
         self.memos
     }
@@ -471,20 +478,20 @@ impl DisruptionActor {
     fn forget_memos(&mut self) {
         self.memos = Memos::default();
         self.memos_since = None;
+        self.memo_state = None;
     }
 
     /// Reads the input for a round (or a validation) at this instant.
     async fn read_input(&mut self) -> (DisruptionInput, HashMap<String, Vec<Arc<InstanceType>>>) {
         let (pools, without) = pools_with_types(&self.deps).await;
         let queued = lock(&self.deps.shared.queue).candidates();
-        let memos = self.memos(Instant::now());
         let context = input::RoundContext {
             now: self.deps.deps.clock.now(),
             pools: &pools,
             pools_without_types: &without,
             queued,
             nominations: &self.deps.nominations,
-            memos,
+            memos: Memos::default(),
             single_node_unseen_pools: self.single_node_unseen_pools.clone(),
             options: self.deps.options.clone(),
         };
@@ -587,7 +594,8 @@ impl DisruptionActor {
             return Err(error);
         }
         ctx.set_state("deciding");
-        let (input, types) = self.read_input().await;
+        let (mut input, types) = self.read_input().await;
+        input.memos = self.memos_for(input::consolidation_state(&input), Instant::now());
         let now = input.now;
         let nodes: HashMap<String, SeenNode> = input
             .nodes
@@ -1106,7 +1114,7 @@ impl Handles<ClusterChanged> for DisruptionActor {
         _: ClusterChanged,
         ctx: &mut ActorCtx<Self>,
     ) -> Result<(), ActorError> {
-        self.forget_memos();
+        // The memos follow the consolidation state each round reads, not every change.
         if self.deps.changes.take() {
             let since = self
                 .last_round

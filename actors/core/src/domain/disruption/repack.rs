@@ -75,9 +75,13 @@ pub(super) fn repack(
         return Ok(None);
     }
     let fresh = mapping.clone();
-    let (kept, constrained) = budgeted(&eligible, &mut mapping);
+    let (kept, _constrained) = budgeted(&eligible, &mut mapping);
+    // Unlike Karpenter's methods, a repack that found nothing is remembered even when budgets
+    // held candidates back: the splits below try every candidate within its pool's budget, and
+    // the memo lasts until the cluster changes or for 5 minutes (when a budget schedule may have
+    // opened), so a small cluster under a 10% budget does not search again every 10 seconds.
     report.outcome = MethodOutcome::Nothing {
-        mark_consolidated: !constrained,
+        mark_consolidated: true,
     };
     // Unlike Karpenter's N→1 search, a longer prefix is not harder here (more nodes leave
     // more room to save one), so the search goes from the longest prefix down.
