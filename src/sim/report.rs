@@ -621,13 +621,12 @@ impl Report {
         }
         for line in &self.disruptions {
             let price = match (line.price_before, line.price_after) {
-                (Some(before), Some(after)) => {
-                    format!(
-                        "  {} -> {}/h",
-                        money4(before),
-                        money4(if after > 0.0 { after } else { 0.0 })
-                    )
+                // The replacements' price is a bound: their most expensive kept instance
+                // type at its worst launch price.
+                (Some(before), Some(after)) if after > 0.0 => {
+                    format!("  {} -> at most {}/h", money4(before), money4(after))
                 }
+                (Some(before), Some(_)) => format!("  {} -> $0/h", money4(before)),
                 _ => String::new(),
             };
             let added = if line.added.is_empty() {
