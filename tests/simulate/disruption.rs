@@ -197,7 +197,7 @@ fn a_steady_workload_settles_and_stays_settled() {
         report.simulated_seconds,
         started.elapsed().as_secs_f64()
     );
-    assert!(report.simulated_seconds >= 3600, "at least an hour steady");
+    assert!(report.simulated_seconds >= 7200, "two hours steady");
     assert!(
         !report.disruptions.is_empty(),
         "the scale-down is consolidated"
