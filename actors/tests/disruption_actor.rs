@@ -22,7 +22,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
@@ -32,9 +32,7 @@ use k8s_openapi::api::policy::v1::{
     PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, ObjectMeta, OwnerReference, Time,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use karpenter_actors::disruption::{
@@ -485,15 +483,7 @@ impl Harness {
     }
 
     fn stamp<K: Resource>(&self, object: &mut K) {
-        let version = self.versions.fetch_add(1, Ordering::SeqCst);
-        let meta = object.meta_mut();
-        meta.resource_version = Some(format!("seed-{version}"));
-        if meta.creation_timestamp.is_none() {
-            meta.creation_timestamp = Some(Time(self.clock.now()));
-        }
-        if meta.uid.is_none() {
-            meta.uid = Some(format!("uid-{}", meta.name.clone().unwrap_or_default()));
-        }
+        support::stamp(object, &self.versions, self.clock.now());
     }
 
     fn add_nodepool(&self, mut nodepool: NodePool) {
@@ -1021,7 +1011,7 @@ async fn an_emptiness_command_validated_down_to_fewer_candidates_records_only_th
     assert_eq!(h.metrics().failed_validations_count(Method::Emptiness), 0);
     let record = only(&h.history()).clone();
     assert_eq!(record.state, CommandState::Succeeded);
-    let names: Vec<&str> = record.candidates.iter().map(|c| c.node.as_str()).collect();
+    let names: Vec<&str> = record.candidates.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, [a.as_str()], "the history shows what was disrupted");
 }
 

@@ -276,7 +276,7 @@ impl DisruptionLine {
             method: record.method.to_owned(),
             reason: record.reason.to_owned(),
             decision: record.decision.to_owned(),
-            nodes: record.candidates.iter().map(|c| c.node.clone()).collect(),
+            nodes: record.candidates.iter().map(|c| c.name.clone()).collect(),
             removed: record
                 .candidates
                 .iter()

@@ -8,13 +8,13 @@ use k8s_openapi::api::core::v1::Taint;
 use tokio::time::Instant;
 
 use super::events::{self, Involved, Pending};
-use super::queue::DisruptedNode;
 use super::{DisruptionDeps, DisruptionError};
 use crate::ports::cluster::ClusterError;
 use karpenter_core::apis::condition_set::{ConditionSet, NODECLAIM_DEPENDENTS, ObjectFacts};
 use karpenter_core::apis::conditions::nodeclaim as cond;
 use karpenter_core::apis::labels;
 use karpenter_core::apis::nodepool::DisruptionReason;
+use karpenter_core::domain::disruption::CommandCandidate;
 
 /// The taint that keeps new pods off a node being disrupted.
 fn disrupted_taint() -> Taint {
@@ -47,13 +47,13 @@ impl DisruptionDeps {
     /// Taints a candidate's Node and sets its NodeClaim's `DisruptionReason` condition.
     pub(super) async fn mark(
         &self,
-        node: &DisruptedNode,
+        node: &CommandCandidate,
         reason: DisruptionReason,
     ) -> Result<(), DisruptionError> {
-        if self.deps.view.node(&node.node).is_some() {
+        if self.deps.view.node(&node.name).is_some() {
             let taint = [disrupted_taint()];
-            ignore_not_found(self.deps.cluster.taint_node(&node.node, &taint, &[]).await)
-                .map_err(|source| DisruptionError::write("tainting node", &node.node, source))?;
+            ignore_not_found(self.deps.cluster.taint_node(&node.name, &taint, &[]).await)
+                .map_err(|source| DisruptionError::write("tainting node", &node.name, source))?;
         }
         let Some(claim) = self.deps.view.nodeclaim(&node.node_claim) else {
             return Ok(());
@@ -124,7 +124,7 @@ impl DisruptionDeps {
     /// Deletes a candidate's NodeClaim (its actor drains and terminates it).
     pub(super) async fn delete_candidate(
         &self,
-        node: &DisruptedNode,
+        node: &CommandCandidate,
     ) -> Result<bool, DisruptionError> {
         match self.deps.cluster.delete_nodeclaim(&node.node_claim).await {
             Ok(_) => Ok(true),
@@ -188,10 +188,10 @@ impl DisruptionDeps {
 /// The replacement and candidate events of a finished command.
 pub(super) fn terminating_events(
     deps: &DisruptionDeps,
-    node: &DisruptedNode,
+    node: &CommandCandidate,
     reason: &str,
 ) -> Vec<Pending> {
-    let (node_ref, claim_ref) = deps.involved(&node.node, Some(&node.node_claim));
+    let (node_ref, claim_ref) = deps.involved(&node.name, Some(&node.node_claim));
     claim_ref.map_or_else(Vec::new, |claim| {
         events::terminating(node_ref, claim, reason)
     })

@@ -191,7 +191,7 @@ pub fn explain(
     if let Some(record) = history
         .iter()
         .rev()
-        .find(|r| r.candidates.iter().any(|c| c.node == node))
+        .find(|r| r.candidates.iter().any(|c| c.name == node))
         && let CommandState::Abandoned(outcome) | CommandState::Failed(outcome) = &record.state
     {
         verdicts.push(NodeVerdict::Previously {

@@ -50,8 +50,8 @@ use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervi
 use karpenter_core::apis::NodePool;
 use karpenter_core::apis::conditions::nodeclaim as cond;
 use karpenter_core::domain::disruption::{
-    Command, Decision, DisruptionInput, DisruptionOptions, Memos, Method, MethodOutcome,
-    Validation, decide_observed, validate,
+    Command, CommandCandidate, Decision, DisruptionInput, DisruptionOptions, Memos, Method,
+    MethodOutcome, Validation, decide_observed, validate,
 };
 use karpenter_core::domain::instance_type::InstanceType;
 
@@ -61,7 +61,7 @@ pub use events::{
 };
 pub use explain::{NodeExplanation, NodeVerdict};
 pub use metrics::DisruptionMetrics;
-pub use queue::{CommandState, DisruptedNode, DisruptionRecord};
+pub use queue::{CommandState, DisruptionRecord};
 
 use self::events::{Involved, Pending};
 use self::queue::{Queue, Queued, Replacement, ReplacementSeen, Step};
@@ -230,7 +230,7 @@ impl DisruptionDeps {
     fn set_candidates(&self, id: u64, command: &Command) {
         let mut history = lock(&self.shared.history);
         if let Some(record) = history.iter_mut().rev().find(|r| r.id == id) {
-            record.candidates = command.candidates.iter().map(disrupted_node).collect();
+            record.candidates.clone_from(&command.candidates);
             if record.price_before.is_some() {
                 record.price_before = record.candidates.iter().map(|c| c.price).sum();
             }
@@ -528,8 +528,10 @@ impl DisruptionActor {
     /// Removes taints and `DisruptionReason` conditions that no command in the queue accounts
     /// for (left by a restart or a failed step), from nodes that are not being deleted.
     async fn clean_stale_marks(&self) -> Result<(), DisruptionError> {
-        let queued = lock(&self.deps.shared.queue).candidates();
-        let queued_claims = lock(&self.deps.shared.queue).nodeclaims();
+        let (queued, queued_claims) = {
+            let queue = lock(&self.deps.shared.queue);
+            (queue.candidates(), queue.nodeclaims())
+        };
         let view = &self.deps.deps.view;
         for node in view.nodes() {
             let Some(name) = node.metadata.name.as_deref() else {
@@ -797,9 +799,8 @@ impl DisruptionActor {
         id: u64,
         types: &HashMap<String, Vec<Arc<InstanceType>>>,
     ) {
-        let candidates: Vec<DisruptedNode> =
-            command.candidates.iter().map(disrupted_node).collect();
-        if lock(&self.deps.shared.queue).has_any(candidates.iter().map(|c| c.node.as_str())) {
+        let candidates = command.candidates.clone();
+        if lock(&self.deps.shared.queue).has_any(candidates.iter().map(|c| c.name.as_str())) {
             self.deps.set_state(
                 id,
                 CommandState::Failed("candidate is being disrupted".to_owned()),
@@ -887,7 +888,7 @@ impl DisruptionActor {
         command: &Command,
         id: u64,
         types: &HashMap<String, Vec<Arc<InstanceType>>>,
-        candidates: &[DisruptedNode],
+        candidates: &[CommandCandidate],
     ) -> Option<Vec<String>> {
         if command.replacements.is_empty() {
             return Some(Vec::new());
@@ -917,14 +918,14 @@ impl DisruptionActor {
         }
     }
 
-    async fn undo(&self, candidates: &[DisruptedNode]) {
+    async fn undo(&self, candidates: &[CommandCandidate]) {
         for candidate in candidates {
             if let Err(error) = self
                 .deps
-                .unmark(&candidate.node, &candidate.node_claim)
+                .unmark(&candidate.name, &candidate.node_claim)
                 .await
             {
-                tracing::warn!(node = %candidate.node, %error, "unmarking a candidate failed; the next round retries");
+                tracing::warn!(node = %candidate.name, %error, "unmarking a candidate failed; the next round retries");
             }
         }
     }
@@ -1038,20 +1039,6 @@ impl DisruptionActor {
     }
 }
 
-fn disrupted_node(
-    candidate: &karpenter_core::domain::disruption::CommandCandidate,
-) -> DisruptedNode {
-    DisruptedNode {
-        node: candidate.name.clone(),
-        node_claim: candidate.node_claim.clone(),
-        node_pool: candidate.node_pool.clone(),
-        instance_type: candidate.instance_type.clone(),
-        capacity_type: candidate.capacity_type.clone(),
-        zone: candidate.zone.clone(),
-        price: candidate.price,
-    }
-}
-
 fn record_of(command: &Command, id: u64, decided_at: &str) -> DisruptionRecord {
     DisruptionRecord {
         id,
@@ -1059,7 +1046,7 @@ fn record_of(command: &Command, id: u64, decided_at: &str) -> DisruptionRecord {
         method: queue::method_name(command.method),
         reason: command.reason().as_str(),
         decision: command.decision().as_str(),
-        candidates: command.candidates.iter().map(disrupted_node).collect(),
+        candidates: command.candidates.clone(),
         replacements: Vec::new(),
         replacement_types: command
             .replacements

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use karpenter_core::domain::disruption::{CommandDecision, Method};
+use karpenter_core::domain::disruption::{CommandCandidate, CommandDecision, Method};
 
 /// A command older than this is given up: candidates untainted, failure counted (Karpenter's
 /// `maxRetryDuration`).
@@ -22,21 +22,6 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_mins(10);
 pub const REPLACEMENT_GRACE: Duration = Duration::from_secs(5);
 /// Commands kept in the history.
 pub const HISTORY_LIMIT: usize = 1000;
-
-/// A node a command disrupts.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DisruptedNode {
-    /// The state node's name (the Node's once registered).
-    pub node: String,
-    pub node_claim: String,
-    pub node_pool: String,
-    pub instance_type: Option<String>,
-    pub capacity_type: Option<String>,
-    pub zone: Option<String>,
-    /// Its price as consolidation computed it.
-    pub price: Option<f64>,
-}
 
 /// How a command ended, or where it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -67,7 +52,7 @@ pub struct DisruptionRecord {
     pub reason: &'static str,
     /// `delete` or `replace`.
     pub decision: &'static str,
-    pub candidates: Vec<DisruptedNode>,
+    pub candidates: Vec<CommandCandidate>,
     /// The replacement NodeClaims created (empty before execution).
     pub replacements: Vec<String>,
     /// Per planned replacement, its cheapest kept instance type.
@@ -102,7 +87,7 @@ pub struct Queued {
     pub id: u64,
     pub method: Method,
     pub decision: CommandDecision,
-    pub candidates: Vec<DisruptedNode>,
+    pub candidates: Vec<CommandCandidate>,
     pub replacements: Vec<Replacement>,
     pub added: Instant,
 }
@@ -135,7 +120,7 @@ impl Queued {
 
     /// The state node names of its candidates.
     pub fn candidate_names(&self) -> impl Iterator<Item = &str> {
-        self.candidates.iter().map(|c| c.node.as_str())
+        self.candidates.iter().map(|c| c.name.as_str())
     }
 
     /// Marks replacements initialized from what the view shows and says what comes next.
@@ -218,14 +203,15 @@ mod tests {
             } else {
                 CommandDecision::Replace
             },
-            candidates: vec![DisruptedNode {
-                node: "n1".to_owned(),
+            candidates: vec![CommandCandidate {
+                name: "n1".to_owned(),
                 node_claim: "c1".to_owned(),
                 node_pool: "default".to_owned(),
                 instance_type: None,
                 capacity_type: None,
                 zone: None,
                 price: None,
+                reschedulable_pods: 0,
             }],
             replacements: replacements
                 .iter()

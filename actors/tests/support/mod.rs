@@ -217,15 +217,7 @@ impl Harness {
     }
 
     fn stamp<K: Resource>(&self, object: &mut K) {
-        let version = self.versions.fetch_add(1, Ordering::SeqCst);
-        let meta = object.meta_mut();
-        meta.resource_version = Some(format!("seed-{version}"));
-        if meta.creation_timestamp.is_none() {
-            meta.creation_timestamp = Some(Time(self.clock.now()));
-        }
-        if meta.uid.is_none() {
-            meta.uid = Some(format!("uid-{}", meta.name.clone().unwrap_or_default()));
-        }
+        stamp(object, &self.versions, self.clock.now());
     }
 
     /// Lets every actor run until it waits (tokio's paused clock moves by 1 ms).
@@ -400,6 +392,20 @@ impl Harness {
             .into_iter()
             .map(|e| (e.reason, e.regarding.name.unwrap_or_default()))
             .collect()
+    }
+}
+
+/// Gives an object seeded into a fake what the API server would: a resourceVersion from
+/// `versions`, a creation timestamp of `now` and a uid, unless it has them.
+pub fn stamp<K: Resource>(object: &mut K, versions: &AtomicU64, now: Timestamp) {
+    let version = versions.fetch_add(1, Ordering::SeqCst);
+    let meta = object.meta_mut();
+    meta.resource_version = Some(format!("seed-{version}"));
+    if meta.creation_timestamp.is_none() {
+        meta.creation_timestamp = Some(Time(now));
+    }
+    if meta.uid.is_none() {
+        meta.uid = Some(format!("uid-{}", meta.name.clone().unwrap_or_default()));
     }
 }
 

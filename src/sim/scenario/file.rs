@@ -680,6 +680,27 @@ fn check_kwok(file: KwokFile) -> Result<KwokSettings, ScenarioError> {
     })
 }
 
+/// Checks `<path>.name` and `<path>.namespace` (default `default`) as DNS labels and the pair
+/// as unused by an earlier `what` of the file; returns the namespace.
+fn check_namespaced_name(
+    path: &str,
+    name: &str,
+    namespace: Option<String>,
+    seen: &mut BTreeSet<(String, String)>,
+    what: &str,
+) -> Result<String, ScenarioError> {
+    check_dns_label(&format!("{path}.name"), name)?;
+    let namespace = namespace.unwrap_or_else(|| "default".to_owned());
+    check_dns_label(&format!("{path}.namespace"), &namespace)?;
+    if !seen.insert((namespace.clone(), name.to_owned())) {
+        return Err(ScenarioError::invalid(
+            format!("{path}.name"),
+            format!("{name:?} is used by an earlier {what} in namespace {namespace:?}"),
+        ));
+    }
+    Ok(namespace)
+}
+
 fn check_workloads(
     files: Vec<WorkloadFile>,
     run: Duration,
@@ -688,18 +709,8 @@ fn check_workloads(
     let mut workloads = Vec::with_capacity(files.len());
     for (i, file) in files.into_iter().enumerate() {
         let path = format!("workloads[{i}]");
-        check_dns_label(&format!("{path}.name"), &file.name)?;
-        let namespace = file.namespace.unwrap_or_else(|| "default".to_owned());
-        check_dns_label(&format!("{path}.namespace"), &namespace)?;
-        if !seen.insert((namespace.clone(), file.name.clone())) {
-            return Err(ScenarioError::invalid(
-                format!("{path}.name"),
-                format!(
-                    "{:?} is used by an earlier workload in namespace {namespace:?}",
-                    file.name
-                ),
-            ));
-        }
+        let namespace =
+            check_namespaced_name(&path, &file.name, file.namespace, &mut seen, "workload")?;
         if file.steps.is_empty() {
             return Err(ScenarioError::invalid(
                 format!("{path}.steps"),
@@ -769,18 +780,8 @@ fn check_pod_disruption_budgets(
     let mut budgets = Vec::with_capacity(files.len());
     for (i, file) in files.into_iter().enumerate() {
         let path = format!("podDisruptionBudgets[{i}]");
-        check_dns_label(&format!("{path}.name"), &file.name)?;
-        let namespace = file.namespace.unwrap_or_else(|| "default".to_owned());
-        check_dns_label(&format!("{path}.namespace"), &namespace)?;
-        if !seen.insert((namespace.clone(), file.name.clone())) {
-            return Err(ScenarioError::invalid(
-                format!("{path}.name"),
-                format!(
-                    "{:?} is used by an earlier budget in namespace {namespace:?}",
-                    file.name
-                ),
-            ));
-        }
+        let namespace =
+            check_namespaced_name(&path, &file.name, file.namespace, &mut seen, "budget")?;
         if !file.spec.is_object() {
             return Err(ScenarioError::invalid(
                 format!("{path}.spec"),

@@ -182,7 +182,8 @@ impl CommandDecision {
 }
 
 /// A node a command disrupts.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct CommandCandidate {
     /// The state node's name.
     pub name: String,
