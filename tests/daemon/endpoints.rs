@@ -1,9 +1,11 @@
 //! The daemon's endpoints over real HTTP (wall clock, loopback): /metrics, /healthz, /readyz
-//! with named checks, /debug/actors and `karpenter actors` reading it.
+//! with named checks, /debug/actors and `karpenter actors` reading it, `/debug/explain/node/`
+//! and `karpenter explain node` reading that.
 
 use std::time::Duration;
 
 use karpenter::commands::actors::{self, ActorsArgs};
+use karpenter::commands::explain;
 use karpenter::daemon::DaemonAssembly;
 use karpenter::emulator::Emulator;
 use karpenter::http;
@@ -73,6 +75,24 @@ async fn probes_metrics_and_the_actor_table_answer_over_http() {
     let _ = snapshot;
     let text = until_ok(&format!("{metrics}/metrics")).await;
     assert!(text.contains("karpenter_actor_live_actors"), "{text}");
+    // The disruption actor's first round (right after the relists) fills its gauges.
+    let disruption = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            let text = until_ok(&format!("{metrics}/metrics")).await;
+            if text.contains("karpenter_voluntary_disruption_eligible_nodes{reason=\"empty\"} 0") {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the disruption actor's metrics are served");
+    assert!(
+        disruption.contains(
+            "# TYPE karpenter_voluntary_disruption_decision_evaluation_duration_seconds histogram"
+        ),
+        "{disruption}"
+    );
     assert!(text.trim_end().ends_with("# EOF"));
     assert_eq!(
         text.matches("# EOF").count(),
@@ -99,6 +119,15 @@ async fn probes_metrics_and_the_actor_table_answer_over_http() {
     .unwrap();
     assert!(table.starts_with("KIND"), "{table}");
     assert!(table.contains("InterruptionActor"), "{table}");
+    assert!(table.contains("DisruptionActor"), "{table}");
+
+    // `karpenter explain node` through the daemon's own HTTP server and its bridge to the
+    // actors: a node no round has seen.
+    let node = explain::fetch_node(&metrics, "ip-10-0-0-1").await.unwrap();
+    assert_eq!(
+        node.verdicts,
+        [karpenter_actors::disruption::NodeVerdict::NotSeen]
+    );
     daemon.shutdown(Duration::from_secs(1)).await;
 }
 
