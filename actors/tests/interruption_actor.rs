@@ -346,6 +346,35 @@ async fn events_for_unknown_instances_are_deleted_without_action() {
 }
 
 #[actix::test]
+async fn a_message_for_an_instance_an_unsynced_view_cannot_see_waits_for_the_sync() {
+    tokio::time::pause();
+    let h = harness(&[]).await;
+    h.view.set_synced(false);
+    let (_kit, _root) = start(&h, false);
+    spot_interruption(&h, "i-0aaa").await;
+    // Two redeliveries (20 s visibility each) while the view has not listed its NodeClaims.
+    tokio::time::sleep(Duration::from_secs(50)).await;
+    assert_eq!(
+        h.metrics.deleted.get(),
+        0,
+        "deleted before the view could see its NodeClaim"
+    );
+    assert_eq!(h.sqs.depth(&h.queue_url), 1);
+    // The first list arrives with the NodeClaim: the redelivered warning is acted on.
+    let claim = nodeclaim("default-a", "i-0aaa", "spot");
+    h.cluster.seed_nodeclaim(claim.clone());
+    h.view.put_nodeclaim(claim);
+    h.view.set_synced(true);
+    eventually("the redelivered message to be handled", || {
+        h.metrics.deleted.get() == 1
+    })
+    .await;
+    let deleted = deleted_nodeclaims(&h);
+    assert_eq!(deleted.len(), 1, "{deleted:?}");
+    assert!(deleted[0].contains("default-a"), "{deleted:?}");
+}
+
+#[actix::test]
 async fn the_actor_keeps_polling_through_sqs_failures() {
     tokio::time::pause();
     let h = harness(&[nodeclaim("default-a", "i-0aaa", "spot")]).await;

@@ -547,6 +547,35 @@ async fn pods_with_do_not_disrupt_keep_the_node_until_they_leave() {
 }
 
 #[actix::test]
+async fn a_deleting_nodeclaim_is_not_terminated_before_the_view_has_listed_its_node_and_pods() {
+    tokio::time::pause();
+    let h = Harness::start();
+    let node = ready_nodeclaim(&h, "default-a", json!({})).await;
+    h.put_pod(PodSpecBuilder::new("web", &node).build());
+    h.settle().await;
+    // As after a restart: the view has not listed the node and its pods yet.
+    h.view.set_synced(false);
+    h.view.remove_node(&node);
+    h.view.remove_pod("default/web");
+    h.delete_nodeclaim("default-a").await;
+    h.advance(Duration::from_secs(30)).await;
+    assert!(
+        h.cloud.calls_of(CloudOperation::Delete).is_empty(),
+        "terminated before its node and pods were listed"
+    );
+    assert!(evictions(&h).is_empty());
+    assert!(h.api.calls_of(Operation::DeleteNode).is_empty());
+
+    // The first list arrives: the node is drained before the instance goes.
+    h.mirror.sync_node(&node);
+    h.mirror.sync_pod("default", "web");
+    h.view.set_synced(true);
+    h.advance(Duration::from_secs(20)).await;
+    assert_eq!(evictions(&h), ["web"]);
+    assert!(h.nodeclaim("default-a").is_none(), "terminated after the drain");
+}
+
+#[actix::test]
 async fn deletion_removes_the_finalizers_only_after_the_instance_is_gone() {
     tokio::time::pause();
     let h = Harness::start();

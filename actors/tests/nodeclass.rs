@@ -832,6 +832,55 @@ async fn deletion_waits_for_nodeclaims_then_removes_profile_templates_and_finali
 }
 
 #[actix::test]
+async fn a_deleting_class_keeps_its_profile_and_templates_until_the_view_has_synced() {
+    tokio::time::pause();
+    let env = Env::new();
+    env.apply(class_from("default", serde_json::json!({})));
+    env.reconcile("default").await.unwrap();
+    let profile = profile("default");
+    env.ec2
+        .create_launch_template(&CreateLaunchTemplateRequest {
+            name: "karpenter.k8s.aws/default".to_owned(),
+            data: LaunchTemplateData::default(),
+            tags: Tags::from([
+                (TAG_EKS_CLUSTER_NAME.to_owned(), CLUSTER.to_owned()),
+                (TAG_EC2NODECLASS.to_owned(), "default".to_owned()),
+            ]),
+            dry_run: false,
+        })
+        .await
+        .unwrap();
+    // The view has listed no NodeClaim yet: the one still running under the class is unseen.
+    env.view.set_synced(false);
+    env.delete("default");
+    env.reconcile("default").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(env.iam.get_instance_profile(&profile).await.is_ok());
+    let templates = env
+        .ec2
+        .describe_launch_templates(&DescribeLaunchTemplatesRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(templates.len(), 1, "{templates:?}");
+    assert!(env.api.ec2nodeclass("default").is_some(), "finalizer holds");
+
+    // Synced, with the NodeClaim listed: the class waits for it as usual.
+    let claim = nodeclaim_for("default-abc12", "default", &serde_json::json!({}));
+    env.api.seed_nodeclaim(claim.clone());
+    env.view.put_nodeclaim(claim);
+    env.view.set_synced(true);
+    env.reconcile("default").await.unwrap();
+    assert!(env.iam.get_instance_profile(&profile).await.is_ok());
+    assert!(
+        env.api
+            .events()
+            .iter()
+            .any(|e| e.reason == REASON_WAITING_ON_NODECLAIM_TERMINATION)
+    );
+    env.root.stop().await;
+}
+
+#[actix::test]
 async fn a_class_recreated_under_the_same_name_gets_a_fresh_instance_profile() {
     tokio::time::pause();
     let env = Env::new();

@@ -7,7 +7,9 @@
 //! [`Parser::parse`] -> [`plan`] -> carry out the commands (events, ICE cache, NodeClaim
 //! deletion through [`ClusterApi`]) -> `DeleteMessage`. A message that does not parse is deleted
 //! (it never will); a message whose handling fails is left in the queue and comes back after the
-//! visibility timeout. SQS delivers at least once, so every command is idempotent (deleting a
+//! visibility timeout, and so is one naming an instance the view cannot see while it has not
+//! listed every kind once (an empty view at startup would otherwise drop warnings for nodes it
+//! is about to learn of; Karpenter's controller waits for the cluster state to sync). SQS delivers at least once, so every command is idempotent (deleting a
 //! NodeClaim that is already gone is success). The actor then polls again at once, or after a
 //! capped backoff when SQS itself failed.
 
@@ -152,6 +154,9 @@ enum Handled {
     Unparseable,
     /// Acting failed: leave it for redelivery.
     Failed,
+    /// It names an instance the view cannot see and the view has not synced yet: leave it for
+    /// redelivery, when the view can tell a gone instance from one not listed yet.
+    Deferred,
 }
 
 impl InterruptionActor {
@@ -201,7 +206,7 @@ impl InterruptionActor {
             .collect()
             .await;
         for (message, outcome) in handled {
-            if outcome == Handled::Failed {
+            if matches!(outcome, Handled::Failed | Handled::Deferred) {
                 continue;
             }
             match self
@@ -247,6 +252,15 @@ impl InterruptionActor {
                 return Handled::Unparseable;
             }
         };
+        if !self.deps.view.is_synced()
+            && parsed.instance_ids.iter().any(|id| !index.contains_key(id))
+        {
+            tracing::debug!(
+                message_id = message.message_id,
+                "interruption message names an instance the unsynced cluster view cannot see; left for redelivery"
+            );
+            return Handled::Deferred;
+        }
         self.deps.metrics.received(parsed.kind);
         if let Some(time) = parsed.time {
             let seconds = self

@@ -7,6 +7,7 @@
 //! driver detaches them when the instance stops.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Taint as ApiTaint};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -28,6 +29,8 @@ use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as cond};
 use karpenter_core::apis::labels;
 
+/// How soon a deleting NodeClaim looks again while the cluster view has not synced.
+const UNSYNCED_RECHECK: Duration = Duration::from_secs(1);
 /// Value of `node.kubernetes.io/exclude-from-external-load-balancers` while draining.
 const EXCLUDE_FROM_LOAD_BALANCERS_VALUE: &str = "karpenter";
 
@@ -113,6 +116,13 @@ impl NodeClaimActor {
         if !has_finalizer(&nodeclaim.metadata) {
             ctx.set_state("deleted");
             return Ok(None);
+        }
+        if !self.deps.view.is_synced() {
+            // Before the first list of nodes and pods, "no node" and "no pods left" are only
+            // what the view has not seen yet: the drain would be skipped and the instance
+            // terminated under running pods.
+            ctx.set_state("waiting for the cluster state to sync");
+            return Ok(Some(UNSYNCED_RECHECK));
         }
         ctx.set_state("terminating");
         let Some(mut nodeclaim) = self.ensure_termination_timestamp(nodeclaim).await? else {

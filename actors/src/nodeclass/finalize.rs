@@ -5,6 +5,9 @@
 //! `WaitingOnNodeClaimTermination` event names them (every 10 minutes; the actor is also woken
 //! when a NodeClaim goes). Then the managed instance profile is deleted (and evicted from the
 //! provider's cache), the class's launch templates are deleted, and the finalizer is removed.
+//! "No NodeClaim uses it" is only believed once the view has listed every kind: an unsynced
+//! view has no NodeClaims yet, and deleting the profile and templates then would strand the
+//! instances still running under them.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -23,6 +26,8 @@ use super::metadata::EC2NODECLASS_KIND;
 pub const WAITING_EVENT_INTERVAL: Duration = Duration::from_mins(10);
 /// Karpenter's event reason while deletion waits for NodeClaims.
 pub const REASON_WAITING_ON_NODECLAIM_TERMINATION: &str = "WaitingOnNodeClaimTermination";
+/// How soon a deleting class looks again while the cluster view has not synced.
+pub const UNSYNCED_RECHECK: Duration = Duration::from_secs(1);
 /// NodeClaim names listed in the event before "and N other(s)".
 const NAMES_IN_EVENT: usize = 5;
 

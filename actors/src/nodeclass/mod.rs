@@ -690,6 +690,10 @@ impl NodeClassActor {
         if !metadata::has_finalizer(class) {
             return Ok(Action::AwaitChange);
         }
+        if !self.deps.view.is_synced() {
+            // An empty list of NodeClaims means nothing before the first list.
+            return Ok(Action::requeue(finalize::UNSYNCED_RECHECK));
+        }
         let mut waiting: Vec<String> = self
             .deps
             .view

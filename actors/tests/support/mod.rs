@@ -86,7 +86,7 @@ pub struct Harness {
     pub kit: ActorKit,
     pub root: RootGroup,
     pub daemon: Rc<Daemon>,
-    mirror: Arc<MirroredClusterApi>,
+    pub mirror: Arc<MirroredClusterApi>,
     versions: AtomicU64,
 }
 
