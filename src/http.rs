@@ -20,6 +20,7 @@ use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -29,11 +30,11 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use karpenter_actors::runtime::ActorKit;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinHandle;
 
 /// The Prometheus text format served at `/metrics` (`OpenMetrics`, what prometheus-client writes).
@@ -384,11 +385,39 @@ pub fn metrics_handler(registries: MetricsRegistries) -> Handler {
     })
 }
 
-/// `/debug/actors`: the kit's registry snapshot as JSON.
+/// What `/debug/actors` shows instead of the innermost cause of an actor's last error.
+pub const WITHHELD_CAUSE: &str = "[cause withheld: see the controller's logs]";
+
+/// An actor's last error as `/debug/actors` shows it: our own context (the outermost link of
+/// the error chain, `context: cause: cause`) with its causes withheld. A service's own text
+/// sits in the causes (an AWS error has no source, so it ends its chain; the SDK's messages can
+/// carry account ids, ARNs and policy text, and may contain `: ` themselves, so where our inner
+/// links end cannot be told from the text), and belongs in the logs, with its structured
+/// fields, not on an HTTP endpoint. An error of one link is ours alone (an AWS error is always
+/// wrapped in our context before it reaches an actor's result).
+///
+/// Done here, where the error is rendered, because the registry keeps last errors as text; the
+/// runtime is left as it is.
+#[must_use]
+pub fn redact_last_error(text: &str) -> String {
+    match text.split_once(": ") {
+        Some((context, _cause)) => format!("{context}: {WITHHELD_CAUSE}"),
+        None => text.to_owned(),
+    }
+}
+
+/// `/debug/actors`: the kit's registry snapshot as JSON, last errors redacted
+/// ([`redact_last_error`]).
 #[must_use]
 pub fn actors_handler(kit: ActorKit) -> Handler {
     handler(move |_| {
-        let reply = Reply::json(&kit.snapshot());
+        let mut snapshot = kit.snapshot();
+        for actor in &mut snapshot.actors {
+            if let Some(error) = actor.last_error.as_mut() {
+                *error = redact_last_error(error);
+            }
+        }
+        let reply = Reply::json(&snapshot);
         async move { reply }
     })
 }
@@ -437,6 +466,8 @@ impl HttpError {
 #[derive(Debug)]
 pub struct HttpServer {
     addr: SocketAddr,
+    /// Connections closed at once because the server was at its cap.
+    refused: Arc<AtomicU64>,
     accept: AcceptLoop,
 }
 
@@ -482,6 +513,12 @@ impl HttpServer {
         self.addr
     }
 
+    /// Connections refused so far because the server was at [`ServeLimits::max_connections`].
+    #[must_use]
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
     /// `http://ADDR`.
     #[must_use]
     pub fn url(&self) -> String {
@@ -516,8 +553,43 @@ async fn respond(routes: &Routes, request: &Request<Incoming>) -> Response<Full<
     response
 }
 
-/// Serves `routes` on `addr` (port 0 picks one) until the server is shut down or dropped.
+/// How long a client may take to send a request's headers before its connection is closed: a
+/// kubelet probe or a Prometheus scrape sends them in one packet; a client that trickles them
+/// only holds a connection (and one of [`MAX_CONNECTIONS`]).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections one server serves at once; more are closed as soon as they are accepted. The
+/// probes, a scraper or two and a debugging client need a handful; 64 leaves room while
+/// bounding the memory and tasks a flood of connections can take.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// The limits a server holds its clients to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    pub header_read_timeout: Duration,
+    pub max_connections: usize,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// Serves `routes` on `addr` (port 0 picks one) until the server is shut down or dropped, with
+/// the default [`ServeLimits`].
 pub async fn serve(addr: SocketAddr, routes: Routes) -> Result<HttpServer, HttpError> {
+    serve_with(addr, routes, ServeLimits::default()).await
+}
+
+/// [`serve`] with other limits.
+pub async fn serve_with(
+    addr: SocketAddr,
+    routes: Routes,
+    limits: ServeLimits,
+) -> Result<HttpServer, HttpError> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| HttpError::Bind { addr, source })?;
@@ -525,6 +597,9 @@ pub async fn serve(addr: SocketAddr, routes: Routes) -> Result<HttpServer, HttpE
         .local_addr()
         .map_err(|source| HttpError::Bind { addr, source })?;
     let routes = Arc::new(routes);
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let refused = Arc::new(AtomicU64::new(0));
+    let refusals = Arc::clone(&refused);
     let (shutdown, mut stop) = oneshot::channel();
     let task = tokio::spawn(async move {
         loop {
@@ -535,14 +610,25 @@ pub async fn serve(addr: SocketAddr, routes: Routes) -> Result<HttpServer, HttpE
             let Ok((stream, _)) = accepted else {
                 continue;
             };
+            // At the cap: close at once (the client sees a reset or EOF and may retry) rather
+            // than queue behind connections that may never finish.
+            let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+                refusals.fetch_add(1, Ordering::Relaxed);
+                drop(stream);
+                continue;
+            };
             let routes = Arc::clone(&routes);
             tokio::spawn(async move {
+                let _permit = permit;
                 let service = service_fn(move |request: Request<Incoming>| {
                     let routes = Arc::clone(&routes);
                     async move { Ok::<_, Infallible>(respond(&routes, &request).await) }
                 });
-                // A client that hangs up mid-request is not the server's problem.
+                // A client that hangs up mid-request, or sends its headers too slowly, is not
+                // the server's problem.
                 let _ = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(limits.header_read_timeout)
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
             });
@@ -550,6 +636,7 @@ pub async fn serve(addr: SocketAddr, routes: Routes) -> Result<HttpServer, HttpE
     });
     Ok(HttpServer {
         addr,
+        refused,
         accept: AcceptLoop::new(shutdown, task),
     })
 }
@@ -645,5 +732,106 @@ mod tests {
             (reply.status, reply.body),
             (StatusCode::OK, Bytes::from("ok\n"))
         );
+    }
+
+    /// Reads until the server closes the connection; the bytes it sent.
+    async fn read_to_close(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+        use tokio::io::AsyncReadExt as _;
+        let mut received = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut received))
+            .await
+            .expect("the server never closed the connection")
+            .ok();
+        received
+    }
+
+    fn ok_routes() -> Routes {
+        Routes::new().route(
+            "/ok",
+            handler(|_| async { Reply::text(StatusCode::OK, "ok\n") }),
+        )
+    }
+
+    #[test]
+    fn a_last_error_keeps_our_context_and_withholds_the_service_text() {
+        assert_eq!(
+            redact_last_error(
+                "launching nodeclaim default-x: creating fleet: You are not authorized to perform \
+                 this operation. Encoded authorization failure message: AbCd"
+            ),
+            format!("launching nodeclaim default-x: {WITHHELD_CAUSE}")
+        );
+        assert_eq!(
+            redact_last_error("the root supervisor gave up"),
+            "the root supervisor gave up"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_client_that_sends_half_a_header_is_dropped_at_the_header_timeout() {
+        use tokio::io::AsyncWriteExt as _;
+        let timeout = Duration::from_millis(300);
+        let server = serve_with(
+            "127.0.0.1:0".parse().unwrap(),
+            ok_routes(),
+            ServeLimits {
+                header_read_timeout: timeout,
+                max_connections: 4,
+            },
+        )
+        .await
+        .unwrap();
+        let mut slow = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        let started = std::time::Instant::now();
+        slow.write_all(b"GET /ok HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        let answer = read_to_close(&mut slow).await;
+        let waited = started.elapsed();
+        assert!(waited >= timeout, "closed after {waited:?}");
+        assert!(
+            !String::from_utf8_lossy(&answer).contains("200 OK"),
+            "{answer:?}"
+        );
+        // A whole request is still served.
+        let (status, body) = get(&format!("{}/ok", server.url()), Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!((status, body), (StatusCode::OK, Bytes::from("ok\n")));
+        server.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_cap_are_closed_at_once() {
+        let server = serve_with(
+            "127.0.0.1:0".parse().unwrap(),
+            ok_routes(),
+            ServeLimits {
+                header_read_timeout: Duration::from_secs(60),
+                max_connections: 2,
+            },
+        )
+        .await
+        .unwrap();
+        // Two clients hold their connections open without a request.
+        let first = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        let _second = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        let mut third = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        let answer = read_to_close(&mut third).await;
+        assert!(answer.is_empty(), "{answer:?}");
+        assert_eq!(server.refused(), 1);
+        // One leaves: a request gets through again (once the server has seen it go).
+        drop(first);
+        let served = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                if let Ok((StatusCode::OK, _)) =
+                    get(&format!("{}/ok", server.url()), Duration::from_secs(5)).await
+                {
+                    return;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(served.is_ok(), "no request got through after a slot freed");
+        server.shutdown().await;
     }
 }

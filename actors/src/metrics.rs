@@ -29,11 +29,13 @@
 //! has no summary type, so it is a histogram here (same name; `histogram_quantile` over its
 //! buckets replaces the summary's `quantile` series).
 
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -409,6 +411,71 @@ impl Metrics {
                 reason: reason.to_owned(),
             })
             .get()
+    }
+}
+
+/// Karpenter's cluster-state gauges (`pkg/controllers/state/cluster.go`): whether the
+/// daemon's view has listed every watched kind once, for how long it has not, and how many
+/// nodes it holds. Written by whoever watches the view's sync (the binary's daemon assembly,
+/// once a second), on every replica.
+///
+/// | metric | type |
+/// |---|---|
+/// | `karpenter_cluster_state_synced` | gauge (1 synced, 0 not) |
+/// | `karpenter_cluster_state_unsynced_time_seconds` | gauge |
+/// | `karpenter_cluster_state_node_count` | gauge |
+#[derive(Debug, Clone, Default)]
+pub struct ClusterStateMetrics {
+    synced: Gauge,
+    unsynced_time: Gauge<f64, AtomicU64>,
+    node_count: Gauge,
+}
+
+impl ClusterStateMetrics {
+    /// Creates the gauges and registers them in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "karpenter_cluster_state_synced",
+            "Returns 1 if cluster state is synced and 0 otherwise. Synced checks that nodeclaims and nodes that are stored in the APIServer have the same representation as Karpenter's cluster state",
+            metrics.synced.clone(),
+        );
+        registry.register(
+            "karpenter_cluster_state_unsynced_time_seconds",
+            "The time for which cluster state is not synced",
+            metrics.unsynced_time.clone(),
+        );
+        registry.register(
+            "karpenter_cluster_state_node_count",
+            "Current count of nodes in cluster state",
+            metrics.node_count.clone(),
+        );
+        metrics
+    }
+
+    /// One sync check: `unsynced_for` is zero once synced.
+    pub fn record(&self, synced: bool, unsynced_for: Duration, nodes: usize) {
+        self.synced.set(i64::from(synced));
+        self.unsynced_time.set(unsynced_for.as_secs_f64());
+        self.node_count.set(i64::try_from(nodes).unwrap_or(i64::MAX));
+    }
+
+    /// `karpenter_cluster_state_synced`.
+    #[must_use]
+    pub fn synced(&self) -> bool {
+        self.synced.get() == 1
+    }
+
+    /// `karpenter_cluster_state_unsynced_time_seconds`.
+    #[must_use]
+    pub fn unsynced_seconds(&self) -> f64 {
+        self.unsynced_time.get()
+    }
+
+    /// `karpenter_cluster_state_node_count`.
+    #[must_use]
+    pub fn node_count(&self) -> i64 {
+        self.node_count.get()
     }
 }
 

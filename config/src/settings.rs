@@ -1,6 +1,7 @@
 //! The daemon's settings: one field per Karpenter v1.5 setting (core and AWS
 //! `pkg/operator/options/options.go`), each with Karpenter's `--flag`, env var and default, plus a
-//! few of our own (`--aws-region`, `--aws-endpoint-url`, `--interruption-rebalance-replace`).
+//! few of our own (`--aws-region`, `--aws-endpoint-url`, `--interruption-rebalance-replace`,
+//! `--metrics-bind-address`, `--health-probe-bind-address`).
 //!
 //! The binary flattens [`Settings`] into its `run` and `simulate` subcommands; clap reads the flag,
 //! else the env var, else the default, and runs the typed value parsers, so a bad value is reported
@@ -14,6 +15,7 @@
 //! reject an empty value (Karpenter silently used the default for an empty or malformed env value).
 
 use std::ffi::OsString;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use clap::{ArgAction, Args, Command, FromArgMatches as _};
@@ -31,6 +33,8 @@ use crate::values::{
 // strings; `defaults_match_karpenter` and `default_equals_parsing_nothing` keep the two in step.
 const DEFAULT_METRICS_PORT: u16 = 8080;
 const DEFAULT_HEALTH_PROBE_PORT: u16 = 8081;
+/// Every IPv4 interface: the kubelet probes and Prometheus scrapes the pod's IP.
+const DEFAULT_BIND_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 const DEFAULT_KUBE_CLIENT_QPS: u32 = 200;
 const DEFAULT_KUBE_CLIENT_BURST: u32 = 300;
 const DEFAULT_LEADER_ELECTION_NAME: &str = "karpenter-leader-election";
@@ -99,6 +103,26 @@ pub struct Settings {
         help_heading = CONTROLLER
     )]
     pub health_probe_port: u16,
+
+    /// Address the metrics endpoint listens on (ours; Karpenter binds every interface). The
+    /// default, every IPv4 interface, is what a pod needs; tests and `simulate --serve` use
+    /// loopback.
+    #[arg(
+        long = "metrics-bind-address",
+        env = "METRICS_BIND_ADDRESS",
+        default_value_t = DEFAULT_BIND_ADDRESS,
+        help_heading = CONTROLLER
+    )]
+    pub metrics_bind_address: IpAddr,
+
+    /// Address the health probe endpoints listen on (ours, as `--metrics-bind-address`).
+    #[arg(
+        long = "health-probe-bind-address",
+        env = "HEALTH_PROBE_BIND_ADDRESS",
+        default_value_t = DEFAULT_BIND_ADDRESS,
+        help_heading = CONTROLLER
+    )]
+    pub health_probe_bind_address: IpAddr,
 
     /// Smoothed rate of queries per second to the kube-apiserver (greater than 0).
     #[arg(
@@ -444,6 +468,8 @@ impl Default for Settings {
             karpenter_service: None,
             metrics_port: DEFAULT_METRICS_PORT,
             health_probe_port: DEFAULT_HEALTH_PROBE_PORT,
+            metrics_bind_address: DEFAULT_BIND_ADDRESS,
+            health_probe_bind_address: DEFAULT_BIND_ADDRESS,
             kube_client_qps: DEFAULT_KUBE_CLIENT_QPS,
             kube_client_burst: DEFAULT_KUBE_CLIENT_BURST,
             enable_profiling: false,

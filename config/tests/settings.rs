@@ -53,6 +53,8 @@ fn defaults_match_karpenter() {
         karpenter_service,
         metrics_port,
         health_probe_port,
+        metrics_bind_address,
+        health_probe_bind_address,
         kube_client_qps,
         kube_client_burst,
         enable_profiling,
@@ -88,6 +90,8 @@ fn defaults_match_karpenter() {
     assert_eq!(karpenter_service, None);
     assert_eq!(metrics_port, 8080);
     assert_eq!(health_probe_port, 8081);
+    assert_eq!(metrics_bind_address.to_string(), "0.0.0.0", "every interface");
+    assert_eq!(health_probe_bind_address.to_string(), "0.0.0.0");
     assert_eq!(kube_client_qps, 200);
     assert_eq!(kube_client_burst, 300);
     assert!(!enable_profiling);
@@ -268,6 +272,8 @@ fn flags_override_every_default() {
             "--kube-client-qps=50",
             "--kube-client-burst=100",
             "--enable-profiling",
+            "--metrics-bind-address=127.0.0.1",
+            "--health-probe-bind-address=::1",
             "--disable-leader-election=true",
             "--leader-election-name=lease",
             "--leader-election-namespace=kube-system",
@@ -302,6 +308,8 @@ fn flags_override_every_default() {
         karpenter_service: Some("karpenter".to_owned()),
         metrics_port: 9000,
         health_probe_port: 9001,
+        metrics_bind_address: "127.0.0.1".parse().unwrap(),
+        health_probe_bind_address: "::1".parse().unwrap(),
         kube_client_qps: 50,
         kube_client_burst: 100,
         enable_profiling: true,

@@ -211,6 +211,11 @@ pub enum FetchError {
         status: ::http::StatusCode,
         body: String,
     },
+    #[error(
+        "{url} does not serve the actor table: the daemon serves its debug endpoints only with \
+         ENABLE_PROFILING=true (--enable-profiling; the chart's settings.enableProfiling)"
+    )]
+    ProfilingDisabled { url: String },
     #[error("{url} did not answer an actor snapshot")]
     Decode {
         url: String,
@@ -226,6 +231,7 @@ impl FetchError {
         match self {
             Self::Http(error) => error.category(),
             Self::Status { .. } => "status",
+            Self::ProfilingDisabled { .. } => "profiling_disabled",
             Self::Decode { .. } => "decode",
         }
     }
@@ -235,6 +241,9 @@ impl FetchError {
 pub async fn fetch(url: &str) -> Result<RegistrySnapshot, FetchError> {
     let url = actors_url(url);
     let (status, body) = http::get(&url, FETCH_TIMEOUT).await?;
+    if status == ::http::StatusCode::NOT_FOUND {
+        return Err(FetchError::ProfilingDisabled { url });
+    }
     if !status.is_success() {
         return Err(FetchError::Status {
             url,

@@ -106,6 +106,11 @@ pub enum ExplainError {
         status: u16,
         body: String,
     },
+    #[error(
+        "{url} does not serve explanations: the daemon serves its debug endpoints only with \
+         ENABLE_PROFILING=true (--enable-profiling; the chart's settings.enableProfiling)"
+    )]
+    ProfilingDisabled { url: String },
     #[error("reading the answer of {url}: {source}")]
     Decode {
         url: String,
@@ -126,6 +131,7 @@ impl ExplainError {
             Self::Http { .. } => "http",
             Self::Timeout { .. } => "timeout",
             Self::Status { .. } => "status",
+            Self::ProfilingDisabled { .. } => "profiling_disabled",
             Self::Decode { .. } => "decode",
         }
     }
@@ -217,6 +223,12 @@ async fn fetch_route<T: DeserializeOwned>(url: &str, route: &str) -> Result<T, E
         .map_err(|_| ExplainError::Timeout {
             url: url.to_owned(),
         })??;
+    // The daemon's own 404s for a bad path carry a JSON body; a plain 404 means no such route.
+    if status == ::http::StatusCode::NOT_FOUND && !body.starts_with(b"{") {
+        return Err(ExplainError::ProfilingDisabled {
+            url: url.to_owned(),
+        });
+    }
     if !status.is_success() {
         return Err(ExplainError::Status {
             url: url.to_owned(),

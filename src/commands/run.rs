@@ -11,14 +11,18 @@
 //!      LeaderElector on the Lease -> when leading: DaemonSlot::start (every actor family)
 //!   -> until SIGTERM/SIGINT, lost leadership or a root escalation
 //!   -> graceful shutdown: in-flight launches get LAUNCH_GRACE to finish, actors stop, the lease
-//!      is released, servers close.
+//!      is released, servers close. After a lost lease there is no grace: the actors were
+//!      stopped when it was lost, and their writes refused from the renew deadline on.
+//!
+//! Two Kubernetes clients (`crate::kube::client`): the daemon's, rate-limited by
+//! KUBE_CLIENT_QPS / KUBE_CLIENT_BURST and gated by leadership, and the elector's own.
 //! ```
 //!
 //! The daemon itself is [`crate::daemon::DaemonAssembly`], which tests start over the emulator
 //! and kwok's ports; this module is the process around it.
 
 use std::io::Write;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +31,7 @@ use clap::Args;
 use k8s_openapi::api::core::v1::Service;
 use karpenter_actors::deps::AwsPorts;
 use karpenter_actors::ports::clock::SystemClock;
-use karpenter_actors::providers::cloud_provider::AwsProviderSettings;
+use karpenter_actors::providers::cloud_provider::{AwsProviderSettings, AwsProviders};
 use karpenter_actors::providers::pricing::PricingError;
 use karpenter_config::{Settings, SettingsError};
 use karpenter_core::domain::userdata::ClusterInfo;
@@ -37,11 +41,13 @@ use kube::{Api, Client};
 use super::Status;
 use crate::cloud::CloudSource;
 use crate::daemon::{
-    DaemonAssembly, DaemonError, DaemonInputs, DaemonOptions, Endpoints, Exit, daemon_routes,
+    DaemonAssembly, DaemonError, DaemonInputs, DaemonOptions, Election, Endpoints, Exit,
+    daemon_routes, gated_ec2,
 };
 use crate::http::Routes;
-use crate::kube::leader::LeaseTiming;
-use crate::kube::{ConnectError, connect};
+use crate::kube::client::{ClientOptions, daemon_clients};
+use crate::kube::leader::{LeadershipGate, LeaseTiming};
+use crate::kube::{ConnectError, load_config};
 
 /// How long in-flight launches may run on after SIGTERM: within Kubernetes' default 30 s
 /// termination grace, leaving time to stop the actors and release the lease. A launch cut
@@ -166,18 +172,21 @@ pub async fn serve_until(
     if let (Some(metrics), Some(health)) = (daemon.metrics_url(), daemon.health_url()) {
         let _ = writeln!(
             err,
-            "serving {metrics}/metrics and {metrics}/debug/actors, probes at {health}/healthz and {health}/readyz"
+            "serving {metrics}/metrics, probes at {health}/healthz and {health}/readyz"
         );
     }
     let exit = tokio::select! {
         () = stop => Exit::Signal,
         exit = daemon.wait() => exit,
     };
-    let _ = writeln!(
-        err,
-        "stopping ({exit:?}); in-flight launches get {LAUNCH_GRACE:?}"
-    );
-    let unfinished = daemon.shutdown(LAUNCH_GRACE).await;
+    // A lost lease gets no grace: another replica may lead within seconds.
+    let grace = if exit == Exit::LostLeadership {
+        Duration::ZERO
+    } else {
+        LAUNCH_GRACE
+    };
+    let _ = writeln!(err, "stopping ({exit:?}); in-flight launches get {grace:?}");
+    let unfinished = daemon.shutdown(grace).await;
     if !unfinished.is_empty() {
         let _ = writeln!(
             err,
@@ -230,14 +239,25 @@ fn cluster_info(settings: &Settings, dns_ips: Vec<std::net::IpAddr>) -> ClusterI
 
 async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunError> {
     let settings = Arc::new((*args.settings).clone());
-    let client = connect(args.kubeconfig.as_deref())
-        .await
-        .map_err(RunError::Connect)?;
+    let gate = LeadershipGate::new();
+    let clients = daemon_clients(
+        load_config(args.kubeconfig.as_deref())
+            .await
+            .map_err(RunError::Connect)?,
+        &ClientOptions {
+            qps: settings.kube_client_qps,
+            burst: settings.kube_client_burst,
+            gate: gate.clone(),
+        },
+    )
+    .map_err(|source| RunError::Connect(ConnectError::Client(source)))?;
+    let client = clients.daemon.clone();
     let verdict = check_version(&client, &settings).await?;
     let _ = writeln!(err, "Kubernetes {}", verdict.version());
     if let Some(warning) = verdict.warning() {
         let _ = writeln!(err, "warning: {warning}");
     }
+    let lease_client = clients.lease.clone();
     let clients =
         crate::aws::AwsClients::connect(&crate::aws::Connection::from_settings(&settings)).await;
     let aws = AwsPorts {
@@ -258,10 +278,16 @@ async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunErro
     }
     let provider_settings =
         AwsProviderSettings::from_settings(&settings, &clients.region, cluster_info.clone());
-    let providers = clients
-        .providers(&provider_settings)
-        .map_err(RunError::Cloud)?;
-    let any = |port: u16| SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
+    // The cloud provider's own EC2 port is gated too, so a launch that started before the
+    // renew deadline sends no CreateFleet after it.
+    let pricing: Option<Arc<dyn karpenter_actors::ports::pricing::PricingApi>> =
+        (!provider_settings.isolated_vpc).then(|| Arc::clone(&clients.pricing) as _);
+    let providers = AwsProviders::new(
+        gated_ec2(Arc::clone(&clients.ec2) as _, &gate),
+        pricing,
+        &provider_settings,
+    )
+    .map_err(RunError::Cloud)?;
     let inputs = DaemonInputs {
         cloud: CloudSource::Aws {
             providers,
@@ -276,11 +302,18 @@ async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunErro
         client,
         aws,
     };
-    let options = DaemonOptions::leader_elected(
-        LeaseTiming::default(),
+    let options = DaemonOptions::leader_elected_with(
+        Election {
+            timing: LeaseTiming::default(),
+            lease_client: Some(lease_client),
+            gate,
+        },
         Endpoints {
-            metrics_addr: any(settings.metrics_port),
-            health_addr: any(settings.health_probe_port),
+            metrics_addr: SocketAddr::from((settings.metrics_bind_address, settings.metrics_port)),
+            health_addr: SocketAddr::from((
+                settings.health_probe_bind_address,
+                settings.health_probe_port,
+            )),
             routes: Routes::new(),
             daemon_routes: daemon_routes(),
         },

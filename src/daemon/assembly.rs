@@ -32,9 +32,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Namespace;
 use karpenter_actors::daemon::StartOptions;
 use karpenter_actors::deps::{AwsPorts, ClusterVersion, Deps};
-use karpenter_actors::metrics::Metrics;
+use karpenter_actors::metrics::{ClusterStateMetrics, Metrics};
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cloud_provider::CloudProvider;
+use futures::FutureExt as _;
+use karpenter_actors::ports::cluster::ClusterApi;
 use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::runtime::{ActorKit, KitOptions, RootGroup, SpawnError, StopReason};
 use karpenter_config::Settings;
@@ -47,13 +49,16 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::changes::{ChangeFeed, DaemonSlot, pump};
+use super::gate::{GatedCloudProvider, GatedClusterApi, gated_aws};
 use super::probes::{exit_checks, startup_checks};
 use super::routes::{DaemonRoutes, bridge};
 use crate::cloud::{BuiltCloud, CloudError, CloudSource};
-use crate::http::{self, HealthChecks, HttpError, HttpServer, MetricsRegistries, Routes};
+use crate::http::{
+    self, CheckResult, HealthChecks, HttpError, HttpServer, MetricsRegistries, Routes,
+};
 use crate::kube::cluster_api::KubeClusterApi;
-use crate::kube::ingress::ClusterIngress;
-use crate::kube::leader::{Ended, LeaderElector, LeaseTiming};
+use crate::kube::ingress::{ClusterIngress, IngressHealth};
+use crate::kube::leader::{Ended, LeaderElector, LeadershipGate, LeaseTiming};
 use crate::kube::state::ClusterState;
 
 /// The namespace of the Lease when neither `LEADER_ELECTION_NAMESPACE` nor `SYSTEM_NAMESPACE`
@@ -93,13 +98,49 @@ impl std::fmt::Debug for DaemonInputs {
     }
 }
 
+/// How a replica campaigns for the Lease, and the gate its writes pass.
+#[derive(Clone)]
+pub struct Election {
+    pub timing: LeaseTiming,
+    /// The client the elector uses; `None` for the daemon's own. `karpenter run` gives it a
+    /// client of its own, neither rate-limited nor gated (`crate::kube::client`).
+    pub lease_client: Option<Client>,
+    /// Open while this replica leads; every write port of the actors checks it. `karpenter run`
+    /// also puts it in its kube client and the cloud provider's EC2 port.
+    pub gate: LeadershipGate,
+}
+
+impl std::fmt::Debug for Election {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Election")
+            .field("timing", &self.timing)
+            .field("own_lease_client", &self.lease_client.is_some())
+            .field("gate", &self.gate)
+            .finish()
+    }
+}
+
+impl Election {
+    /// Karpenter's timing, the daemon's client, a gate of its own.
+    #[must_use]
+    pub fn new(timing: LeaseTiming) -> Self {
+        Self {
+            timing,
+            lease_client: None,
+            gate: LeadershipGate::new(),
+        }
+    }
+}
+
 /// When the actors start.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum ActorStart {
     /// Once this replica leads the Lease of the settings (at once with
-    /// `DISABLE_LEADER_ELECTION`). The pump runs from the start and drops the changes it reads
-    /// before: starting actors re-read the whole store (`karpenter run`).
-    WhenLeading(LeaseTiming),
+    /// `DISABLE_LEADER_ELECTION`) and the store has listed every kind once (Karpenter's
+    /// cluster-state sync). The pump runs from the start and drops the changes it reads before:
+    /// starting actors re-read the whole store (`karpenter run`). On a lost lease the actors
+    /// stop at once; their writes were refused from the renew deadline on.
+    WhenLeading(Election),
     /// Right after the store's first sync, before the pump starts, so the changes seen meanwhile
     /// reach the actors after their start: a simulation's actors start at the same simulated
     /// instant, with the same inputs, on every run.
@@ -137,8 +178,14 @@ impl DaemonOptions {
     /// `karpenter run`'s: every actor, started when leading, served on `endpoints`.
     #[must_use]
     pub fn leader_elected(lease: LeaseTiming, endpoints: Endpoints) -> Self {
+        Self::leader_elected_with(Election::new(lease), endpoints)
+    }
+
+    /// As [`Self::leader_elected`], with the election's client and gate given.
+    #[must_use]
+    pub fn leader_elected_with(election: Election, endpoints: Endpoints) -> Self {
         Self {
-            actors: ActorStart::WhenLeading(lease),
+            actors: ActorStart::WhenLeading(election),
             start: StartOptions::default(),
             kit: KitOptions::default(),
             endpoints: Some(endpoints),
@@ -266,6 +313,7 @@ impl DaemonAssembly {
         let kit = ActorKit::new(&mut registry, options.kit);
         // Karpenter's shared families exist (at zero) on a standby replica too.
         let shared_metrics = Arc::new(Metrics::register(&mut registry));
+        let cluster_state_metrics = ClusterStateMetrics::register(&mut registry);
         let registries = MetricsRegistries::new(registry);
 
         let readiness = HealthChecks::new();
@@ -274,17 +322,18 @@ impl DaemonAssembly {
         let mut tasks = Vec::new();
         let servers = match options.endpoints {
             Some(endpoints) => {
-                let (bridged, bridge_task) = bridge(slot.clone(), &endpoints.daemon_routes);
-                tasks.push(bridge_task);
-                let metrics = serve_on(
-                    endpoints.metrics_addr,
-                    endpoints
-                        .routes
+                let mut metrics_routes = endpoints
+                    .routes
+                    .route(http::METRICS_PATH, http::metrics_handler(registries.clone()));
+                // Karpenter serves its debug handlers only with ENABLE_PROFILING; so do we.
+                if settings.enable_profiling {
+                    let (bridged, bridge_task) = bridge(slot.clone(), &endpoints.daemon_routes);
+                    tasks.push(bridge_task);
+                    metrics_routes = metrics_routes
                         .merge(bridged)
-                        .merge(actor_routes(&registries, &kit)),
-                    "metrics",
-                )
-                .await?;
+                        .route(http::ACTORS_PATH, http::actors_handler(kit.clone()));
+                }
+                let metrics = serve_on(endpoints.metrics_addr, metrics_routes, "metrics").await?;
                 let health = serve_on(
                     endpoints.health_addr,
                     Routes::new()
@@ -302,17 +351,28 @@ impl DaemonAssembly {
         let feed = ChangeFeed::subscribe(&mut ingress);
         let dropped = feed.dropped_counter();
         let state = ingress.state();
+        let watch_health = ingress.health();
         tasks.push(tokio::task::spawn_local(ingress.run()));
+        tasks.push(tokio::task::spawn_local(monitor_sync(
+            state.clone(),
+            cluster_state_metrics,
+        )));
         let mut feed = Some(feed);
         let mut pump_task = None;
+        let pump_health = TaskWatch::default();
         if matches!(options.actors, ActorStart::WhenLeading(_)) {
-            pump_task = feed
-                .take()
-                .map(|feed| tokio::task::spawn_local(pump(feed, slot.clone())));
+            pump_task = feed.take().map(|feed| {
+                tokio::task::spawn_local(pump_health.clone().watch(pump(feed, slot.clone())))
+            });
         }
 
         if servers.is_some() {
             tasks.extend(startup_checks(&readiness, &settings, &client, &aws, &state));
+            watch_checks(&liveness, &watch_health);
+            liveness.add("change-pump", {
+                let pump_health = pump_health.clone();
+                move || pump_health.check("the change pump")
+            });
         }
         let (exit_tx, exit) = watch::channel::<Option<Exit>>(None);
         let exit_tx = Arc::new(exit_tx);
@@ -320,38 +380,64 @@ impl DaemonAssembly {
             exit_checks(&readiness, &liveness, &exit);
         }
         let view: Arc<dyn ClusterView> = Arc::new(state.clone());
-        let deps = |built: &BuiltCloud| Deps {
-            settings: Arc::clone(&settings),
-            clock: Arc::clone(&clock),
-            cluster: Arc::new(KubeClusterApi::new(
+        let deps = |built: &BuiltCloud, gate: Option<&LeadershipGate>| {
+            let cluster: Arc<dyn ClusterApi> = Arc::new(KubeClusterApi::new(
                 client.clone(),
                 kube::runtime::events::Reporter {
                     controller: EVENT_CONTROLLER.to_owned(),
                     instance: Some(identity.clone()),
                 },
-            )),
-            view: Arc::clone(&view),
-            cloud: Arc::clone(&built.cloud),
-            aws: aws.clone(),
-            unavailable: Arc::clone(&built.unavailable),
-            cluster_info: cluster_info.clone(),
-            region: region.clone(),
-            kubernetes_version: ClusterVersion::new(kubernetes_version),
-            metrics: Arc::clone(&shared_metrics),
+            ));
+            let (cluster, cloud, aws): (Arc<dyn ClusterApi>, Arc<dyn CloudProvider>, AwsPorts) =
+                match gate {
+                    Some(gate) => (
+                        Arc::new(GatedClusterApi::new(cluster, gate.clone())),
+                        Arc::new(GatedCloudProvider::new(
+                            Arc::clone(&built.cloud),
+                            gate.clone(),
+                        )),
+                        gated_aws(&aws, gate),
+                    ),
+                    None => (cluster, Arc::clone(&built.cloud), aws.clone()),
+                };
+            Deps {
+                settings: Arc::clone(&settings),
+                clock: Arc::clone(&clock),
+                cluster,
+                view: Arc::clone(&view),
+                cloud,
+                aws,
+                unavailable: Arc::clone(&built.unavailable),
+                cluster_info: cluster_info.clone(),
+                region: region.clone(),
+                kubernetes_version: ClusterVersion::new(kubernetes_version),
+                metrics: Arc::clone(&shared_metrics),
+            }
         };
 
         let (leading, elector, built) = match options.actors {
-            ActorStart::WhenLeading(lease) => {
+            ActorStart::WhenLeading(election) => {
+                let gate = election.gate.clone();
+                if settings.disable_leader_election {
+                    gate.open_for_good();
+                }
                 let (leading_tx, leading) = watch::channel(settings.disable_leader_election);
                 let elector = campaign(
                     &settings,
-                    &client,
+                    client.clone(),
                     &identity,
-                    lease,
+                    election,
                     leading_tx,
                     Arc::clone(&exit_tx),
+                    slot.clone(),
                 )
                 .await;
+                if let (Some((_, _, elector_health)), true) = (&elector, servers.is_some()) {
+                    let elector_health = elector_health.clone();
+                    liveness.add("leader-elector", move || {
+                        elector_health.check("the leader elector")
+                    });
+                }
                 let mut built = cloud
                     .build(Arc::clone(&view), Arc::clone(&clock), &readiness)
                     .await
@@ -360,13 +446,18 @@ impl DaemonAssembly {
                 tasks.push(start_when_leading(
                     slot.clone(),
                     kit.clone(),
-                    deps(&built),
+                    deps(&built, Some(&gate)),
                     options.start,
                     registries.clone(),
                     leading.clone(),
+                    state.clone(),
                     Arc::clone(&exit_tx),
                 ));
-                (leading, elector, built.cloud)
+                (
+                    leading,
+                    elector.map(|(stop, handle, _)| (stop, handle)),
+                    built.cloud,
+                )
             }
             ActorStart::AfterSync => {
                 state
@@ -380,12 +471,12 @@ impl DaemonAssembly {
                 tasks.extend(built.refresh.take());
                 let mut actor_metrics = Registry::default();
                 let started = slot
-                    .start(&kit, deps(&built), &mut actor_metrics, options.start)
+                    .start(&kit, deps(&built, None), &mut actor_metrics, options.start)
                     .map_err(DaemonError::Actors)?;
                 registries.add(actor_metrics);
-                pump_task = feed
-                    .take()
-                    .map(|feed| tokio::task::spawn_local(pump(feed, slot.clone())));
+                pump_task = feed.take().map(|feed| {
+                    tokio::task::spawn_local(pump_health.clone().watch(pump(feed, slot.clone())))
+                });
                 tasks.push(report_escalation(started.root, Arc::clone(&exit_tx)));
                 (watch::channel(true).1, None, built.cloud)
             }
@@ -554,15 +645,17 @@ impl DaemonAssembly {
 }
 
 /// Campaigns for the Lease (unless leader election is off): leadership is published on
-/// `leading`, a loss on `exit`. Returns how to stop the campaign.
+/// `leading` and kept in the election's gate; a loss stops the actors in `slot` at once and is
+/// published on `exit`. Returns how to stop the campaign and the elector task's health.
 async fn campaign(
     settings: &Settings,
-    client: &Client,
+    client: Client,
     identity: &str,
-    lease: LeaseTiming,
+    election: Election,
     leading: watch::Sender<bool>,
     exit: Arc<watch::Sender<Option<Exit>>>,
-) -> Option<(oneshot::Sender<()>, JoinHandle<Ended>)> {
+    slot: DaemonSlot,
+) -> Option<(oneshot::Sender<()>, JoinHandle<Ended>, TaskWatch)> {
     if settings.disable_leader_election {
         return None;
     }
@@ -571,27 +664,140 @@ async fn campaign(
         .clone()
         .or_else(|| settings.system_namespace.clone())
         .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_owned());
-    ensure_namespace(client, &namespace).await;
+    let lease_client = election.lease_client.unwrap_or(client);
+    ensure_namespace(&lease_client, &namespace).await;
+    let gate = election.gate;
     let candidate = LeaderElector::new(
-        client.clone(),
+        lease_client,
         &namespace,
         &settings.leader_election_name,
         identity,
-        lease,
-    );
+        election.timing,
+    )
+    .with_gate(gate.clone());
     let (stop, stopped) = oneshot::channel::<()>();
+    let health = TaskWatch::default();
+    let watched = health.clone();
     let handle = tokio::task::spawn_local(async move {
-        let ended = candidate
-            .run(leading, async {
-                let _ = stopped.await;
-            })
-            .await;
+        let run = candidate.run(leading, async {
+            let _ = stopped.await;
+        });
+        let ended = match std::panic::AssertUnwindSafe(run).catch_unwind().await {
+            Ok(ended) => ended,
+            Err(panic) => {
+                // Its renewals stopped: the gate would close at the deadline anyway.
+                gate.close();
+                watched.failed(format!("panicked: {}", panic_message(panic.as_ref())));
+                Ended::Lost
+            }
+        };
         if ended == Ended::Lost {
+            // The gate is closed already (no write goes out); the actors stop now, without the
+            // launch grace of a graceful stop: another replica may lead in a few seconds.
+            slot.stop().await;
             exit.send_replace(Some(Exit::LostLeadership));
         }
         ended
     });
-    Some((stop, handle))
+    Some((stop, handle, health))
+}
+
+/// A panic's message, when it has one.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned())
+}
+
+/// Whether a background task that should run for the daemon's lifetime still runs.
+#[derive(Debug, Clone, Default)]
+pub(super) struct TaskWatch {
+    ended: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl TaskWatch {
+    /// Records that the task ended, and why.
+    fn failed(&self, why: String) {
+        *self
+            .ended
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why);
+    }
+
+    /// Runs `task`, recording its end or its panic.
+    fn watch(
+        self,
+        task: impl std::future::Future<Output = ()>,
+    ) -> impl std::future::Future<Output = ()> {
+        let watch = self;
+        async move {
+            match std::panic::AssertUnwindSafe(task).catch_unwind().await {
+                Ok(()) => watch.failed("ended".to_owned()),
+                Err(panic) => {
+                    watch.failed(format!("panicked: {}", panic_message(panic.as_ref())));
+                }
+            }
+        }
+    }
+
+    /// A liveness check: fails once the task ended (nothing restarts it safely: its input
+    /// went with it).
+    fn check(&self, what: &str) -> CheckResult {
+        match &*self
+            .ended
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            None => Ok(()),
+            Some(why) => Err(format!("{what} {why}")),
+        }
+    }
+}
+
+/// One liveness check per watched kind (`watch-pods`, ...): fails while its watch keeps failing
+/// or after it was restarted too often (the kubelet then restarts the process).
+fn watch_checks(liveness: &HealthChecks, health: &Arc<IngressHealth>) {
+    for kind in health.kinds() {
+        let health = Arc::clone(health);
+        let name = format!("watch-{kind}");
+        liveness.add(&name, move || health.check(kind));
+    }
+}
+
+/// How often the cluster-state gauges are refreshed.
+const SYNC_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// How long the store may stay unsynced before it is logged as an error (Karpenter's).
+const SYNC_WARN_AFTER: Duration = Duration::from_secs(30);
+/// How often that error is repeated (Karpenter's).
+const SYNC_WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Keeps Karpenter's cluster-state gauges current and logs a store that takes long to sync.
+async fn monitor_sync(state: ClusterState, metrics: ClusterStateMetrics) {
+    let started = tokio::time::Instant::now();
+    let mut last_warning: Option<tokio::time::Instant> = None;
+    loop {
+        let synced = karpenter_actors::ports::cluster_view::ClusterView::is_synced(&state);
+        let unsynced_for = if synced {
+            Duration::ZERO
+        } else {
+            started.elapsed()
+        };
+        metrics.record(synced, unsynced_for, state.nodes.len());
+        if !synced
+            && unsynced_for >= SYNC_WARN_AFTER
+            && last_warning.is_none_or(|at| at.elapsed() >= SYNC_WARN_EVERY)
+        {
+            tracing::error!(
+                duration = ?unsynced_for,
+                error = "waiting on cluster sync",
+                "cluster is waiting on sync for extended duration"
+            );
+            last_warning = Some(tokio::time::Instant::now());
+        }
+        tokio::time::sleep(SYNC_CHECK_INTERVAL).await;
+    }
 }
 
 /// Creates the Lease's namespace if it is missing (only matters on fresh test clusters; a
@@ -611,8 +817,13 @@ async fn ensure_namespace(client: &Client, name: &str) {
     let _ = api.create(&PostParams::default(), &namespace).await;
 }
 
-/// Starts the actors once this replica leads, their metrics added to `/metrics`; then reports
-/// a root escalation on `exit`.
+/// Starts the actors once this replica leads and the store has listed every kind once (no
+/// actor acts on an empty or partial view: Karpenter's cluster-state sync), their metrics
+/// added to `/metrics`; then reports a root escalation on `exit`.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the pieces of the assembly this task joins; a struct would only rename them"
+)]
 fn start_when_leading(
     slot: DaemonSlot,
     kit: ActorKit,
@@ -620,11 +831,19 @@ fn start_when_leading(
     options: StartOptions,
     registries: MetricsRegistries,
     mut leading: watch::Receiver<bool>,
+    state: ClusterState,
     exit: Arc<watch::Sender<Option<Exit>>>,
 ) -> JoinHandle<()> {
     let deps = Rc::new(RefCell::new(Some(deps)));
     tokio::task::spawn_local(async move {
         if leading.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        if state.wait_until_ready().await.is_err() {
+            return;
+        }
+        if !*leading.borrow() {
+            // Lost while waiting for the sync; the exit is already published.
             return;
         }
         let Some(deps) = deps.borrow_mut().take() else {

@@ -18,17 +18,19 @@
 
 mod assembly;
 mod changes;
+mod gate;
 mod probes;
 mod routes;
 
 pub use assembly::{
-    ActorStart, DaemonAssembly, DaemonError, DaemonInputs, DaemonOptions, Endpoints, Exit,
+    ActorStart, DaemonAssembly, Election, DaemonError, DaemonInputs, DaemonOptions, Endpoints, Exit,
     unlaunched_nodeclaims, wait_for_launches,
 };
 pub use changes::{
     CHANGE_QUEUE_CAPACITY, ChangeFeed, ChangeForwarder, DaemonSlot, ROOT_GROUP, Routed, Seen,
     StartedActors, WATCHED_KINDS, change_of, pump,
 };
+pub use gate::{GatedCloudProvider, GatedClusterApi, NOT_LEADING_CODE, gated_aws, gated_ec2};
 pub use probes::ProbeError;
 pub use routes::{
     DaemonAnswer, DaemonRoutes, EXPLAIN_NODE_ROUTE_PREFIX, EXPLAIN_ROUTE_PREFIX, RouteAnswer,

@@ -10,24 +10,35 @@
 //!
 //! A subscriber hears of a change only after the store and the index both hold it.
 //!
+//! Each kind's watch is supervised: if it ends or panics (a subscriber's or the index's bug) it
+//! is started again after a backoff with a fresh watcher, whose first list replaces the store
+//! and the index whole (so a half-applied event cannot survive the restart). [`IngressHealth`]
+//! keeps, per kind, whether its watch keeps failing and how often it was restarted; the daemon
+//! turns that into a liveness check per kind (`watch-pods`, ...). kube-runtime's watcher
+//! consumes bookmarks itself, so a watch that is silent is not stale by itself: the watcher
+//! ends a watch that stayed silent past its server-side timeout plus a margin, and reconnects;
+//! if that keeps failing, the kind's check fails.
+//!
 //! Subscribers get [`Observed`] changes through a [`ChangeSink`]: a tokio `mpsc::Sender` works
 //! as one (`try_send`; a full channel drops the change and counts it), and the actor runtime can
 //! implement the trait for its own mailboxes. A dropped change is recoverable: the store is
 //! always current, and a re-list ends with [`Observed::Relisted`] so owners re-read it. Objects
 //! that vanished while the watch was down arrive as [`Observed::Deleted`] after the re-list.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 use karpenter_actors::cluster_index::Indexed;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::state::{self, ClusterState, KindWriter, StateWriters};
 
@@ -85,6 +96,113 @@ pub struct KindCounters {
     pub errors: AtomicU64,
     /// Completed (re-)lists.
     pub relists: AtomicU64,
+    /// Times the watch ended or panicked and was started again.
+    pub restarts: AtomicU64,
+}
+
+/// How long a kind's watch may keep failing (every try an error, no event in between) before
+/// its liveness check fails: longer than an API server upgrade usually keeps it away, while
+/// kube-runtime's watcher retries with backoff (at most about every 30 s) meanwhile.
+pub const WATCH_FAILING_LIMIT: Duration = Duration::from_mins(5);
+/// Restarts of one kind's watch within [`RESTART_WINDOW`] past which its check fails: a watch
+/// that keeps dying is a bug a fresh process may not have.
+pub const MAX_RESTARTS: usize = 5;
+/// See [`MAX_RESTARTS`].
+pub const RESTART_WINDOW: Duration = Duration::from_mins(10);
+/// The first wait before a dead watch is started again; doubles up to [`MAX_RESTART_BACKOFF`].
+const MIN_RESTART_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The health of one kind's watch.
+#[derive(Debug, Default)]
+struct WatchState {
+    /// Since when every try failed (none while events arrive).
+    failing_since: Option<Instant>,
+    last_error: Option<String>,
+    /// When the watch was restarted, within the window.
+    restarts: VecDeque<Instant>,
+    /// Why it last died.
+    last_death: Option<String>,
+}
+
+/// Per kind (by plural): is its watch healthy. Shared by the ingress (writer) and the checks.
+#[derive(Debug, Default)]
+pub struct IngressHealth {
+    kinds: Mutex<BTreeMap<&'static str, WatchState>>,
+}
+
+impl IngressHealth {
+    fn with<T>(&self, kind: &'static str, f: impl FnOnce(&mut WatchState) -> T) -> T {
+        let mut kinds = self.kinds.lock().unwrap_or_else(PoisonError::into_inner);
+        f(kinds.entry(kind).or_default())
+    }
+
+    /// The kinds watched (plurals).
+    #[must_use]
+    pub fn kinds(&self) -> Vec<&'static str> {
+        self.kinds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    fn progressed(&self, kind: &'static str) {
+        self.with(kind, |state| {
+            state.failing_since = None;
+        });
+    }
+
+    fn failed(&self, kind: &'static str, error: String) {
+        self.with(kind, |state| {
+            state.failing_since.get_or_insert_with(Instant::now);
+            state.last_error = Some(error);
+        });
+    }
+
+    fn died(&self, kind: &'static str, why: String) {
+        self.with(kind, |state| {
+            let now = Instant::now();
+            state.restarts.push_back(now);
+            while state
+                .restarts
+                .front()
+                .is_some_and(|at| now.duration_since(*at) > RESTART_WINDOW)
+            {
+                state.restarts.pop_front();
+            }
+            state.last_death = Some(why);
+        });
+    }
+
+    /// The liveness verdict for `kind`: failing for longer than [`WATCH_FAILING_LIMIT`], or
+    /// restarted more than [`MAX_RESTARTS`] times within [`RESTART_WINDOW`].
+    pub fn check(&self, kind: &'static str) -> Result<(), String> {
+        self.with(kind, |state| {
+            let now = Instant::now();
+            let recent = state
+                .restarts
+                .iter()
+                .filter(|at| now.duration_since(**at) <= RESTART_WINDOW)
+                .count();
+            if recent > MAX_RESTARTS {
+                return Err(format!(
+                    "the watch died {recent} times in {}m, last: {}",
+                    RESTART_WINDOW.as_secs() / 60,
+                    state.last_death.as_deref().unwrap_or("unknown")
+                ));
+            }
+            match state.failing_since {
+                Some(since) if now.duration_since(since) >= WATCH_FAILING_LIMIT => Err(format!(
+                    "the watch has been failing for {}s: {}",
+                    now.duration_since(since).as_secs(),
+                    state.last_error.as_deref().unwrap_or("unknown")
+                )),
+                _ => Ok(()),
+            }
+        })
+    }
 }
 
 type Sinks<K> = Vec<Box<dyn ChangeSink<K>>>;
@@ -115,6 +233,10 @@ macro_rules! per_kind {
             fn subscribers(subscribers: &mut Subscribers) -> &mut Sinks<Self> {
                 &mut subscribers.$field
             }
+
+            fn plural_name() -> &'static str {
+                stringify!($field)
+            }
         })*
     };
 }
@@ -127,6 +249,9 @@ pub trait Watched:
 {
     #[doc(hidden)]
     fn subscribers(subscribers: &mut Subscribers) -> &mut Sinks<Self>;
+
+    /// The kind's plural (`pods`), naming its watch in health checks.
+    fn plural_name() -> &'static str;
 }
 
 /// Watches the cluster and keeps the store; build it, subscribe, then [`ClusterIngress::run`].
@@ -136,6 +261,7 @@ pub struct ClusterIngress {
     state: ClusterState,
     subscribers: Subscribers,
     counters: Arc<IngressCounters>,
+    health: Arc<IngressHealth>,
     config: watcher::Config,
 }
 
@@ -158,12 +284,20 @@ impl ClusterIngress {
     #[must_use]
     pub fn with_config(client: Client, config: watcher::Config) -> Self {
         let (state, writers) = state::new();
+        let health = Arc::new(IngressHealth::default());
+        macro_rules! every_kind {
+            ($(($type:ty, $field:ident, $kind:ident)),* $(,)?) => {
+                $(health.with(<$type as Watched>::plural_name(), |_| ());)*
+            };
+        }
+        karpenter_actors::for_each_watched_kind!(every_kind);
         Self {
             client,
             writers,
             state,
             subscribers: Subscribers::default(),
             counters: Arc::default(),
+            health,
             config,
         }
     }
@@ -180,6 +314,12 @@ impl ClusterIngress {
         Arc::clone(&self.counters)
     }
 
+    /// The health of every kind's watch.
+    #[must_use]
+    pub fn health(&self) -> Arc<IngressHealth> {
+        Arc::clone(&self.health)
+    }
+
     /// Routes changes of `K` to `sink` as well.
     pub fn subscribe<K: Watched>(&mut self, sink: impl ChangeSink<K> + 'static) {
         K::subscribers(&mut self.subscribers).push(Box::new(sink));
@@ -192,30 +332,75 @@ impl ClusterIngress {
         receiver
     }
 
-    /// Watches every kind until the task is dropped (watch errors back off and retry forever).
+    /// Watches every kind until the task is dropped (watch errors back off and retry forever;
+    /// a watch that ends or panics is started again).
     pub async fn run(self) {
         let Self {
             client,
             writers,
             subscribers,
             counters,
+            health,
             config,
             state,
         } = self;
-        // One `follow` per kind, all on this task.
+        // One supervised `follow` per kind, all on this task.
         macro_rules! follow_every_kind {
             ($(($type:ty, $field:ident, $kind:ident)),* $(,)?) => {
-                tokio::join!($(follow(
+                tokio::join!($(supervise(
                     Api::<$type>::all(client.clone()),
                     writers.$field,
                     state.$field.clone(),
                     subscribers.$field,
                     &counters.$field,
+                    &health,
                     config.clone(),
                 )),*)
             };
         }
         karpenter_actors::for_each_watched_kind!(follow_every_kind);
+    }
+}
+
+/// Runs one kind's [`follow`] for good: when it ends or panics, it is counted, reported and
+/// started again after a backoff, with a fresh watcher whose first list replaces the store.
+async fn supervise<K: Watched>(
+    api: Api<K>,
+    mut writer: KindWriter<K>,
+    reader: Store<K>,
+    sinks: Sinks<K>,
+    counters: &KindCounters,
+    health: &IngressHealth,
+    config: watcher::Config,
+) {
+    let kind = K::plural_name();
+    let mut backoff = MIN_RESTART_BACKOFF;
+    loop {
+        let run = follow(
+            api.clone(),
+            &mut writer,
+            &reader,
+            &sinks,
+            counters,
+            health,
+            config.clone(),
+        );
+        let why = match std::panic::AssertUnwindSafe(run).catch_unwind().await {
+            Ok(()) => "the watch stream ended".to_owned(),
+            Err(panic) => format!(
+                "panicked: {}",
+                panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".to_owned())
+            ),
+        };
+        counters.restarts.fetch_add(1, Ordering::Relaxed);
+        health.died(kind, why.clone());
+        tracing::error!(kind, reason = %why, ?backoff, "watch died; restarting it with a fresh list");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_RESTART_BACKOFF);
     }
 }
 
@@ -233,13 +418,15 @@ where
 /// One kind: watch, reflect into the store, route changes.
 async fn follow<K: Watched>(
     api: Api<K>,
-    mut writer: KindWriter<K>,
-    reader: Store<K>,
-    sinks: Sinks<K>,
+    writer: &mut KindWriter<K>,
+    reader: &Store<K>,
+    sinks: &Sinks<K>,
     counters: &KindCounters,
+    health: &IngressHealth,
     config: watcher::Config,
 ) {
     let kind = K::kind(&());
+    let plural = K::plural_name();
     // The reflector's work, done here so the index follows each event right after the store.
     let stream = watcher::watcher(api, config).default_backoff();
     let mut stream = std::pin::pin!(stream);
@@ -247,6 +434,7 @@ async fn follow<K: Watched>(
     while let Some(event) = stream.next().await {
         match event {
             Ok(event) => {
+                health.progressed(plural);
                 // The version this event replaces, read before the store takes it.
                 let previous = match &event {
                     watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
@@ -262,10 +450,10 @@ async fn follow<K: Watched>(
                     watcher::Event::Init => before_relist = reader.state(),
                     watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
                         let object = Arc::new(object);
-                        deliver(&sinks, counters, &Observed::Applied { object, previous });
+                        deliver(sinks, counters, &Observed::Applied { object, previous });
                     }
                     watcher::Event::Delete(object) => {
-                        deliver(&sinks, counters, &Observed::Deleted(Arc::new(object)));
+                        deliver(sinks, counters, &Observed::Deleted(Arc::new(object)));
                     }
                     watcher::Event::InitDone => {
                         counters.relists.fetch_add(1, Ordering::Relaxed);
@@ -276,15 +464,16 @@ async fn follow<K: Watched>(
                             .collect();
                         for gone in std::mem::take(&mut before_relist) {
                             if !present.contains(&ObjectRef::from_obj(gone.as_ref())) {
-                                deliver(&sinks, counters, &Observed::Deleted(gone));
+                                deliver(sinks, counters, &Observed::Deleted(gone));
                             }
                         }
-                        deliver(&sinks, counters, &Observed::Relisted);
+                        deliver(sinks, counters, &Observed::Relisted);
                     }
                 }
             }
             Err(error) => {
                 counters.errors.fetch_add(1, Ordering::Relaxed);
+                health.failed(plural, error.to_string());
                 tracing::warn!(%kind, %error, "watch failed; retrying with backoff");
             }
         }

@@ -11,9 +11,16 @@
 //! try instead of waiting out the lease (Karpenter's `LeaderElectionReleaseOnCancel`).
 //!
 //! [`LeaderElector::run`] publishes leadership on a `tokio::sync::watch` channel: `true` while
-//! leading.
+//! leading, and keeps a [`LeadershipGate`] that every write port of the actors checks. The gate
+//! is open until `renew_deadline` after the *start* of the last successful renewal: another
+//! candidate counts `lease_duration` (longer) from when it saw that renewal, which was after it
+//! started, so the gate closes at least `lease_duration - renew_deadline` (5 s) before anyone
+//! else can take the lease, whatever the network does. Each try is bounded by a timeout that
+//! ends at the renew deadline (the kube client has no read timeout of its own on long polls), so
+//! a hung renewal cannot keep a leader past it; leadership is then lost at the deadline itself.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -23,6 +30,101 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+/// Whether this replica may write: open while it holds a lease renewed within the renew deadline
+/// (or always, without leader election). Clones share the state; checking it is a lock and a
+/// clock read, cheap enough for every write.
+#[derive(Debug, Clone, Default)]
+pub struct LeadershipGate {
+    state: Arc<Mutex<GateState>>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+enum GateState {
+    /// Not leading (the start, and after a loss or a stop).
+    #[default]
+    Closed,
+    /// Leading until this instant unless renewed.
+    Until(Instant),
+    /// Leader election is off: this replica is the only one.
+    Always,
+}
+
+/// A write refused because this replica does not hold the lease.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("this replica does not hold the leader lease (renewal past its deadline, lost or released)")]
+pub struct NotLeading;
+
+impl NotLeading {
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        "not_leading"
+    }
+}
+
+impl LeadershipGate {
+    /// A closed gate.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A gate open for good (`DISABLE_LEADER_ELECTION`, simulations).
+    #[must_use]
+    pub fn always_open() -> Self {
+        let gate = Self::new();
+        gate.set(GateState::Always);
+        gate
+    }
+
+    /// Opens the gate for good (leader election turned off).
+    pub fn open_for_good(&self) {
+        self.set(GateState::Always);
+    }
+
+    fn set(&self, state: GateState) {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = state;
+    }
+
+    fn get(&self) -> GateState {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Opens the gate until `until` (a renewal), unless it is open for good.
+    pub fn open_until(&self, until: Instant) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if !matches!(*state, GateState::Always) {
+            *state = GateState::Until(until);
+        }
+    }
+
+    /// Closes the gate (a loss or a release), unless it is open for good.
+    pub fn close(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if !matches!(*state, GateState::Always) {
+            *state = GateState::Closed;
+        }
+    }
+
+    /// Whether writes may go out now.
+    #[must_use]
+    pub fn is_open(&self) -> bool {
+        match self.get() {
+            GateState::Closed => false,
+            GateState::Until(until) => Instant::now() < until,
+            GateState::Always => true,
+        }
+    }
+
+    /// `Ok` when writes may go out now.
+    pub fn check(&self) -> Result<(), NotLeading> {
+        if self.is_open() {
+            Ok(())
+        } else {
+            Err(NotLeading)
+        }
+    }
+}
 
 /// Karpenter's default Lease name.
 pub const DEFAULT_LEASE_NAME: &str = "karpenter-leader-election";
@@ -95,6 +197,7 @@ pub struct LeaderElector {
     name: String,
     identity: String,
     timing: LeaseTiming,
+    gate: LeadershipGate,
     /// The lease as last seen (spec and resourceVersion), and when it was seen to change.
     observed: Option<(Option<LeaseSpec>, Option<String>)>,
     observed_at: Instant,
@@ -125,9 +228,23 @@ impl LeaderElector {
             name: name.to_owned(),
             identity: identity.to_owned(),
             timing,
+            gate: LeadershipGate::new(),
             observed: None,
             observed_at: Instant::now(),
         }
+    }
+
+    /// Keeps `gate` open while this candidate leads (instead of a gate of its own).
+    #[must_use]
+    pub fn with_gate(mut self, gate: LeadershipGate) -> Self {
+        self.gate = gate;
+        self
+    }
+
+    /// The gate this candidate keeps.
+    #[must_use]
+    pub fn gate(&self) -> LeadershipGate {
+        self.gate.clone()
     }
 
     #[must_use]
@@ -260,18 +377,28 @@ impl LeaderElector {
         }
     }
 
+    /// One try bounded by `limit`: a try that has not answered by then counts as failed.
+    async fn try_within(&mut self, limit: Duration) -> Result<bool, TryError> {
+        match tokio::time::timeout(limit, self.try_acquire_or_renew()).await {
+            Ok(result) => result.map_err(TryError::Api),
+            Err(_) => Err(TryError::TimedOut(limit)),
+        }
+    }
+
     /// Campaigns, leads and renews until `stop` completes or leadership is lost; publishes
-    /// whether it leads on `leading`.
+    /// whether it leads on `leading` and keeps the gate open while it does.
     pub async fn run(
         mut self,
         leading: watch::Sender<bool>,
         stop: impl Future<Output = ()>,
     ) -> Ended {
         let mut stop = std::pin::pin!(stop);
-        // Campaign.
-        loop {
-            match self.try_acquire_or_renew().await {
-                Ok(true) => break,
+        // Campaign. A try that takes longer than the renew deadline would leave less than the
+        // whole deadline to the first renewal; it counts as failed.
+        let mut acquired_at = loop {
+            let started = Instant::now();
+            match self.try_within(self.timing.renew_deadline).await {
+                Ok(true) => break started,
                 Ok(false) => {}
                 Err(error) => {
                     tracing::warn!(%error, category = error.category(), "leader election try failed");
@@ -281,33 +408,64 @@ impl LeaderElector {
                 () = &mut stop => return Ended::Stopped,
                 () = tokio::time::sleep(self.timing.retry_period) => {}
             }
-        }
+        };
+        self.gate.open_until(acquired_at + self.timing.renew_deadline);
         leading.send_replace(true);
         tracing::info!(identity = %self.identity, lease = %self.name, "became leader");
-        let mut last_renewal = Instant::now();
         loop {
+            let deadline = acquired_at + self.timing.renew_deadline;
             tokio::select! {
                 () = &mut stop => {
+                    self.gate.close();
+                    leading.send_replace(false);
                     if let Err(error) = self.release().await {
                         tracing::warn!(%error, "releasing the lease failed");
                     }
-                    leading.send_replace(false);
                     return Ended::Stopped;
                 }
-                () = tokio::time::sleep(self.timing.retry_period) => {}
+                // Wake at the deadline at the latest, so a loss is published when it happens.
+                () = tokio::time::sleep(
+                    self.timing.retry_period.min(deadline.saturating_duration_since(Instant::now()))
+                ) => {}
             }
-            match self.try_acquire_or_renew().await {
-                Ok(true) => last_renewal = Instant::now(),
-                Ok(false) => {}
-                Err(error) => {
-                    tracing::warn!(%error, category = error.category(), "renewing the lease failed");
+            let started = Instant::now();
+            if started < deadline {
+                // The try may run until the deadline and no further.
+                match self.try_within(deadline - started).await {
+                    Ok(true) => {
+                        acquired_at = started;
+                        self.gate.open_until(started + self.timing.renew_deadline);
+                    }
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, category = error.category(), "renewing the lease failed");
+                    }
                 }
             }
-            if last_renewal.elapsed() >= self.timing.renew_deadline {
+            if Instant::now() >= acquired_at + self.timing.renew_deadline {
+                self.gate.close();
                 leading.send_replace(false);
                 tracing::warn!(identity = %self.identity, lease = %self.name, "lost leadership");
                 return Ended::Lost;
             }
+        }
+    }
+}
+
+/// A failed try: the API answered with an error, or did not answer in time.
+#[derive(Debug, thiserror::Error)]
+enum TryError {
+    #[error(transparent)]
+    Api(LeaderError),
+    #[error("no answer within {0:?}")]
+    TimedOut(Duration),
+}
+
+impl TryError {
+    fn category(&self) -> &'static str {
+        match self {
+            Self::Api(error) => error.category(),
+            Self::TimedOut(_) => "timeout",
         }
     }
 }

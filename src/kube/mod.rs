@@ -5,11 +5,15 @@
 //! - [`cluster_api`]: the `ClusterApi` port of `karpenter-actors` (every write the daemon makes:
 //!   NodeClaims, statuses with optimistic concurrency, node labels, taints and cordon,
 //!   evictions, pod deletion, events).
-//! - [`leader`]: leader election on a Lease with Karpenter's timing.
+//! - [`leader`]: leader election on a Lease with Karpenter's timing, and the leadership gate
+//!   every write checks.
+//! - [`client`]: the daemon's two clients (rate-limited and gated; the lease's own) with
+//!   connect and request deadlines.
 //!
 //! The same code runs against a real API server (in-cluster or from a kubeconfig, see
 //! [`connect`]) and against the emulator in [`crate::emulator`] in tests and simulations.
 
+pub mod client;
 pub mod cluster_api;
 pub mod ingress;
 pub mod leader;
@@ -48,7 +52,13 @@ impl ConnectError {
 /// A client from `kubeconfig` when given, else the in-cluster service account or the default
 /// kubeconfig (kube's inference order).
 pub async fn connect(kubeconfig: Option<&Path>) -> Result<kube::Client, ConnectError> {
-    let config = match kubeconfig {
+    kube::Client::try_from(load_config(kubeconfig).await?).map_err(ConnectError::Client)
+}
+
+/// The configuration [`connect`] builds its client from (the daemon builds its two clients from
+/// it, see [`client::daemon_clients`]).
+pub async fn load_config(kubeconfig: Option<&Path>) -> Result<kube::Config, ConnectError> {
+    match kubeconfig {
         Some(path) => {
             let parsed =
                 Kubeconfig::read_from(path).map_err(|source| ConnectError::Kubeconfig {
@@ -60,9 +70,8 @@ pub async fn connect(kubeconfig: Option<&Path>) -> Result<kube::Client, ConnectE
                 .map_err(|source| ConnectError::Kubeconfig {
                     path: path.display().to_string(),
                     source,
-                })?
+                })
         }
-        None => kube::Config::infer().await.map_err(ConnectError::Infer)?,
-    };
-    kube::Client::try_from(config).map_err(ConnectError::Client)
+        None => kube::Config::infer().await.map_err(ConnectError::Infer),
+    }
 }

@@ -1,12 +1,15 @@
 //! Leader election on a Lease, on tokio's paused clock: one leader at a time, handover when the
-//! leader stops renewing (after the lease duration) or releases (at the next retry), and a
-//! leader that cannot renew steps down after the renew deadline.
+//! leader stops renewing (after the lease duration) or releases (at the next retry), a
+//! leader that cannot renew steps down after the renew deadline, and one whose renewal hangs
+//! closes its write gate at the deadline, before anyone else can lead.
 
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use karpenter::emulator::{Emulator, FaultRule, Verb};
-use karpenter::kube::leader::{DEFAULT_LEASE_NAME, Ended, LeaderElector, LeaseTiming};
+use karpenter::kube::leader::{
+    DEFAULT_LEASE_NAME, Ended, LeaderElector, LeadershipGate, LeaseTiming,
+};
 use kube::Api;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
@@ -113,4 +116,88 @@ async fn a_leader_that_cannot_renew_steps_down_after_the_renew_deadline() {
             && waited <= timing.renew_deadline + timing.retry_period,
         "{waited:?}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_renewal_closes_the_gate_and_ends_leadership_at_the_renew_deadline() {
+    let emulator = Emulator::new().unwrap();
+    let gate = LeadershipGate::new();
+    let (a_tx, mut a_leading) = watch::channel(false);
+    assert!(!gate.is_open(), "closed before the first acquisition");
+    let a = tokio::spawn(
+        candidate(&emulator, "a")
+            .with_gate(gate.clone())
+            .run(a_tx, std::future::pending()),
+    );
+    until_leading(&mut a_leading).await;
+    assert!(gate.is_open());
+    // Every renewal from now on hangs for an hour (the API server accepts the connection and
+    // never answers).
+    emulator.faults().inject(
+        FaultRule::delay(Duration::from_hours(1))
+            .on(Verb::Update)
+            .resource("leases"),
+    );
+    let hung = Instant::now();
+    let timing = LeaseTiming::default();
+    // The last successful renewal started at most one retry period before the hang.
+    let mut closed_at = None;
+    while closed_at.is_none() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if !gate.is_open() {
+            closed_at = Some(hung.elapsed());
+        }
+    }
+    let closed_at = closed_at.unwrap();
+    assert!(
+        closed_at <= timing.renew_deadline,
+        "the gate closed {closed_at:?} after the hang, past the renew deadline"
+    );
+    assert!(
+        closed_at + timing.retry_period >= timing.renew_deadline,
+        "closed too early: {closed_at:?}"
+    );
+    assert_eq!(a.await.unwrap(), Ended::Lost);
+    let ended = hung.elapsed();
+    assert!(
+        ended <= timing.renew_deadline + Duration::from_millis(200),
+        "a hung renewal kept the elector past the deadline: {ended:?}"
+    );
+    assert!(!*a_leading.borrow());
+    assert!(!gate.is_open());
+    // Another candidate can only take over once the lease expired in its own eyes: after
+    // the gate closed.
+    emulator.faults().clear();
+    let (b_tx, mut b_leading) = watch::channel(false);
+    let b = tokio::spawn(candidate(&emulator, "b").run(b_tx, std::future::pending()));
+    until_leading(&mut b_leading).await;
+    assert!(
+        hung.elapsed() >= closed_at + (timing.lease_duration - timing.renew_deadline),
+        "b led {:?} after the hang, a's gate closed at {closed_at:?}",
+        hung.elapsed()
+    );
+    b.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_released_lease_closes_the_gate_before_the_release_is_written() {
+    let emulator = Emulator::new().unwrap();
+    let gate = LeadershipGate::new();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let (a_tx, mut a_leading) = watch::channel(false);
+    let a = tokio::spawn(candidate(&emulator, "a").with_gate(gate.clone()).run(a_tx, async {
+        let _ = stopped.await;
+    }));
+    until_leading(&mut a_leading).await;
+    // The release hangs: the gate must not wait for it.
+    emulator.faults().inject(
+        FaultRule::delay(Duration::from_hours(1))
+            .on(Verb::Update)
+            .resource("leases"),
+    );
+    stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!gate.is_open());
+    assert!(!*a_leading.borrow());
+    a.abort();
 }
