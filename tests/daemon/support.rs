@@ -30,12 +30,14 @@ pub fn world() -> KwokAws {
 }
 
 /// Settings of a replica; `queue` names the interruption queue (so an actor runs once leading).
+/// The debug endpoints are on (`ENABLE_PROFILING`): the tests read them.
 pub fn settings(queue: Option<&str>, leader_election: bool) -> Settings {
     Settings {
         cluster_name: Some(CLUSTER.into()),
         aws_region: Some("us-west-2".into()),
         interruption_queue: queue.map(str::to_owned),
         disable_leader_election: !leader_election,
+        enable_profiling: true,
         ..Settings::default()
     }
 }
