@@ -533,3 +533,53 @@ pub fn gated_aws(aws: &AwsPorts, gate: &LeadershipGate) -> AwsPorts {
         pricing: Arc::clone(&aws.pricing),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_actors::ports::clock::SystemClock;
+    use karpenter_actors::testing::{CloudOperation, FakeCloudProvider, FakeClusterApi};
+    use tokio::time::{Duration, Instant};
+
+    fn claim(name: &str) -> NodeClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": []
+            }
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_pass_only_while_the_gate_is_open_and_reads_always() {
+        let gate = LeadershipGate::new();
+        let fake = Arc::new(FakeClusterApi::new());
+        let cluster = GatedClusterApi::new(fake.clone(), gate.clone());
+        let refused = cluster.create_nodeclaim(&claim("a")).await.unwrap_err();
+        assert!(
+            matches!(&refused, ClusterError::Forbidden { message, .. } if message.contains("leader lease")),
+            "{refused:?}"
+        );
+        assert!(fake.calls().is_empty(), "the refused write never reached the port");
+
+        gate.open_until(Instant::now() + Duration::from_secs(10));
+        cluster.create_nodeclaim(&claim("b")).await.unwrap();
+        assert_eq!(fake.calls().len(), 1);
+
+        let cloud = Arc::new(FakeCloudProvider::new(Arc::new(SystemClock)));
+        let gated_cloud = GatedCloudProvider::new(cloud.clone(), gate.clone());
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let error = gated_cloud.create(&claim("b")).await.unwrap_err();
+        assert!(
+            matches!(&error, CloudProviderError::Aws(aws) if aws.code.as_deref() == Some(NOT_LEADING_CODE)),
+            "{error:?}"
+        );
+        assert!(cloud.calls_of(CloudOperation::Create).is_empty());
+        // Reads go on: a standby's and a stopping leader's views stay current.
+        assert!(gated_cloud.list().await.is_ok());
+    }
+}

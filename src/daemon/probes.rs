@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use karpenter_actors::deps::AwsPorts;
 use karpenter_actors::ports::aws_error::AwsError;
-use karpenter_actors::ports::cluster_view::ClusterView as _;
 use karpenter_config::Settings;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 use kube::api::ListParams;

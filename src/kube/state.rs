@@ -23,15 +23,32 @@ use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 use kube::Resource;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
+use tokio::sync::watch;
 
 /// The index of one kind, shared by its writer and every reader.
 type SharedIndex<K> = Arc<RwLock<KindIndex<K>>>;
+
+/// How many kinds have been listed once, shared by the writers (each counts itself once) and
+/// every reader. kube's own `Store::wait_until_ready` keeps a single waker: a second reader
+/// polling it (a probe's `now_or_never`) silently takes the wake-up from the first, which then
+/// waits forever. A watch channel wakes every waiter.
+type SyncCount = Arc<watch::Sender<usize>>;
+
+/// The number of watched kinds: synced once each has been listed.
+const KINDS: usize = karpenter_actors::messages::WatchedKind::ALL.len();
+
+/// The store was closed before every kind was listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the cluster store closed before every kind was listed")]
+pub struct StoreClosed;
 
 /// The writing half of one kind: its store's reflector writer and its index, fed the same
 /// events in the same order.
 pub struct KindWriter<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: Writer<K>,
     index: SharedIndex<K>,
+    synced: SyncCount,
+    listed: bool,
 }
 
 impl<K> KindWriter<K>
@@ -49,10 +66,14 @@ where
             watcher::Event::InitApply(object) => IndexEvent::RelistApply(object),
             watcher::Event::InitDone => IndexEvent::RelistDone,
         };
+        let done = matches!(event, IndexEvent::RelistDone);
         self.index
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .apply(event);
+        if done && !std::mem::replace(&mut self.listed, true) {
+            self.synced.send_modify(|listed| *listed += 1);
+        }
     }
 }
 
@@ -86,6 +107,7 @@ macro_rules! cluster_state {
         pub struct ClusterState {
             $(pub $field: Store<$type>,)*
             indexes: Indexes,
+            synced: SyncCount,
         }
 
         #[derive(Clone)]
@@ -115,10 +137,16 @@ macro_rules! cluster_state {
         /// An empty store with its writers.
         #[must_use]
         pub fn new() -> (ClusterState, StateWriters) {
+            let synced: SyncCount = Arc::new(watch::channel(0).0);
             $(let $field = {
                 let (store, writer) = reflector::store();
                 let index: SharedIndex<$type> = Arc::default();
-                (store, KindWriter { store: writer, index })
+                (store, KindWriter {
+                    store: writer,
+                    index,
+                    synced: Arc::clone(&synced),
+                    listed: false,
+                })
             };)*
             (
                 ClusterState {
@@ -126,6 +154,7 @@ macro_rules! cluster_state {
                         $($field: Arc::clone(&$field.1.index),)*
                     },
                     $($field: $field.0,)*
+                    synced,
                 },
                 StateWriters {
                     $($field: $field.1,)*
@@ -134,10 +163,20 @@ macro_rules! cluster_state {
         }
 
         impl ClusterState {
-            /// Waits until every kind has been listed once.
-            pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
-                $(self.$field.wait_until_ready().await?;)*
-                Ok(())
+            /// Waits until every kind has been listed once (any number of waiters).
+            pub async fn wait_until_ready(&self) -> Result<(), StoreClosed> {
+                let mut synced = self.synced.subscribe();
+                synced
+                    .wait_for(|listed| *listed >= KINDS)
+                    .await
+                    .map(|_| ())
+                    .map_err(|_| StoreClosed)
+            }
+
+            /// Whether every kind has been listed once.
+            #[must_use]
+            pub fn is_synced(&self) -> bool {
+                *self.synced.borrow() >= KINDS
             }
         }
     };
@@ -271,9 +310,7 @@ impl karpenter_actors::ports::cluster_view::ClusterView for ClusterState {
         ClusterState::pods_on_node(self, node)
     }
     fn is_synced(&self) -> bool {
-        // A store is ready once its first list has been applied; polling the readiness future
-        // once answers without waiting.
-        futures::FutureExt::now_or_never(self.wait_until_ready()).is_some_and(|ready| ready.is_ok())
+        ClusterState::is_synced(self)
     }
 }
 
@@ -329,5 +366,40 @@ mod tests {
             .store
             .apply_watcher_event(&watcher::Event::Apply(node("n1", "aws:///a/i-9")));
         assert!(state.node_by_provider_id("aws:///a/i-1").is_none());
+    }
+
+    #[tokio::test]
+    async fn every_waiter_hears_of_the_sync_even_with_a_poller_beside_it() {
+        let (state, mut writers) = new();
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let state = state.clone();
+                tokio::spawn(async move { state.wait_until_ready().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        macro_rules! list_every_kind {
+            ($(($type:ty, $field:ident, $kind:ident)),* $(,)?) => {
+                $(
+                    assert!(!state.is_synced());
+                    // A probe polling the readiness meanwhile takes no wake-up from the waiters.
+                    let _ = futures::FutureExt::now_or_never(state.wait_until_ready());
+                    writers.$field.apply(&watcher::Event::Init);
+                    writers.$field.apply(&watcher::Event::InitDone);
+                    // A second list of the same kind does not count twice.
+                    writers.$field.apply(&watcher::Event::Init);
+                    writers.$field.apply(&watcher::Event::InitDone);
+                )*
+            };
+        }
+        karpenter_actors::for_each_watched_kind!(list_every_kind);
+        assert!(state.is_synced());
+        for waiter in waiters {
+            tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+                .await
+                .expect("a waiter was never woken")
+                .unwrap()
+                .unwrap();
+        }
     }
 }

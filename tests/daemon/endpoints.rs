@@ -166,3 +166,50 @@ async fn a_missing_interruption_queue_fails_readiness_with_its_name() {
     assert_eq!(unknown.0, 404);
     daemon.shutdown(Duration::from_secs(1)).await;
 }
+
+#[actix::test]
+async fn without_enable_profiling_the_debug_endpoints_are_not_served_and_the_clients_say_why() {
+    let emulator = Emulator::new().unwrap();
+    let world = world();
+    let mut settings = settings(None, false);
+    settings.enable_profiling = false;
+    let daemon = DaemonAssembly::start(inputs(&emulator, &world, settings, "solo"), options())
+        .await
+        .unwrap();
+    let metrics = daemon.metrics_url().unwrap();
+    assert_eq!(get(&format!("{metrics}/debug/actors")).await.0, 404);
+    assert_eq!(
+        get(&format!("{metrics}/debug/explain/node/ip-10-0-0-1"))
+            .await
+            .0,
+        404
+    );
+    let text = until_ok(&format!("{metrics}/metrics")).await;
+    assert!(text.contains("karpenter_cluster_state_synced"), "{text}");
+    let error = actors::fetch(&metrics).await.unwrap_err().to_string();
+    assert!(error.contains("ENABLE_PROFILING=true"), "{error}");
+    let error = explain::fetch_node(&metrics, "ip-10-0-0-1")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("ENABLE_PROFILING=true"), "{error}");
+    daemon.shutdown(Duration::from_secs(1)).await;
+}
+
+#[actix::test]
+async fn healthz_names_a_check_per_watch_and_the_change_pump() {
+    let emulator = Emulator::new().unwrap();
+    let world = world();
+    let daemon = DaemonAssembly::start(
+        inputs(&emulator, &world, settings(None, false), "solo"),
+        options(),
+    )
+    .await
+    .unwrap();
+    let health = daemon.health_url().unwrap();
+    let body = until_ok(&format!("{health}/healthz?verbose")).await;
+    for check in ["watch-pods", "watch-nodeclaims", "watch-nodes", "change-pump", "actors"] {
+        assert!(body.contains(&format!("[+]{check} ok")), "{body}");
+    }
+    daemon.shutdown(Duration::from_secs(1)).await;
+}

@@ -1,13 +1,16 @@
 //! Leader-gated start on tokio's paused clock: a standby watches (its cache syncs, its probes
-//! pass) but starts no actor until the leader stops and releases the lease; shutdown gives
-//! launches in flight their grace and names those that did not finish.
+//! pass) but starts no actor until the leader stops and releases the lease; a leader starts no
+//! actor before its store has listed every kind; a leader whose renewal hangs stops its actors
+//! at the renew deadline and writes nothing after; shutdown gives launches in flight their
+//! grace and names those that did not finish.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use karpenter::cloud::CloudSource;
-use karpenter::daemon::DaemonAssembly;
-use karpenter::emulator::Emulator;
+use karpenter::daemon::{DaemonAssembly, Exit};
+use karpenter::emulator::{Emulator, FaultRule, Verb};
+use karpenter::kube::leader::LeaseTiming;
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use karpenter_actors::testing::FakeCloudProvider;
@@ -125,5 +128,143 @@ async fn shutdown_gives_in_flight_launches_their_grace_and_names_the_unfinished(
     assert!(
         started.elapsed() >= Duration::from_secs(20),
         "it waited the grace"
+    );
+}
+
+/// The daemon's writes to the emulator (everything but reads and the elector's own Lease).
+fn writes(emulator: &Emulator) -> Vec<String> {
+    emulator
+        .requests()
+        .into_iter()
+        .filter(|r| !matches!(r.verb, Verb::Get | Verb::List | Verb::Watch | Verb::Discovery))
+        .filter(|r| r.resource.as_deref() != Some("leases"))
+        .map(|r| format!("{} {}", r.verb, r.path))
+        .collect()
+}
+
+fn metric(daemon: &DaemonAssembly, name: &str) -> f64 {
+    let text = daemon.registries().encode().unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} missing from\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[actix::test]
+async fn a_leader_starts_no_actor_before_every_kind_has_been_listed() {
+    tokio::time::pause();
+    let emulator = Emulator::new().unwrap();
+    let world = world();
+    // One kind cannot be listed: the store never syncs.
+    emulator.faults().inject(
+        FaultRule::fail(500)
+            .on(Verb::List)
+            .resource("poddisruptionbudgets"),
+    );
+    let daemon = DaemonAssembly::start(
+        inputs(&emulator, &world, settings(None, false), "solo"),
+        options(),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_mins(1)).await;
+    assert!(daemon.is_leading());
+    assert!(!daemon.actors_started(), "actors started on a partial view");
+    assert!(daemon.kit().snapshot().actors.is_empty());
+    let ready = daemon.readiness().run();
+    assert!(
+        ready
+            .iter()
+            .any(|(name, result)| name == "cache-synced" && result.is_err()),
+        "{ready:?}"
+    );
+    assert!((metric(&daemon, "karpenter_cluster_state_synced") - 0.0).abs() < f64::EPSILON);
+    assert!(metric(&daemon, "karpenter_cluster_state_unsynced_time_seconds") >= 59.0);
+
+    // The list succeeds: the actors start, the gauges follow.
+    emulator.faults().clear();
+    let synced = tokio::time::timeout(Duration::from_mins(2), until_started(&daemon)).await;
+    assert!(
+        synced.is_ok(),
+        "the actors never started: synced {}, leading {}, requests {:?}",
+        karpenter_actors::ports::cluster_view::ClusterView::is_synced(daemon.state()),
+        daemon.is_leading(),
+        emulator
+            .requests()
+            .iter()
+            .rev()
+            .take(5)
+            .map(|r| format!("{} {} {}", r.verb, r.path, r.code))
+            .collect::<Vec<_>>()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!((metric(&daemon, "karpenter_cluster_state_synced") - 1.0).abs() < f64::EPSILON);
+    assert!(metric(&daemon, "karpenter_cluster_state_unsynced_time_seconds").abs() < f64::EPSILON);
+    daemon.shutdown(Duration::from_secs(1)).await;
+}
+
+#[actix::test]
+async fn a_leader_whose_renewal_hangs_stops_its_actors_at_the_renew_deadline_and_writes_nothing_after() {
+    tokio::time::pause();
+    let emulator = Emulator::new().unwrap();
+    let world = world();
+    let mut a = DaemonAssembly::start(
+        inputs(&emulator, &world, settings(None, true), "a"),
+        options(),
+    )
+    .await
+    .unwrap();
+    a.until_leading().await;
+    until_started(&a).await;
+    // Renewals hang from now on.
+    emulator.faults().inject(
+        FaultRule::delay(Duration::from_hours(1))
+            .on(Verb::Update)
+            .resource("leases"),
+    );
+    let hung = tokio::time::Instant::now();
+    let exit = a.wait().await;
+    let lost_after = hung.elapsed();
+    assert_eq!(exit, Exit::LostLeadership);
+    let timing = LeaseTiming::default();
+    // The last renewal started before the hang, so the deadline is at most 10 s after it;
+    // stopping the actors takes a few ticks of the paused clock.
+    assert!(
+        lost_after <= timing.renew_deadline + Duration::from_millis(100),
+        "leadership outlived the renew deadline: {lost_after:?}"
+    );
+    assert!(!a.actors_started(), "the actors stop with the lease, without a grace");
+    assert!(a.kit().snapshot().actors.is_empty());
+
+    // The cluster keeps changing: nothing this replica holds writes to it any more.
+    let before = writes(&emulator);
+    let claim: NodeClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": "default-late"},
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": []
+        }
+    }))
+    .unwrap();
+    Api::<NodeClaim>::all(emulator.client())
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_mins(1)).await;
+    let after = writes(&emulator);
+    assert_eq!(
+        &after[before.len() + 1..],
+        &[] as &[String],
+        "writes after the lease was lost"
+    );
+    let started = tokio::time::Instant::now();
+    a.shutdown(Duration::from_secs(20)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "no launch grace after a lost lease"
     );
 }
