@@ -109,6 +109,10 @@ pub const WATCH_FAILING_LIMIT: Duration = Duration::from_mins(5);
 pub const MAX_RESTARTS: usize = 5;
 /// See [`MAX_RESTARTS`].
 pub const RESTART_WINDOW: Duration = Duration::from_mins(10);
+/// A failing watch that has seen no error for this long has reconnected (kube-runtime's watcher
+/// retries at most 30 s apart while it fails, and a reconnected watch that sees no change sends
+/// us nothing: its bookmarks stay inside the watcher).
+const RECOVERED_AFTER: Duration = Duration::from_mins(1);
 /// The first wait before a dead watch is started again; doubles up to [`MAX_RESTART_BACKOFF`].
 const MIN_RESTART_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
@@ -119,6 +123,7 @@ struct WatchState {
     /// Since when every try failed (none while events arrive).
     failing_since: Option<Instant>,
     last_error: Option<String>,
+    last_error_at: Option<Instant>,
     /// When the watch was restarted, within the window.
     restarts: VecDeque<Instant>,
     /// Why it last died.
@@ -156,8 +161,17 @@ impl IngressHealth {
 
     fn failed(&self, kind: &'static str, error: String) {
         self.with(kind, |state| {
-            state.failing_since.get_or_insert_with(Instant::now);
+            let now = Instant::now();
+            if state
+                .last_error_at
+                .is_some_and(|at| now.duration_since(at) >= RECOVERED_AFTER)
+            {
+                // It recovered in between without an event to show for it.
+                state.failing_since = None;
+            }
+            state.failing_since.get_or_insert(now);
             state.last_error = Some(error);
+            state.last_error_at = Some(now);
         });
     }
 
@@ -176,7 +190,8 @@ impl IngressHealth {
         });
     }
 
-    /// The liveness verdict for `kind`: failing for longer than [`WATCH_FAILING_LIMIT`], or
+    /// The liveness verdict for `kind`: failing for longer than [`WATCH_FAILING_LIMIT`] (errors
+    /// still arriving, no event in between), or
     /// restarted more than [`MAX_RESTARTS`] times within [`RESTART_WINDOW`].
     pub fn check(&self, kind: &'static str) -> Result<(), String> {
         self.with(kind, |state| {
@@ -193,12 +208,19 @@ impl IngressHealth {
                     state.last_death.as_deref().unwrap_or("unknown")
                 ));
             }
+            let still_failing = state
+                .last_error_at
+                .is_some_and(|at| now.duration_since(at) < RECOVERED_AFTER);
             match state.failing_since {
-                Some(since) if now.duration_since(since) >= WATCH_FAILING_LIMIT => Err(format!(
+                Some(since)
+                    if still_failing && now.duration_since(since) >= WATCH_FAILING_LIMIT =>
+                {
+                    Err(format!(
                     "the watch has been failing for {}s: {}",
                     now.duration_since(since).as_secs(),
                     state.last_error.as_deref().unwrap_or("unknown")
-                )),
+                    ))
+                }
                 _ => Ok(()),
             }
         })

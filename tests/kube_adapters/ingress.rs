@@ -1,5 +1,6 @@
-//! The ingress: store and subscribers converge after watch errors, restarts and compaction, and
-//! the store's indexes (by provider id, by node) follow changes, deletes and re-lists.
+//! The ingress: store and subscribers converge after watch errors, restarts and compaction, the
+//! store's indexes (by provider id, by node) follow changes, deletes and re-lists, a watch that
+//! panics is restarted with a fresh list, and one that keeps failing fails its check by name.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter::daemon::ChangeFeed;
 use karpenter::emulator::{Emulator, FaultRule, Verb};
-use karpenter::kube::ingress::{ClusterIngress, Observed};
+use karpenter::kube::ingress::{ClusterIngress, Observed, WATCH_FAILING_LIMIT};
 use karpenter_actors::messages::ClusterChange;
 use karpenter_core::apis::NodeClaim;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -429,5 +430,110 @@ async fn the_routing_marks_a_bind_as_a_pod_event_and_a_label_change_as_not() {
         ),
         "deleted while bound: {deleted:?}"
     );
+    task.abort();
+}
+
+/// A subscriber with a bug: it panics on the first change of a pod named `poison`.
+struct PanicsOnPoison {
+    panicked: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl karpenter::kube::ingress::ChangeSink<Pod> for PanicsOnPoison {
+    fn deliver(&self, change: Observed<Pod>) -> karpenter::kube::ingress::Delivery {
+        if let Observed::Applied { object, .. } = &change
+            && object.metadata.name.as_deref() == Some("poison")
+            && !self
+                .panicked
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            panic!("a subscriber's bug");
+        }
+        karpenter::kube::ingress::Delivery::Delivered
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_that_panics_is_restarted_with_a_fresh_list_and_the_other_kinds_go_on() {
+    let emulator = Emulator::new().unwrap();
+    let client = emulator.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut ingress = ClusterIngress::new(client);
+    let state = ingress.state();
+    let counters = ingress.counters();
+    let health = ingress.health();
+    ingress.subscribe::<Pod>(PanicsOnPoison {
+        panicked: std::sync::Arc::default(),
+    });
+    let mut pod_changes = ingress.channel::<Pod>(1024);
+    let mut node_changes = ingress.channel::<Node>(1024);
+    let task = tokio::spawn(ingress.run());
+    state.wait_until_ready().await.unwrap();
+    pods.create(&PostParams::default(), &pod("poison"))
+        .await
+        .unwrap();
+    // The pods' watch dies on the event and comes back with a list that holds the pod.
+    let mut names = BTreeSet::new();
+    until(&mut pod_changes, &mut names, |n| n.contains("poison")).await;
+    assert!(state.pod("default", "poison").is_some());
+    assert_eq!(
+        counters
+            .pods
+            .restarts
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert!(health.check("pods").is_ok(), "one restart is not a failure");
+    // The nodes' watch never stopped.
+    nodes
+        .create(&PostParams::default(), &node("n1"))
+        .await
+        .unwrap();
+    let mut node_names = BTreeSet::new();
+    until(&mut node_changes, &mut node_names, |n| n.contains("n1")).await;
+    assert_eq!(
+        counters
+            .nodes
+            .restarts
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_that_keeps_failing_fails_its_check_by_name_and_recovers() {
+    let emulator = Emulator::new().unwrap();
+    let client = emulator.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut ingress = ClusterIngress::new(client);
+    let state = ingress.state();
+    let health = ingress.health();
+    let mut node_changes = ingress.channel::<Node>(1024);
+    let task = tokio::spawn(ingress.run());
+    state.wait_until_ready().await.unwrap();
+    // The API server refuses every watch and list of nodes from now on.
+    emulator
+        .faults()
+        .inject(FaultRule::fail(500).on(Verb::Watch).resource("nodes"));
+    emulator
+        .faults()
+        .inject(FaultRule::fail(500).on(Verb::List).resource("nodes"));
+    emulator.close_watches();
+    tokio::time::sleep(WATCH_FAILING_LIMIT - Duration::from_secs(30)).await;
+    assert!(health.check("nodes").is_ok(), "not failing for long yet");
+    tokio::time::sleep(Duration::from_mins(1)).await;
+    let failed = health.check("nodes").unwrap_err();
+    assert!(failed.contains("failing for"), "{failed}");
+    assert!(health.check("pods").is_ok(), "the other kinds reconnected");
+    // The API server answers again: the watch reconnects and the check passes.
+    emulator.faults().clear();
+    nodes
+        .create(&PostParams::default(), &node("n1"))
+        .await
+        .unwrap();
+    let mut names = BTreeSet::new();
+    until(&mut node_changes, &mut names, |n| n.contains("n1")).await;
+    assert!(health.check("nodes").is_ok());
     task.abort();
 }
