@@ -249,6 +249,23 @@ fn the_interruption_queue_and_templated_settings_become_env() {
 }
 
 #[test]
+fn the_debug_endpoints_are_off_unless_enable_profiling_is_set() {
+    let name = |rendered: &Rendered| {
+        rendered
+            .env()
+            .into_iter()
+            .find(|(n, _)| n == "ENABLE_PROFILING")
+            .map(|(_, v)| v)
+    };
+    let default = render(json!({}));
+    assert_valid(&default);
+    assert_eq!(name(&default), None);
+    let on = render(json!({ "settings": { "enableProfiling": true } }));
+    assert_valid(&on);
+    assert_eq!(name(&on), Some(json!("true")));
+}
+
+#[test]
 fn custom_security_profiles_are_added_to_the_hardened_context() {
     let rendered = render(json!({ "controller": { "securityContext": {
         "seLinuxOptions": { "level": "s0:c123,c456" },
