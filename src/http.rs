@@ -783,7 +783,9 @@ mod tests {
         .unwrap();
         let mut slow = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
         let started = std::time::Instant::now();
-        slow.write_all(b"GET /ok HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        slow.write_all(b"GET /ok HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
         let answer = read_to_close(&mut slow).await;
         let waited = started.elapsed();
         assert!(waited >= timeout, "closed after {waited:?}");
@@ -805,7 +807,7 @@ mod tests {
             "127.0.0.1:0".parse().unwrap(),
             ok_routes(),
             ServeLimits {
-                header_read_timeout: Duration::from_secs(60),
+                header_read_timeout: Duration::from_mins(1),
                 max_connections: 2,
             },
         )
@@ -820,7 +822,7 @@ mod tests {
         assert_eq!(server.refused(), 1);
         // One leaves: a request gets through again (once the server has seen it go).
         drop(first);
-        let served = tokio::time::timeout(Duration::from_secs(10), async {
+        let got_through = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
                 if let Ok((StatusCode::OK, _)) =
                     get(&format!("{}/ok", server.url()), Duration::from_secs(5)).await
@@ -831,7 +833,10 @@ mod tests {
             }
         })
         .await;
-        assert!(served.is_ok(), "no request got through after a slot freed");
+        assert!(
+            got_through.is_ok(),
+            "no request got through after a slot freed"
+        );
         server.shutdown().await;
     }
 }

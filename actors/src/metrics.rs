@@ -457,7 +457,8 @@ impl ClusterStateMetrics {
     pub fn record(&self, synced: bool, unsynced_for: Duration, nodes: usize) {
         self.synced.set(i64::from(synced));
         self.unsynced_time.set(unsynced_for.as_secs_f64());
-        self.node_count.set(i64::try_from(nodes).unwrap_or(i64::MAX));
+        self.node_count
+            .set(i64::try_from(nodes).unwrap_or(i64::MAX));
     }
 
     /// `karpenter_cluster_state_synced`.

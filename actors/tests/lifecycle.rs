@@ -572,7 +572,10 @@ async fn a_deleting_nodeclaim_is_not_terminated_before_the_view_has_listed_its_n
     h.view.set_synced(true);
     h.advance(Duration::from_secs(20)).await;
     assert_eq!(evictions(&h), ["web"]);
-    assert!(h.nodeclaim("default-a").is_none(), "terminated after the drain");
+    assert!(
+        h.nodeclaim("default-a").is_none(),
+        "terminated after the drain"
+    );
 }
 
 #[actix::test]

@@ -90,7 +90,11 @@ fn defaults_match_karpenter() {
     assert_eq!(karpenter_service, None);
     assert_eq!(metrics_port, 8080);
     assert_eq!(health_probe_port, 8081);
-    assert_eq!(metrics_bind_address.to_string(), "0.0.0.0", "every interface");
+    assert_eq!(
+        metrics_bind_address.to_string(),
+        "0.0.0.0",
+        "every interface"
+    );
     assert_eq!(health_probe_bind_address.to_string(), "0.0.0.0");
     assert_eq!(kube_client_qps, 200);
     assert_eq!(kube_client_burst, 300);

@@ -29,13 +29,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use k8s_openapi::api::core::v1::Namespace;
 use karpenter_actors::daemon::StartOptions;
 use karpenter_actors::deps::{AwsPorts, ClusterVersion, Deps};
 use karpenter_actors::metrics::{ClusterStateMetrics, Metrics};
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cloud_provider::CloudProvider;
-use futures::FutureExt as _;
 use karpenter_actors::ports::cluster::ClusterApi;
 use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::runtime::{ActorKit, KitOptions, RootGroup, SpawnError, StopReason};
@@ -322,9 +322,10 @@ impl DaemonAssembly {
         let mut tasks = Vec::new();
         let servers = match options.endpoints {
             Some(endpoints) => {
-                let mut metrics_routes = endpoints
-                    .routes
-                    .route(http::METRICS_PATH, http::metrics_handler(registries.clone()));
+                let mut metrics_routes = endpoints.routes.route(
+                    http::METRICS_PATH,
+                    http::metrics_handler(registries.clone()),
+                );
                 // Karpenter serves its debug handlers only with ENABLE_PROFILING; so do we.
                 if settings.enable_profiling {
                     let (bridged, bridge_task) = bridge(slot.clone(), &endpoints.daemon_routes);

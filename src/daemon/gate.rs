@@ -78,9 +78,7 @@ impl GatedClusterApi {
     }
 
     fn check(&self, kind: ObjectKind, name: &str) -> Result<(), ClusterError> {
-        self.gate
-            .check()
-            .map_err(|_| cluster_refusal(kind, name))
+        self.gate.check().map_err(|_| cluster_refusal(kind, name))
     }
 }
 
@@ -564,7 +562,10 @@ mod tests {
             matches!(&refused, ClusterError::Forbidden { message, .. } if message.contains("leader lease")),
             "{refused:?}"
         );
-        assert!(fake.calls().is_empty(), "the refused write never reached the port");
+        assert!(
+            fake.calls().is_empty(),
+            "the refused write never reached the port"
+        );
 
         gate.open_until(Instant::now() + Duration::from_secs(10));
         cluster.create_nodeclaim(&claim("b")).await.unwrap();

@@ -23,8 +23,8 @@ mod probes;
 mod routes;
 
 pub use assembly::{
-    ActorStart, DaemonAssembly, Election, DaemonError, DaemonInputs, DaemonOptions, Endpoints, Exit,
-    unlaunched_nodeclaims, wait_for_launches,
+    ActorStart, DaemonAssembly, DaemonError, DaemonInputs, DaemonOptions, Election, Endpoints,
+    Exit, unlaunched_nodeclaims, wait_for_launches,
 };
 pub use changes::{
     CHANGE_QUEUE_CAPACITY, ChangeFeed, ChangeForwarder, DaemonSlot, ROOT_GROUP, Routed, Seen,

@@ -76,7 +76,10 @@ fn is_watch<B>(request: &Request<B>) -> bool {
 
 /// Reads do not change the cluster: a standby keeps its cache warm with them.
 fn is_read<B>(request: &Request<B>) -> bool {
-    matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS)
+    matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -266,7 +269,7 @@ where
         {
             tracing::debug!(method = %request.method(), path = request.uri().path(), "write refused: not leading");
             return Box::pin(std::future::ready(Err(
-                Box::new(ClientLayerError::NotLeading(refused)) as BoxError
+                Box::new(ClientLayerError::NotLeading(refused)) as BoxError,
             )));
         }
         let response = self.inner.call(request);
@@ -365,9 +368,7 @@ where
             let timeout = *timeout;
             return Poll::Ready(Some(Err(Box::new(ClientLayerError::Timeout(timeout)))));
         }
-        Pin::new(&mut self.inner)
-            .poll_frame(cx)
-            .map_err(Into::into)
+        Pin::new(&mut self.inner).poll_frame(cx).map_err(Into::into)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -510,18 +511,31 @@ mod tests {
         for _ in 0..6 {
             send(&mut service, get("/api/v1/pods")).await;
         }
-        let at: Vec<u128> = seen.lock().unwrap().iter().map(|(_, d)| d.as_millis()).collect();
-        assert_eq!(at, [0, 0, 0, 500, 1000, 1500], "burst of 3, then 2 a second");
+        let at: Vec<u128> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, d)| d.as_millis())
+            .collect();
+        assert_eq!(
+            at,
+            [0, 0, 0, 500, 1000, 1500],
+            "burst of 3, then 2 a second"
+        );
         assert_eq!(layer.admitted(), 6);
         // Idle for long enough: the bucket is full again, but never above the burst.
-        tokio::time::sleep(Duration::from_secs(60)).await;
+        tokio::time::sleep(Duration::from_mins(1)).await;
         seen.lock().unwrap().clear();
         let start = Instant::now();
         for _ in 0..4 {
             send(&mut service, get("/api/v1/pods")).await;
         }
         let waited = start.elapsed();
-        assert_eq!(waited, Duration::from_millis(500), "three free, the fourth waits");
+        assert_eq!(
+            waited,
+            Duration::from_millis(500),
+            "three free, the fourth waits"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -530,17 +544,33 @@ mod tests {
         let recorder = Recorder::default();
         let seen = Arc::clone(&recorder.seen);
         let mut service = GateLayer::new(gate.clone()).layer(recorder);
-        let post = || Request::post("/api/v1/namespaces/default/events").body(()).unwrap();
-        std::future::poll_fn(|cx| service.poll_ready(cx)).await.unwrap();
+        let post = || {
+            Request::post("/api/v1/namespaces/default/events")
+                .body(())
+                .unwrap()
+        };
+        std::future::poll_fn(|cx| service.poll_ready(cx))
+            .await
+            .unwrap();
         let refused = service.call(post()).await.unwrap_err();
         assert!(refused.to_string().contains("write refused"), "{refused}");
         send(&mut service, get("/api/v1/pods")).await;
         gate.open_until(Instant::now() + Duration::from_secs(10));
         send(&mut service, post()).await;
         tokio::time::sleep(Duration::from_secs(10)).await;
-        std::future::poll_fn(|cx| service.poll_ready(cx)).await.unwrap();
-        assert!(service.call(post()).await.is_err(), "closed at the deadline");
-        let methods: Vec<Method> = seen.lock().unwrap().iter().map(|(m, _)| m.clone()).collect();
+        std::future::poll_fn(|cx| service.poll_ready(cx))
+            .await
+            .unwrap();
+        assert!(
+            service.call(post()).await.is_err(),
+            "closed at the deadline"
+        );
+        let methods: Vec<Method> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(m, _)| m.clone())
+            .collect();
         assert_eq!(methods, [Method::GET, Method::POST]);
     }
 
@@ -566,7 +596,9 @@ mod tests {
     async fn a_request_without_an_answer_fails_at_the_deadline() {
         let mut service = DeadlineLayer::new(Duration::from_secs(30)).layer(Hung);
         let start = Instant::now();
-        std::future::poll_fn(|cx| service.poll_ready(cx)).await.unwrap();
+        std::future::poll_fn(|cx| service.poll_ready(cx))
+            .await
+            .unwrap();
         let error = service.call(get("/api/v1/pods")).await.unwrap_err();
         assert_eq!(start.elapsed(), Duration::from_secs(30));
         assert!(error.to_string().contains("30s"), "{error}");
@@ -575,7 +607,9 @@ mod tests {
     #[test]
     fn watches_are_told_apart_by_their_query() {
         assert!(is_watch(&get("/api/v1/pods?watch=true&resourceVersion=5")));
-        assert!(is_watch(&get("/api/v1/pods?allowWatchBookmarks=true&watch=1")));
+        assert!(is_watch(&get(
+            "/api/v1/pods?allowWatchBookmarks=true&watch=1"
+        )));
         assert!(!is_watch(&get("/api/v1/pods?limit=500")));
         assert!(!is_watch(&get("/api/v1/pods")));
     }

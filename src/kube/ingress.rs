@@ -216,9 +216,9 @@ impl IngressHealth {
                     if still_failing && now.duration_since(since) >= WATCH_FAILING_LIMIT =>
                 {
                     Err(format!(
-                    "the watch has been failing for {}s: {}",
-                    now.duration_since(since).as_secs(),
-                    state.last_error.as_deref().unwrap_or("unknown")
+                        "the watch has been failing for {}s: {}",
+                        now.duration_since(since).as_secs(),
+                        state.last_error.as_deref().unwrap_or("unknown")
                     ))
                 }
                 _ => Ok(()),

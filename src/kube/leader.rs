@@ -52,7 +52,9 @@ enum GateState {
 
 /// A write refused because this replica does not hold the lease.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("this replica does not hold the leader lease (renewal past its deadline, lost or released)")]
+#[error(
+    "this replica does not hold the leader lease (renewal past its deadline, lost or released)"
+)]
 pub struct NotLeading;
 
 impl NotLeading {
@@ -409,7 +411,8 @@ impl LeaderElector {
                 () = tokio::time::sleep(self.timing.retry_period) => {}
             }
         };
-        self.gate.open_until(acquired_at + self.timing.renew_deadline);
+        self.gate
+            .open_until(acquired_at + self.timing.renew_deadline);
         leading.send_replace(true);
         tracing::info!(identity = %self.identity, lease = %self.name, "became leader");
         loop {

@@ -371,7 +371,7 @@ mod tests {
     #[tokio::test]
     async fn every_waiter_hears_of_the_sync_even_with_a_poller_beside_it() {
         let (state, mut writers) = new();
-        let waiters: Vec<_> = (0..2)
+        let sleepers: Vec<_> = (0..2)
             .map(|_| {
                 let state = state.clone();
                 tokio::spawn(async move { state.wait_until_ready().await })
@@ -394,7 +394,7 @@ mod tests {
         }
         karpenter_actors::for_each_watched_kind!(list_every_kind);
         assert!(state.is_synced());
-        for waiter in waiters {
+        for waiter in sleepers {
             tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
                 .await
                 .expect("a waiter was never woken")

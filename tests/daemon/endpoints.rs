@@ -208,7 +208,13 @@ async fn healthz_names_a_check_per_watch_and_the_change_pump() {
     .unwrap();
     let health = daemon.health_url().unwrap();
     let body = until_ok(&format!("{health}/healthz?verbose")).await;
-    for check in ["watch-pods", "watch-nodeclaims", "watch-nodes", "change-pump", "actors"] {
+    for check in [
+        "watch-pods",
+        "watch-nodeclaims",
+        "watch-nodes",
+        "change-pump",
+        "actors",
+    ] {
         assert!(body.contains(&format!("[+]{check} ok")), "{body}");
     }
     daemon.shutdown(Duration::from_secs(1)).await;

@@ -136,7 +136,12 @@ fn writes(emulator: &Emulator) -> Vec<String> {
     emulator
         .requests()
         .into_iter()
-        .filter(|r| !matches!(r.verb, Verb::Get | Verb::List | Verb::Watch | Verb::Discovery))
+        .filter(|r| {
+            !matches!(
+                r.verb,
+                Verb::Get | Verb::List | Verb::Watch | Verb::Discovery
+            )
+        })
         .filter(|r| r.resource.as_deref() != Some("leases"))
         .map(|r| format!("{} {}", r.verb, r.path))
         .collect()
@@ -206,7 +211,8 @@ async fn a_leader_starts_no_actor_before_every_kind_has_been_listed() {
 }
 
 #[actix::test]
-async fn a_leader_whose_renewal_hangs_stops_its_actors_at_the_renew_deadline_and_writes_nothing_after() {
+async fn a_leader_whose_renewal_hangs_stops_its_actors_at_the_renew_deadline_and_writes_nothing_after()
+ {
     tokio::time::pause();
     let emulator = Emulator::new().unwrap();
     let world = world();
@@ -235,7 +241,10 @@ async fn a_leader_whose_renewal_hangs_stops_its_actors_at_the_renew_deadline_and
         lost_after <= timing.renew_deadline + Duration::from_millis(100),
         "leadership outlived the renew deadline: {lost_after:?}"
     );
-    assert!(!a.actors_started(), "the actors stop with the lease, without a grace");
+    assert!(
+        !a.actors_started(),
+        "the actors stop with the lease, without a grace"
+    );
     assert!(a.kit().snapshot().actors.is_empty());
 
     // The cluster keeps changing: nothing this replica holds writes to it any more.

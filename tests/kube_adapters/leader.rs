@@ -172,7 +172,12 @@ async fn a_hung_renewal_closes_the_gate_and_ends_leadership_at_the_renew_deadlin
     let b = tokio::spawn(candidate(&emulator, "b").run(b_tx, std::future::pending()));
     until_leading(&mut b_leading).await;
     assert!(
-        hung.elapsed() >= closed_at + (timing.lease_duration - timing.renew_deadline),
+        hung.elapsed()
+            >= closed_at
+                + timing
+                    .lease_duration
+                    .checked_sub(timing.renew_deadline)
+                    .unwrap(),
         "b led {:?} after the hang, a's gate closed at {closed_at:?}",
         hung.elapsed()
     );
@@ -185,9 +190,13 @@ async fn a_released_lease_closes_the_gate_before_the_release_is_written() {
     let gate = LeadershipGate::new();
     let (stop, stopped) = oneshot::channel::<()>();
     let (a_tx, mut a_leading) = watch::channel(false);
-    let a = tokio::spawn(candidate(&emulator, "a").with_gate(gate.clone()).run(a_tx, async {
-        let _ = stopped.await;
-    }));
+    let a = tokio::spawn(
+        candidate(&emulator, "a")
+            .with_gate(gate.clone())
+            .run(a_tx, async {
+                let _ = stopped.await;
+            }),
+    );
     until_leading(&mut a_leading).await;
     // The release hangs: the gate must not wait for it.
     emulator.faults().inject(
