@@ -145,6 +145,8 @@ fn every_setting_has_karpenters_flag_and_env_var() {
         "KARPENTER_SERVICE",
         "METRICS_PORT",
         "HEALTH_PROBE_PORT",
+        "METRICS_BIND_ADDRESS",
+        "HEALTH_PROBE_BIND_ADDRESS",
         "KUBE_CLIENT_QPS",
         "KUBE_CLIENT_BURST",
         "ENABLE_PROFILING",
