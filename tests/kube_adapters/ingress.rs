@@ -542,3 +542,42 @@ async fn a_watch_that_keeps_failing_fails_its_check_by_name_and_recovers() {
     assert!(health.check("nodes").is_ok());
     task.abort();
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_rate_limit_counts_a_watch_once_when_it_opens_not_per_event() {
+    use karpenter::kube::client::{ClientOptions, layered_client};
+    use karpenter::kube::leader::LeadershipGate;
+    let emulator = Emulator::new().unwrap();
+    let (client, rate_limit) = layered_client(
+        emulator.service(),
+        &ClientOptions {
+            qps: 5,
+            burst: 10,
+            gate: LeadershipGate::always_open(),
+        },
+    );
+    let mut ingress = ClusterIngress::new(client);
+    let state = ingress.state();
+    let mut changes = ingress.channel::<Pod>(1024);
+    let task = tokio::spawn(ingress.run());
+    state.wait_until_ready().await.unwrap();
+    let mut names = BTreeSet::new();
+    // Let every kind open its watch after its list.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let opened = rate_limit.admitted();
+    // A list and a watch per kind (seven kinds).
+    assert!((14..=21).contains(&opened), "{opened} requests to start");
+    let pods: Api<Pod> = Api::namespaced(emulator.client(), "default");
+    for i in 0..100 {
+        pods.create(&PostParams::default(), &pod(&format!("p{i}")))
+            .await
+            .unwrap();
+    }
+    until(&mut changes, &mut names, |n| n.len() == 100).await;
+    assert_eq!(
+        rate_limit.admitted(),
+        opened,
+        "100 events arrived on the open watch without passing the limit"
+    );
+    task.abort();
+}
