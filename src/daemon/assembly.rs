@@ -934,6 +934,26 @@ mod tests {
         claim
     }
 
+    #[tokio::test]
+    async fn a_watched_task_that_panics_or_ends_fails_its_check_by_name() {
+        let panics = TaskWatch::default();
+        assert!(panics.check("the change pump").is_ok());
+        panics
+            .clone()
+            .watch(async { panic!("observe failed") })
+            .await;
+        assert_eq!(
+            panics.check("the change pump"),
+            Err("the change pump panicked: observe failed".to_owned())
+        );
+        let ends = TaskWatch::default();
+        ends.clone().watch(async {}).await;
+        assert_eq!(
+            ends.check("the leader elector"),
+            Err("the leader elector ended".to_owned())
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn shutdown_waits_for_unlaunched_nodeclaims_until_the_deadline() {
         let view = MemoryClusterView::new();
