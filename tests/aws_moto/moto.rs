@@ -12,6 +12,7 @@ const REQUIRE_MOTO: &str = "KARPENTER_REQUIRE_MOTO";
 const REGION: &str = "us-west-2";
 
 /// One moto server, stopped when dropped.
+#[derive(Debug)]
 pub struct Moto {
     child: Child,
     port: u16,
@@ -89,6 +90,20 @@ impl Moto {
     /// A raw EC2 client for setup the ports do not offer (VPCs, subnets).
     pub async fn raw_ec2(&self) -> aws_sdk_ec2::Client {
         aws_sdk_ec2::Client::new(
+            &connection(self.port, RetryPolicy::none())
+                .sdk_config()
+                .await,
+        )
+    }
+
+    /// The server's URL, for `AWS_ENDPOINT_URL`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// A raw EKS client for setup (clusters).
+    pub async fn raw_eks(&self) -> aws_sdk_eks::Client {
+        aws_sdk_eks::Client::new(
             &connection(self.port, RetryPolicy::none())
                 .sdk_config()
                 .await,
