@@ -51,12 +51,22 @@ pub enum KubeCa<'a> {
 }
 
 /// What discovery needs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct DiscoveryInputs<'a> {
     pub settings: &'a Settings,
     pub eks: &'a dyn EksApi,
     pub client: &'a Client,
     pub kube_ca: KubeCa<'a>,
+}
+
+impl std::fmt::Debug for DiscoveryInputs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiscoveryInputs")
+            .field("cluster_name", &self.settings.cluster_name)
+            .field("eks", &self.eks)
+            .field("kube_ca", &self.kube_ca)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why the cluster could not be discovered (the daemon does not start).

@@ -1,7 +1,9 @@
 //! What an EKS cluster holds in Kubernetes before Karpenter is installed, as far as Karpenter
 //! reads it: the `kube-system/kube-dns` Service, whose cluster IP (inside the service CIDR kwok's
-//! EKS reports) the daemon's discovery hands to the kubelets as their DNS address. The simulation
-//! and the cluster-only server seed it, so the daemon finds it where it finds it in EKS.
+//! EKS reports) the daemon's discovery hands to the kubelets as their DNS address. The
+//! cluster-only server seeds it, so a `karpenter run` finds it where it finds it in EKS. (The
+//! scenario runner does not: a Service would draw from the emulator's seeded name generator and
+//! change every report.)
 
 use std::net::IpAddr;
 

@@ -332,13 +332,17 @@ fn waiting_to_start(pod: &Pod) -> bool {
 
 /// The instance a NodeClaim with a provider id stands for: its id and zone from the provider
 /// id, its type, capacity type and NodePool from the labels Karpenter put on it at launch, and a
-/// resource-name host name (`i-0123.us-west-2.compute.internal`).
+/// resource-name host name (`i-0123.us-west-2.compute.internal`). `None` until the NodeClaim has
+/// both the provider id and its instance-type label (the kubelet's labels come from it).
 #[must_use]
 pub fn instance_of_nodeclaim(claim: &NodeClaim, region: &str) -> Option<Instance> {
     let provider_id = claim.status.as_ref()?.provider_id.as_deref()?;
     let (zone, id) = parse_provider_id(provider_id).ok()?;
     let claim_labels = claim.labels();
-    let label = |key: &str| claim_labels.get(key).cloned().unwrap_or_default();
+    let instance_type = claim_labels
+        .get(labels::INSTANCE_TYPE)
+        .filter(|t| !t.is_empty())?
+        .clone();
     let capacity_type = match claim_labels.get(labels::CAPACITY_TYPE).map(String::as_str) {
         Some("spot") => CapacityType::Spot,
         Some("reserved") => CapacityType::Reserved,
@@ -351,7 +355,7 @@ pub fn instance_of_nodeclaim(claim: &NodeClaim, region: &str) -> Option<Instance
         .collect();
     Some(Instance {
         id: id.to_owned(),
-        instance_type: label(labels::INSTANCE_TYPE),
+        instance_type,
         zone: zone.to_owned(),
         state: InstanceState::Running,
         capacity_type,
@@ -885,6 +889,51 @@ mod tests {
             Some(&Quantity("2".into())),
             "capacity from the instance type"
         );
+    }
+
+    #[test]
+    fn a_launched_nodeclaim_stands_for_its_instance_and_its_node_carries_its_capacity() {
+        let mut launched = claim();
+        let mut labels_now = launched.labels().clone();
+        labels_now.insert(labels::INSTANCE_TYPE.to_owned(), "m5.large".to_owned());
+        labels_now.insert(labels::CAPACITY_TYPE.to_owned(), "on-demand".to_owned());
+        launched.metadata.labels = Some(labels_now);
+        if let Some(status) = launched.status.as_mut() {
+            status.capacity = [("cpu".to_owned(), Quantity("2".into()))].into();
+        }
+        let instance = instance_of_nodeclaim(&launched, "us-west-2").unwrap();
+        assert_eq!(instance.id, "i-0000000000000000a");
+        assert_eq!(instance.zone, "us-west-2a");
+        assert_eq!(instance.instance_type, "m5.large");
+        assert_eq!(instance.capacity_type, CapacityType::OnDemand);
+        assert_eq!(
+            instance.private_dns_name,
+            "i-0000000000000000a.us-west-2.compute.internal"
+        );
+        let node = node_for(
+            &instance,
+            Some(&launched),
+            None,
+            "us-west-2",
+            Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        );
+        let status = node.status.unwrap_or_default();
+        assert_eq!(
+            status.capacity.unwrap_or_default().get("cpu"),
+            Some(&Quantity("2".into())),
+            "capacity from the NodeClaim"
+        );
+        assert_eq!(
+            node.metadata
+                .labels
+                .unwrap_or_default()
+                .get(labels::INSTANCE_TYPE)
+                .map(String::as_str),
+            Some("m5.large")
+        );
+
+        // Not yet launched (no instance type label): no machine.
+        assert!(instance_of_nodeclaim(&claim(), "us-west-2").is_none());
     }
 
     #[test]

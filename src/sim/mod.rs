@@ -7,7 +7,7 @@
 //!   world     kwok's AWS account (EC2, SQS, EventBridge, IAM, SSM, Pricing, EKS) as the daemon's
 //!             AWS ports, and the chaos hooks on it
 //!   clock     simulated wall time for the emulator, kwok and the actors
-//!   cluster   what EKS holds before Karpenter (the kube-dns Service the daemon discovers)
+//!   cluster   what EKS holds before Karpenter (the kube-dns Service), for the cluster-only server
 //!   workloads Deployments as the ReplicaSet controller runs them -> pods
 //!   kubelet   instances -> Nodes (registration, Ready, startup taints), pods Running
 //!   binder    the kube-scheduler: pods -> bindings on Ready nodes, or Unschedulable

@@ -97,6 +97,10 @@ impl Moto {
     }
 
     /// The server's URL, for `AWS_ENDPOINT_URL`.
+    #[allow(
+        dead_code,
+        reason = "used by tests/process, which shares this file; not by every suite"
+    )]
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use karpenter_actors::ports::eventbridge::{EventBridgeApi as _, EventEntry};
 use karpenter_actors::ports::sqs::SqsApi as _;
-use kube::ResourceExt as _;
+use kube::ResourceExt;
 use serde_json::json;
 
 use crate::support::{World, instance_of, until};

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::events::v1::Event;
 use kube::api::ListParams;
-use kube::{Api, ResourceExt as _};
+use kube::{Api, ResourceExt};
 
 use crate::support::{Daemon, SCALE_UP, STARTUP, TERMINATION_GRACE, World, instance_of, until};
 

@@ -20,7 +20,7 @@ use karpenter::commands::interruption::{SetupArgs, setup_with};
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 use kube::api::{ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, ResourceExt as _};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::moto::Moto;
@@ -294,7 +294,6 @@ impl Daemon {
 }
 
 /// moto seeded as the AWS account of an EKS cluster, and the cluster-only server.
-#[derive(Debug)]
 pub struct World {
     pub scratch: Scratch,
     pub moto: Moto,

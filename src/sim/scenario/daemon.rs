@@ -2,8 +2,8 @@
 //! and the inputs and options [`crate::daemon::DaemonAssembly`] builds a simulated daemon from.
 //!
 //! ```text
-//! cluster discovery (crate::discovery over kwok's EKS and the emulator's kube-dns Service: the
-//!   endpoint, service CIDR and DNS, found as `karpenter run` finds them)
+//! cluster discovery (crate::discovery over kwok's EKS and the emulator: the endpoint and service
+//!   CIDR, found as `karpenter run` finds them; no kube-dns Service, so no DNS address)
 //! emulator client + kwok's AWS ports + CloudSource::Loaded (the AWS cloud provider of
 //!   `karpenter run`, over kwok's EC2 and Pricing, its catalogue loaded once before the actors
 //!   start: a simulation is shorter than the 12-hour refresh, and the first provisioning run
@@ -57,7 +57,7 @@ pub(super) async fn start_daemon(
     let scenario = &loaded.scenario;
     let settings = simulated_settings(scenario);
     // Found as `karpenter run` finds them: the endpoint and service CIDR from kwok's EKS (no
-    // CLUSTER_ENDPOINT is set), the DNS address from the kube-dns Service.
+    // CLUSTER_ENDPOINT is set); the simulated cluster has no kube-dns Service.
     let cluster_info = discover(DiscoveryInputs {
         settings: &settings,
         eks: world.eks.as_ref(),

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! start: emulator (seeded names, simulated clock) <- namespaces, EC2NodeClasses, NodePools,
-//!   PodDisruptionBudgets, the kube-dns Service
+//!   PodDisruptionBudgets
 //!   -> kwok account (capacity limits, interruption queue and rules)
 //!   -> first daemon (its watchers also feed the harness) -> harness
 //! advance(by) / run_to_end(stop): one harness tick per simulated second
@@ -48,8 +48,7 @@ where
     }
 }
 
-/// Creates the scenario's namespaces, EC2NodeClasses, NodePools and PodDisruptionBudgets, and
-/// the `kube-dns` Service.
+/// Creates the scenario's namespaces, EC2NodeClasses, NodePools and PodDisruptionBudgets.
 async fn seed(client: &Client, loaded: &LoadedScenario) -> Result<(), SimulationError> {
     let namespaces: BTreeSet<&str> = loaded
         .workloads
@@ -88,13 +87,10 @@ async fn seed(client: &Client, loaded: &LoadedScenario) -> Result<(), Simulation
         let what = format!("PodDisruptionBudget {namespace}/{}", budget.name_any());
         create(&api, budget, what).await?;
     }
-    // What EKS has before Karpenter: the daemon discovers its DNS address here.
-    crate::sim::cluster::seed_kube_dns(client)
-        .await
-        .map_err(|source| SimulationError::Seed {
-            what: "Service kube-system/kube-dns".to_owned(),
-            source,
-        })
+    // No kube-dns Service: the daemon's discovery finds none and leaves the DNS address to the
+    // nodes' bootstrap (derived from the service CIDR), as in a cluster with custom DNS. Creating
+    // one would draw from the emulator's seeded name generator and change every run's names.
+    Ok(())
 }
 
 /// A simulation in progress: the cluster (emulator, kwok, harness) and the daemon on it.
