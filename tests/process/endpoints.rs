@@ -36,6 +36,10 @@ async fn metrics_parse_as_prometheus_text_and_the_probes_name_their_checks() {
     world.until_pods_run("web", 1, &[&daemon]).await;
 
     let text = daemon.metrics_text().await.unwrap();
+    assert!(
+        text.ends_with("# EOF\n"),
+        "OpenMetrics text ends with # EOF:\n{text}"
+    );
     let exposition = match check(&text) {
         Ok(exposition) => exposition,
         Err(problem) => panic!("/metrics is not valid exposition text: {problem}\n{text}"),
