@@ -47,6 +47,11 @@ impl Moto {
     /// Starts moto, or returns `None` (after saying why) when the venv is missing and the run
     /// does not require it.
     pub async fn start() -> Option<Moto> {
+        Self::start_logging_to(None).await
+    }
+
+    /// [`Moto::start`], with moto's request log in `log` instead of the test's stderr.
+    pub async fn start_logging_to(log: Option<&std::path::Path>) -> Option<Moto> {
         let python = root().join(".venv/bin/python");
         if !python.exists() {
             let message = format!(
@@ -62,7 +67,10 @@ impl Moto {
             .args(["--region", REGION])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(match log {
+                Some(path) => Stdio::from(std::fs::File::create(path).expect("moto log file")),
+                None => Stdio::inherit(),
+            })
             .spawn()
             .expect("moto launcher starts");
         let stdout = child.stdout.take().expect("launcher stdout");

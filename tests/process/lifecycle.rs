@@ -181,6 +181,18 @@ async fn one_instance_per_nodeclaim(world: &World, last: &mut String) -> Option<
         .then_some(())
 }
 
+/// Where a scale-up was when the daemon died: NodeClaims with and without an instance, and the
+/// instances.
+async fn state_at_kill(world: &World) -> String {
+    let claims = world.nodeclaims().await;
+    let launched = claims.iter().filter(|c| instance_of(c).is_some()).count();
+    format!(
+        "{} NodeClaims ({launched} with an instance), {} instances",
+        claims.len(),
+        world.instances().await.len()
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_a_scale_up_then_a_restart_leaves_one_instance_per_nodeclaim() {
     let Some(world) = World::start("kill-9").await else {
@@ -201,6 +213,7 @@ async fn kill_9_during_a_scale_up_then_a_restart_leaves_one_instance_per_nodecla
     // The random kill point itself: nothing to poll for.
     tokio::time::sleep(delay).await;
     daemon.proc.kill();
+    eprintln!("round 1 killed at: {}", state_at_kill(&world).await);
 
     // Round 2: the restarted daemon (it waits out the dead one's Lease) is killed again
     // somewhere in its recovery, with more pods pending.
@@ -211,6 +224,7 @@ async fn kill_9_during_a_scale_up_then_a_restart_leaves_one_instance_per_nodecla
     eprintln!("round 2: kill -9 {delay:?} after leading");
     tokio::time::sleep(delay).await;
     daemon.proc.kill();
+    eprintln!("round 2 killed at: {}", state_at_kill(&world).await);
 
     // The last restart converges: every pod runs, every NodeClaim has exactly its instance, and
     // the garbage collector has taken any instance a killed launch left without one.

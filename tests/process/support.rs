@@ -74,13 +74,12 @@ where
     }
 }
 
-/// A free loopback port (bound, read, released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `N` distinct free loopback ports (all bound at once, read, released).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<std::net::TcpListener> = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| listeners[i].local_addr().unwrap().port())
 }
 
 /// This test's scratch directory, removed when the test passes.
@@ -411,8 +410,8 @@ impl World {
     /// Starts moto (seeded) and the cluster-only server, or `None` (after saying why) when the
     /// venv is missing and the run does not require it.
     pub async fn start(name: &str) -> Option<World> {
-        let moto = Moto::start().await?;
         let scratch = Scratch::new(name);
+        let moto = Moto::start_logging_to(Some(&scratch.path("moto.log"))).await?;
         let (eks_endpoint, queue_url) = seed_account(&moto).await;
         let kubeconfig = scratch.path("kubeconfig");
         let mut command = karpenter();
@@ -451,7 +450,7 @@ impl World {
     /// `CLUSTER_ENDPOINT` (discovered). `extra` adds or overrides variables.
     pub fn daemon(&self, extra: &[(&str, &str)]) -> Daemon {
         let index = self.daemons.fetch_add(1, Ordering::Relaxed);
-        let (metrics, health) = (free_port(), free_port());
+        let [metrics, health] = free_ports();
         let mut command = karpenter();
         command
             .arg("run")
