@@ -206,22 +206,32 @@ async fn kill_9_during_a_scale_up_then_a_restart_leaves_one_instance_per_nodecla
     let mut daemon: Daemon = world.daemon(&[]);
     world.until_leading_and_ready(&daemon).await;
 
-    // Round 1: killed somewhere between the pods' creation and their launches landing.
+    // Round 1: killed within moments of the first NodeClaim's creation, while its launch (and
+    // its siblings') is in flight.
     world.create_pods("first", 3).await;
-    let delay = random_delay(&mut seed, Duration::from_secs(4));
-    eprintln!("round 1: kill -9 {delay:?} after the pods");
+    let created = Instant::now();
+    while world.nodeclaims().await.is_empty() {
+        assert!(
+            created.elapsed() < SCALE_UP,
+            "no NodeClaim\n{}",
+            world.context(&[&daemon])
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let delay = random_delay(&mut seed, Duration::from_millis(400));
+    eprintln!("round 1: kill -9 {delay:?} after the first NodeClaim");
     // The random kill point itself: nothing to poll for.
     tokio::time::sleep(delay).await;
     daemon.proc.kill();
     eprintln!("round 1 killed at: {}", state_at_kill(&world).await);
 
-    // Round 2: the restarted daemon (it waits out the dead one's Lease) is killed again
-    // somewhere in its recovery, with more pods pending.
+    // Round 2: the restarted daemon (it waits out the dead one's Lease) is killed again at a
+    // random point of its recovery and a second scale-up.
     daemon = world.daemon(&[]);
     world.until_leading_and_ready(&daemon).await;
     world.create_pods("second", 2).await;
-    let delay = random_delay(&mut seed, Duration::from_secs(4));
-    eprintln!("round 2: kill -9 {delay:?} after leading");
+    let delay = random_delay(&mut seed, Duration::from_secs(3));
+    eprintln!("round 2: kill -9 {delay:?} after the pods");
     tokio::time::sleep(delay).await;
     daemon.proc.kill();
     eprintln!("round 2 killed at: {}", state_at_kill(&world).await);
