@@ -173,11 +173,7 @@ pub async fn discover(inputs: DiscoveryInputs<'_>) -> Result<ClusterInfo, Discov
         ),
         _ => {}
     }
-    let ca_bundle = match settings
-        .cluster_ca_bundle
-        .clone()
-        .filter(|b| !b.is_empty())
-    {
+    let ca_bundle = match settings.cluster_ca_bundle.clone().filter(|b| !b.is_empty()) {
         Some(bundle) => Some(bundle),
         None => kube_ca_bundle(inputs.kube_ca)
             .await
@@ -296,7 +292,10 @@ mod tests {
         assert_eq!(info.endpoint, KWOK_CLUSTER_ENDPOINT);
         assert_eq!(info.service_cidr.as_deref(), Some(KWOK_SERVICE_CIDR));
         assert_eq!(info.ca_bundle, None);
-        assert!(info.dns_ips.is_empty(), "no kube-dns Service in a bare emulator");
+        assert!(
+            info.dns_ips.is_empty(),
+            "no kube-dns Service in a bare emulator"
+        );
     }
 
     #[tokio::test]

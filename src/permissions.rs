@@ -178,37 +178,73 @@ const fn aws(action: &'static str, used_by: &'static str) -> AwsPermission {
 /// The AWS actions of `karpenter run` (not those of `karpenter interruption setup`, which an
 /// administrator runs once with their own credentials).
 pub const AWS: &[AwsPermission] = &[
-    aws("ec2:CreateFleet", "launches (one instant fleet per NodeClaim)"),
+    aws(
+        "ec2:CreateFleet",
+        "launches (one instant fleet per NodeClaim)",
+    ),
     aws(
         "ec2:RunInstances",
         "CreateFleet launches through it; EC2NodeClass validation (dry run)",
     ),
     aws("ec2:CreateLaunchTemplate", "launch templates per AMI group"),
-    aws("ec2:DeleteLaunchTemplate", "launch templates of deleted EC2NodeClasses"),
-    aws("ec2:CreateTags", "instance tags after launch (Name, nodeclaim)"),
-    aws("ec2:TerminateInstances", "termination and garbage collection"),
-    aws("ec2:DescribeInstances", "instance state, drift and garbage collection"),
+    aws(
+        "ec2:DeleteLaunchTemplate",
+        "launch templates of deleted EC2NodeClasses",
+    ),
+    aws(
+        "ec2:CreateTags",
+        "instance tags after launch (Name, nodeclaim)",
+    ),
+    aws(
+        "ec2:TerminateInstances",
+        "termination and garbage collection",
+    ),
+    aws(
+        "ec2:DescribeInstances",
+        "instance state, drift and garbage collection",
+    ),
     aws("ec2:DescribeInstanceTypes", "the instance-type catalogue"),
     aws("ec2:DescribeInstanceTypeOfferings", "offerings per zone"),
-    aws("ec2:DescribeAvailabilityZones", "zone ids; the aws readiness check"),
+    aws(
+        "ec2:DescribeAvailabilityZones",
+        "zone ids; the aws readiness check",
+    ),
     aws("ec2:DescribeSpotPriceHistory", "spot prices"),
     aws("ec2:DescribeSubnets", "EC2NodeClass subnet selectors"),
-    aws("ec2:DescribeSecurityGroups", "EC2NodeClass security group selectors"),
+    aws(
+        "ec2:DescribeSecurityGroups",
+        "EC2NodeClass security group selectors",
+    ),
     aws("ec2:DescribeImages", "EC2NodeClass AMI selectors"),
-    aws("ec2:DescribeLaunchTemplates", "finding launch templates made earlier"),
+    aws(
+        "ec2:DescribeLaunchTemplates",
+        "finding launch templates made earlier",
+    ),
     aws(
         "ec2:DescribeCapacityReservations",
         "not called yet (capacityReservationSelectorTerms are not resolved); kept from \
          Karpenter's policy so one role serves both",
     ),
     aws("ssm:GetParameter", "AMI aliases (al2023@latest ...)"),
-    aws("pricing:GetProducts", "on-demand prices (not with ISOLATED_VPC)"),
-    aws("sqs:GetQueueUrl", "the interruption queue (INTERRUPTION_QUEUE)"),
-    aws("sqs:GetQueueAttributes", "the interruption-queue readiness check"),
+    aws(
+        "pricing:GetProducts",
+        "on-demand prices (not with ISOLATED_VPC)",
+    ),
+    aws(
+        "sqs:GetQueueUrl",
+        "the interruption queue (INTERRUPTION_QUEUE)",
+    ),
+    aws(
+        "sqs:GetQueueAttributes",
+        "the interruption-queue readiness check",
+    ),
     aws("sqs:ReceiveMessage", "interruption messages"),
     aws("sqs:DeleteMessage", "interruption messages once handled"),
     aws("iam:GetInstanceProfile", "EC2NodeClass instance profiles"),
-    aws("iam:CreateInstanceProfile", "EC2NodeClass instance profiles"),
+    aws(
+        "iam:CreateInstanceProfile",
+        "EC2NodeClass instance profiles",
+    ),
     aws(
         "iam:TagInstanceProfile",
         "instance profiles are created with the cluster's tags",
@@ -216,7 +252,10 @@ pub const AWS: &[AwsPermission] = &[
     aws("iam:AddRoleToInstanceProfile", "EC2NodeClass spec.role"),
     aws("iam:RemoveRoleFromInstanceProfile", "a changed spec.role"),
     aws("iam:DeleteInstanceProfile", "deleted EC2NodeClasses"),
-    aws("iam:PassRole", "adding the node role to an instance profile"),
+    aws(
+        "iam:PassRole",
+        "adding the node role to an instance profile",
+    ),
     aws(
         "eks:DescribeCluster",
         "cluster discovery: the endpoint when CLUSTER_ENDPOINT is unset, the service CIDR for AL2023 (src/discovery.rs)",

@@ -18,7 +18,9 @@
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    reason = "integration test helpers: a failed unwrap is a failed test"
+    clippy::too_many_lines,
+    reason = "integration test helpers: a failed unwrap is a failed test; each test walks one \
+              scenario through its processes, which take seconds to start"
 )]
 
 #[path = "aws_moto/moto.rs"]

@@ -74,7 +74,7 @@ pub struct SimulateArgs {
     /// Serve only the cluster: the emulator (CRDs, namespaces, the kube-dns Service), the fake
     /// kube-scheduler and a fake kubelet that registers a Node for each NodeClaim with a provider
     /// id; no daemon and no kwok. Run `karpenter run --kubeconfig <the kubeconfig>` against it
-    /// (with AWS_ENDPOINT_URL for an AWS emulator such as moto). Runs until SIGTERM or Ctrl-C.
+    /// (with `AWS_ENDPOINT_URL` for an AWS emulator such as moto). Runs until SIGTERM or Ctrl-C.
     #[arg(
         long,
         requires = "serve",

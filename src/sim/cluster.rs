@@ -20,7 +20,7 @@ pub fn cluster_dns_ip() -> IpAddr {
     IpAddr::V4(KWOK_CLUSTER_DNS)
 }
 
-/// The `kube-dns` Service as EKS creates it (CoreDNS behind it on port 53).
+/// The `kube-dns` Service as EKS creates it (`CoreDNS` behind it on port 53).
 #[must_use]
 pub fn kube_dns_service() -> Service {
     let port = |name: &str, protocol: &str| ServicePort {
@@ -36,7 +36,10 @@ pub fn kube_dns_service() -> Service {
             labels: Some(
                 [
                     ("k8s-app".to_owned(), "kube-dns".to_owned()),
-                    ("eks.amazonaws.com/component".to_owned(), "kube-dns".to_owned()),
+                    (
+                        "eks.amazonaws.com/component".to_owned(),
+                        "kube-dns".to_owned(),
+                    ),
                 ]
                 .into(),
             ),

@@ -121,11 +121,11 @@ pub async fn serve_cluster(
             () = &mut stop => break,
             _ = ticks.tick() => {}
         }
-        let step = kubelet.tick().await;
-        totals.nodes_registered += step.registered;
-        totals.nodes_deleted += step.deleted;
-        totals.pods_started += step.pods_started;
-        totals.errors += step.errors;
+        let kubelet_step = kubelet.tick().await;
+        totals.nodes_registered += kubelet_step.registered;
+        totals.nodes_deleted += kubelet_step.deleted;
+        totals.pods_started += kubelet_step.pods_started;
+        totals.errors += kubelet_step.errors;
         let bound = scheduler.tick().await;
         totals.pods_bound += bound.bound.len();
         totals.errors += bound.errors;

@@ -405,13 +405,8 @@ impl FakeKubelet {
     }
 
     fn with_machines(deps: KubeletDeps, machines: Machines, config: KubeletConfig) -> Self {
-        let mut kubelet = Self::over_nodeclaims(
-            deps.client,
-            deps.view,
-            deps.clock,
-            &deps.region,
-            config,
-        );
+        let mut kubelet =
+            Self::over_nodeclaims(deps.client, deps.view, deps.clock, &deps.region, config);
         kubelet.machines = machines;
         kubelet
     }

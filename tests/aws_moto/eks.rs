@@ -63,7 +63,12 @@ async fn discovery_finds_endpoint_and_cidr_in_moto_and_names_a_missing_cluster()
     create_cluster(&moto, "defaulted", None).await;
 
     // The adapter reads what moto says about the cluster.
-    let described = moto.clients.eks.describe_cluster("discovered").await.unwrap();
+    let described = moto
+        .clients
+        .eks
+        .describe_cluster("discovered")
+        .await
+        .unwrap();
     let endpoint = described.endpoint.clone().unwrap();
     assert!(endpoint.starts_with("https://"), "{endpoint}");
     assert_eq!(described.service_ipv4_cidr.as_deref(), Some(SERVICE_CIDR));

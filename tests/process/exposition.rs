@@ -59,11 +59,9 @@ fn parse_value(text: &str) -> Result<f64, String> {
 }
 
 /// Parses `{a="x",b="y"}` at the start of `text`; returns the labels and the rest.
-fn parse_labels(text: &str) -> Result<(Vec<(String, String)>, &str), String> {
+fn parse_labels(text: &str) -> Result<(Labels, &str), String> {
     let mut labels = Vec::new();
-    let mut rest = text
-        .strip_prefix('{')
-        .ok_or("labels must start with {")?;
+    let mut rest = text.strip_prefix('{').ok_or("labels must start with {")?;
     loop {
         if let Some(after) = rest.strip_prefix('}') {
             return Ok((labels, after));
@@ -105,7 +103,9 @@ fn parse_labels(text: &str) -> Result<(Vec<(String, String)>, &str), String> {
 
 /// The family a sample belongs to, given the families declared so far.
 fn family_of<'a>(name: &'a str, families: &BTreeMap<String, String>) -> (&'a str, &'a str) {
-    for suffix in ["_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum", "_info"] {
+    for suffix in [
+        "_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum", "_info",
+    ] {
         if let Some(base) = name.strip_suffix(suffix)
             && families.contains_key(base)
         {
@@ -126,171 +126,211 @@ fn suffix_allowed(kind: &str, suffix: &str) -> bool {
     }
 }
 
+type Labels = Vec<(String, String)>;
+/// A histogram series: its family and its labels without `le`.
+type Series = (String, Labels);
+
+/// The state of one pass over an exposition.
+#[derive(Default)]
+struct Checker {
+    openmetrics: bool,
+    exposition: Exposition,
+    /// (family, HELP/TYPE/UNIT) seen.
+    metadata: BTreeSet<(String, String)>,
+    /// Families whose lines ended (another family's line came).
+    finished: BTreeSet<String>,
+    current: Option<String>,
+    /// (sample name, sorted labels) seen.
+    seen: BTreeSet<(String, Labels)>,
+    /// Families with samples.
+    sampled: BTreeSet<String>,
+    /// Histogram buckets (le, cumulative count) in order, and `_count`s.
+    buckets: BTreeMap<Series, Vec<(f64, f64)>>,
+    counts: BTreeMap<Series, f64>,
+}
+
+impl Checker {
+    /// The lines of `family` continue or begin here; a family may not come back.
+    fn enter(&mut self, family: &str) -> Result<(), String> {
+        if self.current.as_deref() != Some(family) {
+            if self.finished.contains(family) {
+                return Err(format!("family {family} appears in two places"));
+            }
+            if let Some(previous) = self.current.take() {
+                self.finished.insert(previous);
+            }
+            self.current = Some(family.to_owned());
+        }
+        Ok(())
+    }
+
+    /// `# HELP`, `# TYPE`, `# UNIT` (other comments only outside `OpenMetrics`).
+    fn comment(&mut self, comment: &str) -> Result<(), String> {
+        let mut parts = comment.trim_start().splitn(3, ' ');
+        let keyword = parts.next().unwrap_or("");
+        let (name, rest) = (parts.next().unwrap_or(""), parts.next());
+        match keyword {
+            "HELP" | "TYPE" | "UNIT" => {}
+            _ if self.openmetrics => return Err("unknown comment".to_owned()),
+            _ => return Ok(()),
+        }
+        if !is_metric_name(name) {
+            return Err(format!("metric name {name:?}"));
+        }
+        self.enter(name)?;
+        if !self.metadata.insert((name.to_owned(), keyword.to_owned())) {
+            return Err(format!("second # {keyword} for {name}"));
+        }
+        if keyword == "TYPE" {
+            let kind = rest.unwrap_or("");
+            let kind = if kind == "untyped" { "unknown" } else { kind };
+            if !TYPES.contains(&kind) {
+                return Err(format!("type {kind:?}"));
+            }
+            if self.sampled.contains(name) {
+                return Err(format!("# TYPE of {name} after its samples"));
+            }
+            self.exposition
+                .families
+                .insert(name.to_owned(), kind.to_owned());
+        }
+        Ok(())
+    }
+
+    /// A sample: a name, optional labels, a value, an optional timestamp.
+    fn sample(&mut self, line: &str) -> Result<(), String> {
+        let name_end = line.find(['{', ' ']).ok_or("no value")?;
+        let name = &line[..name_end];
+        if !is_metric_name(name) {
+            return Err(format!("metric name {name:?}"));
+        }
+        let (labels, rest) = if line[name_end..].starts_with('{') {
+            parse_labels(&line[name_end..])?
+        } else {
+            (Vec::new(), &line[name_end..])
+        };
+        let fields: Vec<&str> = rest
+            .strip_prefix(' ')
+            .ok_or("no space before the value")?
+            .split(' ')
+            .collect();
+        if fields.len() > 2 || fields.iter().any(|f| f.is_empty()) {
+            return Err("expected a value and at most a timestamp".to_owned());
+        }
+        let value = parse_value(fields[0])?;
+        if let Some(timestamp) = fields.get(1) {
+            parse_value(timestamp)?;
+        }
+        let (family, suffix) = family_of(name, &self.exposition.families);
+        let Some(kind) = self.exposition.families.get(family).cloned() else {
+            if self.openmetrics {
+                return Err(format!("sample of {family} without a # TYPE"));
+            }
+            return self.record(name, family, labels);
+        };
+        if !suffix_allowed(&kind, suffix) {
+            return Err(format!("sample {name} in a {kind} family {family}"));
+        }
+        if matches!(kind.as_str(), "counter" | "histogram") && suffix != "_created" && value < 0.0 {
+            return Err("a negative count".to_owned());
+        }
+        if kind == "histogram" {
+            let series: Series = (
+                family.to_owned(),
+                labels.iter().filter(|(n, _)| n != "le").cloned().collect(),
+            );
+            match suffix {
+                "_bucket" => {
+                    let le = labels
+                        .iter()
+                        .find(|(n, _)| n == "le")
+                        .ok_or("a bucket without le")?;
+                    let bound = parse_value(&le.1)?;
+                    self.buckets.entry(series).or_default().push((bound, value));
+                }
+                "_count" => {
+                    self.counts.insert(series, value);
+                }
+                _ => {}
+            }
+        }
+        self.record(name, family, labels)
+    }
+
+    fn record(&mut self, name: &str, family: &str, mut labels: Labels) -> Result<(), String> {
+        self.enter(family)?;
+        self.sampled.insert(family.to_owned());
+        labels.sort();
+        if !self.seen.insert((name.to_owned(), labels)) {
+            return Err("the same sample twice".to_owned());
+        }
+        self.exposition.samples += 1;
+        Ok(())
+    }
+
+    /// Buckets cumulative and increasing, ending in `+Inf` equal to `_count`.
+    fn histograms(&self) -> Result<(), String> {
+        for (series, points) in &self.buckets {
+            let mut previous = (f64::NEG_INFINITY, 0.0);
+            for &(bound, count) in points {
+                if bound <= previous.0 || count < previous.1 {
+                    return Err(format!(
+                        "histogram {} {:?}: buckets not increasing at le={bound}",
+                        series.0, series.1
+                    ));
+                }
+                previous = (bound, count);
+            }
+            if previous.0 < f64::INFINITY {
+                return Err(format!(
+                    "histogram {} {:?} has no +Inf bucket",
+                    series.0, series.1
+                ));
+            }
+            if self.counts.get(series) != Some(&previous.1) {
+                return Err(format!(
+                    "histogram {} {:?}: +Inf bucket {} but _count {:?}",
+                    series.0,
+                    series.1,
+                    previous.1,
+                    self.counts.get(series)
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Checks `text`; the first problem names its line.
 pub fn check(text: &str) -> Result<Exposition, String> {
-    let openmetrics = text.contains("# EOF");
-    let mut exposition = Exposition::default();
-    let mut metadata: BTreeSet<(String, &str)> = BTreeSet::new();
-    let mut finished: BTreeSet<String> = BTreeSet::new();
-    let mut current: Option<String> = None;
-    let mut seen: BTreeSet<(String, Vec<(String, String)>)> = BTreeSet::new();
-    let mut sampled: BTreeSet<String> = BTreeSet::new();
-    // Histogram series (family, labels without le) -> (le, count) in order, and _count.
-    let mut buckets: BTreeMap<(String, Vec<(String, String)>), Vec<(f64, f64)>> = BTreeMap::new();
-    let mut counts: BTreeMap<(String, Vec<(String, String)>), f64> = BTreeMap::new();
+    let mut checker = Checker {
+        openmetrics: text.contains("# EOF"),
+        ..Checker::default()
+    };
     let lines: Vec<&str> = text.split('\n').collect();
     let last = lines.len() - 1;
     if !lines[last].is_empty() {
         return Err("the text does not end with a newline".to_owned());
     }
-    let mut switch_to = |family: &str, current: &mut Option<String>| -> Result<(), String> {
-        if current.as_deref() != Some(family) {
-            if finished.contains(family) {
-                return Err(format!("family {family} appears in two places"));
-            }
-            if let Some(previous) = current.take() {
-                finished.insert(previous);
-            }
-            *current = Some(family.to_owned());
-        }
-        Ok(())
-    };
     for (index, line) in lines[..last].iter().enumerate() {
         let at = |why: String| format!("line {}: {why}: {line:?}", index + 1);
         if *line == "# EOF" {
             if index + 1 != last {
                 return Err(at("# EOF before the end".to_owned()));
             }
-            continue;
-        }
-        if line.is_empty() {
+        } else if line.is_empty() {
             return Err(at("empty line".to_owned()));
-        }
-        if let Some(comment) = line.strip_prefix('#') {
-            let mut parts = comment.trim_start().splitn(3, ' ');
-            let keyword = parts.next().unwrap_or("");
-            let (name, rest) = (parts.next().unwrap_or(""), parts.next());
-            match keyword {
-                "HELP" | "TYPE" | "UNIT" => {}
-                _ if openmetrics => return Err(at("unknown comment".to_owned())),
-                _ => continue,
-            }
-            if !is_metric_name(name) {
-                return Err(at(format!("metric name {name:?}")));
-            }
-            switch_to(name, &mut current).map_err(at)?;
-            if !metadata.insert((name.to_owned(), keyword)) {
-                return Err(at(format!("second # {keyword} for {name}")));
-            }
-            if keyword == "TYPE" {
-                let kind = rest.unwrap_or("");
-                let kind = if kind == "untyped" { "unknown" } else { kind };
-                if !TYPES.contains(&kind) {
-                    return Err(at(format!("type {kind:?}")));
-                }
-                if sampled.contains(name) {
-                    return Err(at(format!("# TYPE of {name} after its samples")));
-                }
-                exposition.families.insert(name.to_owned(), kind.to_owned());
-            }
-            continue;
-        }
-        // A sample: name, optional labels, a value, an optional timestamp.
-        let name_end = line
-            .find(['{', ' '])
-            .ok_or_else(|| at("no value".to_owned()))?;
-        let name = &line[..name_end];
-        if !is_metric_name(name) {
-            return Err(at(format!("metric name {name:?}")));
-        }
-        let (labels, rest) = if line[name_end..].starts_with('{') {
-            parse_labels(&line[name_end..]).map_err(at)?
+        } else if let Some(comment) = line.strip_prefix('#') {
+            checker.comment(comment).map_err(at)?;
         } else {
-            (Vec::new(), &line[name_end..])
-        };
-        let fields: Vec<&str> = rest
-            .strip_prefix(' ')
-            .ok_or_else(|| at("no space before the value".to_owned()))?
-            .split(' ')
-            .collect();
-        if fields.is_empty() || fields.len() > 2 || fields.iter().any(|f| f.is_empty()) {
-            return Err(at("expected a value and at most a timestamp".to_owned()));
+            checker.sample(line).map_err(at)?;
         }
-        let value = parse_value(fields[0]).map_err(at)?;
-        if let Some(timestamp) = fields.get(1) {
-            parse_value(timestamp).map_err(at)?;
-        }
-        let (family, suffix) = family_of(name, &exposition.families);
-        let kind = exposition
-            .families
-            .get(family)
-            .cloned()
-            .unwrap_or_else(|| "unknown".to_owned());
-        if openmetrics && !exposition.families.contains_key(family) {
-            return Err(at(format!("sample of {family} without a # TYPE")));
-        }
-        if !suffix_allowed(&kind, suffix) {
-            return Err(at(format!("sample {name} in a {kind} family {family}")));
-        }
-        switch_to(family, &mut current).map_err(at)?;
-        sampled.insert(family.to_owned());
-        let mut key_labels = labels.clone();
-        key_labels.sort();
-        if !seen.insert((name.to_owned(), key_labels.clone())) {
-            return Err(at("the same sample twice".to_owned()));
-        }
-        if matches!(kind.as_str(), "counter" | "histogram") && suffix != "_created" && value < 0.0 {
-            return Err(at("a negative count".to_owned()));
-        }
-        if kind == "histogram" {
-            let without_le: Vec<(String, String)> =
-                key_labels.iter().filter(|(n, _)| n != "le").cloned().collect();
-            let series = (family.to_owned(), without_le);
-            match suffix {
-                "_bucket" => {
-                    let le = labels
-                        .iter()
-                        .find(|(n, _)| n == "le")
-                        .ok_or_else(|| at("a bucket without le".to_owned()))?;
-                    let bound = parse_value(&le.1).map_err(at)?;
-                    buckets.entry(series).or_default().push((bound, value));
-                }
-                "_count" => {
-                    counts.insert(series, value);
-                }
-                _ => {}
-            }
-        }
-        exposition.samples += 1;
     }
-    if openmetrics && lines.get(last.wrapping_sub(1)) != Some(&"# EOF") {
+    if checker.openmetrics && lines.get(last.wrapping_sub(1)) != Some(&"# EOF") {
         return Err("OpenMetrics text must end with # EOF".to_owned());
     }
-    for (series, points) in &buckets {
-        let mut previous = (f64::NEG_INFINITY, 0.0);
-        for &(bound, count) in points {
-            if bound <= previous.0 || count < previous.1 {
-                return Err(format!(
-                    "histogram {} {:?}: buckets not increasing at le={bound}",
-                    series.0, series.1
-                ));
-            }
-            previous = (bound, count);
-        }
-        if previous.0 != f64::INFINITY {
-            return Err(format!("histogram {} {:?} has no +Inf bucket", series.0, series.1));
-        }
-        if counts.get(series) != Some(&previous.1) {
-            return Err(format!(
-                "histogram {} {:?}: +Inf bucket {} but _count {:?}",
-                series.0,
-                series.1,
-                previous.1,
-                counts.get(series)
-            ));
-        }
-    }
-    Ok(exposition)
+    checker.histograms()?;
+    Ok(checker.exposition)
 }
 
 #[test]
@@ -316,14 +356,23 @@ fn the_checker_accepts_openmetrics_as_prometheus_client_writes_it() {
 #[test]
 fn the_checker_names_each_kind_of_problem() {
     let cases = [
-        ("# TYPE a counter\na_total 1\n# EOF\n# EOF\n", "# EOF before the end"),
+        (
+            "# TYPE a counter\na_total 1\n# EOF\n# EOF\n",
+            "# EOF before the end",
+        ),
         ("# TYPE a counter\na 1\n# EOF\n", "in a counter family"),
         ("# TYPE a gauge\na 1\na 2\n# EOF\n", "twice"),
         ("# TYPE a gauge\na{b=\"x\" 1\n# EOF\n", "expected , or }"),
         ("# TYPE a gauge\na{1b=\"x\"} 1\n# EOF\n", "label name"),
         ("# TYPE a gauge\na one\n# EOF\n", "not a number"),
-        ("# TYPE a gauge\n# TYPE b gauge\nb 1\na 1\n# EOF\n", "two places"),
-        ("# TYPE a gauge\n# TYPE a gauge\na 1\n# EOF\n", "second # TYPE"),
+        (
+            "# TYPE a gauge\n# TYPE b gauge\nb 1\na 1\n# EOF\n",
+            "two places",
+        ),
+        (
+            "# TYPE a gauge\n# TYPE a gauge\na 1\n# EOF\n",
+            "second # TYPE",
+        ),
         ("# TYPE a gauge\n\na 1\n# EOF\n", "empty line"),
         ("b 1\n# EOF\n", "without a # TYPE"),
         (

@@ -16,7 +16,7 @@ use crate::support::{World, instance_of, until};
 
 /// From a message on the queue to its NodeClaim deleted: one long poll (20 s) at most, plus the
 /// handling.
-const HANDLED: Duration = Duration::from_secs(60);
+const HANDLED: Duration = Duration::from_mins(1);
 
 fn event(source: &str, detail_type: &str, detail: &serde_json::Value) -> EventEntry {
     EventEntry {
@@ -126,11 +126,7 @@ async fn interruption_messages_delete_their_nodeclaims_and_leave_the_queue_empty
             "{attribute}: {attributes:?}"
         );
     }
-    for kind in [
-        "spot_interrupted",
-        "scheduled_change",
-        "instance_stopped",
-    ] {
+    for kind in ["spot_interrupted", "scheduled_change", "instance_stopped"] {
         let received = daemon
             .metric(&format!(
                 "karpenter_interruption_received_messages_total{{message_type=\"{kind}\"}}"

@@ -34,9 +34,8 @@ async fn sigterm_stops_the_daemon_in_time_with_exit_0_and_releases_the_lease() {
     let status = daemon.proc.wait_exit(TERMINATION_GRACE).await;
     let took = signalled.elapsed();
     let context = world.context(&[&daemon]);
-    let status = status.unwrap_or_else(|| {
-        panic!("still running {TERMINATION_GRACE:?} after SIGTERM\n{context}")
-    });
+    let status = status
+        .unwrap_or_else(|| panic!("still running {TERMINATION_GRACE:?} after SIGTERM\n{context}"));
     assert!(
         status.success(),
         "exit {status:?} after {took:?}\n{context}"
@@ -114,12 +113,12 @@ async fn two_daemons_never_both_act_and_the_standby_takes_over() {
             >= 2.0,
         "{context}"
     );
-    assert_eq!(
-        standby
-            .metric_sum("karpenter_nodeclaims_created_total")
-            .await,
-        0.0,
-        "the standby creates nothing\n{context}"
+    let created_by_standby = standby
+        .metric_sum("karpenter_nodeclaims_created_total")
+        .await;
+    assert!(
+        created_by_standby < 1.0,
+        "the standby created {created_by_standby} NodeClaims\n{context}"
     );
 
     // The leader goes; the standby takes the released Lease and acts.
@@ -244,9 +243,12 @@ async fn kill_9_during_a_scale_up_then_a_restart_leaves_one_instance_per_nodecla
     world.until_pods_run("second", 2, &[&daemon]).await;
     let mut last = String::new();
     let converged = async {
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let deadline = Instant::now() + Duration::from_mins(2);
         while Instant::now() < deadline {
-            if one_instance_per_nodeclaim(&world, &mut last).await.is_some() {
+            if one_instance_per_nodeclaim(&world, &mut last)
+                .await
+                .is_some()
+            {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;

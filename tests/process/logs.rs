@@ -45,8 +45,10 @@ fn the_line_check_tells_karpenters_lines_from_others() {
     assert!(not_a_log_line("serving http://127.0.0.1:8080/metrics").is_some());
     assert!(not_a_log_line(r#"{"level":"INFO","message":"no time or logger"}"#).is_some());
     assert!(
-        not_a_log_line(r#"{"level":"LOUD","time":"2026-01-01T00:00:00Z","logger":"l","message":"m"}"#)
-            .is_some()
+        not_a_log_line(
+            r#"{"level":"LOUD","time":"2026-01-01T00:00:00Z","logger":"l","message":"m"}"#
+        )
+        .is_some()
     );
 }
 

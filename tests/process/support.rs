@@ -42,7 +42,7 @@ pub const ONE_PER_NODE_CPU: &str = "1200m";
 /// Kubernetes' default termination grace: a SIGTERM'd daemon must be gone within it.
 pub const TERMINATION_GRACE: Duration = Duration::from_secs(30);
 /// Start-up of a daemon against moto: the catalogue (about 1,400 instance types) loads first.
-pub const STARTUP: Duration = Duration::from_secs(60);
+pub const STARTUP: Duration = Duration::from_mins(1);
 /// Pending pods to bound pods: batching (1 s idle), launch, registration, Ready, binding.
 pub const SCALE_UP: Duration = Duration::from_secs(90);
 
@@ -325,7 +325,10 @@ async fn seed_account(moto: &Moto) -> (String, String) {
         .unwrap();
     let vpc_id = vpc.vpc().unwrap().vpc_id().unwrap().to_owned();
     let mut subnets = Vec::new();
-    for (cidr, zone) in [("10.30.1.0/24", "us-west-2a"), ("10.30.2.0/24", "us-west-2b")] {
+    for (cidr, zone) in [
+        ("10.30.1.0/24", "us-west-2a"),
+        ("10.30.2.0/24", "us-west-2b"),
+    ] {
         let subnet = ec2
             .create_subnet()
             .vpc_id(&vpc_id)
@@ -366,7 +369,11 @@ async fn seed_account(moto: &Moto) -> (String, String) {
         .create_cluster()
         .name(CLUSTER)
         .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
-        .resources_vpc_config(VpcConfigRequest::builder().set_subnet_ids(Some(subnets)).build())
+        .resources_vpc_config(
+            VpcConfigRequest::builder()
+                .set_subnet_ids(Some(subnets))
+                .build(),
+        )
         .kubernetes_network_config(
             KubernetesNetworkConfigRequest::builder()
                 .service_ipv4_cidr(SERVICE_CIDR)
@@ -397,12 +404,10 @@ async fn seed_account(moto: &Moto) -> (String, String) {
     )
     .await;
     assert_eq!(status, Status::Success, "{}", String::from_utf8_lossy(&err));
-    let queue_url = karpenter_actors::ports::sqs::SqsApi::get_queue_url(
-        moto.clients.sqs.as_ref(),
-        CLUSTER,
-    )
-    .await
-    .unwrap();
+    let queue_url =
+        karpenter_actors::ports::sqs::SqsApi::get_queue_url(moto.clients.sqs.as_ref(), CLUSTER)
+            .await
+            .unwrap();
     (endpoint, queue_url)
 }
 
@@ -608,7 +613,12 @@ impl World {
         let ec2 = self.moto.raw_ec2().await;
         let out = ec2
             .describe_instances()
-            .filters(Filter::builder().name("tag-key").values("karpenter.sh/nodepool").build())
+            .filters(
+                Filter::builder()
+                    .name("tag-key")
+                    .values("karpenter.sh/nodepool")
+                    .build(),
+            )
             .filters(
                 Filter::builder()
                     .name("instance-state-name")
@@ -622,7 +632,7 @@ impl World {
         let mut found: Vec<(String, Option<String>)> = out
             .reservations()
             .iter()
-            .flat_map(|r| r.instances())
+            .flat_map(aws_sdk_ec2::types::Reservation::instances)
             .map(|i| {
                 let claim = i
                     .tags()
