@@ -10,6 +10,7 @@ pub mod cli;
 pub mod cloud;
 pub mod commands;
 pub mod daemon;
+pub mod discovery;
 pub mod emulator;
 pub mod http;
 pub mod kube;

@@ -134,6 +134,7 @@ fn deps(view: Arc<MemoryClusterView>, registry: &mut Registry) -> Deps {
             iam: Arc::new(KwokIam::default()),
             ssm: Arc::new(KwokSsm::default()),
             pricing: Arc::new(KwokPricing::new(1.0)),
+            eks: Arc::new(karpenter_actors::kwok::eks::KwokEks::default()),
         },
         unavailable: Arc::new(UnavailableOfferings::default()),
         cluster_info: ClusterInfo::default(),

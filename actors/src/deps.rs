@@ -13,6 +13,7 @@ use crate::ports::cloud_provider::CloudProvider;
 use crate::ports::cluster::ClusterApi;
 use crate::ports::cluster_view::ClusterView;
 use crate::ports::ec2::Ec2Api;
+use crate::ports::eks::EksApi;
 use crate::ports::eventbridge::EventBridgeApi;
 use crate::ports::iam::IamApi;
 use crate::ports::pricing::PricingApi;
@@ -30,6 +31,9 @@ pub struct AwsPorts {
     pub iam: Arc<dyn IamApi>,
     pub ssm: Arc<dyn SsmApi>,
     pub pricing: Arc<dyn PricingApi>,
+    /// `DescribeCluster`: the binary's cluster discovery (endpoint, service CIDR) before the
+    /// actors start.
+    pub eks: Arc<dyn EksApi>,
 }
 
 /// Everything the actors need, built once at startup and passed down.

@@ -982,6 +982,7 @@ async fn the_daemon_routes_class_changes_and_nodeclaim_deletions_to_the_class_ac
             iam: p.iam.clone(),
             ssm: p.ssm.clone(),
             pricing: Arc::new(KwokPricing::default()),
+            eks: Arc::new(karpenter_actors::kwok::eks::KwokEks::default()),
         },
         unavailable: Arc::new(UnavailableOfferings::default()),
         cluster_info: cluster_info(),

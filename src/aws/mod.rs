@@ -8,6 +8,7 @@
 //! [`karpenter_actors::ports::aws_error::AwsError`]s in one place ([`error::from_sdk`]).
 
 pub mod ec2;
+pub mod eks;
 pub mod error;
 pub mod eventbridge;
 pub mod iam;
@@ -107,6 +108,7 @@ pub struct AwsClients {
     pub iam: Arc<iam::IamAdapter>,
     pub ssm: Arc<ssm::SsmAdapter>,
     pub pricing: Arc<pricing::PricingAdapter>,
+    pub eks: Arc<eks::EksAdapter>,
     /// The region the SDK resolved (settings, environment, profile or IMDS); empty if none.
     pub region: String,
 }
@@ -146,6 +148,10 @@ impl AwsClients {
             )),
             pricing: Arc::new(pricing::PricingAdapter::new(
                 aws_sdk_pricing::Client::from_conf(pricing_config.build()),
+                retry,
+            )),
+            eks: Arc::new(eks::EksAdapter::new(
+                aws_sdk_eks::Client::new(&config),
                 retry,
             )),
             region,

@@ -3,7 +3,8 @@
 //! ```text
 //! settings (flags, env; validated) -> Kubernetes client (kubeconfig, else in-cluster)
 //!   -> version check (refuse < 1.26, warn > 1.33) -> AWS SDK adapters (AWS_ENDPOINT_URL for
-//!   emulators) -> DaemonAssembly::start (crate::daemon), leader-elected:
+//!   emulators) -> cluster discovery (crate::discovery: endpoint, service CIDR, CA, DNS)
+//!   -> DaemonAssembly::start (crate::daemon), leader-elected:
 //!      HTTP: METRICS_PORT (/metrics, /debug/actors, /debug/explain/), HEALTH_PROBE_PORT
 //!        (/healthz, /readyz with named checks: cache-synced, crds, aws, interruption-queue,
 //!        leader-election)
@@ -28,15 +29,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use k8s_openapi::api::core::v1::Service;
 use karpenter_actors::deps::AwsPorts;
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::providers::cloud_provider::{AwsProviderSettings, AwsProviders};
 use karpenter_actors::providers::pricing::PricingError;
 use karpenter_config::{Settings, SettingsError};
-use karpenter_core::domain::userdata::ClusterInfo;
 use karpenter_core::domain::version::{self, KubernetesVersion, VersionError, VersionVerdict};
-use kube::{Api, Client};
+use kube::Client;
 
 use super::Status;
 use crate::cloud::CloudSource;
@@ -82,6 +81,8 @@ pub enum RunError {
     Daemon(#[from] DaemonError),
     #[error("building the AWS providers")]
     Cloud(#[source] PricingError),
+    #[error(transparent)]
+    Discovery(crate::discovery::DiscoveryError),
 }
 
 impl RunError {
@@ -95,6 +96,7 @@ impl RunError {
             Self::Unsupported(e) => e.category(),
             Self::Daemon(e) => e.category(),
             Self::Cloud(_) => "cloud_provider",
+            Self::Discovery(e) => e.category(),
         }
     }
 }
@@ -197,46 +199,6 @@ pub async fn serve_until(
     Ok(exit)
 }
 
-/// The cluster DNS address: the `kube-system/kube-dns` Service's cluster IP, as Karpenter reads
-/// it. Not found or unreadable: none (the AMI family's bootstrap default applies), with a
-/// warning.
-pub async fn cluster_dns(client: &Client, err: &mut impl Write) -> Vec<std::net::IpAddr> {
-    let services: Api<Service> = Api::namespaced(client.clone(), "kube-system");
-    let address = match services.get_opt("kube-dns").await {
-        Ok(Some(service)) => service.spec.and_then(|s| s.cluster_ip),
-        Ok(None) => None,
-        Err(error) => {
-            let _ = writeln!(err, "warning: reading kube-system/kube-dns: {error}");
-            None
-        }
-    };
-    if let Some(Ok(ip)) = address.as_deref().map(str::parse) {
-        return vec![ip];
-    }
-    let _ = writeln!(
-        err,
-        "warning: no cluster IP on kube-system/kube-dns; nodes use their bootstrap's DNS default"
-    );
-    Vec::new()
-}
-
-/// Cluster facts from the settings: `CLUSTER_NAME`, `CLUSTER_ENDPOINT`, `CLUSTER_CA_BUNDLE`, and
-/// the DNS address. (Karpenter finds a missing endpoint with EKS `DescribeCluster`; without the
-/// EKS API here, set `CLUSTER_ENDPOINT`.)
-fn cluster_info(settings: &Settings, dns_ips: Vec<std::net::IpAddr>) -> ClusterInfo {
-    ClusterInfo {
-        name: settings.cluster_name.clone().unwrap_or_default(),
-        endpoint: settings
-            .cluster_endpoint
-            .as_ref()
-            .map(|url| url.as_str().to_owned())
-            .unwrap_or_default(),
-        ca_bundle: settings.cluster_ca_bundle.clone(),
-        dns_ips,
-        ..ClusterInfo::default()
-    }
-}
-
 async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunError> {
     let settings = Arc::new((*args.settings).clone());
     let gate = LeadershipGate::new();
@@ -261,6 +223,7 @@ async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunErro
     let clients =
         crate::aws::AwsClients::connect(&crate::aws::Connection::from_settings(&settings)).await;
     let aws = AwsPorts {
+        eks: clients.eks.clone(),
         ec2: clients.ec2.clone(),
         sqs: clients.sqs.clone(),
         eventbridge: clients.eventbridge.clone(),
@@ -268,14 +231,14 @@ async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunErro
         ssm: clients.ssm.clone(),
         pricing: clients.pricing.clone(),
     };
-    let cluster_info = cluster_info(&settings, cluster_dns(&client, err).await);
-    if cluster_info.endpoint.is_empty() {
-        let _ = writeln!(
-            err,
-            "warning: CLUSTER_ENDPOINT is not set; nodes' user data will not name the API server \
-             (Karpenter finds it with EKS DescribeCluster, which this build does not call)"
-        );
-    }
+    let cluster_info = crate::discovery::discover(crate::discovery::DiscoveryInputs {
+        settings: &settings,
+        eks: clients.eks.as_ref(),
+        client: &client,
+        kube_ca: crate::discovery::KubeCa::Config(args.kubeconfig.as_deref()),
+    })
+    .await
+    .map_err(RunError::Discovery)?;
     let provider_settings =
         AwsProviderSettings::from_settings(&settings, &clients.region, cluster_info.clone());
     // The cloud provider's own EC2 port is gated too, so a launch that started before the

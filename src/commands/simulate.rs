@@ -8,13 +8,18 @@
 //! change the cluster, and the daemon's endpoints beside it; the run then goes at wall-clock
 //! pace. Without `--scenario` it is an empty cluster with the daemon running, until Ctrl-C:
 //! `kubectl apply` an EC2NodeClass, a NodePool and some pods, and watch nodes come.
+//!
+//! `--serve ADDR --cluster-only` serves the cluster without the daemon and kwok
+//! (`crate::sim::cluster_only`): a `karpenter run` process brings the daemon, an AWS emulator
+//! (moto) the instances. The process-level tests (`tests/process`) run it that way.
 
 use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use crate::sim::scenario::file::{DEFAULT_SCENARIO, DEFAULT_SCENARIO_PATH};
+use crate::sim::cluster_only::{CLUSTER_ONLY_KUBELET, ClusterOnlyOptions, serve_cluster};
+use crate::sim::scenario::file::{DEFAULT_REGION, DEFAULT_SCENARIO, DEFAULT_SCENARIO_PATH};
 use clap::{Args, ValueEnum};
 use tokio::sync::{mpsc, oneshot};
 
@@ -66,6 +71,16 @@ pub struct SimulateArgs {
     /// address's IP, a free port].
     #[arg(long, value_name = "ADDR", requires = "serve")]
     pub daemon_addr: Option<SocketAddr>,
+    /// Serve only the cluster: the emulator (CRDs, namespaces, the kube-dns Service), the fake
+    /// kube-scheduler and a fake kubelet that registers a Node for each NodeClaim with a provider
+    /// id; no daemon and no kwok. Run `karpenter run --kubeconfig <the kubeconfig>` against it
+    /// (with `AWS_ENDPOINT_URL` for an AWS emulator such as moto). Runs until SIGTERM or Ctrl-C.
+    #[arg(
+        long,
+        requires = "serve",
+        conflicts_with_all = ["scenario", "chaos", "daemon_addr", "seed", "output"]
+    )]
+    pub cluster_only: bool,
 }
 
 /// Why the scenario the arguments name could not be loaded.
@@ -150,6 +165,12 @@ fn status_of(report: &Report) -> Status {
 
 /// Runs the command.
 pub fn run(args: &SimulateArgs, out: &mut impl Write, err: &mut impl Write) -> Status {
+    if args.cluster_only {
+        let Some(runtime) = super::current_thread_runtime(err) else {
+            return Status::Problems;
+        };
+        return runtime.block_on(serve_cluster_until(args, shutdown_signal(), out, err));
+    }
     if args.serve.is_some() {
         let Some(runtime) = super::current_thread_runtime(err) else {
             return Status::Problems;
@@ -192,10 +213,86 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write, err: &mut impl Write) -> S
     }
 }
 
+/// SIGTERM (how process supervisors and tests stop a server) or Ctrl-C.
 async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut terminate) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = terminate.recv() => return,
+                _ = tokio::signal::ctrl_c() => return,
+            }
+        }
+    }
     // Without a signal handler the run ends with its scenario, which is also fine.
     if tokio::signal::ctrl_c().await.is_err() {
         std::future::pending::<()>().await;
+    }
+}
+
+/// Serves the cluster only (`--cluster-only`) until `stop` completes: the testable core.
+pub async fn serve_cluster_until(
+    args: &SimulateArgs,
+    stop: impl Future<Output = ()>,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> Status {
+    let Some(addr) = args.serve else {
+        let _ = writeln!(
+            err,
+            "error: --cluster-only needs --serve ADDR (e.g. 127.0.0.1:8001)"
+        );
+        return Status::BadInput;
+    };
+    let kubeconfig = args
+        .kubeconfig
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(DEFAULT_KUBECONFIG_NAME));
+    let (announce, announced) = oneshot::channel::<String>();
+    let options = ClusterOnlyOptions {
+        api: addr,
+        kubeconfig: kubeconfig.clone(),
+        region: DEFAULT_REGION.to_owned(),
+        kubelet: CLUSTER_ONLY_KUBELET,
+        announce: Some(announce),
+    };
+    let serving = serve_cluster(options, stop);
+    let mut serving = std::pin::pin!(serving);
+    // Announce as soon as it listens, while the cluster keeps running.
+    let result = tokio::select! {
+        url = announced => {
+            if let Ok(url) = url {
+                let _ = writeln!(out, "serving the Kubernetes API emulator at {url} (cluster only)");
+                let _ = writeln!(out, "kubeconfig: {}", kubeconfig.display());
+                let _ = writeln!(
+                    out,
+                    "try: KUBECONFIG={} karpenter run (CLUSTER_NAME, AWS_REGION, AWS_ENDPOINT_URL)",
+                    kubeconfig.display()
+                );
+                let _ = out.flush();
+            }
+            serving.await
+        }
+        result = &mut serving => result,
+    };
+    match result {
+        Ok(totals) => {
+            let _ = writeln!(
+                err,
+                "stopped: {} node(s) registered, {} deleted, {} pod(s) bound, {} started, {} failed write(s)",
+                totals.nodes_registered,
+                totals.nodes_deleted,
+                totals.pods_bound,
+                totals.pods_started,
+                totals.errors
+            );
+            Status::Success
+        }
+        Err(error) => {
+            let _ = writeln!(err, "error: {}", karpenter_core::errors::chain(&error));
+            Status::Problems
+        }
     }
 }
 

@@ -1,7 +1,13 @@
-//! The fake kubelet (and the node controllers around it) for every kwok instance: what happens
-//! on a real node between EC2 saying `running` and kube-scheduler binding pods there.
+//! The fake kubelet (and the node controllers around it) for every machine: what happens on a
+//! real node between EC2 saying `running` and kube-scheduler binding pods there.
 //!
-//! Per instance, one [`FakeKubelet::tick`] at a time:
+//! The machines come from one of two places ([`Machines`]): kwok's EC2 instances (the
+//! simulation, where EC2 is in-process), or the NodeClaims that have a provider id (the
+//! cluster-only server of the process-level harness, where EC2 is somewhere else, e.g. moto):
+//! there a NodeClaim stands for its instance, `running` while it exists and gone once it is, as
+//! a real kubelet started by the user data Karpenter rendered from that NodeClaim.
+//!
+//! Per machine, one [`FakeKubelet::tick`] at a time:
 //!
 //! ```text
 //! running ──registration delay──> Node created: labels, capacity, allocatable, the NodeClaim's
@@ -20,7 +26,8 @@
 //!
 //! Labels and taints come from the instance's NodeClaim, found by provider id, as a real kubelet
 //! gets them from the user data Karpenter renders from it; capacity from the instance type
-//! (kwok's catalogue resolved as Karpenter does), allocatable from the NodeClaim when it has one.
+//! (kwok's catalogue resolved as Karpenter does) or, for NodeClaim machines, from the NodeClaim;
+//! allocatable from the NodeClaim when it has one.
 //! Reads come from the cluster store ([`ClusterView`]), writes go through the API like a
 //! kubelet's; a failed write is counted and retried next tick (the state only advances on
 //! success).
@@ -40,13 +47,13 @@ use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cloud_provider::parse_provider_id;
 use karpenter_actors::ports::cluster::ClusterApi as _;
 use karpenter_actors::ports::cluster_view::ClusterView;
-use karpenter_actors::ports::ec2::{Instance, InstanceState};
+use karpenter_actors::ports::ec2::{Instance, InstanceState, Tags};
 use karpenter_actors::providers::instance_types::{
     LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
 };
 use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::labels;
-use karpenter_core::domain::instance_type::InstanceType;
+use karpenter_core::domain::instance_type::{CapacityType, InstanceType};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt as _};
 use serde_json::json;
@@ -108,12 +115,21 @@ struct Tracked {
     failed: bool,
 }
 
-/// The fake kubelets of every kwok instance (see the module docs).
+/// Where the kubelet's machines come from (see the module docs).
+#[derive(Debug, Clone)]
+pub enum Machines {
+    /// kwok's EC2 instances.
+    Kwok(Arc<KwokEc2>),
+    /// The NodeClaims with a provider id, each standing for its instance.
+    NodeClaims,
+}
+
+/// The fake kubelets of every machine (see the module docs).
 pub struct FakeKubelet {
     nodes: Api<Node>,
     client: Client,
     cluster: KubeClusterApi,
-    ec2: Arc<KwokEc2>,
+    machines: Machines,
     view: Arc<dyn ClusterView>,
     clock: Arc<dyn Clock>,
     config: KubeletConfig,
@@ -131,7 +147,8 @@ impl std::fmt::Debug for FakeKubelet {
     }
 }
 
-/// What the fake kubelet is built from.
+/// What the fake kubelet of kwok's instances is built from ([`FakeKubelet::new`]; the NodeClaim
+/// machines take the same without `ec2`, [`FakeKubelet::over_nodeclaims`]).
 #[derive(Clone)]
 pub struct KubeletDeps {
     pub client: Client,
@@ -224,8 +241,14 @@ pub fn node_for(
         .and_then(|c| c.status.as_ref())
         .and_then(|s| s.provider_id.clone())
         .unwrap_or_else(|| format!("aws:///{}/{}", instance.zone, instance.id));
-    let capacity: BTreeMap<String, Quantity> =
-        resolved.map(|r| r.capacity.to_list()).unwrap_or_default();
+    let capacity: BTreeMap<String, Quantity> = resolved
+        .map(|r| r.capacity.to_list())
+        .or_else(|| {
+            claim
+                .and_then(|c| c.status.as_ref())
+                .map(|s| s.capacity.clone())
+        })
+        .unwrap_or_default();
     let allocatable = claim
         .and_then(|c| c.status.as_ref())
         .map(|s| s.allocatable.clone())
@@ -307,24 +330,123 @@ fn waiting_to_start(pod: &Pod) -> bool {
         && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
 }
 
+/// The instance a NodeClaim with a provider id stands for: its id and zone from the provider
+/// id, its type, capacity type and NodePool from the labels Karpenter put on it at launch, and a
+/// resource-name host name (`i-0123.us-west-2.compute.internal`). `None` until the NodeClaim has
+/// both the provider id and its instance-type label (the kubelet's labels come from it).
+#[must_use]
+pub fn instance_of_nodeclaim(claim: &NodeClaim, region: &str) -> Option<Instance> {
+    let provider_id = claim.status.as_ref()?.provider_id.as_deref()?;
+    let (zone, id) = parse_provider_id(provider_id).ok()?;
+    let claim_labels = claim.labels();
+    let instance_type = claim_labels
+        .get(labels::INSTANCE_TYPE)
+        .filter(|t| !t.is_empty())?
+        .clone();
+    let capacity_type = match claim_labels.get(labels::CAPACITY_TYPE).map(String::as_str) {
+        Some("spot") => CapacityType::Spot,
+        Some("reserved") => CapacityType::Reserved,
+        _ => CapacityType::OnDemand,
+    };
+    let tags = claim_labels
+        .get(labels::NODEPOOL)
+        .map(|pool| (labels::TAG_NODEPOOL.to_owned(), pool.clone()))
+        .into_iter()
+        .collect();
+    Some(Instance {
+        id: id.to_owned(),
+        instance_type,
+        zone: zone.to_owned(),
+        state: InstanceState::Running,
+        capacity_type,
+        private_dns_name: format!("{id}.{region}.compute.internal"),
+        tags,
+        subnet_id: String::new(),
+        image_id: String::new(),
+        launch_time: None,
+        security_group_ids: Vec::new(),
+        capacity_reservation_id: None,
+    })
+}
+
 impl FakeKubelet {
+    /// The kubelets of kwok's instances.
     #[must_use]
     pub fn new(deps: KubeletDeps, config: KubeletConfig) -> Self {
+        let machines = Machines::Kwok(Arc::clone(&deps.ec2));
+        Self::with_machines(deps, machines, config)
+    }
+
+    /// The kubelets of the NodeClaims with a provider id (`deps.ec2` is not used).
+    #[must_use]
+    pub fn over_nodeclaims(
+        client: Client,
+        view: Arc<dyn ClusterView>,
+        clock: Arc<dyn Clock>,
+        region: &str,
+        config: KubeletConfig,
+    ) -> Self {
         let reporter = kube::runtime::events::Reporter {
             controller: FIELD_MANAGER.to_owned(),
             instance: None,
         };
         Self {
-            nodes: Api::all(deps.client.clone()),
-            cluster: KubeClusterApi::new(deps.client.clone(), reporter),
-            client: deps.client,
-            ec2: deps.ec2,
-            view: deps.view,
-            clock: deps.clock,
+            nodes: Api::all(client.clone()),
+            cluster: KubeClusterApi::new(client.clone(), reporter),
+            client,
+            machines: Machines::NodeClaims,
+            view,
+            clock,
             config,
-            region: deps.region,
+            region: region.to_owned(),
             tracked: BTreeMap::new(),
             resolved: BTreeMap::new(),
+        }
+    }
+
+    fn with_machines(deps: KubeletDeps, machines: Machines, config: KubeletConfig) -> Self {
+        let mut kubelet =
+            Self::over_nodeclaims(deps.client, deps.view, deps.clock, &deps.region, config);
+        kubelet.machines = machines;
+        kubelet
+    }
+
+    /// Every machine now: kwok's instances, or one running instance per NodeClaim with a
+    /// provider id plus a terminated one for each tracked instance whose NodeClaim is gone.
+    fn machines(&self) -> Vec<Instance> {
+        match &self.machines {
+            Machines::Kwok(ec2) => ec2.instances(),
+            Machines::NodeClaims => {
+                let mut claims: Vec<Instance> = self
+                    .view
+                    .nodeclaims()
+                    .iter()
+                    .filter_map(|claim| instance_of_nodeclaim(claim, &self.region))
+                    .collect();
+                claims.sort_by(|a, b| a.id.cmp(&b.id));
+                let running: BTreeSet<String> = claims.iter().map(|i| i.id.clone()).collect();
+                let gone: Vec<Instance> = self
+                    .tracked
+                    .iter()
+                    .filter(|(id, t)| !t.deleted && !running.contains(*id))
+                    .map(|(id, t)| Instance {
+                        id: id.clone(),
+                        instance_type: String::new(),
+                        zone: String::new(),
+                        state: InstanceState::Terminated,
+                        capacity_type: CapacityType::OnDemand,
+                        private_dns_name: t.node.clone(),
+                        tags: Tags::new(),
+                        subnet_id: String::new(),
+                        image_id: String::new(),
+                        launch_time: None,
+                        security_group_ids: Vec::new(),
+                        capacity_reservation_id: None,
+                    })
+                    .collect();
+                claims.extend(gone);
+                claims
+            }
         }
     }
 
@@ -379,7 +501,7 @@ impl FakeKubelet {
     pub async fn tick(&mut self) -> KubeletStep {
         let mut step = KubeletStep::default();
         let now = Instant::now();
-        for instance in self.ec2.instances() {
+        for instance in self.machines() {
             match instance.state {
                 InstanceState::Running => self.step_running(&instance, now, &mut step).await,
                 InstanceState::ShuttingDown | InstanceState::Terminated => {
@@ -434,7 +556,11 @@ impl FakeKubelet {
 
     async fn register(&mut self, instance: &Instance, now: Instant, step: &mut KubeletStep) {
         let claim = self.claim_of(instance);
-        let resolved = self.resolved(&instance.instance_type);
+        // A NodeClaim machine reports what its NodeClaim says; a kwok instance its catalogue type.
+        let resolved = match self.machines {
+            Machines::Kwok(_) => self.resolved(&instance.instance_type),
+            Machines::NodeClaims => None,
+        };
         let node = node_for(
             instance,
             claim.as_deref(),
@@ -758,6 +884,51 @@ mod tests {
             Some(&Quantity("2".into())),
             "capacity from the instance type"
         );
+    }
+
+    #[test]
+    fn a_launched_nodeclaim_stands_for_its_instance_and_its_node_carries_its_capacity() {
+        let mut launched = claim();
+        let mut labels_now = launched.labels().clone();
+        labels_now.insert(labels::INSTANCE_TYPE.to_owned(), "m5.large".to_owned());
+        labels_now.insert(labels::CAPACITY_TYPE.to_owned(), "on-demand".to_owned());
+        launched.metadata.labels = Some(labels_now);
+        if let Some(status) = launched.status.as_mut() {
+            status.capacity = [("cpu".to_owned(), Quantity("2".into()))].into();
+        }
+        let instance = instance_of_nodeclaim(&launched, "us-west-2").unwrap();
+        assert_eq!(instance.id, "i-0000000000000000a");
+        assert_eq!(instance.zone, "us-west-2a");
+        assert_eq!(instance.instance_type, "m5.large");
+        assert_eq!(instance.capacity_type, CapacityType::OnDemand);
+        assert_eq!(
+            instance.private_dns_name,
+            "i-0000000000000000a.us-west-2.compute.internal"
+        );
+        let node = node_for(
+            &instance,
+            Some(&launched),
+            None,
+            "us-west-2",
+            Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        );
+        let status = node.status.unwrap_or_default();
+        assert_eq!(
+            status.capacity.unwrap_or_default().get("cpu"),
+            Some(&Quantity("2".into())),
+            "capacity from the NodeClaim"
+        );
+        assert_eq!(
+            node.metadata
+                .labels
+                .unwrap_or_default()
+                .get(labels::INSTANCE_TYPE)
+                .map(String::as_str),
+            Some("m5.large")
+        );
+
+        // Not yet launched (no instance type label): no machine.
+        assert!(instance_of_nodeclaim(&claim(), "us-west-2").is_none());
     }
 
     #[test]

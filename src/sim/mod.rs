@@ -4,17 +4,24 @@
 //!
 //! ```text
 //! scenario (file -> load) -> Simulation
-//!   world     kwok's AWS account (EC2, SQS, EventBridge, IAM, SSM, Pricing) as the daemon's
+//!   world     kwok's AWS account (EC2, SQS, EventBridge, IAM, SSM, Pricing, EKS) as the daemon's
 //!             AWS ports, and the chaos hooks on it
 //!   clock     simulated wall time for the emulator, kwok and the actors
+//!   cluster   what EKS holds before Karpenter (the kube-dns Service), for the cluster-only server
 //!   workloads Deployments as the ReplicaSet controller runs them -> pods
 //!   kubelet   instances -> Nodes (registration, Ready, startup taints), pods Running
 //!   binder    the kube-scheduler: pods -> bindings on Ready nodes, or Unschedulable
 //!   report    what a run measured -> table or JSON
 //! ```
+//!
+//! [`cluster_only`] serves the same cluster without the daemon and kwok (`simulate --serve ADDR
+//! --cluster-only`): the kubelet over NodeClaims and the scheduler, for a `karpenter run` process
+//! against moto.
 
 pub mod binder;
 pub mod clock;
+pub mod cluster;
+pub mod cluster_only;
 pub mod kubelet;
 pub mod report;
 pub mod scenario;

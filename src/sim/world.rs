@@ -1,6 +1,7 @@
-//! The simulated AWS account: kwok's EC2, SQS, EventBridge, IAM, SSM and Pricing wired together
-//! (spot interruption warnings flow EC2 -> EventBridge -> the interruption queue), as the
-//! daemon's AWS ports. Also the chaos hooks a scenario uses on them.
+//! The simulated AWS account: kwok's EC2, SQS, EventBridge, IAM, SSM, Pricing and EKS (the
+//! cluster the daemon discovers) wired together (spot interruption warnings flow EC2 ->
+//! EventBridge -> the interruption queue), as the daemon's AWS ports. Also the chaos hooks a
+//! scenario uses on them.
 //!
 //! Data flow: `karpenter simulate` and the tests build a [`KwokAws`] with the simulated clock,
 //! hand [`KwokAws::ports`] to the daemon's `Deps`, create the interruption queue and its
@@ -16,6 +17,7 @@ use crate::sim::scenario::file::{AwsService, CapacityPool};
 use karpenter_actors::deps::AwsPorts;
 use karpenter_actors::interruption::setup;
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
+use karpenter_actors::kwok::eks::KwokEks;
 use karpenter_actors::kwok::eventbridge::KwokEventBridge;
 use karpenter_actors::kwok::faults::Faults;
 use karpenter_actors::kwok::iam::KwokIam;
@@ -185,6 +187,9 @@ pub struct KwokAws {
     pub iam: Arc<KwokIam>,
     pub ssm: Arc<KwokSsm>,
     pub pricing: Arc<KwokPricing>,
+    /// The cluster itself (`DescribeCluster`): the daemon discovers its endpoint and service
+    /// CIDR here.
+    pub eks: Arc<KwokEks>,
 }
 
 impl KwokAws {
@@ -219,6 +224,7 @@ impl KwokAws {
                 IMAGE_ARM,
             )),
             pricing: Arc::new(KwokPricing::new(1.0)),
+            eks: Arc::new(KwokEks::with_cluster(&config.cluster_name)),
         })
     }
 
@@ -232,6 +238,7 @@ impl KwokAws {
             iam: self.iam.clone(),
             ssm: self.ssm.clone(),
             pricing: self.pricing.clone(),
+            eks: self.eks.clone(),
         }
     }
 

@@ -1,7 +1,8 @@
 //! The aws-sdk adapters of `src/aws` against `moto_server` on loopback: parsing of the catalogue
 //! calls, the launch path (and the AWS cloud provider launching through the adapters: launch
 //! templates, CreateFleet with an ICE fallback, list, delete), IAM instance profiles, SSM
-//! aliases, SQS and EventBridge, and injected faults with their structured error fields.
+//! aliases, SQS and EventBridge, EKS cluster discovery, and injected faults with their structured
+//! error fields.
 //!
 //! Each test starts its own moto through `scripts/moto_launcher.py` from the project venv
 //! (`scripts/venv.sh`). Without the venv a test prints why and passes, unless
@@ -16,6 +17,7 @@
               scenario against one moto server, which takes seconds to start"
 )]
 
+mod eks;
 mod moto;
 mod narrow;
 mod nodeclass;

@@ -12,6 +12,7 @@ const REQUIRE_MOTO: &str = "KARPENTER_REQUIRE_MOTO";
 const REGION: &str = "us-west-2";
 
 /// One moto server, stopped when dropped.
+#[derive(Debug)]
 pub struct Moto {
     child: Child,
     port: u16,
@@ -46,6 +47,11 @@ impl Moto {
     /// Starts moto, or returns `None` (after saying why) when the venv is missing and the run
     /// does not require it.
     pub async fn start() -> Option<Moto> {
+        Self::start_logging_to(None).await
+    }
+
+    /// [`Moto::start`], with moto's request log in `log` instead of the test's stderr.
+    pub async fn start_logging_to(log: Option<&std::path::Path>) -> Option<Moto> {
         let python = root().join(".venv/bin/python");
         if !python.exists() {
             let message = format!(
@@ -61,7 +67,10 @@ impl Moto {
             .args(["--region", REGION])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(match log {
+                Some(path) => Stdio::from(std::fs::File::create(path).expect("moto log file")),
+                None => Stdio::inherit(),
+            })
             .spawn()
             .expect("moto launcher starts");
         let stdout = child.stdout.take().expect("launcher stdout");
@@ -89,6 +98,24 @@ impl Moto {
     /// A raw EC2 client for setup the ports do not offer (VPCs, subnets).
     pub async fn raw_ec2(&self) -> aws_sdk_ec2::Client {
         aws_sdk_ec2::Client::new(
+            &connection(self.port, RetryPolicy::none())
+                .sdk_config()
+                .await,
+        )
+    }
+
+    /// The server's URL, for `AWS_ENDPOINT_URL`.
+    #[allow(
+        dead_code,
+        reason = "used by tests/process, which shares this file; not by every suite"
+    )]
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// A raw EKS client for setup (clusters).
+    pub async fn raw_eks(&self) -> aws_sdk_eks::Client {
+        aws_sdk_eks::Client::new(
             &connection(self.port, RetryPolicy::none())
                 .sdk_config()
                 .await,

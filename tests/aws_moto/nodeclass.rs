@@ -279,54 +279,65 @@ async fn providers_resolve_subnets_groups_amis_and_profiles(
     );
 }
 
-/// The actor over the same moto: the profile the provider part left is reused.
-async fn a_nodeclass_is_ready_and_its_deletion_cleans_up(moto: &Moto) {
-    let api = Arc::new(FakeClusterApi::new());
-    let view = Arc::new(MemoryClusterView::new());
-    let ec2: Arc<dyn Ec2Api> = moto.clients.ec2.clone();
-    let deps = NodeClassDeps {
-        cluster: Arc::new(MirroredClusterApi::new(Arc::clone(&api), Arc::clone(&view))),
-        view: view.clone(),
-        clock: Arc::new(SystemClock),
-        ec2: Arc::clone(&ec2),
-        subnets: Arc::new(SubnetProvider::new(Arc::clone(&ec2))),
-        security_groups: Arc::new(SecurityGroupProvider::new(Arc::clone(&ec2))),
-        amis: Arc::new(AmiProvider::new(Arc::clone(&ec2), moto.clients.ssm.clone())),
-        instance_profiles: Arc::new(InstanceProfileProvider::new(moto.clients.iam.clone())),
-        cluster_info: ClusterInfo {
-            name: CLUSTER.into(),
-            endpoint: "https://test-cluster.example.com".into(),
-            ca_bundle: None,
-            dns_ips: vec!["10.100.0.10".parse().unwrap()],
-            service_cidr: Some("10.100.0.0/16".into()),
-        },
-        region: REGION.into(),
-        kubernetes_version: ClusterVersion::default(),
-        cloud: None,
-    };
-    let mut metrics = prometheus_client::registry::Registry::default();
-    let kit = ActorKit::new(&mut metrics, KitOptions::default());
-    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
-    let family = root
-        .family::<NodeClassActor>(GroupSpec::one_for_one("nodeclasses"), deps)
+/// A `NodeClassActor` family over moto's adapters and fake Kubernetes ports, with one
+/// `EC2NodeClass` named `default` (AL2023 alias, discovery tags, `KarpenterNodeRole`).
+struct ClassUnderTest {
+    api: Arc<FakeClusterApi>,
+    view: Arc<MemoryClusterView>,
+    family: karpenter_actors::runtime::Family<NodeClassActor>,
+    root: karpenter_actors::runtime::RootGroup,
+}
+
+impl ClassUnderTest {
+    fn start(moto: &Moto, cluster_info: ClusterInfo) -> Self {
+        let api = Arc::new(FakeClusterApi::new());
+        let view = Arc::new(MemoryClusterView::new());
+        let ec2: Arc<dyn Ec2Api> = moto.clients.ec2.clone();
+        let deps = NodeClassDeps {
+            cluster: Arc::new(MirroredClusterApi::new(Arc::clone(&api), Arc::clone(&view))),
+            view: view.clone(),
+            clock: Arc::new(SystemClock),
+            ec2: Arc::clone(&ec2),
+            subnets: Arc::new(SubnetProvider::new(Arc::clone(&ec2))),
+            security_groups: Arc::new(SecurityGroupProvider::new(Arc::clone(&ec2))),
+            amis: Arc::new(AmiProvider::new(Arc::clone(&ec2), moto.clients.ssm.clone())),
+            instance_profiles: Arc::new(InstanceProfileProvider::new(moto.clients.iam.clone())),
+            cluster_info,
+            region: REGION.into(),
+            kubernetes_version: ClusterVersion::default(),
+            cloud: None,
+        };
+        let mut metrics = prometheus_client::registry::Registry::default();
+        let kit = ActorKit::new(&mut metrics, KitOptions::default());
+        let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+        let family = root
+            .family::<NodeClassActor>(GroupSpec::one_for_one("nodeclasses"), deps)
+            .unwrap();
+        let class: EC2NodeClass = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1",
+            "kind": "EC2NodeClass",
+            "metadata": {"name": "default", "uid": "uid-default", "generation": 1},
+            "spec": {
+                "subnetSelectorTerms": [{"tags": {DISCOVERY: CLUSTER}}],
+                "securityGroupSelectorTerms": [{"tags": {DISCOVERY: CLUSTER}}],
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "role": "KarpenterNodeRole",
+            },
+        }))
         .unwrap();
-    let class: EC2NodeClass = serde_json::from_value(serde_json::json!({
-        "apiVersion": "karpenter.k8s.aws/v1",
-        "kind": "EC2NodeClass",
-        "metadata": {"name": "default", "uid": "uid-default", "generation": 1},
-        "spec": {
-            "subnetSelectorTerms": [{"tags": {DISCOVERY: CLUSTER}}],
-            "securityGroupSelectorTerms": [{"tags": {DISCOVERY: CLUSTER}}],
-            "amiSelectorTerms": [{"alias": "al2023@latest"}],
-            "role": "KarpenterNodeRole",
-        },
-    }))
-    .unwrap();
-    api.seed_ec2nodeclass(class.clone());
-    view.put_ec2nodeclass(class);
-    let reconcile = || async {
-        family.ensure("default").unwrap();
-        family
+        api.seed_ec2nodeclass(class.clone());
+        view.put_ec2nodeclass(class);
+        Self {
+            api,
+            view,
+            family,
+            root,
+        }
+    }
+
+    async fn reconcile(&self) {
+        self.family.ensure("default").unwrap();
+        self.family
             .request(
                 "default",
                 Reconcile {
@@ -335,8 +346,73 @@ async fn a_nodeclass_is_ready_and_its_deletion_cleans_up(moto: &Moto) {
                 Duration::from_mins(1),
             )
             .await
+            .unwrap();
+    }
+
+    /// The class's Ready condition: status and message.
+    fn ready(&self) -> (ConditionStatus, String) {
+        let status = self.api.ec2nodeclass("default").unwrap().status.unwrap();
+        let ready = find(&status.conditions, READY).unwrap();
+        (ready.status, ready.message.clone())
+    }
+}
+
+/// Karpenter's readiness rule for AL2023 over moto: with the service CIDR discovered from moto's
+/// EKS the class is Ready; without one it is not, with Karpenter's message.
+#[actix::test]
+async fn an_al2023_nodeclass_is_ready_with_the_cidr_discovered_from_moto_eks() {
+    let Some(moto) = Moto::start().await else {
+        return;
     };
-    reconcile().await.unwrap();
+    network(&moto).await;
+    roles(&moto, &["KarpenterNodeRole"]).await;
+    crate::eks::create_cluster(&moto, CLUSTER, Some(crate::eks::SERVICE_CIDR)).await;
+    let discovered = crate::eks::discover_in(&moto, CLUSTER).await.unwrap();
+    assert_eq!(
+        discovered.service_cidr.as_deref(),
+        Some(crate::eks::SERVICE_CIDR)
+    );
+
+    let undiscovered = ClassUnderTest::start(
+        &moto,
+        ClusterInfo {
+            service_cidr: None,
+            ..discovered.clone()
+        },
+    );
+    undiscovered.reconcile().await;
+    assert_eq!(
+        undiscovered.ready(),
+        (
+            ConditionStatus::False,
+            "Failed to detect the cluster CIDR".to_owned()
+        )
+    );
+    undiscovered.root.stop().await;
+
+    let class = ClassUnderTest::start(&moto, discovered);
+    class.reconcile().await;
+    let (status, message) = class.ready();
+    assert_eq!(status, ConditionStatus::True, "{message}");
+    class.root.stop().await;
+}
+
+/// The actor over the same moto: the profile the provider part left is reused.
+async fn a_nodeclass_is_ready_and_its_deletion_cleans_up(moto: &Moto) {
+    let class = ClassUnderTest::start(
+        moto,
+        ClusterInfo {
+            name: CLUSTER.into(),
+            endpoint: "https://test-cluster.example.com".into(),
+            ca_bundle: None,
+            dns_ips: vec!["10.100.0.10".parse().unwrap()],
+            service_cidr: Some("10.100.0.0/16".into()),
+        },
+    );
+    let (api, view) = (Arc::clone(&class.api), Arc::clone(&class.view));
+    let ec2: Arc<dyn Ec2Api> = moto.clients.ec2.clone();
+    let reconcile = || class.reconcile();
+    reconcile().await;
     let status = api.ec2nodeclass("default").unwrap().status.unwrap();
     let conditions: Vec<(String, ConditionStatus, String)> = status
         .conditions
@@ -373,7 +449,7 @@ async fn a_nodeclass_is_ready_and_its_deletion_cleans_up(moto: &Moto) {
     deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
     api.seed_ec2nodeclass(deleting.clone());
     view.put_ec2nodeclass(deleting);
-    reconcile().await.unwrap();
+    reconcile().await;
     assert!(api.ec2nodeclass("default").is_none(), "finalizer removed");
     assert!(
         moto.clients
@@ -388,5 +464,5 @@ async fn a_nodeclass_is_ready_and_its_deletion_cleans_up(moto: &Moto) {
         .await
         .unwrap();
     assert!(left.is_empty(), "{left:?}");
-    root.stop().await;
+    class.root.stop().await;
 }

@@ -2,7 +2,8 @@
 //! (`/version`) and the cluster DNS address (the kube-dns Service).
 
 use k8s_openapi::api::core::v1::Service;
-use karpenter::commands::run::{RunError, check_version, cluster_dns};
+use karpenter::commands::run::{RunError, check_version};
+use karpenter::discovery::cluster_dns;
 use karpenter::emulator::{Emulator, EmulatorConfig};
 use karpenter_config::Settings;
 use karpenter_core::domain::version::VersionVerdict;
@@ -70,12 +71,7 @@ fn run_refuses_to_start_without_a_cluster_name() {
 async fn the_cluster_dns_address_comes_from_the_kube_dns_service() {
     let emulator = emulator("33");
     let client = emulator.client();
-    let mut err = Vec::new();
-    assert!(cluster_dns(&client, &mut err).await.is_empty());
-    assert!(
-        String::from_utf8_lossy(&err).contains("kube-system/kube-dns"),
-        "a missing service is a warning naming it"
-    );
+    assert_eq!(cluster_dns(&client).await.unwrap(), None);
     let service: Service = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
         "kind": "Service",
@@ -87,10 +83,8 @@ async fn the_cluster_dns_address_comes_from_the_kube_dns_service() {
         .create(&PostParams::default(), &service)
         .await
         .unwrap();
-    let mut err = Vec::new();
     assert_eq!(
-        cluster_dns(&client, &mut err).await,
-        ["10.100.0.10".parse::<std::net::IpAddr>().unwrap()]
+        cluster_dns(&client).await.unwrap(),
+        Some("10.100.0.10".parse::<std::net::IpAddr>().unwrap())
     );
-    assert!(err.is_empty());
 }

@@ -25,11 +25,9 @@ use crate::providers::cloud_provider::{
 use crate::providers::pricing::PricingError;
 use karpenter_core::domain::userdata::ClusterInfo;
 
-/// The API endpoint kwok's nodes are told to join (nothing listens there).
-pub const KWOK_CLUSTER_ENDPOINT: &str = "https://kwok.cluster.local";
-/// EKS's default service CIDR, which AL2023 user data needs.
-pub const KWOK_SERVICE_CIDR: &str = "10.100.0.0/16";
-/// The cluster DNS address inside [`KWOK_SERVICE_CIDR`].
+pub use super::eks::{KWOK_CLUSTER_ENDPOINT, KWOK_SERVICE_CIDR};
+/// The cluster DNS address inside [`KWOK_SERVICE_CIDR`] (`karpenter simulate` serves it as the
+/// `kube-system/kube-dns` Service).
 pub const KWOK_CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(10, 100, 0, 10);
 
 /// What kwok's cloud provider is built from.
@@ -62,7 +60,10 @@ impl KwokCloudError {
     }
 }
 
-/// Provider settings for a kwok cluster: Karpenter's defaults and made-up cluster facts.
+/// Provider settings for a kwok cluster: Karpenter's defaults and the cluster facts kwok's EKS
+/// reports ([`super::eks::KwokEks::cluster`]), for tests that build a cloud provider without a
+/// daemon. `karpenter simulate` does not use these facts: its daemon discovers them through
+/// kwok's EKS and the `kube-dns` Service, as `karpenter run` does (`src/discovery.rs`).
 #[must_use]
 pub fn settings(region: &str, cluster_name: &str) -> AwsProviderSettings {
     AwsProviderSettings {

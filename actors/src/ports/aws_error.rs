@@ -14,6 +14,7 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AwsService {
     Ec2,
+    Eks,
     Sqs,
     EventBridge,
     Iam,
@@ -26,6 +27,7 @@ impl AwsService {
     pub fn as_str(self) -> &'static str {
         match self {
             AwsService::Ec2 => "EC2",
+            AwsService::Eks => "EKS",
             AwsService::Sqs => "SQS",
             AwsService::EventBridge => "EventBridge",
             AwsService::Iam => "IAM",

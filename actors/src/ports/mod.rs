@@ -9,6 +9,7 @@ pub mod cloud_provider;
 pub mod cluster;
 pub mod cluster_view;
 pub mod ec2;
+pub mod eks;
 pub mod eventbridge;
 pub mod iam;
 pub mod pricing;

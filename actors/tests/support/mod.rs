@@ -112,6 +112,9 @@ fn aws_ports(clock: Arc<dyn Clock>) -> AwsPorts {
         iam: Arc::new(KwokIam::default()),
         ssm: Arc::new(KwokSsm::default()),
         pricing: Arc::new(KwokPricing::default()),
+        eks: Arc::new(karpenter_actors::kwok::eks::KwokEks::with_cluster(
+            "test-cluster",
+        )),
     }
 }
 

@@ -2,6 +2,8 @@
 //! and the inputs and options [`crate::daemon::DaemonAssembly`] builds a simulated daemon from.
 //!
 //! ```text
+//! cluster discovery (crate::discovery over kwok's EKS and the emulator: the endpoint and service
+//!   CIDR, found as `karpenter run` finds them; no kube-dns Service, so no DNS address)
 //! emulator client + kwok's AWS ports + CloudSource::Loaded (the AWS cloud provider of
 //!   `karpenter run`, over kwok's EC2 and Pricing, its catalogue loaded once before the actors
 //!   start: a simulation is shorter than the 12-hour refresh, and the first provisioning run
@@ -16,7 +18,7 @@ use karpenter_actors::daemon::StartOptions;
 use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::kwok::cloud_provider as kwok_cloud;
 use karpenter_actors::runtime::KitOptions;
-use karpenter_config::{HttpUrl, Settings};
+use karpenter_config::Settings;
 use kube::Client;
 
 use super::error::SimulationError;
@@ -24,11 +26,10 @@ use super::file::Scenario;
 use super::load::LoadedScenario;
 use crate::cloud::CloudSource;
 use crate::daemon::{ActorStart, DaemonAssembly, DaemonInputs, DaemonOptions};
+use crate::discovery::{DiscoveryInputs, KubeCa, discover};
 use crate::sim::clock::SimClock;
 use crate::sim::world::KwokAws;
 
-/// The API endpoint the simulated cluster claims to have (user data needs one).
-const SIMULATED_ENDPOINT: &str = "https://simulated.eks.amazonaws.com";
 /// The simulated daemon's name on the events it writes.
 const SIMULATED_IDENTITY: &str = "karpenter-simulated";
 
@@ -39,7 +40,6 @@ pub fn simulated_settings(scenario: &Scenario) -> Settings {
         cluster_name: Some(scenario.cluster_name.clone()),
         aws_region: Some(scenario.region.clone()),
         interruption_queue: Some(scenario.cluster_name.clone()),
-        cluster_endpoint: HttpUrl::parse(SIMULATED_ENDPOINT).ok(),
         disable_leader_election: true,
         feature_gates: scenario.feature_gates,
         ..Settings::default()
@@ -55,9 +55,21 @@ pub(super) async fn start_daemon(
     world: &KwokAws,
 ) -> Result<DaemonAssembly, SimulationError> {
     let scenario = &loaded.scenario;
-    let provider_settings = kwok_cloud::settings(&scenario.region, &scenario.cluster_name);
+    let settings = simulated_settings(scenario);
+    // Found as `karpenter run` finds them: the endpoint and service CIDR from kwok's EKS (no
+    // CLUSTER_ENDPOINT is set); the simulated cluster has no kube-dns Service.
+    let cluster_info = discover(DiscoveryInputs {
+        settings: &settings,
+        eks: world.eks.as_ref(),
+        client,
+        kube_ca: KubeCa::None,
+    })
+    .await
+    .map_err(SimulationError::Discovery)?;
+    let mut provider_settings = kwok_cloud::settings(&scenario.region, &scenario.cluster_name);
+    provider_settings.cluster = cluster_info;
     let inputs = DaemonInputs {
-        settings: Arc::new(simulated_settings(scenario)),
+        settings: Arc::new(settings),
         client: client.clone(),
         aws: world.ports(),
         cluster_info: provider_settings.cluster.clone(),

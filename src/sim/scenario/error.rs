@@ -29,6 +29,10 @@ pub enum SimulationError {
     Daemon(Box<DaemonError>),
     #[error("serving")]
     Serve(#[source] HttpError),
+    #[error("the cluster watchers stopped before their first list")]
+    Watchers,
+    #[error("discovering the simulated cluster")]
+    Discovery(#[source] crate::discovery::DiscoveryError),
 }
 
 impl From<DaemonError> for SimulationError {
@@ -49,6 +53,8 @@ impl SimulationError {
             Self::Seed { .. } => "seed",
             Self::Daemon(error) => error.category(),
             Self::Serve(error) => error.category(),
+            Self::Watchers => "watchers",
+            Self::Discovery(error) => error.category(),
         }
     }
 }

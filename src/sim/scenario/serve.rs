@@ -3,7 +3,7 @@
 //! and the daemon's endpoints beside it; [`Served`] tells the caller where.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use tokio::sync::oneshot;
 
@@ -32,6 +32,20 @@ pub struct ServeOptions {
     pub announce: Option<oneshot::Sender<Served>>,
 }
 
+/// Writes a kubeconfig whole, then renames it into place: whoever waits for the file never
+/// reads half of it.
+pub(crate) fn write_kubeconfig(path: &Path, contents: &str) -> Result<(), SimulationError> {
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, contents)
+        .and_then(|()| std::fs::rename(&partial, path))
+        .map_err(|source| {
+            SimulationError::Emulator(EmulatorError::Kubeconfig {
+                path: path.to_owned(),
+                source,
+            })
+        })
+}
+
 /// Serves the emulator and the daemon's endpoints; announces where.
 pub(super) async fn serve(
     options: &mut ServeOptions,
@@ -42,16 +56,7 @@ pub(super) async fn serve(
         .serve(options.api)
         .await
         .map_err(SimulationError::Emulator)?;
-    // Written whole, then renamed: whoever waits for the file never reads half of it.
-    let partial = options.kubeconfig.with_extension("partial");
-    std::fs::write(&partial, api.kubeconfig())
-        .and_then(|()| std::fs::rename(&partial, &options.kubeconfig))
-        .map_err(|source| {
-            SimulationError::Emulator(EmulatorError::Kubeconfig {
-                path: options.kubeconfig.clone(),
-                source,
-            })
-        })?;
+    write_kubeconfig(&options.kubeconfig, &api.kubeconfig())?;
     let daemon = http::serve(options.daemon, routes)
         .await
         .map_err(SimulationError::Serve)?;
