@@ -512,8 +512,8 @@ impl SqsApi for GatedSqs {
     }
 }
 
-/// The AWS ports of the actors with their writes behind `gate` (SSM, Pricing and EventBridge
-/// are not written by the actors).
+/// The AWS ports of the actors with their writes behind `gate` (SSM, Pricing, EventBridge and
+/// EKS are not written by the actors).
 #[must_use]
 pub fn gated_aws(aws: &AwsPorts, gate: &LeadershipGate) -> AwsPorts {
     AwsPorts {
@@ -529,6 +529,7 @@ pub fn gated_aws(aws: &AwsPorts, gate: &LeadershipGate) -> AwsPorts {
         eventbridge: Arc::clone(&aws.eventbridge),
         ssm: Arc::clone(&aws.ssm),
         pricing: Arc::clone(&aws.pricing),
+        eks: Arc::clone(&aws.eks),
     }
 }
 
