@@ -14,7 +14,9 @@
 //!           AfterSync: the store's first sync, the cloud provider built (a loaded source reads
 //!             its catalogue now), the actors started at once, then the pump (changes seen
 //!             meanwhile are delivered)
-//!   a root escalation -> Exit::Escalated; a lost lease -> Exit::LostLeadership
+//!   the AWS group (a second root: batchers, ICE expiry, launch-template janitor, catalogue
+//!     refresh) starts with the cloud provider, leading or not
+//!   a root escalation (either root) -> Exit::Escalated; a lost lease -> Exit::LostLeadership
 //! shutdown(grace): in-flight launches get `grace`, the actors stop, the lease is released, the
 //!   watchers and servers stop
 //! ```
@@ -212,6 +214,8 @@ pub struct DaemonAssembly {
     elector: Option<(oneshot::Sender<()>, JoinHandle<Ended>)>,
     pump: Option<JoinHandle<()>>,
     tasks: Vec<JoinHandle<()>>,
+    /// The AWS group's root (AWS cloud sources).
+    aws: Option<RootGroup>,
 }
 
 impl std::fmt::Debug for DaemonAssembly {
@@ -340,6 +344,7 @@ impl DaemonAssembly {
             metrics: Arc::clone(&shared_metrics),
         };
 
+        let aws;
         let (leading, elector, built) = match options.actors {
             ActorStart::WhenLeading(lease) => {
                 let (leading_tx, leading) = watch::channel(settings.disable_leader_election);
@@ -353,10 +358,14 @@ impl DaemonAssembly {
                 )
                 .await;
                 let mut built = cloud
-                    .build(Arc::clone(&view), Arc::clone(&clock), &readiness)
+                    .build(Arc::clone(&view), Arc::clone(&clock), &readiness, &kit)
                     .await
                     .map_err(DaemonError::Cloud)?;
-                tasks.extend(built.refresh.take());
+                aws = built.aws.take();
+                tasks.extend(
+                    aws.iter()
+                        .map(|root| report_escalation(root.clone(), Arc::clone(&exit_tx))),
+                );
                 tasks.push(start_when_leading(
                     slot.clone(),
                     kit.clone(),
@@ -374,10 +383,14 @@ impl DaemonAssembly {
                     .await
                     .map_err(|_| DaemonError::Sync)?;
                 let mut built = cloud
-                    .build(Arc::clone(&view), Arc::clone(&clock), &readiness)
+                    .build(Arc::clone(&view), Arc::clone(&clock), &readiness, &kit)
                     .await
                     .map_err(DaemonError::Cloud)?;
-                tasks.extend(built.refresh.take());
+                aws = built.aws.take();
+                tasks.extend(
+                    aws.iter()
+                        .map(|root| report_escalation(root.clone(), Arc::clone(&exit_tx))),
+                );
                 let mut actor_metrics = Registry::default();
                 let started = slot
                     .start(&kit, deps(&built), &mut actor_metrics, options.start)
@@ -406,6 +419,7 @@ impl DaemonAssembly {
             elector,
             pump: pump_task,
             tasks,
+            aws,
         })
     }
 
@@ -487,6 +501,10 @@ impl DaemonAssembly {
         self.slot
             .get()
             .is_some_and(|started| started.root.escalation().is_some())
+            || self
+                .aws
+                .as_ref()
+                .is_some_and(|aws| aws.escalation().is_some())
     }
 
     /// The disruption commands the actors decided (empty while no actors run).
@@ -523,6 +541,9 @@ impl DaemonAssembly {
     /// simulation's harness reads the first daemon's store) until [`Self::shutdown`].
     pub async fn stop_actors(&self) {
         self.slot.stop().await;
+        if let Some(aws) = &self.aws {
+            aws.stop().await;
+        }
         if let Some(pump) = &self.pump {
             pump.abort();
         }
@@ -538,6 +559,9 @@ impl DaemonAssembly {
             Vec::new()
         };
         self.slot.stop().await;
+        if let Some(aws) = &self.aws {
+            aws.stop().await;
+        }
         if let Some((stop, handle)) = self.elector {
             let _ = stop.send(());
             let _ = handle.await;

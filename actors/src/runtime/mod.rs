@@ -268,8 +268,9 @@ pub use fault::{
 };
 pub use group::{
     CHILD_SHUTDOWN_GRACE, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN,
-    DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, GroupRef, GroupSpec, RestartBackoff, RootGroup,
-    Strategy,
+    DEFAULT_MAX_RESTARTS, DEFAULT_PARK_FIRST, DEFAULT_PARK_MAX, DEFAULT_RESTART_WINDOW,
+    FAMILY_ESCALATION_MIN_KEYS, FAMILY_ESCALATION_PERCENT, GroupRef, GroupSpec, ParkChange,
+    ParkHook, ParkNotice, ParkPolicy, RestartBackoff, RootGroup, Strategy, family_escalation_limit,
 };
 pub use kit::{ActorKit, KitOptions};
 pub use metrics::{ActorMetrics, DropReason, HANDLER_DURATION_BUCKETS_SECONDS};
@@ -279,6 +280,7 @@ pub use reconciler::{
 };
 pub use registry::{
     ActorRegistry, ActorSnapshot, LatencySnapshot, MAX_LAST_ERROR_BYTES, RegistrySnapshot,
-    STATE_RUNNING, STATE_STARTING, STATE_STOPPING, STATE_SUSPENDED, SupervisorSnapshot,
+    STATE_PARKED, STATE_RUNNING, STATE_STARTING, STATE_STOPPING, STATE_SUSPENDED,
+    SupervisorSnapshot,
 };
 pub use task::{TaskFailed, Tasks};
