@@ -707,7 +707,7 @@ async fn a_member_that_keeps_failing_is_parked_while_its_family_and_siblings_kee
                 assert_eq!((*failures, *parkings), (6, 1));
                 assert_eq!(reason.category(), "panicked");
             }
-            other => panic!("expected a parking, got {other:?}"),
+            other @ ParkChange::Unparked { .. } => panic!("expected a parking, got {other:?}"),
         }
     }
 

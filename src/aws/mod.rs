@@ -131,14 +131,13 @@ where
                 .map_err(|e| error::from_sdk(service, operation, &e))
         }
     });
-    match tokio::time::timeout(deadline, attempts).await {
-        Ok(result) => result,
-        Err(_) => {
+    tokio::time::timeout(deadline, attempts)
+        .await
+        .unwrap_or_else(|_| {
             let error = AwsError::timeout(service, operation, "operation", Some(deadline));
             error.log();
             Err(error)
-        }
-    }
+        })
 }
 
 /// Where and as whom to connect; built from [`Settings`], overridable in tests.

@@ -33,7 +33,6 @@ impl Default for CatalogueStatus {
 
 impl CatalogueStatus {
     /// `Ok` once a refresh succeeded; before that, why not.
-    #[must_use]
     pub fn get(&self) -> Result<(), String> {
         self.0
             .lock()

@@ -508,7 +508,7 @@ impl Handler<ChildStopped> for GroupActor {
             match self.count_child_failure(report.child, now) {
                 ChildVerdict::Escalate(cause) => {
                     self.record.child_stopped(&label, &reason_text, false);
-                    self.escalate_with(cause, &report.reason);
+                    self.escalate_with(&cause, &report.reason);
                     return;
                 }
                 ChildVerdict::Park => {
@@ -795,10 +795,10 @@ impl GroupActor {
             "{child} needed more than {} restarts within {:?}",
             self.spec.max_restarts, self.spec.within
         );
-        self.escalate_with(cause, reason);
+        self.escalate_with(&cause, reason);
     }
 
-    fn escalate_with(&mut self, cause: String, reason: &StopReason) {
+    fn escalate_with(&mut self, cause: &str, reason: &StopReason) {
         self.phase = GroupPhase::Suspended;
         self.record.set_phase(STATE_SUSPENDED);
         self.record.escalated();
