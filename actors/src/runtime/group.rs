@@ -505,7 +505,7 @@ impl Handler<ChildStopped> for GroupActor {
             .per_child()
             .filter(|_| matches!(&*child.target, ChildTarget::Actor { .. }));
         if let Some(policy) = per_child {
-            match self.count_child_failure(report.child, now) {
+            match self.count_child_failure(report.child, now, !report.reason.is_normal()) {
                 ChildVerdict::Escalate(cause) => {
                     self.record.child_stopped(&label, &reason_text, false);
                     self.escalate_with(&cause, &report.reason);
@@ -613,12 +613,15 @@ enum ChildVerdict {
 }
 
 impl GroupActor {
-    /// Counts a failure of `id` in its own window and in the group's set of failing children,
-    /// and decides (see the module docs).
-    fn count_child_failure(&mut self, id: ChildId, now: Instant) -> ChildVerdict {
+    /// Counts a restart of `id` in its own window and, when it `failed` (rather than a
+    /// permanent child stopping normally), in the group's set of failing children; decides (see
+    /// the module docs).
+    fn count_child_failure(&mut self, id: ChildId, now: Instant, failed: bool) -> ChildVerdict {
         let within = self.spec.within;
         let max_restarts = self.spec.max_restarts as usize;
-        self.failing.insert(id, now);
+        if failed {
+            self.failing.insert(id, now);
+        }
         self.failing
             .retain(|_, at| now.duration_since(*at) <= within);
         let members = self.children.len();
