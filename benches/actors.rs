@@ -1,5 +1,7 @@
 //! The actor kit against plain actix and a plain tokio mpsc channel: request round trip,
-//! one-way throughput, spawn+stop, and memory per idle actor at 10,000 actors.
+//! one-way throughput, spawn+stop, and memory per idle actor at 10,000 actors; and the AWS
+//! batcher actor's overhead per request (1, 100 and 1000 requests per window) against the plain
+//! tokio task it replaced.
 //!
 //! Run: `cargo bench --bench actors` (add `-- --quick` for a short run). Memory is measured
 //! with a counting global allocator before the timed benchmarks and printed as
@@ -16,8 +18,12 @@ use std::alloc::System;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use actix::{Actor, AsyncContext as _, Context, Handler, Message};
-use criterion::{Criterion, Throughput};
+use criterion::{BenchmarkId, Criterion, Throughput};
+use karpenter_actors::providers::batcher::{BatchKind, BatchWindow, Batcher, Executor};
 use karpenter_actors::runtime::{
     ActorCtx, ActorError, ActorKit, ActorRef, Family, GroupSpec, Handles, KitOptions, Mail,
     RestartPolicy, RootGroup, Supervised,
@@ -418,6 +424,117 @@ fn paired_round_trip(system: &actix::SystemRunner, s: &Setup) {
     );
 }
 
+// ---- the batcher ------------------------------------------------------------------------
+
+struct BenchBatch;
+
+impl BatchKind for BenchBatch {
+    const KIND: &'static str = "BenchBatcherActor";
+    const NAME: &'static str = "bench";
+    // The largest window of the bench fits twice.
+    const MAILBOX_CAPACITY: usize = 2 * 1000;
+    type Key = u8;
+    type Item = u32;
+    type Output = u32;
+}
+
+/// A window that only its size closes: the bench measures the batcher, not its timers.
+fn window(size: usize) -> BatchWindow {
+    BatchWindow {
+        idle: Duration::from_mins(10),
+        max_wait: Duration::from_mins(10),
+        max_items: size,
+    }
+}
+
+/// An executor that answers at once (the AWS call is not what is measured).
+fn echo() -> Executor<u8, u32, u32> {
+    Arc::new(|_key, items: Vec<u32>| Box::pin(async move { items }))
+}
+
+/// The tokio-task batcher the actor replaced (main before issue 15), reduced to what a full
+/// window exercises: an unbounded channel, one task owning the buckets and their deadline, a
+/// task per executed batch.
+struct TaskBatcher {
+    requests: mpsc::UnboundedSender<(u8, u32, oneshot::Sender<u32>)>,
+}
+
+impl TaskBatcher {
+    fn spawn(window: BatchWindow, executor: Executor<u8, u32, u32>) -> Self {
+        let (requests, mut receiver) = mpsc::unbounded_channel::<(u8, u32, oneshot::Sender<u32>)>();
+        tokio::spawn(async move {
+            type Bucket = (Vec<(u32, oneshot::Sender<u32>)>, tokio::time::Instant);
+            let mut buckets: HashMap<u8, Bucket> = HashMap::new();
+            loop {
+                let next = buckets.values().map(|(_, at)| *at + window.idle).min();
+                tokio::select! {
+                    request = receiver.recv() => {
+                        let Some((key, item, reply)) = request else { return };
+                        let bucket = buckets
+                            .entry(key)
+                            .or_insert_with(|| (Vec::new(), tokio::time::Instant::now()));
+                        bucket.0.push((item, reply));
+                        if bucket.0.len() >= window.max_items
+                            && let Some((full, _)) = buckets.remove(&key)
+                        {
+                            let (items, replies): (Vec<u32>, Vec<_>) = full.into_iter().unzip();
+                            let run = executor(key, items);
+                            tokio::spawn(async move {
+                                for (reply, output) in replies.into_iter().zip(run.await) {
+                                    let _ = reply.send(output);
+                                }
+                            });
+                        }
+                    }
+                    () = async { tokio::time::sleep_until(next.unwrap_or_else(tokio::time::Instant::now)).await }, if next.is_some() => {}
+                }
+            }
+        });
+        Self { requests }
+    }
+
+    async fn add(&self, key: u8, item: u32) -> u32 {
+        let (reply, output) = oneshot::channel();
+        self.requests.send((key, item, reply)).unwrap();
+        output.await.unwrap()
+    }
+}
+
+/// Per-request cost of the batcher actor and of the task it replaced, by window size: every
+/// sample adds `size` requests at once (one task polling them all) and waits for every output.
+fn batcher(c: &mut Criterion, system: &actix::SystemRunner, s: &Setup) {
+    let mut group = c.benchmark_group("batcher");
+    for size in [1_usize, 100, 1000] {
+        let count = u32::try_from(size).unwrap();
+        group.throughput(Throughput::Elements(size as u64));
+        let actor = system.block_on(async {
+            let batcher = Batcher::<BenchBatch>::new(window(size), echo());
+            batcher.start(&s.root).unwrap();
+            batcher
+        });
+        group.bench_with_input(BenchmarkId::new("actor", size), &size, |b, _| {
+            b.iter_custom(|iters| {
+                timed(system, iters, || async {
+                    let outputs =
+                        futures::future::join_all((0..count).map(|i| actor.add(1, i))).await;
+                    black_box(outputs);
+                })
+            });
+        });
+        let task = system.block_on(async { TaskBatcher::spawn(window(size), echo()) });
+        group.bench_with_input(BenchmarkId::new("tokio_task", size), &size, |b, _| {
+            b.iter_custom(|iters| {
+                timed(system, iters, || async {
+                    let outputs =
+                        futures::future::join_all((0..count).map(|i| task.add(1, i))).await;
+                    black_box(outputs);
+                })
+            });
+        });
+    }
+    group.finish();
+}
+
 fn main() {
     let system = actix::System::new();
     let s = setup(&system);
@@ -427,5 +544,6 @@ fn main() {
     round_trip(&mut c, &system, &s);
     throughput(&mut c, &system, &s);
     spawn_stop(&mut c, &system, &s);
+    batcher(&mut c, &system, &s);
     c.final_summary();
 }

@@ -1,23 +1,28 @@
-//! The cloud provider a daemon runs with, and the periodic refresh of its AWS catalogue.
+//! The cloud provider a daemon runs with, and the AWS actors behind it.
 //!
 //! Data flow: `karpenter run` builds [`AwsProviders`] over the SDK adapters
 //! ([`CloudSource::Aws`]), `karpenter simulate` names kwok's EC2 and Pricing
 //! ([`CloudSource::Loaded`]), and tests may hand in any provider ([`CloudSource::Ready`]). The
 //! AWS cloud provider reads NodePools and `EC2NodeClass`es from the daemon's store, which exists
 //! only once the watchers start, so [`CloudSource::build`] runs then (`crate::daemon` calls it).
-//! For the AWS source it also starts the catalogue refresh: instance types, offerings and prices
-//! are fetched at once (retried every [`CATALOGUE_RETRY`] until they load, reported by the
-//! `aws-catalogue` readiness check), then every [`CATALOGUE_REFRESH`] as Karpenter does. The
-//! loaded source fetches them once, before the build returns, and never again: a simulation is
-//! shorter than the refresh period, and its first provisioning run must see every instance type.
+//!
+//! For both AWS sources the build starts the AWS group ([`karpenter_actors::aws`]): a root of
+//! its own in the daemon's kit, started at once whether or not this replica leads, with the
+//! batchers, the ICE cache's expiry and the launch-template janitor. For the AWS source it also
+//! runs the catalogue refresh actor: instance types, offerings and prices are fetched at once
+//! (retried every [`CATALOGUE_RETRY`] until they load, reported by the `aws-catalogue`
+//! readiness check), then every [`CATALOGUE_REFRESH`] as Karpenter does. The loaded source
+//! fetches them once, before the build returns, and never again: a simulation is shorter than
+//! the refresh period, and its first provisioning run must see every instance type.
 //!
 //! The ICE cache (`UnavailableOfferings`) is the providers' own; [`BuiltCloud::unavailable`]
 //! hands the same instance to the daemon, so spot interruptions and launches mark the offerings
 //! the instance types read.
 
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::Arc;
 
+use karpenter_actors::aws::catalogue::CatalogueStatus;
+use karpenter_actors::aws::{AWS_GROUP, AwsActorOptions, AwsActors};
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cloud_provider::CloudProvider;
 use karpenter_actors::ports::cluster_view::ClusterView;
@@ -28,16 +33,11 @@ use karpenter_actors::providers::cloud_provider::{
 };
 use karpenter_actors::providers::pricing::PricingError;
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
-use tokio::task::JoinHandle;
+use karpenter_actors::runtime::{ActorKit, GroupSpec, RootGroup, SpawnError};
 
 use crate::http::HealthChecks;
 
-/// How often the catalogue and prices are fetched again (Karpenter: 12 hours).
-pub const CATALOGUE_REFRESH: Duration = Duration::from_hours(12);
-/// How soon a failed refresh is tried again.
-pub const CATALOGUE_RETRY: Duration = Duration::from_mins(1);
-/// The readiness check that stays failing until the first refresh succeeds.
-pub const CATALOGUE_CHECK: &str = "aws-catalogue";
+pub use karpenter_actors::aws::catalogue::{CATALOGUE_CHECK, CATALOGUE_REFRESH, CATALOGUE_RETRY};
 
 /// Where the daemon's cloud provider comes from (see the module docs).
 #[derive(Debug)]
@@ -62,13 +62,15 @@ pub enum CloudSource {
     },
 }
 
-/// Why the cloud provider could not be built (only a loaded source can fail).
+/// Why the cloud provider could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum CloudError {
     #[error("building the AWS providers")]
     Providers(#[source] PricingError),
     #[error("loading the AWS catalogue")]
     Catalogue(#[source] RefreshError),
+    #[error("starting the AWS actors")]
+    Actors(#[source] SpawnError),
 }
 
 impl CloudError {
@@ -78,33 +80,49 @@ impl CloudError {
         match self {
             Self::Providers(error) => error.category(),
             Self::Catalogue(error) => error.category(),
+            Self::Actors(error) => error.category(),
         }
     }
 }
 
-/// The cloud provider, its ICE cache and the refresh task (AWS only).
+/// The cloud provider, its ICE cache and the AWS group its actors run in (AWS sources only).
 #[derive(Debug)]
 pub struct BuiltCloud {
     pub cloud: Arc<dyn CloudProvider>,
     pub unavailable: Arc<UnavailableOfferings>,
-    pub refresh: Option<JoinHandle<()>>,
+    /// The AWS group: its escalation ends the process as the actors' does; stop it last.
+    pub aws: Option<RootGroup>,
+}
+
+/// Starts the AWS group as a root of `kit` and the actors of `providers` in it.
+fn start_aws(
+    kit: &ActorKit,
+    providers: &AwsProviders,
+    options: AwsActorOptions,
+) -> Result<RootGroup, CloudError> {
+    let root = kit
+        .root(GroupSpec::one_for_one(AWS_GROUP))
+        .map_err(CloudError::Actors)?;
+    AwsActors::start(&root, providers, options).map_err(CloudError::Actors)?;
+    Ok(root)
 }
 
 impl CloudSource {
-    /// Builds the provider over the daemon's store; for AWS starts the refresh and adds its
-    /// check to `readiness`, for a loaded source loads the catalogue first. Must run on a tokio
-    /// runtime.
+    /// Builds the provider over the daemon's store and starts the AWS group in `kit` (inside
+    /// its actix system); for AWS starts the refresh and adds its check to `readiness`, for a
+    /// loaded source loads the catalogue first.
     pub async fn build(
         self,
         view: Arc<dyn ClusterView>,
         clock: Arc<dyn Clock>,
         readiness: &HealthChecks,
+        kit: &ActorKit,
     ) -> Result<BuiltCloud, CloudError> {
         Ok(match self {
             CloudSource::Ready { cloud, unavailable } => BuiltCloud {
                 cloud,
                 unavailable,
-                refresh: None,
+                aws: None,
             },
             CloudSource::Loaded {
                 ec2,
@@ -113,12 +131,13 @@ impl CloudSource {
             } => {
                 let providers =
                     AwsProviders::new(ec2, pricing, &settings).map_err(CloudError::Providers)?;
+                let aws = start_aws(kit, &providers, AwsActorOptions::default())?;
                 providers.refresh().await.map_err(CloudError::Catalogue)?;
                 let unavailable = Arc::clone(&providers.unavailable);
                 BuiltCloud {
                     cloud: Arc::new(AwsCloudProvider::new(view, providers, clock, &settings)),
                     unavailable,
-                    refresh: None,
+                    aws: Some(aws),
                 }
             }
             CloudSource::Aws {
@@ -126,48 +145,23 @@ impl CloudSource {
                 settings,
             } => {
                 let unavailable = Arc::clone(&providers.unavailable);
-                let status: Arc<Mutex<Result<(), String>>> =
-                    Arc::new(Mutex::new(Err("not loaded yet".to_owned())));
-                let reader = Arc::clone(&status);
-                readiness.add(CATALOGUE_CHECK, move || {
-                    reader
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .clone()
-                });
-                let refresh = tokio::spawn(refresh_forever(providers.clone(), status));
+                let status = CatalogueStatus::default();
+                let reader = status.clone();
+                readiness.add(CATALOGUE_CHECK, move || reader.get());
+                let aws = start_aws(
+                    kit,
+                    &providers,
+                    AwsActorOptions {
+                        refresh: Some(status),
+                    },
+                )?;
                 let cloud = AwsCloudProvider::new(view, providers, clock, &settings);
                 BuiltCloud {
                     cloud: Arc::new(cloud),
                     unavailable,
-                    refresh: Some(refresh),
+                    aws: Some(aws),
                 }
             }
         })
-    }
-}
-
-/// Refreshes the catalogue now and then every [`CATALOGUE_REFRESH`]; a failure is retried
-/// after [`CATALOGUE_RETRY`]. Only the first load gates readiness: a later failure keeps the
-/// previous catalogue, as Karpenter does.
-async fn refresh_forever(providers: AwsProviders, status: Arc<Mutex<Result<(), String>>>) {
-    let mut loaded = false;
-    loop {
-        let wait = match providers.refresh().await {
-            Ok(()) => {
-                loaded = true;
-                *status.lock().unwrap_or_else(PoisonError::into_inner) = Ok(());
-                CATALOGUE_REFRESH
-            }
-            Err(error) => {
-                tracing::warn!(%error, category = error.category(), "refreshing the AWS catalogue");
-                if !loaded {
-                    *status.lock().unwrap_or_else(PoisonError::into_inner) =
-                        Err(format!("refreshing the AWS catalogue: {error}"));
-                }
-                CATALOGUE_RETRY
-            }
-        };
-        tokio::time::sleep(wait).await;
     }
 }

@@ -1,4 +1,5 @@
 //! The brain of karpenter.
+pub mod aws;
 pub mod cluster_index;
 pub mod daemon;
 pub mod deps;

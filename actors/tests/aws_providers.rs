@@ -32,8 +32,12 @@ use karpenter_actors::providers::instances::{
 };
 use karpenter_actors::providers::pricing::{PricingDeps, PricingProvider};
 use karpenter_actors::providers::retry::RetryingEc2;
-use karpenter_actors::providers::unavailable::{UNAVAILABLE_OFFERINGS_TTL, UnavailableOfferings};
+use karpenter_actors::providers::unavailable::{
+    UNAVAILABLE_OFFERINGS_TTL, UnavailableOfferings, UnavailableOfferingsActor,
+};
 use karpenter_actors::retry::RetryPolicy;
+use karpenter_actors::runtime::KitOptions;
+use karpenter_actors::testing::AwsTestKit;
 use karpenter_core::apis::labels::CAPACITY_TYPE;
 use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::instance_type::{InstanceType, order_by_price};
@@ -42,8 +46,10 @@ use karpenter_core::domain::requirements::{Requirement, Requirements};
 const REGION: &str = "us-west-2";
 const CLUSTER: &str = "test-cluster";
 
-/// kwok, the providers over it, and the zones of its subnets.
+/// kwok, the providers over it (their actors in the AWS group of a test kit), and the zones of
+/// its subnets.
 struct Env {
+    aws: AwsTestKit,
     kwok: Arc<KwokEc2>,
     sqs: Arc<KwokSqs>,
     events: Arc<KwokEventBridge>,
@@ -137,6 +143,9 @@ impl EnvBuilder {
             unavailable: Arc::clone(&unavailable),
             cluster_name: CLUSTER.into(),
         });
+        let aws = AwsTestKit::new(KitOptions::default());
+        instances.start(&aws.root).unwrap();
+        UnavailableOfferingsActor::start(&aws.root, &unavailable).unwrap();
         let subnets = kwok
             .subnets()
             .iter()
@@ -154,6 +163,7 @@ impl EnvBuilder {
         .await
         .unwrap();
         Env {
+            aws,
             kwok,
             sqs,
             events,
@@ -232,8 +242,9 @@ impl Env {
 
 const GENERAL: &[&str] = &["m5.large", "m5.xlarge", "c5.large", "m6i.large", "r5.large"];
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn launches_take_the_cheapest_offering_and_rank_types_by_price() {
+    tokio::time::pause();
     let env = EnvBuilder::new().build().await;
     let (a, b) = (env.zone(0), env.zone(1));
     for name in GENERAL {
@@ -279,8 +290,9 @@ async fn launches_take_the_cheapest_offering_and_rank_types_by_price() {
     assert_eq!(request.allocation_strategy, "lowest-price");
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn on_demand_prices_come_from_the_pricing_api_when_reachable() {
+    tokio::time::pause();
     let env = EnvBuilder::new().with_pricing_api().build().await;
     assert!((env.pricing.on_demand_price("m5.large").unwrap() - 0.096).abs() < 1e-9);
     env.pricing.update_on_demand_prices().await.unwrap();
@@ -292,8 +304,9 @@ async fn on_demand_prices_come_from_the_pricing_api_when_reachable() {
     );
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn an_insufficient_capacity_error_hides_the_offering_for_three_minutes() {
+    tokio::time::pause();
     let env = EnvBuilder::new().build().await;
     let a = env.zone(0);
     env.kwok
@@ -323,14 +336,14 @@ async fn an_insufficient_capacity_error_hides_the_offering_for_three_minutes() {
     };
     assert!(!offering(&env), "listed as unavailable at once");
 
-    tokio::time::advance(
+    tokio::time::sleep(
         UNAVAILABLE_OFFERINGS_TTL
             .checked_sub(Duration::from_secs(1))
             .unwrap(),
     )
     .await;
     assert!(!offering(&env));
-    tokio::time::advance(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(offering(&env), "available again after the TTL");
 
     // Every offering out of capacity: the launch fails as insufficient capacity.
@@ -353,8 +366,9 @@ async fn an_insufficient_capacity_error_hides_the_offering_for_three_minutes() {
     assert_eq!(error.category(), "insufficient_capacity");
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn a_hundred_concurrent_launches_become_a_handful_of_fleet_calls() {
+    tokio::time::pause();
     let env = Arc::new(EnvBuilder::new().build().await);
     let handles: Vec<_> = (0..100)
         .map(|i| {
@@ -373,10 +387,18 @@ async fn a_hundred_concurrent_launches_become_a_handful_of_fleet_calls() {
     let fleets = env.kwok.faults().count("CreateFleet");
     assert!((1..=3).contains(&fleets), "{fleets} CreateFleet calls");
     assert_eq!(env.kwok.instances().len(), 100);
+    // Every launch went through the CreateFleet batcher actor.
+    let snapshot = env.aws.kit.snapshot();
+    let batcher = snapshot
+        .actor("CreateFleetBatcherActor", "create-fleet")
+        .unwrap();
+    assert_eq!(batcher.handled_by_message["Add"], 100);
+    assert_eq!(batcher.restarts, 0);
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn a_retried_launch_returns_the_same_instance_even_after_a_lost_response() {
+    tokio::time::pause();
     let env = EnvBuilder::new().build().await;
     let launch = env.launch("retry", &[CapacityType::OnDemand], GENERAL);
     let first = env.instances.create(&launch).await.unwrap();
@@ -412,8 +434,9 @@ async fn a_retried_launch_returns_the_same_instance_even_after_a_lost_response()
     assert_eq!(env.kwok.faults().count("CreateFleet"), 3);
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn throttled_calls_recover_once_the_token_bucket_refills() {
+    tokio::time::pause();
     let env = EnvBuilder::new()
         .throttled(RetryPolicy {
             jitter: false,
@@ -450,8 +473,9 @@ async fn throttled_calls_recover_once_the_token_bucket_refills() {
     assert_eq!(error.status, Some(503));
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn instances_launch_pending_run_and_terminate_through_the_batchers() {
+    tokio::time::pause();
     let env = EnvBuilder::new().build().await;
     let launched = env
         .instances
@@ -461,7 +485,7 @@ async fn instances_launch_pending_run_and_terminate_through_the_batchers() {
     let instance = env.instances.get(&launched.id).await.unwrap();
     assert_eq!(instance.state, InstanceState::Pending);
     assert_eq!(instance.tags["karpenter.sh/nodepool"], "default");
-    tokio::time::advance(Duration::from_secs(16)).await;
+    tokio::time::sleep(Duration::from_secs(16)).await;
     assert_eq!(
         env.instances.get(&launched.id).await.unwrap().state,
         InstanceState::Running
@@ -486,7 +510,7 @@ async fn instances_launch_pending_run_and_terminate_through_the_batchers() {
         1,
         "no second terminate while shutting down"
     );
-    tokio::time::advance(Duration::from_secs(16)).await;
+    tokio::time::sleep(Duration::from_secs(16)).await;
     assert!(matches!(
         env.instances.get(&launched.id).await,
         Err(InstancesError::NotFound { .. })
@@ -494,8 +518,9 @@ async fn instances_launch_pending_run_and_terminate_through_the_batchers() {
     assert!(env.instances.list().await.unwrap().is_empty());
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn spot_interruptions_reach_the_interruption_queue() {
+    tokio::time::pause();
     let env = EnvBuilder::new().build().await;
     let url = env.sqs.create_queue(CLUSTER).await.unwrap();
     let arn = env.sqs.get_queue_arn(&url).await.unwrap();

@@ -26,7 +26,8 @@ use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::ports::ec2::{Ec2Api, InstanceState, LaunchTemplateData, LaunchTemplateRef};
 use karpenter_actors::providers::cloud_provider::AwsCloudProvider;
 use karpenter_actors::providers::launch_templates::LAUNCH_TEMPLATE_TTL;
-use karpenter_actors::testing::MemoryClusterView;
+use karpenter_actors::runtime::KitOptions;
+use karpenter_actors::testing::{AwsTestKit, MemoryClusterView};
 use karpenter_core::apis::conditions::{Condition, ConditionStatus};
 use karpenter_core::apis::ec2nodeclass::{
     Ami, AmiRequirement, EC2NodeClassStatus, SecurityGroup, Subnet,
@@ -44,6 +45,8 @@ const SECURITY_GROUP: &str = "sg-00000000000000001";
 const LAUNCH_LATENCY: Duration = Duration::from_secs(16);
 
 struct Env {
+    /// The AWS group the providers' actors (batchers, ICE expiry, janitor) run in.
+    aws: AwsTestKit,
     kwok: Arc<KwokEc2>,
     view: Arc<MemoryClusterView>,
     cloud: Arc<AwsCloudProvider>,
@@ -189,16 +192,23 @@ impl Env {
         let view = Arc::new(MemoryClusterView::new());
         view.put_ec2nodeclass(nodeclass(&kwok));
         view.put_nodepool(nodepool());
+        let aws = AwsTestKit::new(KitOptions::default());
         let cloud = cloud_provider(KwokCloudDeps {
             ec2: Arc::clone(&kwok),
             pricing: None,
             view: Arc::clone(&view) as _,
             clock,
             settings: settings(REGION, CLUSTER),
+            aws_group: (*aws.root).clone(),
         })
         .await
         .unwrap();
-        Env { kwok, view, cloud }
+        Env {
+            aws,
+            kwok,
+            view,
+            cloud,
+        }
     }
 
     fn zone(&self, index: usize) -> String {
@@ -257,8 +267,9 @@ fn provider_id(claim: &NodeClaim) -> String {
         .unwrap()
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn a_nodeclaim_becomes_the_cheapest_compatible_instance_with_karpenters_tags_and_user_data() {
+    tokio::time::pause();
     let env = Env::new().await;
     let zone = env.zone(1);
     let created = env.cloud.create(&od_claim("claim-a", &zone)).await.unwrap();
@@ -318,7 +329,7 @@ async fn a_nodeclaim_becomes_the_cheapest_compatible_instance_with_karpenters_ta
     }
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn the_launch_template_carries_the_ami_profile_groups_volumes_and_the_kubelet_labels_and_taints()
  {
     let env = Env::new().await;
@@ -383,8 +394,9 @@ async fn the_launch_template_carries_the_ami_profile_groups_volumes_and_the_kube
     }
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn insufficient_capacity_on_the_cheapest_offering_falls_back_to_the_next_and_hides_it() {
+    tokio::time::pause();
     let env = Env::new().await;
     let zone = env.zone(0);
     env.kwok
@@ -432,8 +444,9 @@ async fn insufficient_capacity_on_the_cheapest_offering_falls_back_to_the_next_a
     );
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn a_retried_create_of_the_same_nodeclaim_returns_the_same_instance() {
+    tokio::time::pause();
     let env = Env::new().await;
     let claim = od_claim("retry", &env.zone(0));
     let first = env.cloud.create(&claim).await.unwrap();
@@ -455,8 +468,9 @@ async fn a_retried_create_of_the_same_nodeclaim_returns_the_same_instance() {
     ));
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn spot_launches_pick_spot_and_tag_spot_requests() {
+    tokio::time::pause();
     let env = Env::new().await;
     let claim = nodeclaim(
         "spot",
@@ -473,8 +487,9 @@ async fn spot_launches_pick_spot_and_tag_spot_requests() {
     assert_eq!(data.spot_request_tags["karpenter.sh/nodepool"], "default");
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn delete_get_and_list_follow_the_instances() {
+    tokio::time::pause();
     let env = Env::new().await;
     let a = env
         .cloud
@@ -535,7 +550,7 @@ async fn delete_get_and_list_follow_the_instances() {
     assert!(shutting_down.metadata.deletion_timestamp.is_some());
     env.cloud.delete(&a).await.unwrap();
     assert_eq!(env.kwok.faults().count("TerminateInstances"), 1);
-    tokio::time::advance(LAUNCH_LATENCY).await;
+    tokio::time::sleep(LAUNCH_LATENCY).await;
     assert_eq!(state(&env), InstanceState::Terminated);
     let gone = env.cloud.delete(&a).await.unwrap_err();
     assert!(
@@ -553,8 +568,9 @@ async fn delete_get_and_list_follow_the_instances() {
     ));
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn drift_is_told_from_the_hash_the_ami_the_security_groups_and_the_subnet() {
+    tokio::time::pause();
     let env = Env::new().await;
     let created = env
         .cloud
@@ -620,8 +636,9 @@ async fn drift_is_told_from_the_hash_the_ami_the_security_groups_and_the_subnet(
     ));
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn a_class_not_ready_unknown_or_missing_stops_the_launch_with_karpenters_errors() {
+    tokio::time::pause();
     let env = Env::new().await;
     let claim = od_claim("blocked", &env.zone(0));
     let mut class = env.class();
@@ -654,8 +671,9 @@ async fn a_class_not_ready_unknown_or_missing_stops_the_launch_with_karpenters_e
     assert!(env.kwok.instances().is_empty());
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn launch_templates_expire_unused_are_recreated_and_go_with_their_class() {
+    tokio::time::pause();
     let env = Env::new().await;
     let zone = env.zone(0);
     env.cloud.create(&od_claim("lt-1", &zone)).await.unwrap();
@@ -675,6 +693,11 @@ async fn launch_templates_expire_unused_are_recreated_and_go_with_their_class() 
     tokio::time::sleep(LAUNCH_TEMPLATE_TTL * 3).await;
     assert!(env.kwok.launch_template_data(&name).is_none());
     assert!(env.cloud.providers().launch_templates.cached().is_empty());
+    let snapshot = env.aws.kit.snapshot();
+    let janitor = snapshot
+        .actor("LaunchTemplateJanitorActor", "launch-templates")
+        .unwrap();
+    assert!(janitor.handled_by_message["SweepTick"] >= 2, "{janitor:?}");
 
     // Re-created on demand.
     env.cloud.create(&od_claim("lt-3", &zone)).await.unwrap();
@@ -710,8 +733,9 @@ async fn launch_templates_expire_unused_are_recreated_and_go_with_their_class() 
     assert!(env.cloud.providers().launch_templates.cached().is_empty());
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn launch_subnets_debit_addresses_in_flight_and_credit_back_the_unused_zones() {
+    tokio::time::pause();
     let env = Env::new().await;
     let claim = nodeclaim(
         "ips",
@@ -740,8 +764,9 @@ async fn launch_subnets_debit_addresses_in_flight_and_credit_back_the_unused_zon
     }
 }
 
-#[tokio::test(start_paused = true)]
+#[actix::test]
 async fn validation_dry_runs_with_a_type_the_nodepools_could_launch() {
+    tokio::time::pause();
     let env = Env::new().await;
     let mut arm_pool = nodepool();
     arm_pool.spec.template.spec.requirements = serde_json::from_value(json!([

@@ -542,6 +542,7 @@ async fn the_dry_run_launches_a_type_a_nodepool_of_the_class_could_use() {
     tokio::time::pause();
     let p = ports();
     let mut deps = nodeclass_deps(&p, cluster_info());
+    let aws = karpenter_actors::testing::AwsTestKit::new(KitOptions::default());
     let cloud = karpenter_actors::kwok::cloud_provider::cloud_provider(
         karpenter_actors::kwok::cloud_provider::KwokCloudDeps {
             ec2: p.ec2.clone(),
@@ -549,6 +550,7 @@ async fn the_dry_run_launches_a_type_a_nodepool_of_the_class_could_use() {
             view: p.view.clone(),
             clock: p.clock.clone(),
             settings: karpenter_actors::kwok::cloud_provider::settings(REGION, CLUSTER),
+            aws_group: (*aws.root).clone(),
         },
     )
     .await

@@ -15,9 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use karpenter_actors::runtime::{
-    ActorCtx, ActorError, ActorKit, ActorRef, FaultAction, FaultPlan, FaultRule, GroupSpec,
-    Handles, KitOptions, Mail, Overflow, RestartBackoff, RestartPolicy, SendError, StopReason,
-    Supervised,
+    ActorCtx, ActorError, ActorKit, ActorRef, DEFAULT_PARK_FIRST, FaultAction, FaultPlan,
+    FaultRule, GroupSpec, Handles, KitOptions, Mail, Overflow, ParkChange, ParkHook, ParkNotice,
+    RestartBackoff, RestartPolicy, STATE_PARKED, SendError, StopReason, Supervised,
+    family_escalation_limit,
 };
 use prometheus_client::registry::Registry;
 
@@ -615,6 +616,254 @@ async fn a_family_routes_by_key_and_a_restarted_member_keeps_its_key() {
             .await
             .unwrap(),
         1
+    );
+}
+
+/// A hook that keeps every notice.
+fn recording_hook() -> (ParkHook, Arc<Mutex<Vec<ParkNotice>>>) {
+    let notices = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&notices);
+    let hook: ParkHook = Arc::new(move |notice: &ParkNotice| {
+        seen.lock().unwrap().push(notice.clone());
+    });
+    (hook, notices)
+}
+
+fn prometheus(registry: &Registry) -> String {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+    text
+}
+
+#[actix::test]
+async fn a_member_that_keeps_failing_is_parked_while_its_family_and_siblings_keep_working() {
+    tokio::time::pause();
+    let (kit, registry) = kit();
+    let root = kit
+        .root(GroupSpec::one_for_one("root").backoff(fast_backoff()))
+        .unwrap();
+    let (hook, notices) = recording_hook();
+    let family = root
+        .family_with_park_hook::<Counter>(
+            GroupSpec::one_for_one("counters").backoff(fast_backoff()),
+            CounterDeps::default(),
+            hook,
+        )
+        .unwrap();
+    let bad = family.ensure("bad").unwrap();
+    family.ensure("good").unwrap();
+    // Five restarts within the window are restarts; the sixth failure parks the member.
+    for _ in 0..6 {
+        let error = bad.request(Boom, TIMEOUT).await.unwrap_err();
+        assert_eq!(error.category(), "panicked");
+    }
+    let snapshot = kit.snapshot();
+    let parked = snapshot.actor("Counter", "bad").unwrap();
+    assert_eq!(parked.state, STATE_PARKED);
+    assert_eq!(parked.restarts, 5);
+    let left = parked.unpark_in_seconds.unwrap();
+    assert!(
+        (DEFAULT_PARK_FIRST.as_secs_f64() - 1.0..=DEFAULT_PARK_FIRST.as_secs_f64()).contains(&left),
+        "{left}"
+    );
+    assert_eq!(snapshot.parked(), 1);
+    let group = snapshot.supervisor("counters").unwrap();
+    assert_eq!((group.parked, group.escalations), (1, 0));
+    assert!(root.escalation().is_none());
+
+    // Sends to it fail at once, and are counted; its sibling is untouched.
+    let error = family.request("bad", Add(1), TIMEOUT).await.unwrap_err();
+    assert!(
+        matches!(error, SendError::Parked { message: "Add", .. }),
+        "{error}"
+    );
+    let overflow = family.try_send_event("bad", Add(1)).unwrap_err();
+    assert_eq!(overflow.category(), "parked");
+    assert!(family.nudge("bad", Add(1)).is_err());
+    assert_eq!(family.request("good", Add(2), TIMEOUT).await.unwrap(), 2);
+    assert_eq!(family.keys(), vec!["bad", "good"], "it keeps its key");
+
+    let text = prometheus(&registry);
+    for line in [
+        "karpenter_actor_parked{kind=\"Counter\"} 1",
+        "karpenter_actor_parkings_total{kind=\"Counter\"} 1",
+        "karpenter_actor_messages_dropped_total{kind=\"Counter\",message=\"Add\",reason=\"parked\"} 3",
+    ] {
+        assert!(text.contains(line), "missing {line} in\n{text}");
+    }
+    {
+        let notices = notices.lock().unwrap();
+        assert_eq!(notices.len(), 1);
+        assert_eq!((notices[0].kind, &*notices[0].key), ("Counter", "bad"));
+        match &notices[0].change {
+            ParkChange::Parked {
+                retry_in,
+                failures,
+                parkings,
+                reason,
+                ..
+            } => {
+                assert_eq!(*retry_in, DEFAULT_PARK_FIRST);
+                assert_eq!((*failures, *parkings), (6, 1));
+                assert_eq!(reason.category(), "panicked");
+            }
+            other @ ParkChange::Unparked { .. } => panic!("expected a parking, got {other:?}"),
+        }
+    }
+
+    // After its parking it is retried with a fresh instance.
+    tokio::time::sleep(DEFAULT_PARK_FIRST + Duration::from_secs(1)).await;
+    assert_eq!(family.request("bad", Add(3), TIMEOUT).await.unwrap(), 3);
+    let snapshot = kit.snapshot();
+    let retried = snapshot.actor("Counter", "bad").unwrap();
+    assert_eq!(retried.state, "counting");
+    assert!(retried.unpark_in_seconds.is_none());
+    assert!(
+        prometheus(&registry).contains("karpenter_actor_parked{kind=\"Counter\"} 0"),
+        "the gauge follows"
+    );
+    let retry = notices.lock().unwrap()[1].change.clone();
+    // Tokio timers round up to the millisecond.
+    assert!(
+        matches!(retry, ParkChange::Unparked { parked_for }
+            if (DEFAULT_PARK_FIRST..DEFAULT_PARK_FIRST + Duration::from_millis(10)).contains(&parked_for)),
+        "{retry:?}"
+    );
+
+    // Failing again soon after its retry parks it again at once, for twice as long.
+    bad.request(Boom, TIMEOUT).await.unwrap_err();
+    let snapshot = kit.snapshot();
+    assert_eq!(
+        snapshot.actor("Counter", "bad").unwrap().state,
+        STATE_PARKED
+    );
+    assert!(matches!(
+        notices.lock().unwrap()[2].change,
+        ParkChange::Parked { retry_in, parkings: 2, .. } if retry_in == DEFAULT_PARK_FIRST * 2
+    ));
+    assert_eq!(family.request("good", Add(1), TIMEOUT).await.unwrap(), 3);
+    assert!(root.escalation().is_none());
+
+    // A parked member whose object goes is stopped like any other.
+    assert!(family.remove("bad"));
+    bad.terminated().await;
+    assert!(
+        prometheus(&registry).contains("karpenter_actor_parked{kind=\"Counter\"} 0"),
+        "a stopped parked actor leaves the gauge"
+    );
+    assert_eq!(kit.snapshot().supervisor("counters").unwrap().parked, 0);
+}
+
+#[actix::test]
+async fn a_retried_member_that_runs_a_window_without_failing_is_forgiven() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+    let (hook, notices) = recording_hook();
+    let family = root
+        .family_with_park_hook::<Counter>(
+            GroupSpec::one_for_one("counters")
+                .intensity(1, Duration::from_mins(1))
+                .backoff(fast_backoff()),
+            CounterDeps::default(),
+            hook,
+        )
+        .unwrap();
+    let member = family.ensure("m").unwrap();
+    member.request(Boom, TIMEOUT).await.unwrap_err();
+    member.request(Boom, TIMEOUT).await.unwrap_err();
+    assert!(member.is_parked());
+    tokio::time::sleep(DEFAULT_PARK_FIRST + Duration::from_secs(1)).await;
+    assert_eq!(add(&member, 1).await, 1);
+    // A quiet window after the retry: the next failure is an ordinary restart.
+    tokio::time::sleep(Duration::from_mins(2)).await;
+    member.request(Boom, TIMEOUT).await.unwrap_err();
+    assert_eq!(add(&member, 1).await, 1);
+    assert!(!member.is_parked());
+    // ... and its next parking starts from the first delay again.
+    member.request(Boom, TIMEOUT).await.unwrap_err();
+    assert!(member.is_parked());
+    assert!(matches!(
+        notices.lock().unwrap().last().unwrap().change,
+        ParkChange::Parked { retry_in, parkings: 1, .. } if retry_in == DEFAULT_PARK_FIRST
+    ));
+    assert!(root.escalation().is_none());
+}
+
+#[actix::test]
+async fn many_distinct_failing_members_still_escalate_their_family() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    // The root gives up at once, so the family's escalation is visible as the root's.
+    let root = kit
+        .root(GroupSpec::one_for_one("root").intensity(0, Duration::from_mins(1)))
+        .unwrap();
+    let family = root
+        .family::<Counter>(
+            GroupSpec::one_for_one("counters").backoff(fast_backoff()),
+            CounterDeps::default(),
+        )
+        .unwrap();
+    let members: Vec<_> = (0..10)
+        .map(|i| family.ensure(&format!("m{i}")).unwrap())
+        .collect();
+    let limit = family_escalation_limit(members.len());
+    assert_eq!(limit, 5, "max(5, 20% of 10)");
+    // One failure each: the first `limit` members are restarted, one more escalates.
+    for member in &members[..limit] {
+        member.request(Boom, TIMEOUT).await.unwrap_err();
+        assert_eq!(add(member, 1).await, 1);
+    }
+    assert!(root.escalation().is_none());
+    assert_eq!(
+        kit.snapshot().supervisor("counters").unwrap().escalations,
+        0
+    );
+    members[limit].request(Boom, TIMEOUT).await.unwrap_err();
+    let reason = tokio::time::timeout(TIMEOUT, root.escalated())
+        .await
+        .expect("the family escalates");
+    match reason {
+        StopReason::Escalated { cause, .. } => {
+            assert!(cause.contains("group counters"), "{cause}");
+        }
+        other => panic!("expected an escalation, got {other:?}"),
+    }
+    let snapshot = kit.snapshot();
+    let group = snapshot.supervisor("counters").unwrap();
+    assert_eq!(group.escalations, 1);
+    assert!(
+        group
+            .last_child_stop
+            .as_deref()
+            .is_some_and(|s| s.contains("m5")),
+        "{group:?}"
+    );
+}
+
+#[actix::test]
+async fn failures_spread_over_more_than_a_window_do_not_escalate_a_family() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit
+        .root(GroupSpec::one_for_one("root").intensity(0, Duration::from_mins(1)))
+        .unwrap();
+    let family = root
+        .family::<Counter>(
+            GroupSpec::one_for_one("counters").backoff(fast_backoff()),
+            CounterDeps::default(),
+        )
+        .unwrap();
+    for i in 0..20 {
+        let member = family.ensure(&format!("m{i}")).unwrap();
+        member.request(Boom, TIMEOUT).await.unwrap_err();
+        assert_eq!(add(&member, 1).await, 1);
+        tokio::time::sleep(Duration::from_secs(20)).await;
+    }
+    assert!(root.escalation().is_none());
+    assert_eq!(
+        kit.snapshot().supervisor("counters").unwrap().escalations,
+        0
     );
 }
 

@@ -89,6 +89,14 @@ impl SqsApi for SqsAdapter {
                     .max_number_of_messages(int(request.max_messages))
                     .wait_time_seconds(int(request.wait_time_seconds))
                     .visibility_timeout(int(request.visibility_timeout_seconds))
+                    .customize()
+                    // The answer comes when the long poll's wait ends: its attempt gets the wait
+                    // on top of the ordinary timeout.
+                    .config_override(sqs::config::Builder::default().timeout_config(
+                        super::long_poll_timeouts(std::time::Duration::from_secs(u64::from(
+                            request.wait_time_seconds,
+                        ))),
+                    ))
                     .send()
             },
         )

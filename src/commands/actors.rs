@@ -123,6 +123,22 @@ pub fn select<'a>(snapshot: &'a RegistrySnapshot, args: &ActorsArgs) -> Vec<&'a 
     actors
 }
 
+/// A parked actor's state with the time to its retry (`parked (4m12s)`).
+fn state(actor: &ActorSnapshot) -> String {
+    match actor.unpark_in_seconds {
+        Some(seconds) => {
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "whole seconds of a parking (at most an hour) for display"
+            )]
+            let whole = seconds.max(0.0).ceil() as u64;
+            format!("{} ({}m{}s)", actor.state, whole / 60, whole % 60)
+        }
+        None => actor.state.clone(),
+    }
+}
+
 fn millis(seconds: f64) -> String {
     if seconds <= 0.0 {
         "-".to_owned()
@@ -152,7 +168,7 @@ pub fn render(snapshot: &RegistrySnapshot, actors: &[&ActorSnapshot]) -> String 
         rows.push([
             actor.kind.clone(),
             actor.key.clone(),
-            actor.state.clone(),
+            state(actor),
             format!("{}/{}", actor.mailbox_depth, actor.mailbox_capacity),
             actor.handled.to_string(),
             if actor.panics > 0 {
@@ -191,9 +207,10 @@ pub fn render(snapshot: &RegistrySnapshot, actors: &[&ActorSnapshot]) -> String 
     let escalations: u64 = snapshot.supervisors.iter().map(|s| s.escalations).sum();
     let _ = writeln!(
         out,
-        "{} of {} actors shown, {} supervisor groups, {} escalations",
+        "{} of {} actors shown, {} parked, {} supervisor groups, {} escalations",
         actors.len(),
         snapshot.actors.len(),
+        snapshot.parked(),
         snapshot.supervisors.len(),
         escalations
     );
@@ -359,7 +376,32 @@ mod tests {
         assert!(table.contains("1 (1 panics)"), "{table}");
         assert!(table.contains("3/32"), "{table}");
         assert!(table.contains("2.0ms/500.0ms"), "{table}");
-        assert!(table.ends_with("3 of 3 actors shown, 0 supervisor groups, 0 escalations\n"));
+        assert!(
+            table.ends_with("3 of 3 actors shown, 0 parked, 0 supervisor groups, 0 escalations\n")
+        );
+    }
+
+    #[test]
+    fn a_parked_actor_shows_the_time_to_its_retry_and_is_counted() {
+        let mut snapshot = snapshot();
+        snapshot.actors[0].state = "parked".into();
+        snapshot.actors[0].unpark_in_seconds = Some(251.5);
+        let args = ActorsArgs {
+            filter: Some("parked".into()),
+            ..ActorsArgs::default()
+        };
+        let selected = select(&snapshot, &args);
+        assert_eq!(keys(&selected), ["default-b"]);
+        let table = render(&snapshot, &selected);
+        assert!(table.contains("parked (4m12s)"), "{table}");
+        assert!(table.contains("1 of 3 actors shown, 1 parked,"), "{table}");
+        // The field is left out of the JSON of an actor that is not parked.
+        let json = serde_json::to_value(&snapshot.actors[1]).unwrap();
+        assert!(json.get("unparkInSeconds").is_none(), "{json}");
+        assert_eq!(
+            serde_json::to_value(&snapshot.actors[0]).unwrap()["unparkInSeconds"],
+            251.5
+        );
     }
 
     #[test]

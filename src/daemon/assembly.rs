@@ -14,7 +14,9 @@
 //!           AfterSync: the store's first sync, the cloud provider built (a loaded source reads
 //!             its catalogue now), the actors started at once, then the pump (changes seen
 //!             meanwhile are delivered)
-//!   a root escalation -> Exit::Escalated; a lost lease -> Exit::LostLeadership
+//!   the AWS group (a second root: batchers, ICE expiry, launch-template janitor, catalogue
+//!     refresh) starts with the cloud provider, leading or not
+//!   a root escalation (either root) -> Exit::Escalated; a lost lease -> Exit::LostLeadership
 //! shutdown(grace): in-flight launches get `grace`, the actors stop, the lease is released, the
 //!   watchers and servers stop
 //! ```
@@ -259,6 +261,8 @@ pub struct DaemonAssembly {
     elector: Option<(oneshot::Sender<()>, JoinHandle<Ended>)>,
     pump: Option<JoinHandle<()>>,
     tasks: Vec<JoinHandle<()>>,
+    /// The AWS group's root (AWS cloud sources).
+    aws: Option<RootGroup>,
 }
 
 impl std::fmt::Debug for DaemonAssembly {
@@ -416,6 +420,7 @@ impl DaemonAssembly {
             }
         };
 
+        let aws;
         let (leading, elector, built) = match options.actors {
             ActorStart::WhenLeading(election) => {
                 let gate = election.gate.clone();
@@ -440,10 +445,14 @@ impl DaemonAssembly {
                     });
                 }
                 let mut built = cloud
-                    .build(Arc::clone(&view), Arc::clone(&clock), &readiness)
+                    .build(Arc::clone(&view), Arc::clone(&clock), &readiness, &kit)
                     .await
                     .map_err(DaemonError::Cloud)?;
-                tasks.extend(built.refresh.take());
+                aws = built.aws.take();
+                tasks.extend(
+                    aws.iter()
+                        .map(|root| report_escalation(root.clone(), Arc::clone(&exit_tx))),
+                );
                 tasks.push(start_when_leading(
                     slot.clone(),
                     kit.clone(),
@@ -466,10 +475,14 @@ impl DaemonAssembly {
                     .await
                     .map_err(|_| DaemonError::Sync)?;
                 let mut built = cloud
-                    .build(Arc::clone(&view), Arc::clone(&clock), &readiness)
+                    .build(Arc::clone(&view), Arc::clone(&clock), &readiness, &kit)
                     .await
                     .map_err(DaemonError::Cloud)?;
-                tasks.extend(built.refresh.take());
+                aws = built.aws.take();
+                tasks.extend(
+                    aws.iter()
+                        .map(|root| report_escalation(root.clone(), Arc::clone(&exit_tx))),
+                );
                 let mut actor_metrics = Registry::default();
                 let started = slot
                     .start(&kit, deps(&built, None), &mut actor_metrics, options.start)
@@ -498,6 +511,7 @@ impl DaemonAssembly {
             elector,
             pump: pump_task,
             tasks,
+            aws,
         })
     }
 
@@ -579,6 +593,10 @@ impl DaemonAssembly {
         self.slot
             .get()
             .is_some_and(|started| started.root.escalation().is_some())
+            || self
+                .aws
+                .as_ref()
+                .is_some_and(|aws| aws.escalation().is_some())
     }
 
     /// The disruption commands the actors decided (empty while no actors run).
@@ -615,6 +633,9 @@ impl DaemonAssembly {
     /// simulation's harness reads the first daemon's store) until [`Self::shutdown`].
     pub async fn stop_actors(&self) {
         self.slot.stop().await;
+        if let Some(aws) = &self.aws {
+            aws.stop().await;
+        }
         if let Some(pump) = &self.pump {
             pump.abort();
         }
@@ -630,6 +651,9 @@ impl DaemonAssembly {
             Vec::new()
         };
         self.slot.stop().await;
+        if let Some(aws) = &self.aws {
+            aws.stop().await;
+        }
         if let Some((stop, handle)) = self.elector {
             let _ = stop.send(());
             let _ = handle.await;

@@ -44,7 +44,7 @@ use karpenter_actors::providers::cloud_provider::{AwsCloudProvider, AwsProviders
 use karpenter_actors::providers::instance_types::{
     LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
 };
-use karpenter_actors::testing::MemoryClusterView;
+use karpenter_actors::testing::{AwsTestKit, MemoryClusterView};
 use karpenter_core::apis::labels;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 use moto::{Fault, Moto};
@@ -219,7 +219,7 @@ async fn instance_types_offerings_zones_and_subnets_parse_into_port_types() {
     assert!(groups.iter().any(|g| g.name == "default"));
 }
 
-#[tokio::test]
+#[actix::test]
 async fn launch_templates_fleets_instances_and_tags_round_trip() {
     let Some(moto) = Moto::start().await else {
         return;
@@ -432,6 +432,8 @@ async fn cloud_provider_launches_through_the_adapters(moto: &Moto) {
         instance_types: vec!["c5.large".into(), "m5.large".into()],
     });
     let providers = AwsProviders::new(ec2, None, &settings).unwrap();
+    // The batchers are actors: the test runs them on a kit of its own (an actix test).
+    let (_aws, _actors) = AwsTestKit::with_providers(&providers);
     providers.refresh().await.unwrap();
     let cloud = AwsCloudProvider::new(view, providers, Arc::new(SystemClock), &settings);
 

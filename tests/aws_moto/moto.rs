@@ -161,6 +161,7 @@ fn connection(port: u16, retry: RetryPolicy) -> Connection {
         endpoint_url: Some(format!("http://127.0.0.1:{port}")),
         static_credentials: Some(("testing".into(), "testing".into())),
         retry,
+        ..Connection::default()
     }
 }
 

@@ -1,8 +1,8 @@
 //! Leader-gated start on tokio's paused clock: a standby watches (its cache syncs, its probes
-//! pass) but starts no actor until the leader stops and releases the lease; a leader starts no
-//! actor before its store has listed every kind; a leader whose renewal hangs stops its actors
-//! at the renew deadline and writes nothing after; shutdown gives launches in flight their
-//! grace and names those that did not finish.
+//! pass) but starts no actor but the AWS group's until the leader stops and releases the lease;
+//! a leader starts no actor before its store has listed every kind; a leader whose renewal hangs
+//! stops its actors at the renew deadline and writes nothing after; shutdown gives launches in
+//! flight their grace and names those that did not finish.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use karpenter::cloud::CloudSource;
 use karpenter::daemon::{DaemonAssembly, Exit};
 use karpenter::emulator::{Emulator, FaultRule, Verb};
 use karpenter::kube::leader::LeaseTiming;
+use karpenter_actors::aws::AWS_ACTOR_KINDS;
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use karpenter_actors::testing::FakeCloudProvider;
@@ -64,7 +65,21 @@ async fn only_the_leader_runs_actors_and_a_standby_takes_over_when_it_stops() {
     tokio::time::sleep(Duration::from_mins(1)).await;
     assert!(!b.is_leading());
     assert!(!b.actors_started());
-    assert!(b.kit().snapshot().actors.is_empty());
+    // Only the AWS group runs on a standby (its catalogue refresh gates readiness).
+    let standby = b.kit().snapshot();
+    assert!(
+        standby
+            .actors
+            .iter()
+            .all(|a| AWS_ACTOR_KINDS.contains(&a.kind.as_str())),
+        "{:?}",
+        standby.actors
+    );
+    assert!(
+        standby
+            .actor("CatalogueRefreshActor", "aws-catalogue")
+            .is_some_and(|a| a.state == "loaded")
+    );
     let results = b.readiness().run();
     let failing: Vec<_> = results.iter().filter(|(_, r)| r.is_err()).collect();
     assert!(failing.is_empty(), "a standby is ready: {failing:?}");

@@ -39,3 +39,19 @@ fn the_report_counts_every_pod_the_workloads_asked_for() {
         pods.pending_at_end
     );
 }
+
+#[test]
+fn a_chaos_plan_can_crash_the_create_fleet_batcher_and_every_pod_still_runs() {
+    // The AWS subsystems are actors of the same kit: the scenario's fault plan reaches them.
+    let chaos = "actors:\n  seed: 5\n  rules:\n    - kind: CreateFleetBatcherActor\n      message: Add\n      nth: 2\n      action: panic\n";
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/scenarios/small.yaml");
+    let scenario =
+        LoadedScenario::from_yaml(&std::fs::read_to_string(path).unwrap(), Some(chaos)).unwrap();
+    let report = scenario::run(scenario, RunOptions::quiet()).unwrap();
+    let batcher = &report.actors["CreateFleetBatcherActor"];
+    assert_eq!((batcher.panics, batcher.restarts), (1, 1), "{batcher:?}");
+    assert!(!report.escalated);
+    assert_eq!(report.pods.pending_at_end, 0, "{:?}", report.pods);
+    assert_eq!(report.pods.running_at_end, 12);
+}

@@ -30,6 +30,12 @@
 //! `NodeClassActor` and the pools using it; a deleted NodeClaim to the classes waiting in
 //! deletion. The `GarbageCollectorActor` runs on its own timers, the `InterruptionActor` on its
 //! SQS polls.
+//!
+//! The three families count restart intensity per object: an actor that keeps failing is
+//! parked (its siblings and the process go on) and an event is recorded on its object
+//! ([`parking`]).
+
+pub mod parking;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +45,7 @@ use prometheus_client::registry::Registry;
 use crate::deps::Deps;
 use crate::messages::{Cause, ClusterChange, Reconcile, WatchedKind};
 use karpenter_core::domain::consolidatable::pod_event_due;
+use parking::ParkedObject;
 
 use crate::disruption::{
     ChangeSignal, ClusterChanged, DISRUPTION_KEY, DisruptionActor, DisruptionDeps,
@@ -122,16 +129,23 @@ impl Daemon {
     ) -> Result<Self, SpawnError> {
         let launches = Arc::new(LaunchCache::new());
         let pod_events = Arc::new(PodEvents::new());
-        let nodeclaims = root.family::<NodeClaimActor>(
+        let park_events = |object| {
+            parking::park_events(object, Arc::clone(&deps.cluster), Arc::clone(&deps.view))
+        };
+        let nodeclaims = root.family_with_park_hook::<NodeClaimActor>(
             GroupSpec::one_for_one("nodeclaims"),
             NodeClaimDeps {
                 deps: deps.clone(),
                 launches: Arc::clone(&launches),
                 pod_events: Arc::clone(&pod_events),
             },
+            park_events(ParkedObject::NodeClaim),
         )?;
-        let nodepools =
-            root.family::<NodePoolActor>(GroupSpec::one_for_one("nodepools"), deps.clone())?;
+        let nodepools = root.family_with_park_hook::<NodePoolActor>(
+            GroupSpec::one_for_one("nodepools"),
+            deps.clone(),
+            park_events(ParkedObject::NodePool),
+        )?;
         let garbage_collector = root.spawn::<GarbageCollectorActor>(
             "garbage-collector",
             GarbageCollectorDeps {
@@ -159,9 +173,10 @@ impl Daemon {
             None => None,
         };
         let nodeclasses = if options.nodeclass_actors {
-            Some(root.family::<NodeClassActor>(
+            Some(root.family_with_park_hook::<NodeClassActor>(
                 GroupSpec::one_for_one("nodeclasses"),
                 NodeClassDeps::from_daemon(&deps),
+                park_events(ParkedObject::EC2NodeClass),
             )?)
         } else {
             None

@@ -6,15 +6,20 @@
 //! let ec2 = Arc::new(KwokEc2::new(KwokEc2Config::new(region, cluster), deps)?);
 //! let cloud = kwok::cloud_provider::cloud_provider(KwokCloudDeps {
 //!     ec2, pricing: None, view, clock, settings: kwok::cloud_provider::settings(region, cluster),
+//!     aws_group: root.group(GroupSpec::one_for_one("aws"))?,
 //! }).await?;
-//! // Deps { cloud: cloud.clone(), .. }; cloud.providers() for the AWS subsystem actors.
+//! // Deps { cloud: cloud.clone(), .. }
 //! ```
+//!
+//! The providers' actors (batchers, ICE expiry, launch-template janitor) are started under
+//! `aws_group`; the catalogue is loaded once, before the call returns.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use super::ec2::KwokEc2;
 use super::pricing::KwokPricing;
+use crate::aws::{AwsActorOptions, AwsActors};
 use crate::ports::clock::Clock;
 use crate::ports::cluster_view::ClusterView;
 use crate::ports::ec2::Ec2Api;
@@ -23,6 +28,7 @@ use crate::providers::cloud_provider::{
     AwsCloudProvider, AwsProviderSettings, AwsProviders, RefreshError,
 };
 use crate::providers::pricing::PricingError;
+use crate::runtime::{GroupRef, SpawnError};
 use karpenter_core::domain::userdata::ClusterInfo;
 
 pub use super::eks::{KWOK_CLUSTER_ENDPOINT, KWOK_SERVICE_CIDR};
@@ -39,6 +45,8 @@ pub struct KwokCloudDeps {
     pub view: Arc<dyn ClusterView>,
     pub clock: Arc<dyn Clock>,
     pub settings: AwsProviderSettings,
+    /// Where the providers' actors run (a group of the caller's kit).
+    pub aws_group: GroupRef,
 }
 
 /// kwok's cloud provider could not start.
@@ -48,6 +56,8 @@ pub enum KwokCloudError {
     Pricing(#[from] PricingError),
     #[error("loading kwok's catalogue: {0}")]
     Refresh(#[from] RefreshError),
+    #[error("starting the AWS actors over kwok: {0}")]
+    Actors(#[from] SpawnError),
 }
 
 impl KwokCloudError {
@@ -56,6 +66,7 @@ impl KwokCloudError {
         match self {
             KwokCloudError::Pricing(error) => error.category(),
             KwokCloudError::Refresh(error) => error.category(),
+            KwokCloudError::Actors(error) => error.category(),
         }
     }
 }
@@ -83,12 +94,13 @@ pub fn settings(region: &str, cluster_name: &str) -> AwsProviderSettings {
     }
 }
 
-/// The AWS cloud provider over kwok, with its catalogue and prices loaded. Must run on a
-/// tokio runtime (the providers' batchers and janitor start here).
+/// The AWS cloud provider over kwok, with its catalogue and prices loaded and its actors
+/// started under `deps.aws_group` (inside the actix system of that group's kit).
 pub async fn cloud_provider(deps: KwokCloudDeps) -> Result<Arc<AwsCloudProvider>, KwokCloudError> {
     let ec2: Arc<dyn Ec2Api> = deps.ec2;
     let pricing = deps.pricing.map(|p| p as Arc<dyn PricingApi>);
     let providers = AwsProviders::new(ec2, pricing, &deps.settings)?;
+    AwsActors::start(&deps.aws_group, &providers, AwsActorOptions::default())?;
     providers.refresh().await?;
     Ok(Arc::new(AwsCloudProvider::new(
         deps.view,

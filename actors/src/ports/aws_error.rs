@@ -66,8 +66,13 @@ pub enum AwsErrorClass {
     DryRunSucceeded,
     /// The service failed (HTTP 5xx or an internal-error code).
     Server,
-    /// No response: connection, timeout or I/O failure before a status arrived.
+    /// No response: connection or I/O failure before a status arrived.
     Transport,
+    /// No response in time: an attempt outran its timeout (connect, read or attempt), or the
+    /// operation its deadline across retries. The request may have been carried out, so it is
+    /// retried like a transport failure, and only where a retry is safe (idempotent calls, or
+    /// calls with a client token such as `CreateFleet`).
+    Timeout,
     /// Anything else: a bad request, a conflict, an unknown code.
     Other,
 }
@@ -209,17 +214,31 @@ impl AwsErrorClass {
             AwsErrorClass::DryRunSucceeded => "dry_run",
             AwsErrorClass::Server => "server",
             AwsErrorClass::Transport => "transport",
+            AwsErrorClass::Timeout => "timeout",
             AwsErrorClass::Other => "other",
         }
     }
 
-    /// Whether retrying the same request later may succeed (throttling, server and transport
-    /// failures).
+    /// Whether retrying the same request later may succeed (throttling, server, transport and
+    /// timeout failures).
     #[must_use]
     pub fn is_retryable(self) -> bool {
         matches!(
             self,
-            AwsErrorClass::Throttled | AwsErrorClass::Server | AwsErrorClass::Transport
+            AwsErrorClass::Throttled
+                | AwsErrorClass::Server
+                | AwsErrorClass::Transport
+                | AwsErrorClass::Timeout
+        )
+    }
+
+    /// Whether the request may have been carried out although it failed (a server error, or no
+    /// answer at all): a create must be retried with the same client token, never afresh.
+    #[must_use]
+    pub fn is_ambiguous(self) -> bool {
+        matches!(
+            self,
+            AwsErrorClass::Server | AwsErrorClass::Transport | AwsErrorClass::Timeout
         )
     }
 }
@@ -269,6 +288,30 @@ impl AwsError {
         self
     }
 
+    /// A call that got no answer within `limit`; `what` says which limit (`"attempt"`,
+    /// `"connect"`, `"read"`, `"operation deadline"`). It has no code and no status.
+    #[must_use]
+    pub fn timeout(
+        service: AwsService,
+        operation: &'static str,
+        what: &str,
+        limit: Option<std::time::Duration>,
+    ) -> Self {
+        let message = match limit {
+            Some(limit) => format!("{operation}: no answer within the {what} timeout of {limit:?}"),
+            None => format!("{operation}: no answer within the {what} timeout"),
+        };
+        AwsError {
+            service,
+            operation,
+            request_id: None,
+            status: None,
+            code: None,
+            message,
+            class: AwsErrorClass::Timeout,
+        }
+    }
+
     #[must_use]
     pub fn with_request_id(mut self, request_id: impl Into<String>) -> Self {
         self.request_id = Some(request_id.into());
@@ -294,6 +337,17 @@ impl AwsError {
     #[must_use]
     pub fn is_retryable(&self) -> bool {
         self.class.is_retryable()
+    }
+
+    /// See [`AwsErrorClass::is_ambiguous`].
+    #[must_use]
+    pub fn is_ambiguous(&self) -> bool {
+        self.class.is_ambiguous()
+    }
+
+    #[must_use]
+    pub fn is_timeout(&self) -> bool {
+        self.class == AwsErrorClass::Timeout
     }
 
     /// Whether a launch template named in the request has gone (the launch is retried once with a
@@ -414,6 +468,26 @@ mod tests {
         assert_eq!(error.request_id.as_deref(), Some("req-1"));
         assert!(error.is_insufficient_capacity());
         assert!(!error.is_retryable());
+    }
+
+    #[test]
+    fn a_timeout_has_its_own_class_and_is_retried_as_an_ambiguous_failure() {
+        let error = AwsError::timeout(
+            AwsService::Ec2,
+            "CreateFleet",
+            "attempt",
+            Some(std::time::Duration::from_secs(30)),
+        );
+        assert_eq!(error.category(), "timeout");
+        assert!(error.is_timeout());
+        assert!(error.is_retryable());
+        assert!(error.is_ambiguous(), "the fleet may have launched");
+        assert_eq!((error.code.as_deref(), error.status), (None, None));
+        assert_eq!(
+            error.to_string(),
+            "CreateFleet: no answer within the attempt timeout of 30s"
+        );
+        assert!(!AwsErrorClass::Throttled.is_ambiguous());
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! sends them as one instant fleet; equal requests from concurrent NodeClaims are merged by the
 //! CreateFleet batcher (35 ms idle, 1 s max) into one fleet whose target capacity is their
 //! number; fleet errors for lack of capacity mark those offerings unavailable for 3 minutes.
+//! The three batchers (CreateFleet, `DescribeInstances`, `TerminateInstances`) are supervised
+//! actors of the AWS group, started by [`InstancesProvider::start`] (`crate::aws`).
 //!
 //! Idempotence (Karpenter lacks it): every NodeClaim has a deterministic client token
 //! ([`client_token`]); a batch of one uses it, a larger batch a token derived from its members'.
@@ -23,7 +25,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::batcher::{
-    BatchDropped, Batcher, CREATE_FLEET_WINDOW, DESCRIBE_INSTANCES_WINDOW, Executor,
+    BatchDropped, BatchKind, Batcher, CREATE_FLEET_WINDOW, DESCRIBE_INSTANCES_WINDOW, Executor,
     TERMINATE_INSTANCES_WINDOW,
 };
 use super::unavailable::UnavailableOfferings;
@@ -32,6 +34,7 @@ use crate::ports::ec2::{
     CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, Ec2Api, Filter,
     FleetLaunchTemplateConfig, FleetOverride, Instance, InstanceState, Tags,
 };
+use crate::runtime::{GroupRef, SpawnError};
 use karpenter_core::apis::labels;
 use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::instance_type::InstanceType;
@@ -137,12 +140,13 @@ impl InstancesError {
 
 /// A batch member's failure; on an ambiguous one, the request to re-send and its position.
 #[derive(Debug)]
-struct FleetFailure {
+pub struct FleetFailure {
     error: AwsError,
     resend: Option<(CreateFleetRequest, usize)>,
 }
 
-type FleetOutcome = Result<LaunchedInstance, Box<FleetFailure>>;
+/// One NodeClaim's share of a fleet answer.
+pub type FleetOutcome = Result<LaunchedInstance, Box<FleetFailure>>;
 
 fn failure(error: AwsError, resend: Option<(CreateFleetRequest, usize)>) -> Box<FleetFailure> {
     Box::new(FleetFailure { error, resend })
@@ -152,6 +156,48 @@ fn failure(error: AwsError, resend: Option<(CreateFleetRequest, usize)>) -> Box<
 enum Ledger {
     Launched(LaunchedInstance),
     Ambiguous(CreateFleetRequest, usize),
+}
+
+/// The CreateFleet batcher: fleet requests of equal shape, one item per NodeClaim token.
+#[derive(Debug)]
+pub struct CreateFleetBatch;
+
+impl BatchKind for CreateFleetBatch {
+    const KIND: &'static str = "CreateFleetBatcherActor";
+    const NAME: &'static str = "create-fleet";
+    // Two full windows (1000 launches each).
+    const MAILBOX_CAPACITY: usize = 2 * CREATE_FLEET_WINDOW.max_items;
+    type Key = CreateFleetRequest;
+    type Item = String;
+    type Output = FleetOutcome;
+}
+
+/// The `DescribeInstances` batcher: instance ids, one call per window.
+#[derive(Debug)]
+pub struct DescribeInstancesBatch;
+
+impl BatchKind for DescribeInstancesBatch {
+    const KIND: &'static str = "DescribeInstancesBatcherActor";
+    const NAME: &'static str = "describe-instances";
+    // Two full windows (500 ids each).
+    const MAILBOX_CAPACITY: usize = 2 * DESCRIBE_INSTANCES_WINDOW.max_items;
+    type Key = ();
+    type Item = String;
+    type Output = Result<Instance, InstancesError>;
+}
+
+/// The `TerminateInstances` batcher: instance ids, one call per window.
+#[derive(Debug)]
+pub struct TerminateInstancesBatch;
+
+impl BatchKind for TerminateInstancesBatch {
+    const KIND: &'static str = "TerminateInstancesBatcherActor";
+    const NAME: &'static str = "terminate-instances";
+    // Two full windows (500 ids each).
+    const MAILBOX_CAPACITY: usize = 2 * TERMINATE_INSTANCES_WINDOW.max_items;
+    type Key = ();
+    type Item = String;
+    type Output = Result<(), InstancesError>;
 }
 
 /// What the provider is built from.
@@ -166,9 +212,9 @@ pub struct InstancesDeps {
 #[derive(Debug)]
 pub struct InstancesProvider {
     deps: InstancesDeps,
-    fleets: Batcher<CreateFleetRequest, String, FleetOutcome>,
-    describes: Batcher<(), String, Result<Instance, InstancesError>>,
-    terminations: Batcher<(), String, Result<(), InstancesError>>,
+    fleets: Batcher<CreateFleetBatch>,
+    describes: Batcher<DescribeInstancesBatch>,
+    terminations: Batcher<TerminateInstancesBatch>,
     ledger: Mutex<HashMap<String, (Ledger, Instant)>>,
 }
 
@@ -332,7 +378,7 @@ pub fn overrides(
 }
 
 impl InstancesProvider {
-    /// Builds the provider and starts its batchers on the current tokio runtime.
+    /// Builds the provider; its batchers run once [`Self::start`] put them in a group.
     #[must_use]
     pub fn new(deps: InstancesDeps) -> Self {
         let ec2 = Arc::clone(&deps.ec2);
@@ -352,10 +398,9 @@ impl InstancesProvider {
                             distribute(&request, &response, tokens.len())
                         }
                         Err(error) => {
-                            let ambiguous = matches!(
-                                error.class,
-                                AwsErrorClass::Server | AwsErrorClass::Transport
-                            );
+                            // A server error or no answer (a timeout included): the fleet may
+                            // have launched, so a retry re-sends it with the same token.
+                            let ambiguous = error.is_ambiguous();
                             (0..tokens.len())
                                 .map(|i| {
                                     Err(failure(
@@ -382,19 +427,20 @@ impl InstancesProvider {
             });
         InstancesProvider {
             deps,
-            fleets: Batcher::spawn("create_fleet", CREATE_FLEET_WINDOW, fleet_executor),
-            describes: Batcher::spawn(
-                "describe_instances",
-                DESCRIBE_INSTANCES_WINDOW,
-                describe_executor,
-            ),
-            terminations: Batcher::spawn(
-                "terminate_instances",
-                TERMINATE_INSTANCES_WINDOW,
-                terminate_executor,
-            ),
+            fleets: Batcher::new(CREATE_FLEET_WINDOW, fleet_executor),
+            describes: Batcher::new(DESCRIBE_INSTANCES_WINDOW, describe_executor),
+            terminations: Batcher::new(TERMINATE_INSTANCES_WINDOW, terminate_executor),
             ledger: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Starts the three batcher actors under `group` (the AWS group); until then launches,
+    /// gets and deletes fail with `batch_dropped`. Batchers still running are kept.
+    pub fn start(&self, group: &GroupRef) -> Result<(), SpawnError> {
+        self.fleets.start(group)?;
+        self.describes.start(group)?;
+        self.terminations.start(group)?;
+        Ok(())
     }
 
     fn ledger(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Ledger, Instant)>> {

@@ -12,13 +12,14 @@
 //! network interfaces and spot requests. The name is a stable hash of all of that.
 //! [`LaunchTemplateProvider::ensure_all`] makes sure each exists (cache, then
 //! `DescribeLaunchTemplates`, then `CreateLaunchTemplate`). The janitor
-//! ([`LaunchTemplateProvider::spawn_janitor`]) deletes expired ones; [`LaunchTemplateProvider::delete_all`]
+//! ([`LaunchTemplateJanitorActor`], an actor of the AWS group) deletes expired ones every
+//! [`JANITOR_PERIOD`]; [`LaunchTemplateProvider::delete_all`]
 //! removes a class's templates when the class goes; [`LaunchTemplateProvider::hydrate`] loads
 //! the cluster's templates after a restart so they expire (and are deleted) like the others.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -30,6 +31,9 @@ use crate::ports::ec2::{
     CreateLaunchTemplateRequest, DescribeLaunchTemplatesRequest, Ec2Api, Filter, LaunchBlockDevice,
     LaunchMetadataOptions, LaunchNetworkInterface, LaunchTemplate, LaunchTemplateData,
     LaunchTemplateRef, Tags,
+};
+use crate::runtime::{
+    ActorCtx, ActorError, ActorRef, GroupRef, Handles, Mail, SpawnError, Supervised,
 };
 use karpenter_core::apis::EC2NodeClass;
 use karpenter_core::apis::ec2nodeclass::{
@@ -655,22 +659,6 @@ impl LaunchTemplateProvider {
         deleted
     }
 
-    /// Deletes expired templates every [`JANITOR_PERIOD`] until the provider is dropped.
-    pub fn spawn_janitor(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
-        let weak: Weak<Self> = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut ticks =
-                tokio::time::interval_at(Instant::now() + JANITOR_PERIOD, JANITOR_PERIOD);
-            loop {
-                ticks.tick().await;
-                let Some(provider) = weak.upgrade() else {
-                    return;
-                };
-                provider.evict_expired().await;
-            }
-        })
-    }
-
     /// Loads the cluster's templates (tagged `eks:eks-cluster-name`) into the cache, so those
     /// left by a previous run expire and are deleted; call once when elected leader.
     pub async fn hydrate(&self) -> Result<usize, AwsError> {
@@ -731,6 +719,87 @@ impl LaunchTemplateProvider {
             Some(error) => Err(error),
             None => Ok(deleted),
         }
+    }
+}
+
+/// Sweep the cache now: delete the templates whose TTL passed; replies how many went.
+#[derive(Debug)]
+pub struct Sweep;
+
+impl Mail for Sweep {
+    type Reply = usize;
+    const NAME: &'static str = "Sweep";
+}
+
+/// The janitor's own timer: a sweep, and the next timer.
+#[derive(Debug)]
+pub struct SweepTick;
+
+impl Mail for SweepTick {
+    type Reply = ();
+    const NAME: &'static str = "SweepTick";
+}
+
+/// The launch-template cache's janitor: every [`JANITOR_PERIOD`] it deletes, in EC2, the
+/// templates no launch used for [`LAUNCH_TEMPLATE_TTL`]. A sweep that fails on one template
+/// logs it and goes on; the template is tried again when it is cached and expires again.
+#[derive(Debug)]
+pub struct LaunchTemplateJanitorActor {
+    templates: Arc<LaunchTemplateProvider>,
+}
+
+impl LaunchTemplateJanitorActor {
+    /// Its key in the AWS group.
+    pub const KEY: &'static str = "launch-templates";
+
+    /// Starts the janitor of `templates` under `group`.
+    pub fn start(
+        group: &GroupRef,
+        templates: &Arc<LaunchTemplateProvider>,
+    ) -> Result<ActorRef<Self>, SpawnError> {
+        group.spawn::<Self>(Self::KEY, Arc::clone(templates))
+    }
+}
+
+impl Supervised for LaunchTemplateJanitorActor {
+    const KIND: &'static str = "LaunchTemplateJanitorActor";
+    // Its own timer and an occasional sweep asked for by a test or an operator.
+    const MAILBOX_CAPACITY: usize = 4;
+    type Deps = Arc<LaunchTemplateProvider>;
+
+    fn build(_key: &str, templates: &Arc<LaunchTemplateProvider>) -> Result<Self, ActorError> {
+        Ok(Self {
+            templates: Arc::clone(templates),
+        })
+    }
+
+    async fn started(&mut self, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+        ctx.set_state("waiting");
+        ctx.send_after(JANITOR_PERIOD, SweepTick);
+        Ok(())
+    }
+}
+
+impl LaunchTemplateJanitorActor {
+    async fn sweep(&self, ctx: &ActorCtx<Self>) -> usize {
+        ctx.set_state("sweeping");
+        let deleted = self.templates.evict_expired().await;
+        ctx.set_state("waiting");
+        deleted
+    }
+}
+
+impl Handles<Sweep> for LaunchTemplateJanitorActor {
+    async fn handle(&mut self, _: Sweep, ctx: &mut ActorCtx<Self>) -> Result<usize, ActorError> {
+        Ok(self.sweep(ctx).await)
+    }
+}
+
+impl Handles<SweepTick> for LaunchTemplateJanitorActor {
+    async fn handle(&mut self, _: SweepTick, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+        self.sweep(ctx).await;
+        ctx.send_after(JANITOR_PERIOD, SweepTick);
+        Ok(())
     }
 }
 

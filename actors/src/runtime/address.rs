@@ -173,15 +173,21 @@ impl<A: Supervised> ActorRef<A> {
         A: Handles<M>,
     {
         let record = &self.inner.record;
+        if record.is_parked() {
+            return Err(self.parked::<M>());
+        }
         // Fast path: room now. Otherwise wait for a slot to be released.
         while !record.try_reserve() {
-            // Registered before the retry, so a slot freed in between wakes us.
+            // Registered before the retry, so a slot freed in between (or a parking) wakes us.
             let space = record.space.notified();
             if record.try_reserve() {
                 break;
             }
             if !self.is_alive() {
                 return Err(self.stopped::<M>());
+            }
+            if record.is_parked() {
+                return Err(self.parked::<M>());
             }
             space.await;
         }
@@ -235,6 +241,17 @@ impl<A: Supervised> ActorRef<A> {
         A: Handles<M>,
     {
         let record = &self.inner.record;
+        if record.is_parked() {
+            self.inner
+                .kit
+                .metrics
+                .dropped(A::KIND, M::NAME, DropReason::parked);
+            return Err(Overflow::Parked {
+                kind: A::KIND,
+                key: Arc::clone(&record.key),
+                message: M::NAME,
+            });
+        }
         if !record.try_reserve() {
             let metrics = self.inner.kit.metrics.message(A::KIND, M::NAME);
             record.count_overflow(&metrics);
@@ -325,6 +342,24 @@ impl<A: Supervised> ActorRef<A> {
             key: Arc::clone(&self.inner.record.key),
             message: M::NAME,
         }
+    }
+
+    fn parked<M: Mail>(&self) -> SendError {
+        self.inner
+            .kit
+            .metrics
+            .dropped(A::KIND, M::NAME, DropReason::parked);
+        SendError::Parked {
+            kind: A::KIND,
+            key: Arc::clone(&self.inner.record.key),
+            message: M::NAME,
+        }
+    }
+
+    /// Whether its group parked it (it kept failing; sends fail until its retry).
+    #[must_use]
+    pub fn is_parked(&self) -> bool {
+        self.inner.record.is_parked()
     }
 
     fn failure<M: Mail>(&self, failure: Failure) -> SendError {

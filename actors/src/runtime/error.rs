@@ -139,6 +139,13 @@ pub enum SendError {
     /// A family has no actor under this key.
     #[error("no {kind} for key {key}")]
     NoActor { kind: &'static str, key: Arc<str> },
+    /// The actor kept failing and its group parked it; it is retried later.
+    #[error("{kind} {key} is parked after repeated failures; {message} was not sent")]
+    Parked {
+        kind: &'static str,
+        key: Arc<str>,
+        message: &'static str,
+    },
 }
 
 impl SendError {
@@ -153,6 +160,7 @@ impl SendError {
             Self::Interrupted { .. } => "interrupted",
             Self::Dropped { .. } => "dropped",
             Self::NoActor { .. } => "no_actor",
+            Self::Parked { .. } => "parked",
         }
     }
 
@@ -192,6 +200,13 @@ pub enum Overflow {
         key: Arc<str>,
         message: &'static str,
     },
+    /// The actor kept failing and its group parked it (counted as dropped, reason `parked`).
+    #[error("{kind} {key} is parked after repeated failures; {message} not queued")]
+    Parked {
+        kind: &'static str,
+        key: Arc<str>,
+        message: &'static str,
+    },
 }
 
 impl Overflow {
@@ -202,6 +217,7 @@ impl Overflow {
             Self::MailboxFull { .. } => "mailbox_full",
             Self::Stopped { .. } => "stopped",
             Self::NoActor { .. } => "no_actor",
+            Self::Parked { .. } => "parked",
         }
     }
 }

@@ -6,6 +6,10 @@
 //! A restarted member keeps its address, so it stays reachable under the same key. A member
 //! that stops itself normally (a transient actor calling `ctx.stop()`) or is stopped leaves the
 //! map when its group sees it terminate; the next `ensure` for that key starts a fresh one.
+//!
+//! Restart intensity is counted per member: a member that keeps failing is parked (it keeps
+//! its key and address; sends to it fail at once until its retry) while its siblings go on,
+//! and the family escalates only when many distinct members fail (see [`super::group`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -16,7 +20,7 @@ use super::actor::{Handles, Mail, Supervised};
 use super::address::ActorRef;
 use super::control::Command;
 use super::error::{Overflow, SendError, SpawnError};
-use super::group::{ChildId, GroupRef, GroupSpec};
+use super::group::{ChildId, GroupRef, GroupSpec, ParkHook, ParkPolicy};
 
 struct Member<A: Supervised> {
     child: ChildId,
@@ -59,9 +63,12 @@ fn lock<A: Supervised>(members: &Members<A>) -> MutexGuard<'_, HashMap<Arc<str>,
 impl<A: Supervised> Family<A> {
     pub(crate) fn start(
         parent: &GroupRef,
-        spec: GroupSpec,
+        mut spec: GroupSpec,
         deps: Arc<A::Deps>,
+        on_park: Option<ParkHook>,
     ) -> Result<Self, SpawnError> {
+        // A family's members are independent objects: one failing member is parked on its own.
+        spec.parking.get_or_insert_with(ParkPolicy::default);
         let members: Members<A> = Arc::default();
         let weak = Arc::downgrade(&members);
         let hook = Box::new(move |key: &str, child: ChildId| {
@@ -73,7 +80,7 @@ impl<A: Supervised> Family<A> {
                 }
             }
         });
-        let group = GroupRef::start(parent.kit(), spec, Some(parent), None, Some(hook))?;
+        let group = GroupRef::start(parent.kit(), spec, Some(parent), None, Some(hook), on_park)?;
         Ok(Self {
             group,
             deps,

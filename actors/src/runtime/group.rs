@@ -2,14 +2,32 @@
 //! order and decides what happens when one stops, as OTP supervisors do.
 //!
 //! Flow: a child reports `ChildStopped { reason }`. A normal stop of a transient or temporary
-//! child removes it; anything else is a restart. Each restart is counted in the group's window;
-//! more than `max_restarts` within `within` and the group gives up: it suspends all its
-//! children (reverse start order) and reports `Escalated` to its own parent, which restarts or
-//! stops the whole group (the root instead raises [`RootGroup::escalated`]). Otherwise the
-//! restart happens after the child's next backoff delay (capped exponential with jitter, from
-//! backon): one-for-one restarts the child alone; one-for-all suspends every sibling at once
-//! and restarts them all, in start order, after the delay. Stopping a group stops its children
-//! one by one in reverse start order, each waited for (up to [`CHILD_SHUTDOWN_GRACE`]).
+//! child removes it; anything else is a restart, after the child's next backoff delay (capped
+//! exponential with jitter, from backon): one-for-one restarts the child alone; one-for-all
+//! suspends every sibling at once and restarts them all, in start order, after the delay.
+//! Stopping a group stops its children one by one in reverse start order, each waited for (up
+//! to [`CHILD_SHUTDOWN_GRACE`]).
+//!
+//! How often is too often (restart intensity) is counted one of two ways:
+//!
+//! - **Per group** (plain groups: the root, the AWS group, groups of singletons): every restart
+//!   counts in the group's window; more than `max_restarts` within `within` and the group gives
+//!   up: it suspends all its children (reverse start order) and reports `Escalated` to its own
+//!   parent, which restarts or stops the whole group (the root instead raises
+//!   [`RootGroup::escalated`]). A singleton that crash-loops is a broken controller: giving up
+//!   and letting the process restart is the honest answer.
+//! - **Per child** (families, one-for-one: [`GroupSpec::parking`]): `max_restarts` within
+//!   `within` applies to each member on its own. A member over it is *parked*: not restarted
+//!   for [`ParkPolicy::first`] (doubling per consecutive parking, at most [`ParkPolicy::max`]),
+//!   then retried once; failing again within a window of that retry parks it again, and a
+//!   window without failure forgives it. While parked its queued messages stay (the mailbox
+//!   stays bounded) and new sends fail at once (`SendError::Parked`, `Overflow::Parked`,
+//!   counted as dropped with reason `parked`). One bad object thus costs one parked actor, not
+//!   its family or the process. The family escalates only when many distinct members fail
+//!   within the window: more than [`family_escalation_limit`] (the fault is then shared, not
+//!   one object's). Parking and unparking are visible in the registry (state `parked`), in
+//!   `karpenter_actor_parked` / `karpenter_actor_parkings_total`, and through the family's
+//!   [`ParkHook`] (the daemon records a Kubernetes event on the object).
 //!
 //! All timers are tokio timers (actix's `run_later`), so `tokio::time::pause()` drives them.
 
@@ -52,6 +70,86 @@ pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(100);
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// Delay growth per consecutive restart.
 pub const DEFAULT_BACKOFF_FACTOR: f32 = 2.0;
+/// How long a family member over its own intensity is parked the first time: long enough that a
+/// bad object costs a handful of attempts an hour instead of a crash loop, short enough that a
+/// transient cause (a webhook, a quota) clears without an operator.
+pub const DEFAULT_PARK_FIRST: Duration = Duration::from_mins(5);
+/// Longest parking (5, 10, 20, 40, 60, 60 ... minutes): an object fixed by hand is picked up
+/// within the hour.
+pub const DEFAULT_PARK_MAX: Duration = Duration::from_hours(1);
+/// A family never escalates for fewer distinct failing members than this within its window:
+/// in a small cluster a few bad objects are still those objects' problem.
+pub const FAMILY_ESCALATION_MIN_KEYS: usize = 5;
+/// ... nor for a smaller share of its members (percent): when a fifth of all NodeClaims fail
+/// within a minute the cause is shared (a bug in the actor, a broken dependency), and restarting
+/// the family (and, if that keeps happening, the process) is the remedy left.
+pub const FAMILY_ESCALATION_PERCENT: usize = 20;
+
+/// The most distinct members of a family of `members` that may fail within its window before
+/// the family escalates: `max(FAMILY_ESCALATION_MIN_KEYS, FAMILY_ESCALATION_PERCENT% of
+/// members)`.
+#[must_use]
+pub fn family_escalation_limit(members: usize) -> usize {
+    FAMILY_ESCALATION_MIN_KEYS.max(members.saturating_mul(FAMILY_ESCALATION_PERCENT) / 100)
+}
+
+/// How long a family member over its own restart intensity is left stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParkPolicy {
+    /// The first parking.
+    pub first: Duration,
+    /// The cap; each consecutive parking doubles the previous one up to it.
+    pub max: Duration,
+}
+
+impl Default for ParkPolicy {
+    fn default() -> Self {
+        Self {
+            first: DEFAULT_PARK_FIRST,
+            max: DEFAULT_PARK_MAX,
+        }
+    }
+}
+
+impl ParkPolicy {
+    /// The delay of the `parkings`-th consecutive parking (1-based).
+    #[must_use]
+    pub fn delay(&self, parkings: u32) -> Duration {
+        let doublings = parkings.saturating_sub(1).min(31);
+        self.first
+            .checked_mul(1_u32 << doublings)
+            .map_or(self.max, |d| d.min(self.max))
+    }
+}
+
+/// A family member was parked or is retried (see the module docs); given to the family's
+/// [`ParkHook`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParkNotice {
+    pub kind: &'static str,
+    pub key: Arc<str>,
+    pub change: ParkChange,
+}
+
+/// What happened to a parked member.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParkChange {
+    /// Stopped for `retry_in` after `failures` failures within the window (`parkings`
+    /// consecutive parkings so far, this one included); `reason` is the last failure.
+    Parked {
+        retry_in: Duration,
+        failures: usize,
+        within: Duration,
+        parkings: u32,
+        reason: StopReason,
+    },
+    /// Started again after `parked_for`.
+    Unparked { parked_for: Duration },
+}
+
+/// Called by a family's group when a member is parked or retried. Runs on the group's thread:
+/// it must not block (spawn any IO).
+pub type ParkHook = Arc<dyn Fn(&ParkNotice) + Send + Sync>;
 
 pub(crate) type ChildId = u64;
 
@@ -123,6 +221,9 @@ pub struct GroupSpec {
     pub max_restarts: u32,
     pub within: Duration,
     pub backoff: RestartBackoff,
+    /// Count intensity per child and park children over it (families); `None` counts it per
+    /// group. Ignored by one-for-all groups, whose children restart together.
+    pub parking: Option<ParkPolicy>,
 }
 
 impl GroupSpec {
@@ -135,6 +236,7 @@ impl GroupSpec {
             max_restarts: DEFAULT_MAX_RESTARTS,
             within: DEFAULT_RESTART_WINDOW,
             backoff: RestartBackoff::default(),
+            parking: None,
         }
     }
 
@@ -160,6 +262,21 @@ impl GroupSpec {
     pub fn backoff(mut self, backoff: RestartBackoff) -> Self {
         self.backoff = backoff;
         self
+    }
+
+    /// Intensity per child: a child with more than `max_restarts` restarts within `within` is
+    /// parked as `policy` says (families get [`ParkPolicy::default`] unless they set their own).
+    #[must_use]
+    pub fn parking(mut self, policy: ParkPolicy) -> Self {
+        self.parking = Some(policy);
+        self
+    }
+
+    fn per_child(&self) -> Option<ParkPolicy> {
+        match self.strategy {
+            Strategy::OneForOne => self.parking,
+            Strategy::OneForAll => None,
+        }
     }
 }
 
@@ -224,6 +341,36 @@ struct ChildEntry {
     key: Option<Arc<str>>,
     backoff: Option<ExponentialBackoff>,
     last_failure: Option<Instant>,
+    /// Per-child intensity: this child's failures within the window.
+    failures: VecDeque<Instant>,
+    /// Consecutive parkings (reset by a window without failure after a retry).
+    parkings: u32,
+    /// Parked since then, waiting for its retry.
+    parked_at: Option<Instant>,
+    /// Retried after a parking at this instant; a failure within a window of it parks again.
+    unparked_at: Option<Instant>,
+}
+
+impl ChildEntry {
+    fn new(
+        id: ChildId,
+        target: ChildTarget,
+        restart: RestartPolicy,
+        key: Option<Arc<str>>,
+    ) -> Self {
+        Self {
+            id,
+            target: Arc::new(target),
+            restart,
+            key,
+            backoff: None,
+            last_failure: None,
+            failures: VecDeque::new(),
+            parkings: 0,
+            parked_at: None,
+            unparked_at: None,
+        }
+    }
 }
 
 /// Adds a child to a group (sent by the spawner right after starting the child).
@@ -270,8 +417,11 @@ pub(crate) struct GroupActor {
     /// family of thousands of children finds and removes one in O(log n).
     children: BTreeMap<ChildId, ChildEntry>,
     restarts: VecDeque<Instant>,
+    /// Per-child intensity: the last failure of each child that failed within the window.
+    failing: BTreeMap<ChildId, Instant>,
     phase: GroupPhase,
     on_removed: Option<RemovalHook>,
+    on_park: Option<ParkHook>,
 }
 
 impl Actor for GroupActor {
@@ -279,6 +429,9 @@ impl Actor for GroupActor {
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
         for child in std::mem::take(&mut self.children).into_values() {
+            if let ChildTarget::Actor { record, .. } = &*child.target {
+                record.unpark();
+            }
             if let (Some(hook), Some(key)) = (&self.on_removed, &child.key) {
                 hook(key, child.id);
             }
@@ -321,6 +474,10 @@ impl Handler<ChildStopped> for GroupActor {
             let Some(child) = self.children.remove(&report.child) else {
                 return;
             };
+            self.failing.remove(&report.child);
+            if child.parked_at.is_some() {
+                self.record.set_parked(self.parked_count());
+            }
             self.record.set_children(self.children.len());
             if let (Some(hook), Some(key)) = (&self.on_removed, &child.key) {
                 hook(key, child.id);
@@ -343,18 +500,38 @@ impl Handler<ChildStopped> for GroupActor {
             return;
         }
         let now = Instant::now();
-        self.restarts.push_back(now);
-        while self
-            .restarts
-            .front()
-            .is_some_and(|at| now.duration_since(*at) > self.spec.within)
-        {
-            self.restarts.pop_front();
-        }
-        if self.restarts.len() > self.spec.max_restarts as usize {
-            self.record.child_stopped(&label, &reason_text, false);
-            self.escalate(&label, &report.reason);
-            return;
+        let per_child = self
+            .spec
+            .per_child()
+            .filter(|_| matches!(&*child.target, ChildTarget::Actor { .. }));
+        if let Some(policy) = per_child {
+            match self.count_child_failure(report.child, now, !report.reason.is_normal()) {
+                ChildVerdict::Escalate(cause) => {
+                    self.record.child_stopped(&label, &reason_text, false);
+                    self.escalate_with(&cause, &report.reason);
+                    return;
+                }
+                ChildVerdict::Park => {
+                    self.record.child_stopped(&label, &reason_text, false);
+                    self.park(report.child, policy, &report.reason, now, ctx);
+                    return;
+                }
+                ChildVerdict::Restart => {}
+            }
+        } else {
+            self.restarts.push_back(now);
+            while self
+                .restarts
+                .front()
+                .is_some_and(|at| now.duration_since(*at) > self.spec.within)
+            {
+                self.restarts.pop_front();
+            }
+            if self.restarts.len() > self.spec.max_restarts as usize {
+                self.record.child_stopped(&label, &reason_text, false);
+                self.escalate(&label, &report.reason);
+                return;
+            }
         }
         self.record.child_stopped(&label, &reason_text, true);
         let delay = self.next_delay(report.child, now);
@@ -401,12 +578,25 @@ impl Handler<Wake> for GroupActor {
                 }
             }
             Command::Restart => {
-                // A restarted group starts afresh: empty window, fresh backoffs.
+                // A restarted group starts afresh: empty windows, fresh backoffs, nobody parked.
                 self.restarts.clear();
+                self.failing.clear();
+                let now = Instant::now();
+                let mut unparked = Vec::new();
                 for child in self.children.values_mut() {
                     child.backoff = None;
                     child.last_failure = None;
+                    child.failures.clear();
+                    child.parkings = 0;
+                    child.unparked_at = None;
+                    if let Some(since) = child.parked_at.take() {
+                        unparked.push((Arc::clone(&child.target), now.duration_since(since)));
+                    }
                 }
+                for (target, parked_for) in unparked {
+                    self.notify_unparked(&target, parked_for);
+                }
+                self.record.set_parked(0);
                 self.phase = GroupPhase::RestartingAll;
                 self.restart_all();
             }
@@ -414,7 +604,154 @@ impl Handler<Wake> for GroupActor {
     }
 }
 
+/// What a failure of a child counted per child leads to.
+enum ChildVerdict {
+    Restart,
+    Park,
+    /// Too many distinct children failed: the group gives up (the cause's text).
+    Escalate(String),
+}
+
 impl GroupActor {
+    /// Counts a restart of `id` in its own window and, when it `failed` (rather than a
+    /// permanent child stopping normally), in the group's set of failing children; decides (see
+    /// the module docs).
+    fn count_child_failure(&mut self, id: ChildId, now: Instant, failed: bool) -> ChildVerdict {
+        let within = self.spec.within;
+        let max_restarts = self.spec.max_restarts as usize;
+        if failed {
+            self.failing.insert(id, now);
+        }
+        self.failing
+            .retain(|_, at| now.duration_since(*at) <= within);
+        let members = self.children.len();
+        let limit = family_escalation_limit(members);
+        if self.failing.len() > limit {
+            return ChildVerdict::Escalate(format!(
+                "{} of its {members} members failed within {within:?} (more than {limit})",
+                self.failing.len()
+            ));
+        }
+        let Some(child) = self.children.get_mut(&id) else {
+            return ChildVerdict::Restart;
+        };
+        // A retried child that ran a whole window without failing is forgiven.
+        if child
+            .unparked_at
+            .is_some_and(|at| now.duration_since(at) > within)
+        {
+            child.unparked_at = None;
+            child.parkings = 0;
+        }
+        child.failures.push_back(now);
+        while child
+            .failures
+            .front()
+            .is_some_and(|at| now.duration_since(*at) > within)
+        {
+            child.failures.pop_front();
+        }
+        if child.unparked_at.is_some() || child.failures.len() > max_restarts {
+            ChildVerdict::Park
+        } else {
+            ChildVerdict::Restart
+        }
+    }
+
+    /// Parks a child: it stays stopped (suspended, its queue kept) until its retry.
+    fn park(
+        &mut self,
+        id: ChildId,
+        policy: ParkPolicy,
+        reason: &StopReason,
+        now: Instant,
+        ctx: &mut Context<Self>,
+    ) {
+        let within = self.spec.within;
+        let Some(child) = self.children.get_mut(&id) else {
+            return;
+        };
+        child.parkings = child.parkings.saturating_add(1);
+        child.parked_at = Some(now);
+        child.unparked_at = None;
+        // The retry counts afresh; a failure within a window of it parks again at once.
+        let failures = std::mem::take(&mut child.failures).len();
+        child.backoff = None;
+        let parkings = child.parkings;
+        let delay = policy.delay(parkings);
+        let target = Arc::clone(&child.target);
+        let ChildTarget::Actor { record, .. } = &*target else {
+            return;
+        };
+        record.park(now + delay);
+        self.record.set_parked(self.parked_count());
+        tracing::warn!(
+            group = self.spec.name,
+            child = %target.label(),
+            %reason,
+            failures,
+            parkings,
+            retry_in = ?delay,
+            "parking child: it keeps failing"
+        );
+        if let Some(hook) = &self.on_park {
+            hook(&ParkNotice {
+                kind: record.kind,
+                key: Arc::clone(&record.key),
+                change: ParkChange::Parked {
+                    retry_in: delay,
+                    failures,
+                    within,
+                    parkings,
+                    reason: reason.clone(),
+                },
+            });
+        }
+        ctx.run_later(delay, move |group, _| group.unpark(id));
+    }
+
+    /// The parking of `id` is over: start it again.
+    fn unpark(&mut self, id: ChildId) {
+        if self.phase != GroupPhase::Running {
+            // Suspended or stopping: a restart of the group unparks everyone itself.
+            return;
+        }
+        let now = Instant::now();
+        let Some(child) = self.children.get_mut(&id) else {
+            return;
+        };
+        let Some(since) = child.parked_at.take() else {
+            return;
+        };
+        child.unparked_at = Some(now);
+        let target = Arc::clone(&child.target);
+        self.record.set_parked(self.parked_count());
+        self.notify_unparked(&target, now.duration_since(since));
+        tracing::info!(group = self.spec.name, child = %target.label(), "retrying parked child");
+        target.command(Command::Restart);
+    }
+
+    fn notify_unparked(&self, target: &ChildTarget, parked_for: Duration) {
+        let ChildTarget::Actor { record, .. } = target else {
+            return;
+        };
+        record.unpark();
+        if let Some(hook) = &self.on_park {
+            hook(&ParkNotice {
+                kind: record.kind,
+                key: Arc::clone(&record.key),
+                change: ParkChange::Unparked { parked_for },
+            });
+        }
+    }
+
+    fn parked_count(&self) -> usize {
+        self.children
+            .values()
+            .filter(|c| c.parked_at.is_some())
+            .count()
+    }
+
     fn next_delay(&mut self, id: ChildId, now: Instant) -> Duration {
         let within = self.spec.within;
         let backoff = self.spec.backoff;
@@ -457,6 +794,14 @@ impl GroupActor {
     }
 
     fn escalate(&mut self, child: &str, reason: &StopReason) {
+        let cause = format!(
+            "{child} needed more than {} restarts within {:?}",
+            self.spec.max_restarts, self.spec.within
+        );
+        self.escalate_with(&cause, reason);
+    }
+
+    fn escalate_with(&mut self, cause: &str, reason: &StopReason) {
         self.phase = GroupPhase::Suspended;
         self.record.set_phase(STATE_SUSPENDED);
         self.record.escalated();
@@ -466,10 +811,7 @@ impl GroupActor {
         }
         let reason = StopReason::Escalated {
             group: self.spec.name.to_owned(),
-            cause: format!(
-                "{child} needed more than {} restarts within {:?}; last: {reason}",
-                self.spec.max_restarts, self.spec.within
-            ),
+            cause: format!("{cause}; last: {reason}"),
         };
         tracing::error!(group = self.spec.name, %reason, "supervisor group escalates");
         match &self.parent {
@@ -554,6 +896,7 @@ impl GroupRef {
         parent: Option<&GroupRef>,
         root: Option<Arc<RootSignal>>,
         on_removed: Option<RemovalHook>,
+        on_park: Option<ParkHook>,
     ) -> Result<Self, SpawnError> {
         let what = || format!("group {}", spec.name);
         let arbiter = match parent {
@@ -582,22 +925,22 @@ impl GroupRef {
             parent: group_parent,
             children: BTreeMap::new(),
             restarts: VecDeque::new(),
+            failing: BTreeMap::new(),
             phase: GroupPhase::Running,
             on_removed,
+            on_park,
         };
         let addr = GroupActor::start_in_arbiter(&arbiter, move |_| actor);
         if let Some(parent) = parent {
-            parent.inner.addr.do_send(Adopt(Some(ChildEntry {
+            parent.inner.addr.do_send(Adopt(Some(ChildEntry::new(
                 id,
-                target: Arc::new(ChildTarget::Group {
+                ChildTarget::Group {
                     record: Arc::clone(&record),
                     addr: addr.clone(),
-                }),
-                restart: RestartPolicy::Permanent,
-                key: None,
-                backoff: None,
-                last_failure: None,
-            })));
+                },
+                RestartPolicy::Permanent,
+                None,
+            ))));
         }
         Ok(Self {
             inner: Arc::new(GroupRefInner {
@@ -682,32 +1025,41 @@ impl GroupRef {
             child: id,
         };
         let actor = spawn_cell::<A>(kit, &self.inner.arbiter, Arc::clone(&record), deps, parent);
-        self.inner.addr.do_send(Adopt(Some(ChildEntry {
+        self.inner.addr.do_send(Adopt(Some(ChildEntry::new(
             id,
-            target: Arc::new(ChildTarget::Actor {
+            ChildTarget::Actor {
                 record,
                 wake: Box::new(actor.downgrade_waker()),
-            }),
-            restart: A::RESTART,
-            key: member.then_some(key),
-            backoff: None,
-            last_failure: None,
-        })));
+            },
+            A::RESTART,
+            member.then_some(key),
+        ))));
         Ok((actor, id))
     }
 
     /// Starts a child group (a sub-supervisor) under this group.
     pub fn group(&self, spec: GroupSpec) -> Result<GroupRef, SpawnError> {
-        Self::start(&self.inner.kit, spec, Some(self), None, None)
+        Self::start(&self.inner.kit, spec, Some(self), None, None, None)
     }
 
-    /// Starts a family: a one-for-one (usually) group of per-key actors of kind `A`.
+    /// Starts a family: a one-for-one (usually) group of per-key actors of kind `A`, with
+    /// restart intensity counted per member (parked when over it; see the module docs).
     pub fn family<A: Supervised>(
         &self,
         spec: GroupSpec,
         deps: A::Deps,
     ) -> Result<Family<A>, SpawnError> {
-        Family::start(self, spec, Arc::new(deps))
+        Family::start(self, spec, Arc::new(deps), None)
+    }
+
+    /// [`Self::family`], calling `on_park` whenever a member is parked or retried.
+    pub fn family_with_park_hook<A: Supervised>(
+        &self,
+        spec: GroupSpec,
+        deps: A::Deps,
+        on_park: ParkHook,
+    ) -> Result<Family<A>, SpawnError> {
+        Family::start(self, spec, Arc::new(deps), Some(on_park))
     }
 
     pub(crate) fn kit(&self) -> &Arc<KitInner> {
@@ -734,7 +1086,7 @@ pub struct RootGroup {
 impl RootGroup {
     pub(crate) fn start(kit: &Arc<KitInner>, spec: GroupSpec) -> Result<Self, SpawnError> {
         let signal = Arc::new(RootSignal::default());
-        let group = GroupRef::start(kit, spec, None, Some(Arc::clone(&signal)), None)?;
+        let group = GroupRef::start(kit, spec, None, Some(Arc::clone(&signal)), None, None)?;
         Ok(Self { group, signal })
     }
 

@@ -18,6 +18,8 @@
 //! | `karpenter_actor_live_actors` | gauge | kind |
 //! | `karpenter_actor_mailbox_depth` | gauge | kind |
 //! | `karpenter_actor_supervisor_escalations_total` | counter | supervisor |
+//! | `karpenter_actor_parked` | gauge | kind |
+//! | `karpenter_actor_parkings_total` | counter | kind |
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -48,6 +50,8 @@ pub enum DropReason {
     stale_timer,
     /// The handler was cancelled because the supervisor restarted or stopped the actor.
     interrupted,
+    /// Sent to an actor its group parked (it kept failing); see `karpenter_actor_parked`.
+    parked,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -92,6 +96,8 @@ pub struct ActorMetrics {
     live: Family<KindLabels, Gauge>,
     depth: Family<KindLabels, Gauge>,
     escalations: Family<SupervisorLabels, Counter>,
+    parked: Family<KindLabels, Gauge>,
+    parkings: Family<KindLabels, Counter>,
     kinds: Mutex<HashMap<&'static str, Arc<KindMetrics>>>,
     messages: Mutex<HashMap<(&'static str, &'static str), Arc<MessageMetrics>>>,
 }
@@ -102,6 +108,8 @@ pub(crate) struct KindMetrics {
     pub(crate) restarts: Counter,
     pub(crate) live: Gauge,
     pub(crate) depth: Gauge,
+    pub(crate) parked: Gauge,
+    pub(crate) parkings: Counter,
 }
 
 /// Cached per-(kind, message) handles.
@@ -128,6 +136,8 @@ impl ActorMetrics {
             live: Family::default(),
             depth: Family::default(),
             escalations: Family::default(),
+            parked: Family::default(),
+            parkings: Family::default(),
             kinds: Mutex::default(),
             messages: Mutex::default(),
         };
@@ -181,6 +191,16 @@ impl ActorMetrics {
             "Times a supervisor group exceeded its restart intensity and escalated to its parent",
             metrics.escalations.clone(),
         );
+        registry.register(
+            "karpenter_actor_parked",
+            "Actors parked now by their family's supervisor because they kept failing, by actor kind",
+            metrics.parked.clone(),
+        );
+        registry.register(
+            "karpenter_actor_parkings",
+            "Times a family's supervisor parked a member that kept failing, by actor kind",
+            metrics.parkings.clone(),
+        );
         metrics
     }
 
@@ -192,6 +212,8 @@ impl ActorMetrics {
                 restarts: self.restarts.get_or_create_owned(&labels),
                 live: self.live.get_or_create_owned(&labels),
                 depth: self.depth.get_or_create_owned(&labels),
+                parked: self.parked.get_or_create_owned(&labels),
+                parkings: self.parkings.get_or_create_owned(&labels),
             })
         }))
     }

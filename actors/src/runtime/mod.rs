@@ -209,6 +209,21 @@
 //!   kit per actor ([`Supervised::MAILBOX_CAPACITY`]), events beyond it are rejected and counted,
 //!   requests wait for room within their timeout, and a stopped actor gives a clear error.
 //!
+//! # How often is too often: restart intensity
+//!
+//! A plain group (the root, the AWS group, groups of singletons) counts every restart of every
+//! child in one window ([`GroupSpec::intensity`], 5 within a minute by default) and escalates
+//! beyond it: a singleton that crash-loops means the controller is broken, and the process
+//! exits for Kubernetes to restart it. A [`Family`] counts per member instead: a member over the
+//! intensity is *parked* (state [`STATE_PARKED`], not restarted for [`DEFAULT_PARK_FIRST`],
+//! doubling per consecutive parking up to [`DEFAULT_PARK_MAX`], then retried), while its
+//! siblings, its family and the process go on, so one bad object cannot crash-loop the
+//! controller. The family escalates only when more than [`family_escalation_limit`] distinct
+//! members (5, or a fifth of them) fail within the window. A family started with
+//! [`GroupRef::family_with_park_hook`] is told of every parking and retry ([`ParkNotice`]); the
+//! daemon records a Kubernetes event on the object. Parked actors are counted in
+//! `karpenter_actor_parked` and `karpenter_actor_parkings_total`.
+//!
 //! # What happens to messages when an actor fails
 //!
 //! - **The message in flight** (the one whose handler panicked or returned a fatal error) is
@@ -227,6 +242,9 @@
 //!   in a sibling is cancelled and its requester gets [`SendError::Interrupted`].
 //! - **Timers** ([`ActorCtx::send_after`]) belong to the instance that set them: after a restart
 //!   they are dropped (counted as `stale_timer`), so a fresh instance sets its own in `started`.
+//! - **A parked member** keeps what was queued before its parking (delivered to the retried
+//!   instance) and rejects new sends at once: requests get [`SendError::Parked`], events
+//!   [`Overflow::Parked`], both counted as dropped with reason `parked`.
 //!
 //! # Time
 //!
@@ -240,7 +258,8 @@
 //!
 //! [`ActorKit::snapshot`] returns every live actor (kind, key, state label, start time,
 //! restarts, messages handled by type, errors, panics, mailbox depth/capacity, overflows,
-//! latency last/avg/max, last error) and group; it serializes with serde. Family-level metrics
+//! latency last/avg/max, last error, time to the retry of a parked actor) and group (with its
+//! parked children); it serializes with serde. Family-level metrics
 //! go to the Prometheus registry given to [`ActorKit::new`]; their names are listed in the
 //! `metrics` module. Faults are injected from a seeded [`FaultPlan`] given in [`KitOptions`].
 
@@ -268,8 +287,9 @@ pub use fault::{
 };
 pub use group::{
     CHILD_SHUTDOWN_GRACE, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN,
-    DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, GroupRef, GroupSpec, RestartBackoff, RootGroup,
-    Strategy,
+    DEFAULT_MAX_RESTARTS, DEFAULT_PARK_FIRST, DEFAULT_PARK_MAX, DEFAULT_RESTART_WINDOW,
+    FAMILY_ESCALATION_MIN_KEYS, FAMILY_ESCALATION_PERCENT, GroupRef, GroupSpec, ParkChange,
+    ParkHook, ParkNotice, ParkPolicy, RestartBackoff, RootGroup, Strategy, family_escalation_limit,
 };
 pub use kit::{ActorKit, KitOptions};
 pub use metrics::{ActorMetrics, DropReason, HANDLER_DURATION_BUCKETS_SECONDS};
@@ -279,6 +299,7 @@ pub use reconciler::{
 };
 pub use registry::{
     ActorRegistry, ActorSnapshot, LatencySnapshot, MAX_LAST_ERROR_BYTES, RegistrySnapshot,
-    STATE_RUNNING, STATE_STARTING, STATE_STOPPING, STATE_SUSPENDED, SupervisorSnapshot,
+    STATE_PARKED, STATE_RUNNING, STATE_STARTING, STATE_STOPPING, STATE_SUSPENDED,
+    SupervisorSnapshot,
 };
 pub use task::{TaskFailed, Tasks};

@@ -31,6 +31,9 @@ pub const STATE_RUNNING: &str = "running";
 pub const STATE_SUSPENDED: &str = "suspended";
 /// State label once the actor is stopping.
 pub const STATE_STOPPING: &str = "stopping";
+/// State label of a family member its group parked: it kept failing, and is left stopped until
+/// its retry ([`ActorSnapshot::unpark_in_seconds`]).
+pub const STATE_PARKED: &str = "parked";
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -59,6 +62,8 @@ struct MessageCount {
 #[derive(Debug)]
 struct Detail {
     state: &'static str,
+    /// When a parked actor is retried.
+    parked_until: Option<Instant>,
     last_error: Option<String>,
     handled: u64,
     errors: u64,
@@ -100,6 +105,8 @@ pub(crate) struct ActorRecord {
     overflows: AtomicU64,
     /// A nudge ([`crate::runtime::ActorRef::nudge`]) is queued and not yet handled.
     pub(crate) nudged: AtomicBool,
+    /// Parked by its group: sends fail at once (read on every send, so an atomic).
+    parked: AtomicBool,
     detail: Mutex<Detail>,
     /// Commands from the supervisor.
     pub(crate) control: ControlBlock,
@@ -128,8 +135,10 @@ impl ActorRecord {
             restarts: AtomicU64::new(0),
             overflows: AtomicU64::new(0),
             nudged: AtomicBool::new(false),
+            parked: AtomicBool::new(false),
             detail: Mutex::new(Detail {
                 state: STATE_STARTING,
+                parked_until: None,
                 last_error: None,
                 handled: 0,
                 errors: 0,
@@ -210,6 +219,33 @@ impl ActorRecord {
 
     pub(crate) fn state(&self) -> &'static str {
         lock(&self.detail).state
+    }
+
+    /// Parks the actor until `until`: state `parked`, sends fail at once, counted.
+    pub(crate) fn park(&self, until: Instant) {
+        {
+            let mut detail = lock(&self.detail);
+            detail.state = STATE_PARKED;
+            detail.parked_until = Some(until);
+        }
+        if !self.parked.swap(true, Ordering::AcqRel) {
+            self.kind_metrics.parked.inc();
+        }
+        self.kind_metrics.parkings.inc();
+        // Requests waiting for room look again and fail instead of waiting for their timeout.
+        self.space.notify_waiters();
+    }
+
+    /// Ends a parking (the actor is retried, or stopped).
+    pub(crate) fn unpark(&self) {
+        lock(&self.detail).parked_until = None;
+        if self.parked.swap(false, Ordering::AcqRel) {
+            self.kind_metrics.parked.dec();
+        }
+    }
+
+    pub(crate) fn is_parked(&self) -> bool {
+        self.parked.load(Ordering::Acquire)
     }
 
     pub(crate) fn restarts(&self) -> u64 {
@@ -309,6 +345,9 @@ impl ActorRecord {
                 max_seconds: nanos_to_seconds(detail.latency_max_ns),
             },
             last_error: detail.last_error.clone(),
+            unpark_in_seconds: detail
+                .parked_until
+                .map(|until| until.saturating_duration_since(now).as_secs_f64()),
         }
     }
 }
@@ -339,6 +378,7 @@ pub(crate) struct GroupRecord {
 struct GroupDetail {
     phase: &'static str,
     children: usize,
+    parked: usize,
     restarts: u64,
     escalations: u64,
     last_child_stop: Option<String>,
@@ -366,6 +406,10 @@ impl GroupRecord {
         lock(&self.detail).children = children;
     }
 
+    pub(crate) fn set_parked(&self, parked: usize) {
+        lock(&self.detail).parked = parked;
+    }
+
     pub(crate) fn child_stopped(&self, child: &str, reason: &str, restarted: bool) {
         let mut detail = lock(&self.detail);
         if restarted {
@@ -385,6 +429,7 @@ impl GroupRecord {
             strategy: self.strategy.to_owned(),
             phase: detail.phase.to_owned(),
             children: detail.children,
+            parked: detail.parked,
             restarts: detail.restarts,
             escalations: detail.escalations,
             last_child_stop: detail.last_child_stop.clone(),
@@ -412,6 +457,7 @@ impl ActorRegistry {
 
     pub(crate) fn deregister(&self, id: u64) {
         if let Some(record) = lock(&self.actors).remove(&id) {
+            record.unpark();
             record.kind_metrics.live.dec();
         }
     }
@@ -477,6 +523,21 @@ impl RegistrySnapshot {
     pub fn actor(&self, kind: &str, key: &str) -> Option<&ActorSnapshot> {
         self.actors.iter().find(|a| a.kind == kind && a.key == key)
     }
+
+    /// The supervisor group of this name, if live.
+    #[must_use]
+    pub fn supervisor(&self, name: &str) -> Option<&SupervisorSnapshot> {
+        self.supervisors.iter().find(|s| s.name == name)
+    }
+
+    /// Actors parked now.
+    #[must_use]
+    pub fn parked(&self) -> usize {
+        self.actors
+            .iter()
+            .filter(|a| a.unpark_in_seconds.is_some())
+            .count()
+    }
 }
 
 /// One live actor.
@@ -505,6 +566,9 @@ pub struct ActorSnapshot {
     pub latency: LatencySnapshot,
     /// At most [`MAX_LAST_ERROR_BYTES`].
     pub last_error: Option<String>,
+    /// A parked actor ([`STATE_PARKED`]): seconds until its retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unpark_in_seconds: Option<f64>,
 }
 
 /// Handler latency of one actor.
@@ -526,6 +590,9 @@ pub struct SupervisorSnapshot {
     /// `running`, `suspended` (escalated or suspended by its parent), `stopping`.
     pub phase: String,
     pub children: usize,
+    /// Children parked now (families).
+    #[serde(default)]
+    pub parked: usize,
     /// Child restarts this group performed.
     pub restarts: u64,
     pub escalations: u64,

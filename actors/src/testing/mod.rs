@@ -7,13 +7,16 @@
 //!   reports it as a cluster change, as the watch does in production.
 //! - [`MemoryClusterView`]: a `ClusterView` to put objects in by hand.
 //! - [`FakeCloudProvider`]: a recording `CloudProvider` with instance types and injected failures.
+//! - [`AwsTestKit`]: the AWS group on a kit of its own, for tests that build providers by hand.
 
+mod aws;
 mod cloud_provider;
 mod cluster_api;
 mod cluster_view;
 mod failures;
 mod mirror;
 
+pub use aws::AwsTestKit;
 pub use cloud_provider::*;
 pub use cluster_api::*;
 pub use cluster_view::MemoryClusterView;

@@ -123,8 +123,9 @@ pub struct AwsProviders {
 }
 
 impl AwsProviders {
-    /// Builds every provider over the EC2 port (and the Pricing API when reachable). Must run
-    /// on a tokio runtime: the batchers and the launch-template janitor start here.
+    /// Builds every provider over the EC2 port (and the Pricing API when reachable). Their
+    /// actors (batchers, ICE expiry, launch-template janitor, catalogue refresh) start with
+    /// [`crate::aws::AwsActors::start`].
     pub fn new(
         ec2: Arc<dyn Ec2Api>,
         pricing_api: Option<Arc<dyn PricingApi>>,
@@ -158,7 +159,6 @@ impl AwsProviders {
             ec2: Arc::clone(&ec2),
             cluster,
         }));
-        launch_templates.spawn_janitor();
         let subnets = Arc::new(LaunchSubnets::new(Arc::clone(&ec2)));
         Ok(AwsProviders {
             ec2,
@@ -173,7 +173,8 @@ impl AwsProviders {
 
     /// Fetches the instance-type catalogue and spot prices, and on-demand prices when the
     /// Pricing API is used (a failure there keeps the previous prices and is logged). The AWS
-    /// subsystem actors call this every 12 hours; call it once before the first launch.
+    /// subsystem actors call this every 12 hours (`crate::aws::catalogue`); call it once before
+    /// the first launch when they do not run.
     pub async fn refresh(&self) -> Result<(), RefreshError> {
         self.instance_types
             .refresh()
