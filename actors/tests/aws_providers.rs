@@ -222,6 +222,7 @@ impl Env {
             ]
             .into(),
             context: None,
+            launch_group: None,
         }
     }
 

@@ -1,17 +1,26 @@
 //! `create`: a NodeClaim becomes an instance (see the parent module's docs for the flow).
+//!
+//! Before launching, the NodeClaim's launch group ([`launch_group`], its class's hash folded
+//! in by [`launch_group_tag`]) is asked for an orphan to adopt: an instance launched for a
+//! NodeClaim of the same group by a process that died before writing its provider id (see
+//! `crate::nodeclaim::launch` for why a group, and `crate::providers::instances` for the
+//! bookkeeping). It is taken when its type, zone and capacity type are allowed by the
+//! NodeClaim's requirements and its allocatable fits the requests, the one the NodeClaim's own
+//! labels describe first; the launch itself is tagged with the group.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::filter::{LaunchCandidates, launch_candidates};
-use super::hydrate::{InstanceFacts, hydrate};
+use super::hydrate::{InstanceFacts, hydrate, provider_id};
 use super::{AwsCloudProvider, readiness};
 use crate::ports::aws_error::{AwsError, AwsErrorClass};
+use crate::nodeclaim::launch::{launch_group, launch_group_tag};
 use crate::ports::cloud_provider::CloudProviderError;
-use crate::ports::ec2::{FleetLaunchTemplateConfig, Tags};
+use crate::ports::ec2::{FleetLaunchTemplateConfig, Instance, Tags};
 use crate::providers::instance_type_provider::InstanceTypes;
 use crate::providers::instances::{
-    InstancesError, LaunchRequest, LaunchedInstance, capacity_type_for, overrides,
+    Adoption, InstancesError, LaunchRequest, LaunchedInstance, capacity_type_for, overrides,
     with_capacity_type,
 };
 use crate::providers::launch_subnets::ZonalSubnet;
@@ -24,7 +33,7 @@ use karpenter_core::apis::requirements::Requirement as ApiRequirement;
 use karpenter_core::apis::{EC2NodeClass, labels};
 use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::instance_type::InstanceType;
-use karpenter_core::domain::requirements::Requirements;
+use karpenter_core::domain::requirements::{AllowUndefined, Requirements};
 use karpenter_core::domain::resources::Resources;
 use karpenter_core::domain::tags::{RestrictedTags, launch_tags};
 
@@ -180,6 +189,40 @@ struct Launch<'a> {
     instance_types: &'a [Arc<InstanceType>],
     capacity_type: CapacityType,
     tags: &'a Tags,
+    /// The [`crate::nodeclaim::launch::LAUNCH_GROUP`] tag of the launch.
+    launch_group: &'a str,
+}
+
+/// Whether `instance` can serve a NodeClaim with these requirements and requests: its type is
+/// one of the class's and compatible, it runs in an offering (zone, capacity type) the
+/// requirements allow, and its allocatable fits the requests.
+fn can_serve(
+    instance: &Instance,
+    instance_types: &[Arc<InstanceType>],
+    requirements: &Requirements,
+    requests: &Resources,
+) -> bool {
+    let Some(it) = instance_types
+        .iter()
+        .find(|it| it.name == instance.instance_type)
+    else {
+        return false;
+    };
+    requirements.is_compatible(&it.requirements, AllowUndefined::WellKnown)
+        && it.offerings.iter().any(|offering| {
+            offering.zone() == Some(instance.zone.as_str())
+                && offering.capacity_type() == Some(instance.capacity_type.as_str())
+                && offering.is_compatible(requirements)
+        })
+        && requests.fits_in(it.allocatable())
+}
+
+/// Whether `instance` is the one the NodeClaim's labels describe (type and zone, when written).
+fn described_by_labels(nodeclaim: &NodeClaim, instance: &Instance) -> bool {
+    let claim_labels = nodeclaim.metadata.labels.as_ref();
+    let label = |key: &str| claim_labels.and_then(|l| l.get(key));
+    label(labels::INSTANCE_TYPE).is_some_and(|t| *t == instance.instance_type)
+        && label(labels::ZONE).is_none_or(|z| *z == instance.zone)
 }
 
 fn template_error(error: &LaunchTemplateError) -> CloudProviderError {
@@ -207,7 +250,9 @@ fn launch_error(nodeclaim: &str, error: InstancesError) -> CloudProviderError {
                 message: source.to_string(),
             }
         }
-        InstancesError::Launch { source, .. } | InstancesError::Aws(source) => {
+        InstancesError::Launch { source, .. }
+        | InstancesError::Adopt { source, .. }
+        | InstancesError::Aws(source) => {
             let (reason, message) = reason_message(&source);
             create_error(
                 reason,
@@ -246,7 +291,8 @@ impl AwsCloudProvider {
                 ));
             }
         }
-        let (requirements, all, candidates) = self.candidates(&nodeclass, nodeclaim, &name)?;
+        let (requirements, requests, all, candidates) =
+            self.candidates(&nodeclass, nodeclaim, &name)?;
         let tags = nodeclaim_tags(&nodeclass, nodeclaim, &self.cluster_name).map_err(|error| {
             tracing::warn!(nodeclaim = %name, ec2nodeclass = %class_name, %error, "cannot launch");
             CloudProviderError::NodeClassNotReady {
@@ -258,9 +304,24 @@ impl AwsCloudProvider {
             .uid
             .clone()
             .unwrap_or_else(|| name.clone());
-        // A retried create finds the instance this NodeClaim already launched (even when its
+        let group = launch_group_tag(
+            &launch_group(nodeclaim),
+            nodeclass
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(labels::EC2NODECLASS_HASH))
+                .map(String::as_str),
+        );
+        // A retried create finds the instance this NodeClaim already launched, and a NodeClaim
+        // whose launch was lost with its process adopts what it launched (even when its
         // offering has since become unavailable).
         let instance = if let Some(instance) = self.providers.instances.launched(&uid) {
+            instance
+        } else if let Some(instance) = self
+            .adopt(nodeclaim, &name, &uid, &group, &requirements, &requests, &all)
+            .await?
+        {
             instance
         } else if candidates.instance_types.is_empty() {
             return Err(CloudProviderError::InsufficientCapacity {
@@ -278,6 +339,7 @@ impl AwsCloudProvider {
                 instance_types: &candidates.instance_types,
                 capacity_type,
                 tags: &tags,
+                launch_group: &group,
             };
             self.launch(&launch).await?
         };
@@ -324,13 +386,51 @@ impl AwsCloudProvider {
         Ok(created)
     }
 
+    /// An orphan of the NodeClaim's launch group it can use (see the module docs).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "what the create path resolved, passed on rather than resolved twice"
+    )]
+    async fn adopt(
+        &self,
+        nodeclaim: &NodeClaim,
+        name: &str,
+        uid: &str,
+        group: &str,
+        requirements: &Requirements,
+        requests: &Resources,
+        instance_types: &[Arc<InstanceType>],
+    ) -> Result<Option<LaunchedInstance>, CloudProviderError> {
+        let accepts =
+            |instance: &Instance| can_serve(instance, instance_types, requirements, requests);
+        let prefers = |instance: &Instance| described_by_labels(nodeclaim, instance);
+        let owned = |instance: &Instance| {
+            self.view
+                .nodeclaim_by_provider_id(&provider_id(&instance.zone, &instance.id))
+                .is_some()
+        };
+        self.providers
+            .instances
+            .adopt(&Adoption {
+                nodeclaim: name,
+                nodeclaim_uid: uid,
+                launch_group: group,
+                accepts: &accepts,
+                prefers: &prefers,
+                owned: &owned,
+            })
+            .await
+            .map_err(|error| launch_error(name, error))
+    }
+
     /// The class's instance types and the NodeClaim's launch candidates among them.
     fn candidates(
         &self,
         nodeclass: &EC2NodeClass,
         nodeclaim: &NodeClaim,
         name: &str,
-    ) -> Result<(Requirements, InstanceTypes, LaunchCandidates), CloudProviderError> {
+    ) -> Result<(Requirements, Resources, InstanceTypes, LaunchCandidates), CloudProviderError>
+    {
         let resolution_failed = |message: String| {
             create_error(
                 reasons::REASON_INSTANCE_TYPE_RESOLUTION_FAILED,
@@ -355,7 +455,7 @@ impl AwsCloudProvider {
         if !candidates.rejected.is_empty() {
             tracing::debug!(nodeclaim = %name, instance_types = ?candidates.rejected, "filtered out instance types from launch");
         }
-        Ok((requirements, all, candidates))
+        Ok((requirements, requests, all, candidates))
     }
 
     /// Launches, retrying once when a launch template vanished (its cache entry is dropped so
@@ -431,6 +531,7 @@ impl AwsCloudProvider {
             launch_templates: configs,
             tags: launch.tags.clone(),
             context: launch.nodeclass.spec.context.clone(),
+            launch_group: Some(launch.launch_group.to_owned()),
         };
         let outcome = providers.instances.create(&request).await;
         providers.subnets.update_inflight(
