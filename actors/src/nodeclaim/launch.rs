@@ -28,9 +28,9 @@
 //! - The launch recorded on the NodeClaim (an annotation written before CreateFleet): one more
 //!   write per launch, and the batch a NodeClaim ends up in is only known inside the batcher,
 //!   after the write.
-//! - **The launch group**, our choice: a digest of everything that decides what a NodeClaim
-//!   launches except its resource requests (NodePool and its hash, class reference,
-//!   requirements, taints and startup taints), tagged on the fleet with the class's hash
+//! - **The launch group**, our choice: a digest of what decides what a NodeClaim launches,
+//!   except its resource requests (NodePool, class reference, requirements, taints and startup
+//!   taints), tagged on the fleet with the class's hash
 //!   ([`launch_group_tag`]). NodeClaims with the same group are interchangeable: any instance
 //!   launched for one suits another whose requests fit it. Equal fleet requests carry equal
 //!   tags, so merging is unchanged; the group is computed again from the NodeClaim's
@@ -228,22 +228,19 @@ fn digest(text: &str) -> String {
     )
 }
 
-/// The NodeClaim's launch group: a digest of its NodePool (name and template hash), class
-/// reference, requirements, taints and startup taints, in a canonical order. Its resource
-/// requests are left out (the adopter checks that they fit), and so is everything a launch
-/// writes, so the group of a NodeClaim never changes.
+/// The NodeClaim's launch group: a digest of its NodePool, class reference, requirements,
+/// taints and startup taints, in a canonical order: the spec (immutable) and the NodePool
+/// label, so the group of a NodeClaim never changes. Left out: its resource requests (the
+/// adopter checks that they fit); everything a launch writes; and its other labels and
+/// annotations, which the NodePool actor may re-stamp (the template hash) and registration
+/// writes onto the Node anyway.
 #[must_use]
 pub fn launch_group(nodeclaim: &NodeClaim) -> String {
-    let meta = &nodeclaim.metadata;
-    let nodepool = meta
+    let nodepool = nodeclaim
+        .metadata
         .labels
         .as_ref()
         .and_then(|l| l.get(karpenter_core::apis::labels::NODEPOOL))
-        .map_or("", String::as_str);
-    let nodepool_hash = meta
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(karpenter_core::apis::labels::NODEPOOL_HASH))
         .map_or("", String::as_str);
     let spec = &nodeclaim.spec;
     let class = &spec.node_class_ref;
@@ -281,7 +278,6 @@ pub fn launch_group(nodeclaim: &NodeClaim) -> String {
     };
     let canonical = [
         nodepool.to_owned(),
-        nodepool_hash.to_owned(),
         format!("{}/{}/{}", class.group, class.kind, class.name),
         requirements.join("\u{1d}"),
         taints(&spec.taints),
