@@ -19,15 +19,15 @@ use karpenter_actors::kwok::eventbridge::KwokEventBridge;
 use karpenter_actors::kwok::pricing::KwokPricing;
 use karpenter_actors::kwok::rate_limit::RateLimits;
 use karpenter_actors::kwok::sqs::KwokSqs;
+use karpenter_actors::nodeclaim::launch::LAUNCH_GROUP;
 use karpenter_actors::ports::aws_error::{AwsError, AwsErrorClass, AwsService};
 use karpenter_actors::ports::clock::{Clock, ManualClock};
+use karpenter_actors::ports::ec2::Instance;
 use karpenter_actors::ports::ec2::{Ec2Api, FleetLaunchTemplateConfig, InstanceState, Tags};
 use karpenter_actors::ports::eventbridge::EventBridgeApi;
 use karpenter_actors::ports::sqs::{ReceiveRequest, SqsApi};
 use karpenter_actors::providers::instance_type_provider::{InstanceTypeDeps, InstanceTypeProvider};
 use karpenter_actors::providers::instance_types::{NodeClassSettings, ResolveSettings};
-use karpenter_actors::nodeclaim::launch::LAUNCH_GROUP;
-use karpenter_actors::ports::ec2::Instance;
 use karpenter_actors::providers::instances::{
     Adoption, InstancesDeps, InstancesError, InstancesProvider, LaunchRequest, TOKEN_ATTEMPTS,
     capacity_type_for, overrides, with_capacity_type,
@@ -618,7 +618,10 @@ async fn kwok_keeps_a_client_token_for_a_day_and_refuses_it_with_other_parameter
     request.client_token = Some("karpenter-token-1".into());
     let first = env.kwok.create_fleet(&request).await.unwrap();
     let again = env.kwok.create_fleet(&request).await.unwrap();
-    assert_eq!(first, again, "the same token and request answer the first fleet");
+    assert_eq!(
+        first, again,
+        "the same token and request answer the first fleet"
+    );
     assert_eq!(env.kwok.instances().len(), 1);
 
     let mut bigger = request.clone();
@@ -627,7 +630,11 @@ async fn kwok_keeps_a_client_token_for_a_day_and_refuses_it_with_other_parameter
     assert_eq!(refused.class, AwsErrorClass::IdempotentParameterMismatch);
     assert_eq!(refused.code.as_deref(), Some("IdempotentParameterMismatch"));
     assert_eq!(refused.status, Some(400));
-    assert_eq!(env.kwok.instances().len(), 1, "a refused token launches nothing");
+    assert_eq!(
+        env.kwok.instances().len(),
+        1,
+        "a refused token launches nothing"
+    );
 
     tokio::time::advance(Duration::from_hours(24) + Duration::from_secs(1)).await;
     let expired = env.kwok.create_fleet(&bigger).await.unwrap();
@@ -644,7 +651,11 @@ async fn a_fleet_whose_caller_dies_before_the_answer_still_launches() {
         tokio::spawn(async move { env.instances.create(&env.grouped("killed")).await })
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(env.kwok.faults().count("CreateFleet"), 1, "the call reached EC2");
+    assert_eq!(
+        env.kwok.faults().count("CreateFleet"),
+        1,
+        "the call reached EC2"
+    );
     caller.abort();
     assert!(caller.await.unwrap_err().is_cancelled());
     tokio::time::sleep(Duration::from_secs(10)).await;
@@ -653,7 +664,10 @@ async fn a_fleet_whose_caller_dies_before_the_answer_still_launches() {
         1,
         "the instance outlives its caller, tagged with its launch group"
     );
-    assert!(env.instances.launched("uid-killed").is_none(), "nobody knows it");
+    assert!(
+        env.instances.launched("uid-killed").is_none(),
+        "nobody knows it"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -673,7 +687,11 @@ async fn a_restarted_provider_adopts_each_orphan_of_a_launch_group_once() {
     for handle in lost {
         assert!(handle.await.unwrap().is_err());
     }
-    assert_eq!(env.kwok.faults().count("CreateFleet"), 1, "one merged fleet");
+    assert_eq!(
+        env.kwok.faults().count("CreateFleet"),
+        1,
+        "one merged fleet"
+    );
     let orphans: std::collections::BTreeSet<String> = env
         .kwok
         .instances_tagged(LAUNCH_GROUP, GROUP)
@@ -691,16 +709,31 @@ async fn a_restarted_provider_adopts_each_orphan_of_a_launch_group_once() {
             .await
             .unwrap()
             .expect("an orphan to adopt");
-        assert_eq!(restarted.launched(&uid), Some(instance.clone()), "held for it");
+        assert_eq!(
+            restarted.launched(&uid),
+            Some(instance.clone()),
+            "held for it"
+        );
         adopted.insert(instance.id);
     }
     assert_eq!(adopted, orphans, "each orphan adopted exactly once");
     assert!(
-        restarted.adopt(&adoption("d", "uid-d")).await.unwrap().is_none(),
+        restarted
+            .adopt(&adoption("d", "uid-d"))
+            .await
+            .unwrap()
+            .is_none(),
         "nothing left"
     );
-    assert!(!restarted.is_suspect(GROUP), "the group has no orphans left");
-    assert_eq!(env.kwok.faults().count("CreateFleet"), 1, "nothing launched again");
+    assert!(
+        !restarted.is_suspect(GROUP),
+        "the group has no orphans left"
+    );
+    assert_eq!(
+        env.kwok.faults().count("CreateFleet"),
+        1,
+        "nothing launched again"
+    );
     // The census and one lookup per adoption; the last adoption knew there was nothing left.
     assert_eq!(env.kwok.faults().count("DescribeInstances"), 1 + 3);
 
@@ -748,7 +781,10 @@ async fn an_adoption_distrusts_a_lookup_while_a_fleet_of_its_group_waits_for_its
         .await
         .unwrap()
         .expect("the lost launch's instance");
-    assert_ne!(adopted.id, fresh.id, "never the instance another launch holds");
+    assert_ne!(
+        adopted.id, fresh.id,
+        "never the instance another launch holds"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -787,10 +823,19 @@ async fn a_refused_client_token_is_replaced_and_the_launch_goes_through() {
     env.kwok.faults().fail_next(
         "CreateFleet",
         usize::try_from(TOKEN_ATTEMPTS).unwrap(),
-        AwsError::new(AwsService::Ec2, "CreateFleet", Some("IdempotentParameterMismatch"), "no")
-            .with_status(400),
+        AwsError::new(
+            AwsService::Ec2,
+            "CreateFleet",
+            Some("IdempotentParameterMismatch"),
+            "no",
+        )
+        .with_status(400),
     );
-    let error = env.instances.create(&env.grouped("stubborn")).await.unwrap_err();
+    let error = env
+        .instances
+        .create(&env.grouped("stubborn"))
+        .await
+        .unwrap_err();
     assert!(
         matches!(&error, InstancesError::Launch { source, .. } if source.class == AwsErrorClass::IdempotentParameterMismatch),
         "{error:?}"
@@ -837,7 +882,10 @@ async fn a_replayed_answer_naming_an_instance_another_nodeclaim_holds_is_refused
     }
     let ids: std::collections::BTreeSet<&str> = got.iter().map(|i| i.id.as_str()).collect();
     assert_eq!(ids.len(), 2, "a and b have their own instances");
-    assert!(!ids.contains(taken.id.as_str()), "c's instance is not handed out twice");
+    assert!(
+        !ids.contains(taken.id.as_str()),
+        "c's instance is not handed out twice"
+    );
     assert!(
         got.iter().any(|i| orphans.contains(&i.id)),
         "the replay's other instance is used"

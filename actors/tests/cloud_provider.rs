@@ -812,10 +812,24 @@ async fn a_nodeclaim_whose_fleet_answer_was_lost_with_its_process_adopts_its_ins
         std::iter::once(instance_id(&adopted)).collect::<std::collections::BTreeSet<_>>(),
         orphans
     );
-    assert_eq!(env.kwok.faults().count("CreateFleet"), 1, "nothing launched again");
-    assert_eq!(label(&adopted, labels::INSTANCE_TYPE), env.kwok.instances()[0].instance_type);
+    assert_eq!(
+        env.kwok.faults().count("CreateFleet"),
+        1,
+        "nothing launched again"
+    );
+    assert_eq!(
+        label(&adopted, labels::INSTANCE_TYPE),
+        env.kwok.instances()[0].instance_type
+    );
     assert_eq!(label(&adopted, labels::ZONE), env.zone(0));
-    assert!(adopted.status.as_ref().unwrap().allocatable.contains_key("cpu"));
+    assert!(
+        adopted
+            .status
+            .as_ref()
+            .unwrap()
+            .allocatable
+            .contains_key("cpu")
+    );
     assert_eq!(
         adopted.metadata.annotations.as_ref().unwrap()[labels::EC2NODECLASS_HASH],
         "1111"
@@ -848,7 +862,11 @@ async fn nodeclaims_of_a_merged_fleet_lost_with_their_process_adopt_one_instance
     for caller in callers {
         caller.abort();
     }
-    assert_eq!(env.kwok.faults().count("CreateFleet"), 1, "one merged fleet");
+    assert_eq!(
+        env.kwok.faults().count("CreateFleet"),
+        1,
+        "one merged fleet"
+    );
     let orphans = env.instance_ids();
     assert_eq!(orphans.len(), 3);
 
@@ -884,9 +902,18 @@ async fn a_nodeclaim_whose_labels_were_written_adopts_the_instance_they_describe
     }
     let instances = env.kwok.instances();
     assert_eq!(instances.len(), 2);
-    let first = instances.iter().find(|i| i.instance_type == "c5.large").unwrap();
-    let second = instances.iter().find(|i| i.instance_type != "c5.large").unwrap();
-    assert!(first.id < second.id, "without a preference the first would be taken");
+    let first = instances
+        .iter()
+        .find(|i| i.instance_type == "c5.large")
+        .unwrap();
+    let second = instances
+        .iter()
+        .find(|i| i.instance_type != "c5.large")
+        .unwrap();
+    assert!(
+        first.id < second.id,
+        "without a preference the first would be taken"
+    );
     // p2's labels were written before its process died; its status was not.
     let mut p2 = od_claim("p2", &zone);
     p2.metadata
@@ -895,7 +922,11 @@ async fn a_nodeclaim_whose_labels_were_written_adopts_the_instance_they_describe
         .insert(labels::INSTANCE_TYPE.into(), second.instance_type.clone());
     let restarted = env.restarted().await;
     let adopted = restarted.create(&p2).await.unwrap();
-    assert_eq!(instance_id(&adopted), second.id, "the instance its labels describe");
+    assert_eq!(
+        instance_id(&adopted),
+        second.id,
+        "the instance its labels describe"
+    );
     let p1 = restarted.create(&od_claim("p1", &zone)).await.unwrap();
     assert_eq!(instance_id(&p1), first.id);
     assert_eq!(env.kwok.instances().len(), 2);
@@ -918,7 +949,11 @@ async fn an_instance_launched_before_its_class_changed_is_not_adopted() {
 
     let restarted = env.restarted().await;
     let launched = restarted.create(&claim).await.unwrap();
-    assert_ne!(instance_id(&launched), orphan, "the old class's instance is left to the collector");
+    assert_ne!(
+        instance_id(&launched),
+        orphan,
+        "the old class's instance is left to the collector"
+    );
     assert_eq!(env.kwok.instances().len(), 2);
 }
 
@@ -929,15 +964,19 @@ async fn an_orphan_too_small_for_a_nodeclaims_requests_is_left_for_one_it_fits()
     env.lose_next_fleet_answers(1);
     assert!(env.cloud.create(&od_claim("small", &zone)).await.is_err());
     let orphan = env.kwok.instances()[0].clone();
-    assert!(orphan.instance_type.ends_with(".large"), "{}", orphan.instance_type);
+    assert!(
+        orphan.instance_type.split_once('.').map(|(_, size)| size) == Some("large"),
+        "{}",
+        orphan.instance_type
+    );
 
     let restarted = env.restarted().await;
     // The same group (requirements), but requests a large instance cannot hold.
     let mut big = od_claim("big", &zone);
-    big.spec
-        .resources
-        .requests
-        .insert("cpu".into(), k8s_openapi::apimachinery::pkg::api::resource::Quantity("3".into()));
+    big.spec.resources.requests.insert(
+        "cpu".into(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("3".into()),
+    );
     let launched = restarted.create(&big).await.unwrap();
     assert_ne!(instance_id(&launched), orphan.id);
     let fits = restarted.create(&od_claim("fits", &zone)).await.unwrap();

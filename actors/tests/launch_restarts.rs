@@ -329,7 +329,11 @@ impl World {
         assert_eq!(ids.len(), nodeclaims, "every NodeClaim launched: {ids:?}");
         let distinct: BTreeSet<String> = ids.iter().cloned().collect();
         assert_eq!(distinct.len(), ids.len(), "no instance shared: {ids:?}");
-        assert_eq!(distinct, self.live_instances(), "no instance without its NodeClaim");
+        assert_eq!(
+            distinct,
+            self.live_instances(),
+            "no instance without its NodeClaim"
+        );
     }
 }
 
@@ -393,7 +397,11 @@ async fn a_daemon_killed_while_createfleet_runs_adopts_the_instance_after_its_re
     let first = world.start().await;
     world.add_nodeclaim(Some(&first), "default-a");
     advance(Duration::from_secs(2)).await;
-    assert_eq!(world.kwok.faults().count("CreateFleet"), 1, "the call reached EC2");
+    assert_eq!(
+        world.kwok.faults().count("CreateFleet"),
+        1,
+        "the call reached EC2"
+    );
     assert_eq!(world.live_instances().len(), 1);
     first.kill().await;
 
@@ -481,7 +489,11 @@ async fn a_nodeclaim_deleted_while_its_launch_was_lost_leaves_the_instance_to_th
         world.nodeclaim("default-a").is_none(),
         "nothing to terminate: the finalizer goes"
     );
-    assert_eq!(world.live_instances(), orphan, "inside the collector's grace");
+    assert_eq!(
+        world.live_instances(),
+        orphan,
+        "inside the collector's grace"
+    );
     advance(COLLECTOR_WINDOW).await;
     assert!(
         world.live_instances().is_empty(),
@@ -536,7 +548,11 @@ async fn nodeclaims_of_a_fleet_lost_with_their_daemon_adopt_one_instance_each() 
         world.add_nodeclaim(Some(&first), name);
     }
     advance(Duration::from_secs(2)).await;
-    assert_eq!(world.kwok.faults().count("CreateFleet"), 1, "one merged fleet");
+    assert_eq!(
+        world.kwok.faults().count("CreateFleet"),
+        1,
+        "one merged fleet"
+    );
     assert_eq!(world.live_instances().len(), 3);
     first.kill().await;
     // A NodeClaim of the same group the restarted daemon's provisioner creates meanwhile.

@@ -997,7 +997,11 @@ async fn a_restarted_cloud_provider_adopts_its_predecessors_launch_although_moto
             .await
             .unwrap()
     };
-    assert_eq!(cluster_instances().await.len(), 1, "tagged with its launch group");
+    assert_eq!(
+        cluster_instances().await.len(),
+        1,
+        "tagged with its launch group"
+    );
 
     // The daemon dies before the provider id is written; its successor knows nothing of it.
     let restarted = start().await;

@@ -241,7 +241,7 @@ const FLEET_LATENCY: Duration = Duration::from_secs(2);
 /// than the garbage collector's window (30 s after launch, swept every 10 s).
 const AFTER_RESTART: Duration = Duration::from_secs(90);
 
-/// A deterministic instant in `[from, from + span)` for `seed` (SplitMix64), to the millisecond.
+/// A deterministic instant in `[from, from + span)` for `seed` (`SplitMix64`), to the millisecond.
 fn seeded_instant(seed: u64, from: Duration, span: Duration) -> Duration {
     let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -271,7 +271,7 @@ async fn kill_and_restart_at(at: Duration, pods_expected: usize) -> KillOutcome 
     sim.world().ec2.set_create_fleet_latency(FLEET_LATENCY);
     let whole = Duration::from_secs(at.as_secs());
     assert!(sim.advance(whole).await);
-    tokio::time::sleep(at - whole).await;
+    tokio::time::sleep(at.saturating_sub(whole)).await;
     let named: BTreeSet<String> = claimed_instances(&nodeclaims(&sim).await)
         .into_iter()
         .collect();
@@ -299,7 +299,11 @@ async fn kill_and_restart_at(at: Duration, pods_expected: usize) -> KillOutcome 
     );
     let pods = pods(&sim).await;
     assert_eq!(pods.len(), pods_expected, "killed at {at:?}");
-    assert_eq!(bound(&pods), pods_expected, "killed at {at:?}: every pod bound");
+    assert_eq!(
+        bound(&pods),
+        pods_expected,
+        "killed at {at:?}: every pod bound"
+    );
     let wasted = sim.world().ec2.instances().len() - claims.len();
     sim.finish().await;
     KillOutcome {
@@ -341,12 +345,10 @@ async fn kill_at_seeded_instants(
 }
 
 #[test]
-fn a_daemon_killed_at_seeded_instants_of_the_first_scale_up_ends_with_one_instance_per_nodeclaim()
-{
+fn a_daemon_killed_at_seeded_instants_of_the_first_scale_up_ends_with_one_instance_per_nodeclaim() {
     in_simulation(|| async {
         // The first four pods: NodeClaims at about 1 s, their fleets answer 2 s later.
-        kill_at_seeded_instants(0..10, Duration::from_millis(500), Duration::from_secs(5), 4)
-            .await;
+        kill_at_seeded_instants(0..10, Duration::from_millis(500), Duration::from_secs(5), 4).await;
     });
 }
 
@@ -355,7 +357,6 @@ fn a_daemon_killed_at_seeded_instants_of_the_second_scale_up_ends_with_one_insta
 {
     in_simulation(|| async {
         // 4 -> 12 pods at 2m: NodeClaims at about 2m1s, their fleets answer 2 s later.
-        kill_at_seeded_instants(10..20, Duration::from_secs(120), Duration::from_secs(6), 12)
-            .await;
+        kill_at_seeded_instants(10..20, Duration::from_mins(2), Duration::from_secs(6), 12).await;
     });
 }

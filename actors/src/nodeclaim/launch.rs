@@ -45,7 +45,8 @@
 //!
 //! After a launch, [`apply_launch_metadata`] and [`apply_launch_status`] copy the cloud's answer
 //! onto the NodeClaim (Karpenter's `PopulateNodeClaimDetails`): labels from the instance, then
-//! from single-valued requirements, then the NodeClaim's own (later ones win); annotations;
+//! from single-valued requirements, then the NodeClaim's own (later ones win; but a well-known
+//! label the instance reports replaces one a lost launch left, see [`launch_labels`]); annotations;
 //! provider id, image id, capacity and allocatable.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -309,10 +310,15 @@ fn seed(name: &str) -> u64 {
     })
 }
 
-/// The labels a launch puts on the NodeClaim (see the module docs).
+/// The labels a launch puts on the NodeClaim (see the module docs), with one exception to
+/// Karpenter's order: a well-known label the instance reports wins over a NodeClaim label that
+/// contradicts it. Template labels are requirements the instance satisfies, so such a label can
+/// only be left by a launch whose process died between writing the labels and the provider id,
+/// and it would describe an instance the NodeClaim does not have.
 #[must_use]
 pub fn launch_labels(nodeclaim: &NodeClaim, created: &NodeClaim) -> BTreeMap<String, String> {
-    let mut labels = created.metadata.labels.clone().unwrap_or_default();
+    let instance_labels = created.metadata.labels.clone().unwrap_or_default();
+    let mut labels = instance_labels.clone();
     let requirements: Vec<_> = nodeclaim
         .spec
         .requirements
@@ -327,6 +333,12 @@ pub fn launch_labels(nodeclaim: &NodeClaim, created: &NodeClaim) -> BTreeMap<Str
         );
     }
     labels.extend(nodeclaim.metadata.labels.clone().unwrap_or_default());
+    for (key, value) in instance_labels
+        .into_iter()
+        .filter(|(key, _)| karpenter_core::apis::labels::is_well_known(key))
+    {
+        labels.insert(key, value);
+    }
     labels
 }
 
@@ -413,6 +425,30 @@ mod tests {
         assert_eq!(labels["node.kubernetes.io/instance-type"], "m5.large");
     }
 
+    #[test]
+    fn a_lost_launchs_instance_labels_give_way_to_the_instance_launched_instead() {
+        let nodeclaim = claim(
+            serde_json::json!({
+                "team": "mine",
+                "node.kubernetes.io/instance-type": "c5.large",
+                "topology.kubernetes.io/zone": "us-west-2a",
+            }),
+            serde_json::json!([]),
+        );
+        let created = claim(
+            serde_json::json!({
+                "team": "mine",
+                "node.kubernetes.io/instance-type": "m5.large",
+                "topology.kubernetes.io/zone": "us-west-2b",
+            }),
+            serde_json::json!([]),
+        );
+        let labels = launch_labels(&nodeclaim, &created);
+        assert_eq!(labels["node.kubernetes.io/instance-type"], "m5.large");
+        assert_eq!(labels["topology.kubernetes.io/zone"], "us-west-2b");
+        assert_eq!(labels["team"], "mine");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn outcomes_expire_after_a_minute_but_running_launches_do_not() {
         let cache = LaunchCache::new();
@@ -464,12 +500,15 @@ mod tests {
         );
         assert_ne!(launch_group(&base), launch_group(&other_pool));
         let mut tainted = base.clone();
-        tainted.spec.taints.push(karpenter_core::apis::taints::Taint {
-            key: "dedicated".into(),
-            value: Some("gpu".into()),
-            effect: karpenter_core::apis::taints::TaintEffect::NoSchedule,
-            time_added: None,
-        });
+        tainted
+            .spec
+            .taints
+            .push(karpenter_core::apis::taints::Taint {
+                key: "dedicated".into(),
+                value: Some("gpu".into()),
+                effect: karpenter_core::apis::taints::TaintEffect::NoSchedule,
+                time_added: None,
+            });
         assert_ne!(launch_group(&base), launch_group(&tainted));
 
         let group = launch_group(&base);

@@ -16,18 +16,18 @@
 //! ([`crate::nodeclaim::launch::LAUNCH_GROUP`]; why a group and not a NodeClaim, see that
 //! module). Before the cloud provider launches for a NodeClaim it asks [`InstancesProvider::adopt`]
 //! for an *orphan* of its group: a pending or running instance with the group's tag that no
-//! NodeClaim names and that this process has not handed out. Looking costs a DescribeInstances,
+//! NodeClaim names and that this process has not handed out. Looking costs a `DescribeInstances`,
 //! so it is done only where an orphan may be: the first adoption after start takes a *census*
-//! (one DescribeInstances of the cluster's tagged instances) and marks the groups with orphans
+//! (one `DescribeInstances` of the cluster's tagged instances) and marks the groups with orphans
 //! *suspect*; a fleet whose outcome is unknown (a server or transport error, a call dropped
 //! mid-flight, a refused token) marks its group suspect too. Other launches cost nothing extra.
 //!
 //! Two launches in this process must never get the same instance:
 //!
 //! - every instance a fleet returns or an adoption takes is *held* for its NodeClaim (in the
-//!   book, for an hour, by when its provider id is written or it is gone);
+//!   book, for an hour, by which time its provider id is written or it is gone);
 //! - the executor holds a fleet's instances before it counts the fleet as finished, and an
-//!   adoption trusts its DescribeInstances only if no fleet of its group started or was in
+//!   adoption trusts its `DescribeInstances` only if no fleet of its group started or was in
 //!   flight while it ran (an instance of a fleet still waiting for its answer looks orphaned);
 //! - a fleet answer naming an instance another NodeClaim holds (a replayed token) is refused
 //!   and the launch goes again with a new token.
@@ -147,7 +147,7 @@ pub struct LaunchedInstance {
 }
 
 impl LaunchedInstance {
-    /// An instance found by DescribeInstances.
+    /// An instance found by `DescribeInstances`.
     fn of(instance: &Instance) -> Self {
         LaunchedInstance {
             id: instance.id.clone(),
@@ -292,8 +292,7 @@ impl Book {
     fn record(&mut self, uid: &str, instance: &LaunchedInstance) {
         let now = Instant::now();
         self.prune(now);
-        self.held
-            .insert(instance.id.clone(), (uid.to_owned(), now));
+        self.held.insert(instance.id.clone(), (uid.to_owned(), now));
         let launch = self.launch_of(uid, now);
         launch.instance = Some(instance.clone());
         launch.at = now;
@@ -312,9 +311,13 @@ impl Book {
     }
 
     fn count(&self, group: &str) -> FleetCount {
-        self.fleets
-            .get(group)
-            .map_or(FleetCount { in_flight: 0, started: 0 }, |(count, _)| *count)
+        self.fleets.get(group).map_or(
+            FleetCount {
+                in_flight: 0,
+                started: 0,
+            },
+            |(count, _)| *count,
+        )
     }
 
     fn fleet_started(&mut self, group: &str) {
@@ -592,7 +595,8 @@ impl InstancesProvider {
                     request.total_target_capacity =
                         u32::try_from(members.len()).unwrap_or(u32::MAX);
                     request.client_token = Some(batch_token(&members, &request));
-                    let in_flight = FleetInFlight::start(&book, request.tags.get(LAUNCH_GROUP).cloned());
+                    let in_flight =
+                        FleetInFlight::start(&book, request.tags.get(LAUNCH_GROUP).cloned());
                     let capacity_type = request.capacity_type;
                     let (outcomes, uncertain) = match ec2.create_fleet(&request).await {
                         Ok(response) => {
@@ -733,7 +737,10 @@ impl InstancesProvider {
     }
 
     /// The census: marks the launch groups that have orphans (see the module docs).
-    async fn take_census(&self, owned: &(dyn Fn(&Instance) -> bool + Sync)) -> Result<(), AwsError> {
+    async fn take_census(
+        &self,
+        owned: &(dyn Fn(&Instance) -> bool + Sync),
+    ) -> Result<(), AwsError> {
         let instances = self.tagged_instances(None).await?;
         let orphans: Vec<&Instance> = instances.iter().filter(|i| !owned(i)).collect();
         let mut book = self.book();
@@ -755,7 +762,7 @@ impl InstancesProvider {
 
     /// An orphan of the NodeClaim's launch group that it can use, held for it from now on;
     /// `None` when there is none (or none can be trusted: launch instead). Costs a
-    /// DescribeInstances only for the census and for suspect groups.
+    /// `DescribeInstances` only for the census and for suspect groups.
     pub async fn adopt(
         &self,
         adoption: &Adoption<'_>,
@@ -836,7 +843,10 @@ impl InstancesProvider {
             match self.fleets.add(request, member_key(uid, salt)).await? {
                 Ok(instance) => {
                     let mut book = self.book();
-                    if book.holder(&instance.id).is_some_and(|holder| holder != uid) {
+                    if book
+                        .holder(&instance.id)
+                        .is_some_and(|holder| holder != uid)
+                    {
                         // A token replayed an answer whose instance another NodeClaim adopted.
                         book.bump_salt(uid);
                         if let Some(group) = &launch.launch_group {
@@ -882,7 +892,12 @@ impl InstancesProvider {
             }
         }
         Err(refused(last.unwrap_or_else(|| {
-            AwsError::new(AwsService::Ec2, "CreateFleet", None, "no client token was accepted")
+            AwsError::new(
+                AwsService::Ec2,
+                "CreateFleet",
+                None,
+                "no client token was accepted",
+            )
         })))
     }
 
@@ -1066,7 +1081,11 @@ mod tests {
         assert_ne!(token, batch_token(std::slice::from_ref(&x), &request(1)));
         let mut spot = request(2);
         spot.capacity_type = CapacityType::Spot;
-        assert_ne!(token, batch_token(&[x.clone(), y.clone()], &spot), "another request");
+        assert_ne!(
+            token,
+            batch_token(&[x.clone(), y.clone()], &spot),
+            "another request"
+        );
         assert_ne!(
             token,
             batch_token(&[member_key("x", 1), y], &two),
@@ -1074,7 +1093,11 @@ mod tests {
         );
         let mut sent = request(2);
         sent.client_token = Some(token.clone());
-        assert_eq!(token, batch_token(&[x, "y".into()], &sent), "the token itself is left out");
+        assert_eq!(
+            token,
+            batch_token(&[x, "y".into()], &sent),
+            "the token itself is left out"
+        );
         assert_eq!(uid_of(&member_key("uid-1", 2)), "uid-1");
         assert_eq!(uid_of(&member_key("uid-1", 0)), "uid-1");
     }

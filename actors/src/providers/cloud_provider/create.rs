@@ -14,8 +14,8 @@ use std::sync::Arc;
 use super::filter::{LaunchCandidates, launch_candidates};
 use super::hydrate::{InstanceFacts, hydrate, provider_id};
 use super::{AwsCloudProvider, readiness};
-use crate::ports::aws_error::{AwsError, AwsErrorClass};
 use crate::nodeclaim::launch::{launch_group, launch_group_tag};
+use crate::ports::aws_error::{AwsError, AwsErrorClass};
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::ec2::{FleetLaunchTemplateConfig, Instance, Tags};
 use crate::providers::instance_type_provider::InstanceTypes;
@@ -217,6 +217,50 @@ fn can_serve(
         && requests.fits_in(it.allocatable())
 }
 
+/// Karpenter's readiness gate: a class `Ready=False` ends the NodeClaim, `Unknown` retries.
+fn ready_to_launch(nodeclass: &EC2NodeClass, class_name: &str) -> Result<(), CloudProviderError> {
+    match readiness(nodeclass) {
+        (ConditionStatus::True, _) => Ok(()),
+        (ConditionStatus::False, _) => Err(CloudProviderError::NodeClassNotReady {
+            nodeclass: class_name.to_owned(),
+        }),
+        (ConditionStatus::Unknown, message) => Err(create_error(
+            reasons::REASON_NODE_CLASS_READINESS_UNKNOWN,
+            format!("NodeClass is in Ready=Unknown, {message}"),
+        )),
+    }
+}
+
+/// The launch group tag of a NodeClaim's launches from this class.
+fn group_tag(nodeclaim: &NodeClaim, nodeclass: &EC2NodeClass) -> String {
+    launch_group_tag(
+        &launch_group(nodeclaim),
+        class_annotation(nodeclass, labels::EC2NODECLASS_HASH),
+    )
+}
+
+fn class_annotation<'a>(nodeclass: &'a EC2NodeClass, key: &str) -> Option<&'a str> {
+    nodeclass
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// The class's hash annotations on the launched NodeClaim (Karpenter stamps them at launch).
+fn stamp_class_hashes(created: &mut NodeClaim, nodeclass: &EC2NodeClass) {
+    let annotations = created
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    for key in [labels::EC2NODECLASS_HASH, labels::EC2NODECLASS_HASH_VERSION] {
+        if let Some(value) = class_annotation(nodeclass, key) {
+            annotations.insert(key.to_owned(), value.to_owned());
+        }
+    }
+}
+
 /// Whether `instance` is the one the NodeClaim's labels describe (type and zone, when written).
 fn described_by_labels(nodeclaim: &NodeClaim, instance: &Instance) -> bool {
     let claim_labels = nodeclaim.metadata.labels.as_ref();
@@ -277,20 +321,7 @@ impl AwsCloudProvider {
                 message: format!("resolving node class, ec2nodeclass {class_name:?} not found"),
             });
         };
-        match readiness(&nodeclass) {
-            (ConditionStatus::True, _) => {}
-            (ConditionStatus::False, _) => {
-                return Err(CloudProviderError::NodeClassNotReady {
-                    nodeclass: class_name.clone(),
-                });
-            }
-            (ConditionStatus::Unknown, message) => {
-                return Err(create_error(
-                    reasons::REASON_NODE_CLASS_READINESS_UNKNOWN,
-                    format!("NodeClass is in Ready=Unknown, {message}"),
-                ));
-            }
-        }
+        ready_to_launch(&nodeclass, class_name)?;
         let (requirements, requests, all, candidates) =
             self.candidates(&nodeclass, nodeclaim, &name)?;
         let tags = nodeclaim_tags(&nodeclass, nodeclaim, &self.cluster_name).map_err(|error| {
@@ -304,22 +335,22 @@ impl AwsCloudProvider {
             .uid
             .clone()
             .unwrap_or_else(|| name.clone());
-        let group = launch_group_tag(
-            &launch_group(nodeclaim),
-            nodeclass
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(labels::EC2NODECLASS_HASH))
-                .map(String::as_str),
-        );
+        let group = group_tag(nodeclaim, &nodeclass);
         // A retried create finds the instance this NodeClaim already launched, and a NodeClaim
         // whose launch was lost with its process adopts what it launched (even when its
         // offering has since become unavailable).
         let instance = if let Some(instance) = self.providers.instances.launched(&uid) {
             instance
         } else if let Some(instance) = self
-            .adopt(nodeclaim, &name, &uid, &group, &requirements, &requests, &all)
+            .adopt(
+                nodeclaim,
+                &name,
+                &uid,
+                &group,
+                &requirements,
+                &requests,
+                &all,
+            )
             .await?
         {
             instance
@@ -369,20 +400,7 @@ impl AwsCloudProvider {
             instance_type.as_deref(),
             Some(&nodeclass),
         );
-        let annotations = created
-            .metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new);
-        for key in [labels::EC2NODECLASS_HASH, labels::EC2NODECLASS_HASH_VERSION] {
-            if let Some(value) = nodeclass
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(key))
-            {
-                annotations.insert(key.to_owned(), value.clone());
-            }
-        }
+        stamp_class_hashes(&mut created, &nodeclass);
         Ok(created)
     }
 

@@ -176,9 +176,10 @@ impl AwsCloudProvider {
                 name: instance.tags.get(labels::TAG_NODECLAIM).cloned(),
                 // The launch group the instance was launched for, so the garbage collector
                 // can spare an orphan a NodeClaim of its group is about to adopt.
-                annotations: instance.tags.get(LAUNCH_GROUP).map(|group| {
-                    BTreeMap::from([(LAUNCH_GROUP.to_owned(), group.clone())])
-                }),
+                annotations: instance
+                    .tags
+                    .get(LAUNCH_GROUP)
+                    .map(|group| BTreeMap::from([(LAUNCH_GROUP.to_owned(), group.clone())])),
                 creation_timestamp: instance.launch_time.map(Time),
                 deletion_timestamp: matches!(
                     instance.state,
