@@ -983,3 +983,38 @@ async fn an_orphan_too_small_for_a_nodeclaims_requests_is_left_for_one_it_fits()
     assert_eq!(instance_id(&fits), orphan.id);
     assert_eq!(env.kwok.instances().len(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_look_for_orphans_fails_the_launch_instead_of_launching_another() {
+    let env = Env::new().await;
+    let claim = od_claim("lost", &env.zone(0));
+    env.lose_next_fleet_answers(1);
+    assert!(env.cloud.create(&claim).await.is_err());
+    let restarted = env.restarted().await;
+    env.kwok.faults().fail_next(
+        "DescribeInstances",
+        1,
+        karpenter_actors::ports::aws_error::AwsError::new(
+            karpenter_actors::ports::aws_error::AwsService::Ec2,
+            "DescribeInstances",
+            Some("RequestLimitExceeded"),
+            "Request limit exceeded.",
+        )
+        .with_status(503),
+    );
+    let error = restarted.create(&claim).await.unwrap_err();
+    let CloudProviderError::Create { reason, message } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(reason, "RequestLimitExceeded");
+    assert!(message.starts_with("Error looking for instances launched before a restart"));
+    assert_eq!(
+        env.kwok.faults().count("CreateFleet"),
+        1,
+        "nothing launched meanwhile"
+    );
+    // The NodeClaim's retry looks again and adopts.
+    let adopted = restarted.create(&claim).await.unwrap();
+    assert_eq!(instance_id(&adopted), env.kwok.instances()[0].id);
+    assert_eq!(env.kwok.instances().len(), 1);
+}

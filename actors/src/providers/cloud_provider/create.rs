@@ -294,13 +294,20 @@ fn launch_error(nodeclaim: &str, error: InstancesError) -> CloudProviderError {
                 message: source.to_string(),
             }
         }
-        InstancesError::Launch { source, .. }
-        | InstancesError::Adopt { source, .. }
-        | InstancesError::Aws(source) => {
+        InstancesError::Launch { source, .. } | InstancesError::Aws(source) => {
             let (reason, message) = reason_message(&source);
             create_error(
                 reason,
                 format!("Error creating fleet request: {message} ({source})"),
+            )
+        }
+        InstancesError::Adopt { source, .. } => {
+            let (reason, message) = reason_message(&source);
+            create_error(
+                reason,
+                format!(
+                    "Error looking for instances launched before a restart: {message} ({source})"
+                ),
             )
         }
         other => create_error(REASON_LAUNCH_FAILED, other.to_string()),
