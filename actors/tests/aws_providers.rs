@@ -643,12 +643,12 @@ async fn kwok_keeps_a_client_token_for_a_day_and_refuses_it_with_other_parameter
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_fleet_whose_caller_dies_before_the_answer_still_launches() {
+async fn a_fleet_whose_caller_gives_up_before_the_answer_launches_and_is_kept_for_its_next_try() {
     let env = Arc::new(EnvBuilder::new().build().await);
     env.kwok.set_create_fleet_latency(Duration::from_secs(5));
     let caller = {
         let env = Arc::clone(&env);
-        tokio::spawn(async move { env.instances.create(&env.grouped("killed")).await })
+        tokio::spawn(async move { env.instances.create(&env.grouped("gave-up")).await })
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
@@ -659,15 +659,18 @@ async fn a_fleet_whose_caller_dies_before_the_answer_still_launches() {
     caller.abort();
     assert!(caller.await.unwrap_err().is_cancelled());
     tokio::time::sleep(Duration::from_secs(10)).await;
+    let launched = env.kwok.instances_tagged(LAUNCH_GROUP, GROUP);
     assert_eq!(
-        env.kwok.instances_tagged(LAUNCH_GROUP, GROUP).len(),
+        launched.len(),
         1,
         "the instance outlives its caller, tagged with its launch group"
     );
-    assert!(
-        env.instances.launched("uid-killed").is_none(),
-        "nobody knows it"
-    );
+    // The batch's answer still came back to this process: the next try gets that instance.
+    let retried = env.instances.create(&env.grouped("gave-up")).await.unwrap();
+    assert_eq!(retried.id, launched[0].id);
+    assert_eq!(env.kwok.faults().count("CreateFleet"), 1);
+    // A process that died with its caller knows nothing of it.
+    assert!(env.restarted().launched("uid-gave-up").is_none());
 }
 
 #[tokio::test(start_paused = true)]

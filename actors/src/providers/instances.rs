@@ -298,12 +298,12 @@ impl Book {
         launch.at = now;
     }
 
-    /// Holds an instance a fleet returned for `uid`, unless another NodeClaim holds it.
-    fn hold_if_free(&mut self, id: &str, uid: &str) {
-        let now = Instant::now();
-        self.held
-            .entry(id.to_owned())
-            .or_insert_with(|| (uid.to_owned(), now));
+    /// Records an instance a fleet returned for `uid`, unless another NodeClaim holds it (a
+    /// replayed answer): a caller that gave up before the answer finds it on its next try.
+    fn record_if_free(&mut self, uid: &str, instance: &LaunchedInstance) {
+        if self.holder(&instance.id).is_none_or(|holder| holder == uid) {
+            self.record(uid, instance);
+        }
     }
 
     fn holder(&self, id: &str) -> Option<&str> {
@@ -368,7 +368,7 @@ impl FleetInFlight {
         let mut book = lock(&self.book);
         for (member, outcome) in members.iter().zip(outcomes) {
             if let Ok(instance) = outcome {
-                book.hold_if_free(&instance.id, uid_of(member));
+                book.record_if_free(uid_of(member), instance);
             }
         }
         if let Some(group) = &self.group {
