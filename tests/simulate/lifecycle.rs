@@ -186,8 +186,8 @@ fn a_daemon_restarted_mid_scale_up_loses_nothing_and_launches_no_duplicate_insta
             .unwrap();
         // The workload goes 4 -> 12 at 2m; the Provisioner's batch closes a second later, the
         // instances take 10 s to run and their nodes 10 s more to register: restart while the
-        // new NodeClaims are launched but not registered. (A restart between NodeClaim creation
-        // and CreateFleet's answer is the cloud provider tests' idempotent retry.)
+        // new NodeClaims are launched but not registered. (Restarts between NodeClaim creation
+        // and CreateFleet's answer are the seeded kill tests below.)
         assert!(sim.advance(Duration::from_secs(123)).await);
         let claims = nodeclaims(&sim).await;
         let starting = claims
