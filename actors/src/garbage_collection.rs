@@ -26,6 +26,7 @@ use crate::deps::Deps;
 use crate::metrics::disruption_reason;
 use crate::nodeclaim::LaunchCache;
 use crate::nodeclaim::initialization::is_ready;
+use crate::nodeclaim::launch::{LAUNCH_GROUP, group_of_tag, launch_group};
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::cluster::{ClusterError, Deletion};
 use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervised};
@@ -200,6 +201,15 @@ impl GarbageCollectorActor {
             .filter_map(|nc| provider_id(nc).map(str::to_owned))
             .chain(self.launches.launched_provider_ids())
             .collect();
+        // Launch groups a NodeClaim still waits to launch in (see the module docs).
+        let waiting: HashSet<String> = self
+            .deps
+            .view
+            .nodeclaims()
+            .iter()
+            .filter(|nc| provider_id(nc).is_none() && nc.metadata.deletion_timestamp.is_none())
+            .map(|nc| launch_group(nc))
+            .collect();
         let now = self.deps.clock.now();
         let mut collected = 0;
         for instance in instances
@@ -216,6 +226,20 @@ impl GarbageCollectorActor {
                 .map_or(now, |t| t.0);
             let age = Duration::try_from(now.duration_since(launched)).unwrap_or(Duration::ZERO);
             if known.contains(id) || age <= INSTANCE_GRACE {
+                continue;
+            }
+            if let Some(group) = instance
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(LAUNCH_GROUP))
+                .map(|tag| group_of_tag(tag))
+                && waiting.contains(group)
+            {
+                tracing::debug!(
+                    provider_id = id,
+                    "sparing an instance a nodeclaim of its launch group waits to adopt"
+                );
                 continue;
             }
             match self.deps.cloud.delete(instance).await {

@@ -106,6 +106,7 @@ fn launch(kwok: &KwokEc2, providers: &AwsProviders, nodeclaim: &str) -> LaunchRe
         }],
         tags: BTreeMap::from([("karpenter.sh/nodepool".to_owned(), "default".to_owned())]),
         context: None,
+        launch_group: None,
     }
 }
 

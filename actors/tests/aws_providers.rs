@@ -19,16 +19,18 @@ use karpenter_actors::kwok::eventbridge::KwokEventBridge;
 use karpenter_actors::kwok::pricing::KwokPricing;
 use karpenter_actors::kwok::rate_limit::RateLimits;
 use karpenter_actors::kwok::sqs::KwokSqs;
+use karpenter_actors::nodeclaim::launch::LAUNCH_GROUP;
 use karpenter_actors::ports::aws_error::{AwsError, AwsErrorClass, AwsService};
 use karpenter_actors::ports::clock::{Clock, ManualClock};
+use karpenter_actors::ports::ec2::Instance;
 use karpenter_actors::ports::ec2::{Ec2Api, FleetLaunchTemplateConfig, InstanceState, Tags};
 use karpenter_actors::ports::eventbridge::EventBridgeApi;
 use karpenter_actors::ports::sqs::{ReceiveRequest, SqsApi};
 use karpenter_actors::providers::instance_type_provider::{InstanceTypeDeps, InstanceTypeProvider};
 use karpenter_actors::providers::instance_types::{NodeClassSettings, ResolveSettings};
 use karpenter_actors::providers::instances::{
-    InstancesDeps, InstancesError, InstancesProvider, LaunchRequest, capacity_type_for, overrides,
-    with_capacity_type,
+    Adoption, InstancesDeps, InstancesError, InstancesProvider, LaunchRequest, TOKEN_ATTEMPTS,
+    capacity_type_for, overrides, with_capacity_type,
 };
 use karpenter_actors::providers::pricing::{PricingDeps, PricingProvider};
 use karpenter_actors::providers::retry::RetryingEc2;
@@ -232,6 +234,7 @@ impl Env {
             ]
             .into(),
             context: None,
+            launch_group: None,
         }
     }
 
@@ -241,6 +244,60 @@ impl Env {
 }
 
 const GENERAL: &[&str] = &["m5.large", "m5.xlarge", "c5.large", "m6i.large", "r5.large"];
+/// A launch group tag, as the cloud provider computes one per NodeClaim.
+const GROUP: &str = "0123456789abcdef0123456789abcdef-0123456789abcdef";
+
+impl Env {
+    /// The instances provider of a daemon started again over the same account: nothing in
+    /// memory survives, only what EC2 holds.
+    fn restarted(&self) -> InstancesProvider {
+        let instances = InstancesProvider::new(InstancesDeps {
+            ec2: Arc::clone(&self.kwok) as Arc<dyn Ec2Api>,
+            unavailable: Arc::new(UnavailableOfferings::default()),
+            cluster_name: CLUSTER.into(),
+        });
+        // New batchers beside the old ones, which get no more requests.
+        instances.start(&self.aws.root).unwrap();
+        instances
+    }
+
+    /// An on-demand launch of the general types in [`GROUP`].
+    fn grouped(&self, nodeclaim: &str) -> LaunchRequest {
+        let mut launch = self.launch(nodeclaim, &[CapacityType::OnDemand], GENERAL);
+        launch.launch_group = Some(GROUP.to_owned());
+        launch
+    }
+}
+
+fn any_instance(_: &Instance) -> bool {
+    true
+}
+
+fn no_instance(_: &Instance) -> bool {
+    false
+}
+
+/// An adoption for a NodeClaim of [`GROUP`] that takes any instance no NodeClaim names.
+fn adoption<'a>(nodeclaim: &'a str, uid: &'a str) -> Adoption<'a> {
+    Adoption {
+        nodeclaim,
+        nodeclaim_uid: uid,
+        launch_group: GROUP,
+        accepts: &any_instance,
+        prefers: &no_instance,
+        owned: &no_instance,
+    }
+}
+
+fn server_error() -> AwsError {
+    AwsError::new(
+        AwsService::Ec2,
+        "CreateFleet",
+        Some("InternalError"),
+        "connection reset",
+    )
+    .with_status(500)
+}
 
 #[actix::test]
 async fn launches_take_the_cheapest_offering_and_rank_types_by_price() {
@@ -374,7 +431,10 @@ async fn a_hundred_concurrent_launches_become_a_handful_of_fleet_calls() {
         .map(|i| {
             let env = Arc::clone(&env);
             tokio::spawn(async move {
-                let launch = env.launch(&format!("claim-{i}"), &[CapacityType::OnDemand], GENERAL);
+                let mut launch =
+                    env.launch(&format!("claim-{i}"), &[CapacityType::OnDemand], GENERAL);
+                // One launch group: the tag is the same on every request, so they still merge.
+                launch.launch_group = Some(GROUP.to_owned());
                 env.instances.create(&launch).await
             })
         })
@@ -386,7 +446,12 @@ async fn a_hundred_concurrent_launches_become_a_handful_of_fleet_calls() {
     assert_eq!(ids.len(), 100, "every NodeClaim got its own instance");
     let fleets = env.kwok.faults().count("CreateFleet");
     assert!((1..=3).contains(&fleets), "{fleets} CreateFleet calls");
-    assert_eq!(env.kwok.instances().len(), 100);
+    assert_eq!(env.kwok.instances_tagged(LAUNCH_GROUP, GROUP).len(), 100);
+    assert_eq!(
+        env.kwok.faults().count("DescribeInstances"),
+        0,
+        "launches without adoption look for nothing"
+    );
     // Every launch went through the CreateFleet batcher actor.
     let snapshot = env.aws.kit.snapshot();
     let batcher = snapshot
@@ -572,4 +637,299 @@ async fn spot_interruptions_reach_the_interruption_queue() {
         .await
         .unwrap();
     assert!(empty.is_empty());
+}
+
+#[actix::test]
+async fn kwok_keeps_a_client_token_for_a_day_and_refuses_it_with_other_parameters() {
+    tokio::time::pause();
+    let env = EnvBuilder::new().build().await;
+    let mut request = env.instances.fleet_request(&env.grouped("token")).unwrap();
+    request.client_token = Some("karpenter-token-1".into());
+    let first = env.kwok.create_fleet(&request).await.unwrap();
+    let again = env.kwok.create_fleet(&request).await.unwrap();
+    assert_eq!(
+        first, again,
+        "the same token and request answer the first fleet"
+    );
+    assert_eq!(env.kwok.instances().len(), 1);
+
+    let mut bigger = request.clone();
+    bigger.total_target_capacity = 2;
+    let refused = env.kwok.create_fleet(&bigger).await.unwrap_err();
+    assert_eq!(refused.class, AwsErrorClass::IdempotentParameterMismatch);
+    assert_eq!(refused.code.as_deref(), Some("IdempotentParameterMismatch"));
+    assert_eq!(refused.status, Some(400));
+    assert_eq!(
+        env.kwok.instances().len(),
+        1,
+        "a refused token launches nothing"
+    );
+
+    tokio::time::advance(Duration::from_hours(24) + Duration::from_secs(1)).await;
+    let expired = env.kwok.create_fleet(&bigger).await.unwrap();
+    assert_eq!(expired.instances.len(), 2, "an expired token is a new one");
+    assert_eq!(env.kwok.instances().len(), 3);
+}
+
+#[actix::test]
+async fn a_fleet_whose_caller_gives_up_before_the_answer_launches_and_is_kept_for_its_next_try() {
+    tokio::time::pause();
+    let env = Arc::new(EnvBuilder::new().build().await);
+    env.kwok.set_create_fleet_latency(Duration::from_secs(5));
+    let caller = {
+        let env = Arc::clone(&env);
+        tokio::spawn(async move { env.instances.create(&env.grouped("gave-up")).await })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        env.kwok.faults().count("CreateFleet"),
+        1,
+        "the call reached EC2"
+    );
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let launched = env.kwok.instances_tagged(LAUNCH_GROUP, GROUP);
+    assert_eq!(
+        launched.len(),
+        1,
+        "the instance outlives its caller, tagged with its launch group"
+    );
+    // The batch's answer still came back to this process: the next try gets that instance.
+    let retried = env.instances.create(&env.grouped("gave-up")).await.unwrap();
+    assert_eq!(retried.id, launched[0].id);
+    assert_eq!(env.kwok.faults().count("CreateFleet"), 1);
+    // A process that died with its caller knows nothing of it.
+    assert!(env.restarted().launched("uid-gave-up").is_none());
+}
+
+#[actix::test]
+async fn a_restarted_provider_adopts_each_orphan_of_a_launch_group_once() {
+    tokio::time::pause();
+    let env = Arc::new(EnvBuilder::new().build().await);
+    // Three NodeClaims merged into one fleet whose answer is lost: three orphans.
+    env.kwok
+        .faults()
+        .lose_next_responses("CreateFleet", 1, server_error());
+    let lost: Vec<_> = ["a", "b", "c"]
+        .into_iter()
+        .map(|name| {
+            let env = Arc::clone(&env);
+            tokio::spawn(async move { env.instances.create(&env.grouped(name)).await })
+        })
+        .collect();
+    for handle in lost {
+        assert!(handle.await.unwrap().is_err());
+    }
+    assert_eq!(
+        env.kwok.faults().count("CreateFleet"),
+        1,
+        "one merged fleet"
+    );
+    let orphans: std::collections::BTreeSet<String> = env
+        .kwok
+        .instances_tagged(LAUNCH_GROUP, GROUP)
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(orphans.len(), 3);
+
+    let restarted = env.restarted();
+    let mut adopted = std::collections::BTreeSet::new();
+    for name in ["a", "b", "c"] {
+        let uid = format!("uid-{name}");
+        let instance = restarted
+            .adopt(&adoption(name, &uid))
+            .await
+            .unwrap()
+            .expect("an orphan to adopt");
+        assert_eq!(
+            restarted.launched(&uid),
+            Some(instance.clone()),
+            "held for it"
+        );
+        adopted.insert(instance.id);
+    }
+    assert_eq!(adopted, orphans, "each orphan adopted exactly once");
+    assert!(
+        restarted
+            .adopt(&adoption("d", "uid-d"))
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing left"
+    );
+    assert!(
+        !restarted.is_suspect(GROUP),
+        "the group has no orphans left"
+    );
+    assert_eq!(
+        env.kwok.faults().count("CreateFleet"),
+        1,
+        "nothing launched again"
+    );
+    // The census and one lookup per adoption; the last adoption knew there was nothing left.
+    assert_eq!(env.kwok.faults().count("DescribeInstances"), 1 + 3);
+
+    // A launch of a group without orphans looks for nothing.
+    let before = env.kwok.faults().count("DescribeInstances");
+    let other = Adoption {
+        launch_group: "ffffffffffffffffffffffffffffffff-ffffffffffffffff",
+        ..adoption("e", "uid-e")
+    };
+    assert!(restarted.adopt(&other).await.unwrap().is_none());
+    assert_eq!(env.kwok.faults().count("DescribeInstances"), before);
+}
+
+#[actix::test]
+async fn an_adoption_distrusts_a_lookup_while_a_fleet_of_its_group_waits_for_its_answer() {
+    tokio::time::pause();
+    let env = Arc::new(EnvBuilder::new().build().await);
+    // An orphan from a lost answer, then a restart.
+    env.kwok
+        .faults()
+        .lose_next_responses("CreateFleet", 1, server_error());
+    assert!(env.instances.create(&env.grouped("lost")).await.is_err());
+    let lost = env.kwok.instances_tagged(LAUNCH_GROUP, GROUP).remove(0).id;
+    let restarted = Arc::new(env.restarted());
+    // A fresh launch of the same group is in EC2, its instance not handed out yet.
+    env.kwok.set_create_fleet_latency(Duration::from_secs(5));
+    let fresh = {
+        let (env, restarted) = (Arc::clone(&env), Arc::clone(&restarted));
+        tokio::spawn(async move { restarted.create(&env.grouped("fresh")).await })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(env.kwok.instances_tagged(LAUNCH_GROUP, GROUP).len(), 2);
+    // Only the in-flight fleet's instance would do: it looks orphaned, and is not taken.
+    let not_lost = move |i: &Instance| i.id != lost;
+    let picky = Adoption {
+        accepts: &not_lost,
+        ..adoption("other", "uid-other")
+    };
+    assert!(
+        restarted.adopt(&picky).await.unwrap().is_none(),
+        "a lookup while a fleet of the group is in flight is not trusted"
+    );
+    let fresh = fresh.await.unwrap().unwrap();
+    let adopted = restarted
+        .adopt(&adoption("other", "uid-other"))
+        .await
+        .unwrap()
+        .expect("the lost launch's instance");
+    assert_ne!(
+        adopted.id, fresh.id,
+        "never the instance another launch holds"
+    );
+}
+
+#[actix::test]
+async fn a_refused_client_token_is_replaced_and_the_launch_goes_through() {
+    tokio::time::pause();
+    let env = EnvBuilder::new().build().await;
+    env.kwok.faults().fail_next(
+        "CreateFleet",
+        1,
+        AwsError::new(
+            AwsService::Ec2,
+            "CreateFleet",
+            Some("IdempotentParameterMismatch"),
+            "The client token you have provided is associated with a resource that is already deleted or has different parameters.",
+        )
+        .with_status(400),
+    );
+    let launched = env.instances.create(&env.grouped("refused")).await.unwrap();
+    assert_eq!(env.kwok.faults().count("CreateFleet"), 2, "sent again once");
+    let tokens: Vec<String> = env
+        .kwok
+        .faults()
+        .calls()
+        .into_iter()
+        .filter(|c| c.operation == "CreateFleet")
+        .map(|c| c.detail)
+        .collect();
+    assert_ne!(tokens[0], tokens[1], "with a new token");
+    assert_eq!(env.kwok.instances().len(), 1);
+    assert!(env.kwok.instances().iter().any(|i| i.id == launched.id));
+    assert!(
+        env.instances.is_suspect(GROUP),
+        "what the first use of the token launched may be adopted"
+    );
+
+    // A token refused every time ends the launch as a retryable launch error.
+    env.kwok.faults().fail_next(
+        "CreateFleet",
+        usize::try_from(TOKEN_ATTEMPTS).unwrap(),
+        AwsError::new(
+            AwsService::Ec2,
+            "CreateFleet",
+            Some("IdempotentParameterMismatch"),
+            "no",
+        )
+        .with_status(400),
+    );
+    let error = env
+        .instances
+        .create(&env.grouped("stubborn"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, InstancesError::Launch { source, .. } if source.class == AwsErrorClass::IdempotentParameterMismatch),
+        "{error:?}"
+    );
+    assert_eq!(error.category(), "idempotent_parameter_mismatch");
+}
+
+#[actix::test]
+async fn a_replayed_answer_naming_an_instance_another_nodeclaim_holds_is_refused() {
+    tokio::time::pause();
+    let env = Arc::new(EnvBuilder::new().build().await);
+    // NodeClaims a and b are launched together and the answer is lost with the process.
+    env.kwok
+        .faults()
+        .lose_next_responses("CreateFleet", 1, server_error());
+    let pair = |instances: Arc<InstancesProvider>| {
+        ["a", "b"].map(|name| {
+            let (env, instances) = (Arc::clone(&env), Arc::clone(&instances));
+            tokio::spawn(async move { instances.create(&env.grouped(name)).await })
+        })
+    };
+    let first = Arc::new(env.restarted());
+    for handle in pair(Arc::clone(&first)) {
+        assert!(handle.await.unwrap().is_err());
+    }
+    let orphans: Vec<String> = env
+        .kwok
+        .instances_tagged(LAUNCH_GROUP, GROUP)
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(orphans.len(), 2);
+    // After the restart a third NodeClaim of the group adopts one of them...
+    let restarted = Arc::new(env.restarted());
+    let taken = restarted
+        .adopt(&adoption("c", "uid-c"))
+        .await
+        .unwrap()
+        .unwrap();
+    // ...and a and b launch together again: the same members and request give the same token,
+    // and EC2 answers with the first fleet, whose instances include the one c holds.
+    let mut got = Vec::new();
+    for handle in pair(Arc::clone(&restarted)) {
+        got.push(handle.await.unwrap().unwrap());
+    }
+    let ids: std::collections::BTreeSet<&str> = got.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(ids.len(), 2, "a and b have their own instances");
+    assert!(
+        !ids.contains(taken.id.as_str()),
+        "c's instance is not handed out twice"
+    );
+    assert!(
+        got.iter().any(|i| orphans.contains(&i.id)),
+        "the replay's other instance is used"
+    );
+    assert_eq!(
+        env.kwok.instances_tagged(LAUNCH_GROUP, GROUP).len(),
+        3,
+        "one instance more, for the NodeClaim whose replayed instance was taken"
+    );
 }

@@ -3,7 +3,8 @@
 //! launch template whose user data carries its labels and taints; ICE falls back and hides the
 //! offering; retried creates are idempotent; delete, get and list; drift reasons; readiness
 //! errors; launch templates expiring, re-created and deleted with their class; launch subnets
-//! tracking addresses in flight; the validation's choice of instance type.
+//! tracking addresses in flight; the validation's choice of instance type; after a restart, a
+//! NodeClaim whose launch was lost adopts what it launched (and only what suits it).
 
 #![allow(
     clippy::unwrap_used,
@@ -213,6 +214,40 @@ impl Env {
 
     fn zone(&self, index: usize) -> String {
         self.kwok.subnets()[index].zone.clone()
+    }
+
+    /// The cloud provider of a daemon started again over the same account and cluster: its
+    /// caches, batchers and bookkeeping are new.
+    async fn restarted(&self) -> Arc<AwsCloudProvider> {
+        cloud_provider(KwokCloudDeps {
+            ec2: Arc::clone(&self.kwok),
+            pricing: None,
+            view: Arc::clone(&self.view) as _,
+            clock: Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH)),
+            settings: settings(REGION, CLUSTER),
+            // New batchers beside the old ones, which no longer get requests.
+            aws_group: (*self.aws.root).clone(),
+        })
+        .await
+        .unwrap()
+    }
+
+    /// The next CreateFleet takes effect and its answer is lost.
+    fn lose_next_fleet_answers(&self, count: usize) {
+        self.kwok.faults().lose_next_responses(
+            "CreateFleet",
+            count,
+            karpenter_actors::ports::aws_error::AwsError::new(
+                karpenter_actors::ports::aws_error::AwsService::Ec2,
+                "CreateFleet",
+                None,
+                "connection reset by peer",
+            ),
+        );
+    }
+
+    fn instance_ids(&self) -> std::collections::BTreeSet<String> {
+        self.kwok.instances().into_iter().map(|i| i.id).collect()
     }
 
     fn subnet(&self, index: usize) -> String {
@@ -783,4 +818,236 @@ async fn validation_dry_runs_with_a_type_the_nodepools_could_launch() {
         env.cloud.validation_instance_types(&env.class()).unwrap(),
         ["m5.large", "m6g.large"]
     );
+}
+
+fn instance_id(claim: &NodeClaim) -> String {
+    provider_id(claim).rsplit('/').next().unwrap().to_owned()
+}
+
+#[actix::test]
+async fn a_nodeclaim_whose_fleet_answer_was_lost_with_its_process_adopts_its_instance() {
+    tokio::time::pause();
+    let env = Env::new().await;
+    let claim = od_claim("lost", &env.zone(0));
+    env.lose_next_fleet_answers(1);
+    assert!(env.cloud.create(&claim).await.is_err());
+    let orphans = env.instance_ids();
+    assert_eq!(orphans.len(), 1, "the fleet launched");
+
+    let restarted = env.restarted().await;
+    let adopted = restarted.create(&claim).await.unwrap();
+    assert_eq!(
+        std::iter::once(instance_id(&adopted)).collect::<std::collections::BTreeSet<_>>(),
+        orphans
+    );
+    assert_eq!(
+        env.kwok.faults().count("CreateFleet"),
+        1,
+        "nothing launched again"
+    );
+    assert_eq!(
+        label(&adopted, labels::INSTANCE_TYPE),
+        env.kwok.instances()[0].instance_type
+    );
+    assert_eq!(label(&adopted, labels::ZONE), env.zone(0));
+    assert!(
+        adopted
+            .status
+            .as_ref()
+            .unwrap()
+            .allocatable
+            .contains_key("cpu")
+    );
+    assert_eq!(
+        adopted.metadata.annotations.as_ref().unwrap()[labels::EC2NODECLASS_HASH],
+        "1111"
+    );
+    // Listed with its launch group, which the garbage collector reads.
+    let listed = restarted.list().await.unwrap();
+    assert!(
+        listed[0]
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(karpenter_actors::nodeclaim::launch::LAUNCH_GROUP))
+    );
+}
+
+#[actix::test]
+async fn nodeclaims_of_a_merged_fleet_lost_with_their_process_adopt_one_instance_each() {
+    tokio::time::pause();
+    let env = Env::new().await;
+    env.kwok.set_create_fleet_latency(Duration::from_secs(5));
+    let zone = env.zone(0);
+    let callers: Vec<_> = ["a", "b", "c"]
+        .into_iter()
+        .map(|name| {
+            let (cloud, claim) = (Arc::clone(&env.cloud), od_claim(name, &zone));
+            tokio::spawn(async move { cloud.create(&claim).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The process dies while EC2 works on the merged fleet.
+    for caller in callers {
+        caller.abort();
+    }
+    assert_eq!(
+        env.kwok.faults().count("CreateFleet"),
+        1,
+        "one merged fleet"
+    );
+    let orphans = env.instance_ids();
+    assert_eq!(orphans.len(), 3);
+
+    env.kwok.set_create_fleet_latency(Duration::ZERO);
+    let restarted = env.restarted().await;
+    let mut adopted = std::collections::BTreeSet::new();
+    for name in ["c", "a", "b"] {
+        let claim = restarted.create(&od_claim(name, &zone)).await.unwrap();
+        adopted.insert(instance_id(&claim));
+    }
+    assert_eq!(adopted, orphans, "one orphan each, none twice");
+    assert_eq!(env.kwok.faults().count("CreateFleet"), 1);
+}
+
+#[actix::test]
+async fn a_nodeclaim_whose_labels_were_written_adopts_the_instance_they_describe() {
+    tokio::time::pause();
+    let env = Env::new().await;
+    let zone = env.zone(0);
+    // p1 and p2 launch in one fleet whose answer is lost; the cheapest type's pool holds one
+    // instance, so the fleet's second instance is of another type.
+    env.kwok
+        .set_capacity("c5.large", &zone, CapacityType::OnDemand, 1);
+    env.lose_next_fleet_answers(1);
+    let callers: Vec<_> = ["p1", "p2"]
+        .into_iter()
+        .map(|name| {
+            let (cloud, claim) = (Arc::clone(&env.cloud), od_claim(name, &zone));
+            tokio::spawn(async move { cloud.create(&claim).await })
+        })
+        .collect();
+    for caller in callers {
+        assert!(caller.await.unwrap().is_err());
+    }
+    let instances = env.kwok.instances();
+    assert_eq!(instances.len(), 2);
+    let first = instances
+        .iter()
+        .find(|i| i.instance_type == "c5.large")
+        .unwrap();
+    let second = instances
+        .iter()
+        .find(|i| i.instance_type != "c5.large")
+        .unwrap();
+    assert!(
+        first.id < second.id,
+        "without a preference the first would be taken"
+    );
+    // p2's labels were written before its process died; its status was not.
+    let mut p2 = od_claim("p2", &zone);
+    p2.metadata
+        .labels
+        .get_or_insert_default()
+        .insert(labels::INSTANCE_TYPE.into(), second.instance_type.clone());
+    let restarted = env.restarted().await;
+    let adopted = restarted.create(&p2).await.unwrap();
+    assert_eq!(
+        instance_id(&adopted),
+        second.id,
+        "the instance its labels describe"
+    );
+    let p1 = restarted.create(&od_claim("p1", &zone)).await.unwrap();
+    assert_eq!(instance_id(&p1), first.id);
+    assert_eq!(env.kwok.instances().len(), 2);
+}
+
+#[actix::test]
+async fn an_instance_launched_before_its_class_changed_is_not_adopted() {
+    tokio::time::pause();
+    let env = Env::new().await;
+    let claim = od_claim("lost", &env.zone(0));
+    env.lose_next_fleet_answers(1);
+    assert!(env.cloud.create(&claim).await.is_err());
+    let orphan = env.kwok.instances()[0].id.clone();
+    let mut class = env.class();
+    class
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(labels::EC2NODECLASS_HASH.into(), "2222".into());
+    env.view.put_ec2nodeclass(class);
+
+    let restarted = env.restarted().await;
+    let launched = restarted.create(&claim).await.unwrap();
+    assert_ne!(
+        instance_id(&launched),
+        orphan,
+        "the old class's instance is left to the collector"
+    );
+    assert_eq!(env.kwok.instances().len(), 2);
+}
+
+#[actix::test]
+async fn an_orphan_too_small_for_a_nodeclaims_requests_is_left_for_one_it_fits() {
+    tokio::time::pause();
+    let env = Env::new().await;
+    let zone = env.zone(0);
+    env.lose_next_fleet_answers(1);
+    assert!(env.cloud.create(&od_claim("small", &zone)).await.is_err());
+    let orphan = env.kwok.instances()[0].clone();
+    assert!(
+        orphan.instance_type.split_once('.').map(|(_, size)| size) == Some("large"),
+        "{}",
+        orphan.instance_type
+    );
+
+    let restarted = env.restarted().await;
+    // The same group (requirements), but requests a large instance cannot hold.
+    let mut big = od_claim("big", &zone);
+    big.spec.resources.requests.insert(
+        "cpu".into(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("3".into()),
+    );
+    let launched = restarted.create(&big).await.unwrap();
+    assert_ne!(instance_id(&launched), orphan.id);
+    let fits = restarted.create(&od_claim("fits", &zone)).await.unwrap();
+    assert_eq!(instance_id(&fits), orphan.id);
+    assert_eq!(env.kwok.instances().len(), 2);
+}
+
+#[actix::test]
+async fn a_failed_look_for_orphans_fails_the_launch_instead_of_launching_another() {
+    tokio::time::pause();
+    let env = Env::new().await;
+    let claim = od_claim("lost", &env.zone(0));
+    env.lose_next_fleet_answers(1);
+    assert!(env.cloud.create(&claim).await.is_err());
+    let restarted = env.restarted().await;
+    env.kwok.faults().fail_next(
+        "DescribeInstances",
+        1,
+        karpenter_actors::ports::aws_error::AwsError::new(
+            karpenter_actors::ports::aws_error::AwsService::Ec2,
+            "DescribeInstances",
+            Some("RequestLimitExceeded"),
+            "Request limit exceeded.",
+        )
+        .with_status(503),
+    );
+    let error = restarted.create(&claim).await.unwrap_err();
+    let CloudProviderError::Create { reason, message } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(reason, "RequestLimitExceeded");
+    assert!(message.starts_with("Error looking for instances launched before a restart"));
+    assert_eq!(
+        env.kwok.faults().count("CreateFleet"),
+        1,
+        "nothing launched meanwhile"
+    );
+    // The NodeClaim's retry looks again and adopts.
+    let adopted = restarted.create(&claim).await.unwrap();
+    assert_eq!(instance_id(&adopted), env.kwok.instances()[0].id);
+    assert_eq!(env.kwok.instances().len(), 1);
 }

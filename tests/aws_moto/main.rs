@@ -899,3 +899,133 @@ async fn injected_faults_become_classified_errors_with_structured_fields() {
         .unwrap_err();
     assert_eq!(exists.class, AwsErrorClass::AlreadyExists);
 }
+
+/// moto ignores client tokens: a request sent twice with one token launches twice. A cloud
+/// provider started again (a restarted daemon: no memory of the launch) still finds the
+/// instance its predecessor launched for a NodeClaim whose provider id was never written, by
+/// its launch group tag, and adopts it instead of launching another.
+#[actix::test]
+async fn a_restarted_cloud_provider_adopts_its_predecessors_launch_although_moto_ignores_tokens() {
+    let Some(moto) = Moto::start().await else {
+        return;
+    };
+    let ec2 = moto.clients.ec2.as_ref();
+    let subnets = default_subnets(ec2).await;
+    let (zone, subnet) = subnets.iter().next().unwrap();
+    launch_template(ec2, "karpenter.k8s.aws/token-test").await;
+    let mut request = fleet(
+        "karpenter.k8s.aws/token-test",
+        1,
+        vec![override_of("m5.large", subnet, zone)],
+    );
+    request.client_token = Some("karpenter-same-token".into());
+    let first = ec2.create_fleet(&request).await.unwrap();
+    let again = ec2.create_fleet(&request).await.unwrap();
+    assert_ne!(
+        first.instances[0].instance_ids, again.instances[0].instance_ids,
+        "moto launches again for a repeated token"
+    );
+
+    let raw = moto.raw_ec2().await;
+    let volume = raw
+        .create_volume()
+        .availability_zone("us-west-2a")
+        .size(50)
+        .send()
+        .await
+        .unwrap();
+    let snapshot = raw
+        .create_snapshot()
+        .volume_id(volume.volume_id().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .snapshot_id()
+        .unwrap()
+        .to_owned();
+    let class = moto_nodeclass(&moto, &snapshot).await;
+    let zone = class.status.as_ref().unwrap().subnets[0].zone.clone();
+    let view = Arc::new(MemoryClusterView::new());
+    view.put_ec2nodeclass(class);
+    let pool: NodePool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "moto"},
+            "requirements": [],
+        }}},
+    }))
+    .unwrap();
+    view.put_nodepool(pool);
+    let mut settings =
+        karpenter_actors::kwok::cloud_provider::settings("us-west-2", "test-cluster");
+    settings.cluster.endpoint = "https://test-cluster.example.com".into();
+    let start = || async {
+        let ec2: Arc<dyn Ec2Api> = Arc::new(narrow::NarrowCatalogue {
+            inner: moto.clients.ec2.clone(),
+            instance_types: vec!["c5.large".into(), "m5.large".into()],
+        });
+        let providers = AwsProviders::new(ec2, None, &settings).unwrap();
+        providers.refresh().await.unwrap();
+        // Each "process" has its own AWS actors (batchers), kept as long as its provider.
+        let aws = AwsTestKit::with_providers(&providers);
+        let cloud = AwsCloudProvider::new(
+            Arc::clone(&view) as _,
+            providers,
+            Arc::new(SystemClock),
+            &settings,
+        );
+        (cloud, aws)
+    };
+    let claim: NodeClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "restart-claim", "uid": "uid-restart-claim", "labels": {labels::NODEPOOL: "default"}},
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "moto"},
+            "requirements": [
+                {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+                {"key": labels::INSTANCE_TYPE, "operator": "In", "values": ["c5.large", "m5.large"]},
+                {"key": labels::ZONE, "operator": "In", "values": [zone]},
+            ],
+        },
+    }))
+    .unwrap();
+    let (first, _first_aws) = start().await;
+    let launched = first.create(&claim).await.unwrap();
+    let cluster_instances = || async {
+        moto.clients
+            .ec2
+            .describe_instances(&DescribeInstancesRequest {
+                instance_ids: Vec::new(),
+                filters: vec![
+                    Filter::tag("eks:eks-cluster-name", &["test-cluster"]),
+                    Filter::tag_key(karpenter_actors::nodeclaim::launch::LAUNCH_GROUP),
+                    Filter::new("instance-state-name", &["pending", "running"]),
+                ],
+            })
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        cluster_instances().await.len(),
+        1,
+        "tagged with its launch group"
+    );
+
+    // The daemon dies before the provider id is written; its successor knows nothing of it.
+    let (restarted, _restarted_aws) = start().await;
+    let adopted = restarted.create(&claim).await.unwrap();
+    assert_eq!(
+        adopted.status.as_ref().unwrap().provider_id,
+        launched.status.as_ref().unwrap().provider_id,
+        "the same instance, adopted"
+    );
+    assert_eq!(cluster_instances().await.len(), 1, "nothing launched again");
+    let listed = restarted.list().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(listed.iter().all(|c| {
+        c.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(karpenter_actors::nodeclaim::launch::LAUNCH_GROUP))
+    }));
+}

@@ -5,8 +5,16 @@
 //! - Capacity pools per (instance type, zone, capacity type) can be limited; an exhausted pool
 //!   answers CreateFleet with an `InsufficientInstanceCapacity` fleet error, as EC2 does.
 //! - CreateFleet launches the cheapest available override per unit (on-demand from the built-in
-//!   price table, spot from a deterministic per-zone discount), honours the client token (the
-//!   same token returns the first answer), and applies the request's tags.
+//!   price table, spot from a deterministic per-zone discount) and applies the request's tags.
+//!   It keeps client tokens as EC2 does, for [`KwokEc2Config::client_token_ttl`] after their
+//!   first use: the same token with the same request answers the first answer again (even after
+//!   those instances ended), the same token with any other parameter fails with
+//!   `IdempotentParameterMismatch` and launches nothing; an expired token is a new one.
+//! - A CreateFleet takes effect as it arrives and answers after
+//!   [`KwokEc2::set_create_fleet_latency`]: a caller that dies meanwhile (its future dropped, a
+//!   daemon killed) leaves the instances behind without knowing them, as when a process is
+//!   killed while EC2 works. [`Faults::lose_next_responses`] loses the answer of a call that
+//!   took effect (the caller sees the error instead).
 //! - Instances are `pending` for the launch latency, then `running`; terminated instances are
 //!   `shutting-down` for the same latency, then `terminated`. Time is tokio's, so paused tests
 //!   move through it.
@@ -27,7 +35,9 @@ use super::catalog::{self, Catalogue};
 use super::eventbridge::KwokEventBridge;
 use super::faults::Faults;
 use super::rate_limit::{RateLimiter, RateLimits};
-use crate::ports::aws_error::{AwsError, AwsService, DRY_RUN_OPERATION_CODE};
+use crate::ports::aws_error::{
+    AwsError, AwsService, DRY_RUN_OPERATION_CODE, IDEMPOTENT_PARAMETER_MISMATCH_CODE,
+};
 use crate::ports::clock::Clock;
 use crate::ports::ec2::{
     AvailabilityZone, CreateFleetRequest, CreateFleetResponse, CreateLaunchTemplateRequest,
@@ -42,6 +52,9 @@ use crate::providers::pricing::{BundledDataError, builtin_on_demand_prices};
 
 /// How long a launched instance stays `pending` by default; EC2 usually takes tens of seconds.
 const DEFAULT_LAUNCH_LATENCY: Duration = Duration::from_secs(15);
+/// How long EC2 keeps a client token: at least 24 hours (after the instance ends, for
+/// `RunInstances`; kwok counts from the first use).
+const CLIENT_TOKEN_TTL: Duration = Duration::from_hours(24);
 /// Free addresses of each made-up /20 subnet.
 const SUBNET_FREE_ADDRESSES: u32 = 4091;
 /// How many zones of the region get a subnet.
@@ -57,6 +70,9 @@ pub struct KwokEc2Config {
     pub launch_latency: Duration,
     /// `None`: no throttling.
     pub rate_limits: Option<RateLimits>,
+    /// How long a CreateFleet client token is remembered after its first use (EC2 promises at
+    /// least 24 hours).
+    pub client_token_ttl: Duration,
 }
 
 impl KwokEc2Config {
@@ -67,6 +83,7 @@ impl KwokEc2Config {
             cluster_name: cluster_name.to_owned(),
             launch_latency: DEFAULT_LAUNCH_LATENCY,
             rate_limits: None,
+            client_token_ttl: CLIENT_TOKEN_TTL,
         }
     }
 }
@@ -87,6 +104,14 @@ struct KwokInstance {
     settles_at: Instant,
 }
 
+/// A client token's first request and answer.
+#[derive(Debug, Clone)]
+struct RememberedFleet {
+    request: CreateFleetRequest,
+    response: CreateFleetResponse,
+    expires: Instant,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct PoolKey {
     instance_type: String,
@@ -103,7 +128,8 @@ struct State {
     instances: BTreeMap<String, KwokInstance>,
     templates: BTreeMap<String, (LaunchTemplate, LaunchTemplateData)>,
     template_ids: HashMap<String, String>,
-    fleets: HashMap<String, (CreateFleetRequest, CreateFleetResponse)>,
+    /// Fleets by client token: the first request, its answer, and when the token expires.
+    fleets: HashMap<String, RememberedFleet>,
     pools: HashMap<PoolKey, u32>,
     spot_prices: HashMap<(String, String), f64>,
     next_id: u64,
@@ -128,6 +154,8 @@ pub struct KwokEc2 {
     images: Vec<Image>,
     limiter: Option<RateLimiter>,
     faults: Faults,
+    /// How long a CreateFleet takes to answer after it took effect.
+    create_fleet_latency: Mutex<Duration>,
     state: Mutex<State>,
 }
 
@@ -265,6 +293,7 @@ impl KwokEc2 {
             security_group,
             images,
             faults: Faults::default(),
+            create_fleet_latency: Mutex::new(Duration::ZERO),
             state: Mutex::new(State::default()),
         })
     }
@@ -292,6 +321,23 @@ impl KwokEc2 {
             ));
         }
         Ok(())
+    }
+
+    /// CreateFleet answers `latency` after it took effect (zero by default).
+    pub fn set_create_fleet_latency(&self, latency: Duration) {
+        *self
+            .create_fleet_latency
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = latency;
+    }
+
+    /// Instances in any state that carry tag `key` with `value`.
+    #[must_use]
+    pub fn instances_tagged(&self, key: &str, value: &str) -> Vec<Instance> {
+        self.instances()
+            .into_iter()
+            .filter(|i| i.tags.get(key).is_some_and(|v| v == value))
+            .collect()
     }
 
     /// Limits a capacity pool to `count` more launches.
@@ -454,6 +500,125 @@ impl KwokEc2 {
             },
         );
         instance
+    }
+
+    /// CreateFleet as it takes effect, under one lock: a remembered token answers again (or
+    /// refuses other parameters), else the fleet launches.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "EC2's instant fleet semantics in one place: token, templates, pools, choice"
+    )]
+    fn fleet(&self, request: &CreateFleetRequest) -> Result<CreateFleetResponse, AwsError> {
+        const OP: &str = "CreateFleet";
+        let now = Instant::now();
+        let mut state = self.lock();
+        state.fleets.retain(|_, fleet| fleet.expires > now);
+        let replay = request
+            .client_token
+            .as_ref()
+            .and_then(|token| state.fleets.get(token))
+            .map(|first| (first.request == *request).then(|| first.response.clone()));
+        match replay {
+            Some(Some(response)) => return Ok(response),
+            Some(None) => {
+                return Err(error(
+                    OP,
+                    IDEMPOTENT_PARAMETER_MISMATCH_CODE,
+                    "The client token you have provided is associated with a resource that is already deleted or has different parameters. Please use a different client token.",
+                ));
+            }
+            None => {}
+        }
+        for config in &request.launch_template_configs {
+            if !state
+                .template_ids
+                .contains_key(&config.launch_template_name)
+            {
+                return Err(error(
+                    OP,
+                    "InvalidLaunchTemplateName.NotFoundException",
+                    format!(
+                        "The specified launch template, with template name {}, does not exist.",
+                        config.launch_template_name
+                    ),
+                ));
+            }
+        }
+        let capacity_type = request.capacity_type;
+        let mut response = CreateFleetResponse {
+            fleet_id: Some(state.id("fleet")),
+            request_id: Some(format!("kwok-{OP}")),
+            ..CreateFleetResponse::default()
+        };
+        let mut reported: BTreeSet<(String, String)> = BTreeSet::new();
+        for _ in 0..request.total_target_capacity {
+            // Cheapest override with capacity left; exhausted pools become fleet errors.
+            let mut candidates: Vec<(f64, &str, &FleetOverride)> = Vec::new();
+            for config in &request.launch_template_configs {
+                for over in &config.overrides {
+                    let key = PoolKey {
+                        instance_type: over.instance_type.clone(),
+                        zone: over.zone.clone(),
+                        capacity_type,
+                    };
+                    let exhausted = state.pools.get(&key) == Some(&0);
+                    if exhausted || !self.offered(&over.instance_type, &over.zone) {
+                        if reported.insert((over.instance_type.clone(), over.zone.clone())) {
+                            response.errors.push(FleetError {
+                                code: if exhausted { "InsufficientInstanceCapacity" } else { "Unsupported" }.into(),
+                                message: format!(
+                                    "We currently do not have sufficient {} capacity in the Availability Zone you requested ({}).",
+                                    over.instance_type, over.zone
+                                ),
+                                instance_type: Some(over.instance_type.clone()),
+                                zone: Some(over.zone.clone()),
+                                subnet_id: Some(over.subnet_id.clone()),
+                            });
+                        }
+                        continue;
+                    }
+                    if let Some(price) =
+                        self.price(&state, &over.instance_type, &over.zone, capacity_type)
+                    {
+                        candidates.push((price, &config.launch_template_name, over));
+                    }
+                }
+            }
+            let Some((_, template, over)) = candidates
+                .into_iter()
+                .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.2.cmp(b.2)))
+            else {
+                break;
+            };
+            let key = PoolKey {
+                instance_type: over.instance_type.clone(),
+                zone: over.zone.clone(),
+                capacity_type,
+            };
+            if let Some(left) = state.pools.get_mut(&key) {
+                *left -= 1;
+            }
+            let instance = self.launch(&mut state, template, over, capacity_type, &request.tags);
+            response.instances.push(FleetInstance {
+                instance_ids: vec![instance.id],
+                instance_type: instance.instance_type,
+                zone: instance.zone,
+                subnet_id: instance.subnet_id,
+                image_id: over.image_id.clone(),
+                capacity_type,
+            });
+        }
+        if let Some(token) = &request.client_token {
+            state.fleets.insert(
+                token.clone(),
+                RememberedFleet {
+                    request: request.clone(),
+                    response: response.clone(),
+                    expires: now + self.config.client_token_ttl,
+                },
+            );
+        }
+        Ok(response)
     }
 
     /// $/h of an instance as kwok bills it: the on-demand list price, or the zone's spot price.
@@ -775,10 +940,6 @@ impl Ec2Api for KwokEc2 {
         }
     }
 
-    #[expect(
-        clippy::too_many_lines,
-        reason = "EC2's instant fleet semantics in one place: token, templates, pools, choice"
-    )]
     async fn create_fleet(
         &self,
         request: &CreateFleetRequest,
@@ -792,104 +953,16 @@ impl Ec2Api for KwokEc2 {
                 "Request would have succeeded, but DryRun flag is set.",
             ));
         }
-        let mut state = self.lock();
-        if let Some(token) = &request.client_token
-            && let Some((first, response)) = state.fleets.get(token)
-        {
-            if first != request {
-                return Err(error(
-                    OP,
-                    "IdempotentParameterMismatch",
-                    "The client token was used with different parameters.",
-                ));
-            }
-            return Ok(response.clone());
+        let response = self.fleet(request)?;
+        let latency = *self
+            .create_fleet_latency
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // The instances exist from here on, whether or not the caller lives to see the answer
+        // (no await without a latency: a simulation's event order stays as it was).
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
         }
-        for config in &request.launch_template_configs {
-            if !state
-                .template_ids
-                .contains_key(&config.launch_template_name)
-            {
-                return Err(error(
-                    OP,
-                    "InvalidLaunchTemplateName.NotFoundException",
-                    format!(
-                        "The specified launch template, with template name {}, does not exist.",
-                        config.launch_template_name
-                    ),
-                ));
-            }
-        }
-        let capacity_type = request.capacity_type;
-        let mut response = CreateFleetResponse {
-            fleet_id: Some(state.id("fleet")),
-            request_id: Some(format!("kwok-{OP}")),
-            ..CreateFleetResponse::default()
-        };
-        let mut reported: BTreeSet<(String, String)> = BTreeSet::new();
-        for _ in 0..request.total_target_capacity {
-            // Cheapest override with capacity left; exhausted pools become fleet errors.
-            let mut candidates: Vec<(f64, &str, &FleetOverride)> = Vec::new();
-            for config in &request.launch_template_configs {
-                for over in &config.overrides {
-                    let key = PoolKey {
-                        instance_type: over.instance_type.clone(),
-                        zone: over.zone.clone(),
-                        capacity_type,
-                    };
-                    let exhausted = state.pools.get(&key) == Some(&0);
-                    if exhausted || !self.offered(&over.instance_type, &over.zone) {
-                        if reported.insert((over.instance_type.clone(), over.zone.clone())) {
-                            response.errors.push(FleetError {
-                                code: if exhausted { "InsufficientInstanceCapacity" } else { "Unsupported" }.into(),
-                                message: format!(
-                                    "We currently do not have sufficient {} capacity in the Availability Zone you requested ({}).",
-                                    over.instance_type, over.zone
-                                ),
-                                instance_type: Some(over.instance_type.clone()),
-                                zone: Some(over.zone.clone()),
-                                subnet_id: Some(over.subnet_id.clone()),
-                            });
-                        }
-                        continue;
-                    }
-                    if let Some(price) =
-                        self.price(&state, &over.instance_type, &over.zone, capacity_type)
-                    {
-                        candidates.push((price, &config.launch_template_name, over));
-                    }
-                }
-            }
-            let Some((_, template, over)) = candidates
-                .into_iter()
-                .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.2.cmp(b.2)))
-            else {
-                break;
-            };
-            let key = PoolKey {
-                instance_type: over.instance_type.clone(),
-                zone: over.zone.clone(),
-                capacity_type,
-            };
-            if let Some(left) = state.pools.get_mut(&key) {
-                *left -= 1;
-            }
-            let instance = self.launch(&mut state, template, over, capacity_type, &request.tags);
-            response.instances.push(FleetInstance {
-                instance_ids: vec![instance.id],
-                instance_type: instance.instance_type,
-                zone: instance.zone,
-                subnet_id: instance.subnet_id,
-                image_id: over.image_id.clone(),
-                capacity_type,
-            });
-        }
-        if let Some(token) = &request.client_token {
-            state
-                .fleets
-                .insert(token.clone(), (request.clone(), response.clone()));
-        }
-        drop(state);
         self.faults.check_response(OP)?;
         Ok(response)
     }

@@ -1,15 +1,52 @@
-//! Launching a NodeClaim's instance: the launch-result cache and what a launch writes back.
+//! Launching a NodeClaim's instance: the launch-result cache, the launch group that lets a
+//! restarted daemon find what its predecessor launched, and what a launch writes back.
 //!
 //! [`LaunchCache`] remembers, per NodeClaim UID, a launch in flight and its outcome for one
 //! minute (Karpenter's launch cache). It is shared by every NodeClaimActor incarnation (it lives
 //! in the family's deps), so an actor that crashes between `CloudProvider::create` and writing
-//! `Launched` finds the instance it launched instead of launching another; the cloud's client
-//! token covers a crash of the whole process. The garbage collector reads it too, so an
-//! instance whose NodeClaim status is not written yet is never taken for a leak.
+//! `Launched` finds the instance it launched instead of launching another. The garbage
+//! collector reads it too, so an instance whose NodeClaim status is not written yet is never
+//! taken for a leak.
+//!
+//! # Launches across restarts
+//!
+//! The cache dies with the process. A daemon killed after CreateFleet reached EC2 but before
+//! the provider id was written leaves an instance that no NodeClaim names. Karpenter relaunches
+//! and lets its garbage collector terminate the first instance 30 s after launch; we want one
+//! instance per NodeClaim, so the restarted daemon *adopts* it instead. The ways to know which
+//! instance belongs to which NodeClaim, and why we chose the [`launch_group`]:
+//!
+//! - A client token per NodeClaim: EC2 answers a repeated token with the first result, but
+//!   only for the same request (after a restart the offerings, the ICE cache and the batch
+//!   differ, and EC2 answers `IdempotentParameterMismatch`), a merged fleet has one token for
+//!   all its NodeClaims, and moto ignores tokens. We keep tokens (see
+//!   [`crate::providers::instances`]) for retries within a process, not for restarts.
+//! - A `karpenter.sh/nodeclaim` tag at launch (Karpenter's tagging controller adds it only
+//!   after registration): exact, but CreateFleet tags a whole fleet, so no two NodeClaims could
+//!   share a fleet again; the batcher's merging of identical requests (one call for a hundred
+//!   NodeClaims, as Karpenter does) would be gone.
+//! - The launch recorded on the NodeClaim (an annotation written before CreateFleet): one more
+//!   write per launch, and the batch a NodeClaim ends up in is only known inside the batcher,
+//!   after the write.
+//! - **The launch group**, our choice: a digest of what decides what a NodeClaim launches,
+//!   except its resource requests (NodePool, class reference, requirements, taints and startup
+//!   taints), tagged on the fleet with the class's hash
+//!   ([`launch_group_tag`]). NodeClaims with the same group are interchangeable: any instance
+//!   launched for one suits another whose requests fit it. Equal fleet requests carry equal
+//!   tags, so merging is unchanged; the group is computed again from the NodeClaim's
+//!   immutable spec after a restart, so nothing is written before the launch; and it is a plain
+//!   tag filter, which moto and every EC2 answer.
+//!
+//! The flow: before launching, the cloud provider asks the instances provider for an
+//! *orphan* of the NodeClaim's group (a running or pending instance with the group's tag that
+//! no NodeClaim names and this process did not hand out); it takes one instead of launching.
+//! The garbage collector spares an orphan while a NodeClaim of its group waits for a launch
+//! (it will adopt it) and terminates it 30 s after launch otherwise, as Karpenter does.
 //!
 //! After a launch, [`apply_launch_metadata`] and [`apply_launch_status`] copy the cloud's answer
 //! onto the NodeClaim (Karpenter's `PopulateNodeClaimDetails`): labels from the instance, then
-//! from single-valued requirements, then the NodeClaim's own (later ones win); annotations;
+//! from single-valued requirements, then the NodeClaim's own (later ones win; but a well-known
+//! label the instance reports replaces one a lost launch left, see [`launch_labels`]); annotations;
 //! provider id, image id, capacity and allocatable.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -172,6 +209,100 @@ impl LaunchCache {
     }
 }
 
+/// The EC2 tag that names an instance's launch group (see the module docs), and the annotation
+/// carrying it on the NodeClaims `CloudProvider::list` reports.
+pub const LAUNCH_GROUP: &str = "karpenter.k8s.aws/launch-group";
+
+/// FNV-1a over `bytes`: stable across processes and Rust releases, unlike `DefaultHasher`.
+fn fnv1a(bytes: &[u8], basis: u64) -> u64 {
+    bytes.iter().fold(basis, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// 128 bits of digest as 32 hex characters (two FNV-1a passes with different bases).
+fn digest(text: &str) -> String {
+    format!(
+        "{:016x}{:016x}",
+        fnv1a(text.as_bytes(), 0xcbf2_9ce4_8422_2325),
+        fnv1a(text.as_bytes(), 0x8422_2325_cbf2_9ce4)
+    )
+}
+
+/// The NodeClaim's launch group: a digest of its NodePool, class reference, requirements,
+/// taints and startup taints, in a canonical order: the spec (immutable) and the NodePool
+/// label, so the group of a NodeClaim never changes. Left out: its resource requests (the
+/// adopter checks that they fit); everything a launch writes; and its other labels and
+/// annotations, which the NodePool actor may re-stamp (the template hash) and registration
+/// writes onto the Node anyway.
+#[must_use]
+pub fn launch_group(nodeclaim: &NodeClaim) -> String {
+    let nodepool = nodeclaim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(karpenter_core::apis::labels::NODEPOOL))
+        .map_or("", String::as_str);
+    let spec = &nodeclaim.spec;
+    let class = &spec.node_class_ref;
+    let mut requirements: Vec<String> = spec
+        .requirements
+        .iter()
+        .map(|r| {
+            let mut values = r.values.clone();
+            values.sort();
+            values.dedup();
+            format!(
+                "{}\u{1f}{}\u{1f}{}\u{1f}{:?}",
+                r.key,
+                r.operator.as_str(),
+                values.join("\u{1e}"),
+                r.min_values
+            )
+        })
+        .collect();
+    requirements.sort();
+    let taints = |list: &[karpenter_core::apis::taints::Taint]| {
+        let mut out: Vec<String> = list
+            .iter()
+            .map(|t| {
+                format!(
+                    "{}\u{1f}{}\u{1f}{}",
+                    t.key,
+                    t.value.as_deref().unwrap_or_default(),
+                    t.effect.as_str()
+                )
+            })
+            .collect();
+        out.sort();
+        out.join("\u{1d}")
+    };
+    let canonical = [
+        nodepool.to_owned(),
+        format!("{}/{}/{}", class.group, class.kind, class.name),
+        requirements.join("\u{1d}"),
+        taints(&spec.taints),
+        taints(&spec.startup_taints),
+    ]
+    .join("\u{1c}");
+    digest(&canonical)
+}
+
+/// The tag value of a launch of `group` from a class whose hash annotation is
+/// `nodeclass_hash`: an instance launched before the class changed is not adopted (it would
+/// carry the old class's settings under the new hash).
+#[must_use]
+pub fn launch_group_tag(group: &str, nodeclass_hash: Option<&str>) -> String {
+    let class = digest(nodeclass_hash.unwrap_or_default());
+    format!("{group}-{}", &class[..16])
+}
+
+/// The launch group of a tag value written by [`launch_group_tag`].
+#[must_use]
+pub fn group_of_tag(tag: &str) -> &str {
+    tag.split_once('-').map_or(tag, |(group, _)| group)
+}
+
 /// A stable seed from a NodeClaim's name, for the labels of open requirements.
 fn seed(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
@@ -179,10 +310,15 @@ fn seed(name: &str) -> u64 {
     })
 }
 
-/// The labels a launch puts on the NodeClaim (see the module docs).
+/// The labels a launch puts on the NodeClaim (see the module docs), with one exception to
+/// Karpenter's order: a well-known label the instance reports wins over a NodeClaim label that
+/// contradicts it. Template labels are requirements the instance satisfies, so such a label can
+/// only be left by a launch whose process died between writing the labels and the provider id,
+/// and it would describe an instance the NodeClaim does not have.
 #[must_use]
 pub fn launch_labels(nodeclaim: &NodeClaim, created: &NodeClaim) -> BTreeMap<String, String> {
-    let mut labels = created.metadata.labels.clone().unwrap_or_default();
+    let instance_labels = created.metadata.labels.clone().unwrap_or_default();
+    let mut labels = instance_labels.clone();
     let requirements: Vec<_> = nodeclaim
         .spec
         .requirements
@@ -197,6 +333,12 @@ pub fn launch_labels(nodeclaim: &NodeClaim, created: &NodeClaim) -> BTreeMap<Str
         );
     }
     labels.extend(nodeclaim.metadata.labels.clone().unwrap_or_default());
+    for (key, value) in instance_labels
+        .into_iter()
+        .filter(|(key, _)| karpenter_core::apis::labels::is_well_known(key))
+    {
+        labels.insert(key, value);
+    }
     labels
 }
 
@@ -249,6 +391,7 @@ pub fn truncate(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     #[expect(clippy::needless_pass_by_value, reason = "tests pass json! literals")]
     fn claim(labels: serde_json::Value, requirements: serde_json::Value) -> NodeClaim {
@@ -282,6 +425,30 @@ mod tests {
         assert_eq!(labels["node.kubernetes.io/instance-type"], "m5.large");
     }
 
+    #[test]
+    fn a_lost_launchs_instance_labels_give_way_to_the_instance_launched_instead() {
+        let nodeclaim = claim(
+            serde_json::json!({
+                "team": "mine",
+                "node.kubernetes.io/instance-type": "c5.large",
+                "topology.kubernetes.io/zone": "us-west-2a",
+            }),
+            serde_json::json!([]),
+        );
+        let created = claim(
+            serde_json::json!({
+                "team": "mine",
+                "node.kubernetes.io/instance-type": "m5.large",
+                "topology.kubernetes.io/zone": "us-west-2b",
+            }),
+            serde_json::json!([]),
+        );
+        let labels = launch_labels(&nodeclaim, &created);
+        assert_eq!(labels["node.kubernetes.io/instance-type"], "m5.large");
+        assert_eq!(labels["topology.kubernetes.io/zone"], "us-west-2b");
+        assert_eq!(labels["team"], "mine");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn outcomes_expire_after_a_minute_but_running_launches_do_not() {
         let cache = LaunchCache::new();
@@ -296,6 +463,59 @@ mod tests {
         assert!(matches!(cache.get("uid-1"), Some(LaunchState::Launched(_))));
         tokio::time::advance(LAUNCH_CACHE_TTL + Duration::from_secs(1)).await;
         assert!(cache.get("uid-1").is_none());
+    }
+
+    #[test]
+    fn the_launch_group_ignores_order_requests_and_what_a_launch_writes() {
+        let base = claim(
+            serde_json::json!({ "karpenter.sh/nodepool": "default" }),
+            serde_json::json!([
+                { "key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"] },
+                { "key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"] },
+            ]),
+        );
+        let mut reordered = claim(
+            serde_json::json!({
+                "karpenter.sh/nodepool": "default",
+                "node.kubernetes.io/instance-type": "m5.large",
+            }),
+            serde_json::json!([
+                { "key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"] },
+                { "key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand", "spot"] },
+            ]),
+        );
+        reordered
+            .spec
+            .resources
+            .requests
+            .insert("cpu".into(), Quantity("3".into()));
+        assert_eq!(launch_group(&base), launch_group(&reordered));
+
+        let other_pool = claim(
+            serde_json::json!({ "karpenter.sh/nodepool": "batch" }),
+            serde_json::json!([
+                { "key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"] },
+                { "key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"] },
+            ]),
+        );
+        assert_ne!(launch_group(&base), launch_group(&other_pool));
+        let mut tainted = base.clone();
+        tainted
+            .spec
+            .taints
+            .push(karpenter_core::apis::taints::Taint {
+                key: "dedicated".into(),
+                value: Some("gpu".into()),
+                effect: karpenter_core::apis::taints::TaintEffect::NoSchedule,
+                time_added: None,
+            });
+        assert_ne!(launch_group(&base), launch_group(&tainted));
+
+        let group = launch_group(&base);
+        let tag = launch_group_tag(&group, Some("1111"));
+        assert!(tag.len() <= 256 && tag.is_ascii(), "an EC2 tag value");
+        assert_eq!(group_of_tag(&tag), group);
+        assert_ne!(tag, launch_group_tag(&group, Some("2222")));
     }
 
     #[test]

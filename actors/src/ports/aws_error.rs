@@ -64,6 +64,11 @@ pub enum AwsErrorClass {
     AlreadyExists,
     /// A dry run would have succeeded (`DryRunOperation`).
     DryRunSucceeded,
+    /// The client token was used before with other parameters (`IdempotentParameterMismatch`):
+    /// EC2 refuses the request without acting on it, and a retry with the same token fails the
+    /// same way. The caller must pick a new token (after looking for what the earlier request
+    /// with that token launched).
+    IdempotentParameterMismatch,
     /// The service failed (HTTP 5xx or an internal-error code).
     Server,
     /// No response: connection or I/O failure before a status arrived.
@@ -160,6 +165,8 @@ const SERVER_CODES: &[&str] = &[
 pub const SPOT_SERVICE_LINKED_ROLE_CODE: &str = "AuthFailure.ServiceLinkedRoleCreationNotPermitted";
 /// The code of a dry run that would have succeeded.
 pub const DRY_RUN_OPERATION_CODE: &str = "DryRunOperation";
+/// The code EC2 answers when a client token is reused with different parameters.
+pub const IDEMPOTENT_PARAMETER_MISMATCH_CODE: &str = "IdempotentParameterMismatch";
 
 impl AwsErrorClass {
     /// Classifies an error from its code and HTTP status; the code wins when it is known.
@@ -171,6 +178,9 @@ impl AwsErrorClass {
             }
             if code == DRY_RUN_OPERATION_CODE {
                 return AwsErrorClass::DryRunSucceeded;
+            }
+            if code == IDEMPOTENT_PARAMETER_MISMATCH_CODE {
+                return AwsErrorClass::IdempotentParameterMismatch;
             }
             if INSUFFICIENT_CAPACITY_CODES.contains(&code) {
                 return AwsErrorClass::InsufficientCapacity;
@@ -212,6 +222,7 @@ impl AwsErrorClass {
             AwsErrorClass::SpotServiceLinkedRoleMissing => "spot_service_linked_role_missing",
             AwsErrorClass::AlreadyExists => "already_exists",
             AwsErrorClass::DryRunSucceeded => "dry_run",
+            AwsErrorClass::IdempotentParameterMismatch => "idempotent_parameter_mismatch",
             AwsErrorClass::Server => "server",
             AwsErrorClass::Transport => "transport",
             AwsErrorClass::Timeout => "timeout",
@@ -350,6 +361,13 @@ impl AwsError {
         self.class == AwsErrorClass::Timeout
     }
 
+    /// Whether EC2 refused a reused client token (see
+    /// [`AwsErrorClass::IdempotentParameterMismatch`]).
+    #[must_use]
+    pub fn is_idempotent_parameter_mismatch(&self) -> bool {
+        self.class == AwsErrorClass::IdempotentParameterMismatch
+    }
+
     /// Whether a launch template named in the request has gone (the launch is retried once with a
     /// fresh template, as Karpenter does).
     #[must_use]
@@ -418,6 +436,10 @@ mod tests {
                 AwsErrorClass::AlreadyExists,
             ),
             ("DryRunOperation", AwsErrorClass::DryRunSucceeded),
+            (
+                "IdempotentParameterMismatch",
+                AwsErrorClass::IdempotentParameterMismatch,
+            ),
             ("InternalError", AwsErrorClass::Server),
             ("InvalidParameterValue", AwsErrorClass::Other),
         ];
@@ -428,6 +450,23 @@ mod tests {
                 "{code}"
             );
         }
+    }
+
+    #[test]
+    fn a_reused_client_token_is_its_own_class_and_is_not_retried_as_is() {
+        let error = AwsError::new(
+            AwsService::Ec2,
+            "CreateFleet",
+            Some(IDEMPOTENT_PARAMETER_MISMATCH_CODE),
+            "The client token was used with different parameters.",
+        )
+        .with_status(400);
+        assert!(error.is_idempotent_parameter_mismatch());
+        assert_eq!(error.category(), "idempotent_parameter_mismatch");
+        assert!(
+            !error.is_retryable(),
+            "the same token fails the same way again"
+        );
     }
 
     #[test]

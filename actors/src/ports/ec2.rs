@@ -281,7 +281,10 @@ pub struct DescribeLaunchTemplatesRequest {
 /// the batcher into one call with a larger target capacity.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CreateFleetRequest {
-    /// Idempotency token: a retried request with the same token returns the first result.
+    /// Idempotency token (at most 64 ASCII characters): EC2 answers a request repeated with
+    /// the same token with the first result (for at least a day), and refuses the token with
+    /// other parameters (`IdempotentParameterMismatch`) without acting. The instances provider
+    /// derives it from the batch's NodeClaims and the request; moto ignores it.
     pub client_token: Option<String>,
     pub capacity_type: CapacityType,
     pub total_target_capacity: u32,

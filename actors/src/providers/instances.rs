@@ -1,5 +1,6 @@
-//! The instances provider: launches through batched instant `CreateFleet` calls, and gets,
-//! lists, tags and terminates instances (reference 4.2, 4.3).
+//! The instances provider: launches through batched instant `CreateFleet` calls, adopts
+//! instances launched before a restart, and gets, lists, tags and terminates instances
+//! (reference 4.2, 4.3).
 //!
 //! Launch flow: the cloud provider ([`super::cloud_provider`]) decides the capacity type
 //! ([`capacity_type_for`]), the instance types (at most 60, cheapest first) and their launch
@@ -11,17 +12,43 @@
 //! The three batchers (CreateFleet, `DescribeInstances`, `TerminateInstances`) are supervised
 //! actors of the AWS group, started by [`InstancesProvider::start`] (`crate::aws`).
 //!
-//! Idempotence (Karpenter lacks it): every NodeClaim has a deterministic client token
-//! ([`client_token`]); a batch of one uses it, a larger batch a token derived from its members'.
-//! The provider remembers each NodeClaim's outcome: a retried `create` returns the instance it
-//! already launched, and after an ambiguous failure (server or transport error, the fleet may
-//! have launched) it re-sends the very same request with the same token, which EC2 answers with
-//! the first result instead of launching again.
+//! # Restarts and retries
+//!
+//! Every fleet carries its NodeClaims' launch group tag
+//! ([`crate::nodeclaim::launch::LAUNCH_GROUP`]; why a group and not a NodeClaim, see that
+//! module). Before the cloud provider launches for a NodeClaim it asks [`InstancesProvider::adopt`]
+//! for an *orphan* of its group: a pending or running instance with the group's tag that no
+//! NodeClaim names and that this process has not handed out. Looking costs a `DescribeInstances`,
+//! so it is done only where an orphan may be: the first adoption after start takes a *census*
+//! (one `DescribeInstances` of the cluster's tagged instances) and marks the groups with orphans
+//! *suspect*; a fleet whose outcome is unknown (a server or transport error, a call dropped
+//! mid-flight, a refused token) marks its group suspect too. Other launches cost nothing extra.
+//!
+//! Two launches in this process must never get the same instance:
+//!
+//! - every instance a fleet returns or an adoption takes is *held* for its NodeClaim (in the
+//!   book, for an hour, by which time its provider id is written or it is gone);
+//! - the executor holds a fleet's instances before it counts the fleet as finished, and an
+//!   adoption trusts its `DescribeInstances` only if no fleet of its group started or was in
+//!   flight while it ran (an instance of a fleet still waiting for its answer looks orphaned);
+//! - a fleet answer naming an instance another NodeClaim holds (a replayed token) is refused
+//!   and the launch goes again with a new token.
+//!
+//! Client tokens make retries of one call idempotent (the retry layer re-sends a request whose
+//! answer was lost with the same token, and EC2 answers with the first result). A batch's
+//! token is a digest of its members (each NodeClaim's uid and its token *salt*) and of the
+//! request itself, so the same NodeClaims sending the same request again reuse it, and any other
+//! grouping or request gets a new token instead of EC2's `IdempotentParameterMismatch`. Should
+//! EC2 still refuse one (a token from an earlier version of this digest), the NodeClaims' salts
+//! go up, their group becomes suspect (what the first use launched is adopted or collected) and
+//! the launch is sent again, at most [`TOKEN_ATTEMPTS`] times. moto ignores tokens: against it,
+//! a retried call can launch twice, and the adoption and the garbage collector make up for it.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use super::batcher::{
@@ -29,6 +56,7 @@ use super::batcher::{
     TERMINATE_INSTANCES_WINDOW,
 };
 use super::unavailable::UnavailableOfferings;
+use crate::nodeclaim::launch::LAUNCH_GROUP;
 use crate::ports::aws_error::{AwsError, AwsErrorClass, AwsService};
 use crate::ports::ec2::{
     CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, Ec2Api, Filter,
@@ -43,19 +71,23 @@ use karpenter_core::domain::requirements::{Requirement, Requirements};
 /// Spot launches favour pools with spare capacity among the cheap ones.
 pub const SPOT_ALLOCATION_STRATEGY: &str = "price-capacity-optimized";
 pub const ON_DEMAND_ALLOCATION_STRATEGY: &str = "lowest-price";
-/// How long a NodeClaim's launch outcome is remembered for idempotent retries; the NodeClaim
-/// actor retries within minutes, and after registration the provider id is on the NodeClaim.
+/// How long a NodeClaim's launch, and the instance it holds, are remembered: the NodeClaim
+/// actor retries within minutes, and by then the provider id is on the NodeClaim.
 pub const LAUNCH_LEDGER_TTL: Duration = Duration::from_hours(1);
+/// How many client tokens one launch tries when EC2 refuses them (see the module docs).
+pub const TOKEN_ATTEMPTS: u32 = 3;
 /// States of instances Karpenter still manages.
 const LIVE_STATES: [&str; 5] = ["pending", "running", "stopping", "stopped", "shutting-down"];
+/// States in which an orphan may be adopted: one stopping or shutting down will not register.
+const ADOPTABLE_STATES: [&str; 2] = ["pending", "running"];
 
-/// A deterministic client token for a NodeClaim (EC2 allows 64 ASCII characters).
+/// A deterministic client token for a key (EC2 allows 64 ASCII characters).
 #[must_use]
-pub fn client_token(nodeclaim_uid: &str) -> String {
+pub fn client_token(key: &str) -> String {
     format!(
         "karpenter-{:016x}{:016x}",
-        fnv1a(nodeclaim_uid.as_bytes(), 0xcbf2_9ce4_8422_2325),
-        fnv1a(nodeclaim_uid.as_bytes(), 0x8422_2325_cbf2_9ce4)
+        fnv1a(key.as_bytes(), 0xcbf2_9ce4_8422_2325),
+        fnv1a(key.as_bytes(), 0x8422_2325_cbf2_9ce4)
     )
 }
 
@@ -66,14 +98,28 @@ fn fnv1a(bytes: &[u8], seed: u64) -> u64 {
     })
 }
 
-/// The token of a batch: its only member's, or one derived from all members'.
-fn batch_token(tokens: &[String]) -> String {
-    if let [only] = tokens {
-        return only.clone();
+/// A batch member: the NodeClaim's uid, and its salt when EC2 refused an earlier token.
+fn member_key(uid: &str, salt: u32) -> String {
+    if salt == 0 {
+        uid.to_owned()
+    } else {
+        format!("{uid}#{salt}")
     }
-    let mut sorted = tokens.to_vec();
+}
+
+/// The NodeClaim uid of a batch member (uids and names never contain `#`).
+fn uid_of(member: &str) -> &str {
+    member.rsplit_once('#').map_or(member, |(uid, _)| uid)
+}
+
+/// The token of a batch: a digest of its members and of the request as sent (see the module
+/// docs).
+fn batch_token(members: &[String], request: &CreateFleetRequest) -> String {
+    let mut sorted = members.to_vec();
     sorted.sort();
-    client_token(&sorted.join(","))
+    let mut unsent = request.clone();
+    unsent.client_token = None;
+    client_token(&format!("{}|{unsent:?}", sorted.join(",")))
 }
 
 /// What to launch for one NodeClaim.
@@ -88,6 +134,8 @@ pub struct LaunchRequest {
     pub launch_templates: Vec<FleetLaunchTemplateConfig>,
     pub tags: Tags,
     pub context: Option<String>,
+    /// The [`LAUNCH_GROUP`] tag of the NodeClaim (`None`: launched untagged, never adopted).
+    pub launch_group: Option<String>,
 }
 
 /// A launched instance.
@@ -99,6 +147,20 @@ pub struct LaunchedInstance {
     pub subnet_id: String,
     pub capacity_type: CapacityType,
     pub image_id: Option<String>,
+}
+
+impl LaunchedInstance {
+    /// An instance found by `DescribeInstances`.
+    fn of(instance: &Instance) -> Self {
+        LaunchedInstance {
+            id: instance.id.clone(),
+            instance_type: instance.instance_type.clone(),
+            zone: instance.zone.clone(),
+            subnet_id: instance.subnet_id.clone(),
+            capacity_type: instance.capacity_type,
+            image_id: Some(instance.image_id.clone()).filter(|i| !i.is_empty()),
+        }
+    }
 }
 
 /// Failures of the instances provider.
@@ -114,6 +176,9 @@ pub enum InstancesError {
     NoOfferings { nodeclaim: String },
     #[error("launching nodeclaim {nodeclaim}: {source}")]
     Launch { nodeclaim: String, source: AwsError },
+    /// Looking for an instance launched before a restart failed; the launch is retried.
+    #[error("looking for an instance to adopt for nodeclaim {nodeclaim}: {source}")]
+    Adopt { nodeclaim: String, source: AwsError },
     #[error("instance {instance_id} not found")]
     NotFound { instance_id: String },
     #[error(transparent)]
@@ -129,36 +194,214 @@ impl InstancesError {
             InstancesError::InsufficientCapacity { .. } | InstancesError::NoOfferings { .. } => {
                 "insufficient_capacity"
             }
-            InstancesError::Launch { source, .. } | InstancesError::Aws(source) => {
-                source.category()
-            }
+            InstancesError::Launch { source, .. }
+            | InstancesError::Adopt { source, .. }
+            | InstancesError::Aws(source) => source.category(),
             InstancesError::NotFound { .. } => "not_found",
             InstancesError::Dropped(_) => "batch_dropped",
         }
     }
 }
 
-/// A batch member's failure; on an ambiguous one, the request to re-send and its position.
-#[derive(Debug)]
-pub struct FleetFailure {
-    error: AwsError,
-    resend: Option<(CreateFleetRequest, usize)>,
+/// One batch member's share of a fleet: its instance, or why it got none.
+pub type FleetOutcome = Result<LaunchedInstance, Box<AwsError>>;
+
+/// What an adopting NodeClaim asks of an orphan (see [`InstancesProvider::adopt`]).
+pub struct Adoption<'a> {
+    pub nodeclaim: &'a str,
+    pub nodeclaim_uid: &'a str,
+    /// The NodeClaim's [`LAUNCH_GROUP`] tag.
+    pub launch_group: &'a str,
+    /// Whether the instance can serve the NodeClaim (its type, zone and capacity type are
+    /// allowed, its requests fit).
+    pub accepts: &'a (dyn Fn(&Instance) -> bool + Sync),
+    /// Whether the instance is the one the NodeClaim's labels already describe (a launch whose
+    /// labels were written before the process died): taken first.
+    pub prefers: &'a (dyn Fn(&Instance) -> bool + Sync),
+    /// Whether a NodeClaim names the instance as its provider id.
+    pub owned: &'a (dyn Fn(&Instance) -> bool + Sync),
 }
 
-/// One NodeClaim's share of a fleet answer.
-pub type FleetOutcome = Result<LaunchedInstance, Box<FleetFailure>>;
-
-fn failure(error: AwsError, resend: Option<(CreateFleetRequest, usize)>) -> Box<FleetFailure> {
-    Box::new(FleetFailure { error, resend })
+impl std::fmt::Debug for Adoption<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adoption")
+            .field("nodeclaim", &self.nodeclaim)
+            .field("launch_group", &self.launch_group)
+            .finish_non_exhaustive()
+    }
 }
 
+/// One NodeClaim's launch as this process knows it.
 #[derive(Debug, Clone)]
-enum Ledger {
-    Launched(LaunchedInstance),
-    Ambiguous(CreateFleetRequest, usize),
+struct NodeClaimLaunch {
+    instance: Option<LaunchedInstance>,
+    /// Bumped each time EC2 refuses the NodeClaim's token.
+    salt: u32,
+    at: Instant,
 }
 
-/// The CreateFleet batcher: fleet requests of equal shape, one item per NodeClaim token.
+/// CreateFleet calls of one launch group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FleetCount {
+    in_flight: u32,
+    started: u64,
+}
+
+/// What this process knows about its launches (see the module docs).
+#[derive(Debug, Default)]
+struct Book {
+    nodeclaims: HashMap<String, NodeClaimLaunch>,
+    /// Instances launched or adopted, by id: the uid of the NodeClaim holding each.
+    held: HashMap<String, (String, Instant)>,
+    /// Fleets per launch group tag, and when the group last launched.
+    fleets: HashMap<String, (FleetCount, Instant)>,
+    /// Launch group tags that may have orphans.
+    suspect: HashSet<String>,
+}
+
+impl Book {
+    /// Drops what is older than [`LAUNCH_LEDGER_TTL`] (groups with a fleet in flight stay).
+    fn prune(&mut self, now: Instant) {
+        let fresh = |at: &Instant| now.duration_since(*at) < LAUNCH_LEDGER_TTL;
+        self.nodeclaims.retain(|_, launch| fresh(&launch.at));
+        self.held.retain(|_, (_, at)| fresh(at));
+        self.fleets
+            .retain(|_, (count, at)| count.in_flight > 0 || fresh(at));
+    }
+
+    fn launch_of(&mut self, uid: &str, now: Instant) -> &mut NodeClaimLaunch {
+        self.nodeclaims
+            .entry(uid.to_owned())
+            .or_insert(NodeClaimLaunch {
+                instance: None,
+                salt: 0,
+                at: now,
+            })
+    }
+
+    fn salt(&self, uid: &str) -> u32 {
+        self.nodeclaims.get(uid).map_or(0, |launch| launch.salt)
+    }
+
+    /// A new token for the NodeClaim's next launch, after EC2 refused or misused this one.
+    fn bump_salt(&mut self, uid: &str) {
+        let now = Instant::now();
+        let launch = self.launch_of(uid, now);
+        launch.salt = launch.salt.saturating_add(1);
+        launch.at = now;
+    }
+
+    /// The NodeClaim's instance, held for it.
+    fn record(&mut self, uid: &str, instance: &LaunchedInstance) {
+        let now = Instant::now();
+        self.prune(now);
+        self.held.insert(instance.id.clone(), (uid.to_owned(), now));
+        let launch = self.launch_of(uid, now);
+        launch.instance = Some(instance.clone());
+        launch.at = now;
+    }
+
+    /// Records an instance a fleet returned for `uid`, unless another NodeClaim holds it (a
+    /// replayed answer): a caller that gave up before the answer finds it on its next try.
+    fn record_if_free(&mut self, uid: &str, instance: &LaunchedInstance) {
+        if self.holder(&instance.id).is_none_or(|holder| holder == uid) {
+            self.record(uid, instance);
+        }
+    }
+
+    fn holder(&self, id: &str) -> Option<&str> {
+        self.held.get(id).map(|(uid, _)| uid.as_str())
+    }
+
+    fn count(&self, group: &str) -> FleetCount {
+        self.fleets.get(group).map_or(
+            FleetCount {
+                in_flight: 0,
+                started: 0,
+            },
+            |(count, _)| *count,
+        )
+    }
+
+    fn fleet_started(&mut self, group: &str) {
+        let now = Instant::now();
+        let (count, at) = self.fleets.entry(group.to_owned()).or_insert((
+            FleetCount {
+                in_flight: 0,
+                started: 0,
+            },
+            now,
+        ));
+        count.in_flight = count.in_flight.saturating_add(1);
+        count.started = count.started.saturating_add(1);
+        *at = now;
+    }
+
+    fn fleet_finished(&mut self, group: &str) {
+        if let Some((count, at)) = self.fleets.get_mut(group) {
+            count.in_flight = count.in_flight.saturating_sub(1);
+            *at = Instant::now();
+        }
+    }
+}
+
+/// Counts a fleet in flight for its group until dropped; a fleet dropped before its answer
+/// (its task cancelled) leaves its group suspect, since it may have launched.
+struct FleetInFlight {
+    book: Arc<Mutex<Book>>,
+    group: Option<String>,
+    answered: bool,
+}
+
+impl FleetInFlight {
+    fn start(book: &Arc<Mutex<Book>>, group: Option<String>) -> Self {
+        if let Some(group) = &group {
+            lock(book).fleet_started(group);
+        }
+        FleetInFlight {
+            book: Arc::clone(book),
+            group,
+            answered: false,
+        }
+    }
+
+    /// Holds the fleet's instances for their members, then counts the fleet as finished (in
+    /// this order: see the module docs); `uncertain` marks the group suspect.
+    fn finish(mut self, members: &[String], outcomes: &[FleetOutcome], uncertain: bool) {
+        let mut book = lock(&self.book);
+        for (member, outcome) in members.iter().zip(outcomes) {
+            if let Ok(instance) = outcome {
+                book.record_if_free(uid_of(member), instance);
+            }
+        }
+        if let Some(group) = &self.group {
+            if uncertain {
+                book.suspect.insert(group.clone());
+            }
+            book.fleet_finished(group);
+        }
+        self.answered = true;
+    }
+}
+
+impl Drop for FleetInFlight {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        if let Some(group) = &self.group {
+            let mut book = lock(&self.book);
+            book.suspect.insert(group.clone());
+            book.fleet_finished(group);
+        }
+    }
+}
+
+fn lock(book: &Mutex<Book>) -> MutexGuard<'_, Book> {
+    book.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The CreateFleet batcher: fleet requests of equal shape, one item per NodeClaim uid.
 #[derive(Debug)]
 pub struct CreateFleetBatch;
 
@@ -208,14 +451,16 @@ pub struct InstancesDeps {
     pub cluster_name: String,
 }
 
-/// Launches, finds and terminates instances.
+/// Launches, adopts, finds and terminates instances.
 #[derive(Debug)]
 pub struct InstancesProvider {
     deps: InstancesDeps,
     fleets: Batcher<CreateFleetBatch>,
     describes: Batcher<DescribeInstancesBatch>,
     terminations: Batcher<TerminateInstancesBatch>,
-    ledger: Mutex<HashMap<String, (Ledger, Instant)>>,
+    book: Arc<Mutex<Book>>,
+    /// Taken once, by the first adoption after start (see the module docs).
+    census: OnceCell<()>,
 }
 
 /// The capacity type a fleet asks EC2 for: reserved capacity launches as on-demand capacity (in
@@ -304,7 +549,7 @@ fn distribute(
             launched
                 .get(i)
                 .cloned()
-                .ok_or_else(|| failure(shortfall(), None))
+                .ok_or_else(|| Box::new(shortfall()))
         })
         .collect()
 }
@@ -383,34 +628,40 @@ impl InstancesProvider {
     pub fn new(deps: InstancesDeps) -> Self {
         let ec2 = Arc::clone(&deps.ec2);
         let unavailable = Arc::clone(&deps.unavailable);
+        let book = Arc::new(Mutex::new(Book::default()));
+        let fleet_book = Arc::clone(&book);
         let fleet_executor: Executor<CreateFleetRequest, String, FleetOutcome> =
-            Arc::new(move |key: CreateFleetRequest, tokens: Vec<String>| {
+            Arc::new(move |key: CreateFleetRequest, members: Vec<String>| {
                 let ec2 = Arc::clone(&ec2);
                 let unavailable = Arc::clone(&unavailable);
+                let book = Arc::clone(&fleet_book);
                 Box::pin(async move {
                     let mut request = key;
-                    request.total_target_capacity = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
-                    request.client_token = Some(batch_token(&tokens));
+                    request.total_target_capacity =
+                        u32::try_from(members.len()).unwrap_or(u32::MAX);
+                    request.client_token = Some(batch_token(&members, &request));
+                    let in_flight =
+                        FleetInFlight::start(&book, request.tags.get(LAUNCH_GROUP).cloned());
                     let capacity_type = request.capacity_type;
-                    match ec2.create_fleet(&request).await {
+                    let (outcomes, uncertain) = match ec2.create_fleet(&request).await {
                         Ok(response) => {
                             record_fleet_errors(&unavailable, &response, capacity_type);
-                            distribute(&request, &response, tokens.len())
+                            (distribute(&request, &response, members.len()), false)
                         }
                         Err(error) => {
-                            // A server error or no answer (a timeout included): the fleet may
-                            // have launched, so a retry re-sends it with the same token.
-                            let ambiguous = error.is_ambiguous();
-                            (0..tokens.len())
-                                .map(|i| {
-                                    Err(failure(
-                                        error.clone(),
-                                        ambiguous.then(|| (request.clone(), i)),
-                                    ))
-                                })
-                                .collect()
+                            // The fleet may have launched (no answer in time, a server error)
+                            // or an earlier use of the token did (a refused token).
+                            let uncertain = error.is_ambiguous()
+                                || error.class == AwsErrorClass::IdempotentParameterMismatch;
+                            let outcomes = members
+                                .iter()
+                                .map(|_| Err(Box::new(error.clone())))
+                                .collect();
+                            (outcomes, uncertain)
                         }
-                    }
+                    };
+                    in_flight.finish(&members, &outcomes, uncertain);
+                    outcomes
                 })
             });
         let ec2 = Arc::clone(&deps.ec2);
@@ -430,7 +681,8 @@ impl InstancesProvider {
             fleets: Batcher::new(CREATE_FLEET_WINDOW, fleet_executor),
             describes: Batcher::new(DESCRIBE_INSTANCES_WINDOW, describe_executor),
             terminations: Batcher::new(TERMINATE_INSTANCES_WINDOW, terminate_executor),
-            ledger: Mutex::new(HashMap::new()),
+            book,
+            census: OnceCell::new(),
         }
     }
 
@@ -443,19 +695,11 @@ impl InstancesProvider {
         Ok(())
     }
 
-    fn ledger(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Ledger, Instant)>> {
-        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+    fn book(&self) -> MutexGuard<'_, Book> {
+        lock(&self.book)
     }
 
-    /// Records an outcome, dropping outcomes older than [`LAUNCH_LEDGER_TTL`].
-    fn remember(&self, token: String, entry: Ledger) {
-        let now = Instant::now();
-        let mut ledger = self.ledger();
-        ledger.retain(|_, (_, at)| now.duration_since(*at) < LAUNCH_LEDGER_TTL);
-        ledger.insert(token, (entry, now));
-    }
-
-    /// The fleet request for a launch, with the cluster's ownership tags.
+    /// The fleet request for a launch, with the cluster's ownership tags and its launch group.
     pub fn fleet_request(
         &self,
         launch: &LaunchRequest,
@@ -480,6 +724,9 @@ impl InstancesProvider {
             self.deps.cluster_name
         ))
         .or_insert_with(|| "owned".to_owned());
+        if let Some(group) = &launch.launch_group {
+            tags.insert(LAUNCH_GROUP.to_owned(), group.clone());
+        }
         Ok(CreateFleetRequest {
             client_token: None,
             capacity_type: fleet_capacity_type(launch.capacity_type),
@@ -497,89 +744,215 @@ impl InstancesProvider {
         })
     }
 
-    /// The instance a NodeClaim already launched, when this provider remembers it.
+    /// The instance a NodeClaim already launched or adopted, when this provider remembers it.
     #[must_use]
     pub fn launched(&self, nodeclaim_uid: &str) -> Option<LaunchedInstance> {
-        match self.ledger().get(&client_token(nodeclaim_uid)) {
-            Some((Ledger::Launched(instance), _)) => Some(instance.clone()),
-            _ => None,
+        self.book()
+            .nodeclaims
+            .get(nodeclaim_uid)
+            .and_then(|launch| launch.instance.clone())
+    }
+
+    /// Whether the census found, or a fleet left, possible orphans of this launch group.
+    #[must_use]
+    pub fn is_suspect(&self, launch_group: &str) -> bool {
+        self.book().suspect.contains(launch_group)
+    }
+
+    /// The cluster's live instances with a launch group tag.
+    async fn tagged_instances(&self, group: Option<&str>) -> Result<Vec<Instance>, AwsError> {
+        let mut filters = vec![
+            Filter::tag(labels::TAG_EKS_CLUSTER_NAME, &[&self.deps.cluster_name]),
+            Filter::new("instance-state-name", &ADOPTABLE_STATES),
+        ];
+        filters.push(match group {
+            Some(group) => Filter::tag(LAUNCH_GROUP, &[group]),
+            None => Filter::tag_key(LAUNCH_GROUP),
+        });
+        self.deps
+            .ec2
+            .describe_instances(&DescribeInstancesRequest {
+                instance_ids: Vec::new(),
+                filters,
+            })
+            .await
+    }
+
+    /// The census: marks the launch groups that have orphans (see the module docs).
+    async fn take_census(
+        &self,
+        owned: &(dyn Fn(&Instance) -> bool + Sync),
+    ) -> Result<(), AwsError> {
+        let instances = self.tagged_instances(None).await?;
+        let orphans: Vec<&Instance> = instances.iter().filter(|i| !owned(i)).collect();
+        let mut book = self.book();
+        let groups: HashSet<String> = orphans
+            .iter()
+            .filter(|i| book.holder(&i.id).is_none())
+            .filter_map(|i| i.tags.get(LAUNCH_GROUP).cloned())
+            .collect();
+        if !groups.is_empty() {
+            tracing::info!(
+                instances = orphans.len(),
+                launch_groups = groups.len(),
+                "found instances no nodeclaim names; nodeclaims of their launch groups adopt them"
+            );
         }
+        book.suspect.extend(groups);
+        Ok(())
+    }
+
+    /// An orphan of the NodeClaim's launch group that it can use, held for it from now on;
+    /// `None` when there is none (or none can be trusted: launch instead). Costs a
+    /// `DescribeInstances` only for the census and for suspect groups.
+    pub async fn adopt(
+        &self,
+        adoption: &Adoption<'_>,
+    ) -> Result<Option<LaunchedInstance>, InstancesError> {
+        let failed = |source: AwsError| InstancesError::Adopt {
+            nodeclaim: adoption.nodeclaim.to_owned(),
+            source,
+        };
+        self.census
+            .get_or_try_init(|| self.take_census(adoption.owned))
+            .await
+            .map_err(failed)?;
+        let group = adoption.launch_group;
+        let before = {
+            let book = self.book();
+            if !book.suspect.contains(group) {
+                return Ok(None);
+            }
+            book.count(group)
+        };
+        // A fleet of this group waiting for its answer has instances nobody holds yet.
+        if before.in_flight > 0 {
+            return Ok(None);
+        }
+        let found = self.tagged_instances(Some(group)).await.map_err(failed)?;
+        let orphans: Vec<&Instance> = found.iter().filter(|i| !(adoption.owned)(i)).collect();
+        let mut book = self.book();
+        if book.count(group) != before {
+            return Ok(None);
+        }
+        let free: Vec<&Instance> = orphans
+            .into_iter()
+            .filter(|i| book.holder(&i.id).is_none())
+            .collect();
+        let mut usable: Vec<&Instance> = free
+            .iter()
+            .copied()
+            .filter(|i| (adoption.accepts)(i))
+            .collect();
+        usable.sort_by_key(|i| (!(adoption.prefers)(i), i.id.clone()));
+        let Some(chosen) = usable.first() else {
+            if free.is_empty() {
+                book.suspect.remove(group);
+            }
+            return Ok(None);
+        };
+        let instance = LaunchedInstance::of(chosen);
+        book.record(adoption.nodeclaim_uid, &instance);
+        if free.len() == 1 {
+            book.suspect.remove(group);
+        }
+        drop(book);
+        tracing::info!(
+            nodeclaim = adoption.nodeclaim,
+            instance_id = %instance.id,
+            instance_type = %instance.instance_type,
+            zone = %instance.zone,
+            "adopted an instance launched for the nodeclaim's launch group"
+        );
+        Ok(Some(instance))
     }
 
     /// Launches one instance for a NodeClaim; a repeated call for the same NodeClaim returns the
     /// same instance.
     pub async fn create(&self, launch: &LaunchRequest) -> Result<LaunchedInstance, InstancesError> {
-        let token = client_token(&launch.nodeclaim_uid);
-        let previous = self.ledger().get(&token).map(|(entry, _)| entry.clone());
-        let outcome = match previous {
-            Some(Ledger::Launched(instance)) => return Ok(instance),
-            Some(Ledger::Ambiguous(request, index)) => {
-                // Same request, same token: EC2 returns the first fleet if it was launched.
-                match self.deps.ec2.create_fleet(&request).await {
-                    Ok(response) => {
-                        record_fleet_errors(
-                            &self.deps.unavailable,
-                            &response,
-                            request.capacity_type,
-                        );
-                        let members = usize::try_from(request.total_target_capacity).unwrap_or(1);
-                        distribute(&request, &response, members)
-                            .into_iter()
-                            .nth(index)
-                            .unwrap_or_else(|| {
-                                Err(failure(
-                                    AwsError::new(
-                                        AwsService::Ec2,
-                                        "CreateFleet",
-                                        None,
-                                        "fleet member missing",
-                                    ),
-                                    None,
-                                ))
-                            })
-                    }
-                    Err(error) => Err(failure(error, Some((request, index)))),
-                }
-            }
-            None => {
-                let request = self.fleet_request(launch)?;
-                self.fleets.add(request, token.clone()).await?
-            }
+        let uid = launch.nodeclaim_uid.as_str();
+        let refused = |source: AwsError| InstancesError::Launch {
+            nodeclaim: launch.nodeclaim.clone(),
+            source,
         };
-        match outcome {
-            Ok(instance) => {
-                self.remember(token, Ledger::Launched(instance.clone()));
-                Ok(instance)
+        let mut last = None;
+        for _ in 0..TOKEN_ATTEMPTS {
+            if let Some(instance) = self.launched(uid) {
+                return Ok(instance);
             }
-            Err(failed) => {
-                let FleetFailure { error, resend } = *failed;
-                match resend {
-                    Some((request, index)) => {
-                        self.remember(token, Ledger::Ambiguous(request, index));
+            let salt = self.book().salt(uid);
+            let request = self.fleet_request(launch)?;
+            match self.fleets.add(request, member_key(uid, salt)).await? {
+                Ok(instance) => {
+                    let mut book = self.book();
+                    if book
+                        .holder(&instance.id)
+                        .is_some_and(|holder| holder != uid)
+                    {
+                        // A token replayed an answer whose instance another NodeClaim adopted.
+                        book.bump_salt(uid);
+                        if let Some(group) = &launch.launch_group {
+                            book.suspect.insert(group.clone());
+                        }
+                        drop(book);
+                        let error = AwsError::new(
+                            AwsService::Ec2,
+                            "CreateFleet",
+                            None,
+                            format!(
+                                "fleet answered with instance {} which another nodeclaim holds",
+                                instance.id
+                            ),
+                        );
+                        tracing::warn!(nodeclaim = %launch.nodeclaim, instance_id = %instance.id, "a replayed client token answered with an instance another nodeclaim holds; launching with a new token");
+                        last = Some(error);
+                        continue;
                     }
-                    None => {
-                        self.ledger().remove(&token);
-                    }
+                    book.record(uid, &instance);
+                    return Ok(instance);
                 }
-                error.log();
-                Err(if error.is_insufficient_capacity() {
-                    InstancesError::InsufficientCapacity {
-                        nodeclaim: launch.nodeclaim.clone(),
-                        source: error,
+                Err(error) if error.is_idempotent_parameter_mismatch() => {
+                    error.log();
+                    let mut book = self.book();
+                    book.bump_salt(uid);
+                    if let Some(group) = &launch.launch_group {
+                        book.suspect.insert(group.clone());
                     }
-                } else {
-                    InstancesError::Launch {
-                        nodeclaim: launch.nodeclaim.clone(),
-                        source: error,
-                    }
-                })
+                    last = Some(*error);
+                }
+                Err(error) => {
+                    error.log();
+                    return Err(if error.is_insufficient_capacity() {
+                        InstancesError::InsufficientCapacity {
+                            nodeclaim: launch.nodeclaim.clone(),
+                            source: *error,
+                        }
+                    } else {
+                        refused(*error)
+                    });
+                }
             }
         }
+        Err(refused(last.unwrap_or_else(|| {
+            AwsError::new(
+                AwsService::Ec2,
+                "CreateFleet",
+                None,
+                "no client token was accepted",
+            )
+        })))
     }
 
     /// Forgets a NodeClaim's launch (after its instance is gone).
     pub fn forget(&self, nodeclaim_uid: &str) {
-        self.ledger().remove(&client_token(nodeclaim_uid));
+        let mut book = self.book();
+        if let Some(instance) = book
+            .nodeclaims
+            .remove(nodeclaim_uid)
+            .and_then(|launch| launch.instance)
+        {
+            book.held.remove(&instance.id);
+        }
     }
 
     /// One instance, through the `DescribeInstances` batcher.
@@ -719,14 +1092,55 @@ async fn terminate_batch(ec2: &dyn Ec2Api, ids: &[String]) -> Vec<Result<(), Ins
 mod tests {
     use super::*;
 
+    fn request(capacity: u32) -> CreateFleetRequest {
+        CreateFleetRequest {
+            client_token: None,
+            capacity_type: CapacityType::OnDemand,
+            total_target_capacity: capacity,
+            allocation_strategy: ON_DEMAND_ALLOCATION_STRATEGY.into(),
+            launch_template_configs: Vec::new(),
+            tags: Tags::new(),
+            context: None,
+            dry_run: false,
+        }
+    }
+
     #[test]
     fn client_tokens_are_stable_distinct_and_short_enough() {
         let a = client_token("5f1c0e4e-0000-4000-8000-000000000001");
         assert_eq!(a, client_token("5f1c0e4e-0000-4000-8000-000000000001"));
         assert_ne!(a, client_token("5f1c0e4e-0000-4000-8000-000000000002"));
         assert!(a.len() <= 64 && a.is_ascii());
-        assert_eq!(batch_token(std::slice::from_ref(&a)), a);
+    }
+
+    #[test]
+    fn a_batch_token_follows_its_members_and_its_request_but_not_their_order() {
         let (x, y) = ("x".to_owned(), "y".to_owned());
-        assert_eq!(batch_token(&[x.clone(), y.clone()]), batch_token(&[y, x]));
+        let two = request(2);
+        let token = batch_token(&[x.clone(), y.clone()], &two);
+        assert_eq!(token, batch_token(&[y.clone(), x.clone()], &two));
+        assert!(token.len() <= 64 && token.is_ascii());
+        assert_ne!(token, batch_token(std::slice::from_ref(&x), &request(1)));
+        let mut spot = request(2);
+        spot.capacity_type = CapacityType::Spot;
+        assert_ne!(
+            token,
+            batch_token(&[x.clone(), y.clone()], &spot),
+            "another request"
+        );
+        assert_ne!(
+            token,
+            batch_token(&[member_key("x", 1), y], &two),
+            "a salted member"
+        );
+        let mut sent = request(2);
+        sent.client_token = Some(token.clone());
+        assert_eq!(
+            token,
+            batch_token(&[x, "y".into()], &sent),
+            "the token itself is left out"
+        );
+        assert_eq!(uid_of(&member_key("uid-1", 2)), "uid-1");
+        assert_eq!(uid_of(&member_key("uid-1", 0)), "uid-1");
     }
 }

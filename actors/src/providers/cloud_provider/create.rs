@@ -1,17 +1,26 @@
 //! `create`: a NodeClaim becomes an instance (see the parent module's docs for the flow).
+//!
+//! Before launching, the NodeClaim's launch group ([`launch_group`], its class's hash folded
+//! in by [`launch_group_tag`]) is asked for an orphan to adopt: an instance launched for a
+//! NodeClaim of the same group by a process that died before writing its provider id (see
+//! `crate::nodeclaim::launch` for why a group, and `crate::providers::instances` for the
+//! bookkeeping). It is taken when its type, zone and capacity type are allowed by the
+//! NodeClaim's requirements and its allocatable fits the requests, the one the NodeClaim's own
+//! labels describe first; the launch itself is tagged with the group.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::filter::{LaunchCandidates, launch_candidates};
-use super::hydrate::{InstanceFacts, hydrate};
+use super::hydrate::{InstanceFacts, hydrate, provider_id};
 use super::{AwsCloudProvider, readiness};
+use crate::nodeclaim::launch::{launch_group, launch_group_tag};
 use crate::ports::aws_error::{AwsError, AwsErrorClass};
 use crate::ports::cloud_provider::CloudProviderError;
-use crate::ports::ec2::{FleetLaunchTemplateConfig, Tags};
+use crate::ports::ec2::{FleetLaunchTemplateConfig, Instance, Tags};
 use crate::providers::instance_type_provider::InstanceTypes;
 use crate::providers::instances::{
-    InstancesError, LaunchRequest, LaunchedInstance, capacity_type_for, overrides,
+    Adoption, InstancesError, LaunchRequest, LaunchedInstance, capacity_type_for, overrides,
     with_capacity_type,
 };
 use crate::providers::launch_subnets::ZonalSubnet;
@@ -24,7 +33,7 @@ use karpenter_core::apis::requirements::Requirement as ApiRequirement;
 use karpenter_core::apis::{EC2NodeClass, labels};
 use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::instance_type::InstanceType;
-use karpenter_core::domain::requirements::Requirements;
+use karpenter_core::domain::requirements::{AllowUndefined, Requirements};
 use karpenter_core::domain::resources::Resources;
 use karpenter_core::domain::tags::{RestrictedTags, launch_tags};
 
@@ -180,6 +189,84 @@ struct Launch<'a> {
     instance_types: &'a [Arc<InstanceType>],
     capacity_type: CapacityType,
     tags: &'a Tags,
+    /// The [`crate::nodeclaim::launch::LAUNCH_GROUP`] tag of the launch.
+    launch_group: &'a str,
+}
+
+/// Whether `instance` can serve a NodeClaim with these requirements and requests: its type is
+/// one of the class's and compatible, it runs in an offering (zone, capacity type) the
+/// requirements allow, and its allocatable fits the requests.
+fn can_serve(
+    instance: &Instance,
+    instance_types: &[Arc<InstanceType>],
+    requirements: &Requirements,
+    requests: &Resources,
+) -> bool {
+    let Some(it) = instance_types
+        .iter()
+        .find(|it| it.name == instance.instance_type)
+    else {
+        return false;
+    };
+    requirements.is_compatible(&it.requirements, AllowUndefined::WellKnown)
+        && it.offerings.iter().any(|offering| {
+            offering.zone() == Some(instance.zone.as_str())
+                && offering.capacity_type() == Some(instance.capacity_type.as_str())
+                && offering.is_compatible(requirements)
+        })
+        && requests.fits_in(it.allocatable())
+}
+
+/// Karpenter's readiness gate: a class `Ready=False` ends the NodeClaim, `Unknown` retries.
+fn ready_to_launch(nodeclass: &EC2NodeClass, class_name: &str) -> Result<(), CloudProviderError> {
+    match readiness(nodeclass) {
+        (ConditionStatus::True, _) => Ok(()),
+        (ConditionStatus::False, _) => Err(CloudProviderError::NodeClassNotReady {
+            nodeclass: class_name.to_owned(),
+        }),
+        (ConditionStatus::Unknown, message) => Err(create_error(
+            reasons::REASON_NODE_CLASS_READINESS_UNKNOWN,
+            format!("NodeClass is in Ready=Unknown, {message}"),
+        )),
+    }
+}
+
+/// The launch group tag of a NodeClaim's launches from this class.
+fn group_tag(nodeclaim: &NodeClaim, nodeclass: &EC2NodeClass) -> String {
+    launch_group_tag(
+        &launch_group(nodeclaim),
+        class_annotation(nodeclass, labels::EC2NODECLASS_HASH),
+    )
+}
+
+fn class_annotation<'a>(nodeclass: &'a EC2NodeClass, key: &str) -> Option<&'a str> {
+    nodeclass
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// The class's hash annotations on the launched NodeClaim (Karpenter stamps them at launch).
+fn stamp_class_hashes(created: &mut NodeClaim, nodeclass: &EC2NodeClass) {
+    let annotations = created
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    for key in [labels::EC2NODECLASS_HASH, labels::EC2NODECLASS_HASH_VERSION] {
+        if let Some(value) = class_annotation(nodeclass, key) {
+            annotations.insert(key.to_owned(), value.to_owned());
+        }
+    }
+}
+
+/// Whether `instance` is the one the NodeClaim's labels describe (type and zone, when written).
+fn described_by_labels(nodeclaim: &NodeClaim, instance: &Instance) -> bool {
+    let claim_labels = nodeclaim.metadata.labels.as_ref();
+    let label = |key: &str| claim_labels.and_then(|l| l.get(key));
+    label(labels::INSTANCE_TYPE).is_some_and(|t| *t == instance.instance_type)
+        && label(labels::ZONE).is_none_or(|z| *z == instance.zone)
 }
 
 fn template_error(error: &LaunchTemplateError) -> CloudProviderError {
@@ -214,6 +301,15 @@ fn launch_error(nodeclaim: &str, error: InstancesError) -> CloudProviderError {
                 format!("Error creating fleet request: {message} ({source})"),
             )
         }
+        InstancesError::Adopt { source, .. } => {
+            let (reason, message) = reason_message(&source);
+            create_error(
+                reason,
+                format!(
+                    "Error looking for instances launched before a restart: {message} ({source})"
+                ),
+            )
+        }
         other => create_error(REASON_LAUNCH_FAILED, other.to_string()),
     }
 }
@@ -232,21 +328,9 @@ impl AwsCloudProvider {
                 message: format!("resolving node class, ec2nodeclass {class_name:?} not found"),
             });
         };
-        match readiness(&nodeclass) {
-            (ConditionStatus::True, _) => {}
-            (ConditionStatus::False, _) => {
-                return Err(CloudProviderError::NodeClassNotReady {
-                    nodeclass: class_name.clone(),
-                });
-            }
-            (ConditionStatus::Unknown, message) => {
-                return Err(create_error(
-                    reasons::REASON_NODE_CLASS_READINESS_UNKNOWN,
-                    format!("NodeClass is in Ready=Unknown, {message}"),
-                ));
-            }
-        }
-        let (requirements, all, candidates) = self.candidates(&nodeclass, nodeclaim, &name)?;
+        ready_to_launch(&nodeclass, class_name)?;
+        let (requirements, requests, all, candidates) =
+            self.candidates(&nodeclass, nodeclaim, &name)?;
         let tags = nodeclaim_tags(&nodeclass, nodeclaim, &self.cluster_name).map_err(|error| {
             tracing::warn!(nodeclaim = %name, ec2nodeclass = %class_name, %error, "cannot launch");
             CloudProviderError::NodeClassNotReady {
@@ -258,9 +342,24 @@ impl AwsCloudProvider {
             .uid
             .clone()
             .unwrap_or_else(|| name.clone());
-        // A retried create finds the instance this NodeClaim already launched (even when its
+        let group = group_tag(nodeclaim, &nodeclass);
+        // A retried create finds the instance this NodeClaim already launched, and a NodeClaim
+        // whose launch was lost with its process adopts what it launched (even when its
         // offering has since become unavailable).
         let instance = if let Some(instance) = self.providers.instances.launched(&uid) {
+            instance
+        } else if let Some(instance) = self
+            .adopt(
+                nodeclaim,
+                &name,
+                &uid,
+                &group,
+                &requirements,
+                &requests,
+                &all,
+            )
+            .await?
+        {
             instance
         } else if candidates.instance_types.is_empty() {
             return Err(CloudProviderError::InsufficientCapacity {
@@ -278,6 +377,7 @@ impl AwsCloudProvider {
                 instance_types: &candidates.instance_types,
                 capacity_type,
                 tags: &tags,
+                launch_group: &group,
             };
             self.launch(&launch).await?
         };
@@ -307,21 +407,45 @@ impl AwsCloudProvider {
             instance_type.as_deref(),
             Some(&nodeclass),
         );
-        let annotations = created
-            .metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new);
-        for key in [labels::EC2NODECLASS_HASH, labels::EC2NODECLASS_HASH_VERSION] {
-            if let Some(value) = nodeclass
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(key))
-            {
-                annotations.insert(key.to_owned(), value.clone());
-            }
-        }
+        stamp_class_hashes(&mut created, &nodeclass);
         Ok(created)
+    }
+
+    /// An orphan of the NodeClaim's launch group it can use (see the module docs).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "what the create path resolved, passed on rather than resolved twice"
+    )]
+    async fn adopt(
+        &self,
+        nodeclaim: &NodeClaim,
+        name: &str,
+        uid: &str,
+        group: &str,
+        requirements: &Requirements,
+        requests: &Resources,
+        instance_types: &[Arc<InstanceType>],
+    ) -> Result<Option<LaunchedInstance>, CloudProviderError> {
+        let accepts =
+            |instance: &Instance| can_serve(instance, instance_types, requirements, requests);
+        let prefers = |instance: &Instance| described_by_labels(nodeclaim, instance);
+        let owned = |instance: &Instance| {
+            self.view
+                .nodeclaim_by_provider_id(&provider_id(&instance.zone, &instance.id))
+                .is_some()
+        };
+        self.providers
+            .instances
+            .adopt(&Adoption {
+                nodeclaim: name,
+                nodeclaim_uid: uid,
+                launch_group: group,
+                accepts: &accepts,
+                prefers: &prefers,
+                owned: &owned,
+            })
+            .await
+            .map_err(|error| launch_error(name, error))
     }
 
     /// The class's instance types and the NodeClaim's launch candidates among them.
@@ -330,7 +454,8 @@ impl AwsCloudProvider {
         nodeclass: &EC2NodeClass,
         nodeclaim: &NodeClaim,
         name: &str,
-    ) -> Result<(Requirements, InstanceTypes, LaunchCandidates), CloudProviderError> {
+    ) -> Result<(Requirements, Resources, InstanceTypes, LaunchCandidates), CloudProviderError>
+    {
         let resolution_failed = |message: String| {
             create_error(
                 reasons::REASON_INSTANCE_TYPE_RESOLUTION_FAILED,
@@ -355,7 +480,7 @@ impl AwsCloudProvider {
         if !candidates.rejected.is_empty() {
             tracing::debug!(nodeclaim = %name, instance_types = ?candidates.rejected, "filtered out instance types from launch");
         }
-        Ok((requirements, all, candidates))
+        Ok((requirements, requests, all, candidates))
     }
 
     /// Launches, retrying once when a launch template vanished (its cache entry is dropped so
@@ -431,6 +556,7 @@ impl AwsCloudProvider {
             launch_templates: configs,
             tags: launch.tags.clone(),
             context: launch.nodeclass.spec.context.clone(),
+            launch_group: Some(launch.launch_group.to_owned()),
         };
         let outcome = providers.instances.create(&request).await;
         providers.subnets.update_inflight(

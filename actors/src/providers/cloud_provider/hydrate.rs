@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::AwsCloudProvider;
+use crate::nodeclaim::launch::LAUNCH_GROUP;
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::ec2::{Instance, InstanceState};
 use karpenter_core::apis::nodeclaim::{
@@ -151,8 +152,8 @@ fn capacity_type_of(instance: &Instance, reserved_capacity: bool) -> CapacityTyp
 
 impl AwsCloudProvider {
     /// A NodeClaim for an instance found in EC2 (`get`, `list`): named after its
-    /// `karpenter.sh/nodeclaim` tag when tagged, created at launch, marked deleted when the
-    /// instance is shutting down or gone.
+    /// `karpenter.sh/nodeclaim` tag when tagged, annotated with its launch group, created at
+    /// launch, marked deleted when the instance is shutting down or gone.
     pub(super) fn instance_to_nodeclaim(
         &self,
         instance: &Instance,
@@ -173,6 +174,12 @@ impl AwsCloudProvider {
         let mut nodeclaim = NodeClaim {
             metadata: ObjectMeta {
                 name: instance.tags.get(labels::TAG_NODECLAIM).cloned(),
+                // The launch group the instance was launched for, so the garbage collector
+                // can spare an orphan a NodeClaim of its group is about to adopt.
+                annotations: instance
+                    .tags
+                    .get(LAUNCH_GROUP)
+                    .map(|group| BTreeMap::from([(LAUNCH_GROUP.to_owned(), group.clone())])),
                 creation_timestamp: instance.launch_time.map(Time),
                 deletion_timestamp: matches!(
                     instance.state,
