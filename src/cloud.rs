@@ -160,7 +160,10 @@ async fn refresh_forever(providers: AwsProviders, status: Arc<Mutex<Result<(), S
                 CATALOGUE_REFRESH
             }
             Err(error) => {
-                tracing::warn!(%error, category = error.category(), "refreshing the AWS catalogue");
+                tracing::error!(
+                    error = karpenter_actors::logs::err(&error),
+                    "failed refreshing the AWS catalogue"
+                );
                 if !loaded {
                     *status.lock().unwrap_or_else(PoisonError::into_inner) =
                         Err(format!("refreshing the AWS catalogue: {error}"));

@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod emulator;
 pub mod http;
 pub mod kube;
+pub mod logging;
 pub mod permissions;
 #[cfg(feature = "simulate")]
 pub mod sim;

@@ -26,6 +26,7 @@ use std::time::Duration;
 use clap::Args;
 use k8s_openapi::api::core::v1::Service;
 use karpenter_actors::deps::AwsPorts;
+use karpenter_actors::logs::{self, GoDuration};
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::providers::cloud_provider::AwsProviderSettings;
 use karpenter_actors::providers::pricing::PricingError;
@@ -155,58 +156,72 @@ async fn shutdown_signal() {
     }
 }
 
-/// Runs the daemon until `stop` or its own exit, then shuts it down.
+/// Runs the daemon until `stop` or its own exit, then shuts it down. Its lines are log lines
+/// (controller-runtime's server and shutdown messages).
 pub async fn serve_until(
     inputs: DaemonInputs,
     options: DaemonOptions,
     stop: impl std::future::Future<Output = ()>,
-    err: &mut impl Write,
 ) -> Result<Exit, RunError> {
     let mut daemon = DaemonAssembly::start(inputs, options).await?;
-    if let (Some(metrics), Some(health)) = (daemon.metrics_url(), daemon.health_url()) {
-        let _ = writeln!(
-            err,
-            "serving {metrics}/metrics and {metrics}/debug/actors, probes at {health}/healthz and {health}/readyz"
+    if let Some(metrics) = daemon.metrics_url() {
+        tracing::info!(
+            bindAddress = %metrics,
+            paths = ?["/metrics", "/debug/actors"],
+            "Serving metrics server"
+        );
+    }
+    if let Some(health) = daemon.health_url() {
+        tracing::info!(
+            name = "health probe",
+            addr = %health,
+            paths = ?["/healthz", "/readyz"],
+            "starting server"
         );
     }
     let exit = tokio::select! {
         () = stop => Exit::Signal,
         exit = daemon.wait() => exit,
     };
-    let _ = writeln!(
-        err,
-        "stopping ({exit:?}); in-flight launches get {LAUNCH_GRACE:?}"
+    tracing::info!(
+        reason = ?exit,
+        "launch-grace" = %GoDuration(LAUNCH_GRACE),
+        "Stopping and waiting for leader election runnables"
     );
     let unfinished = daemon.shutdown(LAUNCH_GRACE).await;
     if !unfinished.is_empty() {
-        let _ = writeln!(
-            err,
-            "launches still in flight at shutdown (the next leader resumes them): {}",
-            unfinished.join(", ")
+        tracing::info!(
+            NodeClaims = ?unfinished,
+            "launches still in flight at shutdown; the next leader resumes them"
         );
     }
+    tracing::info!("Wait completed, proceeding to shutdown the manager");
     Ok(exit)
 }
 
 /// The cluster DNS address: the `kube-system/kube-dns` Service's cluster IP, as Karpenter reads
-/// it. Not found or unreadable: none (the AMI family's bootstrap default applies), with a
-/// warning.
-pub async fn cluster_dns(client: &Client, err: &mut impl Write) -> Vec<std::net::IpAddr> {
+/// it. Not found or unreadable: none (the AMI family's bootstrap default applies), said at
+/// debug as Karpenter does.
+pub async fn cluster_dns(client: &Client) -> Vec<std::net::IpAddr> {
     let services: Api<Service> = Api::namespaced(client.clone(), "kube-system");
     let address = match services.get_opt("kube-dns").await {
         Ok(Some(service)) => service.spec.and_then(|s| s.cluster_ip),
         Ok(None) => None,
         Err(error) => {
-            let _ = writeln!(err, "warning: reading kube-system/kube-dns: {error}");
+            tracing::debug!(
+                error = logs::err(&error),
+                "unable to detect the IP of the kube-dns service, reading kube-system/kube-dns"
+            );
             None
         }
     };
-    if let Some(Ok(ip)) = address.as_deref().map(str::parse) {
+    if let Some(Ok(ip)) = address.as_deref().map(str::parse::<std::net::IpAddr>) {
+        tracing::debug!("kube-dns-ip" = %ip, "discovered kube dns");
         return vec![ip];
     }
-    let _ = writeln!(
-        err,
-        "warning: no cluster IP on kube-system/kube-dns; nodes use their bootstrap's DNS default"
+    tracing::debug!(
+        "unable to detect the IP of the kube-dns service, kube-system/kube-dns has no cluster IP; \
+         nodes use their bootstrap's DNS default"
     );
     Vec::new()
 }
@@ -228,15 +243,15 @@ fn cluster_info(settings: &Settings, dns_ips: Vec<std::net::IpAddr>) -> ClusterI
     }
 }
 
-async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunError> {
+async fn main_loop(args: &RunArgs) -> Result<Exit, RunError> {
     let settings = Arc::new((*args.settings).clone());
     let client = connect(args.kubeconfig.as_deref())
         .await
         .map_err(RunError::Connect)?;
     let verdict = check_version(&client, &settings).await?;
-    let _ = writeln!(err, "Kubernetes {}", verdict.version());
+    tracing::debug!(version = %verdict.version(), "discovered kubernetes version");
     if let Some(warning) = verdict.warning() {
-        let _ = writeln!(err, "warning: {warning}");
+        tracing::info!(version = %verdict.version(), "{warning}");
     }
     let clients =
         crate::aws::AwsClients::connect(&crate::aws::Connection::from_settings(&settings)).await;
@@ -248,12 +263,12 @@ async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunErro
         ssm: clients.ssm.clone(),
         pricing: clients.pricing.clone(),
     };
-    let cluster_info = cluster_info(&settings, cluster_dns(&client, err).await);
+    let cluster_info = cluster_info(&settings, cluster_dns(&client).await);
     if cluster_info.endpoint.is_empty() {
-        let _ = writeln!(
-            err,
-            "warning: CLUSTER_ENDPOINT is not set; nodes' user data will not name the API server \
-             (Karpenter finds it with EKS DescribeCluster, which this build does not call)"
+        tracing::error!(
+            error = "CLUSTER_ENDPOINT is not set; nodes' user data will not name the API server \
+                     (Karpenter finds it with EKS DescribeCluster, which this build does not call)",
+            "failed detecting cluster endpoint"
         );
     }
     let provider_settings =
@@ -285,16 +300,16 @@ async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunErro
             daemon_routes: daemon_routes(),
         },
     );
-    serve_until(inputs, options, shutdown_signal(), err).await
+    serve_until(inputs, options, shutdown_signal()).await
 }
 
-/// Runs the command until SIGTERM/SIGINT.
-pub fn run(args: &RunArgs, _out: &mut impl Write, err: &mut impl Write) -> Status {
+/// Runs the command until SIGTERM/SIGINT. Everything it says is a log line (the subscriber is
+/// `crate::logging`'s, installed by `main`); the writers are unused.
+pub fn run(args: &RunArgs, _out: &mut impl Write, _err: &mut impl Write) -> Status {
     if let Err(error) = args.settings.validate_for_run() {
-        let _ = writeln!(
-            err,
-            "error: {}",
-            karpenter_core::errors::chain(&RunError::Settings(error))
+        tracing::error!(
+            error = logs::err(&RunError::Settings(error)),
+            "failed starting the controller"
         );
         return Status::BadInput;
     }
@@ -304,19 +319,18 @@ pub fn run(args: &RunArgs, _out: &mut impl Write, err: &mut impl Write) -> Statu
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            let _ = writeln!(
-                err,
-                "error: {}",
-                karpenter_core::errors::chain(&RunError::Runtime(error))
+            tracing::error!(
+                error = logs::err(&RunError::Runtime(error)),
+                "failed starting the controller"
             );
             return Status::Problems;
         }
     };
     let system = actix::System::with_tokio_rt(move || runtime);
-    match system.block_on(main_loop(args, err)) {
+    match system.block_on(main_loop(args)) {
         Ok(exit) => exit_status(&exit),
         Err(error) => {
-            let _ = writeln!(err, "error: {}", karpenter_core::errors::chain(&error));
+            tracing::error!(error = logs::err(&error), "failed starting the controller");
             match error {
                 RunError::Unsupported(_) | RunError::Settings(_) => Status::BadInput,
                 _ => Status::Problems,

@@ -16,9 +16,11 @@ use std::path::{Path, PathBuf};
 
 use crate::sim::scenario::file::{DEFAULT_SCENARIO, DEFAULT_SCENARIO_PATH};
 use clap::{Args, ValueEnum};
+use karpenter_config::LogLevel;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Status;
+use crate::logging::SimulationLogs;
 use crate::sim::report::Report;
 use crate::sim::scenario::{
     self, LoadedScenario, Pace, RunOptions, ScenarioError, ServeOptions, Served,
@@ -66,6 +68,26 @@ pub struct SimulateArgs {
     /// address's IP, a free port].
     #[arg(long, value_name = "ADDR", requires = "serve")]
     pub daemon_addr: Option<SocketAddr>,
+    /// The daemon's log level (debug, info, error) [default: error on the terminal, info with
+    /// --logs]. Its lines go to stderr, beside the progress lines, unless --logs is given.
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub log_level: Option<LogLevel>,
+    /// Write the daemon's log lines to FILE in Karpenter's JSON form (as `karpenter run`
+    /// writes them, timed by simulated time) instead of stderr.
+    #[arg(long, value_name = "FILE")]
+    pub logs: Option<PathBuf>,
+}
+
+impl SimulateArgs {
+    /// Where the daemon's lines go: a simulation's product is its progress lines and report,
+    /// so on the terminal only errors by default.
+    #[must_use]
+    pub fn logs(&self) -> SimulationLogs<'_> {
+        match &self.logs {
+            Some(path) => SimulationLogs::File(path, self.log_level.unwrap_or(LogLevel::Info)),
+            None => SimulationLogs::Terminal(self.log_level.unwrap_or(LogLevel::Error)),
+        }
+    }
 }
 
 /// Why the scenario the arguments name could not be loaded.

@@ -268,13 +268,19 @@ impl LeaderElector {
         stop: impl Future<Output = ()>,
     ) -> Ended {
         let mut stop = std::pin::pin!(stop);
+        // client-go's leader election lines, which Karpenter writes through its logger.
+        let lease = format!("{}/{}", self.namespace, self.name);
+        tracing::info!("attempting to acquire leader lease {lease}...");
         // Campaign.
         loop {
             match self.try_acquire_or_renew().await {
                 Ok(true) => break,
                 Ok(false) => {}
                 Err(error) => {
-                    tracing::warn!(%error, category = error.category(), "leader election try failed");
+                    tracing::error!(
+                        error = karpenter_actors::logs::err(&error),
+                        "error retrieving resource lock {lease}"
+                    );
                 }
             }
             tokio::select! {
@@ -283,13 +289,16 @@ impl LeaderElector {
             }
         }
         leading.send_replace(true);
-        tracing::info!(identity = %self.identity, lease = %self.name, "became leader");
+        tracing::info!(identity = %self.identity, "successfully acquired lease {lease}");
         let mut last_renewal = Instant::now();
         loop {
             tokio::select! {
                 () = &mut stop => {
                     if let Err(error) = self.release().await {
-                        tracing::warn!(%error, "releasing the lease failed");
+                        tracing::error!(
+                            error = karpenter_actors::logs::err(&error),
+                            "failed to release lock {lease}"
+                        );
                     }
                     leading.send_replace(false);
                     return Ended::Stopped;
@@ -300,12 +309,19 @@ impl LeaderElector {
                 Ok(true) => last_renewal = Instant::now(),
                 Ok(false) => {}
                 Err(error) => {
-                    tracing::warn!(%error, category = error.category(), "renewing the lease failed");
+                    tracing::error!(
+                        error = karpenter_actors::logs::err(&error),
+                        "error retrieving resource lock {lease}"
+                    );
                 }
             }
             if last_renewal.elapsed() >= self.timing.renew_deadline {
                 leading.send_replace(false);
-                tracing::warn!(identity = %self.identity, lease = %self.name, "lost leadership");
+                tracing::error!(
+                    identity = %self.identity,
+                    error = "leader election lost",
+                    "failed to renew lease {lease}"
+                );
                 return Ended::Lost;
             }
         }

@@ -4,10 +4,14 @@
 use k8s_openapi::api::core::v1::Service;
 use karpenter::commands::run::{RunError, check_version, cluster_dns};
 use karpenter::emulator::{Emulator, EmulatorConfig};
+use karpenter_actors::logs::{KarpenterJson, MemorySink, level_filter};
+use karpenter_config::LogLevel;
 use karpenter_config::Settings;
 use karpenter_core::domain::version::VersionVerdict;
 use kube::Api;
 use kube::api::PostParams;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::{Layer as _, Registry};
 
 fn emulator(minor: &str) -> Emulator {
     Emulator::with_config(EmulatorConfig {
@@ -52,6 +56,15 @@ async fn kubernetes_min_version_can_raise_the_floor() {
     assert!(error.to_string().contains("1.30 or newer"), "{error}");
 }
 
+/// A subscriber writing Karpenter's JSON lines at `level` into `memory`.
+fn json_logs(memory: &MemorySink, level: LogLevel) -> impl tracing::Subscriber + Send + Sync {
+    Registry::default().with(
+        KarpenterJson::new(vec![memory.sink()])
+            .sampling(false)
+            .with_filter(level_filter(level)),
+    )
+}
+
 #[test]
 fn run_refuses_to_start_without_a_cluster_name() {
     let args = karpenter::commands::run::RunArgs {
@@ -60,21 +73,32 @@ fn run_refuses_to_start_without_a_cluster_name() {
     };
     let mut out = Vec::new();
     let mut err = Vec::new();
-    let status = karpenter::commands::run::run(&args, &mut out, &mut err);
+    let memory = MemorySink::new();
+    let status = tracing::subscriber::with_default(json_logs(&memory, LogLevel::Info), || {
+        karpenter::commands::run::run(&args, &mut out, &mut err)
+    });
     assert_eq!(status.code(), 2);
-    let err = String::from_utf8(err).unwrap();
-    assert!(err.contains("CLUSTER_NAME"), "{err}");
+    assert!(out.is_empty() && err.is_empty(), "everything is a log line");
+    let lines = memory.lines();
+    assert_eq!(lines.len(), 1, "{}", memory.text());
+    assert_eq!(lines[0].str("level"), Some("ERROR"));
+    let error = lines[0].str("error").unwrap_or_default();
+    assert!(error.contains("CLUSTER_NAME"), "{error}");
 }
 
 #[tokio::test]
 async fn the_cluster_dns_address_comes_from_the_kube_dns_service() {
     let emulator = emulator("33");
     let client = emulator.client();
-    let mut err = Vec::new();
-    assert!(cluster_dns(&client, &mut err).await.is_empty());
+    let memory = MemorySink::new();
+    let _logs = tracing::subscriber::set_default(json_logs(&memory, LogLevel::Debug));
+    assert!(cluster_dns(&client).await.is_empty());
     assert!(
-        String::from_utf8_lossy(&err).contains("kube-system/kube-dns"),
-        "a missing service is a warning naming it"
+        memory
+            .text()
+            .contains("kube-system/kube-dns has no cluster IP"),
+        "a missing service is said at debug, naming it: {}",
+        memory.text()
     );
     let service: Service = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
@@ -87,10 +111,11 @@ async fn the_cluster_dns_address_comes_from_the_kube_dns_service() {
         .create(&PostParams::default(), &service)
         .await
         .unwrap();
-    let mut err = Vec::new();
     assert_eq!(
-        cluster_dns(&client, &mut err).await,
+        cluster_dns(&client).await,
         ["10.100.0.10".parse::<std::net::IpAddr>().unwrap()]
     );
-    assert!(err.is_empty());
+    let found = memory.lines().pop().unwrap();
+    assert_eq!(found.str("message"), Some("discovered kube dns"));
+    assert_eq!(found.str("kube-dns-ip"), Some("10.100.0.10"));
 }

@@ -246,9 +246,13 @@ impl AwsCloudProvider {
                 ));
             }
         }
-        let (requirements, all, candidates) = self.candidates(&nodeclass, nodeclaim, &name)?;
+        let (requirements, all, candidates) = self.candidates(&nodeclass, nodeclaim)?;
         let tags = nodeclaim_tags(&nodeclass, nodeclaim, &self.cluster_name).map_err(|error| {
-            tracing::warn!(nodeclaim = %name, ec2nodeclass = %class_name, %error, "cannot launch");
+            tracing::debug!(
+                EC2NodeClass = %class_name,
+                error = crate::logs::err(&error),
+                "failed building the launch tags"
+            );
             CloudProviderError::NodeClassNotReady {
                 nodeclass: class_name.clone(),
             }
@@ -329,7 +333,6 @@ impl AwsCloudProvider {
         &self,
         nodeclass: &EC2NodeClass,
         nodeclaim: &NodeClaim,
-        name: &str,
     ) -> Result<(Requirements, InstanceTypes, LaunchCandidates), CloudProviderError> {
         let resolution_failed = |message: String| {
             create_error(
@@ -353,7 +356,10 @@ impl AwsCloudProvider {
             )
         })?;
         if !candidates.rejected.is_empty() {
-            tracing::debug!(nodeclaim = %name, instance_types = ?candidates.rejected, "filtered out instance types from launch");
+            tracing::debug!(
+                "instance-types" = %candidates.rejected.join(", "),
+                "filtered out instance types from launch"
+            );
         }
         Ok((requirements, all, candidates))
     }
@@ -468,11 +474,14 @@ impl AwsCloudProvider {
             && spot_allowed
             && launch.instance_types.len() < INSTANCE_TYPE_FLEXIBILITY_THRESHOLD
         {
-            tracing::warn!(
-                nodeclaim = %launch.name,
-                cluster = %self.cluster_name,
-                instance_types = launch.instance_types.len(),
-                "at least {INSTANCE_TYPE_FLEXIBILITY_THRESHOLD} instance types are recommended when flexible to spot but requesting on-demand"
+            tracing::error!(
+                error = %format_args!(
+                    "at least {INSTANCE_TYPE_FLEXIBILITY_THRESHOLD} instance types are recommended \
+                     when flexible to spot but requesting on-demand, the current provisioning \
+                     request only has {} instance type options",
+                    launch.instance_types.len()
+                ),
+                "failed while checking on-demand fallback"
             );
         }
     }
