@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Service;
 use karpenter::commands::run::{RunError, check_version, cluster_dns};
 use karpenter::emulator::{Emulator, EmulatorConfig};
-use karpenter_actors::logs::{KarpenterJson, MemorySink, level_filter};
+use karpenter_actors::logs::{KarpenterJson, LogLine, MemorySink, level_filter};
 use karpenter_config::LogLevel;
 use karpenter_config::Settings;
 use karpenter_core::domain::version::VersionVerdict;
@@ -118,4 +118,79 @@ async fn the_cluster_dns_address_comes_from_the_kube_dns_service() {
     let found = memory.lines().pop().unwrap();
     assert_eq!(found.str("message"), Some("discovered kube dns"));
     assert_eq!(found.str("kube-dns-ip"), Some("10.100.0.10"));
+}
+
+/// Runs the `karpenter` binary with only `env` set; returns its exit code, stdout and stderr.
+fn run_process(env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .arg("run")
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn the_run_process_says_why_it_cannot_start_in_json_lines_on_stdout() {
+    let (code, stdout, stderr) = run_process(&[]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.is_empty(), "{stderr}");
+    let lines: Vec<LogLine> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let error = lines
+        .iter()
+        .find(|l| l.str("level") == Some("ERROR"))
+        .unwrap();
+    assert_eq!(error.keys()[..4], ["level", "time", "logger", "message"]);
+    assert!(error.str("error").unwrap().contains("CLUSTER_NAME"));
+    assert!(error.get("caller").is_none(), "caller only at debug");
+}
+
+#[test]
+fn the_run_process_writes_to_log_output_paths_with_the_caller_at_debug() {
+    let path = std::env::temp_dir().join(format!("karpenter-run-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let (code, stdout, stderr) = run_process(&[
+        ("LOG_LEVEL", "debug"),
+        ("LOG_OUTPUT_PATHS", path.to_str().unwrap()),
+    ]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(code, Some(2));
+    assert!(stdout.is_empty() && stderr.is_empty(), "{stdout}{stderr}");
+    let lines: Vec<LogLine> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert!(!lines.is_empty());
+    for line in &lines {
+        assert_eq!(
+            line.keys()[..5],
+            ["level", "time", "logger", "caller", "message"]
+        );
+    }
+}
+
+#[test]
+fn the_run_process_reports_an_unopenable_log_output_as_json_on_stderr() {
+    let (code, stdout, stderr) = run_process(&[(
+        "LOG_OUTPUT_PATHS",
+        "/nonexistent-karpenter-dir/karpenter.log",
+    )]);
+    assert_eq!(code, Some(2));
+    assert!(stdout.is_empty(), "{stdout}");
+    let line: LogLine = serde_json::from_str(stderr.trim_end()).unwrap();
+    assert_eq!(line.str("level"), Some("ERROR"));
+    assert!(
+        line.str("error")
+            .unwrap()
+            .contains("/nonexistent-karpenter-dir")
+    );
 }

@@ -225,7 +225,6 @@ where
         let mut visitor = SpanVisitor {
             out: &mut rendered,
             kind: None,
-            group: None,
             scratch: String::new(),
         };
         attrs.record(&mut visitor);
@@ -243,7 +242,6 @@ where
             let mut visitor = SpanVisitor {
                 out: &mut context.rendered,
                 kind: context.kind.clone(),
-                group: None,
                 scratch: String::new(),
             };
             values.record(&mut visitor);

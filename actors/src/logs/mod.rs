@@ -104,17 +104,28 @@ pub fn level_filter(level: LogLevel) -> Targets {
 /// Level ERROR so that it is there for every line that passes the filter.
 #[must_use]
 pub fn reconcile_span(id: &ControllerId, controller: Option<&'static str>, key: &str) -> Span {
-    let name = if id.kind.is_empty() { "" } else { key };
-    tracing::error_span!(
-        "reconcile",
-        controller = controller.unwrap_or(id.name),
-        controllerGroup = id.group,
-        controllerKind = id.kind,
-        object = name,
-        namespace = "",
-        "name" = name,
-        reconcileID = %ReconcileId::next(),
-    )
+    let controller = controller.unwrap_or(id.name);
+    if id.kind.is_empty() {
+        // A singleton: controller-runtime's request key is empty and there is no object.
+        tracing::error_span!(
+            "reconcile",
+            controller,
+            namespace = "",
+            "name" = "",
+            reconcileID = %ReconcileId::next(),
+        )
+    } else {
+        tracing::error_span!(
+            "reconcile",
+            controller,
+            controllerGroup = id.group,
+            controllerKind = id.kind,
+            object = key,
+            namespace = "",
+            "name" = key,
+            reconcileID = %ReconcileId::next(),
+        )
+    }
 }
 
 /// An error as a log value: `error = logs::err(&error)` (see the module docs).

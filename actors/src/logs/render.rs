@@ -12,7 +12,9 @@ use tracing::field::{Field, Visit};
 use super::OBJECT_KINDS;
 use crate::ports::aws_error::AwsError;
 use crate::ports::cloud_provider::CloudProviderError;
+use crate::providers::cloud_provider::RefreshError;
 use crate::providers::instances::InstancesError;
+use crate::providers::pricing::PricingError;
 
 /// Appends `text` as a JSON string (quoted, escaped).
 pub(super) fn push_json_str(out: &mut String, text: &str) {
@@ -195,13 +197,18 @@ impl ErrorParts {
     pub(super) fn record(&mut self, error: &(dyn Error + 'static)) {
         self.present = true;
         let mut current = Some(error);
-        let mut first = true;
+        let mut link = String::new();
         while let Some(error) = current {
-            if !first {
+            link.clear();
+            let _ = write!(link, "{error}");
+            // A message that already ends with its source's text (`"…: {source}"`) is not
+            // repeated.
+            if self.text.is_empty() {
+                self.text.push_str(&link);
+            } else if !self.text.ends_with(link.as_str()) {
                 self.text.push_str(": ");
+                self.text.push_str(&link);
             }
-            first = false;
-            let _ = write!(self.text, "{error}");
             if let Some(aws) = aws_error_in(error) {
                 self.push_aws(aws);
             }
@@ -286,8 +293,8 @@ fn quoted(text: &str) -> String {
     out
 }
 
-/// The AWS error an error is or carries transparently (`#[error(transparent)]` wrappers forward
-/// `source()` past themselves, so the chain alone would not reach it).
+/// The AWS error an error is or carries without exposing it as its source: `#[error(transparent)]`
+/// wrappers forward `source()` past themselves, and some errors format it into their message.
 fn aws_error_in<'a>(error: &'a (dyn Error + 'static)) -> Option<&'a AwsError> {
     if let Some(aws) = error.downcast_ref::<AwsError>() {
         return Some(aws);
@@ -296,6 +303,13 @@ fn aws_error_in<'a>(error: &'a (dyn Error + 'static)) -> Option<&'a AwsError> {
         return Some(aws);
     }
     if let Some(InstancesError::Aws(aws)) = error.downcast_ref::<InstancesError>() {
+        return Some(aws);
+    }
+    // Errors that show an AWS error inside their own message rather than as a source.
+    if let Some(RefreshError::InstanceTypes(aws)) = error.downcast_ref::<RefreshError>() {
+        return Some(aws);
+    }
+    if let Some(PricingError::Spot(aws)) = error.downcast_ref::<PricingError>() {
         return Some(aws);
     }
     None
@@ -393,28 +407,20 @@ impl Visit for EventVisitor<'_> {
 }
 
 /// Renders a span's fields as context fields. The actor kit's `reconcile` span names the
-/// object with `controllerGroup`, `controllerKind` then `object`; `object` is written as
-/// `"<Kind>":{"name":…}`, and the three are left out for singletons (empty kind), as
-/// controller-runtime does (so `controllerGroup` waits for `controllerKind`).
+/// object with `controllerKind` then `object` (singletons have neither); `object` is written
+/// as `"<Kind>":{"name":…}`.
 pub(super) struct SpanVisitor<'a> {
     pub out: &'a mut String,
     pub kind: Option<String>,
-    pub group: Option<String>,
     pub scratch: String,
 }
 
 impl SpanVisitor<'_> {
     fn text(&mut self, name: &str, text: &str) {
         match name {
-            "controllerGroup" => self.group = Some(text.to_owned()),
             "controllerKind" => {
                 self.kind = Some(text.to_owned());
-                if !text.is_empty() {
-                    if let Some(group) = self.group.take() {
-                        push_field_text(self.out, "controllerGroup", &group);
-                    }
-                    push_field_text(self.out, name, text);
-                }
+                push_field_text(self.out, name, text);
             }
             "object" => {
                 if let Some(kind) = self.kind.as_deref().filter(|k| !k.is_empty()) {

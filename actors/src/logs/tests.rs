@@ -306,6 +306,30 @@ fn an_error_walks_its_chain_and_an_aws_error_adds_its_fields_last() {
     );
 }
 
+#[derive(Debug, thiserror::Error)]
+#[error("launching nodeclaim default-x: {source}")]
+struct Inline {
+    source: AwsError,
+}
+
+#[test]
+fn a_source_already_in_the_message_is_not_repeated() {
+    let aws = AwsError::new(
+        AwsService::Ec2,
+        "CreateFleet",
+        Some("InsufficientInstanceCapacity"),
+        "no capacity",
+    );
+    let lines = capture(|| tracing::error!(error = err(&Inline { source: aws }), "x"));
+    assert_eq!(
+        lines[0].str("error"),
+        Some(
+            "launching nodeclaim default-x: no capacity (aws-error-code=InsufficientInstanceCapacity, \
+             aws-operation-name=CreateFleet, aws-service-name=EC2)"
+        )
+    );
+}
+
 #[test]
 fn an_aws_error_without_a_response_has_only_service_and_operation() {
     let aws = AwsError::new(

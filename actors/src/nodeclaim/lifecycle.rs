@@ -570,10 +570,14 @@ impl NodeClaimActor {
                 set.set_true(cond::INITIALIZED);
             })
             .await?;
-        tracing::info!(
-            allocatable = %logs::json(&node.status.as_ref().and_then(|s| s.allocatable.as_ref())),
-            "initialized nodeclaim"
-        );
+        // Once per NodeClaim: a reconcile that runs before the store shows the condition
+        // writes nothing new.
+        if written.is_some() && !std::mem::replace(&mut self.reported.initialized, true) {
+            tracing::info!(
+                allocatable = %logs::json(&node.status.as_ref().and_then(|s| s.allocatable.as_ref())),
+                "initialized nodeclaim"
+            );
+        }
         ctx.set_state("ready");
         Ok(written.map_or(Step::Stop, |nc| Step::Continue(nc, None)))
     }

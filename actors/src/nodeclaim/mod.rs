@@ -218,6 +218,7 @@ pub struct NodeClaimActor {
 )]
 struct Reported {
     registered: bool,
+    initialized: bool,
     liveness: bool,
     node_grace_event: bool,
     drained: bool,

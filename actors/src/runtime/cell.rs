@@ -608,7 +608,12 @@ async fn inject<A: Supervised>(
                 A::KIND
             )))
         }
-        Some(FaultAction::Error) => Err(ActorError::injected(A::KIND, message)),
+        Some(FaultAction::Error) => {
+            let error = ActorError::injected(A::KIND, message);
+            // Logged as any handler's returned error is (it runs in the reconcile's span).
+            tracing::error!(error = crate::logs::err(&error), "Reconciler error");
+            Err(error)
+        }
         Some(FaultAction::Drop) | None => Ok(()),
     }
 }
