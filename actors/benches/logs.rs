@@ -24,6 +24,9 @@ use karpenter_config::LogLevel;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::{Layer as _, Registry};
 
+/// Our crates' events pass `level_filter` at INFO; a bench's own module path would not.
+const TARGET: &str = "karpenter_actors::bench";
+
 const NODECLAIM: ControllerId =
     ControllerId::of_kind("nodeclaim.lifecycle", "karpenter.sh", "NodeClaim");
 
@@ -38,14 +41,16 @@ fn json_subscriber(sampling: bool) -> impl tracing::Subscriber + Send + Sync {
 
 fn one_field() {
     tracing::info!(
-        "provider-id" = "aws:///us-west-2a/i-0123456789abcdef0",
+        target: TARGET,
+        { "provider-id" = "aws:///us-west-2a/i-0123456789abcdef0" },
         "launched nodeclaim"
     );
 }
 
 fn ten_fields() {
     tracing::info!(
-            "key-0" = "value 0",
+        target: TARGET,
+        {            "key-0" = "value 0",
             "count-1" = 1_u64,
             Node = "ip-10-0-0-2.ec2.internal",
             "duration-3" = %GoDuration(Duration::from_micros(3712)),
@@ -54,14 +59,16 @@ fn ten_fields() {
             "count-6" = 6_u64,
             Node = "ip-10-0-0-7.ec2.internal",
             "duration-8" = %GoDuration(Duration::from_micros(9897)),
-            "ok-9" = true,
-            "launched nodeclaim"
+            "ok-9" = true
+        },
+        "launched nodeclaim"
     );
 }
 
 fn thirty_fields() {
     tracing::info!(
-            "key-0" = "value 0",
+        target: TARGET,
+        {            "key-0" = "value 0",
             "count-1" = 1_u64,
             Node = "ip-10-0-0-2.ec2.internal",
             "duration-3" = %GoDuration(Duration::from_micros(3712)),
@@ -90,8 +97,9 @@ fn thirty_fields() {
             "count-26" = 26_u64,
             Node = "ip-10-0-0-27.ec2.internal",
             "duration-28" = %GoDuration(Duration::from_micros(34637)),
-            "ok-29" = true,
-            "launched nodeclaim"
+            "ok-29" = true
+        },
+        "launched nodeclaim"
     );
 }
 

@@ -38,8 +38,12 @@ fn level_index(level: Level) -> usize {
 /// The context fields of a span, rendered once when it is created (`,"k":v...`).
 struct ContextFields {
     rendered: String,
-    kind: Option<String>,
+    kind: Option<std::ops::Range<usize>>,
+    namespaced: bool,
 }
+
+/// Room for a reconcile span's fields, so rendering them does not grow the string.
+const CONTEXT_CAPACITY: usize = 256;
 
 /// Per-thread buffers reused by every line.
 #[derive(Default)]
@@ -62,6 +66,14 @@ impl Scratch {
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Runs `work` with this thread's value buffer (a fresh one when it is in use).
+fn with_scratch<R>(work: impl FnOnce(&mut String) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => work(&mut scratch.value),
+        Err(_) => work(&mut String::new()),
+    })
 }
 
 /// The layer (see the module docs). Build it with [`KarpenterJson::new`] and the setters, and
@@ -157,6 +169,7 @@ impl KarpenterJson {
             error,
         } = scratch;
         event.record(&mut EventVisitor {
+            message_only: true,
             message,
             fields,
             error,
@@ -168,6 +181,13 @@ impl KarpenterJson {
         {
             return;
         }
+        event.record(&mut EventVisitor {
+            message_only: false,
+            message,
+            fields,
+            error,
+            scratch: value,
+        });
         line.push_str("{\"level\":\"");
         line.push_str(LEVEL_NAMES[level]);
         line.push_str("\",\"time\":\"");
@@ -221,16 +241,22 @@ where
         let Some(span) = ctx.span(id) else {
             return;
         };
-        let mut rendered = String::new();
-        let mut visitor = SpanVisitor {
-            out: &mut rendered,
-            kind: None,
-            scratch: String::new(),
-        };
-        attrs.record(&mut visitor);
-        let kind = visitor.kind;
-        span.extensions_mut()
-            .replace(ContextFields { rendered, kind });
+        let mut rendered = String::with_capacity(CONTEXT_CAPACITY);
+        let (kind, namespaced) = with_scratch(|scratch| {
+            let mut visitor = SpanVisitor {
+                out: &mut rendered,
+                kind: None,
+                namespaced: false,
+                scratch,
+            };
+            attrs.record(&mut visitor);
+            (visitor.kind, visitor.namespaced)
+        });
+        span.extensions_mut().replace(ContextFields {
+            rendered,
+            kind,
+            namespaced,
+        });
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
@@ -239,12 +265,15 @@ where
         };
         let mut extensions = span.extensions_mut();
         if let Some(context) = extensions.get_mut::<ContextFields>() {
-            let mut visitor = SpanVisitor {
-                out: &mut context.rendered,
-                kind: context.kind.clone(),
-                scratch: String::new(),
-            };
-            values.record(&mut visitor);
+            with_scratch(|scratch| {
+                let mut visitor = SpanVisitor {
+                    out: &mut context.rendered,
+                    kind: context.kind.clone(),
+                    namespaced: context.namespaced,
+                    scratch,
+                };
+                values.record(&mut visitor);
+            });
         }
     }
 

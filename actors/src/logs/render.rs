@@ -132,18 +132,44 @@ pub fn format_time(time: SystemTime) -> String {
 }
 
 pub(super) fn push_time(out: &mut String, time: SystemTime) {
+    thread_local! {
+        /// The last second formatted on this thread, `2006-01-02T15:04:05.`: lines come many
+        /// per second, and only the milliseconds change between them.
+        static SECOND: std::cell::RefCell<(u64, String)> =
+            const { std::cell::RefCell::new((u64::MAX, String::new())) };
+    }
     let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
     let seconds = since.as_secs();
+    SECOND.with(|cell| {
+        let Ok(mut cached) = cell.try_borrow_mut() else {
+            push_second(out, seconds);
+            return;
+        };
+        if cached.0 != seconds {
+            cached.1.clear();
+            push_second(&mut cached.1, seconds);
+            cached.0 = seconds;
+        }
+        out.push_str(&cached.1);
+    });
+    let millis = since.subsec_millis();
+    for digit in [millis / 100, millis / 10 % 10, millis % 10] {
+        out.push(char::from(b'0' + u8::try_from(digit).unwrap_or(0)));
+    }
+    out.push('Z');
+}
+
+/// `2006-01-02T15:04:05.` for a Unix second.
+fn push_second(out: &mut String, seconds: u64) {
     let days = i64::try_from(seconds / 86_400).unwrap_or(0);
     let of_day = seconds % 86_400;
     let (year, month, day) = civil_from_days(days);
     let _ = write!(
         out,
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.",
         of_day / 3600,
         of_day / 60 % 60,
         of_day % 60,
-        since.subsec_millis()
     );
 }
 
@@ -315,20 +341,32 @@ fn aws_error_in<'a>(error: &'a (dyn Error + 'static)) -> Option<&'a AwsError> {
     None
 }
 
-/// Collects an event's fields: the message, the fields (rendered), the error.
+/// Collects an event's fields in two passes: the message alone (the sampler decides on it
+/// before anything else is rendered), then the other fields and the error.
 pub(super) struct EventVisitor<'a> {
+    pub message_only: bool,
     pub message: &'a mut String,
     pub fields: &'a mut String,
     pub error: &'a mut ErrorParts,
     pub scratch: &'a mut String,
 }
 
+impl EventVisitor<'_> {
+    /// Whether this pass renders `field` (other than the message).
+    fn renders(&self, field: &Field) -> bool {
+        !self.message_only && field.name() != "message"
+    }
+}
+
 impl Visit for EventVisitor<'_> {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         match field.name() {
             "message" => {
-                let _ = write!(self.message, "{value:?}");
+                if self.message_only {
+                    let _ = write!(self.message, "{value:?}");
+                }
             }
+            _ if self.message_only => {}
             "error" => {
                 self.error.present = true;
                 let _ = write!(self.error.text, "{value:?}");
@@ -344,7 +382,12 @@ impl Visit for EventVisitor<'_> {
 
     fn record_str(&mut self, field: &Field, value: &str) {
         match field.name() {
-            "message" => self.message.push_str(value),
+            "message" => {
+                if self.message_only {
+                    self.message.push_str(value);
+                }
+            }
+            _ if self.message_only => {}
             "error" => {
                 self.error.present = true;
                 self.error.text.push_str(value);
@@ -360,6 +403,9 @@ impl Visit for EventVisitor<'_> {
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn Error + 'static)) {
+        if !self.renders(field) {
+            return;
+        }
         if field.name() == "error" {
             self.error.record(value);
         } else {
@@ -371,26 +417,37 @@ impl Visit for EventVisitor<'_> {
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        push_key(self.fields, field.name());
-        let _ = write!(self.fields, "{value}");
+        if self.renders(field) {
+            push_key(self.fields, field.name());
+            let _ = write!(self.fields, "{value}");
+        }
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        push_key(self.fields, field.name());
-        let _ = write!(self.fields, "{value}");
+        if self.renders(field) {
+            push_key(self.fields, field.name());
+            let _ = write!(self.fields, "{value}");
+        }
     }
 
     fn record_i128(&mut self, field: &Field, value: i128) {
-        push_key(self.fields, field.name());
-        let _ = write!(self.fields, "{value}");
+        if self.renders(field) {
+            push_key(self.fields, field.name());
+            let _ = write!(self.fields, "{value}");
+        }
     }
 
     fn record_u128(&mut self, field: &Field, value: u128) {
-        push_key(self.fields, field.name());
-        let _ = write!(self.fields, "{value}");
+        if self.renders(field) {
+            push_key(self.fields, field.name());
+            let _ = write!(self.fields, "{value}");
+        }
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
+        if !self.renders(field) {
+            return;
+        }
         push_key(self.fields, field.name());
         if value.is_finite() {
             let _ = write!(self.fields, "{value}");
@@ -401,8 +458,10 @@ impl Visit for EventVisitor<'_> {
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        push_key(self.fields, field.name());
-        self.fields.push_str(if value { "true" } else { "false" });
+        if self.renders(field) {
+            push_key(self.fields, field.name());
+            self.fields.push_str(if value { "true" } else { "false" });
+        }
     }
 }
 
@@ -411,22 +470,29 @@ impl Visit for EventVisitor<'_> {
 /// as `"<Kind>":{"name":…}`.
 pub(super) struct SpanVisitor<'a> {
     pub out: &'a mut String,
-    pub kind: Option<String>,
-    pub scratch: String,
+    /// Where `controllerKind`'s quoted value sits in `out`, for `object`'s key.
+    pub kind: Option<std::ops::Range<usize>>,
+    /// Whether that kind is namespaced.
+    pub namespaced: bool,
+    pub scratch: &'a mut String,
 }
 
 impl SpanVisitor<'_> {
     fn text(&mut self, name: &str, text: &str) {
         match name {
             "controllerKind" => {
-                self.kind = Some(text.to_owned());
-                push_field_text(self.out, name, text);
+                push_key(self.out, name);
+                let start = self.out.len();
+                push_json_str(self.out, text);
+                self.kind = Some(start..self.out.len());
+                self.namespaced = object_kind(text).unwrap_or(false);
             }
             "object" => {
-                if let Some(kind) = self.kind.as_deref().filter(|k| !k.is_empty()) {
-                    push_key(self.out, kind);
-                    let namespaced = object_kind(kind).unwrap_or(false);
-                    push_object_ref(self.out, namespaced, text);
+                if let Some(kind) = self.kind.clone() {
+                    self.out.push(',');
+                    self.out.extend_from_within(kind);
+                    self.out.push(':');
+                    push_object_ref(self.out, self.namespaced, text);
                 }
             }
             _ => push_field_text(self.out, name, text),
@@ -436,11 +502,11 @@ impl SpanVisitor<'_> {
 
 impl Visit for SpanVisitor<'_> {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut scratch = std::mem::take(self.scratch);
         scratch.clear();
         let _ = write!(scratch, "{value:?}");
         self.record_str(field, &scratch);
-        self.scratch = scratch;
+        *self.scratch = scratch;
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
