@@ -111,7 +111,7 @@ fn lines(c: &mut Criterion) {
     let cases: [(usize, fn()); 3] = [(1, one_field), (10, ten_fields), (30, thirty_fields)];
     for (count, emit) in cases {
         group.bench_with_input(BenchmarkId::new("fields", count), &emit, |b, emit| {
-            b.iter(|| emit());
+            b.iter(emit);
         });
     }
     group.finish();

@@ -295,9 +295,9 @@ mod value_tests {
             (Duration::from_nanos(100_761_702), "100.761702ms"),
             (Duration::from_millis(1500), "1.5s"),
             (Duration::from_secs(90), "1m30s"),
-            (Duration::from_secs(15 * 60), "15m0s"),
-            (Duration::from_secs(3 * 60), "3m0s"),
-            (Duration::from_secs(3600), "1h0m0s"),
+            (Duration::from_mins(15), "15m0s"),
+            (Duration::from_mins(3), "3m0s"),
+            (Duration::from_hours(1), "1h0m0s"),
             (Duration::from_millis(3_723_250), "1h2m3.25s"),
         ];
         for (duration, text) in cases {

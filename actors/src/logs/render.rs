@@ -553,7 +553,7 @@ mod tests {
         let time = UNIX_EPOCH + Duration::from_millis(1_748_779_200_123);
         assert_eq!(format_time(time), "2025-06-01T12:00:00.123Z");
         assert_eq!(format_time(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
-        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
+        let leap = UNIX_EPOCH + Duration::from_hours(264_384);
         assert_eq!(format_time(leap), "2000-02-29T00:00:00.000Z");
     }
 

@@ -58,7 +58,7 @@ impl Sampler {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
         let count = counter.increment(now);
-        count <= SAMPLE_FIRST || (count - SAMPLE_FIRST) % SAMPLE_THEREAFTER == 0
+        count <= SAMPLE_FIRST || (count - SAMPLE_FIRST).is_multiple_of(SAMPLE_THEREAFTER)
     }
 }
 

@@ -140,7 +140,7 @@ impl MemorySink {
     }
 }
 
-/// One JSON line with its top-level keys in the order written (serde_json's own map sorts
+/// One JSON line with its top-level keys in the order written (`serde_json`'s own map sorts
 /// them).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogLine(pub Vec<(String, serde_json::Value)>);

@@ -223,7 +223,7 @@ fn object_references_durations_and_lists_render_as_karpenters() {
             Node = %"ip-10-0-0-1.ec2.internal",
             Pod = %"web/web-1",
             duration = %GoDuration(Duration::from_nanos(100_761_702)),
-            ttl = %GoDuration(Duration::from_secs(15 * 60)),
+            ttl = %GoDuration(Duration::from_mins(15)),
             requests = %"{\"cpu\":\"5150m\",\"pods\":\"8\"}",
             names = ?pods,
             count = 3_i64,

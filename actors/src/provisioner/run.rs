@@ -269,10 +269,7 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64, tasks: Tasks) -> RunRe
         }
         Err(_) => {
             deps.metrics.clear_queue_depth(run);
-            tracing::error!(
-                timeout = %logs::GoDuration(SOLVE_TIMEOUT),
-                "the scheduling solve timed out; the next batch tries again"
-            );
+            tracing::error!(timeout = %logs::GoDuration(SOLVE_TIMEOUT), "scheduling timed out");
             return RunReport::failed(
                 run,
                 decided_at,

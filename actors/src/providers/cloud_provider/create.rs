@@ -248,11 +248,7 @@ impl AwsCloudProvider {
         }
         let (requirements, all, candidates) = self.candidates(&nodeclass, nodeclaim)?;
         let tags = nodeclaim_tags(&nodeclass, nodeclaim, &self.cluster_name).map_err(|error| {
-            tracing::debug!(
-                EC2NodeClass = %class_name,
-                error = crate::logs::err(&error),
-                "failed building the launch tags"
-            );
+            tracing::debug!(error = crate::logs::err(&error), "failed building tags");
             CloudProviderError::NodeClassNotReady {
                 nodeclass: class_name.clone(),
             }
@@ -411,7 +407,7 @@ impl AwsCloudProvider {
             })
             .await
             .map_err(|e| Attempt::Failed(template_error(&e)))?;
-        self.warn_on_demand_fallback(launch);
+        Self::check_on_demand_fallback(launch);
         let subnet_ids: BTreeMap<String, String> = zonal
             .iter()
             .map(|(zone, subnet)| (zone.clone(), subnet.id.clone()))
@@ -465,7 +461,7 @@ impl AwsCloudProvider {
     }
 
     /// Karpenter's `checkODFallback` warning.
-    fn warn_on_demand_fallback(&self, launch: &Launch<'_>) {
+    fn check_on_demand_fallback(launch: &Launch<'_>) {
         let spot_allowed = launch
             .requirements
             .get(labels::CAPACITY_TYPE)
