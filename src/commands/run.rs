@@ -255,6 +255,7 @@ async fn main_loop(args: &RunArgs) -> Result<Exit, RunError> {
     }
     let clients =
         crate::aws::AwsClients::connect(&crate::aws::Connection::from_settings(&settings)).await;
+    tracing::debug!(region = %clients.region, "discovered region");
     let aws = AwsPorts {
         ec2: clients.ec2.clone(),
         sqs: clients.sqs.clone(),
