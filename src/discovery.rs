@@ -137,11 +137,10 @@ pub async fn discover(inputs: DiscoveryInputs<'_>) -> Result<ClusterInfo, Discov
             });
         }
         Err(error) => {
-            tracing::warn!(
+            tracing::error!(
                 cluster = %name,
-                error = %error,
-                aws_error_code = error.code.as_deref().unwrap_or(""),
-                "failed to detect the cluster CIDR; AL2023 EC2NodeClasses stay not ready"
+                error = karpenter_actors::logs::err(&error),
+                "failed detecting cluster CIDR; AL2023 EC2NodeClasses stay not ready"
             );
             None
         }
@@ -155,21 +154,22 @@ pub async fn discover(inputs: DiscoveryInputs<'_>) -> Result<ClusterInfo, Discov
                 cluster: name.clone(),
             })?,
     };
-    tracing::debug!(cluster_endpoint = %endpoint, "discovered cluster endpoint");
+    tracing::debug!("cluster-endpoint" = %endpoint, "discovered cluster endpoint");
     let service_cidr = described
         .as_ref()
         .and_then(EksCluster::service_cidr)
         .map(str::to_owned);
     match (&service_cidr, &described) {
         (Some(cidr), Some(cluster)) => tracing::debug!(
-            cluster_cidr = %cidr,
-            ip_family = cluster.ip_family.as_str(),
+            "cluster-cidr" = %cidr,
+            "ip-family" = cluster.ip_family.as_str(),
             version = cluster.version.as_deref().unwrap_or(""),
             "discovered cluster CIDR"
         ),
-        (None, Some(_)) => tracing::warn!(
+        (None, Some(_)) => tracing::error!(
             cluster = %name,
-            "no CIDR found in DescribeCluster response; AL2023 EC2NodeClasses stay not ready"
+            error = "no service CIDR in the DescribeCluster response",
+            "failed detecting cluster CIDR; AL2023 EC2NodeClasses stay not ready"
         ),
         _ => {}
     }
@@ -181,7 +181,7 @@ pub async fn discover(inputs: DiscoveryInputs<'_>) -> Result<ClusterInfo, Discov
     };
     let dns_ips = match cluster_dns(inputs.client).await {
         Ok(Some(ip)) => {
-            tracing::debug!(kube_dns_ip = %ip, "discovered kube dns");
+            tracing::debug!("kube-dns-ip" = %ip, "discovered kube dns");
             vec![ip]
         }
         Ok(None) => {
@@ -193,7 +193,10 @@ pub async fn discover(inputs: DiscoveryInputs<'_>) -> Result<ClusterInfo, Discov
         }
         // Karpenter goes on without it: custom DNS setups have no kube-dns Service.
         Err(error) => {
-            tracing::debug!(%error, "unable to detect the IP of the kube-dns service");
+            tracing::debug!(
+                error = karpenter_actors::logs::err(&error),
+                "unable to detect the IP of the kube-dns service"
+            );
             Vec::new()
         }
     };

@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod emulator;
 pub mod http;
 pub mod kube;
+pub mod logging;
 pub mod permissions;
 #[cfg(feature = "simulate")]
 pub mod sim;

@@ -1,16 +1,39 @@
-//! The `karpenter` binary: parses the command line and runs one command.
+//! The `karpenter` binary: parses the command line, installs the command's log subscriber
+//! (`karpenter::logging`: Karpenter's JSON lines for `run`, compact lines on stderr for the
+//! others) and runs one command.
 
 use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser as _;
 use karpenter::cli::{Cli, Command};
-use karpenter::commands;
+use karpenter::commands::{self, Status};
+use karpenter::logging;
+use karpenter_config::LogLevel;
+
+/// Installs the subscriber for `command`.
+fn install_logging(command: &Command) -> Result<(), logging::LoggingError> {
+    match command {
+        Command::Run(args) => logging::install_daemon(&args.settings),
+        #[cfg(feature = "simulate")]
+        Command::Simulate(args) => logging::install_simulation(args.logs()),
+        _ => logging::install_cli(LogLevel::Info),
+    }
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut stdout = std::io::stdout().lock();
-    let mut stderr = std::io::stderr().lock();
+    if let Err(error) = install_logging(&cli.command) {
+        // The daemon's case has already been written as a JSON line on stderr.
+        if !matches!(cli.command, Command::Run(_)) {
+            eprintln!("error: {}", karpenter_core::errors::chain(&error));
+        }
+        return ExitCode::from(Status::BadInput.code());
+    }
+    // Not locked for the whole command: log lines from other threads (actix arbiters, the
+    // served simulation's thread) write to these streams too.
+    let mut stdout = std::io::stdout();
+    let mut stderr = std::io::stderr();
     let status = match cli.command {
         Command::Crds { output_dir } => {
             commands::crds::run(output_dir.as_deref(), &mut stdout, &mut stderr)

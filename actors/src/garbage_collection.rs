@@ -29,7 +29,9 @@ use crate::nodeclaim::initialization::is_ready;
 use crate::nodeclaim::launch::{LAUNCH_GROUP, group_of_tag, launch_group};
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::cluster::{ClusterError, Deletion};
-use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervised};
+use crate::runtime::{
+    ActorCtx, ActorError, ControllerId, Handles, Mail, RestartPolicy, Supervised,
+};
 use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::condition_set;
 use karpenter_core::apis::conditions::nodeclaim as cond;
@@ -64,6 +66,8 @@ impl Mail for CollectNodeClaims {
     /// How many NodeClaims were deleted.
     type Reply = usize;
     const NAME: &'static str = "CollectNodeClaims";
+    // Karpenter's core collector of NodeClaims without an instance.
+    const CONTROLLER: Option<&'static str> = Some("nodeclaim.garbagecollection");
 }
 
 /// What the collector needs: the daemon's ports and the NodeClaim actors' launch cache.
@@ -115,6 +119,8 @@ pub struct GarbageCollectorActor {
 
 impl Supervised for GarbageCollectorActor {
     const KIND: &'static str = "GarbageCollectorActor";
+    // Karpenter's AWS instance collector; `CollectNodeClaims` does the core one's work.
+    const CONTROLLER: ControllerId = ControllerId::singleton("instance.garbagecollection");
     // Two timers and the odd manual sweep; 8 is plenty.
     const MAILBOX_CAPACITY: usize = 8;
     const RESTART: RestartPolicy = RestartPolicy::Permanent;
@@ -159,7 +165,7 @@ impl Handles<CollectInstances> for GarbageCollectorActor {
         };
         ctx.send_after(next, CollectInstances);
         outcome.map_err(|error| {
-            tracing::warn!(error = %error, "instance garbage collection failed");
+            tracing::error!(error = crate::logs::err(&error), "Reconciler error");
             ActorError::from_error(error.category(), &error)
         })
     }
@@ -174,7 +180,7 @@ impl Handles<CollectNodeClaims> for GarbageCollectorActor {
         let outcome = self.collect_nodeclaims().await;
         ctx.send_after(NODECLAIM_SWEEP, CollectNodeClaims);
         outcome.map_err(|error| {
-            tracing::warn!(error = %error, "nodeclaim garbage collection failed");
+            tracing::error!(error = crate::logs::err(&error), "Reconciler error");
             ActorError::from_error(error.category(), &error)
         })
     }
@@ -251,7 +257,10 @@ impl GarbageCollectorActor {
                     });
                 }
             }
-            tracing::info!(provider_id = id, "garbage collected cloudprovider instance");
+            tracing::debug!(
+                "provider-id" = id,
+                "garbage collected cloudprovider instance"
+            );
             collected += 1;
             if let Some(node) = self.deps.view.node_by_provider_id(id) {
                 self.delete_node(&node).await?;
@@ -286,7 +295,7 @@ impl GarbageCollectorActor {
             Ok(Deletion::Deleted | Deletion::NotFound) | Err(ClusterError::NotFound { .. }) => {}
             Err(source) => return Err(error("deleting the node", source)),
         }
-        tracing::info!(node = %name, "garbage collected node");
+        tracing::debug!(Node = %name, "garbage collected node");
         Ok(())
     }
 
@@ -338,7 +347,12 @@ impl GarbageCollectorActor {
                     });
                 }
             }
-            tracing::info!(nodeclaim = %name, provider_id = id, "garbage collecting nodeclaim with no cloudprovider representation");
+            tracing::debug!(
+                NodeClaim = %name,
+                Node = nodeclaim.status.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default(),
+                "provider-id" = id,
+                "garbage collecting nodeclaim with no cloudprovider representation"
+            );
             let label = |key: &str| {
                 nodeclaim
                     .metadata

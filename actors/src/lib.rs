@@ -7,6 +7,7 @@ pub mod disruption;
 pub mod garbage_collection;
 pub mod interruption;
 pub mod kwok;
+pub mod logs;
 pub mod messages;
 pub mod metrics;
 pub mod nodeclaim;

@@ -32,8 +32,8 @@ use tokio::time::Instant;
 use crate::deps::Deps;
 use crate::ports::cluster::ClusterError;
 use crate::runtime::{
-    Action, ActorCtx, ActorError, Backoff, Cause, Coalesce, Handles, Mail, ReconcileError,
-    ReconcilePolicy, Reconciler, RestartPolicy, Start, Supervised,
+    Action, ActorCtx, ActorError, Backoff, Cause, Coalesce, ControllerId, Handles, Mail,
+    ReconcileError, ReconcilePolicy, Reconciler, RestartPolicy, Start, Supervised,
 };
 use karpenter_core::apis::condition_set::{self, ConditionSet, NODEPOOL_DEPENDENTS, ObjectFacts};
 use karpenter_core::apis::conditions::{
@@ -119,6 +119,10 @@ pub struct NodePoolActor {
 
 impl Supervised for NodePoolActor {
     const KIND: &'static str = "NodePoolActor";
+    // Karpenter splits this work over nodepool.counter, .hash, .readiness and
+    // .registrationhealth; the counter (status.resources) is the one it does on every change.
+    const CONTROLLER: ControllerId =
+        ControllerId::of_kind("nodepool.counter", "karpenter.sh", "NodePool");
     // Every NodeClaim change of the pool sends one event; a burst of launches fills it, and an
     // overflow only drops a redundant recount.
     const MAILBOX_CAPACITY: usize = 64;
@@ -352,7 +356,7 @@ impl NodePoolActor {
     async fn write_status(&self, nodepool: &NodePool) -> Result<(), NodePoolError> {
         let usage = nodepool_usage(self.deps.view.as_ref(), &self.name);
         for error in &usage.errors {
-            tracing::warn!(nodepool = %self.name, error = %error, "left a nodeclaim out of the nodepool's resources");
+            tracing::error!(error = %error, "left a nodeclaim out of the nodepool's resources");
         }
         let resources = limits::status_resources(&usage.total);
         let readiness = node_class_readiness(&self.deps, nodepool);

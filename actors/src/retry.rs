@@ -115,11 +115,8 @@ impl RetryPolicy {
             .when(AwsError::is_retryable)
             .notify(|error: &AwsError, wait: Duration| {
                 tracing::debug!(
-                    aws_service_name = error.service.as_str(),
-                    aws_operation_name = error.operation,
-                    aws_error_code = error.code.as_deref().unwrap_or(""),
-                    aws_status_code = error.status.unwrap_or(0),
-                    wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                    wait = %crate::logs::GoDuration(wait),
+                    error = crate::logs::err(error),
                     "retrying aws call"
                 );
             })

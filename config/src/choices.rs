@@ -35,6 +35,37 @@ impl fmt::Display for LogLevel {
     }
 }
 
+/// Parses `LOG_LEVEL` as Karpenter does: an empty value is the default (`info`), anything else
+/// must be one of the levels (the error lists them).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogLevelParser;
+
+impl clap::builder::TypedValueParser for LogLevelParser {
+    type Value = LogLevel;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<LogLevel, clap::Error> {
+        if value.is_empty() {
+            return Ok(LogLevel::default());
+        }
+        clap::builder::EnumValueParser::<LogLevel>::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            <LogLevel as clap::ValueEnum>::value_variants()
+                .iter()
+                .filter_map(clap::ValueEnum::to_possible_value),
+        ))
+    }
+}
+
 /// How the scheduler treats preferences (`PREFERENCE_POLICY`): preferred node and pod
 /// (anti-)affinities and `ScheduleAnyway` topology spread constraints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, clap::ValueEnum)]

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Command, FromArgMatches as _};
 
-use crate::choices::{LogLevel, PreferencePolicy};
+use crate::choices::{LogLevel, LogLevelParser, PreferencePolicy};
 use crate::duration::parse_go_duration;
 use crate::feature_gates::{FeatureGates, parse_feature_gates};
 use crate::url::{HttpUrl, parse_optional_http_url};
@@ -239,7 +239,7 @@ pub struct Settings {
     #[arg(
         long = "log-level",
         env = "LOG_LEVEL",
-        value_enum,
+        value_parser = LogLevelParser,
         default_value_t = LogLevel::Info,
         help_heading = LOGGING
     )]

@@ -511,6 +511,14 @@ fn bad_log_level_is_rejected_listing_karpenters_levels() {
 }
 
 #[test]
+fn an_empty_log_level_is_karpenters_default() {
+    let settings = parse(&[], &[("LOG_LEVEL", "")]).unwrap();
+    assert_eq!(settings.log_level, LogLevel::Info);
+    let settings = parse(&[], &[("LOG_LEVEL", "debug")]).unwrap();
+    assert_eq!(settings.log_level, LogLevel::Debug);
+}
+
+#[test]
 fn bad_preference_policy_is_rejected_listing_the_policies() {
     expect_rejected(
         &["--preference-policy=respect"],

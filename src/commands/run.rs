@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use clap::Args;
 use karpenter_actors::deps::AwsPorts;
+use karpenter_actors::logs::{self, GoDuration};
 use karpenter_actors::ports::clock::SystemClock;
 use karpenter_actors::providers::cloud_provider::{AwsProviderSettings, AwsProviders};
 use karpenter_actors::providers::pricing::PricingError;
@@ -163,18 +164,27 @@ async fn shutdown_signal() {
     }
 }
 
-/// Runs the daemon until `stop` or its own exit, then shuts it down.
+/// Runs the daemon until `stop` or its own exit, then shuts it down. Its lines are log lines
+/// (controller-runtime's server and shutdown messages).
 pub async fn serve_until(
     inputs: DaemonInputs,
     options: DaemonOptions,
     stop: impl std::future::Future<Output = ()>,
-    err: &mut impl Write,
 ) -> Result<Exit, RunError> {
     let mut daemon = DaemonAssembly::start(inputs, options).await?;
-    if let (Some(metrics), Some(health)) = (daemon.metrics_url(), daemon.health_url()) {
-        let _ = writeln!(
-            err,
-            "serving {metrics}/metrics, probes at {health}/healthz and {health}/readyz"
+    if let Some(metrics) = daemon.metrics_url() {
+        tracing::info!(
+            bindAddress = %metrics,
+            paths = ?["/metrics"],
+            "Serving metrics server"
+        );
+    }
+    if let Some(health) = daemon.health_url() {
+        tracing::info!(
+            name = "health probe",
+            addr = %health,
+            paths = ?["/healthz", "/readyz"],
+            "starting server"
         );
     }
     let exit = tokio::select! {
@@ -187,19 +197,23 @@ pub async fn serve_until(
     } else {
         LAUNCH_GRACE
     };
-    let _ = writeln!(err, "stopping ({exit:?}); in-flight launches get {grace:?}");
+    tracing::info!(
+        reason = ?exit,
+        "launch-grace" = %GoDuration(grace),
+        "Stopping and waiting for leader election runnables"
+    );
     let unfinished = daemon.shutdown(grace).await;
     if !unfinished.is_empty() {
-        let _ = writeln!(
-            err,
-            "launches still in flight at shutdown (the next leader resumes them): {}",
-            unfinished.join(", ")
+        tracing::info!(
+            NodeClaims = ?unfinished,
+            "launches still in flight at shutdown; the next leader resumes them"
         );
     }
+    tracing::info!("Wait completed, proceeding to shutdown the manager");
     Ok(exit)
 }
 
-async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunError> {
+async fn main_loop(args: &RunArgs) -> Result<Exit, RunError> {
     let settings = Arc::new((*args.settings).clone());
     let gate = LeadershipGate::new();
     let clients = daemon_clients(
@@ -215,13 +229,14 @@ async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunErro
     .map_err(|source| RunError::Connect(ConnectError::Client(source)))?;
     let client = clients.daemon.clone();
     let verdict = check_version(&client, &settings).await?;
-    let _ = writeln!(err, "Kubernetes {}", verdict.version());
+    tracing::debug!(version = %verdict.version(), "discovered kubernetes version");
     if let Some(warning) = verdict.warning() {
-        let _ = writeln!(err, "warning: {warning}");
+        tracing::info!(version = %verdict.version(), "{warning}");
     }
     let lease_client = clients.lease.clone();
     let clients =
         crate::aws::AwsClients::connect(&crate::aws::Connection::from_settings(&settings)).await;
+    tracing::debug!(region = %clients.region, "discovered region");
     let aws = AwsPorts {
         eks: clients.eks.clone(),
         ec2: clients.ec2.clone(),
@@ -281,16 +296,16 @@ async fn main_loop(args: &RunArgs, err: &mut impl Write) -> Result<Exit, RunErro
             daemon_routes: daemon_routes(),
         },
     );
-    serve_until(inputs, options, shutdown_signal(), err).await
+    serve_until(inputs, options, shutdown_signal()).await
 }
 
-/// Runs the command until SIGTERM/SIGINT.
-pub fn run(args: &RunArgs, _out: &mut impl Write, err: &mut impl Write) -> Status {
+/// Runs the command until SIGTERM/SIGINT. Everything it says is a log line (the subscriber is
+/// `crate::logging`'s, installed by `main`); the writers are unused.
+pub fn run(args: &RunArgs, _out: &mut impl Write, _err: &mut impl Write) -> Status {
     if let Err(error) = args.settings.validate_for_run() {
-        let _ = writeln!(
-            err,
-            "error: {}",
-            karpenter_core::errors::chain(&RunError::Settings(error))
+        tracing::error!(
+            error = logs::err(&RunError::Settings(error)),
+            "failed starting the controller"
         );
         return Status::BadInput;
     }
@@ -300,19 +315,18 @@ pub fn run(args: &RunArgs, _out: &mut impl Write, err: &mut impl Write) -> Statu
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            let _ = writeln!(
-                err,
-                "error: {}",
-                karpenter_core::errors::chain(&RunError::Runtime(error))
+            tracing::error!(
+                error = logs::err(&RunError::Runtime(error)),
+                "failed starting the controller"
             );
             return Status::Problems;
         }
     };
     let system = actix::System::with_tokio_rt(move || runtime);
-    match system.block_on(main_loop(args, err)) {
+    match system.block_on(main_loop(args)) {
         Ok(exit) => exit_status(&exit),
         Err(error) => {
-            let _ = writeln!(err, "error: {}", karpenter_core::errors::chain(&error));
+            tracing::error!(error = logs::err(&error), "failed starting the controller");
             match error {
                 RunError::Unsupported(_) | RunError::Settings(_) => Status::BadInput,
                 _ => Status::Problems,

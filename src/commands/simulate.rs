@@ -21,9 +21,11 @@ use std::path::{Path, PathBuf};
 use crate::sim::cluster_only::{CLUSTER_ONLY_KUBELET, ClusterOnlyOptions, serve_cluster};
 use crate::sim::scenario::file::{DEFAULT_REGION, DEFAULT_SCENARIO, DEFAULT_SCENARIO_PATH};
 use clap::{Args, ValueEnum};
+use karpenter_config::LogLevel;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Status;
+use crate::logging::SimulationLogs;
 use crate::sim::report::Report;
 use crate::sim::scenario::{
     self, LoadedScenario, Pace, RunOptions, ScenarioError, ServeOptions, Served,
@@ -81,6 +83,26 @@ pub struct SimulateArgs {
         conflicts_with_all = ["scenario", "chaos", "daemon_addr", "seed", "output"]
     )]
     pub cluster_only: bool,
+    /// The daemon's log level (debug, info, error) [default: error on the terminal, info with
+    /// --logs]. Its lines go to stderr, beside the progress lines, unless --logs is given.
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub log_level: Option<LogLevel>,
+    /// Write the daemon's log lines to FILE in Karpenter's JSON form (as `karpenter run`
+    /// writes them, timed by simulated time) instead of stderr.
+    #[arg(long, value_name = "FILE")]
+    pub logs: Option<PathBuf>,
+}
+
+impl SimulateArgs {
+    /// Where the daemon's lines go: a simulation's product is its progress lines and report,
+    /// so on the terminal only errors by default.
+    #[must_use]
+    pub fn logs(&self) -> SimulationLogs<'_> {
+        match &self.logs {
+            Some(path) => SimulationLogs::File(path, self.log_level.unwrap_or(LogLevel::Info)),
+            None => SimulationLogs::Terminal(self.log_level.unwrap_or(LogLevel::Error)),
+        }
+    }
 }
 
 /// Why the scenario the arguments name could not be loaded.

@@ -496,7 +496,11 @@ async fn follow<K: Watched>(
             Err(error) => {
                 counters.errors.fetch_add(1, Ordering::Relaxed);
                 health.failed(plural, error.to_string());
-                tracing::warn!(%kind, %error, "watch failed; retrying with backoff");
+                tracing::error!(
+                    kind = %kind,
+                    error = karpenter_actors::logs::err(&error),
+                    "watch failed; retrying with backoff"
+                );
             }
         }
     }

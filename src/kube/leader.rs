@@ -395,6 +395,9 @@ impl LeaderElector {
         stop: impl Future<Output = ()>,
     ) -> Ended {
         let mut stop = std::pin::pin!(stop);
+        // client-go's leader election lines, which Karpenter writes through its logger.
+        let lease = format!("{}/{}", self.namespace, self.name);
+        tracing::info!("attempting to acquire leader lease {lease}...");
         // Campaign. A try that takes longer than the renew deadline would leave less than the
         // whole deadline to the first renewal; it counts as failed.
         let mut acquired_at = loop {
@@ -403,7 +406,10 @@ impl LeaderElector {
                 Ok(true) => break started,
                 Ok(false) => {}
                 Err(error) => {
-                    tracing::warn!(%error, category = error.category(), "leader election try failed");
+                    tracing::error!(
+                        error = karpenter_actors::logs::err(&error),
+                        "error retrieving resource lock {lease}"
+                    );
                 }
             }
             tokio::select! {
@@ -414,7 +420,7 @@ impl LeaderElector {
         self.gate
             .open_until(acquired_at + self.timing.renew_deadline);
         leading.send_replace(true);
-        tracing::info!(identity = %self.identity, lease = %self.name, "became leader");
+        tracing::info!(identity = %self.identity, "successfully acquired lease {lease}");
         loop {
             let deadline = acquired_at + self.timing.renew_deadline;
             tokio::select! {
@@ -422,7 +428,10 @@ impl LeaderElector {
                     self.gate.close();
                     leading.send_replace(false);
                     if let Err(error) = self.release().await {
-                        tracing::warn!(%error, "releasing the lease failed");
+                        tracing::error!(
+                            error = karpenter_actors::logs::err(&error),
+                            "failed to release lock {lease}"
+                        );
                     }
                     return Ended::Stopped;
                 }
@@ -441,14 +450,21 @@ impl LeaderElector {
                     }
                     Ok(false) => {}
                     Err(error) => {
-                        tracing::warn!(%error, category = error.category(), "renewing the lease failed");
+                        tracing::error!(
+                            error = karpenter_actors::logs::err(&error),
+                            "error retrieving resource lock {lease}"
+                        );
                     }
                 }
             }
             if Instant::now() >= acquired_at + self.timing.renew_deadline {
                 self.gate.close();
                 leading.send_replace(false);
-                tracing::warn!(identity = %self.identity, lease = %self.name, "lost leadership");
+                tracing::error!(
+                    identity = %self.identity,
+                    error = "leader election lost",
+                    "failed to renew lease {lease}"
+                );
                 return Ended::Lost;
             }
         }
@@ -464,11 +480,3 @@ enum TryError {
     TimedOut(Duration),
 }
 
-impl TryError {
-    fn category(&self) -> &'static str {
-        match self {
-            Self::Api(error) => error.category(),
-            Self::TimedOut(_) => "timeout",
-        }
-    }
-}

@@ -639,7 +639,12 @@ where
             let _ = actor.try_send_event(Reconcile { cause });
         }
         Err(error) => {
-            tracing::warn!(kind = A::KIND, key, error = %error, "starting an actor failed");
+            tracing::error!(
+                kind = A::KIND,
+                key,
+                error = crate::logs::err(&error),
+                "failed starting an actor"
+            );
         }
     }
 }
@@ -655,7 +660,12 @@ where
             let _ = actor.nudge(Reconcile { cause });
         }
         Err(error) => {
-            tracing::warn!(kind = A::KIND, key, error = %error, "starting an actor failed");
+            tracing::error!(
+                kind = A::KIND,
+                key,
+                error = crate::logs::err(&error),
+                "failed starting an actor"
+            );
         }
     }
 }

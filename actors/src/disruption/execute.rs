@@ -90,9 +90,11 @@ impl DisruptionDeps {
             ignore_not_found(self.deps.cluster.taint_node(node, &[], &remove).await)
                 .map_err(|source| DisruptionError::write("untainting node", node, source))?;
             tracing::info!(
-                node,
-                taint = labels::DISRUPTED_TAINT,
-                "removed disrupted taint"
+                Node = node,
+                taint.Key = labels::DISRUPTED_TAINT,
+                taint.Value = "",
+                taint.Effect = "NoSchedule",
+                "untainted node"
             );
         }
         let has_condition = self.deps.view.nodeclaim(node_claim).is_some_and(|c| {
@@ -178,7 +180,11 @@ impl DisruptionDeps {
         tasks.spawn(async move {
             for event in admitted {
                 if let Err(error) = cluster.publish_event(&event).await {
-                    tracing::debug!(%error, reason = %event.reason, "publishing an event failed");
+                    tracing::debug!(
+                        reason = %event.reason,
+                        error = crate::logs::err(&error),
+                        "failed publishing event"
+                    );
                 }
             }
         });

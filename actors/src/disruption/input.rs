@@ -120,7 +120,11 @@ fn state_node(state: &StateRef, context: &RoundContext<'_>) -> StateNode {
         .filter_map(|pod| match NodePod::from_pod(pod) {
             Ok(pod) => Some(pod),
             Err(error) => {
-                tracing::debug!(%error, node = %state.name, "leaving an unreadable pod out of the disruption round");
+                tracing::debug!(
+                    Node = %state.name,
+                    error = %error,
+                    "leaving an unreadable pod out of the disruption round"
+                );
                 None
             }
         })

@@ -42,11 +42,14 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::deps::Deps;
+use crate::logs;
 use crate::nominations::{Nominations, nomination_window};
 use crate::ports::cluster::ClusterError;
 use crate::provisioner::ProvisionerDeps;
 use crate::provisioner::build::UsablePool;
-use crate::runtime::{ActorCtx, ActorError, Handles, Mail, RestartPolicy, Supervised};
+use crate::runtime::{
+    ActorCtx, ActorError, ControllerId, Handles, Mail, RestartPolicy, Supervised,
+};
 use karpenter_core::apis::NodePool;
 use karpenter_core::apis::conditions::nodeclaim as cond;
 use karpenter_core::domain::disruption::{
@@ -368,6 +371,7 @@ pub struct DisruptionActor {
 
 impl Supervised for DisruptionActor {
     const KIND: &'static str = "DisruptionActor";
+    const CONTROLLER: ControllerId = ControllerId::singleton("disruption");
     // Change notices (one per watched change) and a few timers; an overflowing notice only
     // delays a round to the next poll.
     const MAILBOX_CAPACITY: usize = 1024;
@@ -422,7 +426,11 @@ async fn pools_with_types(deps: &DisruptionDeps) -> (Vec<UsablePool>, Vec<Arc<No
             }),
             Ok(_) => without.push(nodepool),
             Err(error) => {
-                tracing::warn!(nodepool = ?nodepool.metadata.name, %error, "disruption cannot list the nodepool's instance types");
+                tracing::error!(
+                    error = logs::err(&error),
+                    "failed listing instance types for {}",
+                    nodepool.metadata.name.as_deref().unwrap_or_default()
+                );
                 without.push(nodepool);
             }
         }
@@ -628,7 +636,7 @@ impl DisruptionActor {
         });
         ctx.set_state("idle");
         if let Some(error) = &decision.error {
-            tracing::error!(%error, "disruption round failed");
+            tracing::error!(error = %error, "failed computing consolidation");
             self.schedule_round(ctx, POLL_PERIOD);
             return Ok(());
         }
@@ -642,7 +650,12 @@ impl DisruptionActor {
             self.execute(ctx, &command, id, &types).await;
             self.schedule_round(ctx, Duration::ZERO);
         } else {
-            tracing::debug!(command = id, method = queue::method_name(command.method), candidates = ?command.candidate_names(), "waiting to validate a disruption command");
+            tracing::debug!(
+                "command-id" = id,
+                method = queue::method_name(command.method),
+                candidates = ?command.candidate_names(),
+                "waiting to validate a disruption command"
+            );
             ctx.set_state("validating");
             self.validating = Some(Validating {
                 command,
@@ -710,7 +723,7 @@ impl DisruptionActor {
                 });
             }
             for (node, error) in &report.errors {
-                tracing::error!(node, %error, "failed computing consolidation");
+                tracing::error!(Node = %node, error = %error, "failed computing consolidation");
             }
             if let MethodOutcome::Nothing {
                 mark_consolidated: true,
@@ -744,7 +757,11 @@ impl DisruptionActor {
         }
         for (pool, errors) in &decision.budget_errors {
             let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            tracing::error!(nodepool = %pool, errors = ?errors, "detected disruption budget errors");
+            tracing::error!(
+                NodePool = %pool,
+                error = %errors.join("; "),
+                "detected disruption budget errors"
+            );
         }
         self.single_node_unseen_pools
             .clone_from(&decision.single_node_unseen_pools);
@@ -781,7 +798,12 @@ impl DisruptionActor {
                 self.deps
                     .metrics
                     .count_failed_validations(pending.command.method, abandoned.failed_validations);
-                tracing::info!(command = pending.id, method = queue::method_name(pending.command.method), reason = %abandoned.reason, "abandoning disruption command after validation");
+                tracing::debug!(
+                    "command-id" = pending.id,
+                    reason = %abandoned.reason,
+                    "abandoning {} consolidation attempt due to pod churn, command is no longer valid",
+                    queue::method_name(pending.command.method)
+                );
                 self.deps
                     .set_state(pending.id, CommandState::Abandoned(abandoned.reason), None);
             }
@@ -813,21 +835,14 @@ impl DisruptionActor {
             command.method.reason_label(),
             command.decision().as_str()
         );
-        tracing::info!(
-            command = id,
-            reason = command.method.reason_label(),
-            decision = command.decision().as_str(),
-            method = queue::method_name(command.method),
-            disrupted_node_count = candidates.len(),
-            replacement_node_count = command.replacements.len(),
-            disrupted_nodes = ?command.candidate_names(),
-            price_before = ?command.price_before,
-            price_after = ?command.price_after,
-            "disrupting node(s)"
-        );
+        log_disrupting(command, id);
         for candidate in &candidates {
             if let Err(error) = self.deps.mark(candidate, command.reason()).await {
-                tracing::warn!(command = id, %error, "marking candidates failed; undoing");
+                tracing::error!(
+                    "command-id" = id,
+                    error = logs::err(&error),
+                    "failed marking candidates for disruption; undoing"
+                );
                 self.undo(&candidates).await;
                 self.deps
                     .set_state(id, CommandState::Failed(error.to_string()), None);
@@ -904,10 +919,19 @@ impl DisruptionActor {
             Ok(names) => Some(names),
             Err((created, error)) => {
                 let error = DisruptionError::Replacements(error);
-                tracing::warn!(command = id, %error, created = ?created, "launching replacement nodeclaims failed; undoing");
+                tracing::error!(
+                    "command-id" = id,
+                    created = ?created,
+                    error = logs::err(&error),
+                    "failed launching replacement nodeclaims; undoing"
+                );
                 for name in &created {
                     if let Err(error) = self.deps.deps.cluster.delete_nodeclaim(name).await {
-                        tracing::warn!(nodeclaim = %name, %error, "deleting a replacement of a failed command failed");
+                        tracing::error!(
+                            NodeClaim = %name,
+                            error = logs::err(&error),
+                            "failed deleting a replacement of a failed command"
+                        );
                     }
                 }
                 self.undo(candidates).await;
@@ -925,7 +949,11 @@ impl DisruptionActor {
                 .unmark(&candidate.name, &candidate.node_claim)
                 .await
             {
-                tracing::warn!(node = %candidate.name, %error, "unmarking a candidate failed; the next round retries");
+                tracing::error!(
+                    Node = %candidate.name,
+                    error = logs::err(&error),
+                    "failed unmarking a disruption candidate; the next round retries"
+                );
             }
         }
     }
@@ -970,13 +998,22 @@ impl DisruptionActor {
                 }
                 Step::DeleteCandidates => match self.delete_candidates(&command, ctx).await {
                     Ok(()) => {
-                        tracing::debug!(command = command.id, "command succeeded");
+                        tracing::debug!(
+                            "command-id" = command.id,
+                            reason = ?command.method.reason(),
+                            decision = command.decision.as_str(),
+                            "command succeeded"
+                        );
                         self.deps
                             .set_state(command.id, CommandState::Succeeded, None);
                         finished = true;
                     }
                     Err(error) => {
-                        tracing::warn!(command = command.id, %error, "terminating candidates failed; retrying");
+                        tracing::error!(
+                            "command-id" = command.id,
+                            error = logs::err(&error),
+                            "failed terminating candidates; retrying"
+                        );
                         kept.push(command);
                     }
                 },
@@ -988,7 +1025,12 @@ impl DisruptionActor {
                     );
                     self.undo(&command.candidates).await;
                     let nodes: Vec<&str> = command.candidate_names().collect();
-                    tracing::error!(command = command.id, nodes = ?nodes, %reason, "failed terminating nodes while executing a disruption command");
+                    tracing::error!(
+                        "command-id" = command.id,
+                        nodes = ?nodes,
+                        error = %reason,
+                        "failed terminating nodes while executing a disruption command"
+                    );
                     self.deps
                         .set_state(command.id, CommandState::Failed(reason), None);
                     finished = true;
@@ -1068,6 +1110,55 @@ fn record_of(command: &Command, id: u64, decided_at: &str) -> DisruptionRecord {
     }
 }
 
+/// Karpenter's `disrupting node(s)` line: the command, its reason and decision, and what it
+/// disrupts and launches.
+fn log_disrupting(command: &Command, id: u64) {
+    let disrupted: Vec<serde_json::Value> = command
+        .candidates
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "Node": {"name": c.name},
+                "NodeClaim": {"name": c.node_claim},
+                "capacity-type": c.capacity_type.as_deref().unwrap_or_default(),
+                "instance-type": c.instance_type.as_deref().unwrap_or_default(),
+            })
+        })
+        .collect();
+    let single = command.replacements.len() == 1;
+    let replacements: Vec<serde_json::Value> = command
+        .replacements
+        .iter()
+        .map(|r| {
+            let spot = r
+                .requirements
+                .get(karpenter_core::apis::labels::CAPACITY_TYPE)
+                .is_some_and(|ct| ct.has("spot"));
+            let capacity_type = if spot { "spot" } else { "on-demand" };
+            if single {
+                let names = r.instance_type_names();
+                serde_json::json!({
+                    "capacity-type": capacity_type,
+                    "instance-types": logs::Truncated { items: &names, max: 5 }.to_string(),
+                })
+            } else {
+                serde_json::json!({ "capacity-type": capacity_type })
+            }
+        })
+        .collect();
+    tracing::info!(
+        "command-id" = id,
+        reason = command.method.reason_label(),
+        decision = command.decision().as_str(),
+        "disrupted-node-count" = command.candidates.len(),
+        "replacement-node-count" = command.replacements.len(),
+        "pod-count" = command.candidates.iter().map(|c| c.reschedulable_pods).sum::<usize>(),
+        "disrupted-nodes" = %logs::json(&disrupted),
+        "replacement-nodes" = %logs::json(&replacements),
+        "disrupting node(s)"
+    );
+}
+
 impl Handles<Poll> for DisruptionActor {
     async fn handle(&mut self, _: Poll, ctx: &mut ActorCtx<Self>) -> Result<(), ActorError> {
         if self.next_round.is_some_and(|at| Instant::now() < at) {
@@ -1075,7 +1166,7 @@ impl Handles<Poll> for DisruptionActor {
             return Ok(());
         }
         self.round(ctx).await.map_err(|error| {
-            tracing::warn!(%error, "disruption round failed");
+            tracing::error!(error = logs::err(&error), "Reconciler error");
             ActorError::from_error(error.category(), &error)
         })
     }

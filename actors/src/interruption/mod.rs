@@ -25,12 +25,13 @@ use k8s_openapi::api::core::v1::ObjectReference;
 
 pub use metrics::InterruptionMetrics;
 
+use crate::logs;
 use crate::ports::clock::Clock;
 use crate::ports::cluster::{ClusterApi, ClusterError, ClusterEvent, EventType};
 use crate::ports::cluster_view::ClusterView;
 use crate::ports::sqs::{INTERRUPTION_RECEIVE, SqsApi, SqsMessage};
 use crate::providers::unavailable::UnavailableOfferings;
-use crate::runtime::{ActorCtx, ActorError, Handles, Mail, Supervised};
+use crate::runtime::{ActorCtx, ActorError, ControllerId, Handles, Mail, Supervised};
 use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::labels;
 use karpenter_core::domain::instance_type::CapacityType;
@@ -108,6 +109,7 @@ pub struct InterruptionActor {
 
 impl Supervised for InterruptionActor {
     const KIND: &'static str = "InterruptionActor";
+    const CONTROLLER: ControllerId = ControllerId::singleton("interruption");
     // Only its own Poll (one at a time) ever waits here.
     const MAILBOX_CAPACITY: usize = 4;
     type Deps = InterruptionDeps;
@@ -171,6 +173,11 @@ impl InterruptionActor {
                 .get_queue_url(&self.deps.queue)
                 .await
                 .map_err(|e| {
+                    tracing::error!(
+                        queue = %self.deps.queue,
+                        error = logs::err(&e),
+                        "failed to create valid sqs provider"
+                    );
                     ActorError::new(
                         e.category(),
                         format!("resolving interruption queue {}: {e}", self.deps.queue),
@@ -186,6 +193,7 @@ impl InterruptionActor {
             .receive_messages(&queue_url, INTERRUPTION_RECEIVE)
             .await
             .map_err(|e| {
+                tracing::error!(error = logs::err(&e), "Reconciler error");
                 ActorError::new(e.category(), format!("receiving from {queue_url}: {e}"))
             })?;
         if messages.is_empty() {
@@ -218,7 +226,12 @@ impl InterruptionActor {
                 Ok(()) => {
                     self.deps.metrics.deleted.inc();
                 }
-                Err(error) => error.log(),
+                Err(error) => {
+                    tracing::error!(
+                        error = logs::err(&error),
+                        "failed deleting interruption message"
+                    );
+                }
             }
         }
         Ok(())
@@ -248,7 +261,12 @@ impl InterruptionActor {
             Ok(parsed) => parsed,
             Err(error) => {
                 self.deps.metrics.unparseable(error.category());
-                tracing::warn!(message_id = message.message_id, reason = error.category(), %error, "deleting interruption message that does not parse");
+                tracing::error!(
+                    messageID = %message.message_id,
+                    reason = error.category(),
+                    error = logs::err(&error),
+                    "failed parsing interruption message"
+                );
                 return Handled::Unparseable;
             }
         };
@@ -275,11 +293,10 @@ impl InterruptionActor {
         let commands = plan(&parsed, |instance_id| index.get(instance_id).cloned());
         for command in commands {
             if let Err(error) = self.execute(&parsed, command).await {
-                tracing::warn!(
-                    message_id = message.message_id,
-                    error = %karpenter_core::errors::chain(&error),
-                    category = error.category(),
-                    "interruption handling failed; the message will be redelivered"
+                tracing::error!(
+                    messageID = %message.message_id,
+                    error = logs::err(&error),
+                    "failed handling interruption message; it will be redelivered"
                 );
                 return Handled::Failed;
             }
@@ -315,6 +332,7 @@ impl InterruptionActor {
                 capacity_type,
                 kind,
             } => {
+                self.log_delete(message, &nodeclaim);
                 self.deps
                     .cluster
                     .delete_nodeclaim(&nodeclaim)
@@ -332,6 +350,7 @@ impl InterruptionActor {
                 // The provisioner sees the deleting node's pods and launches their replacement
                 // while the drain honours PDBs: the node goes before the interruption would
                 // have taken it, with its pods placed elsewhere first.
+                self.log_delete(message, &nodeclaim);
                 self.deps
                     .cluster
                     .delete_nodeclaim(&nodeclaim)
@@ -344,6 +363,24 @@ impl InterruptionActor {
                 Ok(())
             }
         }
+    }
+
+    /// Karpenter's line for a NodeClaim deleted because of a message.
+    fn log_delete(&self, message: &Message, nodeclaim: &str) {
+        let node = self
+            .deps
+            .view
+            .nodeclaim(nodeclaim)
+            .and_then(|c| c.status.as_ref().and_then(|s| s.node_name.clone()))
+            .unwrap_or_default();
+        tracing::info!(
+            queue = %self.deps.queue,
+            messageKind = message.kind.metric_label(),
+            NodeClaim = nodeclaim,
+            action = "CordonAndDrain",
+            Node = %node,
+            "initiating delete from interruption message"
+        );
     }
 
     /// Events are best effort: a lost event must not bring the message back.
@@ -370,7 +407,12 @@ impl InterruptionActor {
                 })
                 .await;
             if let Err(error) = published {
-                tracing::debug!(nodeclaim, reason = event.reason(), %error, "recording interruption event failed");
+                tracing::debug!(
+                    NodeClaim = nodeclaim,
+                    reason = event.reason(),
+                    error = logs::err(&error),
+                    "failed publishing event"
+                );
             }
         }
     }

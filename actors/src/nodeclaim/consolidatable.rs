@@ -104,7 +104,7 @@ impl NodeClaimActor {
             Ok(after) => after,
             // Validation rejects it and the pool is not ready; consolidate nothing meanwhile.
             Err(error) => {
-                tracing::debug!(nodeclaim = %self.name, error = %error, "consolidateAfter does not parse; treating it as Never");
+                tracing::debug!(error = %error, "consolidateAfter does not parse; treating it as Never");
                 None
             }
         };
@@ -125,7 +125,7 @@ impl NodeClaimActor {
                 })
                 .await?;
             if !present && written.is_some() {
-                tracing::debug!(nodeclaim = %self.name, "marking consolidatable");
+                tracing::debug!("marking consolidatable");
             }
             written
         } else if present {
@@ -144,7 +144,7 @@ impl NodeClaimActor {
                     Verdict::NotInitialized => ", isn't initialized",
                     Verdict::Waiting { .. } | Verdict::Consolidatable => "",
                 };
-                tracing::debug!(nodeclaim = %self.name, "removing consolidatable status condition{why}");
+                tracing::debug!("removing consolidatable status condition{why}");
             }
             written
         } else {

@@ -17,6 +17,7 @@ use super::{
     ERROR_BACKOFF, LAUNCH_CHECK_INTERVAL, LaunchCompleted, Next, NodeClaimActor, NodeClaimError,
     REGISTRATION_TTL, elapsed, events, has_finalizer, label, provider_id, soonest, uid,
 };
+use crate::logs;
 use crate::metrics::disruption_reason;
 use crate::ports::cloud_provider::{CloudProvider, CloudProviderError};
 use crate::ports::cluster::{Change, ClusterError};
@@ -158,7 +159,7 @@ impl NodeClaimActor {
 
     pub(super) async fn publish(&self, event: crate::ports::cluster::ClusterEvent) {
         if let Err(error) = self.deps.cluster.publish_event(&event).await {
-            tracing::debug!(nodeclaim = %self.name, reason = %event.reason, error = %error, "publishing event failed");
+            tracing::debug!(reason = %event.reason, error = logs::err(&error), "failed publishing event");
         }
     }
 
@@ -179,7 +180,7 @@ impl NodeClaimActor {
             && node.metadata.deletion_timestamp.is_some()
             && has_finalizer(&node.metadata)
         {
-            tracing::info!(nodeclaim = %self.name, "node is being deleted; deleting its nodeclaim");
+            tracing::debug!("node is being deleted; deleting its nodeclaim");
             self.delete_nodeclaim("deleting the nodeclaim of a deleted node")
                 .await?;
             return Ok(None);
@@ -355,12 +356,13 @@ impl NodeClaimActor {
         let written = self.write_status("writing the launch", &change).await?;
         if written.is_some() {
             let labels = created.metadata.labels.clone().unwrap_or_default();
+            let status = created.status.as_ref();
             tracing::info!(
-                nodeclaim = %self.name,
-                provider_id = created.status.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default(),
-                instance_type = labels.get(labels::INSTANCE_TYPE).map_or("", String::as_str),
+                "provider-id" = status.and_then(|s| s.provider_id.as_deref()).unwrap_or_default(),
+                "instance-type" = labels.get(labels::INSTANCE_TYPE).map_or("", String::as_str),
                 zone = labels.get(labels::ZONE).map_or("", String::as_str),
-                capacity_type = labels.get(labels::CAPACITY_TYPE).map_or("", String::as_str),
+                "capacity-type" = labels.get(labels::CAPACITY_TYPE).map_or("", String::as_str),
+                allocatable = %logs::json(&status.map(|s| &s.allocatable)),
                 "launched nodeclaim"
             );
         }
@@ -384,7 +386,7 @@ impl NodeClaimActor {
             _ => (None, ""),
         };
         if let Some(event) = event {
-            tracing::error!(nodeclaim = %self.name, error = %error, "failed launching nodeclaim");
+            tracing::error!(error = logs::err(&error), "failed launching nodeclaim");
             self.publish(event).await;
             self.delete_nodeclaim("deleting a nodeclaim that cannot launch")
                 .await?;
@@ -436,7 +438,10 @@ impl NodeClaimActor {
                 return Ok(written.map_or(Step::Stop, |nc| Step::Continue(nc, None)));
             }
             NodeLookup::Multiple(count) => {
-                tracing::error!(nodeclaim = %self.name, provider_id, count, "several nodes have the nodeclaim's provider id");
+                tracing::error!(
+                    error = %format_args!("expected a single node with provider id {provider_id}, found {count}"),
+                    "node claim registration error"
+                );
                 let written = self
                     .set_conditions(&nodeclaim, "writing the registration", &|set| {
                         set.set_false(
@@ -452,7 +457,12 @@ impl NodeClaimActor {
         };
         let node_name = node.metadata.name.clone().unwrap_or_default();
         if !registration::is_registered(&node) && !registration::has_unregistered_taint(&node) {
-            tracing::error!(nodeclaim = %self.name, node = %node_name, taint = labels::UNREGISTERED_TAINT, "missing taint prevents registration-related race conditions on Karpenter-managed nodes");
+            tracing::error!(
+                Node = %node_name,
+                taint = labels::UNREGISTERED_TAINT,
+                error = "missing required taint",
+                "node claim registration error"
+            );
             self.publish(events::unregistered_taint_missing(&nodeclaim))
                 .await;
         }
@@ -487,7 +497,7 @@ impl NodeClaimActor {
             return Ok(Step::Stop);
         };
         if !std::mem::replace(&mut self.reported.registered, true) {
-            tracing::info!(nodeclaim = %self.name, node = %node_name, "registered nodeclaim");
+            tracing::info!(Node = %node_name, "registered nodeclaim");
             self.deps
                 .metrics
                 .node_created(label(&written, labels::NODEPOOL));
@@ -560,7 +570,14 @@ impl NodeClaimActor {
                 set.set_true(cond::INITIALIZED);
             })
             .await?;
-        tracing::info!(nodeclaim = %self.name, node = %node_name, "initialized nodeclaim");
+        // Once per NodeClaim: a reconcile that runs before the store shows the condition
+        // writes nothing new.
+        if written.is_some() && !std::mem::replace(&mut self.reported.initialized, true) {
+            tracing::info!(
+                allocatable = %logs::json(&node.status.as_ref().and_then(|s| s.allocatable.as_ref())),
+                "initialized nodeclaim"
+            );
+        }
         ctx.set_state("ready");
         Ok(written.map_or(Step::Stop, |nc| Step::Continue(nc, None)))
     }
@@ -589,7 +606,7 @@ impl NodeClaimActor {
         self.delete_nodeclaim("deleting a nodeclaim that did not register")
             .await?;
         if !std::mem::replace(&mut self.reported.liveness, true) {
-            tracing::info!(nodeclaim = %self.name, ttl = ?REGISTRATION_TTL, "terminating due to registration ttl");
+            tracing::debug!(ttl = %logs::GoDuration(REGISTRATION_TTL), "terminating due to registration ttl");
             self.deps.metrics.nodeclaim_disrupted(
                 disruption_reason::LIVENESS,
                 label(nodeclaim, labels::NODEPOOL),
@@ -654,7 +671,11 @@ impl NodeClaimActor {
             .update_nodepool_status(name, &change)
             .await
         {
-            tracing::warn!(nodeclaim = %self.name, nodepool = name, error = %error, "updating the nodepool's registration health failed");
+            tracing::error!(
+                NodePool = name,
+                error = logs::err(&error),
+                "failed updating nodepool registration health"
+            );
         }
     }
 }

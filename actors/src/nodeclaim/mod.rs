@@ -57,6 +57,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 pub use consolidatable::PodEvents;
 pub use launch::{LaunchCache, LaunchState};
@@ -65,8 +66,9 @@ use crate::deps::Deps;
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::cluster::ClusterError;
 use crate::runtime::{
-    Action, ActorCtx, ActorError, Backoff, Cause, Coalesce, Handles, Mail, ReconcileError,
-    ReconcilePolicy, Reconciler, RestartPolicy, Start, Supervised, reconcile_object,
+    Action, ActorCtx, ActorError, Backoff, Cause, Coalesce, ControllerId, Handles, Mail,
+    ReconcileError, ReconcilePolicy, Reconciler, RestartPolicy, Start, Supervised,
+    reconcile_object,
 };
 use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::labels;
@@ -216,6 +218,7 @@ pub struct NodeClaimActor {
 )]
 struct Reported {
     registered: bool,
+    initialized: bool,
     liveness: bool,
     node_grace_event: bool,
     drained: bool,
@@ -225,6 +228,9 @@ struct Reported {
 
 impl Supervised for NodeClaimActor {
     const KIND: &'static str = "NodeClaimActor";
+    // Karpenter's lifecycle controller; the drain is its node.termination controller's work.
+    const CONTROLLER: ControllerId =
+        ControllerId::of_kind("nodeclaim.lifecycle", "karpenter.sh", "NodeClaim");
     // A NodeClaim sees a handful of events between reconciles; a draining node's pods can send
     // a burst (one per pod), and an overflow only drops a redundant "look again".
     const MAILBOX_CAPACITY: usize = 64;
@@ -285,12 +291,27 @@ impl Reconciler for NodeClaimActor {
             ctx.reset_backoff();
             self.uid = Some(current);
         }
+        // Karpenter's lifecycle controller adds the provider id and the Node, once known, to
+        // the context of every line of the reconcile.
+        let context = tracing::error_span!(
+            "nodeclaim",
+            "provider-id" = tracing::field::Empty,
+            Node = tracing::field::Empty
+        );
+        if let Some(status) = nodeclaim.status.as_ref() {
+            if let Some(id) = status.provider_id.as_deref() {
+                context.record("provider-id", id);
+            }
+            if let Some(node) = status.node_name.as_deref() {
+                context.record("Node", node);
+            }
+        }
         let next = if nodeclaim.metadata.deletion_timestamp.is_some() {
             // Pods leaving a node that goes away move nothing consolidation would look at.
             self.pod_events.take(&self.name);
-            self.finalize(ctx, nodeclaim).await?
+            self.finalize(ctx, nodeclaim).instrument(context).await?
         } else {
-            self.lifecycle(ctx, nodeclaim).await?
+            self.lifecycle(ctx, nodeclaim).instrument(context).await?
         };
         Ok(Action::from(next))
     }

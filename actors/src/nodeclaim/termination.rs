@@ -21,6 +21,7 @@ use super::{
     LAUNCH_CHECK_INTERVAL, LaunchState, Next, NodeClaimActor, NodeClaimError, elapsed, events,
     has_finalizer, label, provider_id, soonest, uid,
 };
+use crate::logs;
 use crate::metrics::FORCEFUL_TERMINATION;
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::cluster::{ClusterError, Deletion, Eviction};
@@ -204,7 +205,10 @@ impl NodeClaimActor {
             .write_nodeclaim("annotating the termination time", &change)
             .await?;
         if let Some(written) = &written {
-            tracing::info!(nodeclaim = %self.name, termination_time = %value, "annotated nodeclaim");
+            tracing::info!(
+                "karpenter.sh/nodeclaim-termination-timestamp" = %value,
+                "annotated nodeclaim"
+            );
             self.publish(events::nodeclaim_grace_period_expiring(written, &value))
                 .await;
         }
@@ -236,6 +240,16 @@ impl NodeClaimActor {
         termination_time: Option<Timestamp>,
     ) -> Result<NodeProgress, NodeClaimError> {
         let node_name = node.metadata.name.clone().unwrap_or_default();
+        // The reconcile's context names the Node once the NodeClaim records it; a node found
+        // before that is named from here on (node.termination's lines carry their Node).
+        let named = nodeclaim
+            .status
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            == Some(node_name.as_str());
+        if !named {
+            tracing::Span::current().record("Node", node_name.as_str());
+        }
         let write_error = |what: &'static str, source: ClusterError| NodeClaimError::Write {
             what,
             nodeclaim: self.name.clone(),
@@ -262,7 +276,12 @@ impl NodeClaimActor {
                 .await
             {
                 Ok(_) => {
-                    tracing::info!(nodeclaim = %self.name, node = %node_name, taint = labels::DISRUPTED_TAINT, "tainted node");
+                    tracing::info!(
+                        taint.Key = labels::DISRUPTED_TAINT,
+                        taint.Value = "",
+                        taint.Effect = "NoSchedule",
+                        "tainted node"
+                    );
                 }
                 Err(ClusterError::NotFound { .. }) => return Ok(NodeProgress::Released),
                 Err(source) => return Err(write_error("tainting the node", source)),
@@ -341,7 +360,14 @@ impl NodeClaimActor {
                 .await
             {
                 Ok(_) | Err(ClusterError::NotFound { .. }) => {
-                    tracing::info!(nodeclaim = %self.name, namespace = %pod.namespace, pod = %pod.name, grace_seconds = deletion.grace_seconds, "deleting pod before the termination time");
+                    tracing::debug!(
+                        namespace = %pod.namespace,
+                        "name" = %pod.name,
+                        pod.terminationGracePeriodSeconds = deletion.pod_grace_seconds,
+                        delete.gracePeriodSeconds = deletion.grace_seconds,
+                        nodeclaim.terminationTime = %deadline,
+                        "deleting pod"
+                    );
                     self.publish(events::pod_deleted_for_grace_period(
                         pod,
                         deletion.grace_seconds,
@@ -391,7 +417,11 @@ impl NodeClaimActor {
                 }
                 Err(error) => {
                     self.deps.metrics.eviction_request(http_code(&error));
-                    tracing::warn!(nodeclaim = %self.name, namespace = %pod.namespace, pod = %pod.name, error = %error, "failed evicting pod");
+                    tracing::error!(
+                        Pod = %format_args!("{}/{}", pod.namespace, pod.name),
+                        error = logs::err(&error),
+                        "failed evicting pod"
+                    );
                     true
                 }
             };
@@ -414,7 +444,11 @@ impl NodeClaimActor {
     }
 
     async fn note_blocked_eviction(&mut self, node: &Node, pod: &PodKey, message: &str) {
-        tracing::debug!(nodeclaim = %self.name, namespace = %pod.namespace, pod = %pod.name, message, "eviction blocked by a pod disruption budget");
+        tracing::debug!(
+            Pod = %format_args!("{}/{}", pod.namespace, pod.name),
+            message,
+            "eviction blocked by a pod disruption budget"
+        );
         if self.drain_event_due() {
             let why = format!(
                 "evicting pod {}/{} violates a PDB: {message}",
@@ -519,7 +553,7 @@ impl NodeClaimActor {
         self.deps
             .metrics
             .node_terminated(nodepool, elapsed(deleted, now), elapsed(created, now));
-        tracing::info!(nodeclaim = %self.name, node = %node_name, "deleted node");
+        tracing::info!("deleted node");
         Ok(())
     }
 
@@ -550,7 +584,7 @@ impl NodeClaimActor {
             elapsed(deleted, now),
             instance,
         );
-        tracing::info!(nodeclaim = %self.name, "deleted nodeclaim");
+        tracing::info!("deleted nodeclaim");
         Ok(())
     }
 }

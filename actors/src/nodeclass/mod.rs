@@ -72,6 +72,7 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
 use crate::deps::ClusterVersion;
+use crate::logs;
 use crate::ports::aws_error::AwsError;
 use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::CloudProvider;
@@ -85,8 +86,8 @@ use crate::providers::instance_profiles::{
 use crate::providers::security_groups::{SecurityGroupProvider, status_security_groups};
 use crate::providers::subnets::{SubnetProvider, status_subnets};
 use crate::runtime::{
-    Action, ActorCtx, ActorError, Backoff, Cause, Coalesce, ReconcileError, ReconcilePolicy,
-    Reconciler, RestartPolicy, Start, Supervised,
+    Action, ActorCtx, ActorError, Backoff, Cause, Coalesce, ControllerId, ReconcileError,
+    ReconcilePolicy, Reconciler, RestartPolicy, Start, Supervised,
 };
 use karpenter_core::apis::EC2NodeClass;
 use karpenter_core::apis::conditions::{READY, ec2nodeclass as types};
@@ -279,6 +280,9 @@ pub struct NodeClassActor {
 
 impl Supervised for NodeClassActor {
     const KIND: &'static str = "NodeClassActor";
+    // Karpenter's EC2NodeClass controller.
+    const CONTROLLER: ControllerId =
+        ControllerId::of_kind("nodeclass", "karpenter.k8s.aws", "EC2NodeClass");
     // A class sees a change per spec edit, status write and NodeClaim deletion during its own
     // deletion; every message makes it re-read the store, so 32 queued is plenty.
     const MAILBOX_CAPACITY: usize = 32;
@@ -433,6 +437,11 @@ impl NodeClassActor {
                 not_found("AMISelector did not match any AMIs".to_owned(), step);
             }
             Ok(resolved) => {
+                let known = class.status.as_ref().map(|s| &s.amis);
+                if known != Some(&resolved.amis) {
+                    let ids: Vec<&str> = resolved.amis.iter().map(|a| a.id.as_str()).collect();
+                    tracing::debug!(ids = %ids.join(", "), "discovered amis");
+                }
                 step.plan.amis = Some(resolved.amis);
                 step.plan.set(ConditionUpdate::ready(types::AMIS_READY));
                 step.requeue.push(AMI_REQUEUE);
@@ -459,7 +468,11 @@ impl NodeClassActor {
                 step.requeue.push(SUBNET_REQUEUE);
             }
             Ok(subnets) => {
-                step.plan.subnets = Some(status_subnets(&subnets));
+                let found = status_subnets(&subnets);
+                if class.status.as_ref().map(|s| &s.subnets) != Some(&found) {
+                    tracing::debug!(subnets = %logs::json(&found), "discovered subnets");
+                }
+                step.plan.subnets = Some(found);
                 step.plan.set(ConditionUpdate::ready(types::SUBNETS_READY));
                 step.requeue.push(SUBNET_REQUEUE);
             }
@@ -480,7 +493,14 @@ impl NodeClassActor {
                 step.requeue.push(SECURITY_GROUP_NOT_FOUND_REQUEUE);
             }
             Ok(groups) => {
-                step.plan.security_groups = Some(status_security_groups(&groups));
+                let found = status_security_groups(&groups);
+                if class.status.as_ref().map(|s| &s.security_groups) != Some(&found) {
+                    tracing::debug!(
+                        "security-groups" = %logs::json(&found),
+                        "discovered security groups"
+                    );
+                }
+                step.plan.security_groups = Some(found);
                 step.plan
                     .set(ConditionUpdate::ready(types::SECURITY_GROUPS_READY));
                 step.requeue.push(SECURITY_GROUP_REQUEUE);
@@ -532,7 +552,10 @@ impl NodeClassActor {
         match cloud.validation_launches(&resolved) {
             Ok(launches) => launches.into_iter().next(),
             Err(error) => {
-                tracing::debug!(ec2nodeclass = %self.name, %error, "validation falls back to the default instance types");
+                tracing::debug!(
+                    error = logs::err(&error),
+                    "validation falls back to the default instance types"
+                );
                 None
             }
         }
@@ -619,7 +642,7 @@ impl NodeClassActor {
             Verdict::Passed => None,
             Verdict::Failed(reason) => Some(reason),
             Verdict::Retry(message) => {
-                tracing::debug!(ec2nodeclass = %self.name, "validation retry: {message}");
+                tracing::debug!("validation retry: {message}");
                 return Ok((None, Some(VALIDATION_RETRY)));
             }
         };
@@ -711,7 +734,7 @@ impl NodeClassActor {
                 let event = finalize::waiting_event(class, &waiting);
                 // Events are best effort: a failure is logged, the wait goes on.
                 if let Err(error) = self.deps.cluster.publish_event(&event).await {
-                    tracing::warn!(ec2nodeclass = %self.name, %error, "publishing event");
+                    tracing::debug!(error = logs::err(&error), "failed publishing event");
                 }
                 self.last_waiting_event = Some(Instant::now());
             }
@@ -733,7 +756,7 @@ impl NodeClassActor {
                     name: self.name.clone(),
                     source,
                 })?;
-        tracing::debug!(ec2nodeclass = %self.name, launch_templates = deleted, "cleaned up");
+        tracing::debug!(count = deleted, "deleted launch template(s)");
         match self
             .deps
             .cluster

@@ -377,33 +377,16 @@ impl AwsError {
             .is_some_and(|code| LAUNCH_TEMPLATE_NOT_FOUND_CODES.contains(&code))
     }
 
-    /// Writes the error as one log line with Karpenter's structured keys as fields: expected
-    /// answers (not found, already exists, dry run) at debug, throttling at warn, the rest at
-    /// error.
+    /// Writes the failed call as one debug line with Karpenter's structured `aws-*` fields
+    /// (rendered from the error itself, see [`crate::logs`]). Debug, not error: every failure
+    /// is also returned, and the caller that handles it logs it at the level Karpenter uses
+    /// (most end in a `Reconciler error` with the same fields); this line traces each call.
     pub fn log(&self) {
-        macro_rules! emit {
-            ($level:ident) => {
-                tracing::$level!(
-                    aws_service_name = self.service.as_str(),
-                    aws_operation_name = self.operation,
-                    aws_request_id = self.request_id.as_deref().unwrap_or(""),
-                    aws_status_code = self.status.unwrap_or(0),
-                    aws_error_code = self.code.as_deref().unwrap_or(""),
-                    error_class = self.category(),
-                    "{}",
-                    self.message
-                )
-            };
-        }
-        match self.class {
-            AwsErrorClass::NotFound
-            | AwsErrorClass::AlreadyExists
-            | AwsErrorClass::DryRunSucceeded => {
-                emit!(debug);
-            }
-            AwsErrorClass::Throttled => emit!(warn),
-            _ => emit!(error),
-        }
+        tracing::debug!(
+            class = self.category(),
+            error = crate::logs::err(self),
+            "aws request failed"
+        );
     }
 }
 

@@ -90,7 +90,7 @@ impl SsmParameters {
         }
         match self.ssm.get_parameter(name).await {
             Ok(parameter) => {
-                tracing::debug!(parameter = name, value = %parameter.value, "discovered ssm parameter");
+                tracing::info!(parameter = name, value = %parameter.value, "discovered ssm parameter");
                 self.cache
                     .insert_for(name.to_owned(), parameter.value.clone(), kind.ttl());
                 Ok(Some(parameter.value))
@@ -316,9 +316,13 @@ impl AmiProvider {
                         ids.insert(id);
                     }
                     Some(value) => {
-                        tracing::warn!(parameter, value, "ssm parameter is not an AMI id; ignored");
+                        tracing::error!(
+                            ssmParameter = parameter,
+                            value,
+                            "parameter is not an AMI id; ignored"
+                        );
                     }
-                    None => tracing::debug!(parameter, "ssm parameter not found"),
+                    None => tracing::error!(ssmParameter = parameter, "parameter not found"),
                 }
             } else {
                 queries.push(term_query(term));
@@ -351,7 +355,7 @@ impl AmiProvider {
             if deprecated {
                 tracing::debug!(
                     parameter = %parameter.name,
-                    image_id,
+                    "image-id" = image_id,
                     "evicting ssm parameter whose AMI is deprecated"
                 );
                 self.ssm.evict(&parameter.name);

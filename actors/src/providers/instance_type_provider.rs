@@ -167,6 +167,12 @@ impl InstanceTypeProvider {
         if current.version > 0 && current.infos == infos && current.zones == zones {
             return Ok(());
         }
+        // Karpenter's lines when the catalogue changes.
+        tracing::debug!(count = infos.len(), "discovered instance types");
+        tracing::debug!(
+            "instance-type-count" = zones.len(),
+            "discovered offerings for instance types"
+        );
         *current = Arc::new(Catalogue {
             version: current.version + 1,
             infos,

@@ -555,7 +555,11 @@ impl LaunchTemplateProvider {
             Some(found) => found,
             None => match self.ec2.create_launch_template(request).await {
                 Ok(created) => {
-                    tracing::debug!(launch_template = %name, id = %created.id, "created launch template");
+                    tracing::debug!(
+                        "launch-template-name" = %name,
+                        id = %created.id,
+                        "created launch template"
+                    );
                     created
                 }
                 // Made meanwhile by another controller: use it.
@@ -611,7 +615,10 @@ impl LaunchTemplateProvider {
 
     /// Forgets a template that EC2 says does not exist, so the next launch re-creates it.
     pub fn invalidate(&self, name: &str) {
-        tracing::debug!(launch_template = %name, "invalidating launch template in the cache because it no longer exists");
+        tracing::debug!(
+            "launch-template-name" = %name,
+            "invalidating launch template in the cache because it no longer exists"
+        );
         self.cache().remove(name);
     }
 
@@ -647,12 +654,19 @@ impl LaunchTemplateProvider {
             {
                 Ok(()) => {
                     deleted += 1;
-                    tracing::debug!(launch_template = %name, id = %cached.id, "deleted launch template");
+                    tracing::debug!(
+                        "launch-template-name" = %name,
+                        id = %cached.id,
+                        "deleted launch template"
+                    );
                 }
                 Err(error) if error.is_not_found() => {}
                 Err(error) => {
-                    error.log();
-                    tracing::warn!(launch_template = %name, "failed to delete launch template");
+                    tracing::error!(
+                        "launch-template-name" = %name,
+                        error = crate::logs::err(&error),
+                        "failed deleting launch template"
+                    );
                 }
             }
         }

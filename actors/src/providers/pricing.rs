@@ -248,6 +248,10 @@ impl PricingProvider {
                 documents: documents.len(),
             });
         }
+        tracing::debug!(
+            "instance-type-count" = fetched.len(),
+            "updated on-demand pricing"
+        );
         self.prices
             .write()
             .unwrap_or_else(PoisonError::into_inner)
@@ -278,6 +282,15 @@ impl PricingProvider {
                 *slot = (entry.timestamp, entry.price);
             }
         }
+        let types: std::collections::HashSet<&str> = newest
+            .keys()
+            .map(|(instance_type, _)| instance_type.as_str())
+            .collect();
+        tracing::debug!(
+            "instance-type-count" = types.len(),
+            "offering-count" = newest.len(),
+            "updated spot pricing with instance types and offerings"
+        );
         let mut prices = self.prices.write().unwrap_or_else(PoisonError::into_inner);
         prices.spot = newest.into_iter().map(|(k, (_, p))| (k, p)).collect();
         prices.spot_updated = true;

@@ -113,11 +113,11 @@ impl UnavailableOfferings {
         reason: &str,
     ) {
         tracing::debug!(
-            instance_type,
-            zone,
-            capacity_type = capacity_type.as_str(),
             reason,
-            ttl_s = self.ttl.as_secs(),
+            "instance-type" = instance_type,
+            zone,
+            "capacity-type" = capacity_type.as_str(),
+            ttl = %crate::logs::GoDuration(self.ttl),
             "removing offering from offerings"
         );
         let key = OfferingKey {

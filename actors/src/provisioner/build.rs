@@ -355,7 +355,7 @@ fn daemon_pods(daemonsets: &[Arc<DaemonSet>]) -> Vec<SchedulingPod> {
             match SchedulingPod::from_pod(&pod) {
                 Ok(p) => Some(p),
                 Err(error) => {
-                    tracing::debug!(%error, "leaving a daemonset out of the overhead");
+                    tracing::debug!(error = %error, "leaving a daemonset out of the overhead");
                     None
                 }
             }

@@ -46,7 +46,7 @@ use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::CloudProvider;
 use crate::ports::cluster::ClusterApi;
 use crate::ports::cluster_view::ClusterView;
-use crate::runtime::{ActorCtx, ActorError, Handles, Mail, Supervised};
+use crate::runtime::{ActorCtx, ActorError, ControllerId, Handles, Mail, Supervised};
 use karpenter_core::domain::scheduling::{Options, Plan, Snapshot};
 
 pub use build::{NotProvisionable, is_disrupted, provisionable};
@@ -356,6 +356,7 @@ pub struct ProvisionerActor {
 
 impl Supervised for ProvisionerActor {
     const KIND: &'static str = "ProvisionerActor";
+    const CONTROLLER: ControllerId = ControllerId::singleton("provisioner");
     // One trigger per pending pod: a Deployment scaled by thousands queues thousands at once.
     // Overflowing triggers are harmless (the window is open and a run reads every pending pod
     // from the view) but they lose the pod's decision-time measurement, so keep it generous.
@@ -437,7 +438,11 @@ impl ProvisionerActor {
                 .request(RunFinished(Box::new(report)), REPORT_TIMEOUT)
                 .await
             {
-                tracing::warn!(%error, run, "the provisioner did not take its run report");
+                tracing::error!(
+                    error = crate::logs::err(&error),
+                    run,
+                    "the provisioner did not take its run report"
+                );
             }
         });
     }

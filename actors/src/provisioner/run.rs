@@ -12,6 +12,7 @@ use serde::Serialize;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::logs;
 use crate::ports::cluster::{ClusterApi, ClusterError, ClusterEvent};
 use crate::runtime::Tasks;
 use karpenter_core::apis::conditions::{ConditionStatus, READY};
@@ -135,7 +136,11 @@ async fn usable_pools(deps: &ProvisionerDeps) -> (Vec<UsablePool>, Vec<PoolVerdi
                 instance_types,
             }),
             Err(error) => {
-                tracing::warn!(nodepool = ?nodepool.metadata.name, %error, "skipping nodepool, unable to resolve instance types");
+                tracing::error!(
+                    NodePool = nodepool.metadata.name.as_deref().unwrap_or_default(),
+                    error = logs::err(&error),
+                    "skipping, unable to resolve instance types"
+                );
                 left_out.push(skipped(
                     &nodepool,
                     format!("resolving instance types failed: {error}"),
@@ -144,6 +149,53 @@ async fn usable_pools(deps: &ProvisionerDeps) -> (Vec<UsablePool>, Vec<PoolVerdi
         }
     }
     (usable, left_out)
+}
+
+/// Karpenter's lines for a scheduling decision: the pods looked at (debug); when new NodeClaims
+/// are planned, the pods found (at most five named) with the time the run took and the
+/// NodeClaims computed; the pods going to nodes not initialized yet.
+fn log_decision(built: &Built, plan: &Plan, elapsed: std::time::Duration) {
+    tracing::debug!(
+        "pending-pods" = built.pending,
+        "deleting-pods" = built.pods.len().saturating_sub(built.pending),
+        "computing scheduling decision for provisionable pod(s)"
+    );
+    if !plan.new_node_claims.is_empty() {
+        let keys: Vec<&str> = built.pods.iter().map(|p| p.key.as_str()).collect();
+        tracing::info!(
+            Pods = %logs::Truncated { items: &keys, max: 5 },
+            duration = %logs::GoDuration(elapsed),
+            "found provisionable pod(s)"
+        );
+        tracing::info!(
+            nodeclaims = plan.new_node_claims.len(),
+            pods = plan
+                .new_node_claims
+                .iter()
+                .map(|c| c.pods.len())
+                .sum::<usize>(),
+            "computed new nodeclaim(s) to fit pod(s)"
+        );
+    }
+    let unready: Vec<_> = plan
+        .existing
+        .iter()
+        .filter(|p| {
+            !p.pods.is_empty()
+                && built
+                    .snapshot
+                    .existing_nodes
+                    .get(p.node)
+                    .is_some_and(|n| !n.initialized)
+        })
+        .collect();
+    if !unready.is_empty() {
+        tracing::info!(
+            nodes = unready.len(),
+            pods = unready.iter().map(|p| p.pods.len()).sum::<usize>(),
+            "computed unready node(s) will fit pod(s)"
+        );
+    }
 }
 
 /// Runs once; never fails (failures are in the report).
@@ -161,6 +213,7 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64, tasks: Tasks) -> RunRe
             skipped_pools: Vec::new(),
         };
     }
+    let run_started = WallInstant::now();
     let (pools, mut left_out) = usable_pools(deps).await;
     let types_by_pool: HashMap<String, Vec<Arc<InstanceType>>> = pools
         .iter()
@@ -206,7 +259,7 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64, tasks: Tasks) -> RunRe
     let (built, plan, (build_micros, solve_micros)) = match outcome_of_solve {
         Ok(Ok(done)) => done,
         Ok(Err(error)) => {
-            tracing::error!(%error, run, "the scheduling solve failed");
+            tracing::error!(error = logs::err(&error), "the scheduling solve failed");
             return RunReport::failed(
                 run,
                 decided_at,
@@ -216,7 +269,7 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64, tasks: Tasks) -> RunRe
         }
         Err(_) => {
             deps.metrics.clear_queue_depth(run);
-            tracing::error!(run, timeout = ?SOLVE_TIMEOUT, "the scheduling solve timed out; the next batch tries again");
+            tracing::error!(timeout = %logs::GoDuration(SOLVE_TIMEOUT), "scheduling timed out");
             return RunReport::failed(
                 run,
                 decided_at,
@@ -226,6 +279,7 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64, tasks: Tasks) -> RunRe
         }
     };
     left_out.extend(built.skipped_pools.iter().cloned());
+    log_decision(&built, &plan, run_started.elapsed());
     let mut outcome = Outcome::new(run);
     outcome.summary.build_micros = build_micros;
     outcome.summary.solve_micros = solve_micros;
@@ -238,9 +292,7 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64, tasks: Tasks) -> RunRe
         .set_unschedulable(outcome.summary.unschedulable + outcome.summary.node_claims_not_created);
     deps.metrics.set_ignored(outcome.summary.ignored);
     outcome.publish(deps, tasks);
-    if outcome.summary.node_claims_created > 0 || outcome.summary.unschedulable > 0 {
-        tracing::info!(summary = ?outcome.summary, "provisioning run");
-    }
+    tracing::debug!(summary = ?outcome.summary, "provisioning run");
     RunReport {
         summary: outcome.summary,
         decided_at,
@@ -277,7 +329,7 @@ impl Outcome {
         self.summary.pods = built.pods.len();
         self.summary.ignored = built.ignored.len();
         for (pod, reason) in &built.ignored {
-            tracing::debug!(pod = %pod.key, %reason, "ignoring pod");
+            tracing::debug!(Pod = %pod.key, "ignoring pod, {reason}");
             self.decide(
                 pod,
                 Decision::Ignored {
@@ -415,7 +467,7 @@ impl Outcome {
             let (index, result) = match joined {
                 Ok(done) => done,
                 Err(error) => {
-                    tracing::error!(%error, "a nodeclaim create task failed");
+                    tracing::error!(error = logs::err(&error), "a nodeclaim create task failed");
                     continue;
                 }
             };
@@ -428,7 +480,11 @@ impl Outcome {
                     self.provisioned(deps, built, claim, &name, &types);
                 }
                 Err(error) => {
-                    tracing::warn!(nodepool = %claim.node_pool, %error, "creating a nodeclaim failed; the next batch tries again");
+                    tracing::error!(
+                        NodePool = %claim.node_pool,
+                        error = logs::err(&error),
+                        "failed creating nodeclaim"
+                    );
                     self.not_launched(
                         built,
                         claim,
@@ -467,7 +523,14 @@ impl Outcome {
             .take(LISTED_INSTANCE_TYPES)
             .map(|t| t.name.clone())
             .collect();
-        tracing::info!(nodeclaim = name, nodepool = %claim.node_pool, requests = %claim.requests, instance_types = ?listed, pods = claim.pods.len(), "created nodeclaim");
+        let names: Vec<&str> = types.iter().map(|t| t.name.as_str()).collect();
+        tracing::info!(
+            NodePool = %claim.node_pool,
+            NodeClaim = name,
+            requests = %claim.requests,
+            "instance-types" = %logs::Truncated { items: &names, max: LISTED_INSTANCE_TYPES },
+            "created nodeclaim"
+        );
         for pod in claim.pods.iter().filter_map(|i| built.pods.get(*i)) {
             self.summary.provisioned += 1;
             self.events
@@ -524,7 +587,11 @@ impl Outcome {
         tasks.spawn(async move {
             for event in admitted {
                 if let Err(error) = cluster.publish_event(&event).await {
-                    tracing::debug!(%error, reason = %event.reason, "publishing an event failed");
+                    tracing::debug!(
+                        reason = %event.reason,
+                        error = logs::err(&error),
+                        "failed publishing event"
+                    );
                 }
             }
         });
@@ -597,8 +664,11 @@ pub(crate) async fn create_planned(
                 reason: error.to_string(),
             },
         };
-        let requirements = match admission {
-            Admission::Admit { requirements, .. } => requirements,
+        let (requirements, instance_types) = match admission {
+            Admission::Admit {
+                requirements,
+                instance_types,
+            } => (requirements, instance_types),
             Admission::Refuse { reason } => {
                 let error = CreateError::Refused {
                     nodepool: claim.node_pool.clone(),
@@ -627,7 +697,14 @@ pub(crate) async fn create_planned(
                     .unwrap_or_default();
                 deps.metrics
                     .count_created_for(reason, &claim.node_pool, &capacity_type);
-                tracing::info!(nodeclaim = %name, nodepool = %claim.node_pool, requests = %claim.requests, reason, "created nodeclaim");
+                let names: Vec<&str> = instance_types.iter().map(|t| t.name.as_str()).collect();
+                tracing::info!(
+                    NodePool = %claim.node_pool,
+                    NodeClaim = %name,
+                    requests = %claim.requests,
+                    "instance-types" = %logs::Truncated { items: &names, max: LISTED_INSTANCE_TYPES },
+                    "created nodeclaim"
+                );
                 created.push(name);
             }
             Err(source) => {

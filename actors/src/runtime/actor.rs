@@ -20,6 +20,44 @@ pub trait Mail: Send + 'static {
     type Reply: Send + 'static;
     /// Bounded label: the message type's name.
     const NAME: &'static str;
+    /// Karpenter's controller name for this message's work when it differs from the actor's
+    /// [`Supervised::CONTROLLER`] (one actor doing the work of two of Karpenter's controllers,
+    /// like the garbage collector): the `controller` of its log lines.
+    const CONTROLLER: Option<&'static str> = None;
+}
+
+/// How an actor's log lines name it: Karpenter's controller name for the family and, for a
+/// per-object family, the group and kind it reconciles (controller-runtime's `For(T)`), which
+/// give the `controllerGroup`, `controllerKind` and object-reference fields of every line its
+/// handlers log (see [`crate::logs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControllerId {
+    /// `controller`, e.g. `nodeclaim.lifecycle`.
+    pub name: &'static str,
+    /// `controllerGroup`, e.g. `karpenter.sh`; `""` for core kinds (and singletons).
+    pub group: &'static str,
+    /// `controllerKind`, e.g. `NodeClaim`; `""` for a singleton.
+    pub kind: &'static str,
+}
+
+impl ControllerId {
+    /// A controller with no object kind: lines carry `controller`, an empty `namespace` and
+    /// `name`, and `reconcileID`.
+    #[must_use]
+    pub const fn singleton(name: &'static str) -> Self {
+        Self {
+            name,
+            group: "",
+            kind: "",
+        }
+    }
+
+    /// A controller of one kind: lines also carry `controllerGroup`, `controllerKind` and the
+    /// object (`"NodeClaim":{"name":…}`), with the actor's key as `name`.
+    #[must_use]
+    pub const fn of_kind(name: &'static str, group: &'static str, kind: &'static str) -> Self {
+        Self { name, group, kind }
+    }
 }
 
 /// When a supervisor restarts a child that stopped (OTP's child restart types).
@@ -53,6 +91,8 @@ pub trait Supervised: Sized + 'static {
     const MAILBOX_CAPACITY: usize;
     /// Whether a stopped instance is restarted.
     const RESTART: RestartPolicy = RestartPolicy::Permanent;
+    /// The controller its log lines name (default: a singleton named after [`Self::KIND`]).
+    const CONTROLLER: ControllerId = ControllerId::singleton(Self::KIND);
     /// What [`Self::build`] needs: shared handles and ports, built once at startup.
     type Deps: Send + Sync + 'static;
 

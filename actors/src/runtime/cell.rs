@@ -31,6 +31,7 @@ use actix::{
     WrapFuture as _,
 };
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use super::actor::{ActorCtx, Handles, Mail, Supervised};
 use super::address::{ActorRef, Failure, ReplyTo, Req, Wake};
@@ -254,19 +255,26 @@ impl<A: Supervised> Cell<A> {
             return;
         };
         let started = Instant::now();
-        let future: Work<A, M::Reply> = Box::pin(async move {
-            if let Err(error) = inject::<A>(fault, M::NAME).await {
-                return (instance, Err(error));
+        // The handler runs in its reconcile's log context (controller, object, reconcileID),
+        // and so does the reporting of how it ended.
+        let span = crate::logs::reconcile_span(&A::CONTROLLER, M::CONTROLLER, &self.record.key);
+        let future: Work<A, M::Reply> = Box::pin(
+            async move {
+                if let Err(error) = inject::<A>(fault, M::NAME).await {
+                    return (instance, Err(error));
+                }
+                let Instance { actor, ctx } = &mut *instance;
+                let result = actor.handle(message, ctx).await;
+                (instance, result)
             }
-            let Instance { actor, ctx } = &mut *instance;
-            let result = actor.handle(message, ctx).await;
-            (instance, result)
-        });
+            .instrument(span.clone()),
+        );
         self.drive(
             future,
             ctx,
             Phase::Busy,
             move |cell: &mut Self, outcome, ctx: &mut Context<Self>| {
+                let _entered = span.enter();
                 cell.complete::<M>(outcome, reply, started, ctx);
             },
         );
@@ -431,15 +439,27 @@ impl<A: Supervised> Cell<A> {
             .and_then(|plan| plan.decide(A::KIND, &self.record.key, STARTED_HOOK))
             // Dropping `started` has no meaning; the hook runs.
             .filter(|action| *action != FaultAction::Drop);
-        let future: Work<A, ()> = Box::pin(async move {
-            if let Err(error) = inject::<A>(fault, STARTED_HOOK).await {
-                return (instance, Err(error));
+        let span = crate::logs::reconcile_span(&A::CONTROLLER, None, &self.record.key);
+        let future: Work<A, ()> = Box::pin(
+            async move {
+                if let Err(error) = inject::<A>(fault, STARTED_HOOK).await {
+                    return (instance, Err(error));
+                }
+                let Instance { actor, ctx } = &mut *instance;
+                let result = actor.started(ctx).await;
+                (instance, result)
             }
-            let Instance { actor, ctx } = &mut *instance;
-            let result = actor.started(ctx).await;
-            (instance, result)
-        });
-        self.drive(future, ctx, Phase::Starting, Self::finish_boot);
+            .instrument(span.clone()),
+        );
+        self.drive(
+            future,
+            ctx,
+            Phase::Starting,
+            move |cell: &mut Self, outcome, ctx: &mut Context<Self>| {
+                let _entered = span.enter();
+                cell.finish_boot(outcome, ctx);
+            },
+        );
     }
 
     fn finish_boot(&mut self, outcome: Outcome<A, ()>, ctx: &mut Context<Self>) {
@@ -484,7 +504,18 @@ impl<A: Supervised> Cell<A> {
 
     /// The instance is gone abnormally: report to the group and wait for its decision.
     fn fail(&mut self, ctx: &mut Context<Self>, reason: StopReason) {
-        tracing::warn!(kind = A::KIND, key = %self.record.key, %reason, "actor failed");
+        // controller-runtime's lines for a failed reconcile: a panic is reported as observed
+        // and then as the reconcile's error; a handler's own error was logged where it arose.
+        match &reason {
+            StopReason::Panicked { panic, .. } => {
+                tracing::error!(panic = %panic, "Observed a panic");
+                tracing::error!(error = %format_args!("panic: {panic} [recovered]"), "Reconciler error");
+            }
+            StopReason::StartFailed { error } => {
+                tracing::error!(error = %error, "Reconciler error");
+            }
+            _ => tracing::debug!(kind = A::KIND, %reason, "actor failed"),
+        }
         self.instance = None;
         self.suspend(ctx);
         self.parent.report(reason);
@@ -577,7 +608,12 @@ async fn inject<A: Supervised>(
                 A::KIND
             )))
         }
-        Some(FaultAction::Error) => Err(ActorError::injected(A::KIND, message)),
+        Some(FaultAction::Error) => {
+            let error = ActorError::injected(A::KIND, message);
+            // Logged as any handler's returned error is (it runs in the reconcile's span).
+            tracing::error!(error = crate::logs::err(&error), "Reconciler error");
+            Err(error)
+        }
         Some(FaultAction::Drop) | None => Ok(()),
     }
 }

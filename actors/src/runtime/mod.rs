@@ -277,7 +277,7 @@ mod reconciler;
 mod registry;
 mod task;
 
-pub use actor::{ActorCtx, Handles, Mail, RestartPolicy, Supervised};
+pub use actor::{ActorCtx, ControllerId, Handles, Mail, RestartPolicy, Supervised};
 pub use address::ActorRef;
 pub use error::{ActorError, INJECTED_CATEGORY, Overflow, SendError, SpawnError, StopReason};
 pub use family::Family;

@@ -303,7 +303,7 @@ pub async fn reconcile_object<R: Reconciler>(
         return Ok(());
     }
     let Some(object) = actor.fetch(ctx.key()) else {
-        tracing::debug!(kind = R::KIND, key = %ctx.key(), ?cause, "the object is gone; stopping");
+        tracing::debug!(?cause, "the object is gone; stopping");
         ctx.set_state("gone");
         ctx.stop();
         return Ok(());
@@ -319,9 +319,10 @@ pub async fn reconcile_object<R: Reconciler>(
             let delay = R::POLICY.backoff.delay(state.failures);
             state.failures = state.failures.saturating_add(1);
             ctx.schedule_requeue(delay);
-            let error = ActorError::from_error(error.category(), &error);
-            tracing::warn!(kind = R::KIND, key = %ctx.key(), error = %error, retry_in = ?delay, "reconcile failed");
-            Err(error)
+            // controller-runtime's line for every failed reconcile, with the error's structured
+            // fields; the retry is the kit's backoff.
+            tracing::error!(error = crate::logs::err(&error), "Reconciler error");
+            Err(ActorError::from_error(error.category(), &error))
         }
     }
 }

@@ -10,6 +10,8 @@
 
 use std::future::Future;
 
+use tracing::Instrument as _;
+
 /// Why a blocking closure gave no result.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -40,7 +42,9 @@ impl Tasks {
 
     /// Runs `task` beside the actor, on its thread (no `Send` needed).
     pub fn spawn(self, task: impl Future<Output = ()> + 'static) {
-        actix::spawn(task);
+        // The task keeps the log context (controller, reconcileID) of the handler spawning it,
+        // as a goroutine keeps its `ctx` in Karpenter.
+        actix::spawn(task.in_current_span());
     }
 
     /// Runs `work` on the blocking pool and waits for its result; a panic in `work` is an

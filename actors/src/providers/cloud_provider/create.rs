@@ -330,9 +330,9 @@ impl AwsCloudProvider {
         };
         ready_to_launch(&nodeclass, class_name)?;
         let (requirements, requests, all, candidates) =
-            self.candidates(&nodeclass, nodeclaim, &name)?;
+            self.candidates(&nodeclass, nodeclaim)?;
         let tags = nodeclaim_tags(&nodeclass, nodeclaim, &self.cluster_name).map_err(|error| {
-            tracing::warn!(nodeclaim = %name, ec2nodeclass = %class_name, %error, "cannot launch");
+            tracing::debug!(error = crate::logs::err(&error), "failed building tags");
             CloudProviderError::NodeClassNotReady {
                 nodeclass: class_name.clone(),
             }
@@ -453,7 +453,6 @@ impl AwsCloudProvider {
         &self,
         nodeclass: &EC2NodeClass,
         nodeclaim: &NodeClaim,
-        name: &str,
     ) -> Result<(Requirements, Resources, InstanceTypes, LaunchCandidates), CloudProviderError>
     {
         let resolution_failed = |message: String| {
@@ -478,7 +477,10 @@ impl AwsCloudProvider {
             )
         })?;
         if !candidates.rejected.is_empty() {
-            tracing::debug!(nodeclaim = %name, instance_types = ?candidates.rejected, "filtered out instance types from launch");
+            tracing::debug!(
+                "instance-types" = %candidates.rejected.join(", "),
+                "filtered out instance types from launch"
+            );
         }
         Ok((requirements, requests, all, candidates))
     }
@@ -530,7 +532,7 @@ impl AwsCloudProvider {
             })
             .await
             .map_err(|e| Attempt::Failed(template_error(&e)))?;
-        self.warn_on_demand_fallback(launch);
+        Self::check_on_demand_fallback(launch);
         let subnet_ids: BTreeMap<String, String> = zonal
             .iter()
             .map(|(zone, subnet)| (zone.clone(), subnet.id.clone()))
@@ -585,7 +587,7 @@ impl AwsCloudProvider {
     }
 
     /// Karpenter's `checkODFallback` warning.
-    fn warn_on_demand_fallback(&self, launch: &Launch<'_>) {
+    fn check_on_demand_fallback(launch: &Launch<'_>) {
         let spot_allowed = launch
             .requirements
             .get(labels::CAPACITY_TYPE)
@@ -594,11 +596,14 @@ impl AwsCloudProvider {
             && spot_allowed
             && launch.instance_types.len() < INSTANCE_TYPE_FLEXIBILITY_THRESHOLD
         {
-            tracing::warn!(
-                nodeclaim = %launch.name,
-                cluster = %self.cluster_name,
-                instance_types = launch.instance_types.len(),
-                "at least {INSTANCE_TYPE_FLEXIBILITY_THRESHOLD} instance types are recommended when flexible to spot but requesting on-demand"
+            tracing::error!(
+                error = %format_args!(
+                    "at least {INSTANCE_TYPE_FLEXIBILITY_THRESHOLD} instance types are recommended \
+                     when flexible to spot but requesting on-demand, the current provisioning \
+                     request only has {} instance type options",
+                    launch.instance_types.len()
+                ),
+                "failed while checking on-demand fallback"
             );
         }
     }

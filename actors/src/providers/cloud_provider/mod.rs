@@ -181,7 +181,10 @@ impl AwsProviders {
             .await
             .map_err(RefreshError::InstanceTypes)?;
         if let Err(error) = self.pricing.update_on_demand_prices().await {
-            tracing::warn!(%error, category = error.category(), "keeping the previous on-demand prices");
+            tracing::error!(
+                error = crate::logs::err(&error),
+                "failed updating on-demand pricing; keeping the previous prices"
+            );
         }
         self.pricing.update_spot_prices().await?;
         Ok(())
