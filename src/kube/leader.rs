@@ -479,4 +479,3 @@ enum TryError {
     #[error("no answer within {0:?}")]
     TimedOut(Duration),
 }
-

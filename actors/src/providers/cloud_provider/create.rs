@@ -329,8 +329,7 @@ impl AwsCloudProvider {
             });
         };
         ready_to_launch(&nodeclass, class_name)?;
-        let (requirements, requests, all, candidates) =
-            self.candidates(&nodeclass, nodeclaim)?;
+        let (requirements, requests, all, candidates) = self.candidates(&nodeclass, nodeclaim)?;
         let tags = nodeclaim_tags(&nodeclass, nodeclaim, &self.cluster_name).map_err(|error| {
             tracing::debug!(error = crate::logs::err(&error), "failed building tags");
             CloudProviderError::NodeClassNotReady {
