@@ -385,39 +385,13 @@ pub fn metrics_handler(registries: MetricsRegistries) -> Handler {
     })
 }
 
-/// What `/debug/actors` shows instead of the innermost cause of an actor's last error.
-pub const WITHHELD_CAUSE: &str = "[cause withheld: see the controller's logs]";
-
-/// An actor's last error as `/debug/actors` shows it: our own context (the outermost link of
-/// the error chain, `context: cause: cause`) with its causes withheld. A service's own text
-/// sits in the causes (an AWS error has no source, so it ends its chain; the SDK's messages can
-/// carry account ids, ARNs and policy text, and may contain `: ` themselves, so where our inner
-/// links end cannot be told from the text), and belongs in the logs, with its structured
-/// fields, not on an HTTP endpoint. An error of one link is ours alone (an AWS error is always
-/// wrapped in our context before it reaches an actor's result).
-///
-/// Done here, where the error is rendered, because the registry keeps last errors as text; the
-/// runtime is left as it is.
-#[must_use]
-pub fn redact_last_error(text: &str) -> String {
-    match text.split_once(": ") {
-        Some((context, _cause)) => format!("{context}: {WITHHELD_CAUSE}"),
-        None => text.to_owned(),
-    }
-}
-
-/// `/debug/actors`: the kit's registry snapshot as JSON, last errors redacted
-/// ([`redact_last_error`]).
+/// `/debug/actors`: the kit's registry snapshot as JSON. Last errors are the kit's public
+/// renderings: our context and an AWS error's structured fields, never the service's own text
+/// (`karpenter_actors::logs::public_text`; the logs keep it).
 #[must_use]
 pub fn actors_handler(kit: ActorKit) -> Handler {
     handler(move |_| {
-        let mut snapshot = kit.snapshot();
-        for actor in &mut snapshot.actors {
-            if let Some(error) = actor.last_error.as_mut() {
-                *error = redact_last_error(error);
-            }
-        }
-        let reply = Reply::json(&snapshot);
+        let reply = Reply::json(&kit.snapshot());
         async move { reply }
     })
 }
@@ -750,21 +724,6 @@ mod tests {
             "/ok",
             handler(|_| async { Reply::text(StatusCode::OK, "ok\n") }),
         )
-    }
-
-    #[test]
-    fn a_last_error_keeps_our_context_and_withholds_the_service_text() {
-        assert_eq!(
-            redact_last_error(
-                "launching nodeclaim default-x: creating fleet: You are not authorized to perform \
-                 this operation. Encoded authorization failure message: AbCd"
-            ),
-            format!("launching nodeclaim default-x: {WITHHELD_CAUSE}")
-        );
-        assert_eq!(
-            redact_last_error("the root supervisor gave up"),
-            "the root supervisor gave up"
-        );
     }
 
     #[tokio::test]

@@ -127,6 +127,29 @@ impl Handles<Fail> for Counter {
     }
 }
 
+/// Fails with an AWS error, as a handler whose EC2 call was refused does.
+struct FailOnAws;
+impl Mail for FailOnAws {
+    type Reply = ();
+    const NAME: &'static str = "FailOnAws";
+}
+impl Handles<FailOnAws> for Counter {
+    async fn handle(&mut self, _: FailOnAws, _: &mut ActorCtx<Self>) -> Result<(), ActorError> {
+        let aws = karpenter_actors::ports::aws_error::AwsError::new(
+            karpenter_actors::ports::aws_error::AwsService::Ec2,
+            "CreateFleet",
+            Some("UnauthorizedOperation"),
+            "You are not authorized. Encoded authorization failure message: AbCd",
+        )
+        .with_status(403);
+        Err(ActorError::with_context(
+            "unauthorized",
+            "launching nodeclaim default-x",
+            &aws,
+        ))
+    }
+}
+
 struct StopSelf;
 impl Mail for StopSelf {
     type Reply = ();
@@ -317,6 +340,35 @@ async fn a_recoverable_error_keeps_the_state() {
     assert_eq!(
         actor.last_error.as_deref(),
         Some("test_failure: asked to fail")
+    );
+}
+
+#[actix::test]
+async fn an_actors_last_error_shows_an_aws_errors_fields_but_not_the_services_text() {
+    tokio::time::pause();
+    let (kit, _) = kit();
+    let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    let error = counter.request(FailOnAws, TIMEOUT).await.unwrap_err();
+    // The caller (and the logs) get the whole text.
+    assert!(error.to_string().contains("AbCd"), "{error}");
+    let snapshot = kit.snapshot();
+    let last = snapshot
+        .actor("Counter", "c")
+        .unwrap()
+        .last_error
+        .clone()
+        .unwrap();
+    assert!(!last.contains("not authorized") && !last.contains("AbCd"), "{last}");
+    assert!(
+        last.starts_with("unauthorized: launching nodeclaim default-x: "),
+        "{last}"
+    );
+    assert!(
+        last.contains("aws-error-code=UnauthorizedOperation")
+            && last.contains("aws-operation-name=CreateFleet")
+            && last.contains("aws-status-code=403"),
+        "{last}"
     );
 }
 

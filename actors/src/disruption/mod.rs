@@ -426,11 +426,21 @@ async fn pools_with_types(deps: &DisruptionDeps) -> (Vec<UsablePool>, Vec<Arc<No
             }),
             Ok(_) => without.push(nodepool),
             Err(error) => {
-                tracing::error!(
-                    error = logs::err(&error),
-                    "failed listing instance types for {}",
-                    nodepool.metadata.name.as_deref().unwrap_or_default()
-                );
+                let name = nodepool.metadata.name.as_deref().unwrap_or_default();
+                // Karpenter logs this at ERROR every round: the pool's nodes cannot be
+                // disrupted. A pool without NodeClaims loses nothing by it (its class is being
+                // resolved, say, right after startup), so that case is said at debug.
+                if deps.deps.view.nodeclaims_of_nodepool(name).is_empty() {
+                    tracing::debug!(
+                        error = logs::err(&error),
+                        "failed listing instance types for {name}"
+                    );
+                } else {
+                    tracing::error!(
+                        error = logs::err(&error),
+                        "failed listing instance types for {name}"
+                    );
+                }
                 without.push(nodepool);
             }
         }

@@ -178,9 +178,10 @@ impl InterruptionActor {
                         error = logs::err(&e),
                         "failed to create valid sqs provider"
                     );
-                    ActorError::new(
+                    ActorError::with_context(
                         e.category(),
-                        format!("resolving interruption queue {}: {e}", self.deps.queue),
+                        &format!("resolving interruption queue {}", self.deps.queue),
+                        &e,
                     )
                 })?;
             self.queue_url = Some(url.clone());
@@ -194,7 +195,7 @@ impl InterruptionActor {
             .await
             .map_err(|e| {
                 tracing::error!(error = logs::err(&e), "Reconciler error");
-                ActorError::new(e.category(), format!("receiving from {queue_url}: {e}"))
+                ActorError::with_context(e.category(), &format!("receiving from {queue_url}"), &e)
             })?;
         if messages.is_empty() {
             return Ok(());

@@ -53,7 +53,7 @@ use tracing_subscriber::filter::Targets;
 use crate::runtime::ControllerId;
 
 pub use layer::{KarpenterJson, WallClock};
-pub use render::format_time;
+pub use render::{WITHHELD_AWS_MESSAGE, format_time, public_text};
 pub use sample::{SAMPLE_FIRST, SAMPLE_THEREAFTER, SAMPLE_TICK, Sampler};
 pub use sink::{LogLine, MemorySink, Sink, SinkError};
 

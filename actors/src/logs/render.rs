@@ -319,6 +319,30 @@ fn quoted(text: &str) -> String {
     out
 }
 
+/// What an AWS message in a public rendering is replaced by.
+pub const WITHHELD_AWS_MESSAGE: &str = "<AWS message withheld>";
+
+/// The text of an error's chain for readers outside the process (`/debug/actors`): the same
+/// chain as `error` in a log line, with its `(aws-…=…)` structured fields, but every AWS
+/// service message in it replaced by [`WITHHELD_AWS_MESSAGE`] (a service's text may name
+/// resources, policies or encoded authorization details; logs keep it, as Karpenter's do).
+#[must_use]
+pub fn public_text(error: &(dyn Error + 'static)) -> String {
+    let mut parts = ErrorParts::default();
+    parts.record(error);
+    let mut text = parts.text;
+    let mut current = Some(error);
+    while let Some(link) = current {
+        if let Some(aws) = aws_error_in(link)
+            && !aws.message.is_empty()
+        {
+            text = text.replace(aws.message.as_str(), WITHHELD_AWS_MESSAGE);
+        }
+        current = link.source();
+    }
+    text
+}
+
 /// The AWS error an error is or carries without exposing it as its source: `#[error(transparent)]`
 /// wrappers forward `source()` past themselves, and some errors format it into their message.
 fn aws_error_in<'a>(error: &'a (dyn Error + 'static)) -> Option<&'a AwsError> {

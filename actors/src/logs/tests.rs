@@ -331,6 +331,44 @@ fn a_source_already_in_the_message_is_not_repeated() {
 }
 
 #[test]
+fn the_public_text_withholds_the_aws_message_and_keeps_the_context_and_fields() {
+    let aws = AwsError::new(
+        AwsService::Ec2,
+        "CreateFleet",
+        Some("UnauthorizedOperation"),
+        "You are not authorized. Encoded authorization failure message: AbCd",
+    )
+    .with_status(403)
+    .with_request_id("7f3c-req");
+    // As a source, and formatted into an outer message: withheld both ways.
+    for error in [
+        &Launch(CloudProviderError::Aws(aws.clone())) as &(dyn std::error::Error + 'static),
+        &Inline { source: aws },
+    ] {
+        let text = public_text(error);
+        assert!(!text.contains("not authorized"), "{text}");
+        assert!(!text.contains("AbCd"), "{text}");
+        assert!(text.contains(WITHHELD_AWS_MESSAGE), "{text}");
+        assert!(
+            text.ends_with(
+                "(aws-error-code=UnauthorizedOperation, aws-operation-name=CreateFleet, \
+                 aws-request-id=7f3c-req, aws-service-name=EC2, aws-status-code=403)"
+            ),
+            "{text}"
+        );
+    }
+    assert!(
+        public_text(&Launch(CloudProviderError::Aws(AwsError::new(
+            AwsService::Ec2,
+            "CreateFleet",
+            None,
+            "x"
+        ))))
+        .starts_with("creating instance: ")
+    );
+}
+
+#[test]
 fn an_aws_error_without_a_response_has_only_service_and_operation() {
     let aws = AwsError::new(
         AwsService::Sqs,

@@ -337,7 +337,7 @@ impl<A: Supervised> Cell<A> {
                 }
             }
             Outcome::Done(mut instance, Err(error)) => {
-                let text = format!("{}: {error}", error.category());
+                let text = error.public_text();
                 self.record.record_handled(
                     M::NAME,
                     lookup,
@@ -407,7 +407,7 @@ impl<A: Supervised> Cell<A> {
         let actor = match built {
             Ok(Ok(actor)) => actor,
             Ok(Err(error)) => {
-                let text = format!("{}: {error}", error.category());
+                let text = error.public_text();
                 self.lifecycle_failure(BUILD_HOOK, HandlerFailure::Error(&text));
                 self.fail(ctx, StopReason::StartFailed { error: text });
                 return;
@@ -476,7 +476,7 @@ impl<A: Supervised> Cell<A> {
                 }
             }
             Outcome::Done(_, Err(error)) => {
-                let text = format!("{}: {error}", error.category());
+                let text = error.public_text();
                 self.lifecycle_failure(STARTED_HOOK, HandlerFailure::Error(&text));
                 self.fail(ctx, StopReason::StartFailed { error: text });
             }

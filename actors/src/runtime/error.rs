@@ -23,6 +23,9 @@ pub const INJECTED_CATEGORY: &str = "injected";
 pub struct ActorError {
     category: &'static str,
     message: String,
+    /// The message as `/debug/actors` shows it, when it differs: without the text of an AWS
+    /// error in its chain (see [`crate::logs::public_text`]).
+    public: Option<String>,
     fatal: bool,
 }
 
@@ -33,6 +36,7 @@ impl ActorError {
         Self {
             category,
             message: message.into(),
+            public: None,
             fatal: false,
         }
     }
@@ -43,6 +47,7 @@ impl ActorError {
         Self {
             category,
             message: message.into(),
+            public: None,
             fatal: true,
         }
     }
@@ -50,7 +55,26 @@ impl ActorError {
     /// A recoverable error from any error type, its message including the source chain.
     #[must_use]
     pub fn from_error(category: &'static str, error: &(dyn std::error::Error + 'static)) -> Self {
-        Self::new(category, karpenter_core::errors::chain(error))
+        Self {
+            public: Some(crate::logs::public_text(error)),
+            ..Self::new(category, karpenter_core::errors::chain(error))
+        }
+    }
+
+    /// [`Self::from_error`] with our own context before the error's chain (`context: chain`).
+    #[must_use]
+    pub fn with_context(
+        category: &'static str,
+        context: &str,
+        error: &(dyn std::error::Error + 'static),
+    ) -> Self {
+        Self {
+            public: Some(format!("{context}: {}", crate::logs::public_text(error))),
+            ..Self::new(
+                category,
+                format!("{context}: {}", karpenter_core::errors::chain(error)),
+            )
+        }
     }
 
     /// The same error, made fatal.
@@ -76,6 +100,18 @@ impl ActorError {
     #[must_use]
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// The message as readers outside the process see it (`/debug/actors`): AWS service text
+    /// withheld, its structured fields kept.
+    #[must_use]
+    pub fn public_message(&self) -> &str {
+        self.public.as_deref().unwrap_or(&self.message)
+    }
+
+    /// `category: public message`, what the registry keeps as the actor's last error.
+    pub(crate) fn public_text(&self) -> String {
+        format!("{}: {}", self.category, self.public_message())
     }
 
     pub(crate) fn injected(kind: &str, message: &str) -> Self {
