@@ -1,9 +1,13 @@
 # syntax=docker/dockerfile:1
 # The controller image: a release build of `karpenter` on a distroless, non-root runtime.
-#   docker build -t karpenter:dev .
+#   docker build --build-arg KARPENTER_COMMIT=$(git rev-parse --short=7 HEAD) -t karpenter:dev .
 # Built without default features: no `simulate` command, and no tokio test-util in the binary.
 
 FROM rust:1.95-bookworm AS build
+# The context has no .git (.dockerignore): the commit of the log lines' `commit` field comes in
+# as a build argument; without it the daemon says `Unable to read vcs.revision from binary`.
+ARG KARPENTER_COMMIT=""
+ENV KARPENTER_COMMIT=${KARPENTER_COMMIT}
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

@@ -359,7 +359,10 @@ async fn an_actors_last_error_shows_an_aws_errors_fields_but_not_the_services_te
         .last_error
         .clone()
         .unwrap();
-    assert!(!last.contains("not authorized") && !last.contains("AbCd"), "{last}");
+    assert!(
+        !last.contains("not authorized") && !last.contains("AbCd"),
+        "{last}"
+    );
     assert!(
         last.starts_with("unauthorized: launching nodeclaim default-x: "),
         "{last}"

@@ -105,7 +105,8 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        // KARPENTER_KEEP_PROCESS_LOGS=1 keeps them after a pass too (to read the daemon's logs).
+        if std::thread::panicking() || std::env::var_os("KARPENTER_KEEP_PROCESS_LOGS").is_some() {
             eprintln!("process test files kept in {}", self.0.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.0);
