@@ -157,10 +157,14 @@ pub struct CostReport {
     pub peak_per_hour: f64,
     /// $ spent over the run (instances billed from launch to termination).
     pub total: f64,
-    /// The cheapest $/h any placement of the pods requested at the end could cost, each pod
-    /// priced over the instance types and offerings it may run on
-    /// (`domain::scheduling::cost_lower_bound`); `None` when instance types were unavailable.
+    /// The cheapest $/h any placement of the pods requested at the end could cost, over the
+    /// instance types and offerings each pod may run on: whole nodes for each group of
+    /// identical pods with its zone spread, or each pod at its cheapest unit price, whichever
+    /// is higher (`domain::scheduling::cost_lower_bound`); `None` when instance types were
+    /// unavailable.
     pub lower_bound_per_hour_at_end: Option<f64>,
+    /// `perHourAtEnd / lowerBoundPerHourAtEnd` (1.0 is perfect).
+    pub ratio_at_end: Option<f64>,
     /// Pods at the end that no NodePool offers a compatible instance type for, left out of
     /// the bound.
     pub lower_bound_unpriced_pods: usize,
@@ -392,6 +396,10 @@ impl Recorder {
             peak_per_hour: round(self.peak_per_hour, 4),
             total: round(self.cost_total, 4),
             lower_bound_per_hour_at_end: self.last_lower_bound.map(|(_, b)| round(b, 4)),
+            ratio_at_end: self
+                .last_lower_bound
+                .filter(|(_, b)| *b > 0.0)
+                .map(|(_, b)| round(per_hour_at_end / b, 3)),
             lower_bound_unpriced_pods: self.last_unpriced_pods,
             lower_bound_total,
             ratio: lower_bound_total
@@ -589,9 +597,11 @@ impl Report {
         let _ = writeln!(out, "COST");
         let _ = writeln!(
             out,
-            "  per hour at end {} (lower bound {})  peak {}/h",
+            "  per hour at end {} (lower bound {}{})  peak {}/h",
             money(cost.per_hour_at_end),
             bound(cost.lower_bound_per_hour_at_end),
+            cost.ratio_at_end
+                .map_or_else(String::new, |ratio| format!(", {ratio:.2}x")),
             money(cost.peak_per_hour)
         );
         let _ = writeln!(
@@ -608,8 +618,9 @@ impl Report {
         };
         let _ = writeln!(
             out,
-            "  lower bound: each pod priced at the cheapest unit price among the instance types \
-             and offerings it may run on{left_out}\n"
+            "  lower bound: the cheapest whole nodes for each group of identical pods (its zone \
+             spread kept), or each pod at its cheapest unit price if higher, over the instance \
+             types and offerings the pods may run on{left_out}\n"
         );
     }
 

@@ -2,8 +2,16 @@
 //! and offerings each pod may run on. The simulation (`karpenter simulate`) judges its cost by
 //! it on every progress tick, so pods with identical constraints are priced once per group.
 //!
+//! Two bounds are computed and the higher one is the answer: a fractional one over all pods
+//! (each pod at the cheapest price per allocatable unit it may run on) and, per group of
+//! identical pods, the price of the cheapest whole nodes for the group alone with its zone
+//! spread kept ([`whole_nodes`]). For a single group with nothing else in its way the second
+//! is exactly the best plan's price, so a plan can reach the bound.
+//!
 //! [`cost_report`](super::cost_report) keeps the scheduler's own, looser bound (every instance
 //! type of every pool) for the benches' cost ratio.
+
+mod whole_nodes;
 
 use std::collections::BTreeMap;
 
@@ -11,19 +19,26 @@ use rustc_hash::FxHashMap;
 
 use crate::apis::labels;
 use crate::apis::taints::TaintEffect;
+use crate::domain::instance_type::Offering;
 use crate::domain::requirements::{AllowUndefined, Requirements};
-use crate::domain::resources::{Resources, approx_f64};
+use crate::domain::resources::{PODS, Resources, approx_f64};
 
 use super::input::NodePoolInput;
-use super::pod::{PodShape, SchedulingPod, Toleration, first_untolerated};
+use super::pod::{PodShape, SchedulingPod, SpreadConstraint, Toleration, first_untolerated};
 use super::topology::without_hostname;
+use whole_nodes::Slot;
 
 /// What [`cost_lower_bound`] found.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CostLowerBound {
-    /// $/h that no placement of the priced pods can beat.
+    /// $/h that no placement of the priced pods can beat: the higher of the two below.
     pub per_hour: f64,
-    /// The resource whose priced requests give the bound; `None` when no pod was priced.
+    /// Each pod at its cheapest price per allocatable unit, for the dominating resource.
+    pub fractional_per_hour: f64,
+    /// The group of identical pods whose cheapest whole nodes (zone spread kept) cost most.
+    pub whole_nodes_per_hour: f64,
+    /// The resource whose priced requests give the fractional bound; `None` when no pod was
+    /// priced.
     pub resource: Option<String>,
     /// Pods with at least one compatible (instance type, offering).
     pub priced_pods: usize,
@@ -39,18 +54,26 @@ pub struct CostLowerBound {
 /// whose taints it tolerates, where the pool's requirements (hostname aside, as the scheduler
 /// reads them) are compatible with the pod's node selector, volume requirements and one of its
 /// required node affinity terms, t meets the union of both and has room for the pod's
-/// requests, and o is available and compatible with that union. For each resource r,
-/// `c_i(r) = min over those pairs of price(o) / allocatable_r(t)` (allocatable after the
-/// kubelet's overhead), and the bound is `max over r of Σ_i request_{i,r} · c_i(r)`.
+/// requests, and o is available and compatible with that union.
 ///
-/// Why it is a bound: a node of type t at price p holding pods P has
-/// `Σ_{i∈P} request_{i,r} ≤ allocatable_r(t)`, so
+/// *Fractional.* For each resource r, `c_i(r) = min over those pairs of price(o) /
+/// allocatable_r(t)` (allocatable after the kubelet's overhead), and the bound is
+/// `max over r of Σ_i request_{i,r} · c_i(r)`. Why it is a bound: a node of type t at price p
+/// holding pods P has `Σ_{i∈P} request_{i,r} ≤ allocatable_r(t)`, so
 /// `p ≥ Σ_{i∈P} request_{i,r} · p / allocatable_r(t) ≥ Σ_{i∈P} request_{i,r} · c_i(r)` for every
 /// r, since (t, o) is among each such pod's pairs. Summing over the nodes, the total price is at
 /// least `Σ_i request_{i,r} · c_i(r)` for every r, hence at least their maximum.
 ///
+/// *Whole nodes.* Pods with equal constraints form a group; a node of pair (t, o) holds
+/// `k = min over r of ⌊allocatable_r(t) / request_r⌋` of them. The cheapest multiset of nodes
+/// holding the group is a covering problem solved exactly (up to
+/// [`whole_nodes::EXACT_UP_TO`] pods). When the group carries a `DoNotSchedule` zone spread whose
+/// selector matches exactly the group's pods, the pods are split over the zones as that spread
+/// allows and each zone covered with its own offerings. Any placement of all pods also places
+/// the group, so its price is at least the group's; the bound is the largest group's.
+///
 /// Everything else the scheduler honours is left out, which can only lower the bound:
-/// preferences, topology spread, pod (anti-)affinity, host ports, hostnames, limits,
+/// preferences, other topology spreads, pod (anti-)affinity, host ports, hostnames, limits,
 /// `minValues`, DaemonSet overhead, and `PreferNoSchedule` taints (which the scheduler's last
 /// relaxation step tolerates). The bound prices what can be launched now: a node still running
 /// on an offering that has since become unavailable is not among the pairs.
@@ -62,14 +85,14 @@ pub fn cost_lower_bound<'a>(
     node_pools: &[NodePoolInput],
 ) -> CostLowerBound {
     let mut index: FxHashMap<Constraints<'a>, usize> = FxHashMap::default();
-    let mut groups: Vec<(Constraints<'a>, usize)> = Vec::new();
+    let mut groups: Vec<(Constraints<'a>, Vec<&'a PodShape>)> = Vec::new();
     for pod in pods {
         let key = Constraints::of(&pod.shape);
         if let Some(group) = index.get(&key) {
-            groups[*group].1 += 1;
+            groups[*group].1.push(&pod.shape);
         } else {
             index.insert(key, groups.len());
-            groups.push((key, 1));
+            groups.push((key, vec![&pod.shape]));
         }
     }
     let pools: Vec<(&NodePoolInput, Requirements)> = node_pools
@@ -82,44 +105,58 @@ pub fn cost_lower_bound<'a>(
     };
     // By resource name, so the sums are added in the same order on every run.
     let mut totals: BTreeMap<&str, f64> = BTreeMap::new();
-    for (constraints, count) in &groups {
-        let Some(prices) = constraints.unit_prices(&pools) else {
-            out.unpriced_pods += count;
+    for (constraints, members) in &groups {
+        let pairs = constraints.pairs(&pools);
+        if pairs.is_empty() {
+            out.unpriced_pods += members.len();
             continue;
-        };
-        out.priced_pods += count;
-        let pods = approx_f64(i64::try_from(*count).unwrap_or(i64::MAX));
-        for (resource, unit_price) in prices {
-            let requested = approx_f64(constraints.requests.get(resource));
-            *totals.entry(resource).or_default() += requested * unit_price * pods;
         }
+        out.priced_pods += members.len();
+        let count = approx_f64(i64::try_from(members.len()).unwrap_or(i64::MAX));
+        for (resource, unit_price) in constraints.unit_prices(&pairs) {
+            let requested = approx_f64(constraints.requests.get(resource));
+            *totals.entry(resource).or_default() += requested * unit_price * count;
+        }
+        let whole = constraints.whole_nodes(&pairs, members, &groups);
+        out.whole_nodes_per_hour = out.whole_nodes_per_hour.max(whole);
     }
     if let Some((resource, per_hour)) = totals.iter().max_by(|a, b| a.1.total_cmp(b.1)) {
-        out.per_hour = *per_hour;
+        out.fractional_per_hour = *per_hour;
         out.resource = Some((*resource).to_owned());
     }
+    out.per_hour = out.fractional_per_hour.max(out.whole_nodes_per_hour);
     out
 }
 
-/// The parts of a pod's shape that decide its compatible pairs; pods with equal constraints
-/// are priced once.
+/// A compatible (instance type, offering) pair of a group: what one node of it may hold.
+struct Pair<'p> {
+    allocatable: &'p Resources,
+    offering: &'p Offering,
+}
+
+/// The parts of a pod's shape that decide its compatible pairs and its zone spread; pods with
+/// equal constraints are priced once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Constraints<'a> {
+    namespace: &'a str,
     requests: &'a Resources,
     node_selector: &'a Requirements,
     required_terms: &'a [Requirements],
     volume_requirements: &'a Requirements,
     tolerations: &'a [Toleration],
+    spread: &'a [SpreadConstraint],
 }
 
 impl<'a> Constraints<'a> {
     fn of(shape: &'a PodShape) -> Self {
         Self {
+            namespace: &shape.namespace,
             requests: &shape.requests,
             node_selector: &shape.node_selector,
             required_terms: &shape.required_terms,
             volume_requirements: &shape.volume_requirements,
             tolerations: &shape.tolerations,
+            spread: &shape.spread,
         }
     }
 
@@ -143,22 +180,14 @@ impl<'a> Constraints<'a> {
         }
     }
 
-    /// For each resource the pod requests, the cheapest $/h per allocatable unit among its
-    /// compatible pairs; `None` when it has none.
-    fn unit_prices(&self, pools: &[(&NodePoolInput, Requirements)]) -> Option<Vec<(&'a str, f64)>> {
-        let requested: Vec<&'a str> = self
-            .requests
-            .iter()
-            .filter(|(_, amount)| *amount > 0)
-            .map(|(name, _)| name)
-            .collect();
-        let mut cheapest = vec![f64::INFINITY; requested.len()];
-        let mut compatible = false;
+    /// Every compatible (instance type, available offering) pair with room for the pod.
+    fn pairs<'p>(&self, pools: &'p [(&'p NodePoolInput, Requirements)]) -> Vec<Pair<'p>> {
         let mut tolerations = self.tolerations.to_vec();
         tolerations.push(Toleration::exists_for_effect(
             TaintEffect::PreferNoSchedule.as_str(),
         ));
         let sets = self.requirement_sets();
+        let mut pairs = Vec::new();
         for (pool, pool_requirements) in pools {
             if first_untolerated(&tolerations, &pool.taints).is_some() {
                 continue;
@@ -175,21 +204,103 @@ impl<'a> Constraints<'a> {
                     {
                         continue;
                     }
-                    let Some(offering) = instance_type.cheapest_offering(&merged) else {
-                        continue;
-                    };
-                    compatible = true;
-                    for (resource, best) in requested.iter().zip(&mut cheapest) {
-                        // Positive: the pod requests the resource and fits.
-                        let units = allocatable.get(resource);
-                        if units > 0 {
-                            *best = best.min(offering.price / approx_f64(units));
-                        }
-                    }
+                    pairs.extend(
+                        instance_type
+                            .available_offerings()
+                            .filter(|o| o.is_compatible(&merged))
+                            .map(|offering| Pair {
+                                allocatable,
+                                offering,
+                            }),
+                    );
                 }
             }
         }
-        compatible.then(|| requested.into_iter().zip(cheapest).collect())
+        pairs
+    }
+
+    /// For each resource the pod requests, the cheapest $/h per allocatable unit among its
+    /// compatible pairs.
+    fn unit_prices(&self, pairs: &[Pair<'_>]) -> Vec<(&'a str, f64)> {
+        self.requests
+            .iter()
+            .filter(|(_, amount)| *amount > 0)
+            .map(|(resource, _)| {
+                let cheapest = pairs
+                    .iter()
+                    .filter_map(|pair| {
+                        // Positive: the pod requests the resource and fits.
+                        let units = pair.allocatable.get(resource);
+                        (units > 0).then(|| pair.offering.price / approx_f64(units))
+                    })
+                    .fold(f64::INFINITY, f64::min);
+                (resource, cheapest)
+            })
+            .collect()
+    }
+
+    /// The cheapest whole nodes for the group's pods alone, with its zone spread where that
+    /// spread binds exactly the group.
+    fn whole_nodes(
+        &self,
+        pairs: &[Pair<'_>],
+        members: &[&PodShape],
+        groups: &[(Constraints<'_>, Vec<&PodShape>)],
+    ) -> f64 {
+        let slots: Vec<Slot<'_>> = pairs
+            .iter()
+            .map(|pair| Slot {
+                pods: self.pods_per_node(pair.allocatable),
+                price: pair.offering.price,
+                zone: pair.offering.zone(),
+            })
+            .filter(|slot| slot.pods > 0)
+            .collect();
+        let cover = match self.binding_zone_skew(members, groups) {
+            Some(skew) => whole_nodes::spread_cover(&slots, members.len(), skew),
+            None => whole_nodes::cheapest_cover(&slots, members.len()),
+        };
+        cover.unwrap_or(0.0)
+    }
+
+    /// How many of the group's pods one node with this allocatable holds.
+    fn pods_per_node(&self, allocatable: &Resources) -> usize {
+        let mut fit = self
+            .requests
+            .iter()
+            .filter(|(_, amount)| *amount > 0)
+            .map(|(resource, amount)| allocatable.get(resource) / amount)
+            .min()
+            .unwrap_or(i64::MAX);
+        if self.requests.get(PODS) == 0 && allocatable.get(PODS) > 0 {
+            fit = fit.min(allocatable.get(PODS));
+        }
+        usize::try_from(fit).unwrap_or(0)
+    }
+
+    /// The `maxSkew` of a `DoNotSchedule` zone spread whose selector matches every pod of
+    /// this group and no pod of another group in its namespace: only then are the group's own
+    /// zone counts the ones the spread balances. `None` otherwise (the spread is left out).
+    fn binding_zone_skew(
+        &self,
+        members: &[&PodShape],
+        groups: &[(Constraints<'_>, Vec<&PodShape>)],
+    ) -> Option<usize> {
+        let spread = self
+            .spread
+            .iter()
+            .filter(|s| s.topology_key == labels::ZONE && !s.schedule_anyway)
+            .min_by_key(|s| s.max_skew)?;
+        let selects = |shape: &PodShape| {
+            shape.namespace == self.namespace && spread.selector.matches(&shape.labels)
+        };
+        let own = members.iter().all(|shape| selects(shape));
+        let foreign = groups
+            .iter()
+            .filter(|(other, _)| other != self)
+            .flat_map(|(_, shapes)| shapes)
+            .any(|shape| selects(shape));
+        (own && !foreign).then(|| usize::try_from(spread.max_skew).unwrap_or(usize::MAX))
     }
 }
 
@@ -197,9 +308,11 @@ impl<'a> Constraints<'a> {
 mod tests {
     use std::sync::Arc;
 
-    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
+    use k8s_openapi::api::core::v1::{
+        Container, Pod, PodSpec, ResourceRequirements, TopologySpreadConstraint,
+    };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
     use super::*;
     use crate::apis::taints::Taint;
@@ -303,12 +416,15 @@ mod tests {
         let spot = pod("spot", "2", "1Gi", &[(labels::CAPACITY_TYPE, "spot")]);
         let od = pod("od", "2", "1Gi", &[(labels::CAPACITY_TYPE, "on-demand")]);
         let bound = cost_lower_bound([&spot], &pools);
-        assert!(close(bound.per_hour, 2.0 * 0.03), "{bound:?}");
+        assert!(close(bound.fractional_per_hour, 2.0 * 0.03), "{bound:?}");
         assert_eq!(bound.resource.as_deref(), Some(CPU));
         let bound = cost_lower_bound([&od], &pools);
-        assert!(close(bound.per_hour, 2.0 * 0.10), "{bound:?}");
+        assert!(close(bound.fractional_per_hour, 2.0 * 0.10), "{bound:?}");
         let bound = cost_lower_bound([&spot, &od], &pools);
-        assert!(close(bound.per_hour, 2.0 * 0.03 + 2.0 * 0.10), "{bound:?}");
+        assert!(
+            close(bound.fractional_per_hour, 2.0 * 0.03 + 2.0 * 0.10),
+            "{bound:?}"
+        );
     }
 
     #[test]
@@ -323,11 +439,11 @@ mod tests {
             .add(Requirement::in_values("family", &["m"]));
         let p = pod("p", "1", "1Gi", &[]);
         let bound = cost_lower_bound([&p], &[pool.clone()]);
-        assert!(close(bound.per_hour, 0.05), "{bound:?}");
+        assert!(close(bound.fractional_per_hour, 0.05), "{bound:?}");
         // Without the requirement the cheap type prices the pod.
         pool.requirements.remove("family");
         let bound = cost_lower_bound([&p], &[pool]);
-        assert!(close(bound.per_hour, 0.01), "{bound:?}");
+        assert!(close(bound.fractional_per_hour, 0.01), "{bound:?}");
     }
 
     #[test]
@@ -345,12 +461,18 @@ mod tests {
         let pools = [NodePoolInput::new("default", types)];
         let anywhere = pod("anywhere", "1", "1Gi", &[]);
         let zone_b = pod("b", "1", "1Gi", &[(labels::ZONE, ZONE_B)]);
-        assert!(close(cost_lower_bound([&anywhere], &pools).per_hour, 0.04));
-        assert!(close(cost_lower_bound([&zone_b], &pools).per_hour, 0.10));
+        assert!(close(
+            cost_lower_bound([&anywhere], &pools).fractional_per_hour,
+            0.04
+        ));
+        assert!(close(
+            cost_lower_bound([&zone_b], &pools).fractional_per_hour,
+            0.10
+        ));
         let nowhere = pod("c", "1", "1Gi", &[(labels::ZONE, "zone-c")]);
         let bound = cost_lower_bound([&nowhere, &zone_b], &pools);
         assert_eq!((bound.priced_pods, bound.unpriced_pods), (1, 1));
-        assert!(close(bound.per_hour, 0.10), "{bound:?}");
+        assert!(close(bound.fractional_per_hour, 0.10), "{bound:?}");
     }
 
     #[test]
@@ -361,11 +483,14 @@ mod tests {
         let cpu_heavy = pod("cpu", "2", "1Gi", &[]);
         let bound = cost_lower_bound([&cpu_heavy], &pools);
         assert_eq!(bound.resource.as_deref(), Some(CPU));
-        assert!(close(bound.per_hour, 0.10), "{bound:?}");
+        assert!(close(bound.fractional_per_hour, 0.10), "{bound:?}");
         let memory_heavy = pod("mem", "100m", "12Gi", &[]);
         let bound = cost_lower_bound([&memory_heavy], &pools);
         assert_eq!(bound.resource.as_deref(), Some(MEMORY));
-        assert!(close(bound.per_hour, 12.0 * 0.00625), "{bound:?}");
+        assert!(
+            close(bound.fractional_per_hour, 12.0 * 0.00625),
+            "{bound:?}"
+        );
     }
 
     #[test]
@@ -376,10 +501,16 @@ mod tests {
         tainted.taints = vec![Taint::new("gpu", None, TaintEffect::NoSchedule)];
         let pools = [tainted, NodePoolInput::new("default", dear)];
         let p = pod("p", "1", "1Gi", &[]);
-        assert!(close(cost_lower_bound([&p], &pools).per_hour, 0.05));
+        assert!(close(
+            cost_lower_bound([&p], &pools).fractional_per_hour,
+            0.05
+        ));
         let mut soft = pools.clone();
         soft[0].taints = vec![Taint::new("gpu", None, TaintEffect::PreferNoSchedule)];
-        assert!(close(cost_lower_bound([&p], &soft).per_hour, 0.01));
+        assert!(close(
+            cost_lower_bound([&p], &soft).fractional_per_hour,
+            0.01
+        ));
     }
 
     #[test]
@@ -390,10 +521,13 @@ mod tests {
         ];
         let pools = [NodePoolInput::new("default", types)];
         let big = pod("big", "2", "1Gi", &[]);
-        assert!(close(cost_lower_bound([&big], &pools).per_hour, 0.10));
+        assert!(close(
+            cost_lower_bound([&big], &pools).fractional_per_hour,
+            0.10
+        ));
         let huge = pod("huge", "8", "1Gi", &[]);
         let bound = cost_lower_bound([&huge], &pools);
-        assert_eq!((bound.per_hour, bound.unpriced_pods), (0.0, 1));
+        assert_eq!((bound.fractional_per_hour, bound.unpriced_pods), (0.0, 1));
         assert_eq!(bound.resource, None);
     }
 
@@ -515,7 +649,137 @@ mod tests {
                     "bound {:?} above the plan's cost {}", bound, plan.cost()
                 );
             }
+
+            #[test]
+            fn a_spread_groups_bound_is_at_most_the_cost_of_the_schedulers_plan(
+                type_plans in prop::collection::vec((1i64..=16, 1i64..=64, 1u32..=100, 1u8..=10, 1u8..8), 1..6),
+                count in 1usize..40,
+                millicores in 100u32..=4000,
+                max_skew in 1i32..=3,
+            ) {
+                let snapshot = Snapshot {
+                    pods: (0..count)
+                        .map(|i| app_pod(&format!("w{i}"), &format!("{millicores}m"), "web", Some(max_skew)))
+                        .collect(),
+                    node_pools: vec![NodePoolInput::new("general", types(&type_plans))],
+                    ..Snapshot::default()
+                };
+                let plan = solve(&snapshot, &Options::default());
+                let placed = plan
+                    .new_node_claims
+                    .iter()
+                    .flat_map(|c| &c.pods)
+                    .map(|p| &snapshot.pods[*p]);
+                let bound = cost_lower_bound(placed, &snapshot.node_pools);
+                prop_assert_eq!(bound.priced_pods, plan.scheduled_pods());
+                prop_assert!(
+                    bound.per_hour <= plan.cost() * (1.0 + 1e-9) + 1e-12,
+                    "bound {:?} above the plan's cost {}", bound, plan.cost()
+                );
+            }
         }
+    }
+
+    /// A pod of workload `app` (label `app`), 1Gi, spread over zones with `max_skew` when given.
+    fn app_pod(name: &str, cpu: &str, app: &str, max_skew: Option<i32>) -> SchedulingPod {
+        let mut pod = pod(name, cpu, "1Gi", &[]);
+        let mut shape = (*pod.shape).clone();
+        shape.labels.insert("app".to_owned(), app.to_owned());
+        if let Some(max_skew) = max_skew {
+            let spread = SchedulingPod::from_pod(&Pod {
+                metadata: ObjectMeta {
+                    name: Some(name.to_owned()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(PodSpec {
+                    topology_spread_constraints: Some(vec![TopologySpreadConstraint {
+                        max_skew,
+                        topology_key: labels::ZONE.to_owned(),
+                        when_unsatisfiable: "DoNotSchedule".to_owned(),
+                        label_selector: Some(LabelSelector {
+                            match_labels: Some([("app".to_owned(), app.to_owned())].into()),
+                            ..LabelSelector::default()
+                        }),
+                        ..TopologySpreadConstraint::default()
+                    }]),
+                    ..PodSpec::default()
+                }),
+                status: None,
+            })
+            .expect("valid spread");
+            shape.spread.clone_from(&spread.shape.spread);
+        }
+        pod.shape = Arc::new(shape);
+        pod
+    }
+
+    /// c.large (2 cores) at $0.02/h in zone a and $0.10/h in zone b.
+    fn two_zone_pool() -> [NodePoolInput; 1] {
+        let types = vec![instance_type(
+            "c.large",
+            "c",
+            2,
+            8,
+            &[
+                (ZONE_A, labels::CAPACITY_TYPE_ON_DEMAND, 0.02),
+                (ZONE_B, labels::CAPACITY_TYPE_ON_DEMAND, 0.10),
+            ],
+        )];
+        [NodePoolInput::new("default", types)]
+    }
+
+    #[test]
+    fn one_small_pod_costs_a_whole_node() {
+        let types = vec![instance_type("m.large", "m", 2, 8, &on_demand(0.10))];
+        let pools = [NodePoolInput::new("default", types)];
+        let bound = cost_lower_bound([&pod("p", "1", "1Gi", &[])], &pools);
+        assert!(close(bound.fractional_per_hour, 0.05), "{bound:?}");
+        assert!(close(bound.whole_nodes_per_hour, 0.10), "{bound:?}");
+        assert!(close(bound.per_hour, 0.10), "{bound:?}");
+        // Three pods need two nodes; the fractional bound says one and a half.
+        let three: Vec<SchedulingPod> = (0..3)
+            .map(|i| pod(&format!("p{i}"), "1", "1Gi", &[]))
+            .collect();
+        let bound = cost_lower_bound(&three, &pools);
+        assert!(close(bound.fractional_per_hour, 0.15), "{bound:?}");
+        assert!(close(bound.per_hour, 0.20), "{bound:?}");
+    }
+
+    #[test]
+    fn a_zone_spread_over_its_group_puts_pods_in_the_dear_zone() {
+        let pools = two_zone_pool();
+        // Four 1-core pods spread with maxSkew 1: two per zone, a node in each ($0.02 + $0.10).
+        let spread: Vec<SchedulingPod> = (0..4)
+            .map(|i| app_pod(&format!("w{i}"), "1", "web", Some(1)))
+            .collect();
+        let bound = cost_lower_bound(&spread, &pools);
+        assert!(close(bound.whole_nodes_per_hour, 0.12), "{bound:?}");
+        // Unspread, both nodes go to zone a.
+        let free: Vec<SchedulingPod> = (0..4)
+            .map(|i| app_pod(&format!("w{i}"), "1", "web", None))
+            .collect();
+        assert!(close(
+            cost_lower_bound(&free, &pools).whole_nodes_per_hour,
+            0.04
+        ));
+    }
+
+    #[test]
+    fn a_spread_whose_selector_reaches_other_pods_is_left_out() {
+        // A pod of another shape carries the same label: the spread counts it too, so the
+        // group's own zone counts need not balance, and the bound does not assume they do.
+        let pools = two_zone_pool();
+        let mut pods: Vec<SchedulingPod> = (0..4)
+            .map(|i| app_pod(&format!("w{i}"), "1", "web", Some(1)))
+            .collect();
+        pods.push(app_pod("other", "500m", "web", None));
+        let bound = cost_lower_bound(&pods, &pools);
+        assert!(close(bound.whole_nodes_per_hour, 0.04), "{bound:?}");
+        // The same pod under another label leaves the spread binding again.
+        pods.pop();
+        pods.push(app_pod("other", "500m", "batch", None));
+        let bound = cost_lower_bound(&pods, &pools);
+        assert!(close(bound.whole_nodes_per_hour, 0.12), "{bound:?}");
     }
 
     #[test]
@@ -528,6 +792,9 @@ mod tests {
             .collect();
         let bound = cost_lower_bound(&pods, &pools);
         assert_eq!((bound.groups, bound.priced_pods), (2, 1001));
-        assert!(close(bound.per_hour, 500.0 * 0.05 + 0.05), "{bound:?}");
+        assert!(
+            close(bound.fractional_per_hour, 500.0 * 0.05 + 0.05),
+            "{bound:?}"
+        );
     }
 }
