@@ -790,13 +790,15 @@ karpenter_nodes_created_total{nodepool=\"default\"} 3
         };
         let table = report.to_table();
         assert!(
-            table.contains("per hour at end $1.71 (lower bound $0.32)"),
+            table.contains("per hour at end $1.71 (lower bound $0.32, 5.34x)"),
             "{table}"
         );
         assert!(
             table.contains(
-                "lower bound: each pod priced at the cheapest unit price among the instance \
-                 types and offerings it may run on (3 pods with no such offering left out)"
+                "lower bound: the cheapest whole nodes for each group of identical pods (its \
+                 zone spread kept), or each pod at its cheapest unit price if higher, over the \
+                 instance types and offerings the pods may run on (3 pods with no such offering \
+                 left out)"
             ),
             "{table}"
         );
