@@ -35,7 +35,9 @@ pub struct CostLowerBound {
     pub per_hour: f64,
     /// Each pod at its cheapest price per allocatable unit, for the dominating resource.
     pub fractional_per_hour: f64,
-    /// The group of identical pods whose cheapest whole nodes (zone spread kept) cost most.
+    /// The group of identical pods whose cheapest whole nodes (zone spread kept) cost most,
+    /// where that beats the fractional bound; 0 when no group's can (its covering is then
+    /// skipped).
     pub whole_nodes_per_hour: f64,
     /// The resource whose priced requests give the fractional bound; `None` when no pod was
     /// priced.
@@ -86,7 +88,11 @@ pub fn cost_lower_bound<'a>(
 ) -> CostLowerBound {
     let mut index: FxHashMap<Constraints<'a>, usize> = FxHashMap::default();
     let mut groups: Vec<(Constraints<'a>, Vec<&'a PodShape>)> = Vec::new();
+    let mut label_sets = LabelSets::default();
     for pod in pods {
+        *label_sets
+            .entry((&pod.shape.namespace, &pod.shape.labels))
+            .or_default() += 1;
         let key = Constraints::of(&pod.shape);
         if let Some(group) = index.get(&key) {
             groups[*group].1.push(&pod.shape);
@@ -103,6 +109,9 @@ pub fn cost_lower_bound<'a>(
         groups: groups.len(),
         ..CostLowerBound::default()
     };
+    // Largest groups first, so the bound so far rises early and the whole-node covering of
+    // small groups that cannot beat it is skipped (stable: ties keep the pods' order).
+    groups.sort_by_key(|(_, members)| std::cmp::Reverse(members.len()));
     // By resource name, so the sums are added in the same order on every run.
     let mut totals: BTreeMap<&str, f64> = BTreeMap::new();
     for (constraints, members) in &groups {
@@ -117,7 +126,11 @@ pub fn cost_lower_bound<'a>(
             let requested = approx_f64(constraints.requests.get(resource));
             *totals.entry(resource).or_default() += requested * unit_price * count;
         }
-        let whole = constraints.whole_nodes(&pairs, members, &groups);
+        // The fractional sums only grow, so any of them is already below the final bound.
+        let so_far = totals
+            .values()
+            .fold(out.whole_nodes_per_hour, |a, b| a.max(*b));
+        let whole = constraints.whole_nodes(&pairs, members, &label_sets, so_far);
         out.whole_nodes_per_hour = out.whole_nodes_per_hour.max(whole);
     }
     if let Some((resource, per_hour)) = totals.iter().max_by(|a, b| a.1.total_cmp(b.1)) {
@@ -127,6 +140,10 @@ pub fn cost_lower_bound<'a>(
     out.per_hour = out.fractional_per_hour.max(out.whole_nodes_per_hour);
     out
 }
+
+/// How many of the priced pods carry each (namespace, labels): what a spread's selector is
+/// matched against, once per distinct label set rather than once per pod.
+type LabelSets<'a> = FxHashMap<(&'a str, &'a BTreeMap<String, String>), usize>;
 
 /// A compatible (instance type, offering) pair of a group: what one node of it may hold.
 struct Pair<'p> {
@@ -240,12 +257,14 @@ impl<'a> Constraints<'a> {
     }
 
     /// The cheapest whole nodes for the group's pods alone, with its zone spread where that
-    /// spread binds exactly the group.
+    /// spread binds exactly the group; 0 when even an estimate from above cannot exceed
+    /// `so_far` (the covering is then not worth solving).
     fn whole_nodes(
         &self,
         pairs: &[Pair<'_>],
         members: &[&PodShape],
-        groups: &[(Constraints<'_>, Vec<&PodShape>)],
+        label_sets: &LabelSets<'_>,
+        so_far: f64,
     ) -> f64 {
         let slots: Vec<Slot<'_>> = pairs
             .iter()
@@ -256,7 +275,11 @@ impl<'a> Constraints<'a> {
             })
             .filter(|slot| slot.pods > 0)
             .collect();
-        let cover = match self.binding_zone_skew(members, groups) {
+        let skew = self.binding_zone_skew(members, label_sets);
+        if whole_nodes::estimate_from_above(&slots, members.len(), skew.is_some()) <= so_far {
+            return 0.0;
+        }
+        let cover = match skew {
             Some(skew) => whole_nodes::spread_cover(&slots, members.len(), skew),
             None => whole_nodes::cheapest_cover(&slots, members.len()),
         };
@@ -279,28 +302,30 @@ impl<'a> Constraints<'a> {
     }
 
     /// The `maxSkew` of a `DoNotSchedule` zone spread whose selector matches every pod of
-    /// this group and no pod of another group in its namespace: only then are the group's own
+    /// this group and no other priced pod in its namespace: only then are the group's own
     /// zone counts the ones the spread balances. `None` otherwise (the spread is left out).
     fn binding_zone_skew(
         &self,
         members: &[&PodShape],
-        groups: &[(Constraints<'_>, Vec<&PodShape>)],
+        label_sets: &LabelSets<'_>,
     ) -> Option<usize> {
         let spread = self
             .spread
             .iter()
             .filter(|s| s.topology_key == labels::ZONE && !s.schedule_anyway)
             .min_by_key(|s| s.max_skew)?;
-        let selects = |shape: &PodShape| {
-            shape.namespace == self.namespace && spread.selector.matches(&shape.labels)
+        let selects = |namespace: &str, labels: &BTreeMap<String, String>| {
+            namespace == self.namespace && spread.selector.matches(labels)
         };
-        let own = members.iter().all(|shape| selects(shape));
-        let foreign = groups
+        if !members.iter().all(|m| selects(&m.namespace, &m.labels)) {
+            return None;
+        }
+        let selected: usize = label_sets
             .iter()
-            .filter(|(other, _)| other != self)
-            .flat_map(|(_, shapes)| shapes)
-            .any(|shape| selects(shape));
-        (own && !foreign).then(|| usize::try_from(spread.max_skew).unwrap_or(usize::MAX))
+            .filter(|((namespace, labels), _)| selects(namespace, labels))
+            .map(|(_, count)| count)
+            .sum();
+        (selected == members.len()).then(|| usize::try_from(spread.max_skew).unwrap_or(usize::MAX))
     }
 }
 
@@ -758,10 +783,7 @@ mod tests {
         let free: Vec<SchedulingPod> = (0..4)
             .map(|i| app_pod(&format!("w{i}"), "1", "web", None))
             .collect();
-        assert!(close(
-            cost_lower_bound(&free, &pools).whole_nodes_per_hour,
-            0.04
-        ));
+        assert!(close(cost_lower_bound(&free, &pools).per_hour, 0.04));
     }
 
     #[test]
@@ -773,13 +795,14 @@ mod tests {
             .map(|i| app_pod(&format!("w{i}"), "1", "web", Some(1)))
             .collect();
         pods.push(app_pod("other", "500m", "web", None));
+        // Unspread, two nodes in zone a ($0.04) are below the fractional $0.045.
         let bound = cost_lower_bound(&pods, &pools);
-        assert!(close(bound.whole_nodes_per_hour, 0.04), "{bound:?}");
+        assert!(close(bound.per_hour, 0.045), "{bound:?}");
         // The same pod under another label leaves the spread binding again.
         pods.pop();
         pods.push(app_pod("other", "500m", "batch", None));
         let bound = cost_lower_bound(&pods, &pools);
-        assert!(close(bound.whole_nodes_per_hour, 0.12), "{bound:?}");
+        assert!(close(bound.per_hour, 0.12), "{bound:?}");
     }
 
     #[test]

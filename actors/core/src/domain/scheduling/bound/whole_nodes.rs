@@ -85,6 +85,27 @@ pub(super) fn spread_cover(slots: &[Slot<'_>], pods: usize, max_skew: usize) -> 
     best
 }
 
+/// A price at least [`cheapest_cover`] (or [`spread_cover`] when `spread`) of the same slots,
+/// found in one pass: the cheapest single kind of node for all the pods, or with a spread,
+/// per zone for a balanced share (`⌈pods / zones⌉`; a balanced split is always allowed and
+/// covering more pods never costs less). Infinite without slots.
+pub(super) fn estimate_from_above(slots: &[Slot<'_>], pods: usize, spread: bool) -> f64 {
+    let one_kind = |slots: &mut dyn Iterator<Item = &Slot<'_>>, pods: usize| {
+        slots
+            .map(|s| s.price * approx(pods.div_ceil(s.pods.max(1))))
+            .fold(f64::INFINITY, f64::min)
+    };
+    if !spread {
+        return one_kind(&mut slots.iter(), pods);
+    }
+    let zones: std::collections::BTreeSet<Option<&str>> = slots.iter().map(|s| s.zone).collect();
+    let share = pods.div_ceil(zones.len().max(1));
+    zones
+        .iter()
+        .map(|zone| one_kind(&mut slots.iter().filter(|s| s.zone == *zone), share))
+        .sum()
+}
+
 /// The cheapest $/h for 0..=pods pods on whole nodes from `slots`; `None` without slots.
 /// Above [`EXACT_UP_TO`] pods, only the last entry is filled, with the per-pod price bound.
 fn cover_table(slots: &[Slot<'_>], pods: usize) -> Option<Vec<f64>> {
@@ -199,6 +220,31 @@ mod tests {
         // 7 pods over two zones, maxSkew 1: 4 + 3 or 3 + 4; zone a has room for the extra one.
         let slots = [slot(4, 0.10, "a"), slot(3, 0.30, "b"), slot(4, 0.45, "b")];
         assert!(close(spread_cover(&slots, 7, 1), 0.40));
+    }
+
+    #[test]
+    fn the_estimate_from_above_is_never_below_the_cover() {
+        let slots = [
+            slot(4, 0.10, "a"),
+            slot(3, 0.30, "b"),
+            slot(4, 0.45, "b"),
+            slot(1, 0.04, "c"),
+        ];
+        for pods in 0..40 {
+            let free = cheapest_cover(&slots, pods).unwrap();
+            assert!(
+                estimate_from_above(&slots, pods, false) >= free - 1e-12,
+                "{pods}"
+            );
+            for skew in 1..4 {
+                let spread = spread_cover(&slots, pods, skew).unwrap();
+                assert!(
+                    estimate_from_above(&slots, pods, true) >= spread - 1e-12,
+                    "{pods} {skew}"
+                );
+            }
+        }
+        assert!(estimate_from_above(&[], 3, false).is_infinite());
     }
 
     #[test]
