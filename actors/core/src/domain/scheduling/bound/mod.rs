@@ -19,7 +19,6 @@ use rustc_hash::FxHashMap;
 
 use crate::apis::labels;
 use crate::apis::taints::TaintEffect;
-use crate::domain::instance_type::Offering;
 use crate::domain::requirements::{AllowUndefined, Requirements};
 use crate::domain::resources::{PODS, Resources, approx_f64};
 
@@ -115,14 +114,14 @@ pub fn cost_lower_bound<'a>(
     // By resource name, so the sums are added in the same order on every run.
     let mut totals: BTreeMap<&str, f64> = BTreeMap::new();
     for (constraints, members) in &groups {
-        let pairs = constraints.pairs(&pools);
-        if pairs.is_empty() {
+        let fits = constraints.fits(&pools);
+        if fits.types.is_empty() {
             out.unpriced_pods += members.len();
             continue;
         }
         out.priced_pods += members.len();
         let count = approx_f64(i64::try_from(members.len()).unwrap_or(i64::MAX));
-        for (resource, unit_price) in constraints.unit_prices(&pairs) {
+        for (resource, unit_price) in constraints.unit_prices(&fits) {
             let requested = approx_f64(constraints.requests.get(resource));
             *totals.entry(resource).or_default() += requested * unit_price * count;
         }
@@ -130,7 +129,7 @@ pub fn cost_lower_bound<'a>(
         let so_far = totals
             .values()
             .fold(out.whole_nodes_per_hour, |a, b| a.max(*b));
-        let whole = constraints.whole_nodes(&pairs, members, &label_sets, so_far);
+        let whole = constraints.whole_nodes(&fits.slots, members, &label_sets, so_far);
         out.whole_nodes_per_hour = out.whole_nodes_per_hour.max(whole);
     }
     if let Some((resource, per_hour)) = totals.iter().max_by(|a, b| a.1.total_cmp(b.1)) {
@@ -145,10 +144,13 @@ pub fn cost_lower_bound<'a>(
 /// matched against, once per distinct label set rather than once per pod.
 type LabelSets<'a> = FxHashMap<(&'a str, &'a BTreeMap<String, String>), usize>;
 
-/// A compatible (instance type, offering) pair of a group: what one node of it may hold.
-struct Pair<'p> {
-    allocatable: &'p Resources,
-    offering: &'p Offering,
+/// What a group may run on: each compatible instance type with room for a pod, at its
+/// cheapest compatible offering (the fractional half), and every compatible offering as a
+/// [`Slot`] with the pods one node holds (the whole-node half).
+#[derive(Default)]
+struct Fits<'p> {
+    types: Vec<(&'p Resources, f64)>,
+    slots: Vec<Slot<'p>>,
 }
 
 /// The parts of a pod's shape that decide its compatible pairs and its zone spread; pods with
@@ -197,14 +199,15 @@ impl<'a> Constraints<'a> {
         }
     }
 
-    /// Every compatible (instance type, available offering) pair with room for the pod.
-    fn pairs<'p>(&self, pools: &'p [(&'p NodePoolInput, Requirements)]) -> Vec<Pair<'p>> {
+    /// Every compatible instance type with room for the pod, and its compatible available
+    /// offerings.
+    fn fits<'p>(&self, pools: &'p [(&'p NodePoolInput, Requirements)]) -> Fits<'p> {
         let mut tolerations = self.tolerations.to_vec();
         tolerations.push(Toleration::exists_for_effect(
             TaintEffect::PreferNoSchedule.as_str(),
         ));
         let sets = self.requirement_sets();
-        let mut pairs = Vec::new();
+        let mut fits = Fits::default();
         for (pool, pool_requirements) in pools {
             if first_untolerated(&tolerations, &pool.taints).is_some() {
                 continue;
@@ -221,34 +224,44 @@ impl<'a> Constraints<'a> {
                     {
                         continue;
                     }
-                    pairs.extend(
-                        instance_type
-                            .available_offerings()
-                            .filter(|o| o.is_compatible(&merged))
-                            .map(|offering| Pair {
-                                allocatable,
-                                offering,
-                            }),
-                    );
+                    let pods = self.pods_per_node(allocatable);
+                    let mut cheapest = f64::INFINITY;
+                    for offering in instance_type
+                        .available_offerings()
+                        .filter(|o| o.is_compatible(&merged))
+                    {
+                        cheapest = cheapest.min(offering.price);
+                        if pods > 0 {
+                            fits.slots.push(Slot {
+                                pods,
+                                price: offering.price,
+                                zone: offering.zone(),
+                            });
+                        }
+                    }
+                    if cheapest.is_finite() {
+                        fits.types.push((allocatable, cheapest));
+                    }
                 }
             }
         }
-        pairs
+        fits
     }
 
-    /// For each resource the pod requests, the cheapest $/h per allocatable unit among its
-    /// compatible pairs.
-    fn unit_prices(&self, pairs: &[Pair<'_>]) -> Vec<(&'a str, f64)> {
+    /// For each resource the pod requests, the cheapest $/h per allocatable unit among the
+    /// types it fits.
+    fn unit_prices(&self, fits: &Fits<'_>) -> Vec<(&'a str, f64)> {
         self.requests
             .iter()
             .filter(|(_, amount)| *amount > 0)
             .map(|(resource, _)| {
-                let cheapest = pairs
+                let cheapest = fits
+                    .types
                     .iter()
-                    .filter_map(|pair| {
+                    .filter_map(|(allocatable, price)| {
                         // Positive: the pod requests the resource and fits.
-                        let units = pair.allocatable.get(resource);
-                        (units > 0).then(|| pair.offering.price / approx_f64(units))
+                        let units = allocatable.get(resource);
+                        (units > 0).then(|| price / approx_f64(units))
                     })
                     .fold(f64::INFINITY, f64::min);
                 (resource, cheapest)
@@ -261,27 +274,18 @@ impl<'a> Constraints<'a> {
     /// `so_far` (the covering is then not worth solving).
     fn whole_nodes(
         &self,
-        pairs: &[Pair<'_>],
+        slots: &[Slot<'_>],
         members: &[&PodShape],
         label_sets: &LabelSets<'_>,
         so_far: f64,
     ) -> f64 {
-        let slots: Vec<Slot<'_>> = pairs
-            .iter()
-            .map(|pair| Slot {
-                pods: self.pods_per_node(pair.allocatable),
-                price: pair.offering.price,
-                zone: pair.offering.zone(),
-            })
-            .filter(|slot| slot.pods > 0)
-            .collect();
         let skew = self.binding_zone_skew(members, label_sets);
-        if whole_nodes::estimate_from_above(&slots, members.len(), skew.is_some()) <= so_far {
+        if whole_nodes::estimate_from_above(slots, members.len(), skew.is_some()) <= so_far {
             return 0.0;
         }
         let cover = match skew {
-            Some(skew) => whole_nodes::spread_cover(&slots, members.len(), skew),
-            None => whole_nodes::cheapest_cover(&slots, members.len()),
+            Some(skew) => whole_nodes::spread_cover(slots, members.len(), skew),
+            None => whole_nodes::cheapest_cover(slots, members.len()),
         };
         cover.unwrap_or(0.0)
     }

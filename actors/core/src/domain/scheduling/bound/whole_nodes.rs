@@ -49,14 +49,15 @@ pub(super) fn spread_cover(slots: &[Slot<'_>], pods: usize, max_skew: usize) -> 
     if zones <= 1 || max_skew > MAX_PRICED_SKEW || pods > EXACT_UP_TO || max_skew >= pods {
         return cheapest_cover(slots, pods);
     }
-    // cost[z][k]: the cheapest nodes in zone z for k pods.
-    let cost: Vec<Vec<f64>> = by_zone
-        .values()
-        .map(|slots| cover_table(slots, pods))
-        .collect::<Option<_>>()?;
     // With the emptiest zone at m pods, every zone holds m..=m+max_skew of them.
     let highest_min = pods / zones;
     let lowest_min = pods.div_ceil(zones).saturating_sub(max_skew);
+    let most_in_a_zone = (highest_min + max_skew).min(pods);
+    // cost[z][k]: the cheapest nodes in zone z for k pods, as many as one zone can get.
+    let cost: Vec<Vec<f64>> = by_zone
+        .values()
+        .map(|slots| cover_table(slots, most_in_a_zone))
+        .collect::<Option<_>>()?;
     let mut best: Option<f64> = None;
     for min in lowest_min..=highest_min {
         let max = (min + max_skew).min(pods);
