@@ -306,7 +306,7 @@ impl<'a> Constraints<'a> {
     }
 
     /// The `maxSkew` of a `DoNotSchedule` zone spread whose selector matches every pod of
-    /// this group and no other priced pod in its namespace: only then are the group's own
+    /// this group and no other pod given in its namespace: only then are the group's own
     /// zone counts the ones the spread balances. `None` otherwise (the spread is left out).
     fn binding_zone_skew(
         &self,
