@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use karpenter_actors::runtime::{
-    ActorCtx, ActorError, ActorKit, ActorRef, DEFAULT_PARK_FIRST, FaultAction, FaultPlan,
+    ActorCtx, ActorError, ActorKit, ActorRef, DEFAULT_PARK_FIRST, Family, FaultAction, FaultPlan,
     FaultRule, GroupSpec, Handles, KitOptions, Mail, Overflow, ParkChange, ParkHook, ParkNotice,
-    RestartBackoff, RestartPolicy, STATE_PARKED, SendError, StopReason, Supervised,
+    RestartBackoff, RestartPolicy, RootGroup, STATE_PARKED, SendError, StopReason, Supervised,
     family_escalation_limit,
 };
 use prometheus_client::registry::Registry;
@@ -266,6 +266,21 @@ fn fast_backoff() -> RestartBackoff {
         jitter_seed: Some(1),
         ..RestartBackoff::default()
     }
+}
+
+/// A family of counters under a root that gives up at its first escalation, so the family's
+/// escalation is visible as the root's.
+fn counters_under_a_root_that_escalates_at_once(kit: &ActorKit) -> (RootGroup, Family<Counter>) {
+    let root = kit
+        .root(GroupSpec::one_for_one("root").intensity(0, Duration::from_mins(1)))
+        .unwrap();
+    let family = root
+        .family::<Counter>(
+            GroupSpec::one_for_one("counters").backoff(fast_backoff()),
+            CounterDeps::default(),
+        )
+        .unwrap();
+    (root, family)
 }
 
 async fn add(actor: &ActorRef<Counter>, n: u64) -> u64 {
@@ -849,16 +864,7 @@ async fn a_retried_member_that_runs_a_window_without_failing_is_forgiven() {
 async fn many_distinct_failing_members_still_escalate_their_family() {
     tokio::time::pause();
     let (kit, _) = kit();
-    // The root gives up at once, so the family's escalation is visible as the root's.
-    let root = kit
-        .root(GroupSpec::one_for_one("root").intensity(0, Duration::from_mins(1)))
-        .unwrap();
-    let family = root
-        .family::<Counter>(
-            GroupSpec::one_for_one("counters").backoff(fast_backoff()),
-            CounterDeps::default(),
-        )
-        .unwrap();
+    let (root, family) = counters_under_a_root_that_escalates_at_once(&kit);
     let members: Vec<_> = (0..10)
         .map(|i| family.ensure(&format!("m{i}")).unwrap())
         .collect();
@@ -900,15 +906,7 @@ async fn many_distinct_failing_members_still_escalate_their_family() {
 async fn failures_spread_over_more_than_a_window_do_not_escalate_a_family() {
     tokio::time::pause();
     let (kit, _) = kit();
-    let root = kit
-        .root(GroupSpec::one_for_one("root").intensity(0, Duration::from_mins(1)))
-        .unwrap();
-    let family = root
-        .family::<Counter>(
-            GroupSpec::one_for_one("counters").backoff(fast_backoff()),
-            CounterDeps::default(),
-        )
-        .unwrap();
+    let (root, family) = counters_under_a_root_that_escalates_at_once(&kit);
     for i in 0..20 {
         let member = family.ensure(&format!("m{i}")).unwrap();
         member.request(Boom, TIMEOUT).await.unwrap_err();

@@ -332,6 +332,26 @@ async fn launch_templates_fleets_instances_and_tags_round_trip() {
     cloud_provider_launches_through_the_adapters(&moto).await;
 }
 
+/// A snapshot of a fresh 50 GiB volume in us-west-2a, for data volumes.
+async fn moto_snapshot(moto: &Moto) -> String {
+    let raw = moto.raw_ec2().await;
+    let volume = raw
+        .create_volume()
+        .availability_zone("us-west-2a")
+        .size(50)
+        .send()
+        .await
+        .unwrap();
+    raw.create_snapshot()
+        .volume_id(volume.volume_id().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .snapshot_id()
+        .unwrap()
+        .to_owned()
+}
+
 /// A class resolved over moto's default VPC, with a snapshot-backed data volume that uses
 /// every EBS field.
 async fn moto_nodeclass(moto: &Moto, snapshot: &str) -> EC2NodeClass {
@@ -395,22 +415,7 @@ async fn moto_nodeclass(moto: &Moto, snapshot: &str) -> EC2NodeClass {
 /// delete, and the class's templates deleted.
 async fn cloud_provider_launches_through_the_adapters(moto: &Moto) {
     let raw = moto.raw_ec2().await;
-    let volume = raw
-        .create_volume()
-        .availability_zone("us-west-2a")
-        .size(50)
-        .send()
-        .await
-        .unwrap();
-    let snapshot = raw
-        .create_snapshot()
-        .volume_id(volume.volume_id().unwrap())
-        .send()
-        .await
-        .unwrap()
-        .snapshot_id()
-        .unwrap()
-        .to_owned();
+    let snapshot = moto_snapshot(moto).await;
     let class = moto_nodeclass(moto, &snapshot).await;
     let zone = class.status.as_ref().unwrap().subnets[0].zone.clone();
     let view = Arc::new(MemoryClusterView::new());
@@ -926,23 +931,7 @@ async fn a_restarted_cloud_provider_adopts_its_predecessors_launch_although_moto
         "moto launches again for a repeated token"
     );
 
-    let raw = moto.raw_ec2().await;
-    let volume = raw
-        .create_volume()
-        .availability_zone("us-west-2a")
-        .size(50)
-        .send()
-        .await
-        .unwrap();
-    let snapshot = raw
-        .create_snapshot()
-        .volume_id(volume.volume_id().unwrap())
-        .send()
-        .await
-        .unwrap()
-        .snapshot_id()
-        .unwrap()
-        .to_owned();
+    let snapshot = moto_snapshot(&moto).await;
     let class = moto_nodeclass(&moto, &snapshot).await;
     let zone = class.status.as_ref().unwrap().subnets[0].zone.clone();
     let view = Arc::new(MemoryClusterView::new());
