@@ -22,3 +22,5 @@ mod runs;
 mod scenario_files;
 #[path = "simulate/support.rs"]
 mod support;
+#[path = "simulate/termination.rs"]
+mod termination;

@@ -1,7 +1,8 @@
 //! Secondary indexes of the cluster view: the objects of one kind by the value of a field
-//! (NodeClaims and Nodes by provider id, NodeClaims by NodePool, Pods by node), kept from the
-//! same watch events that keep the store, so a lookup costs the matches instead of a scan of
-//! every object (as linkerd2's policy-controller keeps its indexes from its watches).
+//! (NodeClaims and Nodes by provider id, NodeClaims by NodePool, Pods and `VolumeAttachments` by
+//! node), kept from the same watch events that keep the store, so a lookup costs the matches
+//! instead of a scan of every object (as linkerd2's policy-controller keeps its indexes from its
+//! watches).
 //!
 //! ```text
 //! watch event --> store (kube's reflector Writer, or MemoryClusterView's maps)
@@ -26,8 +27,9 @@ use std::marker::PhantomData;
 use std::ops::Deref;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
 use rustc_hash::FxHashMap;
@@ -97,6 +99,13 @@ pub const POD_NODE_NAME: Field<Pod> = Field {
     value: |pod| pod.spec.as_ref()?.node_name.as_deref(),
 };
 
+/// `spec.nodeName` of a `VolumeAttachment` (the node the volume is attached to).
+pub const VOLUME_ATTACHMENT_NODE_NAME: Field<VolumeAttachment> = Field {
+    name: "spec.nodeName",
+    position: 0,
+    value: |attachment| Some(attachment.spec.node_name.as_str()),
+};
+
 impl Indexed for NodeClaim {
     const FIELDS: &'static [Field<Self>] = &[NODECLAIM_PROVIDER_ID, NODECLAIM_NODEPOOL];
     fn metadata(&self) -> &ObjectMeta {
@@ -129,7 +138,20 @@ macro_rules! looked_up_by_name_only {
     };
 }
 
-looked_up_by_name_only!(NodePool, EC2NodeClass, DaemonSet, PodDisruptionBudget);
+impl Indexed for VolumeAttachment {
+    const FIELDS: &'static [Field<Self>] = &[VOLUME_ATTACHMENT_NODE_NAME];
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
+looked_up_by_name_only!(
+    NodePool,
+    EC2NodeClass,
+    DaemonSet,
+    PodDisruptionBudget,
+    PersistentVolumeClaim
+);
 
 /// The key of an object in the index and in `MemoryClusterView`: `namespace/name`, or `name`
 /// for a cluster-scoped object.

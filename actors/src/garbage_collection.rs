@@ -13,7 +13,14 @@
 //!   (`karpenter_nodeclaims_disrupted_total{reason="garbage_collected"}`); every
 //!   [`NODECLAIM_SWEEP`]. A `Ready` node means the kubelet still runs, whatever the cloud says.
 //!
-//! Both sweeps wait until the cluster view has listed everything: an empty view would make
+//! - **Orphan Nodes** ([`ReleaseOrphanNodes`]): a deleting Node that still carries
+//!   `karpenter.sh/termination` but whose NodeClaim is gone (its finalizer was stripped by hand,
+//!   or it went while the Node was held) has no actor to release it. Once its instance is gone
+//!   from the cloud's list, the finalizer is removed; while the instance lives, the instance
+//!   sweep terminates it and releases the Node. Run with every NodeClaim sweep and when the
+//!   daemon sees such a Node change.
+//!
+//! Every sweep waits until the cluster view has listed everything: an empty view would make
 //! every instance look leaked.
 
 use std::collections::HashSet;
@@ -68,6 +75,36 @@ impl Mail for CollectNodeClaims {
     const NAME: &'static str = "CollectNodeClaims";
     // Karpenter's core collector of NodeClaims without an instance.
     const CONTROLLER: Option<&'static str> = Some("nodeclaim.garbagecollection");
+}
+
+/// Release deleting Nodes that no NodeClaim owns and whose instance is gone, now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReleaseOrphanNodes;
+
+impl Mail for ReleaseOrphanNodes {
+    /// How many Nodes were released.
+    type Reply = usize;
+    const NAME: &'static str = "ReleaseOrphanNodes";
+    // Karpenter's node.termination releases a Node without NodeClaims.
+    const CONTROLLER: Option<&'static str> = Some("node.termination");
+}
+
+/// Whether a Node is being deleted and still held by our finalizer.
+#[must_use]
+pub fn is_held_in_deletion(node: &Node) -> bool {
+    node.metadata.deletion_timestamp.is_some()
+        && node
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f == labels::TERMINATION_FINALIZER))
+}
+
+/// Removes our finalizer from a Node.
+fn release(node: &mut Node) {
+    if let Some(finalizers) = &mut node.metadata.finalizers {
+        finalizers.retain(|f| f != labels::TERMINATION_FINALIZER);
+    }
 }
 
 /// What the collector needs: the daemon's ports and the NodeClaim actors' launch cache.
@@ -177,9 +214,27 @@ impl Handles<CollectNodeClaims> for GarbageCollectorActor {
         _message: CollectNodeClaims,
         ctx: &mut ActorCtx<Self>,
     ) -> Result<usize, ActorError> {
-        let outcome = self.collect_nodeclaims().await;
+        let mut outcome = self.collect_nodeclaims().await;
+        if outcome.is_ok()
+            && let Err(error) = self.release_orphan_nodes().await
+        {
+            outcome = Err(error);
+        }
         ctx.send_after(NODECLAIM_SWEEP, CollectNodeClaims);
         outcome.map_err(|error| {
+            tracing::error!(error = crate::logs::err(&error), "Reconciler error");
+            ActorError::from_error(error.category(), &error)
+        })
+    }
+}
+
+impl Handles<ReleaseOrphanNodes> for GarbageCollectorActor {
+    async fn handle(
+        &mut self,
+        _message: ReleaseOrphanNodes,
+        _ctx: &mut ActorCtx<Self>,
+    ) -> Result<usize, ActorError> {
+        self.release_orphan_nodes().await.map_err(|error| {
             tracing::error!(error = crate::logs::err(&error), "Reconciler error");
             ActorError::from_error(error.category(), &error)
         })
@@ -282,11 +337,6 @@ impl GarbageCollectorActor {
         };
         match self.deps.cluster.delete_node(&name).await {
             Ok(Deletion::Terminating) => {
-                let release = |node: &mut Node| {
-                    if let Some(finalizers) = &mut node.metadata.finalizers {
-                        finalizers.retain(|f| f != labels::TERMINATION_FINALIZER);
-                    }
-                };
                 match self.deps.cluster.update_node(&name, &release).await {
                     Ok(_) | Err(ClusterError::NotFound { .. }) => {}
                     Err(source) => return Err(error("releasing the node", source)),
@@ -369,5 +419,62 @@ impl GarbageCollectorActor {
             collected += 1;
         }
         Ok(collected)
+    }
+
+    /// Removes our finalizer from deleting Nodes that no NodeClaim owns and whose instance is
+    /// not in the cloud's list; the cloud is asked only when there is such a Node.
+    async fn release_orphan_nodes(&mut self) -> Result<usize, GarbageCollectionError> {
+        if !self.deps.view.is_synced() {
+            return Ok(0);
+        }
+        let orphans: Vec<Arc<Node>> = self
+            .deps
+            .view
+            .nodes()
+            .into_iter()
+            .filter(|node| is_held_in_deletion(node))
+            .filter(|node| {
+                node.spec
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref())
+                    .is_none_or(|id| self.deps.view.nodeclaim_by_provider_id(id).is_none())
+            })
+            .collect();
+        if orphans.is_empty() {
+            return Ok(0);
+        }
+        let instances = self
+            .deps
+            .cloud
+            .list()
+            .await
+            .map_err(|e| GarbageCollectionError::List(Box::new(e)))?;
+        let alive: HashSet<&str> = instances
+            .iter()
+            .filter(|i| i.metadata.deletion_timestamp.is_none())
+            .filter_map(provider_id)
+            .collect();
+        let mut released = 0;
+        for node in orphans {
+            let id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+            if id.is_some_and(|id| alive.contains(id)) {
+                // The instance sweep terminates it and releases the Node.
+                continue;
+            }
+            let name = node.metadata.name.clone().unwrap_or_default();
+            match self.deps.cluster.update_node(&name, &release).await {
+                Ok(_) | Err(ClusterError::NotFound { .. }) => {}
+                Err(source) => {
+                    return Err(GarbageCollectionError::Write {
+                        what: "releasing the node",
+                        name,
+                        source,
+                    });
+                }
+            }
+            tracing::info!(Node = %name, "deleted node");
+            released += 1;
+        }
+        Ok(released)
     }
 }

@@ -45,11 +45,23 @@ pub enum ClusterChange {
         namespace: String,
         name: String,
     },
+    /// A `VolumeAttachment`; `node_name` is the node it attaches a volume to (a draining node
+    /// waits for its attachments to go before its instance is terminated).
+    VolumeAttachment {
+        name: String,
+        node_name: Option<String>,
+        deleted: bool,
+    },
+    /// A `PersistentVolumeClaim` (read to tell which attachments belong to pods that stay).
+    PersistentVolumeClaim {
+        namespace: String,
+        name: String,
+    },
     /// A watch re-listed this kind: owners re-read everything.
     Relisted(WatchedKind),
 }
 
-/// The seven watched kinds, listed once. Calls `$callback!` with one
+/// The watched kinds, listed once. Calls `$callback!` with one
 /// `(Type, field, WatchedKind variant)` row per kind: the object type (a path through
 /// `$crate::messages::watched`), the plural name used for its store, writer, subscribers,
 /// counters and `ClusterView` list method (`nodeclaims`, `pods`...), and its [`WatchedKind`].
@@ -75,6 +87,8 @@ macro_rules! for_each_watched_kind {
             ($crate::messages::watched::Pod, pods, Pod),
             ($crate::messages::watched::DaemonSet, daemonsets, DaemonSet),
             ($crate::messages::watched::PodDisruptionBudget, pdbs, PodDisruptionBudget),
+            ($crate::messages::watched::VolumeAttachment, volumeattachments, VolumeAttachment),
+            ($crate::messages::watched::PersistentVolumeClaim, pvcs, PersistentVolumeClaim),
         }
     };
 }
@@ -82,8 +96,9 @@ macro_rules! for_each_watched_kind {
 /// The object types of [`for_each_watched_kind!`], under the names its rows use.
 pub mod watched {
     pub use k8s_openapi::api::apps::v1::DaemonSet;
-    pub use k8s_openapi::api::core::v1::{Node, Pod};
+    pub use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
     pub use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    pub use k8s_openapi::api::storage::v1::VolumeAttachment;
     pub use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 }
 
@@ -129,6 +144,8 @@ pub enum WatchedKind {
     Pod,
     DaemonSet,
     PodDisruptionBudget,
+    VolumeAttachment,
+    PersistentVolumeClaim,
 }
 
 /// The one event every per-object actor (NodeClaimActor, NodePoolActor, NodeClassActor)

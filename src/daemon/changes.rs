@@ -18,8 +18,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use karpenter_actors::daemon::{Daemon, StartOptions};
 use karpenter_actors::deps::Deps;
 use karpenter_actors::messages::{ClusterChange, WatchedKind, WatchedType};
@@ -141,6 +142,25 @@ impl Routed for DaemonSet {
 impl Routed for PodDisruptionBudget {
     fn change(&self, _seen: Seen<'_, Self>) -> ClusterChange {
         ClusterChange::PodDisruptionBudget {
+            namespace: self.namespace().unwrap_or_default(),
+            name: self.name_any(),
+        }
+    }
+}
+
+impl Routed for VolumeAttachment {
+    fn change(&self, seen: Seen<'_, Self>) -> ClusterChange {
+        ClusterChange::VolumeAttachment {
+            name: self.name_any(),
+            node_name: Some(self.spec.node_name.clone()).filter(|n| !n.is_empty()),
+            deleted: seen.is_deleted(),
+        }
+    }
+}
+
+impl Routed for PersistentVolumeClaim {
+    fn change(&self, _seen: Seen<'_, Self>) -> ClusterChange {
+        ClusterChange::PersistentVolumeClaim {
             namespace: self.namespace().unwrap_or_default(),
             name: self.name_any(),
         }

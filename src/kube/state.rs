@@ -1,5 +1,6 @@
 //! The cluster-state store: one kube-runtime reflector [`Store`] per watched kind, each with its
-//! [`KindIndex`] (NodeClaims and Nodes by provider id, NodeClaims by NodePool, Pods by node).
+//! [`KindIndex`] (NodeClaims and Nodes by provider id, NodeClaims by NodePool, Pods and
+//! `VolumeAttachments` by node).
 //! The [`StateWriters`] (not cloneable, one [`KindWriter`] per kind) go to the ingress, the only
 //! writer; readers clone [`ClusterState`] freely. Reads return `Arc`s of the stored objects and
 //! hold no lock once they return, so nothing is held across an `.await`.
@@ -14,10 +15,11 @@
 
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use karpenter_actors::cluster_index::{
     Field, IndexEvent, Indexed, KindIndex, NODE_PROVIDER_ID, NODECLAIM_NODEPOOL,
-    NODECLAIM_PROVIDER_ID, POD_NODE_NAME, split_key,
+    NODECLAIM_PROVIDER_ID, POD_NODE_NAME, VOLUME_ATTACHMENT_NODE_NAME, split_key,
 };
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 use kube::Resource;
@@ -261,6 +263,17 @@ impl ClusterState {
     pub fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
         self.find(&POD_NODE_NAME, node)
     }
+
+    /// The `VolumeAttachments` of a node, by name.
+    #[must_use]
+    pub fn volume_attachments_of_node(&self, node: &str) -> Vec<Arc<VolumeAttachment>> {
+        self.find(&VOLUME_ATTACHMENT_NODE_NAME, node)
+    }
+
+    #[must_use]
+    pub fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
+        self.pvcs.get(&ObjectRef::new(name).within(namespace))
+    }
 }
 
 /// The `ClusterView` list method of every kind: the whole store.
@@ -308,6 +321,12 @@ impl karpenter_actors::ports::cluster_view::ClusterView for ClusterState {
     }
     fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
         ClusterState::pods_on_node(self, node)
+    }
+    fn volume_attachments_of_node(&self, node: &str) -> Vec<Arc<VolumeAttachment>> {
+        ClusterState::volume_attachments_of_node(self, node)
+    }
+    fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
+        ClusterState::pvc(self, namespace, name)
     }
     fn is_synced(&self) -> bool {
         ClusterState::is_synced(self)

@@ -27,20 +27,33 @@ fn small() -> LoadedScenario {
 
 /// [`small`] without consolidation: these tests follow NodeClaims through launches and
 /// restarts, and a consolidation replacing one meanwhile is another test's subject.
-fn small_without_consolidation() -> LoadedScenario {
+pub(super) fn small_without_consolidation() -> LoadedScenario {
+    small_without_consolidation_and("")
+}
+
+/// [`small_without_consolidation`] with `template_spec` (YAML lines indented for the pool's
+/// `spec.template.spec`) added to its NodePool's template.
+pub(super) fn small_without_consolidation_and(template_spec: &str) -> LoadedScenario {
     let path =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/scenarios/small.yaml");
     let text = std::fs::read_to_string(path).unwrap();
     let limits = "      limits:\n        cpu: \"200\"\n";
+    let requirements = "          requirements:\n";
     assert!(text.contains(limits), "small.yaml's NodePool limits moved");
-    let text = text.replace(
-        limits,
-        &format!("{limits}      disruption:\n        consolidateAfter: Never\n"),
+    assert!(
+        text.contains(requirements),
+        "small.yaml's requirements moved"
     );
+    let text = text
+        .replace(
+            limits,
+            &format!("{limits}      disruption:\n        consolidateAfter: Never\n"),
+        )
+        .replace(requirements, &format!("{template_spec}{requirements}"));
     LoadedScenario::from_yaml(&text, None).unwrap()
 }
 
-async fn nodeclaims(sim: &Simulation<'_>) -> Vec<NodeClaim> {
+pub(super) async fn nodeclaims(sim: &Simulation<'_>) -> Vec<NodeClaim> {
     Api::<NodeClaim>::all(sim.client())
         .list(&ListParams::default())
         .await
@@ -63,7 +76,7 @@ fn bound(pods: &[Pod]) -> usize {
 }
 
 /// Instance ids of the NodeClaims, one per launched NodeClaim.
-fn claimed_instances(claims: &[NodeClaim]) -> Vec<String> {
+pub(super) fn claimed_instances(claims: &[NodeClaim]) -> Vec<String> {
     claims
         .iter()
         .filter_map(|c| c.status.as_ref().and_then(|s| s.provider_id.clone()))
@@ -72,7 +85,7 @@ fn claimed_instances(claims: &[NodeClaim]) -> Vec<String> {
 }
 
 /// kwok instances that are pending or running.
-fn live_instances(sim: &Simulation<'_>) -> BTreeSet<String> {
+pub(super) fn live_instances(sim: &Simulation<'_>) -> BTreeSet<String> {
     sim.world()
         .ec2
         .instances()

@@ -22,12 +22,14 @@
 //! [`Daemon::start`], and its routes in [`Daemon::observe`].
 //!
 //! Node lifecycle routes: a NodeClaim change goes to its `NodeClaimActor` (started on demand)
-//! and its `NodePoolActor`; a Node change to the NodeClaim with its provider id; a change of a
-//! pod bound to a node whose NodeClaim is being deleted to that NodeClaim (its drain goes on);
-//! a pod event on a node of a live NodeClaim to that NodeClaim, marked in [`PodEvents`] (it
-//! records `lastPodEventTime`); a NodePool change to its actor and, nudged, to its NodeClaims
-//! (their `Consolidatable` follows `consolidateAfter`); an `EC2NodeClass` change to its
-//! `NodeClassActor` and the pools using it; a deleted NodeClaim to the classes waiting in
+//! and its `NodePoolActor`; a Node change to the NodeClaim with its provider id, or, for a
+//! deleting Node no NodeClaim owns, to the `GarbageCollectorActor`; a change of a pod bound to
+//! a node whose NodeClaim is being deleted to that NodeClaim (its drain goes on); a pod event on
+//! a node of a live NodeClaim to that NodeClaim, marked in [`PodEvents`] (it records
+//! `lastPodEventTime`); a `VolumeAttachment` change to the deleting NodeClaim of its node (its
+//! termination waits for attachments to go); a NodePool change to its actor and, nudged, to its
+//! NodeClaims (their `Consolidatable` follows `consolidateAfter`); an `EC2NodeClass` change to
+//! its `NodeClassActor` and the pools using it; a deleted NodeClaim to the classes waiting in
 //! deletion. The `GarbageCollectorActor` runs on its own timers, the `InterruptionActor` on its
 //! SQS polls.
 //!
@@ -51,7 +53,9 @@ use crate::disruption::{
     ChangeSignal, ClusterChanged, DISRUPTION_KEY, DisruptionActor, DisruptionDeps,
     DisruptionMetrics, ExplainNode, NodeExplanation,
 };
-use crate::garbage_collection::{GarbageCollectorActor, GarbageCollectorDeps};
+use crate::garbage_collection::{
+    GarbageCollectorActor, GarbageCollectorDeps, ReleaseOrphanNodes, is_held_in_deletion,
+};
 use crate::interruption::{InterruptionActor, InterruptionDeps, InterruptionMetrics};
 use crate::metrics::Metrics;
 use crate::nodeclaim::{LaunchCache, NodeClaimActor, NodeClaimDeps, PodEvents};
@@ -237,14 +241,19 @@ impl Daemon {
                 self.nodeclass_changed(name);
             }
             ClusterChange::Node {
+                name,
                 provider_id: Some(provider_id),
                 ..
-            } => self.node_changed(provider_id),
+            } => self.node_changed(name, provider_id),
             ClusterChange::Pod {
                 node_name: Some(node),
                 pod_event,
                 ..
             } => self.pod_on_node_changed(node, *pod_event),
+            ClusterChange::VolumeAttachment {
+                node_name: Some(node),
+                ..
+            } => self.volume_attachment_changed(node),
             ClusterChange::Relisted(kind) => self.relisted(*kind),
             ClusterChange::Node {
                 provider_id: None, ..
@@ -252,8 +261,12 @@ impl Daemon {
             | ClusterChange::Pod {
                 node_name: None, ..
             }
+            | ClusterChange::VolumeAttachment {
+                node_name: None, ..
+            }
             | ClusterChange::DaemonSet { .. }
-            | ClusterChange::PodDisruptionBudget { .. } => {}
+            | ClusterChange::PodDisruptionBudget { .. }
+            | ClusterChange::PersistentVolumeClaim { .. } => {}
         }
     }
 
@@ -328,15 +341,28 @@ impl Daemon {
         }
     }
 
-    /// The node's NodeClaim looks again (registration, initialization, termination).
-    fn node_changed(&self, provider_id: &str) {
-        if let Some(name) = self
+    /// The node's NodeClaim looks again (registration, initialization, termination); a
+    /// deleting Node that no NodeClaim owns goes to the collector, which releases it once its
+    /// instance is gone.
+    fn node_changed(&self, name: &str, provider_id: &str) {
+        match self
             .deps
             .view
             .nodeclaim_by_provider_id(provider_id)
             .and_then(|nc| nc.metadata.name.clone())
         {
-            nudge(&self.nodeclaims, &name, Cause::Related);
+            Some(nodeclaim) => nudge(&self.nodeclaims, &nodeclaim, Cause::Related),
+            None => {
+                if self
+                    .deps
+                    .view
+                    .node(name)
+                    .is_some_and(|node| is_held_in_deletion(&node))
+                {
+                    // A lost notice waits for the collector's next NodeClaim sweep (2 min).
+                    self.garbage_collector.send_lossy(ReleaseOrphanNodes);
+                }
+            }
         }
     }
 
@@ -379,6 +405,30 @@ impl Daemon {
         }
     }
 
+    /// A volume attached to or detached from a node: a deleting NodeClaim of that node may be
+    /// waiting for its attachments to go before terminating the instance.
+    fn volume_attachment_changed(&self, node: &str) {
+        let Some(nodeclaim) = self
+            .deps
+            .view
+            .node(node)
+            .and_then(|n| n.spec.as_ref().and_then(|s| s.provider_id.clone()))
+            .and_then(|id| self.deps.view.nodeclaim_by_provider_id(&id))
+        else {
+            return;
+        };
+        if nodeclaim.metadata.deletion_timestamp.is_some()
+            && let Some(name) = nodeclaim.metadata.name.as_deref()
+        {
+            let _ = self.nodeclaims.nudge(
+                name,
+                Reconcile {
+                    cause: Cause::Related,
+                },
+            );
+        }
+    }
+
     fn relisted(&self, kind: WatchedKind) {
         match kind {
             WatchedKind::NodeClaim => {
@@ -413,8 +463,13 @@ impl Daemon {
                 self.relist_nodeclasses();
                 broadcast(&self.nodepools, Cause::Related);
             }
-            WatchedKind::Node => broadcast(&self.nodeclaims, Cause::Related),
-            WatchedKind::Pod | WatchedKind::DaemonSet | WatchedKind::PodDisruptionBudget => {}
+            WatchedKind::Node | WatchedKind::VolumeAttachment => {
+                broadcast(&self.nodeclaims, Cause::Related);
+            }
+            WatchedKind::Pod
+            | WatchedKind::DaemonSet
+            | WatchedKind::PodDisruptionBudget
+            | WatchedKind::PersistentVolumeClaim => {}
         }
     }
 
@@ -566,7 +621,9 @@ impl Daemon {
             | ClusterChange::Relisted(_) => true,
             ClusterChange::Pod { .. }
             | ClusterChange::EC2NodeClass { .. }
-            | ClusterChange::DaemonSet { .. } => false,
+            | ClusterChange::DaemonSet { .. }
+            | ClusterChange::VolumeAttachment { .. }
+            | ClusterChange::PersistentVolumeClaim { .. } => false,
         };
         if structural {
             self.disruption_changes.structural();

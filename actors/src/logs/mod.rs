@@ -72,6 +72,7 @@ pub const OBJECT_KINDS: &[(&str, bool)] = &[
     ("EC2NodeClass", false),
     ("Pod", true),
     ("PodDisruptionBudget", true),
+    ("VolumeAttachment", false),
     ("PersistentVolumeClaim", true),
     ("StorageClass", false),
     ("DaemonSet", true),

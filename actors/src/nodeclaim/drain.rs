@@ -138,12 +138,17 @@ fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
     deletion(pod).is_some_and(|deleted| now.duration_since(deleted) > STUCK_TERMINATING_AFTER)
 }
 
+/// Karpenter's `IsDrainable`: the drain would make the pod leave (it does not tolerate the
+/// disrupted taint, is not stuck terminating and is not static). The volumes of pods that are
+/// not drainable stay attached and must not hold the instance's termination.
+#[must_use]
+pub fn is_drainable(pod: &Pod, now: Timestamp) -> bool {
+    !tolerates_disrupted(pod) && !is_stuck_terminating(pod, now) && !is_mirror(pod)
+}
+
 /// Karpenter's `IsWaitingEviction`: the pod must leave before the node can go.
 fn is_waiting(pod: &Pod, now: Timestamp) -> bool {
-    is_terminal(pod).is_none()
-        && !tolerates_disrupted(pod)
-        && !is_stuck_terminating(pod, now)
-        && !is_mirror(pod)
+    is_terminal(pod).is_none() && is_drainable(pod, now)
 }
 
 /// Karpenter's `IsEvictable`: active, not tolerating the disrupted taint, not static, not

@@ -30,8 +30,9 @@
 //! 6. **termination** (`termination`), once the NodeClaim has a deletion timestamp: the
 //!    termination time annotation from `terminationGracePeriod`; the Node is deleted, tainted
 //!    `karpenter.sh/disrupted:NoSchedule` and drained ([`drain`]) through the eviction API; the
-//!    instance is deleted until the cloud reports it gone (`InstanceTerminating`); then the
-//!    Node's and the NodeClaim's finalizers are removed.
+//!    volumes of the pods that left detach ([`volumes`]); the instance is deleted until the
+//!    cloud reports it gone (`InstanceTerminating`); then the Node's and the NodeClaim's
+//!    finalizers are removed.
 //!
 //! The actor is a [`Reconciler`]: the kit reads the NodeClaim, stops the actor
 //! ([`crate::runtime::RestartPolicy::Transient`]) when it is gone from the view, keeps the
@@ -49,6 +50,7 @@ pub mod launch;
 mod lifecycle;
 pub mod registration;
 mod termination;
+pub mod volumes;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -222,6 +224,7 @@ struct Reported {
     liveness: bool,
     node_grace_event: bool,
     drained: bool,
+    waiting_for_volumes: bool,
     node_released: bool,
     nodeclaim_released: bool,
 }

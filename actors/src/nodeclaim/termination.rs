@@ -2,9 +2,8 @@
 //! and `node.termination` in one): termination time annotation, Node deletion, taint, drain,
 //! instance termination, and the finalizers last, once the instance is gone.
 //!
-//! `VolumeAttachments` are not in the `ClusterView`, so the wait for volumes to detach before the
-//! instance is terminated (Karpenter waits unless past the grace period) is skipped: the EBS CSI
-//! driver detaches them when the instance stops.
+//! Between the drain and the instance's termination the node's `VolumeAttachments` must go
+//! ([`super::volumes`]), unless the termination time has passed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +15,7 @@ use tokio::time::Instant;
 use super::drain::{self, DrainPlan, PodKey};
 use super::initialization::is_ready;
 use super::lifecycle::{condition, is_true, until};
+use super::volumes;
 use super::{
     DRAIN_EVENT_INTERVAL, DRAIN_POLL, EVICTION_BACKOFF, EvictionBackoff, INSTANCE_TERMINATION_POLL,
     LAUNCH_CHECK_INTERVAL, LaunchState, Next, NodeClaimActor, NodeClaimError, elapsed, events,
@@ -333,6 +333,24 @@ impl NodeClaimActor {
             self.deps
                 .metrics
                 .node_drained(label(nodeclaim, labels::NODEPOOL));
+        }
+        // The volumes of the pods that left detach before the instance goes, unless the
+        // termination time has passed (Karpenter's `ensureVolumesDetached`).
+        if !self.instance_gone && termination_time.is_none_or(|deadline| now < deadline) {
+            let attachments = self.deps.view.volume_attachments_of_node(&node_name);
+            let blocking = volumes::blocking_attachments(&attachments, &pods, now, |ns, name| {
+                self.deps.view.pvc(ns, name)
+            });
+            if !blocking.is_empty() {
+                if !std::mem::replace(&mut self.reported.waiting_for_volumes, true) {
+                    tracing::debug!(
+                        volumeattachments = ?blocking,
+                        "waiting for volume attachments to be removed"
+                    );
+                }
+                let deadline = termination_time.map(|at| until(now, at));
+                return Ok(NodeProgress::Waiting(soonest(Some(DRAIN_POLL), deadline)));
+            }
         }
         if !self.ensure_instance_terminated(nodeclaim).await? {
             return Ok(NodeProgress::Waiting(Some(INSTANCE_TERMINATION_POLL)));

@@ -9,12 +9,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 
-use crate::cluster_index::{NODE_PROVIDER_ID, NODECLAIM_NODEPOOL};
+use crate::cluster_index::{NODE_PROVIDER_ID, NODECLAIM_NODEPOOL, VOLUME_ATTACHMENT_NODE_NAME};
 
 /// The objects the daemon reads.
 pub trait ClusterView: Send + Sync + fmt::Debug {
@@ -59,6 +60,26 @@ pub trait ClusterView: Send + Sync + fmt::Debug {
     fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>>;
     fn daemonsets(&self) -> Vec<Arc<DaemonSet>>;
     fn pdbs(&self) -> Vec<Arc<PodDisruptionBudget>>;
+    fn volumeattachments(&self) -> Vec<Arc<VolumeAttachment>>;
+    /// The `VolumeAttachments` whose `spec.nodeName` is this node, in name order. Both
+    /// implementations answer from an index; this default scans.
+    fn volume_attachments_of_node(&self, node: &str) -> Vec<Arc<VolumeAttachment>> {
+        let mut attachments: Vec<Arc<VolumeAttachment>> = self
+            .volumeattachments()
+            .into_iter()
+            .filter(|a| VOLUME_ATTACHMENT_NODE_NAME.value(a) == Some(node))
+            .collect();
+        attachments.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        attachments
+    }
+    fn pvcs(&self) -> Vec<Arc<PersistentVolumeClaim>>;
+    /// One `PersistentVolumeClaim`. Both implementations look it up by key; this default scans.
+    fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
+        self.pvcs().into_iter().find(|c| {
+            c.metadata.namespace.as_deref() == Some(namespace)
+                && c.metadata.name.as_deref() == Some(name)
+        })
+    }
     /// Every kind has been listed at least once since start (decisions wait for this).
     fn is_synced(&self) -> bool;
 }

@@ -4,13 +4,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 
 use crate::cluster_index::{
     Field, Indexed, KindIndex, NODE_PROVIDER_ID, NODECLAIM_NODEPOOL, NODECLAIM_PROVIDER_ID,
-    POD_NODE_NAME, object_key,
+    POD_NODE_NAME, VOLUME_ATTACHMENT_NODE_NAME, object_key,
 };
 use crate::ports::cluster_view::ClusterView;
 
@@ -168,6 +169,13 @@ impl MemoryClusterView {
         DaemonSet
     );
     memory_kind!(put_pdb, put_shared_pdb, remove_pdb, PodDisruptionBudget);
+    memory_kind!(
+        put_volume_attachment,
+        put_shared_volume_attachment,
+        remove_volume_attachment,
+        VolumeAttachment
+    );
+    memory_kind!(put_pvc, put_shared_pvc, remove_pvc, PersistentVolumeClaim);
 
     /// Makes [`ClusterView::is_synced`] report `synced`.
     pub fn set_synced(&self, synced: bool) {
@@ -209,6 +217,14 @@ impl ClusterView for MemoryClusterView {
     }
     fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
         self.read().pods.find(&POD_NODE_NAME, node)
+    }
+    fn volume_attachments_of_node(&self, node: &str) -> Vec<Arc<VolumeAttachment>> {
+        self.read()
+            .volumeattachments
+            .find(&VOLUME_ATTACHMENT_NODE_NAME, node)
+    }
+    fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
+        self.read().pvcs.get(&format!("{namespace}/{name}"))
     }
     fn is_synced(&self) -> bool {
         !self.read().unsynced
