@@ -193,7 +193,7 @@ pub const AWS: &[AwsPermission] = &[
     ),
     aws(
         "ec2:CreateTags",
-        "instance tags after launch (Name, nodeclaim)",
+        "instance tags after registration (Name, nodeclaim, eks:eks-cluster-name)",
     ),
     aws(
         "ec2:TerminateInstances",

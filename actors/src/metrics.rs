@@ -15,6 +15,7 @@
 //! | `karpenter_nodeclaims_created_total` | counter | `reason`, `nodepool`, `capacity_type` |
 //! | `karpenter_nodeclaims_terminated_total` | counter | `nodepool`, `capacity_type` |
 //! | `karpenter_nodeclaims_disrupted_total` | counter | `reason`, `nodepool`, `capacity_type` |
+//! | `karpenter_nodeclaims_unhealthy_disrupted_total` | counter | `condition`, `nodepool`, `capacity_type`, `image_id` |
 //! | `karpenter_nodeclaims_termination_duration_seconds` | histogram | nodepool |
 //! | `karpenter_nodeclaims_instance_termination_duration_seconds` | histogram | nodepool |
 //! | `karpenter_nodes_created_total` | counter | nodepool |
@@ -51,6 +52,8 @@ pub mod disruption_reason {
     pub const LIVENESS: &str = "liveness";
     /// The instance vanished while the NodeClaim was registered.
     pub const GARBAGE_COLLECTED: &str = "garbage_collected";
+    /// Node Repair replaced a node whose conditions stayed unhealthy past their toleration.
+    pub const UNHEALTHY: &str = "unhealthy";
 }
 
 /// `reason` of `karpenter_pods_pods_drained_total` when the NodeClaim has no `DisruptionReason`.
@@ -110,6 +113,17 @@ pub struct CreatedLabels {
     pub capacity_type: String,
 }
 
+/// `karpenter_nodeclaims_unhealthy_disrupted_total`'s labels: `condition` is a repair policy's
+/// condition type in snake case (a handful per cloud provider), `image_id` the NodeClaim's AMI
+/// (bounded by the AMIs the classes select; Karpenter labels by it too).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct UnhealthyDisruptedLabels {
+    pub condition: String,
+    pub nodepool: String,
+    pub capacity_type: String,
+    pub image_id: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct CodeLabels {
     code: String,
@@ -144,6 +158,7 @@ pub struct Metrics {
     nodeclaims_created: Family<CreatedLabels, Counter>,
     nodeclaims_terminated: Family<PoolCapacityLabels, Counter>,
     nodeclaims_disrupted: Family<DisruptedLabels, Counter>,
+    nodeclaims_unhealthy_disrupted: Family<UnhealthyDisruptedLabels, Counter>,
     nodeclaims_termination_duration: HistogramFamily,
     nodeclaims_instance_termination_duration: HistogramFamily,
     nodes_created: Family<PoolLabels, Counter>,
@@ -161,6 +176,7 @@ impl Default for Metrics {
             nodeclaims_created: Family::default(),
             nodeclaims_terminated: Family::default(),
             nodeclaims_disrupted: Family::default(),
+            nodeclaims_unhealthy_disrupted: Family::default(),
             nodeclaims_termination_duration: Family::new_with_constructor(
                 nodeclaim_termination_histogram,
             ),
@@ -202,6 +218,11 @@ impl Metrics {
             "karpenter_nodeclaims_disrupted",
             "Number of nodeclaims disrupted in total by Karpenter. Labeled by reason the nodeclaim was disrupted and the owning nodepool.",
             metrics.nodeclaims_disrupted.clone(),
+        );
+        registry.register(
+            "karpenter_nodeclaims_unhealthy_disrupted",
+            "Number of unhealthy nodeclaims disrupted in total by Karpenter. Labeled by condition on the node was disrupted, the owning nodepool, and the image ID.",
+            metrics.nodeclaims_unhealthy_disrupted.clone(),
         );
         registry.register(
             "karpenter_nodeclaims_termination_duration_seconds",
@@ -312,6 +333,13 @@ impl Metrics {
             .inc();
     }
 
+    /// Node Repair deleted a NodeClaim because of `condition` (already snake-cased).
+    pub fn nodeclaim_unhealthy_disrupted(&self, labels: &UnhealthyDisruptedLabels) {
+        self.nodeclaims_unhealthy_disrupted
+            .get_or_create(labels)
+            .inc();
+    }
+
     /// A node registered for a NodeClaim of `nodepool`.
     pub fn node_created(&self, nodepool: &str) {
         self.nodes_created.get_or_create(&pool(nodepool)).inc();
@@ -361,6 +389,14 @@ impl Metrics {
                 nodepool: nodepool.to_owned(),
                 capacity_type: capacity_type.to_owned(),
             })
+            .get()
+    }
+
+    /// `karpenter_nodeclaims_unhealthy_disrupted_total` for one label set.
+    #[must_use]
+    pub fn unhealthy_disrupted_count(&self, labels: &UnhealthyDisruptedLabels) -> u64 {
+        self.nodeclaims_unhealthy_disrupted
+            .get_or_create(labels)
             .get()
     }
 
@@ -493,6 +529,12 @@ mod tests {
         metrics.node_terminated("default", Duration::from_secs(1), Duration::from_hours(1));
         metrics.eviction_request(429);
         metrics.pod_drained(FORCEFUL_TERMINATION);
+        metrics.nodeclaim_unhealthy_disrupted(&UnhealthyDisruptedLabels {
+            condition: "accelerated_hardware_ready".into(),
+            nodepool: "gpu".into(),
+            capacity_type: "on-demand".into(),
+            image_id: "ami-1".into(),
+        });
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for name in [
@@ -502,6 +544,7 @@ mod tests {
             "karpenter_nodes_lifetime_duration_seconds_bucket{le=\"3600.0\",nodepool=\"default\"} 1",
             "karpenter_nodes_eviction_requests_total{code=\"429\"} 1",
             "karpenter_pods_pods_drained_total{reason=\"Forceful Termination\"} 1",
+            "karpenter_nodeclaims_unhealthy_disrupted_total{condition=\"accelerated_hardware_ready\",nodepool=\"gpu\",capacity_type=\"on-demand\",image_id=\"ami-1\"} 1",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

@@ -2,9 +2,10 @@
 //! instance of the cheapest compatible type in an allowed zone with Karpenter's tags and a
 //! launch template whose user data carries its labels and taints; ICE falls back and hides the
 //! offering; retried creates are idempotent; delete, get and list; drift reasons; readiness
-//! errors; launch templates expiring, re-created and deleted with their class; launch subnets
-//! tracking addresses in flight; the validation's choice of instance type; after a restart, a
-//! NodeClaim whose launch was lost adopts what it launched (and only what suits it).
+//! errors; tagging a registered instance with only the tags it lacks; launch templates
+//! expiring, re-created and deleted with their class; launch subnets tracking addresses in
+//! flight; the validation's choice of instance type; after a restart, a NodeClaim whose launch
+//! was lost adopts what it launched (and only what suits it).
 
 #![allow(
     clippy::unwrap_used,
@@ -601,6 +602,61 @@ async fn delete_get_and_list_follow_the_instances() {
         env.cloud.get("i-0123").await,
         Err(CloudProviderError::InvalidProviderId { .. })
     ));
+}
+
+#[actix::test]
+async fn a_registered_instance_is_tagged_with_only_the_tags_it_lacks() {
+    tokio::time::pause();
+    let env = Env::new().await;
+    let created = env
+        .cloud
+        .create(&od_claim("claim-a", &env.zone(0)))
+        .await
+        .unwrap();
+    let id = provider_id(&created).rsplit('/').next().unwrap().to_owned();
+    // A user named the instance already; the launch tagged the cluster name.
+    let by_hand =
+        karpenter_core::domain::tags::Tags::from([("Name".to_owned(), "set-by-hand".to_owned())]);
+    env.kwok
+        .create_tags(std::slice::from_ref(&id), &by_hand)
+        .await
+        .unwrap();
+    let calls = env.kwok.faults().count("CreateTags");
+
+    let wanted = karpenter_core::domain::tags::registered_instance_tags(
+        "ip-10-0-0-1.ec2.internal",
+        "claim-a",
+        CLUSTER,
+    );
+    env.cloud.tag_instance(&created, &wanted).await.unwrap();
+    assert_eq!(env.kwok.faults().count("CreateTags"), calls + 1);
+    let tags = env
+        .kwok
+        .instances()
+        .into_iter()
+        .find(|i| i.id == id)
+        .unwrap()
+        .tags;
+    assert_eq!(
+        tags["Name"], "set-by-hand",
+        "an existing tag keeps its value"
+    );
+    assert_eq!(tags["karpenter.sh/nodeclaim"], "claim-a");
+    assert_eq!(tags["eks:eks-cluster-name"], CLUSTER);
+
+    // Nothing missing: no CreateTags.
+    env.cloud.tag_instance(&created, &wanted).await.unwrap();
+    assert_eq!(env.kwok.faults().count("CreateTags"), calls + 1);
+
+    // An instance that is gone reports it, for the caller to stop trying.
+    env.cloud.delete(&created).await.unwrap();
+    tokio::time::sleep(LAUNCH_LATENCY).await;
+    let gone = env.cloud.tag_instance(&created, &wanted).await.unwrap_err();
+    assert!(
+        matches!(gone, CloudProviderError::NodeClaimNotFound { .. }),
+        "{gone:?}"
+    );
+    assert_eq!(env.kwok.faults().count("CreateTags"), calls + 1);
 }
 
 #[actix::test]

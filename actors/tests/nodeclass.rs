@@ -958,8 +958,15 @@ impl CloudProvider for UnusedCloud {
     async fn is_drifted(&self, _: &NodeClaim) -> Result<Option<DriftReason>, CloudProviderError> {
         unimplemented!("not used by the NodeClassActor")
     }
-    fn repair_policies(&self) -> &'static [RepairPolicy] {
-        &[]
+    async fn tag_instance(
+        &self,
+        _: &NodeClaim,
+        _: &karpenter_core::domain::tags::Tags,
+    ) -> Result<(), CloudProviderError> {
+        unimplemented!("not used by the NodeClassActor")
+    }
+    fn repair_policies(&self) -> std::borrow::Cow<'static, [RepairPolicy]> {
+        std::borrow::Cow::Borrowed(&[])
     }
     fn name(&self) -> &'static str {
         "unused"

@@ -8,12 +8,13 @@
 //! The elector keeps the gate open until the renew deadline after its last renewal
 //! (`crate::kube::leader`), so no write leaves a replica that may have lost the lease, even while
 //! its actors are still being stopped. Reads pass. The ports checked here are the ones of
-//! `Deps`: the `ClusterApi`, the `CloudProvider` (create and delete), and the AWS ports' writes
-//! (EC2 launches, terminations, launch templates and tags, IAM instance profiles, SQS receives
-//! and deletes: a receive hides a message from the real leader for its visibility timeout). In
-//! `karpenter run` the kube client and the cloud provider's own EC2 port are gated as well, at
-//! the moment the request is sent (`crate::kube::client::GateLayer`, `gated_ec2`).
+//! `Deps`: the `ClusterApi`, the `CloudProvider` (create, delete and tag), and the AWS ports'
+//! writes (EC2 launches, terminations, launch templates and tags, IAM instance profiles, SQS
+//! receives and deletes: a receive hides a message from the real leader for its visibility
+//! timeout). In `karpenter run` the kube client and the cloud provider's own EC2 port are gated
+//! as well, at the moment the request is sent (`crate::kube::client::GateLayer`, `gated_ec2`).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -194,7 +195,8 @@ impl ClusterApi for GatedClusterApi {
     }
 }
 
-/// [`CloudProvider`] behind the gate: launches and terminations are refused, the rest reads.
+/// [`CloudProvider`] behind the gate: launches, terminations and instance tagging are refused,
+/// the rest reads.
 #[derive(Debug)]
 pub struct GatedCloudProvider {
     inner: Arc<dyn CloudProvider>,
@@ -253,7 +255,18 @@ impl CloudProvider for GatedCloudProvider {
         self.inner.validation_launches(nodeclass)
     }
 
-    fn repair_policies(&self) -> &'static [RepairPolicy] {
+    async fn tag_instance(
+        &self,
+        nodeclaim: &NodeClaim,
+        tags: &Tags,
+    ) -> Result<(), CloudProviderError> {
+        self.gate
+            .check()
+            .map_err(|_| aws_refusal(AwsService::Ec2, "CreateTags"))?;
+        self.inner.tag_instance(nodeclaim, tags).await
+    }
+
+    fn repair_policies(&self) -> Cow<'static, [RepairPolicy]> {
         self.inner.repair_policies()
     }
 
@@ -581,6 +594,16 @@ mod tests {
             "{error:?}"
         );
         assert!(cloud.calls_of(CloudOperation::Create).is_empty());
+        let tags = Tags::from([("Name".to_owned(), "node-a".to_owned())]);
+        let error = gated_cloud
+            .tag_instance(&claim("b"), &tags)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, CloudProviderError::Aws(aws) if aws.operation == "CreateTags"),
+            "{error:?}"
+        );
+        assert!(cloud.calls_of(CloudOperation::TagInstance).is_empty());
         // Reads go on: a standby's and a stopping leader's views stay current.
         assert!(gated_cloud.list().await.is_ok());
     }

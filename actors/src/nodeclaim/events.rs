@@ -1,6 +1,6 @@
 //! The Kubernetes events the NodeClaimActor publishes, with Karpenter's reasons, types and
 //! messages (core `pkg/events/reason.go`, `nodeclaim/lifecycle/events.go`,
-//! `node/termination/terminator/events`).
+//! `node/termination/terminator/events`, `node/health/events.go`).
 
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::Resource;
@@ -19,6 +19,7 @@ pub mod reason {
     pub const FAILED_DRAINING: &str = "FailedDraining";
     pub const EVICTED: &str = "Evicted";
     pub const DISRUPTED: &str = "Disrupted";
+    pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
 }
 
 fn nodeclaim_ref(nodeclaim: &NodeClaim) -> ObjectReference {
@@ -176,5 +177,18 @@ pub fn pod_deleted_for_grace_period(
         format!(
             "Deleting the pod to accommodate the terminationTime {deadline} of the node. The pod was granted {grace_seconds} seconds of grace-period of its {pod_grace_seconds} terminationGracePeriodSeconds. This bypasses the PDB of the pod and the do-not-disrupt annotation."
         ),
+    )
+}
+
+/// Node Repair would replace the node, but too many nodes of its pool (or of the cluster, for a
+/// NodeClaim without a pool) are unhealthy.
+#[must_use]
+pub fn node_repair_blocked(node: &Node, why: &str) -> ClusterEvent {
+    event(
+        node_ref(node),
+        EventType::Warning,
+        reason::NODE_REPAIR_BLOCKED,
+        "Repair",
+        why.to_owned(),
     )
 }

@@ -1,7 +1,8 @@
 //! The NodeClaimActor's steps for a live NodeClaim: finalizer, launch, registration,
-//! initialization, consolidation (`consolidatable`) and liveness (see the parent module for the flow). Each step reads the
-//! NodeClaim it is given, writes only when something changes, and returns the NodeClaim as
-//! written so the next step sees its own writes before the watch does.
+//! initialization, consolidation (`consolidatable`), repair (`repair`), tagging (`tagging`) and
+//! liveness (see the parent module for the flow). Each step reads the NodeClaim it is given,
+//! writes only when something changes, and returns the NodeClaim as written so the next step
+//! sees its own writes before the watch does.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -209,6 +210,19 @@ impl NodeClaimActor {
         } else {
             nodeclaim
         };
+        // A tagging failure is retried with the reconcile's backoff; it holds up nothing else.
+        let nodeclaim = if failure.is_none() {
+            match self.tag_instance(Arc::clone(&nodeclaim)).await {
+                Ok(Step::Continue(tagged, _)) => tagged,
+                Ok(Step::Stop) => return Ok(None),
+                Err(error) => {
+                    failure = Some(error);
+                    nodeclaim
+                }
+            }
+        } else {
+            nodeclaim
+        };
         // Liveness runs even when the launch keeps failing: 15 minutes without a node end it.
         match self.liveness(&nodeclaim).await? {
             Step::Continue(_, after) => next = soonest(next, after),
@@ -220,9 +234,9 @@ impl NodeClaimActor {
         }
     }
 
-    /// The steps after a launch: registration, initialization, the pod event and
-    /// `Consolidatable`, each given the NodeClaim as the one before wrote it; `None` when one
-    /// ended the reconcile.
+    /// The steps after a launch: registration, initialization, the pod event,
+    /// `Consolidatable` and Node Repair, each given the NodeClaim as the one before wrote it;
+    /// `None` when one ended the reconcile.
     async fn after_launch(
         &mut self,
         ctx: &mut ActorCtx<Self>,
@@ -241,6 +255,10 @@ impl NodeClaimActor {
             return Ok(None);
         };
         let Step::Continue(nodeclaim, after) = self.update_consolidatable(nodeclaim).await? else {
+            return Ok(None);
+        };
+        *next = soonest(*next, after);
+        let Step::Continue(nodeclaim, after) = self.repair(ctx, nodeclaim).await? else {
             return Ok(None);
         };
         *next = soonest(*next, after);

@@ -1,6 +1,7 @@
 //! `NodeClaimActor`: one per NodeClaim, carrying it from request to running node and, once it
-//! is deleted, back to nothing (Karpenter's `nodeclaim.lifecycle` and `node.termination`
-//! controllers in one owner; reference 2.1).
+//! is deleted, back to nothing (Karpenter's `nodeclaim.lifecycle`, `node.termination` and
+//! `node.health` controllers and the AWS provider's `nodeclaim.tagging` in one owner;
+//! reference 2.1, 2.2).
 //!
 //! Flow: the daemon routes every change of the NodeClaim, of its Node (by provider id), of its
 //! NodePool, the pod events on its node and the changes of the pods on a draining node to the
@@ -24,23 +25,36 @@
 //!    marked in [`PodEvents`] is written as `status.lastPodEventTime`, and `Consolidatable` is
 //!    set once the NodePool's `consolidateAfter` has passed since it (or since the
 //!    initialization), removed otherwise;
-//! 5. **liveness**: a NodeClaim not registered 15 minutes after its launch (the `Launched`
+//! 5. **repair** ([`repair`], only with `FEATURE_GATES` `NodeRepair=true`): a Node condition
+//!    matching one of `CloudProvider::repair_policies` (`Ready=False` 30 min, ...) is looked at
+//!    again the instant its toleration ends; then, on a synced view, if at most 20% (rounded
+//!    up) of the NodePool's nodes (the cluster's, without a NodePool) are unhealthy, the
+//!    NodeClaim is annotated `karpenter.sh/nodeclaim-termination-timestamp` = now and deleted
+//!    (budgets, PDBs and `do-not-disrupt` do not apply: the drain deletes the pods at once);
+//!    otherwise the Node gets `NodeRepairBlocked` (at most every 15 minutes) and the actor
+//!    looks again in a minute;
+//! 6. **tagging** ([`tagging`]), once `Registered` with a node name: the instance gets the
+//!    `Name`, `karpenter.sh/nodeclaim` and `eks:eks-cluster-name` tags it lacks
+//!    (`CloudProvider::tag_instance`), then the NodeClaim the `karpenter.k8s.aws/tagged`
+//!    annotations, which skip the step from then on; a failure is retried with backoff without
+//!    holding up the other steps, an instance already gone is skipped;
+//! 7. **liveness**: a NodeClaim not registered 15 minutes after its launch (the `Launched`
 //!    condition's transition time, so the window survives restarts) is deleted, and its
 //!    NodePool's `NodeRegistrationHealthy` turns `False`;
-//! 6. **termination** (`termination`), once the NodeClaim has a deletion timestamp: the
-//!    termination time annotation from `terminationGracePeriod`; the Node is deleted, tainted
-//!    `karpenter.sh/disrupted:NoSchedule` and drained ([`drain`]) through the eviction API; the
-//!    volumes of the pods that left detach ([`volumes`]); the instance is deleted until the
-//!    cloud reports it gone (`InstanceTerminating`); then the Node's and the NodeClaim's
-//!    finalizers are removed.
+//! 8. **termination** (`termination`), once the NodeClaim has a deletion timestamp: the
+//!    termination time annotation from `terminationGracePeriod` (unless repair wrote one); the
+//!    Node is deleted, tainted `karpenter.sh/disrupted:NoSchedule` and drained ([`drain`])
+//!    through the eviction API; the volumes of the pods that left detach ([`volumes`]); the
+//!    instance is deleted until the cloud reports it gone (`InstanceTerminating`); then the
+//!    Node's and the NodeClaim's finalizers are removed.
 //!
 //! The actor is a [`Reconciler`]: the kit reads the NodeClaim, stops the actor
 //! ([`crate::runtime::RestartPolicy::Transient`]) when it is gone from the view, keeps the
 //! earliest requeue a step asks for ([`Coalesce::Earliest`]) and retries a failed reconcile
 //! after 1 s doubling to 1 min. Waits use timers on tokio time; timestamps written to
 //! Kubernetes and deadlines read from it use the `Clock` port. Nothing that must survive a
-//! restart lives only here: the actor's own fields are eviction backoffs and once-only metric
-//! flags.
+//! restart lives only here: the actor's own fields are eviction backoffs, event dedupe times
+//! and once-only metric flags.
 
 pub mod consolidatable;
 pub mod drain;
@@ -49,6 +63,8 @@ pub mod initialization;
 pub mod launch;
 mod lifecycle;
 pub mod registration;
+pub mod repair;
+pub mod tagging;
 mod termination;
 pub mod volumes;
 
@@ -205,6 +221,8 @@ pub struct NodeClaimActor {
     launch_not_before: Option<Instant>,
     evictions: HashMap<drain::PodKey, EvictionBackoff>,
     last_drain_event: Option<Instant>,
+    /// When `NodeRepairBlocked` was last published about this NodeClaim's Node.
+    last_repair_blocked_event: Option<Instant>,
     /// Once-only reports: a reconcile that runs on a view older than its own last write must
     /// not count a registration, liveness deletion or termination twice (Karpenter sleeps a
     /// second after each write for the same reason).
@@ -227,6 +245,12 @@ struct Reported {
     waiting_for_volumes: bool,
     node_released: bool,
     nodeclaim_released: bool,
+    /// Node Repair deleted the NodeClaim (counted once).
+    repaired: bool,
+    /// The instance is tagged and the NodeClaim annotated (no second `tag_instance`).
+    tagged: bool,
+    /// The instance cannot be tagged (gone, or no instance id): not retried.
+    untaggable: bool,
 }
 
 impl Supervised for NodeClaimActor {
@@ -252,6 +276,7 @@ impl Supervised for NodeClaimActor {
             launch_not_before: None,
             evictions: HashMap::new(),
             last_drain_event: None,
+            last_repair_blocked_event: None,
             reported: Reported::default(),
             instance_gone: false,
         })
@@ -385,6 +410,7 @@ impl NodeClaimActor {
         self.launch_not_before = None;
         self.evictions.clear();
         self.last_drain_event = None;
+        self.last_repair_blocked_event = None;
         self.reported = Reported::default();
         self.instance_gone = false;
     }

@@ -102,7 +102,7 @@ fn remove_finalizer(finalizers: &mut Option<Vec<String>>) {
 }
 
 /// RFC 3339 to the second, as Karpenter writes the termination timestamp.
-fn rfc3339(at: Timestamp) -> String {
+pub(super) fn rfc3339(at: Timestamp) -> String {
     Timestamp::from_second(at.as_second())
         .unwrap_or(at)
         .to_string()

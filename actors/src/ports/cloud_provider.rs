@@ -6,8 +6,8 @@
 //! ([`karpenter_core::domain::instance_type::InstanceType`]), so the provisioner hands them straight to
 //! the solver. `crate::testing::FakeCloudProvider` is the recording in-memory one for actor tests.
 
+use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -16,6 +16,8 @@ use karpenter_core::apis::EC2NodeClass;
 use karpenter_core::apis::nodeclaim::NodeClaim;
 use karpenter_core::apis::nodepool::NodePool;
 use karpenter_core::domain::instance_type::InstanceType;
+pub use karpenter_core::domain::repair::{AWS_REPAIR_POLICIES, RepairPolicy};
+use karpenter_core::domain::tags::Tags;
 
 /// Why a NodeClaim's instance no longer matches its `NodeClass` (provider part of drift).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,58 +42,6 @@ impl DriftReason {
         }
     }
 }
-
-/// A node condition that, held for `toleration`, makes Node Repair replace the node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RepairPolicy {
-    pub condition_type: &'static str,
-    pub condition_status: &'static str,
-    pub toleration: Duration,
-}
-
-/// Node Repair's unhealthy-condition window for most conditions (reference 2.2).
-const REPAIR_TOLERATION: Duration = Duration::from_mins(30);
-/// `AcceleratedHardwareReady=False` is repaired sooner: a broken GPU node is useless at once.
-const ACCELERATED_HARDWARE_TOLERATION: Duration = Duration::from_mins(10);
-
-/// The AWS cloud provider's repair policies (reference 2.2).
-pub const AWS_REPAIR_POLICIES: &[RepairPolicy] = &[
-    RepairPolicy {
-        condition_type: "Ready",
-        condition_status: "False",
-        toleration: REPAIR_TOLERATION,
-    },
-    RepairPolicy {
-        condition_type: "Ready",
-        condition_status: "Unknown",
-        toleration: REPAIR_TOLERATION,
-    },
-    RepairPolicy {
-        condition_type: "AcceleratedHardwareReady",
-        condition_status: "False",
-        toleration: ACCELERATED_HARDWARE_TOLERATION,
-    },
-    RepairPolicy {
-        condition_type: "StorageReady",
-        condition_status: "False",
-        toleration: REPAIR_TOLERATION,
-    },
-    RepairPolicy {
-        condition_type: "NetworkingReady",
-        condition_status: "False",
-        toleration: REPAIR_TOLERATION,
-    },
-    RepairPolicy {
-        condition_type: "KernelReady",
-        condition_status: "False",
-        toleration: REPAIR_TOLERATION,
-    },
-    RepairPolicy {
-        condition_type: "ContainerRuntimeReady",
-        condition_status: "False",
-        toleration: REPAIR_TOLERATION,
-    },
-];
 
 /// Failures of the high-level port, as the core controllers tell them apart.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -163,7 +113,17 @@ pub trait CloudProvider: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<(String, String)>, CloudProviderError> {
         Ok(Vec::new())
     }
-    fn repair_policies(&self) -> &'static [RepairPolicy];
+    /// Tags the NodeClaim's instance with those of `tags` whose keys it does not carry yet
+    /// (Karpenter AWS's `nodeclaim.tagging` reads the instance's tags first, so a tag a user set
+    /// keeps its value and a repeated call writes nothing). `NodeClaimNotFound` when the instance
+    /// is gone.
+    async fn tag_instance(
+        &self,
+        nodeclaim: &NodeClaim,
+        tags: &Tags,
+    ) -> Result<(), CloudProviderError>;
+    /// The node conditions that make Node Repair replace a node (empty: no repair).
+    fn repair_policies(&self) -> Cow<'static, [RepairPolicy]>;
     fn name(&self) -> &'static str;
 }
 
@@ -205,7 +165,7 @@ mod tests {
             .find(|p| p.condition_type == "AcceleratedHardwareReady");
         assert_eq!(
             accelerated.map(|p| p.toleration),
-            Some(Duration::from_mins(10))
+            Some(std::time::Duration::from_mins(10))
         );
         assert_eq!(AWS_REPAIR_POLICIES.len(), 7);
     }

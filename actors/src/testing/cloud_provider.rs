@@ -4,8 +4,11 @@
 //! `NodeClaimNotFound` once the termination delay has passed), records every call with the
 //! NodeClaim it was given, and fails calls on demand. Launches can take time (tokio time, so
 //! paused in tests). Tests can also plant a leaked instance or make one vanish, and set the
-//! instance types offered to every NodePool or to one.
+//! instance types offered to every NodePool or to one, and the repair policies (AWS's by
+//! default). `tag_instance` records the tags it was asked for and adds them to the instance;
+//! leaving out the tags an instance already has is the AWS provider's job, tested over kwok.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -25,6 +28,7 @@ use karpenter_core::apis::nodeclaim::{NodeClaim, NodeClaimSpec, NodeClassReferen
 use karpenter_core::apis::nodepool::NodePool;
 use karpenter_core::apis::requirements::Operator;
 use karpenter_core::domain::instance_type::InstanceType;
+use karpenter_core::domain::tags::Tags;
 
 /// The zone fake instances run in.
 pub const FAKE_ZONE: &str = "us-west-2a";
@@ -51,6 +55,11 @@ pub enum CloudCall {
     IsDrifted {
         nodeclaim: String,
     },
+    /// `tag_instance`, with the tags as they were passed.
+    TagInstance {
+        provider_id: String,
+        tags: Tags,
+    },
 }
 
 /// The operation of a call, to target failures.
@@ -62,6 +71,7 @@ pub enum CloudOperation {
     List,
     InstanceTypes,
     IsDrifted,
+    TagInstance,
 }
 
 impl CloudCall {
@@ -74,6 +84,7 @@ impl CloudCall {
             Self::List => CloudOperation::List,
             Self::InstanceTypes { .. } => CloudOperation::InstanceTypes,
             Self::IsDrifted { .. } => CloudOperation::IsDrifted,
+            Self::TagInstance { .. } => CloudOperation::TagInstance,
         }
     }
 }
@@ -93,6 +104,8 @@ pub struct FakeInstance {
     /// The NodeClaim as `list` and `get` return it (labels, provider id, capacity).
     pub nodeclaim: NodeClaim,
     pub state: FakeInstanceState,
+    /// Tags added by `tag_instance`.
+    pub tags: Tags,
 }
 
 #[derive(Default)]
@@ -105,6 +118,8 @@ struct State {
     termination_delay: std::time::Duration,
     default_types: Vec<Arc<InstanceType>>,
     types_by_pool: BTreeMap<String, Vec<Arc<InstanceType>>>,
+    /// `None`: AWS's.
+    repair_policies: Option<Vec<RepairPolicy>>,
 }
 
 impl State {
@@ -175,6 +190,24 @@ impl FakeCloudProvider {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The repair policies `repair_policies` returns from now on.
+    pub fn set_repair_policies(&self, policies: Vec<RepairPolicy>) {
+        self.lock().repair_policies = Some(policies);
+    }
+
+    /// The tags `tag_instance` was called with, in order.
+    #[must_use]
+    pub fn tagged(&self) -> Vec<Tags> {
+        self.lock()
+            .calls
+            .iter()
+            .filter_map(|c| match c {
+                CloudCall::TagInstance { tags, .. } => Some(tags.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// `create` takes this long (tokio time) before it answers.
@@ -281,6 +314,7 @@ impl FakeCloudProvider {
             FakeInstance {
                 nodeclaim: instance,
                 state: FakeInstanceState::Running,
+                tags: Tags::new(),
             },
         );
         provider_id
@@ -389,6 +423,7 @@ impl CloudProvider for FakeCloudProvider {
             FakeInstance {
                 nodeclaim: created.clone(),
                 state: FakeInstanceState::Running,
+                tags: Tags::new(),
             },
         );
         Ok(created)
@@ -479,8 +514,34 @@ impl CloudProvider for FakeCloudProvider {
         Ok(None)
     }
 
-    fn repair_policies(&self) -> &'static [RepairPolicy] {
-        AWS_REPAIR_POLICIES
+    async fn tag_instance(
+        &self,
+        nodeclaim: &NodeClaim,
+        tags: &Tags,
+    ) -> Result<(), CloudProviderError> {
+        let provider_id = nodeclaim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .unwrap_or_default();
+        let mut state = self.lock();
+        state.call(CloudCall::TagInstance {
+            provider_id: provider_id.clone(),
+            tags: tags.clone(),
+        })?;
+        let instance = state
+            .instances
+            .get_mut(&provider_id)
+            .ok_or_else(|| not_found(&provider_id))?;
+        instance.tags.extend(tags.clone());
+        Ok(())
+    }
+
+    fn repair_policies(&self) -> Cow<'static, [RepairPolicy]> {
+        self.lock()
+            .repair_policies
+            .clone()
+            .map_or(Cow::Borrowed(AWS_REPAIR_POLICIES), Cow::Owned)
     }
 
     fn name(&self) -> &'static str {

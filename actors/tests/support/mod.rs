@@ -155,6 +155,15 @@ impl Harness {
 
     /// Like [`Harness::start`], with a fault plan in the actor kit.
     pub fn start_with(faults: Option<FaultPlan>) -> Self {
+        Self::build(faults, karpenter_config::Settings::default())
+    }
+
+    /// Like [`Harness::start`], with these settings (feature gates, say).
+    pub fn start_with_settings(settings: karpenter_config::Settings) -> Self {
+        Self::build(None, settings)
+    }
+
+    fn build(faults: Option<FaultPlan>, settings: karpenter_config::Settings) -> Self {
         let clock = Arc::new(PausedClock::new(start_time()));
         let api = Arc::new(FakeClusterApi::new());
         api.set_now(clock.now());
@@ -170,13 +179,16 @@ impl Harness {
                     let _ = changes.send(change);
                 }),
         );
-        let deps = fake_deps(
-            clock.clone(),
-            mirror.clone(),
-            view.clone(),
-            cloud.clone(),
-            Arc::clone(&metrics),
-        );
+        let deps = Deps {
+            settings: Arc::new(settings),
+            ..fake_deps(
+                clock.clone(),
+                mirror.clone(),
+                view.clone(),
+                cloud.clone(),
+                Arc::clone(&metrics),
+            )
+        };
         let kit = ActorKit::new(
             &mut registry,
             KitOptions {

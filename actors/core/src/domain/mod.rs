@@ -17,7 +17,10 @@
 //!   pod change is a pod event on its node (`nodeclaim.podevents`).
 //! - [`consolidatable`]: whether a NodeClaim is consolidatable yet (`consolidateAfter` since its
 //!   last pod event or initialization) and the pod event dedupe.
-//! - [`tags`]: the tags of launched instances (the class's and the ones Karpenter owns).
+//! - [`tags`]: the tags of launched instances (the class's and the ones Karpenter owns) and of
+//!   registered ones (`Name`, NodeClaim, EKS cluster).
+//! - [`repair`]: Node Repair: the cloud provider's repair policies, when an unhealthy node is
+//!   due for replacement, and the 20% pool health rule.
 //! - [`version`]: the supported Kubernetes versions.
 //! - [`disruption`]: voluntary disruption (consolidation, emptiness, drift, budgets): which
 //!   nodes to remove or replace in one round, and the validation of that decision.
@@ -31,6 +34,7 @@ pub mod limits;
 pub mod nodeclass_hash;
 pub mod nodepool_hash;
 pub mod pods;
+pub mod repair;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;

@@ -2,12 +2,17 @@
 //! `spec.tags` plus the tags Karpenter owns (cluster ownership, EKS cluster name, NodePool,
 //! EC2NodeClass). A class that sets one of the owned tags itself cannot launch: the launch path
 //! refuses it and the class's validation reports it with the field path.
+//!
+//! Once a node registers, its instance is tagged with the node's name, its NodeClaim and the EKS
+//! cluster name (Karpenter AWS's `nodeclaim.tagging`): [`registered_instance_tags`], of which only
+//! the [`missing`] ones are written.
 
 use std::collections::BTreeMap;
 
 use crate::apis::ec2nodeclass::EC2NodeClassSpec;
 use crate::apis::labels::{
-    TAG_CLUSTER_PREFIX, TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME, TAG_NODEPOOL,
+    TAG_CLUSTER_PREFIX, TAG_EC2NODECLASS, TAG_EKS_CLUSTER_NAME, TAG_NAME, TAG_NODECLAIM,
+    TAG_NODEPOOL,
 };
 use crate::apis::validation::ec2nodeclass_violations;
 
@@ -54,6 +59,28 @@ pub fn launch_tags(
     Ok(tags)
 }
 
+/// The tags an instance gets once its node registered: `Name` (the node's name, what the EC2
+/// console shows), `karpenter.sh/nodeclaim` and `eks:eks-cluster-name`.
+#[must_use]
+pub fn registered_instance_tags(node_name: &str, nodeclaim: &str, cluster: &str) -> Tags {
+    Tags::from([
+        (TAG_NAME.to_owned(), node_name.to_owned()),
+        (TAG_NODECLAIM.to_owned(), nodeclaim.to_owned()),
+        (TAG_EKS_CLUSTER_NAME.to_owned(), cluster.to_owned()),
+    ])
+}
+
+/// The tags of `wanted` whose keys `present` lacks: a key the instance already has keeps its
+/// value (a `Name` a user set is not overwritten, as in Karpenter).
+#[must_use]
+pub fn missing(wanted: &Tags, present: &Tags) -> Tags {
+    wanted
+        .iter()
+        .filter(|(key, _)| !present.contains_key(*key))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +125,24 @@ mod tests {
             "{message}"
         );
         assert_eq!(error.category(), "restricted_tags");
+    }
+
+    #[test]
+    fn a_registered_instance_gets_only_the_tags_it_lacks() {
+        let wanted = registered_instance_tags("ip-10-0-0-1.ec2.internal", "default-abc", "c1");
+        assert_eq!(
+            wanted.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["Name", "eks:eks-cluster-name", "karpenter.sh/nodeclaim"]
+        );
+        assert_eq!(wanted["Name"], "ip-10-0-0-1.ec2.internal");
+        let present = Tags::from([
+            ("Name".to_owned(), "my-own-name".to_owned()),
+            (TAG_EKS_CLUSTER_NAME.to_owned(), "c1".to_owned()),
+        ]);
+        assert_eq!(
+            missing(&wanted, &present),
+            Tags::from([(TAG_NODECLAIM.to_owned(), "default-abc".to_owned())])
+        );
+        assert!(missing(&wanted, &wanted).is_empty());
     }
 }

@@ -24,6 +24,7 @@ mod hydrate;
 pub use create::reason_message;
 pub use drift::static_drift;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -51,6 +52,7 @@ use karpenter_core::apis::nodeclaim::NodeClaim;
 use karpenter_core::apis::nodepool::NodePool;
 use karpenter_core::apis::{EC2NodeClass, labels};
 use karpenter_core::domain::instance_type::InstanceType;
+use karpenter_core::domain::tags::{self, Tags};
 use karpenter_core::domain::userdata::ClusterInfo;
 
 /// The controller settings the AWS providers are built with.
@@ -403,8 +405,37 @@ impl CloudProvider for AwsCloudProvider {
         self.validation_choice(nodeclass, validation::validation_launches)
     }
 
-    fn repair_policies(&self) -> &'static [RepairPolicy] {
-        AWS_REPAIR_POLICIES
+    async fn tag_instance(
+        &self,
+        nodeclaim: &NodeClaim,
+        tags: &Tags,
+    ) -> Result<(), CloudProviderError> {
+        let provider_id = nodeclaim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .unwrap_or_default();
+        let (_, instance_id) = parse_provider_id(provider_id)?;
+        // Through the DescribeInstances batcher: a burst of registrations reads in few calls.
+        let instance = self
+            .providers
+            .instances
+            .get(instance_id)
+            .await
+            .map_err(not_found)?;
+        let missing = tags::missing(tags, &instance.tags);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        self.providers
+            .instances
+            .create_tags(instance_id, &missing)
+            .await
+            .map_err(not_found)
+    }
+
+    fn repair_policies(&self) -> Cow<'static, [RepairPolicy]> {
+        Cow::Borrowed(AWS_REPAIR_POLICIES)
     }
 
     fn name(&self) -> &'static str {
