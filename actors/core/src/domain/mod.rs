@@ -19,12 +19,15 @@
 //!   last pod event or initialization) and the pod event dedupe.
 //! - [`tags`]: the tags of launched instances (the class's and the ones Karpenter owns).
 //! - [`version`]: the supported Kubernetes versions.
+//! - [`drift`]: whether a launched NodeClaim drifted from its NodePool (template hash,
+//!   requirements, instance type gone), before the cloud provider's own drift checks.
 //! - [`disruption`]: voluntary disruption (consolidation, emptiness, drift, budgets): which
 //!   nodes to remove or replace in one round, and the validation of that decision.
 
 pub mod amifamily;
 pub mod consolidatable;
 pub mod disruption;
+pub mod drift;
 pub mod instance_type;
 pub mod interruption;
 pub mod limits;
