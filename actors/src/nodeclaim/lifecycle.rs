@@ -1,7 +1,8 @@
 //! The NodeClaimActor's steps for a live NodeClaim: finalizer, launch, registration,
-//! initialization, consolidation (`consolidatable`) and liveness (see the parent module for the flow). Each step reads the
-//! NodeClaim it is given, writes only when something changes, and returns the NodeClaim as
-//! written so the next step sees its own writes before the watch does.
+//! initialization, drift (`drift`), consolidation (`consolidatable`) and liveness (see the parent module for the flow). Each step reads the NodeClaim it is
+//! given, writes only when something changes, and returns the NodeClaim as written so the next
+//! step sees its own writes before the watch does. A failed launch or drift check is returned
+//! only after the steps that do not depend on it (consolidation, liveness) have run.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -202,7 +203,10 @@ impl NodeClaimActor {
             }
         };
         let nodeclaim = if failure.is_none() {
-            match self.after_launch(ctx, nodeclaim, &mut next).await? {
+            match self
+                .after_launch(ctx, nodeclaim, &mut next, &mut failure)
+                .await?
+            {
                 Some(nodeclaim) => nodeclaim,
                 None => return Ok(None),
             }
@@ -220,14 +224,16 @@ impl NodeClaimActor {
         }
     }
 
-    /// The steps after a launch: registration, initialization, the pod event and
+    /// The steps after a launch: registration, initialization, the pod event, `Drifted` and
     /// `Consolidatable`, each given the NodeClaim as the one before wrote it; `None` when one
-    /// ended the reconcile.
+    /// ended the reconcile. A failed drift check goes to `failure` and the steps after it
+    /// still run (Karpenter's drift and consolidation sub-controllers run side by side).
     async fn after_launch(
         &mut self,
         ctx: &mut ActorCtx<Self>,
         nodeclaim: Arc<NodeClaim>,
         next: &mut Next,
+        failure: &mut Option<NodeClaimError>,
     ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
         let Step::Continue(nodeclaim, after) = self.register(ctx, nodeclaim).await? else {
             return Ok(None);
@@ -239,6 +245,17 @@ impl NodeClaimActor {
         *next = soonest(*next, after);
         let Some(nodeclaim) = self.record_pod_event(nodeclaim).await? else {
             return Ok(None);
+        };
+        let nodeclaim = match self.update_drifted(Arc::clone(&nodeclaim)).await {
+            Ok(Step::Continue(nodeclaim, after)) => {
+                *next = soonest(*next, after);
+                nodeclaim
+            }
+            Ok(Step::Stop) => return Ok(None),
+            Err(error) => {
+                *failure = Some(error);
+                nodeclaim
+            }
         };
         let Step::Continue(nodeclaim, after) = self.update_consolidatable(nodeclaim).await? else {
             return Ok(None);

@@ -3,8 +3,8 @@
 //! controllers in one owner; reference 2.1).
 //!
 //! Flow: the daemon routes every change of the NodeClaim, of its Node (by provider id), of its
-//! NodePool, the pod events on its node and the changes of the pods on a draining node to the
-//! actor as [`Reconcile`](crate::messages::Reconcile); the
+//! NodePool and of that pool's `EC2NodeClass`, the pod events on its node and the changes of the
+//! pods on a draining node to the actor as [`Reconcile`](crate::messages::Reconcile); the
 //! actor re-reads the NodeClaim from the `ClusterView` and takes the next steps, writing through
 //! `ClusterApi` and `CloudProvider`:
 //!
@@ -20,14 +20,17 @@
 //!    and `Registered` set; the NodePool's `NodeRegistrationHealthy` turns `True`;
 //! 4. **initialization** ([`initialization`]): Ready, no startup or ephemeral taints, requested
 //!    resources present: the node is labelled `karpenter.sh/initialized` and `Initialized` set;
-//!    then, every reconcile, **consolidation** ([`consolidatable`]): a pod event the daemon
-//!    marked in [`PodEvents`] is written as `status.lastPodEventTime`, and `Consolidatable` is
-//!    set once the NodePool's `consolidateAfter` has passed since it (or since the
-//!    initialization), removed otherwise;
-//! 5. **liveness**: a NodeClaim not registered 15 minutes after its launch (the `Launched`
+//! 5. then, every reconcile, **drift** ([`drift`]): once `Launched`, `Drifted=True` with the
+//!    first reason found (the NodePool's hash, its requirements, the instance type gone from
+//!    it, then the cloud provider's `is_drifted`), removed when none holds, decided again every
+//!    5 minutes; a cloud error is retried with backoff after the other steps have run; and
+//!    **consolidation** ([`consolidatable`]): a pod event the daemon marked in [`PodEvents`]
+//!    is written as `status.lastPodEventTime`, and `Consolidatable` is set once the NodePool's
+//!    `consolidateAfter` has passed since it (or since the initialization), removed otherwise;
+//! 6. **liveness**: a NodeClaim not registered 15 minutes after its launch (the `Launched`
 //!    condition's transition time, so the window survives restarts) is deleted, and its
 //!    NodePool's `NodeRegistrationHealthy` turns `False`;
-//! 6. **termination** (`termination`), once the NodeClaim has a deletion timestamp: the
+//! 7. **termination** (`termination`), once the NodeClaim has a deletion timestamp: the
 //!    termination time annotation from `terminationGracePeriod`; the Node is deleted, tainted
 //!    `karpenter.sh/disrupted:NoSchedule` and drained ([`drain`]) through the eviction API; the
 //!    instance is deleted until the cloud reports it gone (`InstanceTerminating`); then the
@@ -43,6 +46,7 @@
 
 pub mod consolidatable;
 pub mod drain;
+pub mod drift;
 pub mod events;
 pub mod initialization;
 pub mod launch;
