@@ -51,6 +51,8 @@ pub mod disruption_reason {
     pub const LIVENESS: &str = "liveness";
     /// The instance vanished while the NodeClaim was registered.
     pub const GARBAGE_COLLECTED: &str = "garbage_collected";
+    /// The NodeClaim lived past its `expireAfter` (Karpenter lowercases its `Expired`).
+    pub const EXPIRED: &str = "expired";
 }
 
 /// `reason` of `karpenter_pods_pods_drained_total` when the NodeClaim has no `DisruptionReason`.

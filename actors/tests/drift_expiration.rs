@@ -1,8 +1,10 @@
 //! Nodes that follow their spec over time, on the NodeClaim side over fakes: the `Drifted`
 //! condition (Karpenter's `nodeclaim.disruption` Drift: the NodePool's hash, its requirements,
 //! the instance type gone from it, then the cloud provider's own reasons), decided again every
-//! 5 minutes and at once when the NodePool or its `EC2NodeClass` changes. The daemon assembly
-//! routes the mirrored fake cluster's changes (`support`); time is tokio's paused clock.
+//! 5 minutes and at once when the NodePool or its `EC2NodeClass` changes; and expiration
+//! (Karpenter's `nodeclaim.expiration`), which deletes a NodeClaim at its creation plus
+//! `expireAfter`. The daemon assembly routes the mirrored fake cluster's changes (`support`);
+//! time is tokio's paused clock.
 
 #![allow(
     clippy::unwrap_used,
@@ -15,6 +17,9 @@ mod support;
 
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use karpenter_actors::metrics::disruption_reason;
 use karpenter_actors::ports::cloud_provider::{CloudProviderError, DriftReason};
 use karpenter_actors::testing::{CloudOperation, fake_instance_type};
 use karpenter_core::apis::labels;
@@ -87,6 +92,51 @@ async fn edit_pool(h: &Harness, edit: impl FnOnce(&mut karpenter_core::apis::Nod
     edit(&mut pool);
     h.add_nodepool(pool);
     h.settle().await;
+}
+
+fn deleting(h: &Harness, name: &str) -> bool {
+    h.nodeclaim(name)
+        .is_none_or(|nc| nc.metadata.deletion_timestamp.is_some())
+}
+
+fn plus_signed(at: Timestamp, by: SignedDuration) -> Timestamp {
+    at.checked_add(by).unwrap()
+}
+
+fn plus(at: Timestamp, by: Duration) -> Timestamp {
+    at.checked_add(SignedDuration::try_from(by).unwrap())
+        .unwrap()
+}
+
+/// The time left until `at` on the actors' clock.
+fn until(h: &Harness, at: Timestamp) -> Duration {
+    Duration::try_from(at.duration_since(h.clock_now())).unwrap()
+}
+
+fn expired_count(h: &Harness) -> u64 {
+    h.metrics.disrupted_count(
+        disruption_reason::EXPIRED,
+        NODEPOOL,
+        labels::CAPACITY_TYPE_ON_DEMAND,
+    )
+}
+
+/// The `DisruptionTerminating` events about a NodeClaim: (type, action, note).
+fn terminating_events(h: &Harness, name: &str) -> Vec<(String, String, String)> {
+    h.api
+        .events()
+        .into_iter()
+        .filter(|e| {
+            e.reason == "DisruptionTerminating" && e.regarding.name.as_deref() == Some(name)
+        })
+        .map(|e| {
+            (
+                format!("{:?}", e.type_),
+                e.action,
+                e.note.unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 // ---- drift ---------------------------------------------------------------------------------
@@ -356,4 +406,91 @@ async fn a_failed_drift_check_is_retried_and_does_not_hold_back_consolidation() 
     h.cloud.set_drift("default-a", Some(DriftReason::AmiDrift));
     h.advance(Duration::from_mins(1)).await;
     assert_eq!(drifted(&h, "default-a"), Some(drifted_by("AMIDrift")));
+}
+
+// ---- expiration ----------------------------------------------------------------------------
+
+#[actix::test]
+async fn a_nodeclaim_is_deleted_exactly_expire_after_after_its_creation_and_counted_once() {
+    tokio::time::pause();
+    let h = cluster().await;
+    ready_nodeclaim(&h, "default-a", json!({ "spec": { "expireAfter": "1h" } })).await;
+    let created = h
+        .nodeclaim("default-a")
+        .unwrap()
+        .metadata
+        .creation_timestamp
+        .unwrap()
+        .0;
+    let expires = plus(created, Duration::from_hours(1));
+
+    tokio::time::sleep(
+        until(&h, expires)
+            .checked_sub(Duration::from_secs(1))
+            .unwrap(),
+    )
+    .await;
+    h.settle().await;
+    assert!(!deleting(&h, "default-a"), "one second before: alive");
+    assert_eq!(expired_count(&h), 0);
+    assert!(terminating_events(&h, "default-a").is_empty());
+
+    tokio::time::sleep(until(&h, expires)).await;
+    h.settle().await;
+    assert!(
+        deleting(&h, "default-a"),
+        "deleted at creation + expireAfter"
+    );
+    assert_eq!(expired_count(&h), 1);
+    assert_eq!(
+        terminating_events(&h, "default-a"),
+        [(
+            "Normal".to_owned(),
+            "Disrupting".to_owned(),
+            "Disrupting NodeClaim: Expired".to_owned()
+        )]
+    );
+
+    // Termination runs its course; the expiration is not counted or announced again.
+    h.advance(Duration::from_mins(2)).await;
+    assert!(h.nodeclaim("default-a").is_none(), "terminated");
+    assert_eq!(expired_count(&h), 1);
+    assert_eq!(terminating_events(&h, "default-a").len(), 1);
+}
+
+#[actix::test]
+async fn expire_after_never_or_unparsable_never_deletes() {
+    tokio::time::pause();
+    let h = cluster().await;
+    ready_nodeclaim(
+        &h,
+        "default-never",
+        json!({ "spec": { "expireAfter": "Never" } }),
+    )
+    .await;
+    ready_nodeclaim(
+        &h,
+        "default-typo",
+        json!({ "spec": { "expireAfter": "30 days" } }),
+    )
+    .await;
+    ready_nodeclaim(&h, "default-control", json!({})).await;
+    assert_eq!(expired_count(&h), 0);
+
+    // 1000 hours pass, past Karpenter's default of 720h that the control NodeClaim carries
+    // (backdated rather than advanced: a month of paused time ticks every periodic actor).
+    let long_ago = plus_signed(h.clock_now(), -SignedDuration::from_hours(1000));
+    for name in ["default-never", "default-typo", "default-control"] {
+        let mut backdated = h.nodeclaim(name).unwrap();
+        backdated.metadata.creation_timestamp = Some(Time(long_ago));
+        h.add_nodeclaim(backdated);
+    }
+    h.settle().await;
+    assert!(deleting(&h, "default-control"), "the default 720h expired");
+    assert_eq!(expired_count(&h), 1);
+
+    h.advance(Duration::from_hours(2)).await;
+    assert!(!deleting(&h, "default-never"));
+    assert!(!deleting(&h, "default-typo"));
+    assert_eq!(expired_count(&h), 1);
 }

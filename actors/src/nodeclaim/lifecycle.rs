@@ -1,5 +1,6 @@
-//! The NodeClaimActor's steps for a live NodeClaim: finalizer, launch, registration,
-//! initialization, drift (`drift`), consolidation (`consolidatable`) and liveness (see the parent module for the flow). Each step reads the NodeClaim it is
+//! The NodeClaimActor's steps for a live NodeClaim: finalizer, expiration (`expiration`),
+//! launch, registration, initialization, drift (`drift`), consolidation (`consolidatable`)
+//! and liveness (see the parent module for the flow). Each step reads the NodeClaim it is
 //! given, writes only when something changes, and returns the NodeClaim as written so the next
 //! step sees its own writes before the watch does. A failed launch or drift check is returned
 //! only after the steps that do not depend on it (consolidation, liveness) have run.
@@ -190,6 +191,15 @@ impl NodeClaimActor {
             return Ok(None);
         };
         let mut next = None;
+        // Expiration runs whatever the launch state, and first: an expired NodeClaim launches
+        // nothing more.
+        let nodeclaim = match self.expire(nodeclaim).await? {
+            Step::Continue(nodeclaim, after) => {
+                next = soonest(next, after);
+                nodeclaim
+            }
+            Step::Stop => return Ok(None),
+        };
         let mut failure = None;
         let nodeclaim = match self.launch(ctx, Arc::clone(&nodeclaim)).await {
             Ok(Step::Continue(nodeclaim, after)) => {

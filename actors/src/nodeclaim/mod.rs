@@ -10,27 +10,32 @@
 //!
 //! 1. **finalizer**: `karpenter.sh/termination` is added before anything is launched, so an
 //!    instance can never outlive its NodeClaim unnoticed;
-//! 2. **launch** ([`launch`]): `CloudProvider::create` runs in a task beside the actor (so a
+//! 2. **expiration** (`expiration`), whatever the launch state: at its creation plus
+//!    `spec.expireAfter` (unless `Never`) the NodeClaim is deleted, counted once as
+//!    `expired` and announced with a `DisruptionTerminating` event; before that the actor
+//!    looks again at that instant. Forceful: no budget, but the drain below still honours
+//!    PodDisruptionBudgets and `do-not-disrupt` until the termination grace period;
+//! 3. **launch** ([`launch`]): `CloudProvider::create` runs in a task beside the actor (so a
 //!    deletion is seen while CreateFleet is slow) and reports back with [`LaunchCompleted`]; its
 //!    result sits in the shared [`LaunchCache`] for a minute, so a crash before `Launched` is
 //!    written does not launch twice. No capacity or a `NodeClass` that is not ready deletes the
 //!    NodeClaim; other errors set `Launched=Unknown` and retry with backoff (1 s to 1 min);
-//! 3. **registration** ([`registration`]): the Node with the instance's provider id is synced
+//! 4. **registration** ([`registration`]): the Node with the instance's provider id is synced
 //!    (finalizer, owner, labels, annotations, taints unless `karpenter.sh/do-not-sync-taints`)
 //!    and `Registered` set; the NodePool's `NodeRegistrationHealthy` turns `True`;
-//! 4. **initialization** ([`initialization`]): Ready, no startup or ephemeral taints, requested
+//! 5. **initialization** ([`initialization`]): Ready, no startup or ephemeral taints, requested
 //!    resources present: the node is labelled `karpenter.sh/initialized` and `Initialized` set;
-//! 5. then, every reconcile, **drift** ([`drift`]): once `Launched`, `Drifted=True` with the
+//! 6. then, every reconcile, **drift** ([`drift`]): once `Launched`, `Drifted=True` with the
 //!    first reason found (the NodePool's hash, its requirements, the instance type gone from
 //!    it, then the cloud provider's `is_drifted`), removed when none holds, decided again every
 //!    5 minutes; a cloud error is retried with backoff after the other steps have run; and
 //!    **consolidation** ([`consolidatable`]): a pod event the daemon marked in [`PodEvents`]
 //!    is written as `status.lastPodEventTime`, and `Consolidatable` is set once the NodePool's
 //!    `consolidateAfter` has passed since it (or since the initialization), removed otherwise;
-//! 6. **liveness**: a NodeClaim not registered 15 minutes after its launch (the `Launched`
+//! 7. **liveness**: a NodeClaim not registered 15 minutes after its launch (the `Launched`
 //!    condition's transition time, so the window survives restarts) is deleted, and its
 //!    NodePool's `NodeRegistrationHealthy` turns `False`;
-//! 7. **termination** (`termination`), once the NodeClaim has a deletion timestamp: the
+//! 8. **termination** (`termination`), once the NodeClaim has a deletion timestamp: the
 //!    termination time annotation from `terminationGracePeriod`; the Node is deleted, tainted
 //!    `karpenter.sh/disrupted:NoSchedule` and drained ([`drain`]) through the eviction API; the
 //!    instance is deleted until the cloud reports it gone (`InstanceTerminating`); then the
@@ -48,6 +53,7 @@ pub mod consolidatable;
 pub mod drain;
 pub mod drift;
 pub mod events;
+mod expiration;
 pub mod initialization;
 pub mod launch;
 mod lifecycle;
@@ -208,7 +214,7 @@ pub struct NodeClaimActor {
     evictions: HashMap<drain::PodKey, EvictionBackoff>,
     last_drain_event: Option<Instant>,
     /// Once-only reports: a reconcile that runs on a view older than its own last write must
-    /// not count a registration, liveness deletion or termination twice (Karpenter sleeps a
+    /// not count a registration, liveness deletion, expiration or termination twice (Karpenter sleeps a
     /// second after each write for the same reason).
     reported: Reported,
     instance_gone: bool,
@@ -224,6 +230,7 @@ struct Reported {
     registered: bool,
     initialized: bool,
     liveness: bool,
+    expired: bool,
     node_grace_event: bool,
     drained: bool,
     node_released: bool,
