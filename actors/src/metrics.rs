@@ -54,6 +54,8 @@ pub mod disruption_reason {
     pub const GARBAGE_COLLECTED: &str = "garbage_collected";
     /// Node Repair replaced a node whose conditions stayed unhealthy past their toleration.
     pub const UNHEALTHY: &str = "unhealthy";
+    /// The NodeClaim lived past its `expireAfter` (Karpenter lowercases its `Expired`).
+    pub const EXPIRED: &str = "expired";
 }
 
 /// `reason` of `karpenter_pods_pods_drained_total` when the NodeClaim has no `DisruptionReason`.

@@ -16,10 +16,12 @@ use std::time::Duration;
 
 use karpenter_actors::metrics::{FORCEFUL_TERMINATION, disruption_reason};
 use karpenter_actors::nodepool::GetNodePoolUsage;
-use karpenter_actors::ports::cloud_provider::CloudProviderError;
+use karpenter_actors::ports::cloud_provider::{CloudProviderError, DriftReason};
 use karpenter_actors::ports::cluster::{ClusterError, ObjectKind};
 use karpenter_actors::runtime::{FaultAction, FaultPlan, FaultRule};
-use karpenter_actors::testing::{CloudCall, CloudOperation, FakeInstanceState};
+use karpenter_actors::testing::{
+    CloudCall, CloudOperation, FAKE_INSTANCE_TYPE, FAKE_ZONE, FakeInstanceState,
+};
 use karpenter_actors::testing::{ClusterCall, Operation};
 use karpenter_core::apis::labels;
 use karpenter_core::domain::nodepool_hash::{HASH_VERSION, template_hash};
@@ -761,14 +763,34 @@ async fn nodepool_hash_annotations_are_stamped_and_a_version_change_restamps_nod
         "default-a",
         json!({ "metadata": { "annotations": karpenter_annotations } }),
     ));
+    // Drifted for a reason the hash switch leaves alone (the cloud reports its AMI drifted):
+    // the NodeClaim actor keeps `Drifted` only on a launched NodeClaim whose drift still holds.
+    h.cloud
+        .set_drift("default-drifted", Some(DriftReason::AmiDrift));
     h.add_nodeclaim(nodeclaim(
         "default-drifted",
         json!({
-            "metadata": { "annotations": karpenter_annotations },
-            "status": { "conditions": [{
-                "type": "Drifted", "status": "True", "reason": "NodePoolDrifted", "message": "",
-                "lastTransitionTime": "2025-06-01T11:00:00Z",
-            }]},
+            "metadata": {
+                "annotations": karpenter_annotations,
+                "labels": {
+                    labels::INSTANCE_TYPE: FAKE_INSTANCE_TYPE,
+                    labels::CAPACITY_TYPE: on_demand(),
+                    labels::ZONE: FAKE_ZONE,
+                },
+            },
+            "status": {
+                "providerID": format!("aws:///{FAKE_ZONE}/i-drifted"),
+                "conditions": [
+                    {
+                        "type": "Launched", "status": "True", "reason": "Launched", "message": "",
+                        "lastTransitionTime": h.clock_now().to_string(),
+                    },
+                    {
+                        "type": "Drifted", "status": "True", "reason": "AMIDrift", "message": "AMIDrift",
+                        "lastTransitionTime": "2025-06-01T11:00:00Z",
+                    },
+                ],
+            },
         }),
     ));
     h.add_nodepool(nodepool(
@@ -806,6 +828,12 @@ async fn nodepool_hash_annotations_are_stamped_and_a_version_change_restamps_nod
         "an already drifted NodeClaim keeps its hash"
     );
     assert_eq!(drifted[labels::NODEPOOL_HASH_VERSION], HASH_VERSION);
+    // Its old hash under the new version: it stays drifted, now by the NodePool (the first
+    // reason found), as Karpenter intends for NodeClaims drifted before a version switch.
+    assert_eq!(
+        h.condition("default-drifted", "Drifted"),
+        Some(("True".into(), "NodePoolDrifted".into()))
+    );
 
     // A template change moves the pool's hash only: the NodeClaims now look drifted.
     let mut edited = h.api.nodepool(NODEPOOL).unwrap();

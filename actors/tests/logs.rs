@@ -90,7 +90,12 @@ async fn launch_registration_and_initialization_write_karpenters_lines() {
     let (memory, _logs) = capture(LogLevel::Info);
     let h = Harness::start();
     h.add_nodeclass(nodeclass(Some(true)));
-    h.add_nodepool(nodepool(NODEPOOL, json!({})));
+    // No consolidation: the pool offers the node's instance type, so its empty node would
+    // otherwise be a candidate and go 15 s after initialization.
+    h.add_nodepool(nodepool(
+        NODEPOOL,
+        json!({ "spec": { "disruption": { "consolidateAfter": "Never" } } }),
+    ));
     h.add_nodeclaim(nodeclaim("default-a", json!({})));
     h.settle().await;
     let node = h.register_node("default-a", &[], &[]);

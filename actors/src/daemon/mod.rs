@@ -28,10 +28,11 @@
 //! a node of a live NodeClaim to that NodeClaim, marked in [`PodEvents`] (it records
 //! `lastPodEventTime`); a `VolumeAttachment` change to the deleting NodeClaim of its node (its
 //! termination waits for attachments to go); a NodePool change to its actor and, nudged, to its
-//! NodeClaims (their `Consolidatable` follows `consolidateAfter`); an `EC2NodeClass` change to
-//! its `NodeClassActor` and the pools using it; a deleted NodeClaim to the classes waiting in
-//! deletion. The `GarbageCollectorActor` runs on its own timers, the `InterruptionActor` on its
-//! SQS polls.
+//! NodeClaims (their `Consolidatable` follows `consolidateAfter`, their `Drifted` the
+//! template); an `EC2NodeClass` change to its `NodeClassActor`, the pools using it and, nudged,
+//! the NodeClaims of those pools and those referencing the class (their `Drifted` follows the
+//! class); a deleted NodeClaim to the classes waiting in deletion. The `GarbageCollectorActor`
+//! runs on its own timers, the `InterruptionActor` on its SQS polls.
 //!
 //! The three families count restart intensity per object: an actor that keeps failing is
 //! parked (its siblings and the process go on) and an event is recorded on its object
@@ -239,6 +240,7 @@ impl Daemon {
             ClusterChange::EC2NodeClass { name, deleted } => {
                 self.route_nodeclass(name, *deleted);
                 self.nodeclass_changed(name);
+                self.nudge_nodeclaims_of_class(name);
             }
             ClusterChange::Node {
                 name,
@@ -316,8 +318,9 @@ impl Daemon {
         } else {
             send(&self.nodepools, name, Cause::Changed);
         }
-        // Its NodeClaims look again: `consolidateAfter` decides their `Consolidatable`
-        // (Karpenter's nodeclaim.disruption watches NodePools the same way).
+        // Its NodeClaims look again: `consolidateAfter` decides their `Consolidatable`, the
+        // template hash and requirements their `Drifted` (Karpenter's nodeclaim.disruption
+        // watches NodePools the same way).
         for nodeclaim in self.deps.view.nodeclaims_of_nodepool(name) {
             if let Some(nodeclaim) = nodeclaim.metadata.name.as_deref() {
                 let _ = self.nodeclaims.nudge(
@@ -338,6 +341,43 @@ impl Daemon {
             {
                 send(&self.nodepools, pool_name, Cause::Related);
             }
+        }
+    }
+
+    /// The NodeClaims of the class look again: their drift depends on it (AMIs, subnets,
+    /// security groups, the static hash). Karpenter's `nodeclaim.disruption` watches node
+    /// classes and enqueues the NodeClaims that reference one; the AWS provider's drift reads the
+    /// class of the NodeClaim's pool, so the NodeClaims of the pools using the class are
+    /// nudged as well. Only running actors are nudged: a NodeClaim without one has not been
+    /// observed yet and is reconciled when it is.
+    fn nudge_nodeclaims_of_class(&self, class: &str) {
+        let mut names = std::collections::BTreeSet::new();
+        let references = |reference: &karpenter_core::apis::NodeClassReference| {
+            reference.name == class
+                && reference.kind == "EC2NodeClass"
+                && reference.group == karpenter_core::apis::labels::AWS_GROUP
+        };
+        for pool in self.deps.view.nodepools() {
+            if references(&pool.spec.template.spec.node_class_ref)
+                && let Some(pool_name) = pool.metadata.name.as_deref()
+            {
+                for nodeclaim in self.deps.view.nodeclaims_of_nodepool(pool_name) {
+                    names.extend(nodeclaim.metadata.name.clone());
+                }
+            }
+        }
+        for nodeclaim in self.deps.view.nodeclaims() {
+            if references(&nodeclaim.spec.node_class_ref) {
+                names.extend(nodeclaim.metadata.name.clone());
+            }
+        }
+        for name in names {
+            let _ = self.nodeclaims.nudge(
+                &name,
+                Reconcile {
+                    cause: Cause::Related,
+                },
+            );
         }
     }
 
@@ -462,6 +502,15 @@ impl Daemon {
             WatchedKind::EC2NodeClass => {
                 self.relist_nodeclasses();
                 broadcast(&self.nodepools, Cause::Related);
+                // A class may have changed during the gap: drift is decided again.
+                for name in self.nodeclaims.keys() {
+                    let _ = self.nodeclaims.nudge(
+                        &name,
+                        Reconcile {
+                            cause: Cause::Relisted,
+                        },
+                    );
+                }
             }
             WatchedKind::Node | WatchedKind::VolumeAttachment => {
                 broadcast(&self.nodeclaims, Cause::Related);

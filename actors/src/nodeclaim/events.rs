@@ -20,6 +20,7 @@ pub mod reason {
     pub const EVICTED: &str = "Evicted";
     pub const DISRUPTED: &str = "Disrupted";
     pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
+    pub const DISRUPTION_TERMINATING: &str = crate::disruption::DISRUPTION_TERMINATING;
 }
 
 fn nodeclaim_ref(nodeclaim: &NodeClaim) -> ObjectReference {
@@ -95,6 +96,20 @@ pub fn nodeclass_not_ready(nodeclaim: &NodeClaim, error: &str) -> ClusterEvent {
         reason::NODE_CLASS_NOT_READY,
         "Launch",
         format!("NodeClaim {} event: {}", name(nodeclaim), truncate(error)),
+    )
+}
+
+/// The NodeClaim expired and was deleted. Karpenter's expiration controller only counts the
+/// metric; this is our addition, worded as its disruption controller's `DisruptionTerminating`
+/// so that `kubectl get events` tells why the node goes away, whichever way it was disrupted.
+#[must_use]
+pub fn expired(nodeclaim: &NodeClaim) -> ClusterEvent {
+    event(
+        nodeclaim_ref(nodeclaim),
+        EventType::Normal,
+        reason::DISRUPTION_TERMINATING,
+        "Disrupting",
+        "Disrupting NodeClaim: Expired".to_owned(),
     )
 }
 

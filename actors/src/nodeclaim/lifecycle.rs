@@ -1,8 +1,10 @@
-//! The NodeClaimActor's steps for a live NodeClaim: finalizer, launch, registration,
-//! initialization, consolidation (`consolidatable`), repair (`repair`), tagging (`tagging`) and
-//! liveness (see the parent module for the flow). Each step reads the NodeClaim it is given,
-//! writes only when something changes, and returns the NodeClaim as written so the next step
-//! sees its own writes before the watch does.
+//! The NodeClaimActor's steps for a live NodeClaim: finalizer, expiration (`expiration`),
+//! launch, registration, initialization, drift (`drift`), consolidation (`consolidatable`),
+//! repair (`repair`), tagging (`tagging`) and liveness (see the parent module for the flow).
+//! Each step reads the NodeClaim it is given, writes only when something changes, and returns
+//! the NodeClaim as written so the next step sees its own writes before the watch does. A
+//! failed launch or drift check is returned only after the steps that do not depend on it
+//! (consolidation, liveness) have run.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -190,6 +192,15 @@ impl NodeClaimActor {
             return Ok(None);
         };
         let mut next = None;
+        // Expiration runs whatever the launch state, and first: an expired NodeClaim launches
+        // nothing more.
+        let nodeclaim = match self.expire(nodeclaim).await? {
+            Step::Continue(nodeclaim, after) => {
+                next = soonest(next, after);
+                nodeclaim
+            }
+            Step::Stop => return Ok(None),
+        };
         let mut failure = None;
         let nodeclaim = match self.launch(ctx, Arc::clone(&nodeclaim)).await {
             Ok(Step::Continue(nodeclaim, after)) => {
@@ -203,7 +214,10 @@ impl NodeClaimActor {
             }
         };
         let nodeclaim = if failure.is_none() {
-            match self.after_launch(ctx, nodeclaim, &mut next).await? {
+            match self
+                .after_launch(ctx, nodeclaim, &mut next, &mut failure)
+                .await?
+            {
                 Some(nodeclaim) => nodeclaim,
                 None => return Ok(None),
             }
@@ -234,14 +248,17 @@ impl NodeClaimActor {
         }
     }
 
-    /// The steps after a launch: registration, initialization, the pod event,
+    /// The steps after a launch: registration, initialization, the pod event, `Drifted`,
     /// `Consolidatable` and Node Repair, each given the NodeClaim as the one before wrote it;
-    /// `None` when one ended the reconcile.
+    /// `None` when one ended the reconcile. A failed drift check goes to `failure` and the
+    /// steps after it still run (Karpenter's drift and consolidation sub-controllers run side by
+    /// side).
     async fn after_launch(
         &mut self,
         ctx: &mut ActorCtx<Self>,
         nodeclaim: Arc<NodeClaim>,
         next: &mut Next,
+        failure: &mut Option<NodeClaimError>,
     ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
         let Step::Continue(nodeclaim, after) = self.register(ctx, nodeclaim).await? else {
             return Ok(None);
@@ -253,6 +270,17 @@ impl NodeClaimActor {
         *next = soonest(*next, after);
         let Some(nodeclaim) = self.record_pod_event(nodeclaim).await? else {
             return Ok(None);
+        };
+        let nodeclaim = match self.update_drifted(Arc::clone(&nodeclaim)).await {
+            Ok(Step::Continue(nodeclaim, after)) => {
+                *next = soonest(*next, after);
+                nodeclaim
+            }
+            Ok(Step::Stop) => return Ok(None),
+            Err(error) => {
+                *failure = Some(error);
+                nodeclaim
+            }
         };
         let Step::Continue(nodeclaim, after) = self.update_consolidatable(nodeclaim).await? else {
             return Ok(None);

@@ -1,31 +1,39 @@
 //! `NodeClaimActor`: one per NodeClaim, carrying it from request to running node and, once it
-//! is deleted, back to nothing (Karpenter's `nodeclaim.lifecycle`, `node.termination` and
-//! `node.health` controllers and the AWS provider's `nodeclaim.tagging` in one owner;
-//! reference 2.1, 2.2).
+//! is deleted, back to nothing (Karpenter's `nodeclaim.lifecycle`, `nodeclaim.disruption`,
+//! `nodeclaim.expiration`, `node.termination` and `node.health` controllers and the AWS
+//! provider's `nodeclaim.tagging` in one owner; reference 2.1, 2.2).
 //!
 //! Flow: the daemon routes every change of the NodeClaim, of its Node (by provider id), of its
-//! NodePool, the pod events on its node and the changes of the pods on a draining node to the
-//! actor as [`Reconcile`](crate::messages::Reconcile); the
+//! NodePool and of that pool's `EC2NodeClass`, the pod events on its node and the changes of the
+//! pods on a draining node to the actor as [`Reconcile`](crate::messages::Reconcile); the
 //! actor re-reads the NodeClaim from the `ClusterView` and takes the next steps, writing through
 //! `ClusterApi` and `CloudProvider`:
 //!
 //! 1. **finalizer**: `karpenter.sh/termination` is added before anything is launched, so an
 //!    instance can never outlive its NodeClaim unnoticed;
-//! 2. **launch** ([`launch`]): `CloudProvider::create` runs in a task beside the actor (so a
+//! 2. **expiration** (`expiration`), whatever the launch state: at its creation plus
+//!    `spec.expireAfter` (unless `Never`) the NodeClaim is deleted, counted once as
+//!    `expired` and announced with a `DisruptionTerminating` event; before that the actor
+//!    looks again at that instant. Forceful: no budget, but the drain below still honours
+//!    PodDisruptionBudgets and `do-not-disrupt` until the termination grace period;
+//! 3. **launch** ([`launch`]): `CloudProvider::create` runs in a task beside the actor (so a
 //!    deletion is seen while CreateFleet is slow) and reports back with [`LaunchCompleted`]; its
 //!    result sits in the shared [`LaunchCache`] for a minute, so a crash before `Launched` is
 //!    written does not launch twice. No capacity or a `NodeClass` that is not ready deletes the
 //!    NodeClaim; other errors set `Launched=Unknown` and retry with backoff (1 s to 1 min);
-//! 3. **registration** ([`registration`]): the Node with the instance's provider id is synced
+//! 4. **registration** ([`registration`]): the Node with the instance's provider id is synced
 //!    (finalizer, owner, labels, annotations, taints unless `karpenter.sh/do-not-sync-taints`)
 //!    and `Registered` set; the NodePool's `NodeRegistrationHealthy` turns `True`;
-//! 4. **initialization** ([`initialization`]): Ready, no startup or ephemeral taints, requested
+//! 5. **initialization** ([`initialization`]): Ready, no startup or ephemeral taints, requested
 //!    resources present: the node is labelled `karpenter.sh/initialized` and `Initialized` set;
-//!    then, every reconcile, **consolidation** ([`consolidatable`]): a pod event the daemon
-//!    marked in [`PodEvents`] is written as `status.lastPodEventTime`, and `Consolidatable` is
-//!    set once the NodePool's `consolidateAfter` has passed since it (or since the
-//!    initialization), removed otherwise;
-//! 5. **repair** ([`repair`], only with `FEATURE_GATES` `NodeRepair=true`): a Node condition
+//! 6. then, every reconcile, **drift** ([`drift`]): once `Launched`, `Drifted=True` with the
+//!    first reason found (the NodePool's hash, its requirements, the instance type gone from
+//!    it, then the cloud provider's `is_drifted`), removed when none holds, decided again every
+//!    5 minutes; a cloud error is retried with backoff after the other steps have run; and
+//!    **consolidation** ([`consolidatable`]): a pod event the daemon marked in [`PodEvents`]
+//!    is written as `status.lastPodEventTime`, and `Consolidatable` is set once the NodePool's
+//!    `consolidateAfter` has passed since it (or since the initialization), removed otherwise;
+//! 7. **repair** ([`repair`], only with `FEATURE_GATES` `NodeRepair=true`): a Node condition
 //!    matching one of `CloudProvider::repair_policies` (`Ready=False` 30 min, ...) is looked at
 //!    again the instant its toleration ends; then, on a synced view, if at most 20% (rounded
 //!    up) of the NodePool's nodes (the cluster's, without a NodePool) are unhealthy, the
@@ -33,15 +41,15 @@
 //!    (budgets, PDBs and `do-not-disrupt` do not apply: the drain deletes the pods at once);
 //!    otherwise the Node gets `NodeRepairBlocked` (at most every 15 minutes) and the actor
 //!    looks again in a minute;
-//! 6. **tagging** ([`tagging`]), once `Registered` with a node name: the instance gets the
+//! 8. **tagging** ([`tagging`]), once `Registered` with a node name: the instance gets the
 //!    `Name`, `karpenter.sh/nodeclaim` and `eks:eks-cluster-name` tags it lacks
 //!    (`CloudProvider::tag_instance`), then the NodeClaim the `karpenter.k8s.aws/tagged`
 //!    annotations, which skip the step from then on; a failure is retried with backoff without
 //!    holding up the other steps, an instance already gone is skipped;
-//! 7. **liveness**: a NodeClaim not registered 15 minutes after its launch (the `Launched`
+//! 9. **liveness**: a NodeClaim not registered 15 minutes after its launch (the `Launched`
 //!    condition's transition time, so the window survives restarts) is deleted, and its
 //!    NodePool's `NodeRegistrationHealthy` turns `False`;
-//! 8. **termination** (`termination`), once the NodeClaim has a deletion timestamp: the
+//! 10. **termination** (`termination`), once the NodeClaim has a deletion timestamp: the
 //!    termination time annotation from `terminationGracePeriod` (unless repair wrote one); the
 //!    Node is deleted, tainted `karpenter.sh/disrupted:NoSchedule` and drained ([`drain`])
 //!    through the eviction API; the volumes of the pods that left detach ([`volumes`]); the
@@ -58,7 +66,9 @@
 
 pub mod consolidatable;
 pub mod drain;
+pub mod drift;
 pub mod events;
+mod expiration;
 pub mod initialization;
 pub mod launch;
 mod lifecycle;
@@ -224,10 +234,12 @@ pub struct NodeClaimActor {
     /// When `NodeRepairBlocked` was last published about this NodeClaim's Node.
     last_repair_blocked_event: Option<Instant>,
     /// Once-only reports: a reconcile that runs on a view older than its own last write must
-    /// not count a registration, liveness deletion or termination twice (Karpenter sleeps a
+    /// not count a registration, liveness deletion, expiration or termination twice (Karpenter sleeps a
     /// second after each write for the same reason).
     reported: Reported,
     instance_gone: bool,
+    /// The last cloud-side drift verdict and what it was decided on ([`drift::CloudDrift`]).
+    cloud_drift: Option<drift::CloudDrift>,
 }
 
 /// What this actor has counted and logged already.
@@ -240,6 +252,7 @@ struct Reported {
     registered: bool,
     initialized: bool,
     liveness: bool,
+    expired: bool,
     node_grace_event: bool,
     drained: bool,
     waiting_for_volumes: bool,
@@ -279,6 +292,7 @@ impl Supervised for NodeClaimActor {
             last_repair_blocked_event: None,
             reported: Reported::default(),
             instance_gone: false,
+            cloud_drift: None,
         })
     }
 
@@ -413,5 +427,6 @@ impl NodeClaimActor {
         self.last_repair_blocked_event = None;
         self.reported = Reported::default();
         self.instance_gone = false;
+        self.cloud_drift = None;
     }
 }

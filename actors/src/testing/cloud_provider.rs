@@ -3,10 +3,11 @@
 //! in two steps as EC2 does (the first `delete` starts termination, a later one reports
 //! `NodeClaimNotFound` once the termination delay has passed), records every call with the
 //! NodeClaim it was given, and fails calls on demand. Launches can take time (tokio time, so
-//! paused in tests). Tests can also plant a leaked instance or make one vanish, and set the
-//! instance types offered to every NodePool or to one, and the repair policies (AWS's by
-//! default). `tag_instance` records the tags it was asked for and adds them to the instance;
-//! leaving out the tags an instance already has is the AWS provider's job, tested over kwok.
+//! paused in tests). Tests can also plant a leaked instance or make one vanish, set the
+//! instance types offered to every NodePool or to one, the drift reason a NodeClaim reports and
+//! the repair policies (AWS's by default). `tag_instance` records the tags it was asked for and
+//! adds them to the instance; leaving out the tags an instance already has is the AWS
+//! provider's job, tested over kwok.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -120,6 +121,8 @@ struct State {
     types_by_pool: BTreeMap<String, Vec<Arc<InstanceType>>>,
     /// `None`: AWS's.
     repair_policies: Option<Vec<RepairPolicy>>,
+    /// What `is_drifted` reports, by NodeClaim name (absent: not drifted).
+    drift: BTreeMap<String, DriftReason>,
 }
 
 impl State {
@@ -186,6 +189,21 @@ impl FakeCloudProvider {
     /// The instance types of every NodePool without its own list.
     pub fn set_instance_types(&self, types: Vec<Arc<InstanceType>>) {
         self.lock().default_types = types;
+    }
+
+    /// The instance types of one NodePool, instead of the default list.
+    pub fn set_instance_types_for(&self, nodepool: &str, types: Vec<Arc<InstanceType>>) {
+        self.lock().types_by_pool.insert(nodepool.to_owned(), types);
+    }
+
+    /// What `is_drifted` reports for the NodeClaim named `nodeclaim` from now on (`None`: not
+    /// drifted).
+    pub fn set_drift(&self, nodeclaim: &str, reason: Option<DriftReason>) {
+        let mut state = self.lock();
+        match reason {
+            Some(reason) => state.drift.insert(nodeclaim.to_owned(), reason),
+            None => state.drift.remove(nodeclaim),
+        };
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -382,6 +400,39 @@ impl FakeCloudProvider {
     }
 }
 
+/// [`FAKE_INSTANCE_TYPE`] as an instance type offered on-demand and spot in [`FAKE_ZONE`]: the
+/// type every unpinned fake instance runs, so a NodePool offering it does not see its
+/// NodeClaims drift with `InstanceTypeNotFound`. Its capacity is the fake instances'.
+#[must_use]
+pub fn fake_instance_type() -> Arc<InstanceType> {
+    use karpenter_core::domain::instance_type::{Offering, Overhead};
+    use karpenter_core::domain::requirements::{Requirement, Requirements};
+    use karpenter_core::domain::resources::Resources;
+    const GI: i64 = 1 << 30;
+    Arc::new(InstanceType::new(
+        FAKE_INSTANCE_TYPE,
+        Requirements::from_requirements([
+            Requirement::in_values(labels::INSTANCE_TYPE, &[FAKE_INSTANCE_TYPE]),
+            Requirement::in_values(labels::ARCH, &[labels::ARCH_AMD64]),
+            Requirement::in_values(labels::OS, &[labels::OS_LINUX]),
+            Requirement::in_values(labels::ZONE, &[FAKE_ZONE]),
+            Requirement::in_values(
+                labels::CAPACITY_TYPE,
+                &[labels::CAPACITY_TYPE_ON_DEMAND, labels::CAPACITY_TYPE_SPOT],
+            ),
+        ]),
+        vec![
+            Offering::new(FAKE_ZONE, labels::CAPACITY_TYPE_ON_DEMAND, 0.096),
+            Offering::new(FAKE_ZONE, labels::CAPACITY_TYPE_SPOT, 0.035),
+        ],
+        Resources::core(2000, 8 * GI, 29),
+        Overhead {
+            kube_reserved: Resources::core(70, GI, 0),
+            ..Overhead::default()
+        },
+    ))
+}
+
 fn instance_id(id: u64) -> String {
     format!("i-{id:017x}")
 }
@@ -508,10 +559,12 @@ impl CloudProvider for FakeCloudProvider {
         &self,
         nodeclaim: &NodeClaim,
     ) -> Result<Option<DriftReason>, CloudProviderError> {
-        self.lock().call(CloudCall::IsDrifted {
-            nodeclaim: nodeclaim.metadata.name.clone().unwrap_or_default(),
+        let name = nodeclaim.metadata.name.clone().unwrap_or_default();
+        let mut state = self.lock();
+        state.call(CloudCall::IsDrifted {
+            nodeclaim: name.clone(),
         })?;
-        Ok(None)
+        Ok(state.drift.get(&name).copied())
     }
 
     async fn tag_instance(

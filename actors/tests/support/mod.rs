@@ -35,8 +35,8 @@ use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cluster::ClusterApi;
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use karpenter_actors::runtime::{ActorKit, FaultPlan, GroupSpec, KitOptions, RootGroup};
-use karpenter_actors::testing::FakeCloudProvider;
 use karpenter_actors::testing::MemoryClusterView;
+use karpenter_actors::testing::{FakeCloudProvider, fake_instance_type};
 use karpenter_actors::testing::{FakeClusterApi, MirroredClusterApi};
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 use karpenter_core::domain::userdata::ClusterInfo;
@@ -169,6 +169,9 @@ impl Harness {
         api.set_now(clock.now());
         let view = Arc::new(MemoryClusterView::new());
         let cloud = Arc::new(FakeCloudProvider::new(clock.clone()));
+        // Pools offer the type the fake launches, so launched NodeClaims are not drifted
+        // (`InstanceTypeNotFound`) unless a test takes it away.
+        cloud.set_instance_types(vec![fake_instance_type()]);
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::register(&mut registry));
         let (changes, mut receiver) = mpsc::unbounded_channel();

@@ -22,12 +22,15 @@
 //! - [`repair`]: Node Repair: the cloud provider's repair policies, when an unhealthy node is
 //!   due for replacement, and the 20% pool health rule.
 //! - [`version`]: the supported Kubernetes versions.
+//! - [`drift`]: whether a launched NodeClaim drifted from its NodePool (template hash,
+//!   requirements, instance type gone), before the cloud provider's own drift checks.
 //! - [`disruption`]: voluntary disruption (consolidation, emptiness, drift, budgets): which
 //!   nodes to remove or replace in one round, and the validation of that decision.
 
 pub mod amifamily;
 pub mod consolidatable;
 pub mod disruption;
+pub mod drift;
 pub mod instance_type;
 pub mod interruption;
 pub mod limits;
