@@ -147,6 +147,9 @@ pub struct NodesReport {
     /// Peak number of Nodes.
     pub peak_nodes: usize,
     pub by_type: Vec<InstanceCount>,
+    /// NodeClaims Karpenter deleted, by `karpenter_nodeclaims_disrupted_total`'s reason
+    /// (`drifted`, `expired`, `unhealthy`, `underutilized`, ...).
+    pub disrupted: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -447,29 +450,10 @@ pub fn instance_counts(instances: &[Instance]) -> (Vec<InstanceCount>, usize, us
 #[must_use]
 pub fn actor_totals(metrics_text: &str) -> BTreeMap<String, ActorTotals> {
     let mut totals: BTreeMap<String, ActorTotals> = BTreeMap::new();
-    for line in metrics_text.lines() {
-        let Some((name, rest)) = line.split_once('{') else {
+    for (name, labels, value) in samples(metrics_text) {
+        let Some(kind) = label(labels, "kind") else {
             continue;
         };
-        let Some((labels, value)) = rest.rsplit_once("} ") else {
-            continue;
-        };
-        let Some(kind) = labels
-            .split(',')
-            .find_map(|l| l.strip_prefix("kind=\""))
-            .and_then(|k| k.strip_suffix('"'))
-        else {
-            continue;
-        };
-        let Ok(value) = value.trim().parse::<f64>() else {
-            continue;
-        };
-        #[expect(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            reason = "counters are non-negative integers written as floats"
-        )]
-        let value = value as u64;
         let entry = totals.entry(kind.to_owned()).or_default();
         match name {
             "karpenter_actor_messages_handled_total" => entry.handled += value,
@@ -482,6 +466,48 @@ pub fn actor_totals(metrics_text: &str) -> BTreeMap<String, ActorTotals> {
     }
     totals.retain(|_, t| *t != ActorTotals::default());
     totals
+}
+
+/// `karpenter_nodeclaims_disrupted_total` summed by `reason` (pools and capacity types
+/// together), from the daemons' metrics text; reasons never counted are left out.
+#[must_use]
+pub fn disrupted_by_reason(metrics_text: &str) -> BTreeMap<String, u64> {
+    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+    for (name, labels, value) in samples(metrics_text) {
+        if name == "karpenter_nodeclaims_disrupted_total"
+            && value > 0
+            && let Some(reason) = label(labels, "reason")
+        {
+            *totals.entry(reason.to_owned()).or_default() += value;
+        }
+    }
+    totals
+}
+
+/// The labelled samples of a Prometheus text exposition whose values are non-negative
+/// integers (counters): `(name, labels, value)`.
+fn samples(metrics_text: &str) -> impl Iterator<Item = (&str, &str, u64)> {
+    metrics_text.lines().filter_map(|line| {
+        let (name, rest) = line.split_once('{')?;
+        let (labels, value) = rest.rsplit_once("} ")?;
+        let value = value.trim().parse::<f64>().ok()?;
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "counters are non-negative integers written as floats"
+        )]
+        let value = value as u64;
+        Some((name, labels, value))
+    })
+}
+
+/// One label's value in a sample's label text (`a="x",b="y"`).
+fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
+    labels.split(',').find_map(|l| {
+        l.strip_prefix(key)
+            .and_then(|l| l.strip_prefix("=\""))
+            .and_then(|v| v.strip_suffix('"'))
+    })
 }
 
 fn money(value: f64) -> String {
@@ -574,6 +600,14 @@ impl Report {
             nodes.peak_nodes,
             nodes.nodeclaims_created
         );
+        if !nodes.disrupted.is_empty() {
+            let reasons: Vec<String> = nodes
+                .disrupted
+                .iter()
+                .map(|(reason, count)| format!("{reason} {count}"))
+                .collect();
+            let _ = writeln!(out, "  nodeclaims disrupted: {}", reasons.join(", "));
+        }
         if !nodes.by_type.is_empty() {
             let _ = writeln!(
                 out,

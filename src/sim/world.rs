@@ -10,7 +10,8 @@
 //! spot interruptions, lost instances, injected API errors).
 
 use karpenter_core::domain::instance_type::CapacityType;
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::sim::scenario::file::{AwsService, CapacityPool};
@@ -190,6 +191,8 @@ pub struct KwokAws {
     /// The cluster itself (`DescribeCluster`): the daemon discovers its endpoint and service
     /// CIDR here.
     pub eks: Arc<KwokEks>,
+    /// The images the public AMI aliases point at now, by architecture.
+    alias_images: Arc<Mutex<BTreeMap<String, String>>>,
 }
 
 impl KwokAws {
@@ -225,7 +228,30 @@ impl KwokAws {
             )),
             pricing: Arc::new(KwokPricing::new(1.0)),
             eks: Arc::new(KwokEks::with_cluster(&config.cluster_name)),
+            alias_images: Arc::new(Mutex::new(BTreeMap::from([
+                ("arm64".to_owned(), IMAGE_ARM.to_owned()),
+                ("x86_64".to_owned(), IMAGE_X86.to_owned()),
+            ]))),
         })
+    }
+
+    /// A new EKS-optimized AMI release: new images (one per architecture) published in EC2,
+    /// every public alias parameter in SSM pointed at them, the previous images deprecated (so
+    /// Karpenter drops its cached alias at once rather than after its 24-hour TTL). Returns the
+    /// new image ids by architecture.
+    pub fn release_amis(&self) -> BTreeMap<String, String> {
+        let mut current = self
+            .alias_images
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let released = self.ec2.release_images(&current);
+        for (arch, new) in &released {
+            if let Some(old) = current.get(arch) {
+                self.ssm.repoint(old, new);
+            }
+        }
+        current.clone_from(&released);
+        released
     }
 
     /// The narrow AWS ports for the daemon.

@@ -125,6 +125,8 @@ struct State {
     extra_subnets: Vec<Subnet>,
     extra_security_groups: Vec<SecurityGroup>,
     extra_images: Vec<Image>,
+    /// Deprecation times set after the fact (an image release retiring the one before), by id.
+    deprecations: HashMap<String, String>,
     instances: BTreeMap<String, KwokInstance>,
     templates: BTreeMap<String, (LaunchTemplate, LaunchTemplateData)>,
     template_ids: HashMap<String, String>,
@@ -394,6 +396,33 @@ impl KwokEc2 {
         let mut state = self.lock();
         state.extra_images.retain(|i| i.id != image.id);
         state.extra_images.push(image);
+    }
+
+    /// Publishes a new release of the EKS-optimized images, one per architecture of `previous`
+    /// (`architecture -> image id`), created now, and deprecates the previous images from now
+    /// on, as a release that retires its predecessor. Returns the new images by architecture.
+    pub fn release_images(&self, previous: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        let now = self.deps.clock.now();
+        let created = now.to_string();
+        let date = now.strftime("%Y%m%d%H%M%S").to_string();
+        let mut state = self.lock();
+        let mut released = BTreeMap::new();
+        for (arch, old) in previous {
+            let id = state.id("ami");
+            state.extra_images.push(Image {
+                id: id.clone(),
+                name: format!("amazon-eks-node-al2023-{arch}-standard-1.32-v{date}"),
+                architecture: arch.clone(),
+                creation_date: created.clone(),
+                deprecation_time: None,
+                owner_id: "amazon".into(),
+                state: "available".into(),
+                tags: Tags::new(),
+            });
+            state.deprecations.insert(old.clone(), created.clone());
+            released.insert(arch.clone(), id);
+        }
+        released
     }
 
     /// Instances in any state.
@@ -806,7 +835,17 @@ impl Ec2Api for KwokEc2 {
         request: &DescribeImagesRequest,
     ) -> Result<Vec<Image>, AwsError> {
         self.enter("DescribeImages", request.image_ids.join(","))?;
-        let extra = self.lock().extra_images.clone();
+        let (extra, deprecations) = {
+            let state = self.lock();
+            (state.extra_images.clone(), state.deprecations.clone())
+        };
+        let deprecated = |image: &Image| -> Image {
+            let mut image = image.clone();
+            if let Some(at) = deprecations.get(&image.id) {
+                image.deprecation_time = Some(at.clone());
+            }
+            image
+        };
         let now = self.deps.clock.now();
         // EC2 hides deprecated images unless asked for them or named by id.
         let hide_deprecated = !request.include_deprecated && request.image_ids.is_empty();
@@ -814,6 +853,7 @@ impl Ec2Api for KwokEc2 {
             .images
             .iter()
             .chain(&extra)
+            .map(deprecated)
             .filter(|i| request.image_ids.is_empty() || request.image_ids.contains(&i.id))
             .filter(|i| owner_matches(&request.owners, i))
             .filter(|i| {
@@ -833,7 +873,6 @@ impl Ec2Api for KwokEc2 {
                         .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
                         .is_none_or(|at| at > now)
             })
-            .cloned()
             .collect())
     }
 

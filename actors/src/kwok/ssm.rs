@@ -63,6 +63,23 @@ impl KwokSsm {
         );
     }
 
+    /// Points every parameter whose value is `old` at `new` (a new image release behind the
+    /// public aliases), bumping their versions; returns how many moved.
+    pub fn repoint(&self, old: &str, new: &str) -> usize {
+        let names: Vec<String> = self
+            .parameters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .filter(|p| p.value == old)
+            .map(|p| p.name.clone())
+            .collect();
+        for name in &names {
+            self.put(name, new);
+        }
+        names.len()
+    }
+
     #[must_use]
     pub fn faults(&self) -> &Faults {
         &self.faults

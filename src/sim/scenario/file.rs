@@ -109,6 +109,9 @@ pub struct ScenarioFile {
     pub interruptions: Vec<InterruptionFile>,
     #[serde(default)]
     pub node_failures: Vec<NodeFailureFile>,
+    /// New EKS-optimized AMI releases behind the public aliases.
+    #[serde(default)]
+    pub ami_releases: Vec<AmiReleaseFile>,
     #[serde(default)]
     pub pod_disruption_budgets: Vec<PodDisruptionBudgetFile>,
     #[serde(default)]
@@ -201,6 +204,14 @@ pub struct NodeFailureFile {
     pub node_pool: Option<String>,
 }
 
+/// An AMI release: at `at`, kwok publishes new images behind every public alias and deprecates
+/// the previous ones.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AmiReleaseFile {
+    pub at: String,
+}
+
 /// A PodDisruptionBudget created at the start, deleted at `until` if given.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -260,6 +271,8 @@ pub struct Scenario {
     pub interruptions: Vec<Interruption>,
     /// In time order.
     pub node_failures: Vec<NodeFailure>,
+    /// When kwok publishes a new AMI release, in time order.
+    pub ami_releases: Vec<Duration>,
     pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
     pub chaos: Chaos,
 }
@@ -584,6 +597,13 @@ impl ScenarioFile {
             .map(|(i, event)| check_node_failure(i, event, duration))
             .collect::<Result<Vec<_>, _>>()?;
         node_failures.sort_by_key(|e| e.at);
+        let mut ami_releases = self
+            .ami_releases
+            .iter()
+            .enumerate()
+            .map(|(i, release)| event_time(&format!("amiReleases[{i}].at"), &release.at, duration))
+            .collect::<Result<Vec<_>, _>>()?;
+        ami_releases.sort();
         let pod_disruption_budgets =
             check_pod_disruption_budgets(self.pod_disruption_budgets, duration)?;
         let chaos = match self.chaos {
@@ -605,6 +625,7 @@ impl ScenarioFile {
             workloads,
             interruptions,
             node_failures,
+            ami_releases,
             pod_disruption_budgets,
             chaos,
         })

@@ -108,6 +108,7 @@ pub(super) struct Sim<'a> {
     reclaims: Vec<(Duration, String)>,
     next_interruption: usize,
     next_failure: usize,
+    next_ami_release: usize,
     next_fault: usize,
     /// PodDisruptionBudgets to delete: (when, namespace, name), in time order.
     budget_removals: Vec<(Duration, String, String)>,
@@ -171,6 +172,7 @@ impl<'a> Sim<'a> {
             reclaims: Vec::new(),
             next_interruption: 0,
             next_failure: 0,
+            next_ami_release: 0,
             next_fault: 0,
             budget_removals,
             progress,
@@ -288,6 +290,19 @@ impl<'a> Sim<'a> {
             self.say(&format!(
                 "[{:>6}] {failed} node failure(s) injected",
                 format_go_duration(now)
+            ));
+        }
+        while let Some(at) = scenario.ami_releases.get(self.next_ami_release) {
+            if *at > now {
+                break;
+            }
+            self.next_ami_release += 1;
+            let released = self.world.release_amis();
+            let ids: Vec<&str> = released.values().map(String::as_str).collect();
+            self.say(&format!(
+                "[{:>6}] AMI release published: {}",
+                format_go_duration(now),
+                ids.join(", ")
             ));
         }
         while self
@@ -500,6 +515,7 @@ impl<'a> Sim<'a> {
                 nodeclaims_created: self.recorder.nodeclaims_seen.len(),
                 peak_nodes: self.recorder.peak_nodes,
                 by_type,
+                disrupted: report::disrupted_by_reason(&metrics),
             },
             cost: self.recorder.cost(billed_per_hour(&self.world)),
             interruptions: self.recorder.interruptions.clone(),

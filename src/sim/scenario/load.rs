@@ -206,6 +206,7 @@ impl LoadedScenario {
                 workloads: Vec::new(),
                 interruptions: Vec::new(),
                 node_failures: Vec::new(),
+                ami_releases: Vec::new(),
                 pod_disruption_budgets: Vec::new(),
                 chaos: Chaos::default(),
             },
