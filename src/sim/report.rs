@@ -792,6 +792,21 @@ karpenter_nodes_created_total{nodepool=\"default\"} 3
     }
 
     #[test]
+    fn disruptions_are_summed_by_reason_over_pools_and_capacity_types() {
+        let text = "\
+karpenter_nodeclaims_disrupted_total{reason=\"drifted\",nodepool=\"a\",capacity_type=\"spot\"} 2
+karpenter_nodeclaims_disrupted_total{reason=\"drifted\",nodepool=\"b\",capacity_type=\"on-demand\"} 3
+karpenter_nodeclaims_disrupted_total{reason=\"expired\",nodepool=\"a\",capacity_type=\"spot\"} 0
+karpenter_nodeclaims_unhealthy_disrupted_total{condition=\"ready\",nodepool=\"a\",capacity_type=\"spot\",image_id=\"ami-1\"} 1
+";
+        let by_reason = disrupted_by_reason(text);
+        assert_eq!(
+            by_reason.into_iter().collect::<Vec<_>>(),
+            vec![("drifted".to_owned(), 5)]
+        );
+    }
+
+    #[test]
     fn cost_is_billed_per_second_and_compared_with_the_bound() {
         let mut recorder = Recorder::default();
         for _ in 0..3600 {
