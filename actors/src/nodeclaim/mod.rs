@@ -50,11 +50,11 @@
 //!    condition's transition time, so the window survives restarts) is deleted, and its
 //!    NodePool's `NodeRegistrationHealthy` turns `False`;
 //! 10. **termination** (`termination`), once the NodeClaim has a deletion timestamp: the
-//!    termination time annotation from `terminationGracePeriod` (unless repair wrote one); the
-//!    Node is deleted, tainted `karpenter.sh/disrupted:NoSchedule` and drained ([`drain`])
-//!    through the eviction API; the volumes of the pods that left detach ([`volumes`]); the
-//!    instance is deleted until the cloud reports it gone (`InstanceTerminating`); then the
-//!    Node's and the NodeClaim's finalizers are removed.
+//!     termination time annotation from `terminationGracePeriod` (unless repair wrote one); the
+//!     Node is deleted, tainted `karpenter.sh/disrupted:NoSchedule` and drained ([`drain`])
+//!     through the eviction API; the volumes of the pods that left detach ([`volumes`]); the
+//!     instance is deleted until the cloud reports it gone (`InstanceTerminating`); then the
+//!     Node's and the NodeClaim's finalizers are removed.
 //!
 //! The actor is a [`Reconciler`]: the kit reads the NodeClaim, stops the actor
 //! ([`crate::runtime::RestartPolicy::Transient`]) when it is gone from the view, keeps the

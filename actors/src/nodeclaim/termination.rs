@@ -334,29 +334,44 @@ impl NodeClaimActor {
                 .metrics
                 .node_drained(label(nodeclaim, labels::NODEPOOL));
         }
-        // The volumes of the pods that left detach before the instance goes, unless the
-        // termination time has passed (Karpenter's `ensureVolumesDetached`).
-        if !self.instance_gone && termination_time.is_none_or(|deadline| now < deadline) {
-            let attachments = self.deps.view.volume_attachments_of_node(&node_name);
-            let blocking = volumes::blocking_attachments(&attachments, &pods, now, |ns, name| {
-                self.deps.view.pvc(ns, name)
-            });
-            if !blocking.is_empty() {
-                if !std::mem::replace(&mut self.reported.waiting_for_volumes, true) {
-                    tracing::debug!(
-                        volumeattachments = ?blocking,
-                        "waiting for volume attachments to be removed"
-                    );
-                }
-                let deadline = termination_time.map(|at| until(now, at));
-                return Ok(NodeProgress::Waiting(soonest(Some(DRAIN_POLL), deadline)));
-            }
+        if let Some(wait) = self.wait_for_volumes(&node_name, &pods, now, termination_time) {
+            return Ok(NodeProgress::Waiting(wait));
         }
         if !self.ensure_instance_terminated(nodeclaim).await? {
             return Ok(NodeProgress::Waiting(Some(INSTANCE_TERMINATION_POLL)));
         }
         self.release_node(node).await?;
         Ok(NodeProgress::Released)
+    }
+
+    /// The volumes of the pods that left detach before the instance goes, unless the
+    /// termination time has passed (Karpenter's `ensureVolumesDetached`): `Some` when to look
+    /// again while attachments remain.
+    fn wait_for_volumes(
+        &mut self,
+        node_name: &str,
+        pods: &[Arc<k8s_openapi::api::core::v1::Pod>],
+        now: Timestamp,
+        termination_time: Option<Timestamp>,
+    ) -> Option<Next> {
+        if self.instance_gone || termination_time.is_some_and(|deadline| now >= deadline) {
+            return None;
+        }
+        let attachments = self.deps.view.volume_attachments_of_node(node_name);
+        let blocking = volumes::blocking_attachments(&attachments, pods, now, |ns, name| {
+            self.deps.view.pvc(ns, name)
+        });
+        if blocking.is_empty() {
+            return None;
+        }
+        if !std::mem::replace(&mut self.reported.waiting_for_volumes, true) {
+            tracing::debug!(
+                volumeattachments = ?blocking,
+                "waiting for volume attachments to be removed"
+            );
+        }
+        let deadline = termination_time.map(|at| until(now, at));
+        Some(soonest(Some(DRAIN_POLL), deadline))
     }
 
     /// Deletes the pods that must go now and evicts the current group; returns when the next

@@ -597,13 +597,7 @@ impl ScenarioFile {
             .map(|(i, event)| check_node_failure(i, event, duration))
             .collect::<Result<Vec<_>, _>>()?;
         node_failures.sort_by_key(|e| e.at);
-        let mut ami_releases = self
-            .ami_releases
-            .iter()
-            .enumerate()
-            .map(|(i, release)| event_time(&format!("amiReleases[{i}].at"), &release.at, duration))
-            .collect::<Result<Vec<_>, _>>()?;
-        ami_releases.sort();
+        let ami_releases = check_ami_releases(&self.ami_releases, duration)?;
         let pod_disruption_budgets =
             check_pod_disruption_budgets(self.pod_disruption_budgets, duration)?;
         let chaos = match self.chaos {
@@ -893,6 +887,20 @@ fn check_node_failure(
         mode,
         node_pool: file.node_pool,
     })
+}
+
+/// The release times, in order.
+fn check_ami_releases(
+    releases: &[AmiReleaseFile],
+    run: Duration,
+) -> Result<Vec<Duration>, ScenarioError> {
+    let mut at = releases
+        .iter()
+        .enumerate()
+        .map(|(i, release)| event_time(&format!("amiReleases[{i}].at"), &release.at, run))
+        .collect::<Result<Vec<_>, _>>()?;
+    at.sort();
+    Ok(at)
 }
 
 fn check_chaos(path: &str, file: ChaosFile, run: Duration) -> Result<Chaos, ScenarioError> {

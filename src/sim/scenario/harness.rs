@@ -231,6 +231,23 @@ impl<'a> Sim<'a> {
         })
     }
 
+    /// kwok publishes the AMI releases that are due.
+    fn release_amis(&mut self, releases: &[Duration], now: Duration) {
+        while let Some(at) = releases.get(self.next_ami_release) {
+            if *at > now {
+                break;
+            }
+            self.next_ami_release += 1;
+            let images = self.world.release_amis();
+            let ids: Vec<&str> = images.values().map(String::as_str).collect();
+            self.say(&format!(
+                "[{:>6}] AMI release published: {}",
+                format_go_duration(now),
+                ids.join(", ")
+            ));
+        }
+    }
+
     async fn fire_events(&mut self, now: Duration) {
         // Reclaims of warned spot instances.
         let due: Vec<String> = self
@@ -292,19 +309,7 @@ impl<'a> Sim<'a> {
                 format_go_duration(now)
             ));
         }
-        while let Some(at) = scenario.ami_releases.get(self.next_ami_release) {
-            if *at > now {
-                break;
-            }
-            self.next_ami_release += 1;
-            let released = self.world.release_amis();
-            let ids: Vec<&str> = released.values().map(String::as_str).collect();
-            self.say(&format!(
-                "[{:>6}] AMI release published: {}",
-                format_go_duration(now),
-                ids.join(", ")
-            ));
-        }
+        self.release_amis(&scenario.ami_releases, now);
         while self
             .budget_removals
             .first()
