@@ -1,6 +1,6 @@
 //! The cluster ingress: one kube-runtime watcher per kind (the kinds of
 //! [`karpenter_actors::for_each_watched_kind!`]: EC2NodeClasses, NodePools, NodeClaims, Nodes,
-//! Pods, DaemonSets, PodDisruptionBudgets, VolumeAttachments, PersistentVolumeClaims) feeding the
+//! Pods, DaemonSets, PodDisruptionBudgets, `VolumeAttachments`, `PersistentVolumeClaims`) feeding the
 //! [`ClusterState`] (each store through its reflector writer, then its index), and routing each
 //! change to the kind's subscribers.
 //!

@@ -81,7 +81,7 @@ fn a_deleted_nodeclaims_instance_waits_for_the_nodes_volume_attachments() {
             .await
             .unwrap();
         // Long enough to drain and terminate without the attachment (the lifecycle test's 50 s).
-        assert!(sim.advance(Duration::from_secs(60)).await);
+        assert!(sim.advance(Duration::from_mins(1)).await);
         assert!(
             live_instances(&sim).contains(&instance),
             "the instance waits for the volume to detach"

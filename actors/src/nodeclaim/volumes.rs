@@ -113,12 +113,13 @@ mod tests {
             ("db", "data-1") => "pv-1",
             _ => return None,
         };
-        let mut claim = PersistentVolumeClaim::default();
-        claim.spec = Some(PersistentVolumeClaimSpec {
-            volume_name: Some(volume.into()),
-            ..PersistentVolumeClaimSpec::default()
-        });
-        Some(Arc::new(claim))
+        Some(Arc::new(PersistentVolumeClaim {
+            spec: Some(PersistentVolumeClaimSpec {
+                volume_name: Some(volume.into()),
+                ..PersistentVolumeClaimSpec::default()
+            }),
+            ..PersistentVolumeClaim::default()
+        }))
     }
 
     #[test]
