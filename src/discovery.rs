@@ -14,6 +14,9 @@
 //!   certificate-authority(-data) or in-cluster ca.crt) ----------> CA bundle (base64 PEM; none:
 //!                                                                  nodes fetch it themselves)
 //! kube-system/kube-dns Service clusterIP ------------------------> DNS (best effort)
+//! EKS_CONTROL_PLANE: EKS DescribeCluster(name).version, else
+//!   the API server's /version ------------------------------------> the Kubernetes version's
+//!                                                                  source ([`version_source`])
 //! ```
 //!
 //! One `DescribeCluster` serves both the endpoint and the CIDR. Karpenter resolves the CIDR
@@ -23,16 +26,21 @@
 
 use std::net::IpAddr;
 use std::path::Path;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use k8s_openapi::api::core::v1::Service;
 use karpenter_actors::ports::aws_error::AwsError;
 use karpenter_actors::ports::eks::{EksApi, EksCluster};
+use karpenter_actors::ports::version::KubernetesVersionSource;
+use karpenter_actors::providers::version::EksVersionSource;
 use karpenter_config::Settings;
 use karpenter_core::domain::userdata::ClusterInfo;
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Api, Client};
+
+use crate::kube::version::KubeVersionSource;
 
 /// The namespace and name of the cluster DNS Service Karpenter reads.
 pub const KUBE_DNS_NAMESPACE: &str = "kube-system";
@@ -258,6 +266,22 @@ pub fn ca_bundle_of(certificates: &[Vec<u8>]) -> Option<String> {
         pem.push_str("-----END CERTIFICATE-----\n");
     }
     Some(STANDARD.encode(pem))
+}
+
+/// Where the Kubernetes version is read, at startup and by the `VersionActor`: EKS
+/// `DescribeCluster` of `CLUSTER_NAME` with `EKS_CONTROL_PLANE`, else the API server's `/version`
+/// (Karpenter's `providers.version`).
+#[must_use]
+pub fn version_source(
+    settings: &Settings,
+    client: &Client,
+    eks: Arc<dyn EksApi>,
+) -> Arc<dyn KubernetesVersionSource> {
+    match (&settings.cluster_name, settings.eks_control_plane) {
+        (Some(cluster), true) => Arc::new(EksVersionSource::new(eks, cluster)),
+        // Without a cluster name there is no EKS cluster to ask (`run` refuses to start then).
+        _ => Arc::new(KubeVersionSource::new(client.clone())),
+    }
 }
 
 #[cfg(test)]

@@ -140,6 +140,7 @@ fn deps(view: Arc<MemoryClusterView>, registry: &mut Registry) -> Deps {
         cluster_info: ClusterInfo::default(),
         region: REGION.into(),
         kubernetes_version: ClusterVersion::default(),
+        kubernetes_version_source: None,
         metrics: Arc::new(Metrics::register(registry)),
     }
 }

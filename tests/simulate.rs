@@ -24,3 +24,5 @@ mod scenario_files;
 mod support;
 #[path = "simulate/termination.rs"]
 mod termination;
+#[path = "simulate/version.rs"]
+mod version;

@@ -19,6 +19,7 @@ use crate::ports::iam::IamApi;
 use crate::ports::pricing::PricingApi;
 use crate::ports::sqs::SqsApi;
 use crate::ports::ssm::SsmApi;
+use crate::ports::version::KubernetesVersionSource;
 use crate::providers::unavailable::UnavailableOfferings;
 use karpenter_core::domain::userdata::ClusterInfo;
 
@@ -58,15 +59,20 @@ pub struct Deps {
     pub cluster_info: ClusterInfo,
     /// The AWS region (`AWS_REGION` or IMDS).
     pub region: String,
-    /// The cluster's Kubernetes version, kept current by the binary from `/version`.
+    /// The cluster's Kubernetes version: read by the binary at startup, kept current by the
+    /// `VersionActor` ([`crate::version`]).
     pub kubernetes_version: ClusterVersion,
+    /// Where the `VersionActor` reads the version (`/version`, or EKS with
+    /// `EKS_CONTROL_PLANE`); `None` runs no `VersionActor` (tests over fakes), and the version
+    /// stays what it was built with.
+    pub kubernetes_version_source: Option<Arc<dyn KubernetesVersionSource>>,
     /// Karpenter's node-lifecycle metrics, registered in the daemon's Registry
     /// (`Metrics::register`); `Metrics::default()` in tests.
     pub metrics: Arc<Metrics>,
 }
 
-/// The cluster's Kubernetes version, shared between the binary, which refreshes it from the API
-/// server, and the actors, which read it (AMI aliases follow the control plane).
+/// The cluster's Kubernetes version, shared between the `VersionActor`, which refreshes it from
+/// the control plane, and the actors, which read it (AMI aliases follow the control plane).
 #[derive(Debug, Clone)]
 pub struct ClusterVersion(Arc<RwLock<KubernetesVersion>>);
 

@@ -21,3 +21,4 @@ pub mod retry;
 pub mod runtime;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod version;

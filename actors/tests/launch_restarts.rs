@@ -260,6 +260,7 @@ impl World {
             },
             region: REGION.into(),
             kubernetes_version: ClusterVersion::default(),
+            kubernetes_version_source: None,
             metrics,
         };
         let kit = ActorKit::new(&mut registry, KitOptions::default());

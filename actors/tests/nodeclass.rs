@@ -997,6 +997,7 @@ async fn the_daemon_routes_class_changes_and_nodeclaim_deletions_to_the_class_ac
         cluster_info: cluster_info(),
         region: REGION.into(),
         kubernetes_version: ClusterVersion::default(),
+        kubernetes_version_source: None,
         metrics: Arc::new(Metrics::default()),
     };
     let mut metrics = Registry::default();

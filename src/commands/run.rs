@@ -2,8 +2,10 @@
 //!
 //! ```text
 //! settings (flags, env; validated) -> Kubernetes client (kubeconfig, else in-cluster)
-//!   -> version check (refuse < 1.26, warn > 1.33) -> AWS SDK adapters (AWS_ENDPOINT_URL for
-//!   emulators) -> cluster discovery (crate::discovery: endpoint, service CIDR, CA, DNS)
+//!   -> AWS SDK adapters (AWS_ENDPOINT_URL for emulators) -> version check (`/version`, or EKS
+//!   DescribeCluster with EKS_CONTROL_PLANE; refuse < 1.26, warn > 1.33; the actors' VersionActor
+//!   reads it again every 5 minutes) -> cluster discovery (crate::discovery: endpoint, service
+//!   CIDR, CA, DNS)
 //!   -> DaemonAssembly::start (crate::daemon), leader-elected:
 //!      HTTP: METRICS_PORT (/metrics, /debug/actors, /debug/explain/), HEALTH_PROBE_PORT
 //!        (/healthz, /readyz with named checks: cache-synced, crds, aws, interruption-queue,
@@ -32,11 +34,11 @@ use clap::Args;
 use karpenter_actors::deps::AwsPorts;
 use karpenter_actors::logs::{self, GoDuration};
 use karpenter_actors::ports::clock::SystemClock;
+use karpenter_actors::ports::version::{KubernetesVersionSource, VersionSourceError};
 use karpenter_actors::providers::cloud_provider::{AwsProviderSettings, AwsProviders};
 use karpenter_actors::providers::pricing::PricingError;
 use karpenter_config::{Settings, SettingsError};
 use karpenter_core::domain::version::{self, KubernetesVersion, VersionError, VersionVerdict};
-use kube::Client;
 
 use super::Status;
 use crate::cloud::CloudSource;
@@ -75,7 +77,7 @@ pub enum RunError {
     #[error("connecting to Kubernetes")]
     Connect(#[source] ConnectError),
     #[error("reading the Kubernetes version")]
-    Version(#[source] kube::Error),
+    Version(#[source] VersionSourceError),
     #[error(transparent)]
     Unsupported(#[from] VersionError),
     #[error(transparent)]
@@ -93,7 +95,7 @@ impl RunError {
             Self::Settings(e) => e.category(),
             Self::Runtime(_) => "runtime",
             Self::Connect(e) => e.category(),
-            Self::Version(_) => "version",
+            Self::Version(e) => e.category(),
             Self::Unsupported(e) => e.category(),
             Self::Daemon(e) => e.category(),
             Self::Cloud(_) => "cloud_provider",
@@ -111,28 +113,16 @@ pub fn exit_status(exit: &Exit) -> Status {
     }
 }
 
-/// Reads the server's version and checks it against the supported range (and against
+/// Reads the control plane's version from `source` (`/version`, or EKS with
+/// `EKS_CONTROL_PLANE`) and checks it against the supported range (and against
 /// `KUBERNETES_MIN_VERSION` when that asks for more).
 pub async fn check_version(
-    client: &Client,
+    source: &dyn KubernetesVersionSource,
     settings: &Settings,
 ) -> Result<VersionVerdict, RunError> {
-    let info = client
-        .apiserver_version()
-        .await
-        .map_err(RunError::Version)?;
-    let found = KubernetesVersion::from_parts(&info.major, &info.minor)
-        .or_else(|_| KubernetesVersion::parse(&info.git_version))?;
-    let verdict = version::check(found)?;
-    if let Ok(minimum) = KubernetesVersion::parse(&settings.kubernetes_min_version)
-        && found < minimum
-    {
-        return Err(RunError::Unsupported(VersionError::TooOld {
-            version: found,
-            minimum,
-        }));
-    }
-    Ok(verdict)
+    let found = source.version().await.map_err(RunError::Version)?;
+    let minimum = KubernetesVersion::parse(&settings.kubernetes_min_version).ok();
+    Ok(version::check_with_minimum(found, minimum)?)
 }
 
 /// This process's name in the Lease: the host name (the pod name in a cluster) and the pid.
@@ -228,15 +218,16 @@ async fn main_loop(args: &RunArgs) -> Result<Exit, RunError> {
     )
     .map_err(|source| RunError::Connect(ConnectError::Client(source)))?;
     let client = clients.daemon.clone();
-    let verdict = check_version(&client, &settings).await?;
-    tracing::debug!(version = %verdict.version(), "discovered kubernetes version");
-    if let Some(warning) = verdict.warning() {
-        tracing::info!(version = %verdict.version(), "{warning}");
-    }
     let lease_client = clients.lease.clone();
     let clients =
         crate::aws::AwsClients::connect(&crate::aws::Connection::from_settings(&settings)).await;
     tracing::debug!(region = %clients.region, "discovered region");
+    let version_source = crate::discovery::version_source(&settings, &client, clients.eks.clone());
+    let verdict = check_version(version_source.as_ref(), &settings).await?;
+    tracing::debug!(version = %verdict.version(), "discovered kubernetes version");
+    if let Some(warning) = verdict.warning() {
+        tracing::info!(version = %verdict.version(), "{warning}");
+    }
     let aws = AwsPorts {
         eks: clients.eks.clone(),
         ec2: clients.ec2.clone(),
@@ -275,6 +266,7 @@ async fn main_loop(args: &RunArgs) -> Result<Exit, RunError> {
         cluster_info,
         region: clients.region.clone(),
         kubernetes_version: verdict.version(),
+        version_source,
         identity: identity(),
         settings: Arc::clone(&settings),
         client,

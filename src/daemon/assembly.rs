@@ -40,6 +40,7 @@ use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cloud_provider::CloudProvider;
 use karpenter_actors::ports::cluster::ClusterApi;
 use karpenter_actors::ports::cluster_view::ClusterView;
+use karpenter_actors::ports::version::KubernetesVersionSource;
 use karpenter_actors::runtime::{ActorKit, KitOptions, RootGroup, SpawnError, StopReason};
 use karpenter_config::Settings;
 use karpenter_core::domain::userdata::ClusterInfo;
@@ -84,8 +85,11 @@ pub struct DaemonInputs {
     pub cluster_info: ClusterInfo,
     /// The AWS region.
     pub region: String,
-    /// The cluster's Kubernetes version, for AMI aliases.
+    /// The cluster's Kubernetes version read at startup, for AMI aliases.
     pub kubernetes_version: KubernetesVersion,
+    /// Where the actors' `VersionActor` reads it again every 5 minutes (`/version`, or EKS with
+    /// `EKS_CONTROL_PLANE`: `crate::discovery::version_source`).
+    pub version_source: Arc<dyn KubernetesVersionSource>,
     /// This replica's name: its holder identity in the Lease (unique per process) and the
     /// instance on the events it writes.
     pub identity: String,
@@ -263,6 +267,8 @@ pub struct DaemonAssembly {
     tasks: Vec<JoinHandle<()>>,
     /// The AWS group's root (AWS cloud sources).
     aws: Option<RootGroup>,
+    /// The Kubernetes version the actors use.
+    kubernetes_version: ClusterVersion,
 }
 
 impl std::fmt::Debug for DaemonAssembly {
@@ -311,8 +317,11 @@ impl DaemonAssembly {
             cluster_info,
             region,
             kubernetes_version,
+            version_source,
             identity,
         } = inputs;
+        // One version for every Deps built below, so `Self::kubernetes_version` is the actors'.
+        let kubernetes_version = ClusterVersion::new(kubernetes_version);
         let mut registry = Registry::default();
         let kit = ActorKit::new(&mut registry, options.kit);
         // Karpenter's shared families exist (at zero) on a standby replica too.
@@ -415,7 +424,8 @@ impl DaemonAssembly {
                 unavailable: Arc::clone(&built.unavailable),
                 cluster_info: cluster_info.clone(),
                 region: region.clone(),
-                kubernetes_version: ClusterVersion::new(kubernetes_version),
+                kubernetes_version: kubernetes_version.clone(),
+                kubernetes_version_source: Some(Arc::clone(&version_source)),
                 metrics: Arc::clone(&shared_metrics),
             }
         };
@@ -512,6 +522,7 @@ impl DaemonAssembly {
             pump: pump_task,
             tasks,
             aws,
+            kubernetes_version,
         })
     }
 
@@ -555,6 +566,12 @@ impl DaemonAssembly {
     #[must_use]
     pub fn liveness(&self) -> &HealthChecks {
         &self.liveness
+    }
+
+    /// The Kubernetes version the actors use (kept current by their `VersionActor`).
+    #[must_use]
+    pub fn kubernetes_version(&self) -> KubernetesVersion {
+        self.kubernetes_version.get()
     }
 
     /// The cluster store.

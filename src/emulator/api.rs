@@ -42,6 +42,9 @@ pub(crate) struct Shared {
     pub faults: Faults,
     pub log: RequestLog,
     pub config: EmulatorConfig,
+    /// The `major` and `minor` `/version` reports: `config.kubernetes_version` at first,
+    /// changed by `Emulator::set_kubernetes_version` (a control-plane upgrade).
+    pub kubernetes_version: std::sync::RwLock<(String, String)>,
     /// Bumped to end every open watch.
     pub watch_epoch: watch::Sender<u64>,
 }

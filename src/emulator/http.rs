@@ -168,20 +168,24 @@ impl EmulatorService {
         let kinds = &shared.kinds;
         let document = |value: Value| Ok(json_response(200, Bytes::from(value.to_string()), &[]));
         match route {
-            Route::Version => document(json!({
-                "major": shared.config.kubernetes_version.0,
-                "minor": shared.config.kubernetes_version.1,
-                "gitVersion": format!(
-                    "v{}.{}.0-karpenter-emulator",
-                    shared.config.kubernetes_version.0, shared.config.kubernetes_version.1
-                ),
-                "gitCommit": "0000000000000000000000000000000000000000",
-                "gitTreeState": "clean",
-                "buildDate": "2025-01-01T00:00:00Z",
-                "goVersion": "go1.24.0",
-                "compiler": "gc",
-                "platform": "linux/amd64",
-            })),
+            Route::Version => {
+                let (major, minor) = shared
+                    .kubernetes_version
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone();
+                document(json!({
+                    "major": major,
+                    "minor": minor,
+                    "gitVersion": format!("v{major}.{minor}.0-karpenter-emulator"),
+                    "gitCommit": "0000000000000000000000000000000000000000",
+                    "gitTreeState": "clean",
+                    "buildDate": "2025-01-01T00:00:00Z",
+                    "goVersion": "go1.24.0",
+                    "compiler": "gc",
+                    "platform": "linux/amd64",
+                }))
+            }
             Route::CoreVersions => document(json!({
                 "kind": "APIVersions",
                 "versions": ["v1"],

@@ -109,7 +109,8 @@ pub struct EmulatorConfig {
     pub seed: u64,
     /// Timestamps for creationTimestamp, deletionTimestamp and ages.
     pub clock: Clock,
-    /// The `major` and `minor` `/version` reports (tests of the daemon's version check).
+    /// The `major` and `minor` `/version` reports at first (tests of the daemon's version
+    /// check); [`Emulator::set_kubernetes_version`] changes them.
     pub kubernetes_version: (String, String),
 }
 
@@ -210,6 +211,7 @@ impl Emulator {
             validator: Validator::new()?,
             faults: Faults::default(),
             log: RequestLog::new(config.request_log_capacity),
+            kubernetes_version: std::sync::RwLock::new(config.kubernetes_version.clone()),
             config,
             watch_epoch: tokio::sync::watch::channel(0).0,
             kinds,
@@ -252,6 +254,17 @@ impl Emulator {
     /// Serves the emulator on `addr` (port 0 picks a free port).
     pub async fn serve(&self, addr: SocketAddr) -> Result<LoopbackServer, EmulatorError> {
         LoopbackServer::start(self.service(), addr).await
+    }
+
+    /// Changes the `major` and `minor` `/version` reports from now on, as a control-plane
+    /// upgrade does (the daemon's `VersionActor` follows it).
+    pub fn set_kubernetes_version(&self, major: &str, minor: &str) {
+        *self
+            .shared
+            .kubernetes_version
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            (major.to_owned(), minor.to_owned());
     }
 
     /// The fault injection hooks.

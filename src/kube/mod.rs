@@ -9,6 +9,7 @@
 //!   every write checks.
 //! - [`client`]: the daemon's two clients (rate-limited and gated; the lease's own) with
 //!   connect and request deadlines.
+//! - [`version`]: the Kubernetes version from `/version`, a `KubernetesVersionSource`.
 //!
 //! The same code runs against a real API server (in-cluster or from a kubeconfig, see
 //! [`connect`]) and against the emulator in [`crate::emulator`] in tests and simulations.
@@ -18,6 +19,7 @@ pub mod cluster_api;
 pub mod ingress;
 pub mod leader;
 pub mod state;
+pub mod version;
 
 use std::path::Path;
 

@@ -1,12 +1,15 @@
 //! Cluster discovery (`karpenter::discovery`) through the aws-sdk-eks adapter against moto's
 //! EKS: the endpoint and service CIDR of a cluster moto created, moto's default CIDR when none
-//! was given, and a missing cluster failing with an error that names it and carries EKS's code.
+//! was given, and a missing cluster failing with an error that names it and carries EKS's code;
+//! with `EKS_CONTROL_PLANE`, the Kubernetes version from `DescribeCluster`.
 
 use aws_sdk_eks::types::{KubernetesNetworkConfigRequest, VpcConfigRequest};
-use karpenter::discovery::{DiscoveryError, DiscoveryInputs, KubeCa, discover};
+use karpenter::commands::run::{RunError, check_version};
+use karpenter::discovery::{DiscoveryError, DiscoveryInputs, KubeCa, discover, version_source};
 use karpenter::emulator::Emulator;
 use karpenter_actors::ports::aws_error::{AwsErrorClass, AwsService};
 use karpenter_actors::ports::eks::{EksApi, IpFamily};
+use karpenter_actors::ports::version::VersionSourceError;
 use karpenter_config::Settings;
 use karpenter_core::domain::userdata::ClusterInfo;
 
@@ -100,4 +103,65 @@ async fn discovery_finds_endpoint_and_cidr_in_moto_and_names_a_missing_cluster()
     assert_eq!(source.code.as_deref(), Some("ResourceNotFoundException"));
     assert_eq!(source.class, AwsErrorClass::NotFound);
     assert_eq!(error.category(), "not_found");
+}
+
+/// `EKS_CONTROL_PLANE`: the version `run` checks and the `VersionActor` follows comes from
+/// moto's `DescribeCluster`, not from the API server's `/version` (the emulator's 1.33).
+#[tokio::test]
+async fn with_eks_control_plane_the_version_comes_from_describe_cluster() {
+    let Some(moto) = Moto::start().await else {
+        return;
+    };
+    moto.raw_eks()
+        .await
+        .create_cluster()
+        .name("versioned")
+        .version("1.31")
+        .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
+        .resources_vpc_config(VpcConfigRequest::builder().build())
+        .send()
+        .await
+        .unwrap();
+    // Created without a version: moto's default, 1.19.
+    create_cluster(&moto, "defaulted", None).await;
+    let emulator = Emulator::new().unwrap();
+    let client = emulator.client();
+    let settings = |name: &str, eks_control_plane: bool| Settings {
+        cluster_name: Some(name.into()),
+        eks_control_plane,
+        ..Settings::default()
+    };
+    let source = |settings: &Settings| version_source(settings, &client, moto.clients.eks.clone());
+
+    let eks = settings("versioned", true);
+    assert_eq!(source(&eks).version().await.unwrap().to_string(), "1.31");
+    let api_server = settings("versioned", false);
+    assert_eq!(
+        source(&api_server).version().await.unwrap().to_string(),
+        "1.33"
+    );
+
+    // moto's default is older than Karpenter v1.5 supports: `run` refuses to start.
+    let defaulted = settings("defaulted", true);
+    let error = check_version(source(&defaulted).as_ref(), &defaulted)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, RunError::Unsupported(_)), "{error:?}");
+    assert!(
+        error.to_string().contains("1.19 is not supported"),
+        "{error}"
+    );
+
+    // A missing cluster: the read fails with the cluster's name and EKS's code.
+    let missing = source(&settings("no-such-cluster", true))
+        .version()
+        .await
+        .unwrap_err();
+    assert_eq!(missing.category(), "not_found");
+    let VersionSourceError::DescribeCluster { cluster, source } = missing else {
+        panic!("expected a DescribeCluster error, got {missing:?}");
+    };
+    assert_eq!(cluster, "no-such-cluster");
+    assert_eq!(source.operation, "DescribeCluster");
+    assert_eq!(source.code.as_deref(), Some("ResourceNotFoundException"));
 }

@@ -8,6 +8,7 @@ use karpenter::daemon::{DaemonInputs, DaemonOptions, Endpoints};
 use karpenter::emulator::Emulator;
 use karpenter::http::Routes;
 use karpenter::kube::leader::LeaseTiming;
+use karpenter::kube::version::KubeVersionSource;
 use karpenter::sim::world::{KwokAws, KwokAwsConfig};
 use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::kwok;
@@ -61,6 +62,7 @@ pub fn inputs(
         cluster_info: provider_settings.cluster.clone(),
         region: "us-west-2".into(),
         kubernetes_version: ClusterVersion::default().get(),
+        version_source: Arc::new(KubeVersionSource::new(emulator.client())),
         settings: Arc::new(settings),
         client: emulator.client(),
         aws: world.ports(),

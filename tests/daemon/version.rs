@@ -5,6 +5,7 @@ use k8s_openapi::api::core::v1::Service;
 use karpenter::commands::run::{RunError, check_version};
 use karpenter::discovery::cluster_dns;
 use karpenter::emulator::{Emulator, EmulatorConfig};
+use karpenter::kube::version::KubeVersionSource;
 use karpenter_actors::logs::{KarpenterJson, LogLine, MemorySink, level_filter};
 use karpenter_config::LogLevel;
 use karpenter_config::Settings;
@@ -13,6 +14,11 @@ use kube::Api;
 use kube::api::PostParams;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::{Layer as _, Registry};
+
+/// `/version` of an emulator reporting 1.`minor`, as `run` reads it without `EKS_CONTROL_PLANE`.
+fn source(minor: &str) -> KubeVersionSource {
+    KubeVersionSource::new(emulator(minor).client())
+}
 
 fn emulator(minor: &str) -> Emulator {
     Emulator::with_config(EmulatorConfig {
@@ -24,7 +30,7 @@ fn emulator(minor: &str) -> Emulator {
 
 #[tokio::test]
 async fn a_server_older_than_1_26_is_refused_with_a_clear_message() {
-    let error = check_version(&emulator("25").client(), &Settings::default())
+    let error = check_version(&source("25"), &Settings::default())
         .await
         .unwrap_err();
     assert!(matches!(error, RunError::Unsupported(_)));
@@ -35,11 +41,11 @@ async fn a_server_older_than_1_26_is_refused_with_a_clear_message() {
 
 #[tokio::test]
 async fn supported_servers_pass_and_newer_ones_warn() {
-    let verdict = check_version(&emulator("33").client(), &Settings::default())
+    let verdict = check_version(&source("33"), &Settings::default())
         .await
         .unwrap();
     assert!(matches!(verdict, VersionVerdict::Supported(_)));
-    let verdict = check_version(&emulator("34+").client(), &Settings::default())
+    let verdict = check_version(&source("34+"), &Settings::default())
         .await
         .unwrap();
     assert!(verdict.warning().is_some_and(|w| w.contains("1.34")));
@@ -51,9 +57,7 @@ async fn kubernetes_min_version_can_raise_the_floor() {
         kubernetes_min_version: "1.30.0".into(),
         ..Settings::default()
     };
-    let error = check_version(&emulator("29").client(), &settings)
-        .await
-        .unwrap_err();
+    let error = check_version(&source("29"), &settings).await.unwrap_err();
     assert!(error.to_string().contains("1.30 or newer"), "{error}");
 }
 

@@ -32,7 +32,9 @@
 //! template); an `EC2NodeClass` change to its `NodeClassActor`, the pools using it and, nudged,
 //! the NodeClaims of those pools and those referencing the class (their `Drifted` follows the
 //! class); a deleted NodeClaim to the classes waiting in deletion. The `GarbageCollectorActor`
-//! runs on its own timers, the `InterruptionActor` on its SQS polls.
+//! runs on its own timers, the `InterruptionActor` on its SQS polls, the `VersionActor` (when
+//! [`Deps::kubernetes_version_source`] is set) on its own timer: when the Kubernetes version
+//! changed, it has every `EC2NodeClass` nudged (their AMI aliases follow the version).
 //!
 //! The three families count restart intensity per object: an actor that keeps failing is
 //! parked (its siblings and the process go on) and an event is recorded on its object
@@ -62,11 +64,14 @@ use crate::metrics::Metrics;
 use crate::nodeclaim::{LaunchCache, NodeClaimActor, NodeClaimDeps, PodEvents};
 use crate::nodeclass::{NodeClassActor, NodeClassDeps};
 use crate::nodepool::NodePoolActor;
+use crate::ports::cluster_view::ClusterView;
 use crate::provisioner::{
     Explain, PROVISIONER_KEY, PodExplanation, ProvisionerActor, ProvisionerDeps,
     ProvisionerMetrics, ProvisionerPorts, TriggerSource, Triggered,
 };
 use crate::runtime::{ActorRef, Family, GroupRef, GroupSpec, SendError, SpawnError};
+use crate::version::{OnVersionChange, VERSION_KEY, VersionActor, VersionDeps};
+use karpenter_core::domain::version::KubernetesVersion;
 
 /// The running actors.
 #[derive(Debug)]
@@ -88,6 +93,8 @@ pub struct Daemon {
     interruption: Option<ActorRef<InterruptionActor>>,
     /// One `NodeClassActor` per `EC2NodeClass` (resolution, validation, status, deletion).
     nodeclasses: Option<Family<NodeClassActor>>,
+    /// The Kubernetes version refresh, when the daemon was given a version source.
+    version: Option<ActorRef<VersionActor>>,
     /// The Provisioner singleton: pending pods to NodeClaims.
     provisioner: ActorRef<ProvisionerActor>,
     /// The disruption singleton: consolidation, emptiness, drift and the orchestration queue.
@@ -186,6 +193,7 @@ impl Daemon {
         } else {
             None
         };
+        let version = spawn_version(&root, &deps, nodeclasses.as_ref())?;
         let mut provisioner_deps = ProvisionerDeps::new(
             ProvisionerPorts {
                 settings: Arc::clone(&deps.settings),
@@ -217,6 +225,7 @@ impl Daemon {
             pod_events,
             interruption,
             nodeclasses,
+            version,
             provisioner,
             disruption,
             disruption_changes,
@@ -613,6 +622,12 @@ impl Daemon {
         &self.deps.metrics
     }
 
+    /// The Kubernetes version refresh, when one runs.
+    #[must_use]
+    pub fn version(&self) -> Option<&ActorRef<VersionActor>> {
+        self.version.as_ref()
+    }
+
     /// The interruption actor, when one runs.
     #[must_use]
     pub fn interruption(&self) -> Option<&ActorRef<InterruptionActor>> {
@@ -774,6 +789,50 @@ where
             );
         }
     }
+}
+
+/// The `VersionActor`, when the daemon has a version source; a version change nudges the
+/// classes of `nodeclasses`.
+fn spawn_version(
+    root: &GroupRef,
+    deps: &Deps,
+    nodeclasses: Option<&Family<NodeClassActor>>,
+) -> Result<Option<ActorRef<VersionActor>>, SpawnError> {
+    let Some(source) = &deps.kubernetes_version_source else {
+        return Ok(None);
+    };
+    root.spawn::<VersionActor>(
+        VERSION_KEY,
+        VersionDeps {
+            source: Arc::clone(source),
+            version: deps.kubernetes_version.clone(),
+            minimum: KubernetesVersion::parse(&deps.settings.kubernetes_min_version).ok(),
+            on_change: nudge_nodeclasses_on_version_change(
+                nodeclasses.cloned(),
+                Arc::clone(&deps.view),
+            ),
+        },
+    )
+    .map(Some)
+}
+
+/// What the `VersionActor` calls when the Kubernetes version changed: every class in the store
+/// looks again (its AMI aliases resolve per version), its actor started if needed. Nudges: a
+/// class with a `Reconcile` waiting reads the new version anyway.
+fn nudge_nodeclasses_on_version_change(
+    nodeclasses: Option<Family<NodeClassActor>>,
+    view: Arc<dyn ClusterView>,
+) -> OnVersionChange {
+    Arc::new(move |_| {
+        let Some(nodeclasses) = &nodeclasses else {
+            return;
+        };
+        for class in view.ec2nodeclasses() {
+            if let Some(name) = class.metadata.name.as_deref() {
+                nudge(nodeclasses, name, Cause::Related);
+            }
+        }
+    })
 }
 
 /// Queues `Reconcile` for every running actor of a family.

@@ -233,6 +233,32 @@ impl NodeClaimActor {
             })
     }
 
+    /// Taints the node with `karpenter.sh/disrupted:NoSchedule`; false when it is gone.
+    async fn taint(&self, node_name: &str) -> Result<bool, NodeClaimError> {
+        match self
+            .deps
+            .cluster
+            .update_node(node_name, &taint_for_termination)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(
+                    taint.Key = labels::DISRUPTED_TAINT,
+                    taint.Value = "",
+                    taint.Effect = "NoSchedule",
+                    "tainted node"
+                );
+                Ok(true)
+            }
+            Err(ClusterError::NotFound { .. }) => Ok(false),
+            Err(source) => Err(NodeClaimError::Write {
+                what: "tainting the node",
+                nodeclaim: self.name.clone(),
+                source,
+            }),
+        }
+    }
+
     async fn terminate_node(
         &mut self,
         nodeclaim: &Arc<NodeClaim>,
@@ -268,24 +294,8 @@ impl NodeClaimActor {
             // Someone else's finalizer holds the node; it goes when they let it.
             return Ok(NodeProgress::Waiting(None));
         }
-        if !is_tainted(node) {
-            match self
-                .deps
-                .cluster
-                .update_node(&node_name, &taint_for_termination)
-                .await
-            {
-                Ok(_) => {
-                    tracing::info!(
-                        taint.Key = labels::DISRUPTED_TAINT,
-                        taint.Value = "",
-                        taint.Effect = "NoSchedule",
-                        "tainted node"
-                    );
-                }
-                Err(ClusterError::NotFound { .. }) => return Ok(NodeProgress::Released),
-                Err(source) => return Err(write_error("tainting the node", source)),
-            }
+        if !is_tainted(node) && !self.taint(&node_name).await? {
+            return Ok(NodeProgress::Released);
         }
         if let Some(deadline) = termination_time
             && !std::mem::replace(&mut self.reported.node_grace_event, true)

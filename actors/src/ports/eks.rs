@@ -5,7 +5,9 @@
 //! configuration instead.
 //!
 //! Implemented over aws-sdk-eks in `src/aws/eks.rs` and in memory by
-//! [`crate::kwok::eks::KwokEks`]; the binary's `discovery` module is its one caller.
+//! [`crate::kwok::eks::KwokEks`]; called by the binary's `discovery` module and, with
+//! `EKS_CONTROL_PLANE`, by [`crate::providers::version::EksVersionSource`] (the control plane's
+//! Kubernetes version).
 
 use async_trait::async_trait;
 

@@ -15,3 +15,4 @@ pub mod iam;
 pub mod pricing;
 pub mod sqs;
 pub mod ssm;
+pub mod version;

@@ -3,7 +3,8 @@
 //! (reference 4.2-4.4): instance types and offerings, prices, the unavailable-offerings cache,
 //! and launching through batched `CreateFleet` calls; and the `EC2NodeClass` resolution
 //! providers the `NodeClassActor` uses: subnets, security groups, AMIs (with SSM parameters) and
-//! instance profiles, each with Karpenter's cache TTLs.
+//! instance profiles, each with Karpenter's cache TTLs; and the Kubernetes version read from EKS
+//! (`version`, when `EKS_CONTROL_PLANE` is set).
 
 pub mod ami_mapping;
 pub mod amis;
@@ -23,3 +24,4 @@ pub mod subnets;
 pub mod ttl_cache;
 pub mod unavailable;
 pub mod validation;
+pub mod version;

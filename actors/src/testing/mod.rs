@@ -8,6 +8,7 @@
 //! - [`MemoryClusterView`]: a `ClusterView` to put objects in by hand.
 //! - [`FakeCloudProvider`]: a recording `CloudProvider` with instance types and injected failures.
 //! - [`AwsTestKit`]: the AWS group on a kit of its own, for tests that build providers by hand.
+//! - [`FakeVersionSource`]: a `KubernetesVersionSource` answering a script of versions.
 
 mod aws;
 mod cloud_provider;
@@ -15,9 +16,11 @@ mod cluster_api;
 mod cluster_view;
 mod failures;
 mod mirror;
+mod version;
 
 pub use aws::AwsTestKit;
 pub use cloud_provider::*;
 pub use cluster_api::*;
 pub use cluster_view::MemoryClusterView;
 pub use mirror::MirroredClusterApi;
+pub use version::FakeVersionSource;

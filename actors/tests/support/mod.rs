@@ -142,6 +142,7 @@ pub fn fake_deps(
         },
         region: "us-west-2".into(),
         kubernetes_version: ClusterVersion::default(),
+        kubernetes_version_source: None,
         metrics,
     }
 }

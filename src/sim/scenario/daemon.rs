@@ -4,6 +4,8 @@
 //! ```text
 //! cluster discovery (crate::discovery over kwok's EKS and the emulator: the endpoint and service
 //!   CIDR, found as `karpenter run` finds them; no kube-dns Service, so no DNS address)
+//! the Kubernetes version from the emulator's `/version` (its source handed to the daemon, whose
+//!   VersionActor reads it again every 5 minutes)
 //! emulator client + kwok's AWS ports + CloudSource::Loaded (the AWS cloud provider of
 //!   `karpenter run`, over kwok's EC2 and Pricing, its catalogue loaded once before the actors
 //!   start: a simulation is shorter than the 12-hour refresh, and the first provisioning run
@@ -15,10 +17,11 @@
 use std::sync::Arc;
 
 use karpenter_actors::daemon::StartOptions;
-use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::kwok::cloud_provider as kwok_cloud;
+use karpenter_actors::ports::version::KubernetesVersionSource;
 use karpenter_actors::runtime::KitOptions;
 use karpenter_config::Settings;
+use karpenter_core::domain::version;
 use kube::Client;
 
 use super::error::SimulationError;
@@ -27,6 +30,7 @@ use super::load::LoadedScenario;
 use crate::cloud::CloudSource;
 use crate::daemon::{ActorStart, DaemonAssembly, DaemonInputs, DaemonOptions};
 use crate::discovery::{DiscoveryInputs, KubeCa, discover};
+use crate::kube::version::KubeVersionSource;
 use crate::sim::clock::SimClock;
 use crate::sim::world::KwokAws;
 
@@ -66,6 +70,17 @@ pub(super) async fn start_daemon(
     })
     .await
     .map_err(SimulationError::Discovery)?;
+    // The version as `karpenter run` reads it without EKS_CONTROL_PLANE: the emulator's
+    // `/version`, read again every 5 minutes by the actors' VersionActor.
+    let version_source: Arc<dyn KubernetesVersionSource> =
+        Arc::new(KubeVersionSource::new(client.clone()));
+    let found = version_source
+        .version()
+        .await
+        .map_err(SimulationError::Version)?;
+    let kubernetes_version = version::check(found)
+        .map_err(SimulationError::UnsupportedVersion)?
+        .version();
     let mut provider_settings = kwok_cloud::settings(&scenario.region, &scenario.cluster_name);
     provider_settings.cluster = cluster_info;
     let inputs = DaemonInputs {
@@ -80,7 +95,8 @@ pub(super) async fn start_daemon(
         },
         clock: Arc::new(clock),
         region: scenario.region.clone(),
-        kubernetes_version: ClusterVersion::default().get(),
+        kubernetes_version,
+        version_source,
         identity: SIMULATED_IDENTITY.to_owned(),
     };
     let options = DaemonOptions {

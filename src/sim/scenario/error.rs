@@ -1,6 +1,8 @@
 //! Why a simulation could not be set up (what goes wrong inside a run is in its report).
 
 use karpenter_actors::ports::aws_error::AwsError;
+use karpenter_actors::ports::version::VersionSourceError;
+use karpenter_core::domain::version::VersionError;
 
 use crate::daemon::DaemonError;
 use crate::emulator::EmulatorError;
@@ -33,6 +35,10 @@ pub enum SimulationError {
     Watchers,
     #[error("discovering the simulated cluster")]
     Discovery(#[source] crate::discovery::DiscoveryError),
+    #[error("reading the simulated cluster's kubernetes version")]
+    Version(#[source] VersionSourceError),
+    #[error(transparent)]
+    UnsupportedVersion(VersionError),
 }
 
 impl From<DaemonError> for SimulationError {
@@ -55,6 +61,8 @@ impl SimulationError {
             Self::Serve(error) => error.category(),
             Self::Watchers => "watchers",
             Self::Discovery(error) => error.category(),
+            Self::Version(error) => error.category(),
+            Self::UnsupportedVersion(error) => error.category(),
         }
     }
 }

@@ -19,6 +19,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::runtime::ActorKit;
 use karpenter_core::apis::{EC2NodeClass, NodePool};
+use karpenter_core::domain::version::KubernetesVersion;
 use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt as _};
 use serde::de::DeserializeOwned;
@@ -190,6 +191,13 @@ impl<'a> Simulation<'a> {
     #[must_use]
     pub fn emulator(&self) -> &Emulator {
         &self.emulator
+    }
+
+    /// The Kubernetes version the running daemon's actors use (its `VersionActor` follows the
+    /// emulator's `/version`: [`Emulator::set_kubernetes_version`]).
+    #[must_use]
+    pub fn kubernetes_version(&self) -> Option<KubernetesVersion> {
+        self.daemons.last().map(DaemonAssembly::kubernetes_version)
     }
 
     /// kwok's account.

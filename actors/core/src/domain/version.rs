@@ -1,7 +1,9 @@
 //! The Kubernetes version check: Karpenter v1.5 supports control planes from 1.26 (v1.5 dropped
 //! 1.25) to 1.33 (the newest it was tested with). The binary reads the server's `/version` (or
-//! EKS `DescribeCluster`) at startup and every 5 minutes, and asks [`check`] what to do: refuse
-//! to start below the minimum, warn above the newest tested version, carry on otherwise.
+//! EKS `DescribeCluster`) at startup and asks [`check_with_minimum`] what to do: refuse to start
+//! below the minimum, warn above the newest tested version, carry on otherwise. The daemon's
+//! `VersionActor` reads it again every 5 minutes and asks [`update`] whether the version in use
+//! follows: a change to a supported version does, an unsupported one is refused.
 
 use std::fmt;
 
@@ -129,6 +131,47 @@ pub fn check(version: KubernetesVersion) -> Result<VersionVerdict, VersionError>
     Ok(VersionVerdict::Supported(version))
 }
 
+/// [`check`], with a floor of the operator's (`KUBERNETES_MIN_VERSION`) when it asks for more
+/// than Karpenter's minimum.
+pub fn check_with_minimum(
+    version: KubernetesVersion,
+    minimum: Option<KubernetesVersion>,
+) -> Result<VersionVerdict, VersionError> {
+    let verdict = check(version)?;
+    match minimum {
+        Some(minimum) if version < minimum => Err(VersionError::TooOld { version, minimum }),
+        _ => Ok(verdict),
+    }
+}
+
+/// What a periodic read of the control plane's version means for the version in use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VersionUpdate {
+    /// The version in use is current.
+    Unchanged,
+    /// The control plane moved to a version the daemon runs against: use it from now on.
+    Changed(VersionVerdict),
+    /// The control plane moved to a version the daemon does not support: keep the one in use.
+    Rejected(VersionError),
+}
+
+/// Decides what a version read from the control plane does to `current`, the one in use
+/// (Karpenter's `providers.version`, which validates a version when it changes).
+#[must_use]
+pub fn update(
+    current: KubernetesVersion,
+    found: KubernetesVersion,
+    minimum: Option<KubernetesVersion>,
+) -> VersionUpdate {
+    if found == current {
+        return VersionUpdate::Unchanged;
+    }
+    match check_with_minimum(found, minimum) {
+        Ok(verdict) => VersionUpdate::Changed(verdict),
+        Err(error) => VersionUpdate::Rejected(error),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,5 +217,27 @@ mod tests {
         let verdict = check(KubernetesVersion::parse("1.34").unwrap()).unwrap();
         assert!(matches!(verdict, VersionVerdict::NewerThanTested(_)));
         assert!(verdict.warning().unwrap().contains("1.33"));
+    }
+
+    #[test]
+    fn a_changed_version_is_used_only_when_supported_and_above_the_floor() {
+        let v = |text| KubernetesVersion::parse(text).unwrap();
+        assert_eq!(update(v("1.32"), v("1.32"), None), VersionUpdate::Unchanged);
+        assert_eq!(
+            update(v("1.32"), v("1.33"), None),
+            VersionUpdate::Changed(VersionVerdict::Supported(v("1.33")))
+        );
+        assert_eq!(
+            update(v("1.33"), v("1.34"), None),
+            VersionUpdate::Changed(VersionVerdict::NewerThanTested(v("1.34")))
+        );
+        assert!(matches!(
+            update(v("1.32"), v("1.20"), None),
+            VersionUpdate::Rejected(VersionError::TooOld { .. })
+        ));
+        let VersionUpdate::Rejected(error) = update(v("1.32"), v("1.30"), Some(v("1.31"))) else {
+            panic!("1.30 is below the floor");
+        };
+        assert!(error.to_string().contains("1.31 or newer"), "{error}");
     }
 }
