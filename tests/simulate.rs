@@ -20,6 +20,8 @@ mod lifecycle;
 mod runs;
 #[path = "simulate/scenario_files.rs"]
 mod scenario_files;
+#[path = "simulate/spec_over_time.rs"]
+mod spec_over_time;
 #[path = "simulate/support.rs"]
 mod support;
 #[path = "simulate/termination.rs"]
