@@ -39,10 +39,10 @@ use crate::ports::cluster::{ClusterError, Deletion};
 use crate::runtime::{
     ActorCtx, ActorError, ControllerId, Handles, Mail, RestartPolicy, Supervised,
 };
-use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::condition_set;
 use karpenter_core::apis::conditions::nodeclaim as cond;
 use karpenter_core::apis::labels;
+use karpenter_core::apis::nodeclaim::provider_id;
 
 /// An instance younger than this may still be getting its NodeClaim's status written.
 pub const INSTANCE_GRACE: Duration = Duration::from_secs(30);
@@ -178,14 +178,6 @@ impl Supervised for GarbageCollectorActor {
         ctx.set_state("idle");
         Ok(())
     }
-}
-
-fn provider_id(nodeclaim: &NodeClaim) -> Option<&str> {
-    nodeclaim
-        .status
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .filter(|p| !p.is_empty())
 }
 
 impl Handles<CollectInstances> for GarbageCollectorActor {
@@ -349,21 +341,26 @@ impl GarbageCollectorActor {
         Ok(())
     }
 
-    async fn collect_nodeclaims(&mut self) -> Result<usize, GarbageCollectionError> {
-        if !self.deps.view.is_synced() {
-            return Ok(0);
-        }
+    /// The provider ids of the cloud's instances that are not shutting down.
+    async fn alive_instances(&self) -> Result<HashSet<String>, GarbageCollectionError> {
         let instances = self
             .deps
             .cloud
             .list()
             .await
             .map_err(|e| GarbageCollectionError::List(Box::new(e)))?;
-        let alive: HashSet<&str> = instances
+        Ok(instances
             .iter()
             .filter(|i| i.metadata.deletion_timestamp.is_none())
-            .filter_map(provider_id)
-            .collect();
+            .filter_map(|i| provider_id(i).map(str::to_owned))
+            .collect())
+    }
+
+    async fn collect_nodeclaims(&mut self) -> Result<usize, GarbageCollectionError> {
+        if !self.deps.view.is_synced() {
+            return Ok(0);
+        }
+        let alive = self.alive_instances().await?;
         let mut collected = 0;
         for nodeclaim in self.deps.view.nodeclaims() {
             let registered = nodeclaim
@@ -443,17 +440,7 @@ impl GarbageCollectorActor {
         if orphans.is_empty() {
             return Ok(0);
         }
-        let instances = self
-            .deps
-            .cloud
-            .list()
-            .await
-            .map_err(|e| GarbageCollectionError::List(Box::new(e)))?;
-        let alive: HashSet<&str> = instances
-            .iter()
-            .filter(|i| i.metadata.deletion_timestamp.is_none())
-            .filter_map(provider_id)
-            .collect();
+        let alive = self.alive_instances().await?;
         let mut released = 0;
         for node in orphans {
             let id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());

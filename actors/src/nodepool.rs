@@ -39,7 +39,7 @@ use karpenter_core::apis::condition_set::{self, ConditionSet, NODEPOOL_DEPENDENT
 use karpenter_core::apis::conditions::{
     ConditionStatus, READY, nodeclaim as claim_cond, nodepool as cond,
 };
-use karpenter_core::apis::labels;
+use karpenter_core::apis::labels::{self, annotation};
 use karpenter_core::apis::validation::nodepool_violations;
 use karpenter_core::apis::{NodeClaim, NodePool, NodePoolStatus};
 use karpenter_core::domain::limits::{self, LimitsError};
@@ -221,16 +221,6 @@ pub fn usage_and_limits(
     let usage = nodepool_usage(view, name).total;
     let remaining = limits::remaining_limits(nodepool, &usage)?;
     Ok(NodePoolUsage { usage, remaining })
-}
-
-fn annotation<'a>(
-    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    key: &str,
-) -> Option<&'a str> {
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
 }
 
 /// What the `NodeClassReady` condition should say.

@@ -100,6 +100,7 @@ use crate::runtime::{
 };
 use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::labels;
+use karpenter_core::apis::nodeclaim::provider_id;
 
 /// A node must register within this window after its launch (Karpenter's `registrationTTL`).
 pub const REGISTRATION_TTL: Duration = Duration::from_mins(15);
@@ -389,14 +390,6 @@ fn label<'a>(nodeclaim: &'a NodeClaim, key: &str) -> &'a str {
         .as_ref()
         .and_then(|l| l.get(key))
         .map_or("", String::as_str)
-}
-
-fn provider_id(nodeclaim: &NodeClaim) -> Option<&str> {
-    nodeclaim
-        .status
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .filter(|p| !p.is_empty())
 }
 
 fn uid(nodeclaim: &NodeClaim) -> String {

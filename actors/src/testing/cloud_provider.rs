@@ -572,11 +572,9 @@ impl CloudProvider for FakeCloudProvider {
         nodeclaim: &NodeClaim,
         tags: &Tags,
     ) -> Result<(), CloudProviderError> {
-        let provider_id = nodeclaim
-            .status
-            .as_ref()
-            .and_then(|s| s.provider_id.clone())
-            .unwrap_or_default();
+        let provider_id = karpenter_core::apis::nodeclaim::provider_id(nodeclaim)
+            .unwrap_or_default()
+            .to_owned();
         let mut state = self.lock();
         state.call(CloudCall::TagInstance {
             provider_id: provider_id.clone(),

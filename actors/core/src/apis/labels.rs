@@ -286,6 +286,18 @@ pub fn known_values(key: &str) -> Option<&'static [&'static str]> {
     )
 }
 
+/// The value of annotation `key` of an object, if set.
+#[must_use]
+pub fn annotation<'a>(
+    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+) -> Option<&'a str> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,16 @@ use super::taints::Taint;
 /// Karpenter's default node lifetime.
 pub const DEFAULT_EXPIRE_AFTER: &str = "720h";
 
+/// The NodeClaim's `status.providerID`, unless unset or empty.
+#[must_use]
+pub fn provider_id(nodeclaim: &NodeClaim) -> Option<&str> {
+    nodeclaim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .filter(|p| !p.is_empty())
+}
+
 /// `expireAfter` when a NodeClaim or NodePool does not set it.
 #[must_use]
 pub fn default_expire_after() -> NillableDuration {

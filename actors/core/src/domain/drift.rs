@@ -29,7 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::instance_type::InstanceType;
 use super::requirements::{AllowUndefined, Requirement, RequirementError, Requirements};
-use crate::apis::labels;
+use crate::apis::labels::{self, annotation};
 use crate::apis::requirements::NodePoolRequirement;
 use crate::apis::{NodeClaim, NodePool};
 
@@ -51,13 +51,6 @@ impl NodePoolDrift {
             Self::InstanceTypeNotFound => "InstanceTypeNotFound",
         }
     }
-}
-
-fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
 }
 
 /// Whether the NodePool's template hash moved away from the NodeClaim's: all four hash and

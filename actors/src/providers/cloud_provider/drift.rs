@@ -8,21 +8,13 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
 use super::AwsCloudProvider;
-use crate::ports::cloud_provider::{CloudProviderError, DriftReason, parse_provider_id};
+use crate::ports::cloud_provider::{CloudProviderError, DriftReason};
 use crate::ports::ec2::Instance;
 use crate::providers::ami_mapping::map_to_instance_types;
-use karpenter_core::apis::nodeclaim::NodeClaim;
+use karpenter_core::apis::labels::annotation;
+use karpenter_core::apis::nodeclaim::{NodeClaim, provider_id};
 use karpenter_core::apis::{EC2NodeClass, labels};
-
-fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
 
 /// `NodeClassDrift` when both carry a hash of the same version and the hashes differ.
 #[must_use]
@@ -113,18 +105,9 @@ impl AwsCloudProvider {
         if status.subnets.is_empty() {
             return Err(incomplete("no subnets are discovered".to_owned()));
         }
-        let provider_id = nodeclaim
-            .status
-            .as_ref()
-            .and_then(|s| s.provider_id.as_deref())
-            .unwrap_or_default();
-        let (_, instance_id) = parse_provider_id(provider_id)?;
         let instance = self
-            .providers
-            .instances
-            .get(instance_id)
-            .await
-            .map_err(super::not_found)?;
+            .instance(provider_id(nodeclaim).unwrap_or_default())
+            .await?;
         let type_name = nodeclaim
             .metadata
             .labels

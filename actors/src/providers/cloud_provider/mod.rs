@@ -45,10 +45,10 @@ use crate::ports::cloud_provider::{
     parse_provider_id,
 };
 use crate::ports::cluster_view::ClusterView;
-use crate::ports::ec2::Ec2Api;
+use crate::ports::ec2::{Ec2Api, Instance};
 use crate::ports::pricing::PricingApi;
 use karpenter_core::apis::conditions::ConditionStatus;
-use karpenter_core::apis::nodeclaim::NodeClaim;
+use karpenter_core::apis::nodeclaim::{NodeClaim, provider_id};
 use karpenter_core::apis::nodepool::NodePool;
 use karpenter_core::apis::{EC2NodeClass, labels};
 use karpenter_core::domain::instance_type::InstanceType;
@@ -227,6 +227,16 @@ impl AwsCloudProvider {
         &self.providers
     }
 
+    /// The instance behind a provider id, read through the `DescribeInstances` batcher.
+    async fn instance(&self, provider_id: &str) -> Result<Instance, CloudProviderError> {
+        let (_, instance_id) = parse_provider_id(provider_id)?;
+        self.providers
+            .instances
+            .get(instance_id)
+            .await
+            .map_err(not_found)
+    }
+
     /// A class that exists and is not being deleted (Karpenter treats a deleting class as
     /// absent).
     fn nodeclass(&self, name: &str) -> Option<Arc<EC2NodeClass>> {
@@ -366,13 +376,7 @@ impl CloudProvider for AwsCloudProvider {
     }
 
     async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudProviderError> {
-        let (_, instance_id) = parse_provider_id(provider_id)?;
-        let instance = self
-            .providers
-            .instances
-            .get(instance_id)
-            .await
-            .map_err(not_found)?;
+        let instance = self.instance(provider_id).await?;
         self.instance_to_nodeclaim(&instance)
     }
 
@@ -410,26 +414,17 @@ impl CloudProvider for AwsCloudProvider {
         nodeclaim: &NodeClaim,
         tags: &Tags,
     ) -> Result<(), CloudProviderError> {
-        let provider_id = nodeclaim
-            .status
-            .as_ref()
-            .and_then(|s| s.provider_id.as_deref())
-            .unwrap_or_default();
-        let (_, instance_id) = parse_provider_id(provider_id)?;
         // Through the DescribeInstances batcher: a burst of registrations reads in few calls.
         let instance = self
-            .providers
-            .instances
-            .get(instance_id)
-            .await
-            .map_err(not_found)?;
+            .instance(provider_id(nodeclaim).unwrap_or_default())
+            .await?;
         let missing = tags::missing(tags, &instance.tags);
         if missing.is_empty() {
             return Ok(());
         }
         self.providers
             .instances
-            .create_tags(instance_id, &missing)
+            .create_tags(&instance.id, &missing)
             .await
             .map_err(not_found)
     }
