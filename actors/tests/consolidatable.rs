@@ -14,11 +14,11 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use karpenter_actors::testing::{ClusterCall, Operation};
 use karpenter_core::apis::duration::NillableDuration;
 use serde_json::json;
-use support::{Harness, PodSpecBuilder, make_ready, nodeclaim, nodeclass, nodepool};
+use support::{Harness, PodSpecBuilder, nodeclass, nodepool, plus, ready_nodeclaim, until};
 
 const NODEPOOL: &str = "default";
 const CONSOLIDATABLE: &str = "Consolidatable";
@@ -32,22 +32,6 @@ fn cluster(consolidate_after: &str) -> Harness {
         json!({ "spec": { "disruption": { "consolidateAfter": consolidate_after } } }),
     ));
     h
-}
-
-/// Launches, registers and initializes a NodeClaim; returns its node's name.
-async fn ready_nodeclaim(h: &Harness, name: &str) -> String {
-    h.add_nodeclaim(nodeclaim(name, json!({})));
-    h.settle().await;
-    let node = h.register_node(name, &[], &[]);
-    h.settle().await;
-    h.edit_node(&node, |n| make_ready(n, &[]));
-    h.settle().await;
-    assert_eq!(
-        h.condition(name, "Initialized").map(|c| c.0),
-        Some("True".to_owned()),
-        "{name} initialized"
-    );
-    node
 }
 
 /// When a condition of the NodeClaim last transitioned.
@@ -76,16 +60,6 @@ fn status_writes(h: &Harness, name: &str) -> usize {
         .count()
 }
 
-fn plus(at: Timestamp, by: Duration) -> Timestamp {
-    at.checked_add(SignedDuration::try_from(by).unwrap())
-        .unwrap()
-}
-
-/// The time left until `at` on the actors' clock.
-fn until(h: &Harness, at: Timestamp) -> Duration {
-    Duration::try_from(at.duration_since(h.clock_now())).unwrap()
-}
-
 /// Asserts `Consolidatable` is absent until just before `at` and `True` from `at`: the requeue
 /// lands on the instant the window ends (tokio's timer wheel rounds it up to its next
 /// millisecond, so the condition transitions at most 1 ms later).
@@ -112,7 +86,7 @@ async fn expect_consolidatable_at(h: &Harness, name: &str, at: Timestamp) {
 async fn a_nodeclaim_becomes_consolidatable_exactly_consolidate_after_after_its_initialization() {
     tokio::time::pause();
     let h = cluster("30s");
-    ready_nodeclaim(&h, "default-a").await;
+    ready_nodeclaim(&h, "default-a", json!({})).await;
     let initialized = transitioned(&h, "default-a", "Initialized").unwrap();
     assert_eq!(consolidatable(&h, "default-a"), None);
     assert_eq!(last_pod_event(&h, "default-a"), None);
@@ -129,7 +103,7 @@ async fn a_nodeclaim_becomes_consolidatable_exactly_consolidate_after_after_its_
 async fn a_pod_event_removes_consolidatable_until_consolidate_after_has_passed_again() {
     tokio::time::pause();
     let h = cluster("30s");
-    let node = ready_nodeclaim(&h, "default-a").await;
+    let node = ready_nodeclaim(&h, "default-a", json!({})).await;
     h.advance(Duration::from_secs(31)).await;
     assert_eq!(consolidatable(&h, "default-a").as_deref(), Some("True"));
 
@@ -154,7 +128,7 @@ async fn a_pod_event_removes_consolidatable_until_consolidate_after_has_passed_a
 async fn two_pod_events_five_seconds_apart_are_written_once() {
     tokio::time::pause();
     let h = cluster("1h");
-    let node = ready_nodeclaim(&h, "default-a").await;
+    let node = ready_nodeclaim(&h, "default-a", json!({})).await;
     let before = status_writes(&h, "default-a");
 
     let first = h.clock_now();
@@ -189,7 +163,7 @@ async fn consolidate_after_never_never_marks_and_a_nodepool_change_to_never_remo
 {
     tokio::time::pause();
     let h = cluster("Never");
-    ready_nodeclaim(&h, "default-a").await;
+    ready_nodeclaim(&h, "default-a", json!({})).await;
     h.advance(Duration::from_hours(2)).await;
     assert_eq!(consolidatable(&h, "default-a"), None, "Never");
 
@@ -217,7 +191,7 @@ async fn consolidate_after_never_never_marks_and_a_nodepool_change_to_never_remo
 async fn pod_events_of_daemonset_pods_and_of_nodes_without_a_nodeclaim_are_ignored() {
     tokio::time::pause();
     let h = cluster("30s");
-    let node = ready_nodeclaim(&h, "default-a").await;
+    let node = ready_nodeclaim(&h, "default-a", json!({})).await;
     h.advance(Duration::from_secs(31)).await;
     assert_eq!(consolidatable(&h, "default-a").as_deref(), Some("True"));
     let before = status_writes(&h, "default-a");

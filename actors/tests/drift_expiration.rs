@@ -25,7 +25,7 @@ use karpenter_actors::testing::{CloudOperation, fake_instance_type};
 use karpenter_core::apis::labels;
 use karpenter_core::domain::nodepool_hash::{HASH_VERSION, template_hash};
 use serde_json::json;
-use support::{Harness, make_ready, nodeclaim, nodeclass, nodepool};
+use support::{Harness, deleting, nodeclaim, nodeclass, nodepool, plus, ready_nodeclaim, until};
 
 const NODEPOOL: &str = "default";
 const DRIFTED: &str = "Drifted";
@@ -54,22 +54,6 @@ async fn cluster() -> Harness {
     cluster_consolidating_after("Never").await
 }
 
-/// Launches, registers and initializes a NodeClaim; returns its node's name.
-async fn ready_nodeclaim(h: &Harness, name: &str, extra: serde_json::Value) -> String {
-    h.add_nodeclaim(nodeclaim(name, extra));
-    h.settle().await;
-    let node = h.register_node(name, &[], &[]);
-    h.settle().await;
-    h.edit_node(&node, |n| make_ready(n, &[]));
-    h.settle().await;
-    assert_eq!(
-        h.condition(name, "Initialized").map(|c| c.0),
-        Some("True".to_owned()),
-        "{name} initialized"
-    );
-    node
-}
-
 /// `Drifted` as (status, reason), asserting its message repeats the reason as Karpenter's does.
 fn drifted(h: &Harness, name: &str) -> Option<(String, String)> {
     let condition = h
@@ -94,23 +78,33 @@ async fn edit_pool(h: &Harness, edit: impl FnOnce(&mut karpenter_core::apis::Nod
     h.settle().await;
 }
 
-fn deleting(h: &Harness, name: &str) -> bool {
+/// Sets the `team` label of the `default` pool's template (a change of its template hash).
+async fn label_pool_team(h: &Harness, team: &str) {
+    edit_pool(h, |pool| {
+        pool.spec
+            .template
+            .metadata
+            .labels
+            .insert("team".into(), team.into());
+    })
+    .await;
+}
+
+/// When the NodeClaim's `Drifted` condition last transitioned.
+fn drifted_since(h: &Harness, name: &str) -> Time {
     h.nodeclaim(name)
-        .is_none_or(|nc| nc.metadata.deletion_timestamp.is_some())
+        .unwrap()
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == DRIFTED)
+        .unwrap()
+        .last_transition_time
 }
 
 fn plus_signed(at: Timestamp, by: SignedDuration) -> Timestamp {
     at.checked_add(by).unwrap()
-}
-
-fn plus(at: Timestamp, by: Duration) -> Timestamp {
-    at.checked_add(SignedDuration::try_from(by).unwrap())
-        .unwrap()
-}
-
-/// The time left until `at` on the actors' clock.
-fn until(h: &Harness, at: Timestamp) -> Duration {
-    Duration::try_from(at.duration_since(h.clock_now())).unwrap()
 }
 
 fn expired_count(h: &Harness) -> u64 {
@@ -163,14 +157,7 @@ async fn a_template_change_drifts_the_nodeclaim_by_its_nodepool_hash_and_reverti
     .await;
     assert_eq!(drifted(&h, "default-a"), None);
 
-    edit_pool(&h, |pool| {
-        pool.spec
-            .template
-            .metadata
-            .labels
-            .insert("team".into(), "b".into());
-    })
-    .await;
+    label_pool_team(&h, "b").await;
     assert_ne!(
         h.api
             .nodepool(NODEPOOL)
@@ -186,14 +173,7 @@ async fn a_template_change_drifts_the_nodeclaim_by_its_nodepool_hash_and_reverti
         Some(drifted_by("NodePoolDrifted"))
     );
 
-    edit_pool(&h, |pool| {
-        pool.spec
-            .template
-            .metadata
-            .labels
-            .insert("team".into(), "a".into());
-    })
-    .await;
+    label_pool_team(&h, "a").await;
     assert_eq!(drifted(&h, "default-a"), None, "the hash is back");
 }
 
@@ -289,32 +269,14 @@ async fn drift_the_cloud_reports_appears_at_the_five_minute_recheck_without_any_
     assert_eq!(h.cloud.calls_of(CloudOperation::IsDrifted).len(), asked);
     h.advance(Duration::from_mins(1)).await;
     assert_eq!(drifted(&h, "default-a"), Some(drifted_by("AMIDrift")));
-    let since = h
-        .nodeclaim("default-a")
-        .unwrap()
-        .status
-        .unwrap()
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == DRIFTED)
-        .unwrap()
-        .last_transition_time;
+    let since = drifted_since(&h, "default-a");
 
     // A new reason rewrites the condition; it has been drifted since the first one.
     h.cloud
         .set_drift("default-a", Some(DriftReason::SubnetDrift));
     h.advance(DRIFT_RECHECK).await;
     assert_eq!(drifted(&h, "default-a"), Some(drifted_by("SubnetDrift")));
-    let still = h
-        .nodeclaim("default-a")
-        .unwrap()
-        .status
-        .unwrap()
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == DRIFTED)
-        .unwrap()
-        .last_transition_time;
+    let still = drifted_since(&h, "default-a");
     assert_eq!(still, since);
 
     h.cloud.set_drift("default-a", None);

@@ -26,33 +26,15 @@ use karpenter_actors::testing::{ClusterCall, Operation};
 use karpenter_core::apis::labels;
 use karpenter_core::domain::nodepool_hash::{HASH_VERSION, template_hash};
 use serde_json::json;
-use support::{Harness, PodSpecBuilder, make_ready, nodeclaim, nodeclass, nodepool};
+use support::{
+    Harness, PodSpecBuilder, make_ready, nodeclaim, nodeclass, nodepool, pod_deletions,
+    ready_nodeclaim,
+};
 
 const NODEPOOL: &str = "default";
 
 fn on_demand() -> &'static str {
     labels::CAPACITY_TYPE_ON_DEMAND
-}
-
-/// Launches, registers and initializes a NodeClaim; returns its node's name.
-async fn ready_nodeclaim(h: &Harness, name: &str, extra: serde_json::Value) -> String {
-    h.add_nodeclaim(nodeclaim(name, extra));
-    h.settle().await;
-    assert_eq!(
-        h.condition(name, "Launched").map(|c| c.0),
-        Some("True".to_owned()),
-        "{name} launched"
-    );
-    let node = h.register_node(name, &[], &[]);
-    h.settle().await;
-    h.edit_node(&node, |n| make_ready(n, &[]));
-    h.settle().await;
-    assert_eq!(
-        h.condition(name, "Initialized").map(|c| c.0),
-        Some("True".to_owned()),
-        "{name} initialized"
-    );
-    node
 }
 
 fn evictions(h: &Harness) -> Vec<String> {
@@ -61,21 +43,6 @@ fn evictions(h: &Harness) -> Vec<String> {
         .into_iter()
         .filter_map(|call| match call {
             ClusterCall::EvictPod { name, .. } => Some(name),
-            _ => None,
-        })
-        .collect()
-}
-
-fn pod_deletions(h: &Harness) -> Vec<(String, Option<i64>)> {
-    h.api
-        .calls_of(Operation::DeletePod)
-        .into_iter()
-        .filter_map(|call| match call {
-            ClusterCall::DeletePod {
-                name,
-                grace_period_seconds,
-                ..
-            } => Some((name, grace_period_seconds)),
             _ => None,
         })
         .collect()

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use karpenter_actors::metrics::{UnhealthyDisruptedLabels, disruption_reason};
 use karpenter_actors::ports::aws_error::{AwsError, AwsService};
 use karpenter_actors::ports::cloud_provider::CloudProviderError;
@@ -27,7 +27,10 @@ use karpenter_actors::testing::{ClusterCall, Operation};
 use karpenter_core::apis::labels;
 use karpenter_core::domain::tags::Tags;
 use serde_json::json;
-use support::{Harness, PodSpecBuilder, make_ready, nodeclaim};
+use support::{
+    Harness, PodSpecBuilder, deleting, make_ready, nodeclaim, plus, pod_deletions, ready_nodeclaim,
+    until,
+};
 
 const NODEPOOL: &str = "default";
 const TAGGING_RETRY_LIMIT: Duration = Duration::from_mins(1);
@@ -36,22 +39,6 @@ fn repair_enabled() -> Harness {
     let mut settings = karpenter_config::Settings::default();
     settings.feature_gates.node_repair = true;
     Harness::start_with_settings(settings)
-}
-
-/// Launches, registers and initializes a NodeClaim; returns its node's name.
-async fn ready_nodeclaim(h: &Harness, name: &str, extra: serde_json::Value) -> String {
-    h.add_nodeclaim(nodeclaim(name, extra));
-    h.settle().await;
-    let node = h.register_node(name, &[], &[]);
-    h.settle().await;
-    h.edit_node(&node, |n| make_ready(n, &[]));
-    h.settle().await;
-    assert_eq!(
-        h.condition(name, "Initialized").map(|c| c.0),
-        Some("True".to_owned()),
-        "{name} initialized"
-    );
-    node
 }
 
 /// Sets (or adds) a node condition as the kubelet or the node monitoring agent would.
@@ -75,15 +62,9 @@ fn whole_second(at: Timestamp) -> Timestamp {
     Timestamp::from_second(at.as_second()).unwrap()
 }
 
-fn plus(at: Timestamp, by: Duration) -> Timestamp {
-    at.checked_add(SignedDuration::try_from(by).unwrap())
-        .unwrap()
-}
-
 /// Moves time to `at` (then lets the actors run, 3 ms).
 async fn advance_to(h: &Harness, at: Timestamp) {
-    let left = Duration::try_from(at.duration_since(h.clock_now())).unwrap();
-    h.advance(left).await;
+    h.advance(until(h, at)).await;
 }
 
 fn termination_annotation(h: &Harness, name: &str) -> Option<String> {
@@ -94,9 +75,23 @@ fn termination_annotation(h: &Harness, name: &str) -> Option<String> {
         .cloned()
 }
 
-fn is_deleting(h: &Harness, name: &str) -> bool {
-    h.nodeclaim(name)
-        .is_none_or(|n| n.metadata.deletion_timestamp.is_some())
+/// NodeClaims of the pool disrupted as unhealthy (on-demand).
+fn unhealthy_count(h: &Harness) -> u64 {
+    h.metrics.disrupted_count(
+        disruption_reason::UNHEALTHY,
+        NODEPOOL,
+        labels::CAPACITY_TYPE_ON_DEMAND,
+    )
+}
+
+/// Changes something on the node that matters to neither repair nor tagging.
+fn touch(h: &Harness, node: &str) {
+    h.edit_node(node, |n| {
+        n.metadata
+            .labels
+            .get_or_insert_default()
+            .insert("touched".into(), "yes".into());
+    });
 }
 
 fn unhealthy_labels(condition: &str) -> UnhealthyDisruptedLabels {
@@ -114,21 +109,6 @@ fn repair_blocked_events(h: &Harness, node: &str) -> Vec<String> {
         .into_iter()
         .filter(|e| e.reason == "NodeRepairBlocked" && e.regarding.name.as_deref() == Some(node))
         .map(|e| e.note.unwrap_or_default())
-        .collect()
-}
-
-fn pod_deletions(h: &Harness) -> Vec<(String, Option<i64>)> {
-    h.api
-        .calls_of(Operation::DeletePod)
-        .into_iter()
-        .filter_map(|call| match call {
-            ClusterCall::DeletePod {
-                name,
-                grace_period_seconds,
-                ..
-            } => Some((name, grace_period_seconds)),
-            _ => None,
-        })
         .collect()
 }
 
@@ -157,14 +137,14 @@ async fn a_node_not_ready_is_repaired_exactly_thirty_minutes_after_its_transitio
 
     advance_to(&h, plus(since, Duration::from_secs(30 * 60 - 1))).await;
     assert!(
-        !is_deleting(&h, "default-a"),
+        !deleting(&h, "default-a"),
         "repaired before the toleration ended"
     );
     assert_eq!(termination_annotation(&h, "default-a"), None);
 
     advance_to(&h, plus(since, Duration::from_mins(30))).await;
     assert!(
-        is_deleting(&h, "default-a"),
+        deleting(&h, "default-a"),
         "not repaired when the toleration ended"
     );
     // Written the instant the timer fired (to the second, as Karpenter writes it).
@@ -172,14 +152,7 @@ async fn a_node_not_ready_is_repaired_exactly_thirty_minutes_after_its_transitio
         termination_annotation(&h, "default-a"),
         Some(plus(since, Duration::from_mins(30)).to_string())
     );
-    assert_eq!(
-        h.metrics.disrupted_count(
-            disruption_reason::UNHEALTHY,
-            NODEPOOL,
-            labels::CAPACITY_TYPE_ON_DEMAND
-        ),
-        1
-    );
+    assert_eq!(unhealthy_count(&h), 1);
     assert_eq!(
         h.metrics
             .unhealthy_disrupted_count(&unhealthy_labels("ready")),
@@ -190,14 +163,7 @@ async fn a_node_not_ready_is_repaired_exactly_thirty_minutes_after_its_transitio
     h.advance(Duration::from_secs(30)).await;
     assert!(h.nodeclaim("default-a").is_none());
     assert!(h.api.node(&node).is_none());
-    assert_eq!(
-        h.metrics.disrupted_count(
-            disruption_reason::UNHEALTHY,
-            NODEPOOL,
-            labels::CAPACITY_TYPE_ON_DEMAND
-        ),
-        1
-    );
+    assert_eq!(unhealthy_count(&h), 1);
 }
 
 #[actix::test]
@@ -212,9 +178,9 @@ async fn failed_accelerated_hardware_is_repaired_after_ten_minutes() {
     h.settle().await;
 
     advance_to(&h, plus(since, Duration::from_secs(10 * 60 - 1))).await;
-    assert!(!is_deleting(&h, "default-a"));
+    assert!(!deleting(&h, "default-a"));
     advance_to(&h, plus(since, Duration::from_mins(10))).await;
-    assert!(is_deleting(&h, "default-a"));
+    assert!(deleting(&h, "default-a"));
     assert_eq!(
         h.metrics
             .unhealthy_disrupted_count(&unhealthy_labels("accelerated_hardware_ready")),
@@ -236,25 +202,13 @@ async fn without_the_node_repair_gate_an_unhealthy_node_is_never_replaced() {
     h.edit_node(&node, |n| set_condition(n, "Ready", "Unknown", since));
     h.advance(Duration::from_hours(2)).await;
     // Something else touches the node long after the toleration ended.
-    h.edit_node(&node, |n| {
-        n.metadata
-            .labels
-            .get_or_insert_default()
-            .insert("touched".into(), "yes".into());
-    });
+    touch(&h, &node);
     h.settle().await;
 
-    assert!(!is_deleting(&h, "default-a"));
+    assert!(!deleting(&h, "default-a"));
     assert_eq!(termination_annotation(&h, "default-a"), None);
     assert!(repair_blocked_events(&h, &node).is_empty());
-    assert_eq!(
-        h.metrics.disrupted_count(
-            disruption_reason::UNHEALTHY,
-            NODEPOOL,
-            labels::CAPACITY_TYPE_ON_DEMAND
-        ),
-        0
-    );
+    assert_eq!(unhealthy_count(&h), 0);
 }
 
 #[actix::test]
@@ -268,7 +222,7 @@ async fn a_cloud_provider_without_repair_policies_repairs_nothing() {
     h.advance(Duration::from_hours(1)).await;
     h.edit_node(&node, |n| set_condition(n, "Ready", "False", since));
     h.settle().await;
-    assert!(!is_deleting(&h, "default-a"));
+    assert!(!deleting(&h, "default-a"));
 }
 
 #[actix::test]
@@ -293,8 +247,8 @@ async fn two_of_five_unhealthy_nodes_block_repair_until_one_recovers() {
 
     advance_to(&h, plus(since, Duration::from_mins(30))).await;
     // ceil(20% of 5) = 1 may be unhealthy: 2 are.
-    assert!(!is_deleting(&h, "default-a"));
-    assert!(!is_deleting(&h, "default-b"));
+    assert!(!deleting(&h, "default-a"));
+    assert!(!deleting(&h, "default-b"));
     for node in &nodes[..2] {
         assert_eq!(
             repair_blocked_events(&h, node),
@@ -310,7 +264,7 @@ async fn two_of_five_unhealthy_nodes_block_repair_until_one_recovers() {
 
     // Rechecked every minute; the warning is repeated every 15 minutes at most.
     h.advance(Duration::from_mins(14)).await;
-    assert!(!is_deleting(&h, "default-a"));
+    assert!(!deleting(&h, "default-a"));
     assert_eq!(repair_blocked_events(&h, &nodes[0]).len(), 1);
     h.advance(Duration::from_secs(61)).await;
     assert_eq!(repair_blocked_events(&h, &nodes[0]).len(), 2);
@@ -320,18 +274,11 @@ async fn two_of_five_unhealthy_nodes_block_repair_until_one_recovers() {
     h.settle().await;
     h.advance(Duration::from_secs(61)).await;
     assert!(
-        is_deleting(&h, "default-a"),
+        deleting(&h, "default-a"),
         "repaired once the pool recovered"
     );
-    assert!(!is_deleting(&h, "default-b"));
-    assert_eq!(
-        h.metrics.disrupted_count(
-            disruption_reason::UNHEALTHY,
-            NODEPOOL,
-            labels::CAPACITY_TYPE_ON_DEMAND
-        ),
-        1
-    );
+    assert!(!deleting(&h, "default-b"));
+    assert_eq!(unhealthy_count(&h), 1);
 }
 
 #[actix::test]
@@ -355,7 +302,7 @@ async fn a_repaired_node_loses_its_pdb_blocked_and_do_not_disrupt_pods_at_once()
     h.settle().await;
 
     advance_to(&h, plus(since, Duration::from_mins(30))).await;
-    assert!(is_deleting(&h, "default-a"));
+    assert!(deleting(&h, "default-a"));
     // Within the same instant: no eviction is waited on, no grace period is granted.
     h.settle().await;
     let mut deleted = pod_deletions(&h);
@@ -409,7 +356,7 @@ async fn a_nodeclaim_without_a_nodepool_is_held_to_the_health_of_the_whole_clust
     h.settle().await;
 
     advance_to(&h, plus(since, Duration::from_mins(30))).await;
-    assert!(!is_deleting(&h, "solo-a"));
+    assert!(!deleting(&h, "solo-a"));
     assert_eq!(
         repair_blocked_events(&h, &node),
         ["more than 20% nodes are unhealthy in the cluster"]
@@ -417,7 +364,7 @@ async fn a_nodeclaim_without_a_nodepool_is_held_to_the_health_of_the_whole_clust
 
     h.edit_node("ip-other-1", |n| make_ready(n, &[]));
     h.advance(Duration::from_secs(61)).await;
-    assert!(is_deleting(&h, "solo-a"));
+    assert!(deleting(&h, "solo-a"));
 }
 
 #[actix::test]
@@ -431,11 +378,11 @@ async fn a_due_repair_waits_for_the_cluster_view_to_sync() {
     // As after a restart: the other nodes of the pool may not be listed yet.
     h.view.set_synced(false);
     advance_to(&h, plus(since, Duration::from_mins(31))).await;
-    assert!(!is_deleting(&h, "default-a"), "repaired on a partial view");
+    assert!(!deleting(&h, "default-a"), "repaired on a partial view");
 
     h.view.set_synced(true);
     h.advance(Duration::from_secs(2)).await;
-    assert!(is_deleting(&h, "default-a"));
+    assert!(deleting(&h, "default-a"));
 }
 
 fn registered_tags(node: &str, nodeclaim: &str) -> Tags {
@@ -478,12 +425,7 @@ async fn a_registered_instance_is_tagged_once_and_its_nodeclaim_annotated_once()
     // Later reconciles (initialization, node edits, time) neither tag nor annotate again.
     h.edit_node(&node, |n| make_ready(n, &[]));
     h.advance(Duration::from_mins(5)).await;
-    h.edit_node(&node, |n| {
-        n.metadata
-            .labels
-            .get_or_insert_default()
-            .insert("touched".into(), "yes".into());
-    });
+    touch(&h, &node);
     h.settle().await;
     assert_eq!(h.cloud.tagged().len(), 1);
     assert_eq!(

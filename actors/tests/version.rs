@@ -16,7 +16,7 @@ use std::time::Duration;
 use karpenter_actors::deps::ClusterVersion;
 use karpenter_actors::logs::{KarpenterJson, LogLine, MemorySink, level_filter};
 use karpenter_actors::runtime::{ActorKit, GroupSpec, KitOptions, RootGroup};
-use karpenter_actors::testing::FakeVersionSource;
+use karpenter_actors::testing::{FakeVersionSource, on_paused_clock};
 use karpenter_actors::version::{VERSION_KEY, VERSION_REFRESH, VersionActor, VersionDeps};
 use karpenter_config::LogLevel;
 use karpenter_core::domain::version::KubernetesVersion;
@@ -79,21 +79,9 @@ impl Running {
     }
 }
 
-/// Runs `body` in an actix system on a tokio clock paused from its start (as `karpenter
-/// simulate` runs): pausing a running clock leaves it off the timer wheel's millisecond grid,
-/// and every timer then fires a millisecond late.
-fn on_paused_clock<F: std::future::Future>(body: impl FnOnce() -> F) -> F::Output {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    actix::System::with_tokio_rt(move || runtime).block_on(body())
-}
-
 #[test]
 fn the_version_is_read_at_start_then_every_five_minutes_and_a_change_nudges_once() {
-    on_paused_clock(read_every_five_minutes);
+    on_paused_clock(read_every_five_minutes).unwrap();
 }
 
 async fn read_every_five_minutes() {

@@ -4,42 +4,13 @@
 //! and stays settled.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use karpenter::sim::report::{DisruptionLine, Report};
 use karpenter::sim::scenario::file::DEFAULT_SCENARIO;
 use karpenter::sim::scenario::{self, LoadedScenario, RunOptions, Simulation};
 
-use super::support::in_simulation;
-
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-fn load(path: &str) -> LoadedScenario {
-    LoadedScenario::from_yaml(&std::fs::read_to_string(repo(path)).unwrap(), None).unwrap()
-}
-
-fn commands(report: &Report) -> String {
-    report
-        .disruptions
-        .iter()
-        .map(|d| {
-            format!(
-                "  {}s {} {} {:?} {:?}->{:?} ({})",
-                d.at_seconds,
-                d.method,
-                d.decision,
-                d.nodes,
-                d.price_before,
-                d.price_after,
-                d.outcome
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
+use super::support::{commands, in_simulation, load};
 
 #[test]
 fn the_default_scenario_schedules_every_pod_evicts_no_replica_more_than_twice_and_ends_within_one_and_a_half_times_the_bound()

@@ -11,7 +11,7 @@ use karpenter_core::domain::instance_type::CapacityType;
 use kube::Api;
 use kube::api::PostParams;
 
-use super::support::Cluster;
+use super::support::{Cluster, ready_condition, taint_keys};
 
 fn pod(name: &str, cpu: &str) -> Pod {
     serde_json::from_value(serde_json::json!({
@@ -23,24 +23,8 @@ fn pod(name: &str, cpu: &str) -> Pod {
     .unwrap()
 }
 
-fn taint_keys(node: &Node) -> Vec<String> {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|t| t.key)
-        .collect()
-}
-
 fn ready(node: &Node) -> Option<String> {
-    node.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.status.clone())
+    ready_condition(node).map(|c| c.status.clone())
 }
 
 #[tokio::test(start_paused = true)]

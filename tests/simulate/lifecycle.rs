@@ -6,93 +6,22 @@
 //! instance per NodeClaim and none without a NodeClaim.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use karpenter::sim::scenario::{LoadedScenario, Simulation};
-use karpenter_actors::ports::cloud_provider::parse_provider_id;
-use karpenter_actors::ports::ec2::InstanceState;
-use karpenter_core::apis::NodeClaim;
-use kube::Api;
-use kube::api::{DeleteParams, ListParams};
 
-use super::support::in_simulation;
+use super::support::{
+    SMALL, claimed_instances, delete_nodeclaim, in_simulation, is_bound, live_instances, load,
+    nodeclaims, nodes, pods, ready_condition, registered, small_without_consolidation, taint_keys,
+};
 
 fn small() -> LoadedScenario {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/scenarios/small.yaml");
-    LoadedScenario::from_yaml(&std::fs::read_to_string(path).unwrap(), None).unwrap()
-}
-
-/// [`small`] without consolidation: these tests follow NodeClaims through launches and
-/// restarts, and a consolidation replacing one meanwhile is another test's subject.
-pub(super) fn small_without_consolidation() -> LoadedScenario {
-    small_without_consolidation_and("")
-}
-
-/// [`small_without_consolidation`] with `template_spec` (YAML lines indented for the pool's
-/// `spec.template.spec`) added to its NodePool's template.
-pub(super) fn small_without_consolidation_and(template_spec: &str) -> LoadedScenario {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/scenarios/small.yaml");
-    let text = std::fs::read_to_string(path).unwrap();
-    let limits = "      limits:\n        cpu: \"200\"\n";
-    let requirements = "          requirements:\n";
-    assert!(text.contains(limits), "small.yaml's NodePool limits moved");
-    assert!(
-        text.contains(requirements),
-        "small.yaml's requirements moved"
-    );
-    let text = text
-        .replace(
-            limits,
-            &format!("{limits}      disruption:\n        consolidateAfter: Never\n"),
-        )
-        .replace(requirements, &format!("{template_spec}{requirements}"));
-    LoadedScenario::from_yaml(&text, None).unwrap()
-}
-
-pub(super) async fn nodeclaims(sim: &Simulation<'_>) -> Vec<NodeClaim> {
-    Api::<NodeClaim>::all(sim.client())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-}
-
-async fn pods(sim: &Simulation<'_>) -> Vec<Pod> {
-    Api::<Pod>::all(sim.client())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
+    load(SMALL)
 }
 
 fn bound(pods: &[Pod]) -> usize {
-    pods.iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
-        .count()
-}
-
-/// Instance ids of the NodeClaims, one per launched NodeClaim.
-pub(super) fn claimed_instances(claims: &[NodeClaim]) -> Vec<String> {
-    claims
-        .iter()
-        .filter_map(|c| c.status.as_ref().and_then(|s| s.provider_id.clone()))
-        .map(|p| parse_provider_id(&p).unwrap().1.to_owned())
-        .collect()
-}
-
-/// kwok instances that are pending or running.
-pub(super) fn live_instances(sim: &Simulation<'_>) -> BTreeSet<String> {
-    sim.world()
-        .ec2
-        .instances()
-        .into_iter()
-        .filter(|i| matches!(i.state, InstanceState::Pending | InstanceState::Running))
-        .map(|i| i.id)
-        .collect()
+    pods.iter().filter(|p| is_bound(p)).count()
 }
 
 #[test]
@@ -111,28 +40,12 @@ fn pending_pods_end_as_ready_nodes_with_their_pods_bound() {
             instances.iter().cloned().collect::<BTreeSet<_>>(),
             live_instances(&sim)
         );
-        let nodes = Api::<Node>::all(sim.client())
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items;
+        let nodes = nodes(&sim).await;
         assert_eq!(nodes.len(), claims.len());
         for node in &nodes {
-            let ready = node
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-                .map(|c| c.status.clone());
+            let ready = ready_condition(node).map(|c| c.status.clone());
             assert_eq!(ready.as_deref(), Some("True"), "{:?}", node.metadata.name);
-            let taints: Vec<String> = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.clone())
-                .unwrap_or_default()
-                .into_iter()
-                .map(|t| t.key)
-                .collect();
+            let taints = taint_keys(node);
             assert!(
                 !taints.contains(&"karpenter.sh/unregistered".to_owned()),
                 "{taints:?}"
@@ -147,24 +60,8 @@ fn a_deleted_nodeclaim_drains_its_pods_and_terminates_its_instance() {
     in_simulation(|| async {
         let mut sim = Simulation::start(small(), None).await.unwrap();
         assert!(sim.advance(Duration::from_mins(1)).await);
-        let claims = nodeclaims(&sim).await;
-        let victim = claims
-            .iter()
-            .find(|c| {
-                c.status
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_ref())
-                    .is_some()
-            })
-            .expect("a registered NodeClaim")
-            .clone();
-        let name = victim.metadata.name.clone().unwrap();
-        let node = victim.status.as_ref().unwrap().node_name.clone().unwrap();
-        let instance = claimed_instances(std::slice::from_ref(&victim)).remove(0);
-        Api::<NodeClaim>::all(sim.client())
-            .delete(&name, &DeleteParams::default())
-            .await
-            .unwrap();
+        let (name, node, instance) = registered(&sim).await;
+        delete_nodeclaim(&sim, &name).await;
         assert!(sim.advance(Duration::from_secs(50)).await);
 
         let claims = nodeclaims(&sim).await;

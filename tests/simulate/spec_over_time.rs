@@ -5,23 +5,23 @@
 //! expiration scenarios of `config/scenarios`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use karpenter::sim::clock::SIMULATION_EPOCH_SECONDS;
-use karpenter::sim::report::Report;
 use karpenter::sim::scenario::{self, LoadedScenario, RunOptions, Simulation};
 use karpenter_actors::ports::cloud_provider::parse_provider_id;
 use karpenter_actors::ports::ec2::{InstanceState, SecurityGroup};
 use karpenter_core::apis::conditions::ConditionStatus;
-use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::lifecycle::{live_instances, nodeclaims};
-use super::support::in_simulation;
+use super::support::{
+    commands, in_simulation, is_bound, live_instances, load, nodeclaims, nodes, pods,
+    ready_condition, taint_keys,
+};
 
 const POOL: &str = "default";
 const CLASS: &str = "default";
@@ -93,11 +93,6 @@ fn replicas(n: u32) -> String {
     format!("[{{at: 0s, replicas: {n}}}]")
 }
 
-fn load(path: &str) -> LoadedScenario {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path);
-    LoadedScenario::from_yaml(&std::fs::read_to_string(path).unwrap(), None).unwrap()
-}
-
 fn name(claim: &NodeClaim) -> String {
     claim.metadata.name.clone().unwrap_or_default()
 }
@@ -122,37 +117,12 @@ async fn advance_to(sim: &mut Simulation<'_>, at: Duration) {
     assert!(sim.advance(by).await, "the scenario ended before {at:?}");
 }
 
-async fn nodes(sim: &Simulation<'_>) -> Vec<Node> {
-    Api::<Node>::all(sim.client())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-}
-
-async fn pods(sim: &Simulation<'_>) -> Vec<Pod> {
-    Api::<Pod>::all(sim.client())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-}
-
 /// Pods bound to a node and running.
 fn running(pods: &[Pod]) -> usize {
     pods.iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+        .filter(|p| is_bound(p))
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
         .count()
-}
-
-fn ready_condition(node: &Node) -> Option<&k8s_openapi::api::core::v1::NodeCondition> {
-    node.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")
 }
 
 /// Registered NodeClaims that are not being deleted.
@@ -223,17 +193,31 @@ async fn await_drift(
 /// change's doing.
 const AT_ONCE: Duration = Duration::from_secs(10);
 
-/// Starts a 3-node cluster with no drift yet; the NodeClaims' names.
-async fn launched_without_drift(sim: &mut Simulation<'_>) -> BTreeSet<String> {
-    advance_to(sim, Duration::from_mins(2)).await;
-    let claims = nodeclaims(sim).await;
+/// Starts a 3-node cluster (for an hour) and runs it until its nodes registered, with no
+/// drift yet; the simulation and the NodeClaims' names.
+async fn launched_without_drift() -> (Simulation<'static>, BTreeSet<String>) {
+    let mut sim = Simulation::start(one_pod_per_node("1h", &replicas(3), "", ""), None)
+        .await
+        .unwrap();
+    advance_to(&mut sim, Duration::from_mins(2)).await;
+    let claims = nodeclaims(&sim).await;
     assert_eq!(live_registered(&claims).len(), 3, "three nodes registered");
-    let now = drift(sim).await;
+    let now = drift(&sim).await;
     assert!(
         now.values().all(Option::is_none),
         "nothing drifted before a change: {now:?}"
     );
-    now.into_keys().collect()
+    (sim, now.into_keys().collect())
+}
+
+/// The `default` EC2NodeClass's status (empty before its first write).
+async fn class_status(sim: &Simulation<'_>) -> EC2NodeClassStatus {
+    Api::<EC2NodeClass>::all(sim.client())
+        .get(CLASS)
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default()
 }
 
 async fn patch_pool(sim: &Simulation<'_>, patch: serde_json::Value) {
@@ -281,10 +265,7 @@ fn requirements(categories: &[&str]) -> serde_json::Value {
 #[test]
 fn nodepool_template_and_requirement_changes_drift_every_nodeclaim_and_reverting_clears_it() {
     in_simulation(|| async {
-        let mut sim = Simulation::start(one_pod_per_node("1h", &replicas(3), "", ""), None)
-            .await
-            .unwrap();
-        let claims = launched_without_drift(&mut sim).await;
+        let (mut sim, claims) = launched_without_drift().await;
 
         // A template label changes the pool's template hash: NodePoolDrifted.
         patch_pool(
@@ -345,10 +326,7 @@ fn nodepool_template_and_requirement_changes_drift_every_nodeclaim_and_reverting
 #[test]
 fn nodeclass_static_fields_and_security_groups_drift_every_nodeclaim_and_reverting_clears_it() {
     in_simulation(|| async {
-        let mut sim = Simulation::start(one_pod_per_node("1h", &replicas(3), "", ""), None)
-            .await
-            .unwrap();
-        let claims = launched_without_drift(&mut sim).await;
+        let (mut sim, claims) = launched_without_drift().await;
 
         // `spec.tags` is hashed into `karpenter.k8s.aws/ec2nodeclass-hash`: NodeClassDrift.
         patch_class(&sim, json!({"spec": {"tags": {"team": "payments"}}})).await;
@@ -382,13 +360,8 @@ fn nodeclass_static_fields_and_security_groups_drift_every_nodeclaim_and_reverti
             "another security group",
         )
         .await;
-        let class = Api::<EC2NodeClass>::all(sim.client())
-            .get(CLASS)
+        let groups: Vec<String> = class_status(&sim)
             .await
-            .unwrap();
-        let groups: Vec<String> = class
-            .status
-            .unwrap_or_default()
             .security_groups
             .into_iter()
             .map(|g| g.id)
@@ -404,10 +377,7 @@ fn nodeclass_static_fields_and_security_groups_drift_every_nodeclaim_and_reverti
 #[test]
 fn an_ami_release_drifts_every_nodeclaim_with_ami_drift() {
     in_simulation(|| async {
-        let mut sim = Simulation::start(one_pod_per_node("1h", &replicas(3), "", ""), None)
-            .await
-            .unwrap();
-        let claims = launched_without_drift(&mut sim).await;
+        let (mut sim, claims) = launched_without_drift().await;
         let before: BTreeSet<String> = sim
             .world()
             .ec2
@@ -431,18 +401,7 @@ fn an_ami_release_drifts_every_nodeclaim_with_ami_drift() {
             "AMI release",
         )
         .await;
-        let class = Api::<EC2NodeClass>::all(sim.client())
-            .get(CLASS)
-            .await
-            .unwrap();
-        let amis: BTreeSet<String> = class
-            .status
-            .unwrap_or_default()
-            .amis
-            .into_iter()
-            .filter(|a| a.deprecated != Some(true))
-            .map(|a| a.id)
-            .collect();
+        let amis = class_amis(&sim).await;
         let released: BTreeSet<String> = released.into_values().collect();
         assert!(
             amis.is_subset(&released) && !amis.is_empty(),
@@ -887,14 +846,7 @@ fn describe(nodes: &[Node]) -> String {
     nodes
         .iter()
         .map(|n| {
-            let taints: Vec<String> = n
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.clone())
-                .unwrap_or_default()
-                .into_iter()
-                .map(|t| t.key)
-                .collect();
+            let taints = taint_keys(n);
             format!(
                 "  {} created {}s ready {:?} deleting {} {taints:?}",
                 n.metadata.name.as_deref().unwrap_or_default(),
@@ -910,32 +862,15 @@ fn describe(nodes: &[Node]) -> String {
         .join("\n")
 }
 
+/// The class's AMIs that are not deprecated, from its status.
 async fn class_amis(sim: &Simulation<'_>) -> BTreeSet<String> {
-    Api::<EC2NodeClass>::all(sim.client())
-        .get(CLASS)
+    class_status(sim)
         .await
-        .unwrap()
-        .status
-        .unwrap_or_default()
         .amis
         .into_iter()
         .filter(|a| a.deprecated != Some(true))
         .map(|a| a.id)
         .collect()
-}
-
-fn commands(report: &Report) -> String {
-    report
-        .disruptions
-        .iter()
-        .map(|d| {
-            format!(
-                "  {}s {} {} {:?} ({})",
-                d.at_seconds, d.method, d.reason, d.nodes, d.outcome
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Steps the simulation second by second to its end, checking each second that the pool's

@@ -1,17 +1,31 @@
 //! A simulated cluster without Karpenter's actors: the emulator on the simulated clock, its
-//! watchers' store, kwok's AWS account, the fake kubelet and scheduler.
+//! watchers' store, kwok's AWS account, the fake kubelet and scheduler; and what the tests of
+//! whole simulations share: scenarios, listings of the emulator's objects, readings of them.
 
+use std::collections::BTreeSet;
+use std::fmt::Debug;
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod};
 use karpenter::emulator::{Emulator, EmulatorConfig};
 use karpenter::kube::ingress::ClusterIngress;
 use karpenter::sim::binder::FakeScheduler;
 use karpenter::sim::clock::SimClock;
 use karpenter::sim::kubelet::{FakeKubelet, KubeletConfig, KubeletDeps};
+use karpenter::sim::report::Report;
+use karpenter::sim::scenario::{LoadedScenario, Simulation};
 use karpenter::sim::world::{KwokAws, KwokAwsConfig};
+use karpenter_actors::ports::cloud_provider::parse_provider_id;
 use karpenter_actors::ports::cluster_view::ClusterView;
+use karpenter_actors::ports::ec2::InstanceState;
+use karpenter_actors::testing::on_paused_clock;
+use karpenter_core::apis::NodeClaim;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+use serde::de::DeserializeOwned;
 
 pub const REGION: &str = "us-west-2";
 
@@ -89,10 +103,166 @@ impl Cluster {
 
 /// Runs `body` as `karpenter simulate` runs: an actix System on paused tokio time.
 pub fn in_simulation<F: Future>(body: impl FnOnce() -> F) -> F::Output {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
+    on_paused_clock(body).unwrap()
+}
+
+/// A file of the repository, by its path from the repository's root.
+pub fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// The scenario file at `path` (from the repository's root).
+pub fn load(path: &str) -> LoadedScenario {
+    LoadedScenario::from_yaml(&std::fs::read_to_string(repo(path)).unwrap(), None).unwrap()
+}
+
+/// The small scenario the lifecycle tests run.
+pub const SMALL: &str = "tests/fixtures/scenarios/small.yaml";
+
+/// [`SMALL`] without consolidation: these tests follow NodeClaims through launches and
+/// restarts, and a consolidation replacing one meanwhile is another test's subject.
+pub fn small_without_consolidation() -> LoadedScenario {
+    small_without_consolidation_and("")
+}
+
+/// [`small_without_consolidation`] with `template_spec` (YAML lines indented for the pool's
+/// `spec.template.spec`) added to its NodePool's template.
+pub fn small_without_consolidation_and(template_spec: &str) -> LoadedScenario {
+    let text = std::fs::read_to_string(repo(SMALL)).unwrap();
+    let limits = "      limits:\n        cpu: \"200\"\n";
+    let requirements = "          requirements:\n";
+    assert!(text.contains(limits), "small.yaml's NodePool limits moved");
+    assert!(
+        text.contains(requirements),
+        "small.yaml's requirements moved"
+    );
+    let text = text
+        .replace(
+            limits,
+            &format!("{limits}      disruption:\n        consolidateAfter: Never\n"),
+        )
+        .replace(requirements, &format!("{template_spec}{requirements}"));
+    LoadedScenario::from_yaml(&text, None).unwrap()
+}
+
+/// Every object of a kind in the emulator.
+async fn list<K>(sim: &Simulation<'_>) -> Vec<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    Api::<K>::all(sim.client())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+pub async fn nodeclaims(sim: &Simulation<'_>) -> Vec<NodeClaim> {
+    list(sim).await
+}
+
+pub async fn nodes(sim: &Simulation<'_>) -> Vec<Node> {
+    list(sim).await
+}
+
+pub async fn pods(sim: &Simulation<'_>) -> Vec<Pod> {
+    list(sim).await
+}
+
+/// Whether the pod is bound to a node.
+pub fn is_bound(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_ref())
+        .is_some()
+}
+
+/// Instance ids of the NodeClaims, one per launched NodeClaim.
+pub fn claimed_instances(claims: &[NodeClaim]) -> Vec<String> {
+    claims
+        .iter()
+        .filter_map(|c| c.status.as_ref().and_then(|s| s.provider_id.clone()))
+        .map(|p| parse_provider_id(&p).unwrap().1.to_owned())
+        .collect()
+}
+
+/// kwok instances that are pending or running.
+pub fn live_instances(sim: &Simulation<'_>) -> BTreeSet<String> {
+    sim.world()
+        .ec2
+        .instances()
+        .into_iter()
+        .filter(|i| matches!(i.state, InstanceState::Pending | InstanceState::Running))
+        .map(|i| i.id)
+        .collect()
+}
+
+/// A registered NodeClaim: its name, its node and its instance id.
+pub async fn registered(sim: &Simulation<'_>) -> (String, String, String) {
+    let claims = nodeclaims(sim).await;
+    let victim = claims
+        .iter()
+        .find(|c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some()
+        })
+        .expect("a registered NodeClaim")
+        .clone();
+    let name = victim.metadata.name.clone().unwrap();
+    let node = victim.status.as_ref().unwrap().node_name.clone().unwrap();
+    let instance = claimed_instances(std::slice::from_ref(&victim)).remove(0);
+    (name, node, instance)
+}
+
+/// Deletes the NodeClaim as a user would (`kubectl delete nodeclaim`).
+pub async fn delete_nodeclaim(sim: &Simulation<'_>, name: &str) {
+    Api::<NodeClaim>::all(sim.client())
+        .delete(name, &DeleteParams::default())
+        .await
         .unwrap();
-    actix::System::with_tokio_rt(move || runtime).block_on(body())
+}
+
+/// The node's `Ready` condition.
+pub fn ready_condition(node: &Node) -> Option<&NodeCondition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+}
+
+/// The keys of the node's taints.
+pub fn taint_keys(node: &Node) -> Vec<String> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.key)
+        .collect()
+}
+
+/// The report's disruption commands, one line each (for failure messages).
+pub fn commands(report: &Report) -> String {
+    report
+        .disruptions
+        .iter()
+        .map(|d| {
+            format!(
+                "  {}s {} {} {} {:?} {:?}->{:?} ({})",
+                d.at_seconds,
+                d.method,
+                d.reason,
+                d.decision,
+                d.nodes,
+                d.price_before,
+                d.price_after,
+                d.outcome
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }

@@ -13,30 +13,10 @@ use karpenter_core::apis::NodeClaim;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 
-use super::lifecycle::{
-    claimed_instances, live_instances, nodeclaims, small_without_consolidation,
-    small_without_consolidation_and,
+use super::support::{
+    delete_nodeclaim, in_simulation, live_instances, nodeclaims, registered,
+    small_without_consolidation, small_without_consolidation_and,
 };
-use super::support::in_simulation;
-
-/// A registered NodeClaim: its name, its node and its instance id.
-async fn registered(sim: &Simulation<'_>) -> (String, String, String) {
-    let claims = nodeclaims(sim).await;
-    let victim = claims
-        .iter()
-        .find(|c| {
-            c.status
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_some()
-        })
-        .expect("a registered NodeClaim")
-        .clone();
-    let name = victim.metadata.name.clone().unwrap();
-    let node = victim.status.as_ref().unwrap().node_name.clone().unwrap();
-    let instance = claimed_instances(std::slice::from_ref(&victim)).remove(0);
-    (name, node, instance)
-}
 
 async fn attach(sim: &Simulation<'_>, name: &str, node: &str, volume: &str) {
     let attachment = VolumeAttachment {
@@ -67,19 +47,30 @@ async fn nodeclaim_exists(sim: &Simulation<'_>, name: &str) -> bool {
         .any(|c| c.metadata.name.as_deref() == Some(name))
 }
 
+/// A minute in, deletes a registered NodeClaim whose node has a volume attached; the
+/// NodeClaim's name and its instance id.
+async fn delete_with_an_attachment(sim: &mut Simulation<'_>) -> (String, String) {
+    assert!(sim.advance(Duration::from_mins(1)).await);
+    let (name, node, instance) = registered(sim).await;
+    attach(sim, "csi-data-0", &node, "pv-data-0").await;
+    delete_nodeclaim(sim, &name).await;
+    (name, instance)
+}
+
+/// Within 40 s the instance is terminated and the NodeClaim finalized.
+async fn terminated_within_40_seconds(sim: &mut Simulation<'_>, name: &str, instance: &str) {
+    assert!(sim.advance(Duration::from_secs(40)).await);
+    assert!(!live_instances(sim).contains(instance), "terminated");
+    assert!(!nodeclaim_exists(sim, name).await, "finalized");
+}
+
 #[test]
 fn a_deleted_nodeclaims_instance_waits_for_the_nodes_volume_attachments() {
     in_simulation(|| async {
         let mut sim = Simulation::start(small_without_consolidation(), None)
             .await
             .unwrap();
-        assert!(sim.advance(Duration::from_mins(1)).await);
-        let (name, node, instance) = registered(&sim).await;
-        attach(&sim, "csi-data-0", &node, "pv-data-0").await;
-        Api::<NodeClaim>::all(sim.client())
-            .delete(&name, &DeleteParams::default())
-            .await
-            .unwrap();
+        let (name, instance) = delete_with_an_attachment(&mut sim).await;
         // Long enough to drain and terminate without the attachment (the lifecycle test's 50 s).
         assert!(sim.advance(Duration::from_mins(1)).await);
         assert!(
@@ -92,9 +83,7 @@ fn a_deleted_nodeclaims_instance_waits_for_the_nodes_volume_attachments() {
             .delete("csi-data-0", &DeleteParams::default())
             .await
             .unwrap();
-        assert!(sim.advance(Duration::from_secs(40)).await);
-        assert!(!live_instances(&sim).contains(&instance), "terminated");
-        assert!(!nodeclaim_exists(&sim, &name).await, "finalized");
+        terminated_within_40_seconds(&mut sim, &name, &instance).await;
         sim.finish().await;
     });
 }
@@ -104,22 +93,14 @@ fn the_wait_for_volume_attachments_ends_at_the_termination_grace_period() {
     in_simulation(|| async {
         let scenario = small_without_consolidation_and("          terminationGracePeriod: 2m\n");
         let mut sim = Simulation::start(scenario, None).await.unwrap();
-        assert!(sim.advance(Duration::from_mins(1)).await);
-        let (name, node, instance) = registered(&sim).await;
-        attach(&sim, "csi-data-0", &node, "pv-data-0").await;
-        Api::<NodeClaim>::all(sim.client())
-            .delete(&name, &DeleteParams::default())
-            .await
-            .unwrap();
+        let (name, instance) = delete_with_an_attachment(&mut sim).await;
         assert!(sim.advance(Duration::from_secs(100)).await);
         assert!(
             live_instances(&sim).contains(&instance),
             "within the grace period the instance waits"
         );
         // The grace period ends 2 minutes after the deletion; then kwok's 10 s shutdown.
-        assert!(sim.advance(Duration::from_secs(40)).await);
-        assert!(!live_instances(&sim).contains(&instance), "terminated");
-        assert!(!nodeclaim_exists(&sim, &name).await, "finalized");
+        terminated_within_40_seconds(&mut sim, &name, &instance).await;
         sim.finish().await;
     });
 }
@@ -142,10 +123,7 @@ fn a_deleting_node_whose_nodeclaim_vanished_is_released_once_its_instance_is_gon
             )
             .await
             .unwrap();
-        claims
-            .delete(&name, &DeleteParams::default())
-            .await
-            .unwrap();
+        delete_nodeclaim(&sim, &name).await;
         assert!(sim.advance(Duration::from_secs(1)).await);
         assert!(!nodeclaim_exists(&sim, &name).await);
         let nodes = Api::<Node>::all(sim.client());

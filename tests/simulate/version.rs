@@ -13,8 +13,7 @@ use karpenter_core::domain::version::KubernetesVersion;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 
-use super::lifecycle::small_without_consolidation;
-use super::support::in_simulation;
+use super::support::{in_simulation, small_without_consolidation};
 
 /// The AL2023 x86-64 image kwok's SSM names for Kubernetes 1.31 only (every version's alias
 /// names the same made-up image otherwise).

@@ -9,6 +9,7 @@
 //! - [`FakeCloudProvider`]: a recording `CloudProvider` with instance types and injected failures.
 //! - [`AwsTestKit`]: the AWS group on a kit of its own, for tests that build providers by hand.
 //! - [`FakeVersionSource`]: a `KubernetesVersionSource` answering a script of versions.
+//! - [`on_paused_clock`]: an actix System on tokio's clock paused from its start.
 
 mod aws;
 mod cloud_provider;
@@ -16,6 +17,7 @@ mod cluster_api;
 mod cluster_view;
 mod failures;
 mod mirror;
+mod paused;
 mod version;
 
 pub use aws::AwsTestKit;
@@ -23,4 +25,5 @@ pub use cloud_provider::*;
 pub use cluster_api::*;
 pub use cluster_view::MemoryClusterView;
 pub use mirror::MirroredClusterApi;
+pub use paused::on_paused_clock;
 pub use version::FakeVersionSource;

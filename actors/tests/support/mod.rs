@@ -36,6 +36,7 @@ use karpenter_actors::ports::cluster::ClusterApi;
 use karpenter_actors::providers::unavailable::UnavailableOfferings;
 use karpenter_actors::runtime::{ActorKit, FaultPlan, GroupSpec, KitOptions, RootGroup};
 use karpenter_actors::testing::MemoryClusterView;
+use karpenter_actors::testing::{ClusterCall, Operation};
 use karpenter_actors::testing::{FakeCloudProvider, fake_instance_type};
 use karpenter_actors::testing::{FakeClusterApi, MirroredClusterApi};
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
@@ -412,6 +413,60 @@ impl Harness {
             .map(|e| (e.reason, e.regarding.name.unwrap_or_default()))
             .collect()
     }
+}
+
+/// Launches, registers and initializes a NodeClaim, asserting it launched and initialized;
+/// returns its node's name.
+pub async fn ready_nodeclaim(h: &Harness, name: &str, extra: serde_json::Value) -> String {
+    h.add_nodeclaim(nodeclaim(name, extra));
+    h.settle().await;
+    assert_eq!(
+        h.condition(name, "Launched").map(|c| c.0),
+        Some("True".to_owned()),
+        "{name} launched"
+    );
+    let node = h.register_node(name, &[], &[]);
+    h.settle().await;
+    h.edit_node(&node, |n| make_ready(n, &[]));
+    h.settle().await;
+    assert_eq!(
+        h.condition(name, "Initialized").map(|c| c.0),
+        Some("True".to_owned()),
+        "{name} initialized"
+    );
+    node
+}
+
+/// Whether the NodeClaim is being deleted or already gone.
+pub fn deleting(h: &Harness, name: &str) -> bool {
+    h.nodeclaim(name)
+        .is_none_or(|nc| nc.metadata.deletion_timestamp.is_some())
+}
+
+/// The pod deletions asked of the API server: (name, grace period).
+pub fn pod_deletions(h: &Harness) -> Vec<(String, Option<i64>)> {
+    h.api
+        .calls_of(Operation::DeletePod)
+        .into_iter()
+        .filter_map(|call| match call {
+            ClusterCall::DeletePod {
+                name,
+                grace_period_seconds,
+                ..
+            } => Some((name, grace_period_seconds)),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn plus(at: Timestamp, by: Duration) -> Timestamp {
+    at.checked_add(SignedDuration::try_from(by).unwrap())
+        .unwrap()
+}
+
+/// The time left until `at` on the actors' clock.
+pub fn until(h: &Harness, at: Timestamp) -> Duration {
+    Duration::try_from(at.duration_since(h.clock_now())).unwrap()
 }
 
 /// Gives an object seeded into a fake what the API server would: a resourceVersion from
