@@ -462,11 +462,19 @@ impl Metrics {
 /// | `karpenter_cluster_state_synced` | gauge (1 synced, 0 not) |
 /// | `karpenter_cluster_state_unsynced_time_seconds` | gauge |
 /// | `karpenter_cluster_state_node_count` | gauge |
+/// | `karpenter_cluster_state_undecodable_objects_total{kind}` | counter (ours: objects a watch skipped because this version's types cannot read them) |
 #[derive(Debug, Clone, Default)]
 pub struct ClusterStateMetrics {
     synced: Gauge,
     unsynced_time: Gauge<f64, AtomicU64>,
     node_count: Gauge,
+    undecodable: Family<KindLabels, Counter>,
+}
+
+/// The `kind` label of a watched kind's metric.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
 }
 
 impl ClusterStateMetrics {
@@ -488,7 +496,31 @@ impl ClusterStateMetrics {
             "Current count of nodes in cluster state",
             metrics.node_count.clone(),
         );
+        registry.register(
+            "karpenter_cluster_state_undecodable_objects",
+            "Objects a watch skipped because this version cannot decode them (e.g. written under a newer CRD version). Labeled by kind.",
+            metrics.undecodable.clone(),
+        );
         metrics
+    }
+
+    /// A watch skipped an object of `kind` it cannot decode.
+    pub fn undecodable_object(&self, kind: &str) {
+        self.undecodable
+            .get_or_create(&KindLabels {
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// `karpenter_cluster_state_undecodable_objects_total` for one kind.
+    #[must_use]
+    pub fn undecodable_count(&self, kind: &str) -> u64 {
+        self.undecodable
+            .get_or_create(&KindLabels {
+                kind: kind.to_owned(),
+            })
+            .get()
     }
 
     /// One sync check: `unsynced_for` is zero once synced.

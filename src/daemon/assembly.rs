@@ -362,6 +362,7 @@ impl DaemonAssembly {
         };
 
         let mut ingress = ClusterIngress::new(client.clone());
+        ingress.count_undecodable_in(cluster_state_metrics.clone());
         let feed = ChangeFeed::subscribe(&mut ingress);
         let dropped = feed.dropped_counter();
         let state = ingress.state();

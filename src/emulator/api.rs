@@ -47,6 +47,16 @@ pub(crate) struct Shared {
     pub kubernetes_version: std::sync::RwLock<(String, String)>,
     /// Bumped to end every open watch.
     pub watch_epoch: watch::Sender<u64>,
+    /// When false, custom objects are stored without schema admission, as a server with a
+    /// newer version of the CRDs would accept them (`Emulator::set_schema_admission`).
+    pub schema_admission: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    fn admits_schemas(&self) -> bool {
+        self.schema_admission
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl std::fmt::Debug for Shared {
@@ -485,7 +495,9 @@ impl Shared {
         let now = self.now();
         lifecycle::prepare_create(kind, &mut object, namespace, &name, &uid, &now);
         let mut warnings = Vec::new();
-        if let Behavior::Custom(crd_kind) = kind.behavior {
+        if let Behavior::Custom(crd_kind) = kind.behavior
+            && self.admits_schemas()
+        {
             warnings = schema::admit(
                 &self.validator,
                 kind,
@@ -705,7 +717,9 @@ impl Shared {
         let mut merged = lifecycle::merge_update(kind, &old_value, new, subresource, applied);
         lifecycle::check_update(kind, &old_value, &merged)?;
         let mut warnings = Vec::new();
-        if let Behavior::Custom(crd_kind) = kind.behavior {
+        if let Behavior::Custom(crd_kind) = kind.behavior
+            && self.admits_schemas()
+        {
             warnings = schema::admit(
                 &self.validator,
                 kind,

@@ -212,6 +212,7 @@ impl Emulator {
             faults: Faults::default(),
             log: RequestLog::new(config.request_log_capacity),
             kubernetes_version: std::sync::RwLock::new(config.kubernetes_version.clone()),
+            schema_admission: std::sync::atomic::AtomicBool::new(true),
             config,
             watch_epoch: tokio::sync::watch::channel(0).0,
             kinds,
@@ -265,6 +266,15 @@ impl Emulator {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) =
             (major.to_owned(), minor.to_owned());
+    }
+
+    /// Turns the schema admission of custom objects (CRD schemas and CEL rules) off or on:
+    /// off, a write stores what it is given, as a server carrying a newer version of the CRDs
+    /// would, so a test can hand the daemon an object its types cannot decode.
+    pub fn set_schema_admission(&self, enabled: bool) {
+        self.shared
+            .schema_admission
+            .store(enabled, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The fault injection hooks.

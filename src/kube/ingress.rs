@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use futures::{FutureExt as _, StreamExt as _};
 use karpenter_actors::cluster_index::Indexed;
+use karpenter_actors::metrics::ClusterStateMetrics;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, Resource};
@@ -41,6 +42,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::lenient::{Undecodable, WireFormat};
 use super::state::{self, ClusterState, KindWriter, StateWriters};
 
 /// A change of one object, as its owner hears of it.
@@ -99,6 +101,8 @@ pub struct KindCounters {
     pub relists: AtomicU64,
     /// Times the watch ended or panicked and was started again.
     pub restarts: AtomicU64,
+    /// Objects skipped because they could not be decoded (each version once).
+    pub undecodable: AtomicU64,
 }
 
 /// How long a kind's watch may keep failing (every try an error, no event in between) before
@@ -268,7 +272,15 @@ karpenter_actors::for_each_watched_kind!(per_kind);
 
 /// A kind the ingress watches.
 pub trait Watched:
-    Resource<DynamicType = ()> + Indexed + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static
+    Resource<DynamicType = ()>
+    + WireFormat
+    + Indexed
+    + Clone
+    + DeserializeOwned
+    + fmt::Debug
+    + Send
+    + Sync
+    + 'static
 {
     #[doc(hidden)]
     fn subscribers(subscribers: &mut Subscribers) -> &mut Sinks<Self>;
@@ -286,6 +298,8 @@ pub struct ClusterIngress {
     counters: Arc<IngressCounters>,
     health: Arc<IngressHealth>,
     config: watcher::Config,
+    /// Where skipped undecodable objects are counted for `/metrics`.
+    undecodable: Option<ClusterStateMetrics>,
 }
 
 impl fmt::Debug for ClusterIngress {
@@ -322,7 +336,14 @@ impl ClusterIngress {
             counters: Arc::default(),
             health,
             config,
+            undecodable: None,
         }
+    }
+
+    /// Counts the objects the watches skip as undecodable in
+    /// `karpenter_cluster_state_undecodable_objects_total`.
+    pub fn count_undecodable_in(&mut self, metrics: ClusterStateMetrics) {
+        self.undecodable = Some(metrics);
     }
 
     /// The store's read side.
@@ -366,17 +387,21 @@ impl ClusterIngress {
             health,
             config,
             state,
+            undecodable,
         } = self;
         // One supervised `follow` per kind, all on this task.
         macro_rules! follow_every_kind {
             ($(($type:ty, $field:ident, $kind:ident)),* $(,)?) => {
                 tokio::join!($(supervise(
-                    Api::<$type>::all(client.clone()),
+                    Api::<<$type as WireFormat>::Wire>::all(client.clone()),
                     writers.$field,
                     state.$field.clone(),
                     subscribers.$field,
-                    &counters.$field,
-                    &health,
+                    Observers {
+                        counters: &counters.$field,
+                        health: &health,
+                        undecodable: undecodable.as_ref(),
+                    },
                     config.clone(),
                 )),*)
             };
@@ -388,14 +413,16 @@ impl ClusterIngress {
 /// Runs one kind's [`follow`] for good: when it ends or panics, it is counted, reported and
 /// started again after a backoff, with a fresh watcher whose first list replaces the store.
 async fn supervise<K: Watched>(
-    api: Api<K>,
+    api: Api<K::Wire>,
     mut writer: KindWriter<K>,
     reader: Store<K>,
     sinks: Sinks<K>,
-    counters: &KindCounters,
-    health: &IngressHealth,
+    observers: Observers<'_>,
     config: watcher::Config,
 ) {
+    let Observers {
+        counters, health, ..
+    } = observers;
     let kind = K::plural_name();
     let mut backoff = MIN_RESTART_BACKOFF;
     loop {
@@ -404,8 +431,7 @@ async fn supervise<K: Watched>(
             &mut writer,
             &reader,
             &sinks,
-            counters,
-            health,
+            observers,
             config.clone(),
         );
         let why = match std::panic::AssertUnwindSafe(run).catch_unwind().await {
@@ -438,18 +464,147 @@ where
     }
 }
 
+/// The typed event of a wire event; an object that does not decode is set aside in `skipped`
+/// and, if the store holds an older version of it, becomes its deletion (what the daemon knew
+/// is no longer what the cluster holds). `None`: nothing for the store.
+fn decoded<K: Watched>(
+    event: watcher::Event<K::Wire>,
+    reader: &Store<K>,
+    skipped: &mut Option<Box<Undecodable>>,
+) -> Option<watcher::Event<K>> {
+    let mut held = |bad: Box<Undecodable>| {
+        let name = bad.metadata.name.clone().unwrap_or_default();
+        let key = match &bad.metadata.namespace {
+            Some(namespace) => ObjectRef::<K>::new(&name).within(namespace),
+            None => ObjectRef::<K>::new(&name),
+        };
+        *skipped = Some(bad);
+        reader.get(&key)
+    };
+    match event {
+        watcher::Event::Init => Some(watcher::Event::Init),
+        watcher::Event::InitDone => Some(watcher::Event::InitDone),
+        // Left out of a re-list: the re-list's end reports it gone if the store had it.
+        watcher::Event::InitApply(wire) => match K::decode(wire) {
+            Ok(object) => Some(watcher::Event::InitApply(object)),
+            Err(bad) => {
+                *skipped = Some(bad);
+                None
+            }
+        },
+        watcher::Event::Apply(wire) => match K::decode(wire) {
+            Ok(object) => Some(watcher::Event::Apply(object)),
+            Err(bad) => held(bad).map(|old| watcher::Event::Delete((*old).clone())),
+        },
+        watcher::Event::Delete(wire) => match K::decode(wire) {
+            Ok(object) => Some(watcher::Event::Delete(object)),
+            Err(bad) => held(bad).map(|old| watcher::Event::Delete((*old).clone())),
+        },
+    }
+}
+
+/// Counts, logs and records a Warning event (`FailedDecoding`) on an object the watch
+/// skipped, once per version of it.
+async fn report_undecodable<K: Watched>(
+    client: &Client,
+    skipped: Box<Undecodable>,
+    observers: Observers<'_>,
+    reported: &mut HashSet<(String, String)>,
+) {
+    let meta = &skipped.metadata;
+    let version = (
+        meta.uid.clone().unwrap_or_default(),
+        meta.resource_version.clone().unwrap_or_default(),
+    );
+    if !reported.insert(version) {
+        return;
+    }
+    let kind = K::kind(&()).into_owned();
+    let name = meta.name.clone().unwrap_or_default();
+    observers
+        .counters
+        .undecodable
+        .fetch_add(1, Ordering::Relaxed);
+    if let Some(metrics) = observers.undecodable {
+        metrics.undecodable_object(&kind);
+    }
+    tracing::error!(
+        kind = %kind,
+        name = %name,
+        error = %skipped.error,
+        "skipping an object that cannot be decoded"
+    );
+    let namespace = meta
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_owned());
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let event = k8s_openapi::api::core::v1::Event {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            generate_name: Some(format!("{name}.")),
+            namespace: Some(namespace.clone()),
+            ..Default::default()
+        },
+        involved_object: k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(K::api_version(&()).into_owned()),
+            kind: Some(kind.clone()),
+            name: Some(name.clone()),
+            namespace: meta.namespace.clone(),
+            uid: meta.uid.clone(),
+            resource_version: meta.resource_version.clone(),
+            ..Default::default()
+        },
+        reason: Some("FailedDecoding".to_owned()),
+        message: Some(format!(
+            "{kind} {name} cannot be read by this version of Karpenter and is ignored until it can be: {}",
+            skipped.error
+        )),
+        type_: Some("Warning".to_owned()),
+        source: Some(k8s_openapi::api::core::v1::EventSource {
+            component: Some("karpenter".to_owned()),
+            host: None,
+        }),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now),
+        count: Some(1),
+        ..Default::default()
+    };
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(client.clone(), &namespace);
+    if let Err(error) = events
+        .create(&kube::api::PostParams::default(), &event)
+        .await
+    {
+        tracing::debug!(error = %error, "failed recording the FailedDecoding event");
+    }
+}
+
+/// What a kind's watch reports to: its counters, the health checks, the undecodable-object
+/// metric.
+#[derive(Clone, Copy)]
+struct Observers<'a> {
+    counters: &'a KindCounters,
+    health: &'a IngressHealth,
+    undecodable: Option<&'a ClusterStateMetrics>,
+}
+
 /// One kind: watch, reflect into the store, route changes.
 async fn follow<K: Watched>(
-    api: Api<K>,
+    api: Api<K::Wire>,
     writer: &mut KindWriter<K>,
     reader: &Store<K>,
     sinks: &Sinks<K>,
-    counters: &KindCounters,
-    health: &IngressHealth,
+    observers: Observers<'_>,
     config: watcher::Config,
 ) {
+    let Observers {
+        counters, health, ..
+    } = observers;
     let kind = K::kind(&());
     let plural = K::plural_name();
+    let client = api.clone().into_client();
+    let mut reported: HashSet<(String, String)> = HashSet::new();
     // The reflector's work, done here so the index follows each event right after the store.
     let stream = watcher::watcher(api, config).default_backoff();
     let mut stream = std::pin::pin!(stream);
@@ -458,6 +613,16 @@ async fn follow<K: Watched>(
         match event {
             Ok(event) => {
                 health.progressed(plural);
+                let mut skipped = None;
+                let Some(event) = decoded(event, reader, &mut skipped) else {
+                    if let Some(skipped) = skipped {
+                        report_undecodable::<K>(&client, skipped, observers, &mut reported).await;
+                    }
+                    continue;
+                };
+                if let Some(skipped) = skipped {
+                    report_undecodable::<K>(&client, skipped, observers, &mut reported).await;
+                }
                 // The version this event replaces, read before the store takes it.
                 let previous = match &event {
                     watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {

@@ -9,6 +9,8 @@
 //!   every write checks.
 //! - [`client`]: the daemon's two clients (rate-limited and gated; the lease's own) with
 //!   connect and request deadlines.
+//! - [`lenient`]: how each watched kind is decoded, so one object the types cannot read is
+//!   skipped instead of failing its kind's list.
 //! - [`version`]: the Kubernetes version from `/version`, a `KubernetesVersionSource`.
 //!
 //! The same code runs against a real API server (in-cluster or from a kubeconfig, see
@@ -18,6 +20,7 @@ pub mod client;
 pub mod cluster_api;
 pub mod ingress;
 pub mod leader;
+pub mod lenient;
 pub mod state;
 pub mod version;
 

@@ -581,3 +581,108 @@ async fn the_rate_limit_counts_a_watch_once_when_it_opens_not_per_event() {
     );
     task.abort();
 }
+
+/// A NodePool as a newer CRD version might store it: `requirements` is not a list.
+fn future_nodepool(name: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": { "name": name },
+        "spec": { "template": { "spec": {
+            "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
+            "requirements": { "matchAll": true },
+        }}},
+    })
+}
+
+fn nodepool(name: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": { "name": name },
+        "spec": { "template": { "spec": {
+            "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
+            "requirements": [],
+        }}},
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nodepool_the_types_cannot_decode_is_skipped_with_an_event_and_the_cache_syncs() {
+    use karpenter_core::apis::NodePool;
+    let emulator = Emulator::new().unwrap();
+    let client = emulator.client();
+    let raw: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::api::ApiResource::erase::<NodePool>(&()),
+    );
+    emulator.set_schema_admission(false);
+    for object in [nodepool("default"), future_nodepool("future")] {
+        raw.create(
+            &PostParams::default(),
+            &serde_json::from_value(object).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+
+    let ingress = ClusterIngress::new(client.clone());
+    let state = ingress.state();
+    let counters = ingress.counters();
+    let task = tokio::spawn(ingress.run());
+    tokio::time::timeout(Duration::from_mins(1), state.wait_until_ready())
+        .await
+        .expect("one bad NodePool does not keep the store from syncing")
+        .unwrap();
+    assert!(state.nodepool("default").is_some());
+    assert!(state.nodepool("future").is_none());
+    assert_eq!(counters.nodepools.undecodable.load(Ordering::Relaxed), 1);
+    assert_eq!(counters.nodepools.errors.load(Ordering::Relaxed), 0);
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let recorded = events.list(&ListParams::default()).await.unwrap().items;
+    let failed: Vec<_> = recorded
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("FailedDecoding"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{recorded:?}");
+    assert_eq!(failed[0].involved_object.name.as_deref(), Some("future"));
+    assert_eq!(failed[0].involved_object.kind.as_deref(), Some("NodePool"));
+
+    // Fixed, it is read; broken again, the daemon forgets the old version it had.
+    raw.replace(
+        "future",
+        &PostParams::default(),
+        &serde_json::from_value({
+            let mut fixed = nodepool("future");
+            fixed["metadata"]["resourceVersion"] =
+                json!(raw.get("future").await.unwrap().resource_version().unwrap());
+            fixed
+        })
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(Duration::from_mins(1), async {
+        while state.nodepool("future").is_none() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the fixed NodePool is read");
+    raw.patch(
+        "default",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "template": { "spec": { "requirements": "broken" } } } })),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(Duration::from_mins(1), async {
+        while state.nodepool("default").is_some() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("a NodePool that turned unreadable leaves the store");
+    assert_eq!(counters.nodepools.undecodable.load(Ordering::Relaxed), 2);
+    task.abort();
+}
