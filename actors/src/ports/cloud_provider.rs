@@ -169,4 +169,81 @@ mod tests {
         );
         assert_eq!(AWS_REPAIR_POLICIES.len(), 7);
     }
+
+    mod provider_id_props {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn config() -> ProptestConfig {
+            ProptestConfig {
+                cases: 256,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            }
+        }
+
+        fn assert_invalid(provider_id: &str) -> Result<(), TestCaseError> {
+            match parse_provider_id(provider_id) {
+                Err(error @ CloudProviderError::InvalidProviderId { .. }) => {
+                    prop_assert_eq!(
+                        &error,
+                        &CloudProviderError::InvalidProviderId {
+                            provider_id: provider_id.to_owned()
+                        }
+                    );
+                    let message = error.to_string();
+                    prop_assert!(message.contains(&format!("{provider_id:?}")), "{message}");
+                    prop_assert_eq!(error.category(), "invalid_provider_id");
+                }
+                other => prop_assert!(false, "{provider_id:?} gave {other:?}"),
+            }
+            Ok(())
+        }
+
+        proptest! {
+            #![proptest_config(config())]
+
+            #[test]
+            fn prop_provider_id_parsing_never_panics(
+                provider_id in prop_oneof![any::<String>(), "[a-z:/.-]{0,6}:///[a-z0-9/-]{0,12}"]
+            ) {
+                if let Ok((zone, id)) = parse_provider_id(&provider_id) {
+                    prop_assert!(!id.is_empty());
+                    prop_assert!(!id.contains('/'));
+                    let suffix = format!("{zone}/{id}");
+                    prop_assert!(provider_id.ends_with(&suffix), "{provider_id:?}");
+                }
+            }
+
+            #[test]
+            fn prop_aws_provider_ids_round_trip(
+                provider in prop::sample::select(vec!["aws", "kwok-aws", "kwok"]),
+                zone in "[a-z]{2}(-gov)?-[a-z]{4,9}-[1-9][a-z]",
+                id in "i-[0-9a-f]{8,17}",
+            ) {
+                let provider_id = format!("{provider}:///{zone}/{id}");
+                prop_assert_eq!(
+                    parse_provider_id(&provider_id).ok(),
+                    Some((zone.as_str(), id.as_str()))
+                );
+            }
+
+            #[test]
+            fn prop_provider_ids_without_the_separator_are_invalid(
+                provider_id in any::<String>().prop_filter("has :///", |s| !s.contains(":///"))
+            ) {
+                assert_invalid(&provider_id)?;
+            }
+
+            #[test]
+            fn prop_provider_ids_without_an_instance_id_are_invalid(
+                prefix in "[a-z-]{0,8}",
+                zone in "[a-z0-9/-]{0,12}",
+            ) {
+                assert_invalid(&format!("{prefix}:///{zone}/"))?;
+                assert_invalid(&format!("{prefix}:///"))?;
+            }
+        }
+    }
 }

@@ -235,11 +235,13 @@ impl ParsedQuantity {
                 None => (0, true),
             }
         };
-        let magnitude = i64::try_from(magnitude).map_err(|_| out_of_range())?;
         if self.negative {
-            // ceil(-x) = -floor(x)
-            Ok(-magnitude)
-        } else if remainder {
+            // ceil(-x) = -floor(x); the magnitude may be 2^63 (`i64::MIN`).
+            let magnitude = i128::try_from(magnitude).map_err(|_| out_of_range())?;
+            return i64::try_from(-magnitude).map_err(|_| out_of_range());
+        }
+        let magnitude = i64::try_from(magnitude).map_err(|_| out_of_range())?;
+        if remainder {
             magnitude.checked_add(1).ok_or_else(out_of_range)
         } else {
             Ok(magnitude)
