@@ -76,7 +76,7 @@ fn json_patch() -> impl Strategy<Value = Value> {
     ]
 }
 
-/// RFC 7386's MergePatch, written from the RFC's pseudocode.
+/// RFC 7386's `MergePatch`, written from the RFC's pseudocode.
 fn merge_reference(target: &Value, patch: &Value) -> Value {
     let Value::Object(patch) = patch else {
         return patch.clone();

@@ -644,7 +644,11 @@ mod props {
     }
 
     fn key() -> impl Strategy<Value = String> {
-        prop_oneof!["[a-d]", Just("app".to_owned()), Just("example.com/tier".to_owned())]
+        prop_oneof![
+            "[a-d]",
+            Just("app".to_owned()),
+            Just("example.com/tier".to_owned())
+        ]
     }
 
     fn value() -> impl Strategy<Value = String> + Clone {

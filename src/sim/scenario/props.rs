@@ -49,8 +49,14 @@ fn scalar() -> impl Strategy<Value = Value> {
         any::<i64>().prop_map(Value::from),
         (-1e6f64..1e6).prop_map(Value::from),
         "[a-zA-Z0-9 .:/@%*-]{0,12}".prop_map(Value::String),
-        prop_oneof![Just("0s"), Just("-1m"), Just("99999h"), Just("5m"), Just("1.5s")]
-            .prop_map(Value::from),
+        prop_oneof![
+            Just("0s"),
+            Just("-1m"),
+            Just("99999h"),
+            Just("5m"),
+            Just("1.5s")
+        ]
+        .prop_map(Value::from),
     ]
 }
 
@@ -105,7 +111,9 @@ fn replace(value: &mut Value, steps: &[usize], new: Value, path: &mut String, ke
         }
         Value::Array(items) if !items.is_empty() => {
             let i = step % items.len();
-            path.push_str(&format!("[{i}]"));
+            path.push('[');
+            path.push_str(&i.to_string());
+            path.push(']');
             replace(&mut items[i], rest, new, path, key);
         }
         _ => *value = new,
@@ -124,7 +132,8 @@ fn top_level(path: &str) -> &str {
 
 /// The scenario `text` describes, read twice: directly, and after writing its file form back out.
 fn round_trip(text: &str) -> Result<(), TestCaseError> {
-    let file: ScenarioFile = yaml::from_str(text).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let file: ScenarioFile =
+        yaml::from_str(text).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let Ok(scenario) = file.clone().check() else {
         return Ok(());
     };
@@ -171,6 +180,12 @@ proptest! {
             }
         }
     }
+
+}
+
+// Each case below builds the API server's validator: fewer cases keep the suite fast.
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
 
     #[test]
     fn prop_mutated_chaos_files_name_the_field(
