@@ -124,6 +124,33 @@ impl PatchType {
     }
 }
 
+/// Applies a merge, JSON or strategic merge `patch` to `object` (server-side apply, which
+/// needs the managed fields, is not one of these and leaves `object` alone).
+pub(crate) fn apply_patch(
+    patch_type: PatchType,
+    behavior: Behavior,
+    object: &mut Value,
+    patch: &Value,
+) -> Result<(), ApiError> {
+    match patch_type {
+        PatchType::Merge => json_patch::merge(object, patch),
+        PatchType::Json => {
+            let operations: json_patch::Patch = serde_json::from_value(patch.clone())
+                .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+            json_patch::patch(object, &operations).map_err(|e| {
+                ApiError::new(
+                    422,
+                    "Invalid",
+                    format!("the JSON patch could not be applied: {e}"),
+                )
+            })?;
+        }
+        PatchType::Strategic => strategic::apply(behavior, object, patch)?,
+        PatchType::Apply => {}
+    }
+    Ok(())
+}
+
 /// Options of a list or watch.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ListOptions {
@@ -616,19 +643,9 @@ impl Shared {
                 object = events::from_core(&object);
             }
             match patch_type {
-                PatchType::Merge => json_patch::merge(&mut object, &patch),
-                PatchType::Json => {
-                    let operations: json_patch::Patch = serde_json::from_value(patch.clone())
-                        .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-                    json_patch::patch(&mut object, &operations).map_err(|e| {
-                        ApiError::new(
-                            422,
-                            "Invalid",
-                            format!("the JSON patch could not be applied: {e}"),
-                        )
-                    })?;
+                PatchType::Merge | PatchType::Json | PatchType::Strategic => {
+                    apply_patch(patch_type, kind.behavior, &mut object, &patch)?;
                 }
-                PatchType::Strategic => strategic::apply(kind.behavior, &mut object, &patch)?,
                 PatchType::Apply => {
                     lifecycle::check_type(kind, &patch)?;
                     Self::run_apply(

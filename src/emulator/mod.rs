@@ -46,6 +46,8 @@ mod http;
 mod kinds;
 mod lifecycle;
 mod openapi;
+#[cfg(test)]
+mod patch_props;
 mod pods;
 mod schema;
 mod selector;

@@ -596,3 +596,163 @@ mod tests {
         assert!(!other.matches("p", "default", &fields));
     }
 }
+
+/// Property tests: arbitrary text never panics either parser, and selectors built from
+/// generated terms match exactly what an independent evaluator says.
+#[cfg(test)]
+mod props {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// One generated label requirement, as the evaluator below reads it.
+    #[derive(Debug, Clone)]
+    enum Term {
+        Eq(String, String),
+        Ne(String, String),
+        In(String, Vec<String>),
+        NotIn(String, Vec<String>),
+        Exists(String),
+        Absent(String),
+    }
+
+    impl Term {
+        fn text(&self, pad: &str) -> String {
+            match self {
+                Self::Eq(k, v) => format!("{k}{pad}={pad}{v}"),
+                Self::Ne(k, v) => format!("{k}{pad}!={pad}{v}"),
+                Self::In(k, vs) => format!("{k} in{pad}({})", vs.join(&format!(",{pad}"))),
+                Self::NotIn(k, vs) => format!("{k} notin ({pad}{}{pad})", vs.join(",")),
+                Self::Exists(k) => format!("{pad}{k}"),
+                Self::Absent(k) => format!("!{k}"),
+            }
+        }
+
+        /// The Kubernetes semantics, written independently of the parser.
+        fn holds(&self, labels: &BTreeMap<String, String>) -> bool {
+            match self {
+                Self::Eq(k, v) => labels.get(k) == Some(v),
+                Self::Ne(k, v) => labels.get(k) != Some(v),
+                Self::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
+                Self::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
+                Self::Exists(k) => labels.contains_key(k),
+                Self::Absent(k) => !labels.contains_key(k),
+            }
+        }
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-d]",
+            Just("app".to_owned()),
+            Just("example.com/tier".to_owned())
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = String> + Clone {
+        "[xyz]{1,2}"
+    }
+
+    fn term() -> impl Strategy<Value = Term> {
+        let values = prop::collection::vec(value(), 1..4);
+        prop_oneof![
+            (key(), value()).prop_map(|(k, v)| Term::Eq(k, v)),
+            (key(), value()).prop_map(|(k, v)| Term::Ne(k, v)),
+            (key(), values.clone()).prop_map(|(k, vs)| Term::In(k, vs)),
+            (key(), values).prop_map(|(k, vs)| Term::NotIn(k, vs)),
+            key().prop_map(Term::Exists),
+            key().prop_map(Term::Absent),
+        ]
+    }
+
+    fn label_map() -> impl Strategy<Value = BTreeMap<String, String>> {
+        prop::collection::btree_map(key(), value(), 0..5)
+    }
+
+    fn as_labels(map: &BTreeMap<String, String>) -> Labels {
+        map.iter()
+            .map(|(k, v)| (k.as_str().into(), v.as_str().into()))
+            .collect()
+    }
+
+    const BEHAVIORS: [Behavior; 7] = [
+        Behavior::Generic,
+        Behavior::Pod,
+        Behavior::Node,
+        Behavior::Namespace,
+        Behavior::CoreEvent,
+        Behavior::EventsV1,
+        Behavior::PodDisruptionBudget,
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn prop_label_selector_never_panics(text in any::<String>(), picked in "[a-z=!<>(), 0-9-]{0,24}") {
+            let _ = LabelSelector::parse(&text);
+            if let Ok(selector) = LabelSelector::parse(&picked) {
+                let _ = selector.matches(&as_labels(&BTreeMap::new()));
+            }
+        }
+
+        #[test]
+        fn prop_field_selector_never_panics(
+            text in any::<String>(),
+            picked in "[a-zA-Z.=!, ]{0,32}",
+            behavior in 0..BEHAVIORS.len(),
+        ) {
+            let _ = FieldSelector::parse(&text, BEHAVIORS[behavior]);
+            if let Ok(selector) = FieldSelector::parse(&picked, BEHAVIORS[behavior]) {
+                let _ = selector.matches("n", "ns", &[]);
+            }
+        }
+
+        #[test]
+        fn prop_label_selector_matches_like_the_evaluator(
+            terms in prop::collection::vec(term(), 0..5),
+            pad in prop_oneof![Just(""), Just(" ")],
+            maps in prop::collection::vec(label_map(), 1..8),
+        ) {
+            let text = terms.iter().map(|t| t.text(pad)).collect::<Vec<_>>().join(&format!(",{pad}"));
+            let selector = LabelSelector::parse(&text)
+                .map_err(|e| TestCaseError::fail(format!("{text:?}: {e}")))?;
+            for map in &maps {
+                let expected = terms.iter().all(|t| t.holds(map));
+                prop_assert_eq!(selector.matches(&as_labels(map)), expected, "{} on {:?}", text, map);
+            }
+        }
+
+        #[test]
+        fn prop_field_selector_matches_like_the_evaluator(
+            terms in prop::collection::vec((0..supported_fields(Behavior::Pod).len(), "[xyz]{0,2}", any::<bool>()), 0..5),
+            name in "[xyz]{1,2}",
+            namespace in "[xyz]{1,2}",
+            values in prop::collection::vec("[xyz]{0,2}", supported_fields(Behavior::Pod).len()),
+        ) {
+            let supported = supported_fields(Behavior::Pod);
+            let text = terms
+                .iter()
+                .map(|(f, v, equal)| format!("{}{}{v}", supported[*f], if *equal { "=" } else { "!=" }))
+                .collect::<Vec<_>>()
+                .join(",");
+            let selector = FieldSelector::parse(&text, Behavior::Pod)
+                .map_err(|e| TestCaseError::fail(format!("{text:?}: {e}")))?;
+            let actual = |f: usize| match supported[f] {
+                "metadata.name" => name.as_str(),
+                "metadata.namespace" => namespace.as_str(),
+                _ => values[f].as_str(),
+            };
+            let expected = terms.iter().all(|(f, v, equal)| (actual(*f) == v) == *equal);
+            let fields: Vec<(&'static str, Box<str>)> = supported
+                .iter()
+                .enumerate()
+                .skip(2)
+                .map(|(i, f)| (*f, values[i].as_str().into()))
+                .collect();
+            prop_assert_eq!(selector.matches(&name, &namespace, &fields), expected, "{}", text);
+        }
+    }
+}

@@ -31,6 +31,8 @@ mod error;
 pub mod file;
 mod harness;
 mod load;
+#[cfg(test)]
+mod props;
 mod run;
 mod serve;
 mod simulation;
