@@ -10,6 +10,8 @@
     reason = "integration test helpers: a failed unwrap is a failed test"
 )]
 
+#[path = "simulate/chaos.rs"]
+mod chaos;
 #[path = "simulate/disruption.rs"]
 mod disruption;
 #[path = "simulate/harness.rs"]
