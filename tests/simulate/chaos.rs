@@ -6,7 +6,7 @@
 //! tolerate) to every new Karpenter Node, creates a one-replica Deployment, and checks every
 //! poll for 5 minutes that fewer than 35 Nodes exist. Here the test plays that controller each
 //! simulated second (through the emulator's API, as a separate client would), and plays
-//! kube-controller-manager's NoExecute taint manager too (the simulation has none): a pod bound
+//! kube-controller-manager's `NoExecute` taint manager too (the simulation has none): a pod bound
 //! to a node with the taint is deleted (grace 0, upstream's `TerminationGracePeriodSeconds: 0`)
 //! and the workload creates its replacement, which goes pending again.
 
@@ -124,7 +124,7 @@ async fn taint_new_nodes(sim: &Simulation<'_>, all: &[Node]) -> usize {
     tainted
 }
 
-/// kube-controller-manager's NoExecute taint manager: pods (none tolerates the taint) bound to
+/// kube-controller-manager's `NoExecute` taint manager: pods (none tolerates the taint) bound to
 /// a tainted Node are evicted at once.
 async fn evict_from_tainted(sim: &Simulation<'_>, all: &[Node], pods: &[Pod]) -> usize {
     let tainted: BTreeSet<&str> = all
@@ -203,7 +203,10 @@ async fn watch(scenario: LoadedScenario, chaos: Chaos) -> Watch {
             }
             Chaos::DeleteNodes => {
                 let api = Api::<Node>::all(sim.client());
-                for node in all.iter().filter(|n| n.metadata.deletion_timestamp.is_none()) {
+                for node in all
+                    .iter()
+                    .filter(|n| n.metadata.deletion_timestamp.is_none())
+                {
                     let name = node.metadata.name.as_deref().unwrap();
                     if api.delete(name, &DeleteParams::default()).await.is_ok() {
                         seen.deleted += 1;
@@ -212,7 +215,10 @@ async fn watch(scenario: LoadedScenario, chaos: Chaos) -> Watch {
             }
         }
         if second < WATCHED.as_secs() {
-            assert!(sim.advance(Duration::from_secs(1)).await, "ended at {second}s");
+            assert!(
+                sim.advance(Duration::from_secs(1)).await,
+                "ended at {second}s"
+            );
         }
     }
     eprintln!("{seen:?}");
