@@ -14,6 +14,8 @@
 mod chaos;
 #[path = "simulate/disruption.rs"]
 mod disruption;
+#[path = "simulate/extremes.rs"]
+mod extremes;
 #[path = "simulate/harness.rs"]
 mod harness;
 #[path = "simulate/lifecycle.rs"]
