@@ -44,8 +44,14 @@
     reason = "benchmark setup: a failed unwrap is a broken fixture"
 )]
 
+#[path = "common/mod.rs"]
+mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
+
+use common::{
+    SIZES, launched, measurement_time, per_nodeclaim_micros, thread_cpu_time, wait_for_each,
+};
 
 use std::alloc::System;
 use std::cell::RefCell;
@@ -143,22 +149,10 @@ struct Memory {
     peak_rss: Option<u64>,
 }
 
-/// The NodeClaim counts measured.
-const SIZES: [usize; 3] = [100, 1_000, 5_000];
 const NODEPOOL: &str = "default";
 /// How often each node changes in the steady scenario, and for how long.
 const CHANGE_EVERY_SECS: usize = 20;
 const STEADY_FOR_SECS: usize = 600;
-
-/// Criterion's time budget per size: a 5,000-NodeClaim run takes seconds, so the big sizes
-/// get the minimum of samples and `--quick` stops after one run.
-fn measurement_time(count: usize) -> Duration {
-    if count <= 100 {
-        Duration::from_secs(5)
-    } else {
-        Duration::from_secs(1)
-    }
-}
 
 #[derive(Clone, Copy)]
 enum Scenario {
@@ -179,23 +173,6 @@ impl Scenario {
     }
 }
 
-/// Waits (on the paused clock, looking every `step`) until `done` holds for every NodeClaim of
-/// `names`; each NodeClaim is checked until it is done and then never again.
-async fn wait_for_each(
-    h: &Harness,
-    names: &[String],
-    limit: Duration,
-    step: Duration,
-    done: impl Fn(&Harness, &str) -> bool,
-) -> bool {
-    let mut pending: Vec<&str> = names.iter().map(String::as_str).collect();
-    h.wait_for(limit, step, |h| {
-        pending.retain(|name| !done(h, name));
-        pending.is_empty()
-    })
-    .await
-}
-
 /// Whether the view shows the NodeClaim with condition `kind` true (and reason `reason`, if
 /// given), an `Arc` read.
 fn has_condition(h: &Harness, name: &str, kind: &str, reason: Option<&str>) -> bool {
@@ -208,22 +185,6 @@ fn has_condition(h: &Harness, name: &str, kind: &str, reason: Option<&str>) -> b
             })
         })
     })
-}
-
-fn launched(h: &Harness, name: &str) -> bool {
-    h.view.nodeclaim(name).is_some_and(|claim| {
-        claim
-            .status
-            .as_ref()
-            .is_some_and(|s| s.provider_id.is_some())
-    })
-}
-
-/// CPU time of this thread so far (Linux's `schedstat`); `None` elsewhere.
-fn thread_cpu_time() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let nanos: u64 = stat.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(nanos))
 }
 
 /// `count` NodeClaims of the `default` pool, stamped with its hash as the Provisioner creates
@@ -440,11 +401,6 @@ struct Runs {
     wall: Duration,
     cpu: Option<Duration>,
     last: Measured,
-}
-
-fn per_nodeclaim_micros(total: Duration, runs: u32, count: usize) -> f64 {
-    let count = f64::from(u32::try_from(count).unwrap_or(u32::MAX));
-    total.as_secs_f64() * 1e6 / f64::from(runs) / count
 }
 
 #[expect(clippy::cast_precision_loss, reason = "a report, in MiB")]

@@ -17,8 +17,14 @@
     reason = "benchmark setup: a failed unwrap is a broken fixture"
 )]
 
+#[path = "common/mod.rs"]
+mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
+
+use common::{
+    SIZES, launched, measurement_time, per_nodeclaim_micros, thread_cpu_time, wait_for_each,
+};
 
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
@@ -30,37 +36,6 @@ use karpenter_actors::ports::cluster_view::ClusterView as _;
 use serde_json::json;
 use support::{Harness, PodSpecBuilder, make_ready, nodeclaim, nodeclass, nodepool};
 
-/// The NodeClaim counts measured.
-const SIZES: [usize; 3] = [100, 1_000, 5_000];
-
-/// Criterion's time budget per size: a 5,000-NodeClaim run takes seconds, so the big sizes
-/// get the minimum of samples and `--quick` stops after one run.
-fn measurement_time(count: usize) -> Duration {
-    if count <= 100 {
-        Duration::from_secs(5)
-    } else {
-        Duration::from_secs(1)
-    }
-}
-
-/// Waits (on the paused clock, looking every `step`) until `done` holds for every NodeClaim of
-/// `names`; each NodeClaim is checked until it is done and then never again, so the waiting
-/// costs O(N) in all rather than O(N) per look.
-async fn wait_for_each(
-    h: &Harness,
-    names: &[String],
-    limit: Duration,
-    step: Duration,
-    done: impl Fn(&Harness, &str) -> bool,
-) -> bool {
-    let mut pending: Vec<&str> = names.iter().map(String::as_str).collect();
-    h.wait_for(limit, step, |h| {
-        pending.retain(|name| !done(h, name));
-        pending.is_empty()
-    })
-    .await
-}
-
 /// Whether the view shows the NodeClaim `Initialized` (an `Arc` read, no copy).
 fn initialized(h: &Harness, name: &str) -> bool {
     h.view.nodeclaim(name).is_some_and(|claim| {
@@ -71,23 +46,6 @@ fn initialized(h: &Harness, name: &str) -> bool {
                 .any(|c| c.type_ == "Initialized" && c.status.as_str() == "True")
         })
     })
-}
-
-fn launched(h: &Harness, name: &str) -> bool {
-    h.view.nodeclaim(name).is_some_and(|claim| {
-        claim
-            .status
-            .as_ref()
-            .is_some_and(|s| s.provider_id.is_some())
-    })
-}
-
-/// CPU time of this thread so far (Linux's `schedstat`), reported beside the wall time since
-/// the machine may be shared; `None` elsewhere.
-fn thread_cpu_time() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let nanos: u64 = stat.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(nanos))
 }
 
 /// What one run measured: wall and CPU time from the first NodeClaim's creation until the last
@@ -173,11 +131,6 @@ struct Runs {
     runs: u32,
     wall: Duration,
     cpu: Option<Duration>,
-}
-
-fn per_nodeclaim_micros(total: Duration, runs: u32, count: usize) -> f64 {
-    let count = f64::from(u32::try_from(count).unwrap_or(u32::MAX));
-    total.as_secs_f64() * 1e6 / f64::from(runs) / count
 }
 
 fn bench(c: &mut Criterion) {

@@ -582,6 +582,17 @@ async fn the_rate_limit_counts_a_watch_once_when_it_opens_not_per_event() {
     task.abort();
 }
 
+/// Waits (paused time, a minute at most) until `done` holds.
+async fn eventually(what: &str, done: impl Fn() -> bool) {
+    tokio::time::timeout(Duration::from_mins(1), async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("never: {what}"));
+}
+
 /// A NodePool as a newer CRD version might store it: `requirements` is not a list.
 fn future_nodepool(name: &str) -> serde_json::Value {
     json!({
@@ -662,13 +673,10 @@ async fn a_nodepool_the_types_cannot_decode_is_skipped_with_an_event_and_the_cac
     )
     .await
     .unwrap();
-    tokio::time::timeout(Duration::from_mins(1), async {
-        while state.nodepool("future").is_none() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    eventually("the fixed NodePool is read", || {
+        state.nodepool("future").is_some()
     })
-    .await
-    .expect("the fixed NodePool is read");
+    .await;
     raw.patch(
         "default",
         &PatchParams::default(),
@@ -676,13 +684,10 @@ async fn a_nodepool_the_types_cannot_decode_is_skipped_with_an_event_and_the_cac
     )
     .await
     .unwrap();
-    tokio::time::timeout(Duration::from_mins(1), async {
-        while state.nodepool("default").is_some() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    eventually("a NodePool that turned unreadable leaves the store", || {
+        state.nodepool("default").is_none()
     })
-    .await
-    .expect("a NodePool that turned unreadable leaves the store");
+    .await;
     assert_eq!(counters.nodepools.undecodable.load(Ordering::Relaxed), 2);
     task.abort();
 }
