@@ -5,6 +5,7 @@
 //! - [`domain`]: the decisions over snapshots of those types: requirements, instance types and
 //!   offerings, the scheduler, limits, drift hashes, user data, interruption messages.
 //! - [`errors`]: how an error and its causes are written on one line.
+//! - [`draw`]: seeded uniform draws, the dice of every chaos plan (replayable for a seed).
 //!
 //! This crate is the lowest floor of the workspace. It depends on no actor runtime, no async
 //! runtime, no Kubernetes client and no port: the actors (`karpenter-actors`) read the cluster
@@ -12,5 +13,6 @@
 
 pub mod apis;
 pub mod domain;
+pub mod draw;
 pub mod errors;
 pub mod yaml;

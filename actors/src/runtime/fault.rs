@@ -26,10 +26,12 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use karpenter_config::parse_go_duration;
+use karpenter_core::draw::unit_draw;
 use serde::{Deserialize, Serialize};
 
 /// The message name under which `started` consults the plan.
@@ -202,6 +204,8 @@ pub struct FaultPlan {
     seed: u64,
     rules: Vec<FaultRule>,
     state: Mutex<PlanState>,
+    /// Set by [`Self::disarm`]: no rule fires any more.
+    disarmed: AtomicBool,
 }
 
 impl FaultPlan {
@@ -212,6 +216,7 @@ impl FaultPlan {
             seed,
             rules: Vec::new(),
             state: Mutex::default(),
+            disarmed: AtomicBool::new(false),
         }
     }
 
@@ -245,6 +250,11 @@ impl FaultPlan {
         self.seed
     }
 
+    /// Stops injecting: from now on no rule fires (a chaos run's calm end). The log stays.
+    pub fn disarm(&self) {
+        self.disarmed.store(true, Ordering::Relaxed);
+    }
+
     /// The faults injected so far, in order (at most [`MAX_INJECTION_LOG`]).
     #[must_use]
     pub fn injected(&self) -> Vec<InjectedFault> {
@@ -257,7 +267,7 @@ impl FaultPlan {
 
     /// Decides the fault for one message about to be handled.
     pub(crate) fn decide(&self, kind: &str, key: &str, message: &str) -> Option<FaultAction> {
-        if self.rules.is_empty() {
+        if self.rules.is_empty() || self.disarmed.load(Ordering::Relaxed) {
             return None;
         }
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -278,7 +288,7 @@ impl FaultPlan {
                 || rule.nth.is_some_and(|nth| nth != occurrence)
                 || rule.times.is_some_and(|times| counts.fired >= times)
                 || rule.probability.is_some_and(|p| {
-                    unit_draw(self.seed, index, kind, key, message, occurrence) >= p
+                    message_draw(self.seed, index, kind, key, message, occurrence) >= p
                 })
             {
                 continue;
@@ -301,39 +311,26 @@ impl FaultPlan {
 }
 
 /// A uniform draw in [0, 1) from the seed and the message's identity.
-fn unit_draw(seed: u64, rule: usize, kind: &str, key: &str, message: &str, occurrence: u64) -> f64 {
-    // FNV-1a over the identity, then splitmix64 to spread it; stable across Rust releases
-    // (std's hashers are not), so a seed means the same thing in every build.
-    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut hash = FNV_OFFSET;
+fn message_draw(
+    seed: u64,
+    rule: usize,
+    kind: &str,
+    key: &str,
+    message: &str,
+    occurrence: u64,
+) -> f64 {
     let rule_bytes = (rule as u64).to_le_bytes();
     let occurrence_bytes = occurrence.to_le_bytes();
-    let parts: [&[u8]; 5] = [
-        &rule_bytes,
-        kind.as_bytes(),
-        key.as_bytes(),
-        message.as_bytes(),
-        &occurrence_bytes,
-    ];
-    for part in parts {
-        for byte in part.iter().chain(std::iter::once(&0xff)) {
-            hash ^= u64::from(*byte);
-            hash = hash.wrapping_mul(FNV_PRIME);
-        }
-    }
-    let mixed = splitmix64(hash ^ splitmix64(seed));
-    // The top 53 bits make an exactly representable fraction.
-    #[allow(clippy::cast_precision_loss, reason = "53-bit value, exact in f64")]
-    let fraction = (mixed >> 11) as f64 / (1u64 << 53) as f64;
-    fraction
-}
-
-fn splitmix64(value: u64) -> u64 {
-    let mut z = value.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    unit_draw(
+        seed,
+        &[
+            &rule_bytes,
+            kind.as_bytes(),
+            key.as_bytes(),
+            message.as_bytes(),
+            &occurrence_bytes,
+        ],
+    )
 }
 
 /// A plan that could not be loaded.
