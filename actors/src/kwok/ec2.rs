@@ -18,11 +18,14 @@
 //! - Instances are `pending` for the launch latency, then `running`; terminated instances are
 //!   `shutting-down` for the same latency, then `terminated`. Time is tokio's, so paused tests
 //!   move through it.
+//! - [`KwokEc2::ice_share`] (chaos runs) makes a seeded share of the (type, zone) pools of each
+//!   CreateFleet call answer `InsufficientInstanceCapacity` for that call only.
 //! - Token buckets (optional) throttle with `RequestLimitExceeded`; [`Faults`] fail chosen calls;
 //!   every call is recorded.
 //! - [`KwokEc2::interrupt_spot`] sends Spot Interruption Warnings through kwok's EventBridge.
 
 use karpenter_core::domain::instance_type::CapacityType;
+use karpenter_core::draw::unit_draw;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -133,6 +136,10 @@ struct State {
     /// Fleets by client token: the first request, its answer, and when the token expires.
     fleets: HashMap<String, RememberedFleet>,
     pools: HashMap<PoolKey, u32>,
+    /// [`KwokEc2::ice_share`]: (seed, share) and the CreateFleet calls counted since.
+    ice: Option<(u64, f64)>,
+    fleet_calls: u64,
+    ice_answers: usize,
     spot_prices: HashMap<(String, String), f64>,
     next_id: u64,
 }
@@ -331,6 +338,18 @@ impl KwokEc2 {
             .create_fleet_latency
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = latency;
+    }
+
+    /// From now on each (instance type, zone) pool of a CreateFleet call is out of capacity for
+    /// that call with probability `share` (a seeded draw per call and pool); `None` stops it.
+    pub fn ice_share(&self, plan: Option<(u64, f64)>) {
+        self.lock().ice = plan;
+    }
+
+    /// Pools answered `InsufficientInstanceCapacity` by [`Self::ice_share`] so far.
+    #[must_use]
+    pub fn ice_answers(&self) -> usize {
+        self.lock().ice_answers
     }
 
     /// Instances in any state that carry tag `key` with `value`.
@@ -574,6 +593,9 @@ impl KwokEc2 {
             }
         }
         let capacity_type = request.capacity_type;
+        state.fleet_calls += 1;
+        let call = state.fleet_calls.to_le_bytes();
+        let ice = state.ice;
         let mut response = CreateFleetResponse {
             fleet_id: Some(state.id("fleet")),
             request_id: Some(format!("kwok-{OP}")),
@@ -590,9 +612,15 @@ impl KwokEc2 {
                         zone: over.zone.clone(),
                         capacity_type,
                     };
-                    let exhausted = state.pools.get(&key) == Some(&0);
+                    let drawn_ice = ice.is_some_and(|(seed, share)| {
+                        let parts: [&[u8]; 3] =
+                            [&call, over.instance_type.as_bytes(), over.zone.as_bytes()];
+                        unit_draw(seed, &parts) < share
+                    });
+                    let exhausted = drawn_ice || state.pools.get(&key) == Some(&0);
                     if exhausted || !self.offered(&over.instance_type, &over.zone) {
                         if reported.insert((over.instance_type.clone(), over.zone.clone())) {
+                            state.ice_answers += usize::from(drawn_ice);
                             response.errors.push(FleetError {
                                 code: if exhausted { "InsufficientInstanceCapacity" } else { "Unsupported" }.into(),
                                 message: format!(

@@ -2,9 +2,13 @@
 //! and a one-line detail), and can be made to fail — the next N calls of an operation, or every
 //! call matching a predicate — with any [`AwsError`].
 
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::ports::aws_error::AwsError;
+use karpenter_core::draw::unit_draw;
+
+use crate::ports::aws_error::{AwsError, AwsService};
 
 /// One recorded call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,6 +19,8 @@ pub struct RecordedCall {
 }
 
 type Predicate = Arc<dyn Fn(&RecordedCall) -> bool + Send + Sync>;
+/// The error a matching call answers with (a fixed one, or one drawn per call).
+type ErrorOf = Arc<dyn Fn(&RecordedCall) -> AwsError + Send + Sync>;
 
 struct Rule {
     /// Fails the response after the call took effect (a lost answer) instead of the call.
@@ -22,16 +28,34 @@ struct Rule {
     matches: Predicate,
     /// `None`: every matching call fails.
     remaining: Option<usize>,
-    error: AwsError,
+    error: ErrorOf,
 }
 
 impl std::fmt::Debug for Rule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Rule")
+            .field("after", &self.after)
             .field("remaining", &self.remaining)
-            .field("error", &self.error)
             .finish_non_exhaustive()
     }
+}
+
+fn fixed(error: AwsError) -> ErrorOf {
+    Arc::new(move |_: &RecordedCall| error.clone())
+}
+
+/// A seeded share of calls fails ([`Faults::fail_share`]): which calls, and with which error.
+#[derive(Debug, Clone)]
+pub struct FailShare {
+    pub seed: u64,
+    /// The fraction of calls that fail, in [0, 1].
+    pub share: f64,
+    /// The service the errors name.
+    pub service: AwsService,
+    /// `(code, HTTP status)` of the errors, one drawn per failing call.
+    pub errors: Vec<(&'static str, u16)>,
+    /// Operations spared (e.g. those a process start needs).
+    pub spare: Vec<&'static str>,
 }
 
 /// Programmable failures and the call log of one kwok service.
@@ -39,6 +63,8 @@ impl std::fmt::Debug for Rule {
 pub struct Faults {
     rules: Mutex<Vec<Rule>>,
     calls: Mutex<Vec<RecordedCall>>,
+    /// Calls answered with an injected error so far.
+    injected: AtomicUsize,
 }
 
 impl Faults {
@@ -47,7 +73,7 @@ impl Faults {
         self.add(
             Arc::new(move |call: &RecordedCall| call.operation == operation),
             Some(count),
-            error,
+            fixed(error),
         );
     }
 
@@ -61,7 +87,7 @@ impl Faults {
                 after: true,
                 matches: Arc::new(move |call: &RecordedCall| call.operation == operation),
                 remaining: Some(count),
-                error,
+                error: fixed(error),
             });
     }
 
@@ -79,9 +105,11 @@ impl Faults {
                 if let Some(remaining) = rule.remaining.as_mut() {
                     *remaining -= 1;
                 }
-                rule.error.clone()
+                (rule.error)(&call)
             });
         rules.retain(|rule| rule.remaining != Some(0));
+        drop(rules);
+        self.count_injected(failure.is_some());
         failure.map_or(Ok(()), Err)
     }
 
@@ -91,10 +119,76 @@ impl Faults {
         predicate: impl Fn(&RecordedCall) -> bool + Send + Sync + 'static,
         error: AwsError,
     ) {
-        self.add(Arc::new(predicate), None, error);
+        self.add(Arc::new(predicate), None, fixed(error));
     }
 
-    fn add(&self, matches: Predicate, remaining: Option<usize>, error: AwsError) {
+    /// A seeded share of the calls (all but the spared operations) fails with errors drawn from
+    /// the list, until [`Faults::clear`]. A call decides by a draw of (seed, operation, detail,
+    /// how many such calls came before), not of its place among all calls: callers that
+    /// interleave differently still see the same failures.
+    pub fn fail_share(&self, plan: FailShare) {
+        if plan.errors.is_empty() {
+            return;
+        }
+        let seen: Arc<Mutex<HashMap<(&'static str, String), u64>>> = Arc::default();
+        let drawn = Arc::new(AtomicU64::new(0));
+        let (seed, share, spare) = (plan.seed, plan.share, plan.spare);
+        let drawn_by_match = Arc::clone(&drawn);
+        let matches = move |call: &RecordedCall| {
+            if spare.contains(&call.operation) {
+                return false;
+            }
+            let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+            let count = seen
+                .entry((call.operation, call.detail.clone()))
+                .or_default();
+            *count += 1;
+            let parts: [&[u8]; 3] = [
+                call.operation.as_bytes(),
+                call.detail.as_bytes(),
+                &count.to_le_bytes(),
+            ];
+            let draw = unit_draw(seed, &parts);
+            drawn_by_match.store(draw.to_bits(), Ordering::Relaxed);
+            draw < share
+        };
+        let (service, errors) = (plan.service, plan.errors);
+        let error = move |call: &RecordedCall| {
+            // Which error: the failing draw, spread over [0, share) -> the list.
+            let draw = f64::from_bits(drawn.load(Ordering::Relaxed));
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                clippy::cast_precision_loss,
+                reason = "an index below errors.len() from a fraction in [0, 1)"
+            )]
+            let index = ((draw / share * errors.len() as f64) as usize).min(errors.len() - 1);
+            let (code, status) = errors[index];
+            AwsError::new(
+                service,
+                call.operation,
+                Some(code),
+                format!("injected by a chaos run: {code}"),
+            )
+            .with_status(status)
+            .with_request_id("kwok-chaos")
+        };
+        self.add(Arc::new(matches), None, Arc::new(error));
+    }
+
+    /// Calls answered with an injected error so far (before or after taking effect).
+    #[must_use]
+    pub fn injected(&self) -> usize {
+        self.injected.load(Ordering::Relaxed)
+    }
+
+    fn count_injected(&self, failed: bool) {
+        if failed {
+            self.injected.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn add(&self, matches: Predicate, remaining: Option<usize>, error: ErrorOf) {
         self.rules
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -131,10 +225,11 @@ impl Faults {
                 if let Some(remaining) = rule.remaining.as_mut() {
                     *remaining -= 1;
                 }
-                rule.error.clone()
+                (rule.error)(&call)
             });
         rules.retain(|rule| rule.remaining != Some(0));
         drop(rules);
+        self.count_injected(failure.is_some());
         self.calls
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -166,7 +261,6 @@ impl Faults {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ports::aws_error::AwsService;
 
     fn error() -> AwsError {
         AwsError::new(
@@ -198,5 +292,37 @@ mod tests {
         assert!(faults.check("TerminateInstances", "i-bad").is_err());
         faults.clear();
         assert!(faults.check("TerminateInstances", "i-bad").is_ok());
+    }
+
+    #[test]
+    fn a_share_of_calls_fails_with_drawn_errors_and_spared_operations_never_fail() {
+        let run = || {
+            let faults = Faults::default();
+            faults.fail_share(FailShare {
+                seed: 9,
+                share: 0.2,
+                service: AwsService::Ec2,
+                errors: vec![("RequestLimitExceeded", 503), ("InternalError", 500)],
+                spare: vec!["DescribeInstanceTypes"],
+            });
+            let outcomes: Vec<Option<String>> = (0..1_000)
+                .map(|_| {
+                    faults
+                        .check("CreateFleet", "")
+                        .err()
+                        .map(|e| format!("{:?} {:?} {}", e.code, e.status, e.operation))
+                })
+                .collect();
+            assert!((0..100).all(|_| faults.check("DescribeInstanceTypes", "").is_ok()));
+            (outcomes, faults.injected())
+        };
+        let (outcomes, injected) = run();
+        let failed: Vec<&String> = outcomes.iter().flatten().collect();
+        assert!((150..250).contains(&failed.len()), "{} of 1000 failed", failed.len());
+        assert_eq!(injected, failed.len());
+        assert!(failed.iter().any(|f| f.contains("RequestLimitExceeded") && f.contains("503")));
+        assert!(failed.iter().any(|f| f.contains("InternalError") && f.contains("500")));
+        assert!(failed.iter().all(|f| f.ends_with("CreateFleet")));
+        assert_eq!(run().0, outcomes, "the same seed fails the same calls");
     }
 }
