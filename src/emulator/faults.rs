@@ -3,13 +3,16 @@
 //!
 //! The request handler asks [`Faults::check`] before doing anything; a matching rule delays the
 //! request (tokio time, so a paused clock skips it) and may answer with its error instead. Rules
-//! can be limited to a number of matches. Every request is appended to the [`RequestLog`] with
+//! can be limited to a number of matches or to a seeded share of them. Every request is appended to the [`RequestLog`] with
 //! its verb, resource and response code.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
+
+use karpenter_core::draw::unit_draw;
 
 /// What a request does, as Kubernetes names it (RBAC verbs, plus discovery).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -68,6 +71,10 @@ pub struct FaultRule {
     delay: Option<Duration>,
     error: Option<InjectedError>,
     remaining: Option<usize>,
+    /// [`FaultRule::share`]: (seed, parts per million of the matching requests).
+    share: Option<(u64, u32)>,
+    /// Matching requests so far, per verb and object (the draw's counter).
+    seen: HashMap<String, u64>,
 }
 
 impl FaultRule {
@@ -110,6 +117,8 @@ impl FaultRule {
             delay: None,
             error: None,
             remaining: None,
+            share: None,
+            seen: HashMap::new(),
         }
     }
 
@@ -157,6 +166,39 @@ impl FaultRule {
         self
     }
 
+    /// Only a seeded share (`fraction`, in [0, 1]) of the requests it matches: a request is
+    /// taken when a draw of (seed, rule, verb and object, how many such requests came before)
+    /// falls below the share, so a run that makes the same requests sees the same faults,
+    /// however its clients interleave.
+    #[must_use]
+    pub fn share(mut self, fraction: f64, seed: u64) -> Self {
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a fraction clamped to [0, 1], times a million"
+        )]
+        let ppm = (fraction.clamp(0.0, 1.0) * 1_000_000.0).round() as u32;
+        self.share = Some((seed, ppm));
+        self
+    }
+
+    /// Whether this matching request is in the rule's share (counts it).
+    fn drawn(&mut self, index: usize, request: &RequestRecord) -> bool {
+        let Some((seed, ppm)) = self.share else {
+            return true;
+        };
+        let key = format!(
+            "{} {} {}",
+            request.verb,
+            request.path,
+            request.subresource.as_deref().unwrap_or_default()
+        );
+        let seen = self.seen.entry(key.clone()).or_default();
+        *seen += 1;
+        let parts: [&[u8]; 3] = [&index.to_le_bytes(), key.as_bytes(), &seen.to_le_bytes()];
+        unit_draw(seed, &parts) * 1_000_000.0 < f64::from(ppm)
+    }
+
     /// Match only the next `n` requests, then stop.
     #[must_use]
     pub fn times(mut self, n: usize) -> Self {
@@ -192,6 +234,8 @@ pub(crate) struct FaultOutcome {
 #[derive(Debug, Default)]
 pub struct Faults {
     rules: Mutex<Vec<FaultRule>>,
+    /// Requests a rule delayed or failed so far.
+    injected: AtomicUsize,
 }
 
 impl Faults {
@@ -220,11 +264,22 @@ impl Faults {
             .len()
     }
 
+    /// Requests a rule delayed or failed so far.
+    #[must_use]
+    pub fn injected(&self) -> usize {
+        self.injected.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn check(&self, request: &RequestRecord) -> FaultOutcome {
         let mut rules = self.rules.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(index) = rules.iter().position(|r| r.matches(request)) else {
+        let Some(index) = rules
+            .iter_mut()
+            .enumerate()
+            .position(|(index, r)| r.matches(request) && r.drawn(index, request))
+        else {
             return FaultOutcome::default();
         };
+        self.injected.fetch_add(1, Ordering::Relaxed);
         let rule = &mut rules[index];
         let outcome = FaultOutcome {
             delay: rule.delay,
@@ -339,5 +394,23 @@ mod tests {
         assert!(faults.check(&request(Verb::Watch, "pods")).error.is_some());
         assert!(faults.check(&request(Verb::Watch, "pods")).error.is_none());
         assert_eq!(faults.active(), 0);
+    }
+
+    #[test]
+    fn a_shared_rule_takes_a_seeded_share_of_its_requests() {
+        let outcomes = || {
+            let faults = Faults::default();
+            faults.inject(FaultRule::fail(500).on(Verb::List).share(0.25, 4));
+            let taken: Vec<bool> = (0..2_000)
+                .map(|_| faults.check(&request(Verb::List, "pods")).error.is_some())
+                .collect();
+            assert!(faults.check(&request(Verb::Get, "pods")).error.is_none());
+            assert_eq!(faults.injected(), taken.iter().filter(|t| **t).count());
+            taken
+        };
+        let taken = outcomes();
+        let failed = taken.iter().filter(|t| **t).count();
+        assert!((400..600).contains(&failed), "{failed} of 2000");
+        assert_eq!(outcomes(), taken, "the same seed takes the same requests");
     }
 }
