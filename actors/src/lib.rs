@@ -6,6 +6,7 @@ pub mod deps;
 pub mod disruption;
 pub mod garbage_collection;
 pub mod interruption;
+pub mod jitter;
 pub mod kwok;
 pub mod logs;
 pub mod messages;

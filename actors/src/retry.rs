@@ -78,10 +78,10 @@ impl RetryPolicy {
             .with_min_delay(self.min_delay)
             .with_max_delay(self.max_delay)
             .with_max_times(self.max_attempts.saturating_sub(1));
-        if self.jitter {
-            builder.with_jitter()
-        } else {
-            builder
+        match (self.jitter, crate::jitter::next_jitter_seed()) {
+            (true, Some(seed)) => builder.with_jitter().with_jitter_seed(seed),
+            (true, None) => builder.with_jitter(),
+            (false, _) => builder,
         }
     }
 

@@ -36,6 +36,7 @@ use futures::{FutureExt as _, StreamExt as _};
 use karpenter_actors::cluster_index::Indexed;
 use karpenter_actors::metrics::ClusterStateMetrics;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
@@ -606,7 +607,7 @@ async fn follow<K: Watched>(
     let client = api.clone().into_client();
     let mut reported: HashSet<(String, String)> = HashSet::new();
     // The reflector's work, done here so the index follows each event right after the store.
-    let stream = watcher::watcher(api, config).default_backoff();
+    let stream = watcher::watcher(api, config).backoff(watch_backoff());
     let mut stream = std::pin::pin!(stream);
     let mut before_relist: Vec<Arc<K>> = Vec::new();
     while let Some(event) = stream.next().await {
@@ -670,4 +671,19 @@ async fn follow<K: Watched>(
             }
         }
     }
+}
+
+/// kube-runtime's default watch backoff (800 ms doubling to 30 s, with jitter, reset after two
+/// quiet minutes), its jitter drawn from [`karpenter_actors::jitter`] so a simulation replays.
+fn watch_backoff() -> ResetTimerBackoff<watcher::ExponentialBackoff> {
+    let mut builder = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(800))
+        .with_max_delay(Duration::from_secs(30))
+        .with_factor(2.0)
+        .without_max_times()
+        .with_jitter();
+    if let Some(seed) = karpenter_actors::jitter::next_jitter_seed() {
+        builder = builder.with_jitter_seed(seed);
+    }
+    ResetTimerBackoff::new(builder.into(), Duration::from_secs(120))
 }
