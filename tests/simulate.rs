@@ -12,6 +12,8 @@
 
 #[path = "simulate/chaos.rs"]
 mod chaos;
+#[path = "simulate/chaos_proofs.rs"]
+mod chaos_proofs;
 #[path = "simulate/disruption.rs"]
 mod disruption;
 #[path = "simulate/extremes.rs"]

@@ -12,6 +12,8 @@
 //!   kubelet   instances -> Nodes (registration, Ready, startup taints), pods Running
 //!   binder    the kube-scheduler: pods -> bindings on Ready nodes, or Unschedulable
 //!   report    what a run measured -> table or JSON
+//!   chaos     a scenario under seeded faults (actors, AWS, API server, restarts) and the
+//!             proofs checked after it
 //! ```
 //!
 //! [`cluster_only`] serves the same cluster without the daemon and kwok (`simulate --serve ADDR
@@ -19,6 +21,7 @@
 //! against moto.
 
 pub mod binder;
+pub mod chaos;
 pub mod clock;
 pub mod cluster;
 pub mod cluster_only;

@@ -135,7 +135,9 @@ pub fn kwok_operation(service: AwsService, operation: &str) -> Result<&'static s
         })
 }
 
-fn port_service(service: AwsService) -> PortService {
+/// The port's name of a scenario's AWS service.
+#[must_use]
+pub fn port_service(service: AwsService) -> PortService {
     match service {
         AwsService::Ec2 => PortService::Ec2,
         AwsService::Sqs => PortService::Sqs,

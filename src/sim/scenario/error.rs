@@ -39,6 +39,8 @@ pub enum SimulationError {
     Version(#[source] VersionSourceError),
     #[error(transparent)]
     UnsupportedVersion(VersionError),
+    #[error("building the chaos plan")]
+    Chaos(#[source] karpenter_actors::runtime::FaultPlanError),
 }
 
 impl From<DaemonError> for SimulationError {
@@ -63,6 +65,7 @@ impl SimulationError {
             Self::Discovery(error) => error.category(),
             Self::Version(error) => error.category(),
             Self::UnsupportedVersion(error) => error.category(),
+            Self::Chaos(error) => error.category(),
         }
     }
 }

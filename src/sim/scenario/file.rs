@@ -404,6 +404,16 @@ pub enum AwsService {
 }
 
 impl AwsService {
+    /// Every service, in the order of the file format's names.
+    pub const ALL: [Self; 6] = [
+        Self::Ec2,
+        Self::Sqs,
+        Self::Iam,
+        Self::Ssm,
+        Self::Pricing,
+        Self::EventBridge,
+    ];
+
     const NAMES: [(&'static str, Self); 6] = [
         ("ec2", Self::Ec2),
         ("sqs", Self::Sqs),

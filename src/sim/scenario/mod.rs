@@ -42,7 +42,7 @@ pub use error::SimulationError;
 pub use file::{Scenario, ScenarioError};
 pub use harness::{HARNESS_TICK, SPOT_RECLAIM_AFTER};
 pub use load::LoadedScenario;
-pub use run::{Pace, ProgressSink, RunOptions, run, simulate};
+pub use run::{Pace, ProgressSink, RunOptions, on_runtime, run, simulate};
 pub(crate) use serve::write_kubeconfig;
 pub use serve::{ServeOptions, Served};
 pub use simulation::Simulation;

@@ -59,14 +59,24 @@ impl RunOptions<'_> {
 /// Runs the scenario to its end (or until stopped) on this thread; builds its own runtime, so
 /// call it outside any.
 pub fn run(loaded: LoadedScenario, options: RunOptions<'_>) -> Result<Report, SimulationError> {
+    let pace = options.pace;
+    on_runtime(pace, simulate(loaded, options))?
+}
+
+/// Runs `work` to its end inside an actix System on a current-thread tokio runtime (paused for
+/// [`Pace::Fast`]), as a simulation needs; call it outside any runtime.
+pub fn on_runtime<F: std::future::Future>(
+    pace: Pace,
+    work: F,
+) -> Result<F::Output, SimulationError> {
     let mut builder = tokio::runtime::Builder::new_current_thread();
     builder.enable_all();
-    if options.pace == Pace::Fast {
+    if pace == Pace::Fast {
         builder.start_paused(true);
     }
     let runtime = builder.build().map_err(SimulationError::Runtime)?;
     let system = actix::System::with_tokio_rt(move || runtime);
-    system.block_on(simulate(loaded, options))
+    Ok(system.block_on(work))
 }
 
 /// The run itself (inside the actix System of [`run`]).

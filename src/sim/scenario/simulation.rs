@@ -17,7 +17,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_actors::ports::cluster_view::ClusterView;
-use karpenter_actors::runtime::ActorKit;
+use karpenter_actors::runtime::{ActorKit, FaultPlan};
 use karpenter_core::apis::{EC2NodeClass, NodePool};
 use karpenter_core::domain::version::KubernetesVersion;
 use kube::api::PostParams;
@@ -126,6 +126,8 @@ impl<'a> Simulation<'a> {
     ) -> Result<Self, SimulationError> {
         let clock = SimClock::at_epoch();
         let scenario = &loaded.scenario;
+        // Retries and restarts back off with seeded jitter: a run with faults replays.
+        karpenter_actors::jitter::seed_jitter(scenario.seed);
         let emulator = Emulator::with_config(EmulatorConfig {
             seed: scenario.seed,
             clock: clock.for_emulator(),
@@ -315,10 +317,17 @@ impl<'a> Simulation<'a> {
         let mut injected = 0;
         let mut dropped = 0;
         let mut disruptions = Vec::new();
+        // Daemons restarted from the same scenario share its fault plan: count each plan once.
+        let mut plans: Vec<*const FaultPlan> = Vec::new();
         for daemon in &self.daemons {
             disruptions.extend(daemon.disruption_history().await);
             registries.extend(daemon.registries());
-            injected += daemon.kit().faults().map_or(0, |f| f.injected().len());
+            if let Some(plan) = daemon.kit().faults()
+                && !plans.contains(&std::ptr::from_ref(plan))
+            {
+                plans.push(std::ptr::from_ref(plan));
+                injected += plan.injected().len();
+            }
             dropped += daemon.dropped_changes();
         }
         let mut report = self
