@@ -18,6 +18,8 @@ mod disruption;
 mod extremes;
 #[path = "simulate/harness.rs"]
 mod harness;
+#[path = "simulate/interruption.rs"]
+mod interruption;
 #[path = "simulate/lifecycle.rs"]
 mod lifecycle;
 #[path = "simulate/runs.rs"]

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, NodeCondition, Pod};
 use karpenter::emulator::{Emulator, EmulatorConfig};
 use karpenter::kube::ingress::ClusterIngress;
 use karpenter::sim::binder::FakeScheduler;
@@ -265,4 +265,135 @@ pub fn commands(report: &Report) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// A one-pool cluster as upstream's e2e suites build it (`env.DefaultNodePool`, a
+/// `coretest.Deployment`), written as a scenario: kwok's quick timings, the pool `default` over
+/// the class `default`, the `requirements` (YAML flow maps), the pool's `disruption` (YAML lines
+/// at 8 spaces), the `workloads` (YAML list items at 2 spaces) and `top`-level fields
+/// (`featureGates`, `interruptions`, ...).
+#[derive(Debug, Clone)]
+pub struct PoolScenario<'a> {
+    pub duration: &'a str,
+    pub requirements: &'a [&'a str],
+    pub disruption: &'a str,
+    pub workloads: &'a str,
+    pub top: &'a str,
+}
+
+impl Default for PoolScenario<'_> {
+    fn default() -> Self {
+        Self {
+            duration: "30m",
+            requirements: &[],
+            disruption: "        consolidateAfter: Never\n",
+            workloads: "",
+            top: "",
+        }
+    }
+}
+
+/// The name of [`PoolScenario`]'s NodePool and EC2NodeClass.
+pub const POOL: &str = "default";
+
+impl PoolScenario<'_> {
+    pub fn yaml(&self) -> String {
+        let requirements: String = self
+            .requirements
+            .iter()
+            .map(|r| format!("            - {r}\n"))
+            .collect();
+        format!(
+            r"name: upstream-suite
+seed: 18
+duration: {duration}
+progressEvery: 1h
+kwok:
+  launchLatency: 10s
+  registrationDelay: 10s
+  readyDelay: 5s
+  startupTaintDelay: 5s
+nodePools:
+  - apiVersion: karpenter.sh/v1
+    kind: NodePool
+    metadata:
+      name: {POOL}
+    spec:
+      template:
+        spec:
+          nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: {POOL}}}
+          requirements:
+{requirements}      disruption:
+{disruption}ec2NodeClasses:
+  - apiVersion: karpenter.k8s.aws/v1
+    kind: EC2NodeClass
+    metadata:
+      name: {POOL}
+    spec:
+      role: KarpenterNodeRole-simulated
+      amiSelectorTerms:
+        - alias: al2023@latest
+      subnetSelectorTerms:
+        - tags:
+            karpenter.sh/discovery: simulated
+      securityGroupSelectorTerms:
+        - tags:
+            karpenter.sh/discovery: simulated
+workloads:
+{workloads}{top}",
+            duration = self.duration,
+            disruption = self.disruption,
+            workloads = self.workloads,
+            top = self.top,
+        )
+    }
+
+    pub fn load(&self) -> LoadedScenario {
+        let yaml = self.yaml();
+        LoadedScenario::from_yaml(&yaml, None).unwrap_or_else(|e| panic!("{e}\n{yaml}"))
+    }
+}
+
+/// The node, if it exists: `Some(deleting)`.
+pub async fn node_state(sim: &Simulation<'_>, node: &str) -> Option<bool> {
+    Api::<Node>::all(sim.client())
+        .get_opt(node)
+        .await
+        .unwrap()
+        .map(|n| n.metadata.deletion_timestamp.is_some())
+}
+
+/// Steps the simulation second by second until the node is deleting or gone; how long that
+/// took, or `None` after `limit`.
+pub async fn until_node_deleting(
+    sim: &mut Simulation<'_>,
+    node: &str,
+    limit: Duration,
+) -> Option<Duration> {
+    let from = sim.now();
+    loop {
+        if node_state(sim, node).await != Some(false) {
+            return Some(sim.now() - from);
+        }
+        if sim.now() - from >= limit {
+            return None;
+        }
+        assert!(
+            sim.advance(Duration::from_secs(1)).await,
+            "the scenario ended"
+        );
+    }
+}
+
+/// The reasons of the Kubernetes events about the object named `name` (a Node or NodeClaim).
+pub async fn event_reasons(sim: &Simulation<'_>, name: &str) -> BTreeSet<String> {
+    Api::<Event>::all(sim.client())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .filter_map(|e| e.reason)
+        .collect()
 }
