@@ -12,6 +12,8 @@
 
 #[path = "simulate/chaos.rs"]
 mod chaos;
+#[path = "simulate/consolidation.rs"]
+mod consolidation;
 #[path = "simulate/disruption.rs"]
 mod disruption;
 #[path = "simulate/extremes.rs"]

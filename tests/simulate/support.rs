@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Event, Node, NodeCondition, Pod};
 use karpenter::emulator::{Emulator, EmulatorConfig};
 use karpenter::kube::ingress::ClusterIngress;
 use karpenter::sim::binder::FakeScheduler;
-use karpenter::sim::clock::SimClock;
+use karpenter::sim::clock::{SIMULATION_EPOCH_SECONDS, SimClock};
 use karpenter::sim::kubelet::{FakeKubelet, KubeletConfig, KubeletDeps};
 use karpenter::sim::report::Report;
 use karpenter::sim::scenario::{LoadedScenario, Simulation};
@@ -22,9 +22,10 @@ use karpenter_actors::ports::cloud_provider::parse_provider_id;
 use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::ports::ec2::InstanceState;
 use karpenter_actors::testing::on_paused_clock;
-use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::conditions::ConditionStatus;
+use karpenter_core::apis::{NodeClaim, NodePool};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde::de::DeserializeOwned;
 
 pub const REGION: &str = "us-west-2";
@@ -385,8 +386,9 @@ pub async fn until_node_deleting(
     }
 }
 
-/// The reasons of the Kubernetes events about the object named `name` (a Node or NodeClaim).
-pub async fn event_reasons(sim: &Simulation<'_>, name: &str) -> BTreeSet<String> {
+/// The reasons and messages of the Kubernetes events about the object named `name` (a Node or
+/// NodeClaim).
+pub async fn events_about(sim: &Simulation<'_>, name: &str) -> Vec<(String, String)> {
     Api::<Event>::all(sim.client())
         .list(&ListParams::default())
         .await
@@ -394,6 +396,126 @@ pub async fn event_reasons(sim: &Simulation<'_>, name: &str) -> BTreeSet<String>
         .items
         .into_iter()
         .filter(|e| e.involved_object.name.as_deref() == Some(name))
-        .filter_map(|e| e.reason)
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
         .collect()
+}
+
+/// The reasons of [`events_about`] the object.
+pub async fn event_reasons(sim: &Simulation<'_>, name: &str) -> BTreeSet<String> {
+    events_about(sim, name)
+        .await
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect()
+}
+
+pub fn has_taint(node: &Node, key: &str) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == key))
+}
+
+pub fn label_of<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
+}
+
+pub fn condition_is_true(claim: &NodeClaim, kind: &str) -> bool {
+    claim.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == kind && c.status == ConditionStatus::True)
+    })
+}
+
+/// Whether the node is of the NodePool [`POOL`].
+pub fn of_pool(node: &Node) -> bool {
+    label_of(node, "karpenter.sh/nodepool") == Some(POOL)
+}
+
+/// One line per node: name, type, age, Ready, deleting, taints.
+pub fn describe(nodes: &[Node]) -> String {
+    nodes
+        .iter()
+        .map(|n| {
+            format!(
+                "  {} {:?} created {}s ready {:?} deleting {} {:?}",
+                n.metadata.name.as_deref().unwrap_or_default(),
+                label_of(n, "node.kubernetes.io/instance-type"),
+                n.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map_or(0, |t| t.0.as_second() - SIMULATION_EPOCH_SECONDS),
+                ready_condition(n).map(|c| c.status.clone()),
+                n.metadata.deletion_timestamp.is_some(),
+                taint_keys(n),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Steps the simulation second by second for `span` (or to its end), checking each second
+/// that the pool's disrupting nodes stay within `budget(nodes counted)`; the most disrupting
+/// at once, or what broke the budget.
+pub async fn disrupting_within_budget(
+    sim: &mut Simulation<'_>,
+    budget: impl Fn(usize) -> usize,
+    span: Duration,
+) -> Result<usize, String> {
+    // Karpenter's count (`BuildDisruptionBudgetMapping`): the pool's initialized nodes,
+    // leaving out those whose NodeClaim is `InstanceTerminating` (drained, the instance
+    // deleted: the Node only waits for EC2's shutdown and no longer consumes the budget);
+    // of them, those disrupting: tainted `karpenter.sh/disrupted`, deleting or not Ready.
+    let mut most_disrupting = 0;
+    let until = sim.now().saturating_add(span);
+    while sim.now() < until {
+        let pool: Vec<Node> = nodes(sim).await.into_iter().filter(of_pool).collect();
+        let terminating: BTreeSet<String> = nodeclaims(sim)
+            .await
+            .iter()
+            .filter(|c| condition_is_true(c, "InstanceTerminating"))
+            .filter_map(|c| c.status.as_ref().and_then(|s| s.node_name.clone()))
+            .collect();
+        let counted: Vec<&Node> = pool
+            .iter()
+            .filter(|n| label_of(n, "karpenter.sh/initialized") == Some("true"))
+            .filter(|n| !terminating.contains(n.metadata.name.as_deref().unwrap_or_default()))
+            .collect();
+        let disrupting = counted
+            .iter()
+            .filter(|n| {
+                has_taint(n, "karpenter.sh/disrupted")
+                    || n.metadata.deletion_timestamp.is_some()
+                    || ready_condition(n).map(|c| c.status.as_str()) != Some("True")
+            })
+            .count();
+        let budget = budget(counted.len());
+        if disrupting > budget {
+            return Err(format!(
+                "at {:?}: {disrupting} of {} nodes disrupting, budget {budget}; the pool \
+                 (instance terminating: {terminating:?}):\n{}",
+                sim.now(),
+                counted.len(),
+                describe(&pool),
+            ));
+        }
+        most_disrupting = most_disrupting.max(disrupting);
+        if !sim.advance(Duration::from_secs(1)).await {
+            break;
+        }
+    }
+    Ok(most_disrupting)
+}
+
+/// Merge-patches the NodePool [`POOL`], as `kubectl patch --type merge` does.
+pub async fn patch_pool(sim: &Simulation<'_>, patch: serde_json::Value) {
+    Api::<NodePool>::all(sim.client())
+        .patch(POOL, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
 }
