@@ -28,6 +28,8 @@ mod lifecycle;
 mod runs;
 #[path = "simulate/scenario_files.rs"]
 mod scenario_files;
+#[path = "simulate/scheduling.rs"]
+mod scheduling;
 #[path = "simulate/spec_over_time.rs"]
 mod spec_over_time;
 #[path = "simulate/support.rs"]

@@ -276,6 +276,10 @@ pub fn commands(report: &Report) -> String {
 #[derive(Debug, Clone)]
 pub struct PoolScenario<'a> {
     pub duration: &'a str,
+    /// The pool's `spec.template.metadata` (YAML lines at 8 spaces).
+    pub template_metadata: &'a str,
+    /// The class's `amiSelectorTerms` alias.
+    pub alias: &'a str,
     pub requirements: &'a [&'a str],
     pub disruption: &'a str,
     pub workloads: &'a str,
@@ -286,6 +290,8 @@ impl Default for PoolScenario<'_> {
     fn default() -> Self {
         Self {
             duration: "30m",
+            template_metadata: "",
+            alias: "al2023@latest",
             requirements: &[],
             disruption: "        consolidateAfter: Never\n",
             workloads: "",
@@ -321,7 +327,7 @@ nodePools:
       name: {POOL}
     spec:
       template:
-        spec:
+{template_metadata}        spec:
           nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: {POOL}}}
           requirements:
 {requirements}      disruption:
@@ -333,7 +339,7 @@ nodePools:
     spec:
       role: KarpenterNodeRole-simulated
       amiSelectorTerms:
-        - alias: al2023@latest
+        - alias: {alias}
       subnetSelectorTerms:
         - tags:
             karpenter.sh/discovery: simulated
@@ -343,6 +349,8 @@ nodePools:
 workloads:
 {workloads}{top}",
             duration = self.duration,
+            template_metadata = self.template_metadata,
+            alias = self.alias,
             disruption = self.disruption,
             workloads = self.workloads,
             top = self.top,
