@@ -16,7 +16,7 @@ use karpenter::sim::clock::SimClock;
 use karpenter::sim::scenario::{LoadedScenario, Simulation};
 use karpenter::sim::world::{KwokAws, KwokAwsConfig};
 use karpenter_actors::ports::cloud_provider::parse_provider_id;
-use karpenter_actors::ports::ec2::Instance;
+use karpenter_actors::ports::ec2::{Instance, Subnet};
 use serde_json::json;
 
 use super::support::{
@@ -199,10 +199,9 @@ fn well_known_labels_select_the_instance_type() {
     });
 }
 
-/// `Scheduling / Labels / It("should support well-known labels for zone id selection")`: the
-/// zone id of kwok's first discovered subnet; the node lands in that subnet's zone.
-#[test]
-fn the_zone_id_label_selects_the_zone() {
+/// kwok's discovered subnets, one per zone, as upstream's `env.GetSubnetInfo` (kwok's account
+/// is the same in every simulation of the region).
+fn subnets() -> Vec<Subnet> {
     let world = KwokAws::new(
         &KwokAwsConfig {
             region: REGION.into(),
@@ -212,7 +211,23 @@ fn the_zone_id_label_selects_the_zone() {
         Arc::new(SimClock::at_epoch()),
     )
     .unwrap();
-    let subnet = world.ec2.subnets()[0].clone();
+    let mut subnets = world.ec2.subnets().to_vec();
+    subnets.dedup_by(|a, b| a.zone == b.zone);
+    subnets
+}
+
+fn zone_of(node: &Node) -> (Option<&str>, Option<&str>) {
+    (
+        label_of(node, "topology.kubernetes.io/zone"),
+        label_of(node, "topology.k8s.aws/zone-id"),
+    )
+}
+
+/// `Scheduling / Labels / It("should support well-known labels for zone id selection")`: the
+/// zone id of the first subnet; the node lands in that subnet's zone.
+#[test]
+fn the_zone_id_label_selects_the_zone() {
+    let subnet = subnets().remove(0);
     in_simulation(|| async {
         let zone_id = [requirement(
             "topology.k8s.aws/zone-id",
@@ -221,13 +236,69 @@ fn the_zone_id_label_selects_the_zone() {
         )];
         let node = one_node_selecting(&[], &zone_id, flexible()).await;
         assert_eq!(
-            label_of(&node, "topology.kubernetes.io/zone"),
-            Some(subnet.zone.as_str())
+            zone_of(&node),
+            (Some(subnet.zone.as_str()), Some(subnet.zone_id.as_str()))
         );
+    });
+}
+
+/// `Scheduling / Provisioning / It("should provision a node for a pod with overlapping zone and
+/// zone-id requirements")`: zones of subnets 0 and 1, zone ids of subnets 1 and 2: subnet 1.
+#[test]
+fn overlapping_zone_and_zone_id_requirements_get_the_zone_in_both() {
+    let subnets = subnets();
+    assert!(subnets.len() >= 3);
+    in_simulation(|| async {
+        let zones: Vec<&str> = subnets[0..2].iter().map(|s| s.zone.as_str()).collect();
+        let ids: Vec<&str> = subnets[1..3].iter().map(|s| s.zone_id.as_str()).collect();
+        let requirements = [
+            requirement("topology.kubernetes.io/zone", "In", &zones),
+            requirement("topology.k8s.aws/zone-id", "In", &ids),
+        ];
+        let node = one_node_for(&[], &requirements, flexible()).await;
         assert_eq!(
-            label_of(&node, "topology.k8s.aws/zone-id"),
-            Some(subnet.zone_id.as_str())
+            zone_of(&node),
+            (
+                Some(subnets[1].zone.as_str()),
+                Some(subnets[1].zone_id.as_str())
+            )
         );
+    });
+}
+
+/// `Scheduling / Provisioning / It("should provision nodes for pods with zone-id requirements
+/// in the correct zone")`: one pod per subnet requiring its zone id and, through a label the
+/// pool allows (`expected-zone-label Exists`), saying which zone that is.
+#[test]
+fn pods_requiring_a_zone_id_each_get_a_node_in_that_zone() {
+    let subnets = subnets();
+    in_simulation(|| async {
+        let workloads: String = subnets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let requirements = [
+                    requirement("expected-zone-label", "In", &[s.zone.as_str()]),
+                    requirement("topology.k8s.aws/zone-id", "In", &[s.zone_id.as_str()]),
+                ];
+                workload(&format!("zone-{i}"), 1, &node_affinity(&[], &requirements))
+            })
+            .collect();
+        let scenario = PoolScenario {
+            requirements: &["{key: expected-zone-label, operator: Exists}"],
+            workloads: &workloads,
+            ..PoolScenario::default()
+        };
+        let (nodes, _) = settled(scenario.load()).await;
+        assert_eq!(nodes.len(), subnets.len(), "{}", describe(&nodes));
+        for node in &nodes {
+            let expected = label_of(node, "expected-zone-label").expect("the pod's label");
+            let subnet = subnets.iter().find(|s| s.zone == expected).unwrap();
+            assert_eq!(
+                zone_of(node),
+                (Some(subnet.zone.as_str()), Some(subnet.zone_id.as_str()))
+            );
+        }
     });
 }
 
@@ -457,5 +528,67 @@ fn arm64_and_amd64_pods_get_a_node_of_their_architecture_each() {
 fn spot_and_on_demand_pods_get_a_node_of_their_capacity_type_each() {
     in_simulation(|| async {
         one_node_per_value("karpenter.sh/capacity-type", &["spot", "on-demand"]).await;
+    });
+}
+
+/// Upstream's accelerated-label tests: the selected labels with the `al2@latest` alias
+/// ("accelerated AMIs aren't yet available" for AL2023 there).
+async fn accelerated_node(selector: &[(&str, &str)]) -> Node {
+    let scenario = PoolScenario {
+        alias: "al2@latest",
+        ..flexible()
+    };
+    one_node_selecting(selector, &[], scenario).await
+}
+
+/// `Scheduling / Labels / It("should support well-known labels for a gpu (nvidia)")`.
+#[test]
+fn gpu_labels_select_an_nvidia_t4_instance() {
+    in_simulation(|| async {
+        accelerated_node(&[
+            ("karpenter.k8s.aws/instance-gpu-name", "t4"),
+            ("karpenter.k8s.aws/instance-gpu-memory", "16384"),
+            ("karpenter.k8s.aws/instance-gpu-manufacturer", "nvidia"),
+            ("karpenter.k8s.aws/instance-gpu-count", "1"),
+        ])
+        .await;
+    });
+}
+
+/// `Scheduling / Labels / It("should support well-known labels for an accelerator
+/// (inferentia2)")`.
+#[test]
+fn accelerator_labels_select_an_inferentia_instance() {
+    in_simulation(|| async {
+        accelerated_node(&[
+            ("karpenter.k8s.aws/instance-accelerator-name", "inferentia"),
+            ("karpenter.k8s.aws/instance-accelerator-manufacturer", "aws"),
+            ("karpenter.k8s.aws/instance-accelerator-count", "1"),
+        ])
+        .await;
+    });
+}
+
+/// `Scheduling / Labels / It("should support well-known labels for windows-build version")`:
+/// a Windows Server 2022 pool (`windows2022@latest`, `kubernetes.io/os In windows`). Upstream's
+/// IPAM setup is the VPC resource controller's, which the simulation has no need of.
+#[test]
+fn the_windows_build_label_selects_a_windows_2022_node() {
+    in_simulation(|| async {
+        let requirements = [
+            FLEXIBLE[0],
+            FLEXIBLE[1],
+            r#"{key: kubernetes.io/os, operator: In, values: ["windows"]}"#,
+        ];
+        let scenario = PoolScenario {
+            alias: "windows2022@latest",
+            requirements: &requirements,
+            ..PoolScenario::default()
+        };
+        let selector = [
+            ("node.kubernetes.io/windows-build", "10.0.20348"),
+            ("kubernetes.io/os", "windows"),
+        ];
+        one_node_selecting(&selector, &[], scenario).await;
     });
 }
