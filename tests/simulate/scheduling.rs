@@ -459,6 +459,20 @@ fn a_self_affine_deployment_gets_one_node() {
     });
 }
 
+/// `Utilization / It("should provision one pod per node")` (kubernetes-sigs
+/// `test/suites/regression/intagration_test.go`): 100 `karpenter.sh/do-not-disrupt` pods with
+/// required hostname anti-affinity get 100 nodes. (Upstream also sizes each pod at 1800m less
+/// the DaemonSet overhead; the anti-affinity alone makes the count.)
+#[test]
+fn one_hundred_anti_affine_pods_get_one_hundred_nodes() {
+    in_simulation(|| async {
+        let extra = hostname_affinity("podAntiAffinity", "app")
+            + "    annotations: {karpenter.sh/do-not-disrupt: \"true\"}\n";
+        let (nodes, _) = nodes_for(&[("app", 100, extra)]).await;
+        assert_eq!(nodes.len(), 100);
+    });
+}
+
 /// Not an upstream `It` of these suites (the consolidation budget tests' setup): required
 /// hostname anti-affinity puts each of three pods on a node of its own.
 #[test]
