@@ -24,6 +24,8 @@ mod harness;
 mod interruption;
 #[path = "simulate/lifecycle.rs"]
 mod lifecycle;
+#[path = "simulate/perf.rs"]
+mod perf;
 #[path = "simulate/runs.rs"]
 mod runs;
 #[path = "simulate/scenario_files.rs"]
