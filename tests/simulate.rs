@@ -16,6 +16,8 @@ mod chaos;
 mod consolidation;
 #[path = "simulate/disruption.rs"]
 mod disruption;
+#[path = "simulate/drift.rs"]
+mod drift;
 #[path = "simulate/extremes.rs"]
 mod extremes;
 #[path = "simulate/harness.rs"]

@@ -10,14 +10,14 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use karpenter::sim::report::Report;
 use karpenter::sim::scenario::{LoadedScenario, Simulation};
 use karpenter_core::domain::resources::parse_millis;
 use serde_json::json;
 
 use super::support::{
-    PoolScenario, commands, describe, disrupting_within_budget, in_simulation, label_of,
-    live_instances, nodes, of_pool, patch_pool,
+    PoolScenario, advance_to, at_most_disrupting, commands, describe, disrupting_within_budget,
+    hostname_affinity, in_simulation, label_of, live_instances, patch_pool, pool_nodes, succeeded,
+    workload,
 };
 
 const ON_DEMAND: &str = r#"{key: karpenter.sh/capacity-type, operator: In, values: ["on-demand"]}"#;
@@ -34,21 +34,6 @@ const UNTIL_NONE_LEFT: Duration = Duration::from_mins(10);
 /// When the scale-downs happen: every node of the first step registered and Ready.
 const SCALE_DOWN_AT: Duration = Duration::from_mins(3);
 
-/// A workload (scenario YAML list item) of `cpu` per pod with `steps`, and `extra` fields
-/// (YAML lines at 4 spaces).
-fn workload(name: &str, cpu: &str, steps: &str, extra: &str) -> String {
-    format!(
-        "  - name: {name}\n    requests: {{cpu: \"{cpu}\", memory: 256Mi}}\n{extra}    steps: {steps}\n"
-    )
-}
-
-/// Required hostname anti-affinity between a workload's pods: one pod per node.
-fn one_per_node(app: &str) -> String {
-    format!(
-        "    affinity: {{podAntiAffinity: {{requiredDuringSchedulingIgnoredDuringExecution: [{{labelSelector: {{matchLabels: {{app: {app}}}}}, topologyKey: kubernetes.io/hostname}}]}}}}\n"
-    )
-}
-
 /// Upstream's hostname spread (`maxSkew: 1`, `DoNotSchedule`) over a workload's pods.
 const HOSTNAME_SPREAD: &str = "    topologySpreadConstraints: [{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}]\n";
 
@@ -64,44 +49,11 @@ fn five_nodes_made_empty(budgets: &str) -> LoadedScenario {
             "app",
             "1",
             "[{at: 0s, replicas: 5}, {at: 3m, replicas: 1}]",
-            &one_per_node("app"),
+            &hostname_affinity("podAntiAffinity", "app"),
         ),
         ..PoolScenario::default()
     }
     .load()
-}
-
-/// The pool's nodes that are not being deleted.
-async fn pool_nodes(sim: &Simulation<'_>) -> Vec<Node> {
-    nodes(sim)
-        .await
-        .into_iter()
-        .filter(|n| of_pool(n) && n.metadata.deletion_timestamp.is_none())
-        .collect()
-}
-
-async fn advance_to(sim: &mut Simulation<'_>, at: Duration) {
-    let by = at.checked_sub(sim.now()).expect("not in the past");
-    assert!(sim.advance(by).await, "the scenario ended before {at:?}");
-}
-
-/// Runs upstream's `ConsistentlyExpectDisruptionsUntilNoneLeft(nodes, max, 10m)` from now:
-/// never more than `max` of the pool's nodes disrupting at once; the most seen at once.
-async fn at_most_disrupting(sim: &mut Simulation<'_>, max: usize) -> usize {
-    match disrupting_within_budget(sim, |_| max, UNTIL_NONE_LEFT).await {
-        Ok(most) => most,
-        Err(why) => panic!("{why}"),
-    }
-}
-
-/// Commands of `decision` (`delete`, `replace`) for `reason` (`Empty`, `Underutilized`) that
-/// succeeded.
-fn succeeded(report: &Report, decision: &str, reason: &str) -> usize {
-    report
-        .disruptions
-        .iter()
-        .filter(|d| d.decision == decision && d.reason == reason && d.outcome == "succeeded")
-        .count()
 }
 
 /// `Consolidation / Budgets / It("should respect budgets for empty delete consolidation")`:
@@ -115,7 +67,7 @@ fn empty_nodes_are_deleted_at_most_two_at_a_time_under_a_forty_percent_budget() 
                 .unwrap();
         advance_to(&mut sim, SCALE_DOWN_AT).await;
         assert_eq!(pool_nodes(&sim).await.len(), 5, "one node per pod");
-        let most = at_most_disrupting(&mut sim, 2).await;
+        let most = at_most_disrupting(&mut sim, 2, UNTIL_NONE_LEFT).await;
         let left = pool_nodes(&sim).await;
         let report = sim.finish().await;
         assert!(most > 0, "{}", commands(&report));
@@ -140,7 +92,7 @@ fn a_zero_budget_keeps_every_empty_node() {
         advance_to(&mut sim, SCALE_DOWN_AT).await;
         let before = live_instances(&sim);
         assert_eq!(before.len(), 5);
-        let most = at_most_disrupting(&mut sim, 0).await;
+        let most = at_most_disrupting(&mut sim, 0, UNTIL_NONE_LEFT).await;
         assert_eq!(most, 0);
         assert_eq!(live_instances(&sim), before);
         let report = sim.finish().await;
@@ -207,7 +159,7 @@ fn underutilized_nodes_are_deleted_at_most_two_at_a_time_under_a_fifty_percent_b
             json!({"spec": {"disruption": {"consolidateAfter": "0s"}}}),
         )
         .await;
-        let most = at_most_disrupting(&mut sim, 2).await;
+        let most = at_most_disrupting(&mut sim, 2, UNTIL_NONE_LEFT).await;
         let left = pool_nodes(&sim).await;
         let report = sim.finish().await;
         assert!(most > 0, "{}", commands(&report));
@@ -277,7 +229,7 @@ fn underutilized_nodes_are_replaced_at_most_three_at_a_time_under_a_budget_of_th
             json!({"spec": {"disruption": {"consolidateAfter": "0s"}}}),
         )
         .await;
-        let most = at_most_disrupting(&mut sim, 3).await;
+        let most = at_most_disrupting(&mut sim, 3, UNTIL_NONE_LEFT).await;
         let after = pool_nodes(&sim).await;
         let report = sim.finish().await;
         assert!(most > 0, "{}", commands(&report));

@@ -20,7 +20,8 @@ use karpenter_actors::ports::ec2::{Instance, Subnet};
 use serde_json::json;
 
 use super::support::{
-    POOL, PoolScenario, REGION, describe, in_simulation, is_bound, label_of, nodes, pods,
+    self, POOL, PoolScenario, REGION, describe, hostname_affinity, in_simulation, is_bound,
+    label_of, nodes, pods,
 };
 
 /// Upstream's `BeforeEach`: category and generation `Exists`, so every type may be chosen.
@@ -71,10 +72,13 @@ fn as_requirements(selector: &[(&str, &str)]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// A workload (scenario YAML list item) of `replicas` small pods with `extra` fields.
+/// A workload of `replicas` small pods from the start, with `extra` fields.
 fn workload(name: &str, replicas: u32, extra: &str) -> String {
-    format!(
-        "  - name: {name}\n    requests: {{cpu: 100m, memory: 128Mi}}\n{extra}    steps: [{{at: 0s, replicas: {replicas}}}]\n"
+    support::workload(
+        name,
+        "100m",
+        &format!("[{{at: 0s, replicas: {replicas}}}]"),
+        extra,
     )
 }
 
@@ -439,15 +443,6 @@ fn fifty_replicas_get_at_most_two_nodes() {
             describe(&nodes)
         );
     });
-}
-
-/// Required pod (anti-)affinity over hostnames between a workload's pods.
-fn hostname_affinity(kind: &str, app: &str) -> String {
-    let term = json!({"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "kubernetes.io/hostname"});
-    format!(
-        "    affinity: {}\n",
-        json!({kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}})
-    )
 }
 
 /// `Scheduling / Provisioning / It("should provision a node for a self-affinity deployment")`.

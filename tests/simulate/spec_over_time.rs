@@ -19,8 +19,8 @@ use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use super::support::{
-    commands, disrupting_within_budget, in_simulation, is_bound, live_instances, load, nodeclaims,
-    nodes, of_pool, patch_pool, pods, ready_condition,
+    advance_to, commands, disrupting_within_budget, in_simulation, is_bound, live_instances, load,
+    nodeclaims, nodes, of_pool, patch_pool, pods, ready_condition,
 };
 
 const POOL: &str = "default";
@@ -109,12 +109,6 @@ fn instance_id(claim: &NodeClaim) -> Option<String> {
 /// Seconds since the Unix epoch of a Kubernetes time.
 fn seconds(time: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> i64 {
     time.0.as_second()
-}
-
-/// Steps the simulation to `at` (simulated time since the start).
-async fn advance_to(sim: &mut Simulation<'_>, at: Duration) {
-    let by = at.checked_sub(sim.now()).expect("not in the past");
-    assert!(sim.advance(by).await, "the scenario ended before {at:?}");
 }
 
 /// Pods bound to a node and running.

@@ -527,3 +527,57 @@ pub async fn patch_pool(sim: &Simulation<'_>, patch: serde_json::Value) {
         .await
         .unwrap();
 }
+
+/// Steps the simulation to `at` (simulated time since the start).
+pub async fn advance_to(sim: &mut Simulation<'_>, at: Duration) {
+    let by = at.checked_sub(sim.now()).expect("not in the past");
+    assert!(sim.advance(by).await, "the scenario ended before {at:?}");
+}
+
+/// The nodes of the NodePool [`POOL`] that are not being deleted.
+pub async fn pool_nodes(sim: &Simulation<'_>) -> Vec<Node> {
+    nodes(sim)
+        .await
+        .into_iter()
+        .filter(|n| of_pool(n) && n.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+/// A workload (a [`PoolScenario`] YAML list item) of `cpu` per pod with `steps`, and `extra`
+/// fields (YAML lines at 4 spaces).
+pub fn workload(name: &str, cpu: &str, steps: &str, extra: &str) -> String {
+    format!(
+        "  - name: {name}\n    requests: {{cpu: \"{cpu}\", memory: 256Mi}}\n{extra}    steps: {steps}\n"
+    )
+}
+
+/// Required pod affinity (`kind` `podAffinity`) or anti-affinity (`podAntiAffinity`) over
+/// hostnames between the pods labelled `app: <app>`, as workload fields.
+pub fn hostname_affinity(kind: &str, app: &str) -> String {
+    let term = serde_json::json!({
+        "labelSelector": {"matchLabels": {"app": app}},
+        "topologyKey": "kubernetes.io/hostname",
+    });
+    let affinity =
+        serde_json::json!({kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}});
+    format!("    affinity: {affinity}\n")
+}
+
+/// Upstream's `ConsistentlyExpectDisruptionsUntilNoneLeft(nodes, max, span)` from now: never
+/// more than `max` of the pool's nodes disrupting at once; the most seen at once.
+pub async fn at_most_disrupting(sim: &mut Simulation<'_>, max: usize, span: Duration) -> usize {
+    match disrupting_within_budget(sim, |_| max, span).await {
+        Ok(most) => most,
+        Err(why) => panic!("{why}"),
+    }
+}
+
+/// The report's commands of `decision` (`delete`, `replace`) for `reason` (`Empty`,
+/// `Underutilized`, `Drifted`) that succeeded.
+pub fn succeeded(report: &Report, decision: &str, reason: &str) -> usize {
+    report
+        .disruptions
+        .iter()
+        .filter(|d| d.decision == decision && d.reason == reason && d.outcome == "succeeded")
+        .count()
+}
