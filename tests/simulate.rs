@@ -26,6 +26,8 @@ mod harness;
 mod interruption;
 #[path = "simulate/lifecycle.rs"]
 mod lifecycle;
+#[path = "simulate/nodeclaim.rs"]
+mod nodeclaim;
 #[path = "simulate/perf.rs"]
 mod perf;
 #[path = "simulate/runs.rs"]
