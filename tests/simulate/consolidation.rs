@@ -1,5 +1,5 @@
 //! Ports of the AWS provider's consolidation suite (`aws: test/suites/consolidation/suite_test.go`)
-//! over the simulation: budgets for empty delete, non-empty delete and replace consolidation
+//! over the simulation: `lastPodEventTime` following pod changes, budgets for empty delete, non-empty delete and replace consolidation
 //! (checked every simulated second with Karpenter's own count of disrupting nodes), a fully
 //! blocking budget and one blocking during a scheduled window, underutilized nodes deleted and
 //! replaced with smaller ones (on-demand and spot, the e2e environment's
@@ -16,8 +16,8 @@ use serde_json::json;
 
 use super::support::{
     PoolScenario, advance_to, at_most_disrupting, commands, describe, disrupting_within_budget,
-    hostname_affinity, in_simulation, label_of, live_instances, patch_pool, pool_nodes, succeeded,
-    workload,
+    hostname_affinity, in_simulation, label_of, live_instances, nodeclaims, patch_pool, pool_nodes,
+    succeeded, workload,
 };
 
 const ON_DEMAND: &str = r#"{key: karpenter.sh/capacity-type, operator: In, values: ["on-demand"]}"#;
@@ -566,5 +566,49 @@ fn on_demand_nodes_are_replaced_by_spot_ones_once_the_pool_allows_spot() {
             describe(&after),
             commands(&report)
         );
+    });
+}
+
+/// The one NodeClaim's `status.lastPodEventTime`.
+async fn last_pod_event_time(sim: &Simulation<'_>) -> Option<i64> {
+    let claims = nodeclaims(sim).await;
+    assert_eq!(claims.len(), 1);
+    claims[0]
+        .status
+        .as_ref()?
+        .last_pod_event_time
+        .as_ref()
+        .map(|t| t.0.as_second())
+}
+
+/// `Consolidation / LastPodEventTime / It("should update lastPodEventTime when pods are
+/// scheduled and removed")`: five 1-CPU pods on one node (`nodes: "0%"`, consolidation off),
+/// scaled to four then back to five 10 s apart (upstream's wait past the write dedupe): each
+/// change moves the NodeClaim's `lastPodEventTime` within upstream's five seconds.
+#[test]
+fn last_pod_event_time_moves_when_a_pod_leaves_and_when_one_arrives() {
+    in_simulation(|| async {
+        let scenario = PoolScenario {
+            requirements: &[ON_DEMAND, AMD64, C_OR_M],
+            disruption: "        consolidateAfter: Never\n        budgets:\n          - nodes: \"0%\"\n",
+            workloads: &workload(
+                "app",
+                "1",
+                "[{at: 0s, replicas: 5}, {at: 2m, replicas: 4}, {at: 130s, replicas: 5}]",
+                "",
+            ),
+            ..PoolScenario::default()
+        };
+        let mut sim = Simulation::start(scenario.load(), None).await.unwrap();
+        advance_to(&mut sim, Duration::from_mins(2) - Duration::from_secs(1)).await;
+        assert_eq!(pool_nodes(&sim).await.len(), 1, "five pods on one node");
+        let mut last = last_pod_event_time(&sim).await.expect("the pods' binding");
+        for step in [Duration::from_mins(2), Duration::from_secs(130)] {
+            advance_to(&mut sim, step + Duration::from_secs(5)).await;
+            let now = last_pod_event_time(&sim).await.unwrap();
+            assert!(now > last, "at {step:?}: {last} -> {now}");
+            last = now;
+        }
+        sim.finish().await;
     });
 }
