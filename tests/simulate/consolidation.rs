@@ -114,7 +114,7 @@ fn a_scheduled_zero_budget_keeps_every_empty_node_until_its_window_closes() {
         advance_to(&mut sim, SCALE_DOWN_AT).await;
         let before = live_instances(&sim);
         assert_eq!(before.len(), 5);
-        let window_left = Duration::from_mins(15) - sim.now();
+        let window_left = Duration::from_mins(15).saturating_sub(sim.now());
         let most = match disrupting_within_budget(&mut sim, |_| 0, window_left).await {
             Ok(most) => most,
             Err(why) => panic!("inside the window: {why}"),
@@ -313,7 +313,7 @@ async fn until_utilization_above(
         if now > floor {
             return Ok(());
         }
-        if sim.now() - from >= limit {
+        if sim.now().saturating_sub(from) >= limit {
             return Err(format!("{now:.2} after {limit:?}:\n{}", describe(&pool)));
         }
         assert!(sim.advance(Duration::from_secs(1)).await);

@@ -127,7 +127,7 @@ fn a_scheduled_zero_budget_holds_drift_back_until_its_window_closes() {
         let before = live_instances(&sim);
         assert_eq!(before.len(), 3);
         drift_every_nodeclaim(&mut sim).await;
-        let window_left = Duration::from_mins(15) - sim.now();
+        let window_left = Duration::from_mins(15).saturating_sub(sim.now());
         if let Err(why) = disrupting_within_budget(&mut sim, |_| 0, window_left).await {
             panic!("inside the window: {why}");
         }

@@ -74,7 +74,10 @@ async fn state_change(sim: &Simulation<'_>, instance: &str, state: &str) {
 
 /// The one registered node before [`EVENT_AT`]: its NodeClaim, Node and instance.
 async fn the_node(sim: &mut Simulation<'_>) -> (String, String, String) {
-    assert!(sim.advance(EVENT_AT - Duration::from_secs(1)).await);
+    assert!(
+        sim.advance(EVENT_AT.saturating_sub(Duration::from_secs(1)))
+            .await
+    );
     assert_eq!(nodeclaims(sim).await.len(), 1, "one pod, one NodeClaim");
     registered(sim).await
 }

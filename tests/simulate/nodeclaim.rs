@@ -81,10 +81,7 @@ fn a_standalone_nodeclaim_becomes_a_ready_node_that_fits_its_requests() {
         );
         let allocatable = node.status.and_then(|s| s.allocatable).unwrap_or_default();
         for (resource, wanted) in [("cpu", "3"), ("memory", "11Gi")] {
-            let has = allocatable
-                .get(resource)
-                .map(|q| q.0.as_str())
-                .unwrap_or("0");
+            let has = allocatable.get(resource).map_or("0", |q| q.0.as_str());
             assert!(
                 parse_resource(resource, has).unwrap() >= parse_resource(resource, wanted).unwrap(),
                 "{resource}: {has} allocatable, {wanted} requested"

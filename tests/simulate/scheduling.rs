@@ -1,6 +1,6 @@
 //! Ports of the AWS provider's scheduling suite (`aws: test/suites/scheduling/suite_test.go`)
 //! over the simulation: well-known labels selected through a pod's node selector and required
-//! and preferred node affinity (instance type, zone id, local NVMe, encryption in transit,
+//! and preferred node affinity (instance type, zone id, local `NVMe`, encryption in transit,
 //! deprecated labels, topology and architecture, restricted domain exceptions), the pool
 //! template's annotations on the node, and provisioning for a deployment, for self affinity
 //! and for a zonal spread; besides, arm64 beside amd64, spot beside on-demand and hostname
@@ -54,14 +54,10 @@ fn node_affinity(selector: &[(&str, &str)], requirements: &[serde_json::Value]) 
             {"weight": 1, "preference": {"matchExpressions": requirements}},
         ],
     }});
-    let mut lines = String::new();
-    if !selector.is_empty() {
-        lines += &format!("    nodeSelector: {}\n", json!(selector));
-    }
-    if !requirements.is_empty() {
-        lines += &format!("    affinity: {affinity}\n");
-    }
-    lines
+    let selector =
+        (!selector.is_empty()).then(|| format!("    nodeSelector: {}\n", json!(selector)));
+    let affinity = (!requirements.is_empty()).then(|| format!("    affinity: {affinity}\n"));
+    selector.unwrap_or_default() + &affinity.unwrap_or_default()
 }
 
 /// The selector's pairs as `In` requirements (upstream's `lo.MapToSlice`).

@@ -305,11 +305,10 @@ pub const POOL: &str = "default";
 
 impl PoolScenario<'_> {
     pub fn yaml(&self) -> String {
-        let requirements: String = self
+        let requirements = self
             .requirements
             .iter()
-            .map(|r| format!("            - {r}\n"))
-            .collect();
+            .fold(String::new(), |all, r| all + "            - " + r + "\n");
         format!(
             r"name: upstream-suite
 seed: 18
@@ -382,9 +381,9 @@ pub async fn until_node_deleting(
     let from = sim.now();
     loop {
         if node_state(sim, node).await != Some(false) {
-            return Some(sim.now() - from);
+            return Some(sim.now().saturating_sub(from));
         }
-        if sim.now() - from >= limit {
+        if sim.now().saturating_sub(from) >= limit {
             return None;
         }
         assert!(
