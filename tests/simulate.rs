@@ -14,18 +14,30 @@
 mod chaos;
 #[path = "simulate/chaos_proofs.rs"]
 mod chaos_proofs;
+#[path = "simulate/consolidation.rs"]
+mod consolidation;
 #[path = "simulate/disruption.rs"]
 mod disruption;
+#[path = "simulate/drift.rs"]
+mod drift;
 #[path = "simulate/extremes.rs"]
 mod extremes;
 #[path = "simulate/harness.rs"]
 mod harness;
+#[path = "simulate/interruption.rs"]
+mod interruption;
 #[path = "simulate/lifecycle.rs"]
 mod lifecycle;
+#[path = "simulate/nodeclaim.rs"]
+mod nodeclaim;
+#[path = "simulate/perf.rs"]
+mod perf;
 #[path = "simulate/runs.rs"]
 mod runs;
 #[path = "simulate/scenario_files.rs"]
 mod scenario_files;
+#[path = "simulate/scheduling.rs"]
+mod scheduling;
 #[path = "simulate/spec_over_time.rs"]
 mod spec_over_time;
 #[path = "simulate/support.rs"]

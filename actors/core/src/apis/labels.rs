@@ -154,9 +154,11 @@ pub fn is_well_known(key: &str) -> bool {
     CORE_WELL_KNOWN_LABELS.contains(&key) || AWS_WELL_KNOWN_LABELS.contains(&key)
 }
 
-/// Deprecated label keys and the stable keys they mean.
+/// Deprecated label keys and the stable keys they mean: Karpenter's `NormalizedLabels` and the
+/// EBS CSI driver's zone key the AWS provider adds to them (`pkg/operator/operator.go`).
 pub const NORMALIZED_LABELS: &[(&str, &str)] = &[
     ("failure-domain.beta.kubernetes.io/zone", ZONE),
+    ("topology.ebs.csi.aws.com/zone", ZONE),
     ("failure-domain.beta.kubernetes.io/region", REGION),
     ("beta.kubernetes.io/arch", ARCH),
     ("beta.kubernetes.io/os", OS),
@@ -348,6 +350,7 @@ mod tests {
     #[test]
     fn deprecated_keys_normalize_to_stable_keys() {
         assert_eq!(normalize("failure-domain.beta.kubernetes.io/zone"), ZONE);
+        assert_eq!(normalize("topology.ebs.csi.aws.com/zone"), ZONE);
         assert_eq!(normalize("example.com/x"), "example.com/x");
     }
 }
