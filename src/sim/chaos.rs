@@ -37,7 +37,9 @@ use karpenter_core::draw::unit_draw;
 use kube::ResourceExt as _;
 
 use super::report::Report;
-use super::scenario::{HARNESS_TICK, LoadedScenario, Pace, Simulation, SimulationError, on_runtime};
+use super::scenario::{
+    HARNESS_TICK, LoadedScenario, Pace, Simulation, SimulationError, on_runtime,
+};
 use crate::emulator::{FaultRule as ApiFault, Verb};
 use crate::sim::scenario::file::AwsService as Service;
 use crate::sim::world::port_service;
@@ -293,7 +295,10 @@ impl Observer {
                     .entry(id.clone())
                     .or_default()
                     .insert(instance.clone());
-                self.claims_of.entry(instance).or_default().insert(id.clone());
+                self.claims_of
+                    .entry(instance)
+                    .or_default()
+                    .insert(id.clone());
             }
             let phase = if claim.metadata.deletion_timestamp.is_some() {
                 Some(Phase::Deleting)
@@ -317,7 +322,10 @@ impl Observer {
         }
         self.phases.retain(|id, _| current.contains(id));
         for instance in sim.world().ec2.instances() {
-            if matches!(instance.state, InstanceState::Pending | InstanceState::Running) {
+            if matches!(
+                instance.state,
+                InstanceState::Pending | InstanceState::Running
+            ) {
                 self.first_live.entry(instance.id).or_insert(now);
             }
         }
@@ -397,7 +405,11 @@ fn arm(sim: &Simulation<'_>, options: &ChaosOptions) {
     world.ec2.ice_share(Some((options.seed, options.aws_share)));
     let api = sim.emulator().faults();
     let seed = options.seed;
-    api.inject(ApiFault::fail(410).on(Verb::Watch).share(options.api_share, seed));
+    api.inject(
+        ApiFault::fail(410)
+            .on(Verb::Watch)
+            .share(options.api_share, seed),
+    );
     for verb in [Verb::Update, Verb::Patch] {
         api.inject(ApiFault::fail(409).on(verb).share(options.api_share, seed));
     }

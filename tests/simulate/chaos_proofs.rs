@@ -34,7 +34,13 @@ fn prove(path: &str) -> Vec<ChaosOutcome> {
     let mut outcomes = Vec::new();
     for seed in seeds() {
         let (outcome, _report) = run_chaos(load(path), &ChaosOptions::seeded(seed)).unwrap();
-        eprintln!("{}", table(std::slice::from_ref(&outcome)).lines().nth(1).unwrap_or(""));
+        eprintln!(
+            "{}",
+            table(std::slice::from_ref(&outcome))
+                .lines()
+                .nth(1)
+                .unwrap_or("")
+        );
         outcomes.push(outcome);
     }
     eprintln!("{}", table(&outcomes));
@@ -51,11 +57,17 @@ fn prove(path: &str) -> Vec<ChaosOutcome> {
         // The chaos was there: every run injected each kind of fault and restarted the daemon.
         let injected = outcome.injected;
         assert!(
-            injected.actor_panics > 0 && injected.aws_errors > 0 && injected.ice > 0 && injected.api > 0,
+            injected.actor_panics > 0
+                && injected.aws_errors > 0
+                && injected.ice > 0
+                && injected.api > 0,
             "seed {}: {injected:?}",
             outcome.seed
         );
-        assert_eq!(outcome.daemon_restarts, ChaosOptions::seeded(outcome.seed).restarts);
+        assert_eq!(
+            outcome.daemon_restarts,
+            ChaosOptions::seeded(outcome.seed).restarts
+        );
     }
     outcomes
 }
@@ -73,4 +85,3 @@ fn the_default_scenario_survives_seeded_chaos() {
 fn the_consolidation_scenario_survives_seeded_chaos() {
     prove("config/scenarios/consolidation.yaml");
 }
-

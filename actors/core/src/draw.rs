@@ -48,6 +48,9 @@ mod tests {
             .collect();
         assert!(draws.iter().all(|d| (0.0..1.0).contains(d)));
         let below = draws.iter().filter(|d| **d < 0.2).count();
-        assert!((1_800..2_200).contains(&below), "{below} of 10000 below 0.2");
+        assert!(
+            (1_800..2_200).contains(&below),
+            "{below} of 10000 below 0.2"
+        );
     }
 }

@@ -2,8 +2,8 @@
 //! and a one-line detail), and can be made to fail — the next N calls of an operation, or every
 //! call matching a predicate — with any [`AwsError`].
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use karpenter_core::draw::unit_draw;
@@ -318,10 +318,22 @@ mod tests {
         };
         let (outcomes, injected) = run();
         let failed: Vec<&String> = outcomes.iter().flatten().collect();
-        assert!((150..250).contains(&failed.len()), "{} of 1000 failed", failed.len());
+        assert!(
+            (150..250).contains(&failed.len()),
+            "{} of 1000 failed",
+            failed.len()
+        );
         assert_eq!(injected, failed.len());
-        assert!(failed.iter().any(|f| f.contains("RequestLimitExceeded") && f.contains("503")));
-        assert!(failed.iter().any(|f| f.contains("InternalError") && f.contains("500")));
+        assert!(
+            failed
+                .iter()
+                .any(|f| f.contains("RequestLimitExceeded") && f.contains("503"))
+        );
+        assert!(
+            failed
+                .iter()
+                .any(|f| f.contains("InternalError") && f.contains("500"))
+        );
         assert!(failed.iter().all(|f| f.ends_with("CreateFleet")));
         assert_eq!(run().0, outcomes, "the same seed fails the same calls");
     }

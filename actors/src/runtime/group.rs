@@ -203,10 +203,7 @@ impl RestartBackoff {
             .without_max_times();
         if self.jitter {
             builder = builder.with_jitter();
-            if let Some(seed) = self
-                .jitter_seed
-                .or_else(crate::jitter::next_jitter_seed)
-            {
+            if let Some(seed) = self.jitter_seed.or_else(crate::jitter::next_jitter_seed) {
                 builder = builder.with_jitter_seed(seed);
             }
         }

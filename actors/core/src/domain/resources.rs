@@ -386,6 +386,28 @@ impl Resources {
         Ok(out)
     }
 
+    /// Requests as a fit compares them: like [`Resources::from_list`], but a positive quantity
+    /// too large for the unit's `i64` (`1E` cores is 10^21 millicores) is the largest amount,
+    /// which fits no capacity, instead of an error (Kubernetes' quantities hold it, and Karpenter
+    /// finds no instance type for it).
+    pub fn from_requests(list: &BTreeMap<String, Quantity>) -> Result<Self, ResourceError> {
+        let mut out = Self::default();
+        for (name, quantity) in list {
+            let amount = match parse_resource(name, &quantity.0) {
+                Ok(amount) => amount,
+                Err(QuantityError::OutOfRange { .. }) if !quantity.0.starts_with('-') => i64::MAX,
+                Err(source) => {
+                    return Err(ResourceError::Quantity {
+                        resource: name.clone(),
+                        source,
+                    });
+                }
+            };
+            out.set(name, amount);
+        }
+        Ok(out)
+    }
+
     /// Like [`Resources::from_list`], refusing negative quantities (requests, capacities).
     pub fn from_list_non_negative(
         list: &BTreeMap<String, Quantity>,
@@ -976,5 +998,22 @@ mod tests {
         assert_eq!(limits.first_exceeded_by(&node), Some(CPU));
         limits.give_back(&node);
         assert_eq!(limits.first_exceeded_by(&node), Some(NODES));
+    }
+
+    #[test]
+    fn requests_too_large_for_an_i64_saturate_and_fit_nothing() {
+        let list: BTreeMap<String, Quantity> = [
+            ("cpu".to_owned(), Quantity("1E".to_owned())),
+            ("memory".to_owned(), Quantity("1Gi".to_owned())),
+        ]
+        .into();
+        assert!(Resources::from_list(&list).is_err());
+        let requests = Resources::from_requests(&list).unwrap();
+        assert_eq!(requests.get("cpu"), i64::MAX);
+        assert_eq!(requests.get("memory"), 1 << 30);
+        assert!(!requests.fits_in(&Resources::core(i64::MAX - 1, i64::MAX, 110)));
+        let negative: BTreeMap<String, Quantity> =
+            [("cpu".to_owned(), Quantity("-1E".to_owned()))].into();
+        assert!(Resources::from_requests(&negative).is_err());
     }
 }

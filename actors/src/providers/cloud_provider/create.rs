@@ -462,7 +462,7 @@ impl AwsCloudProvider {
         };
         let requirements =
             nodeclaim_requirements(nodeclaim).map_err(|e| resolution_failed(e.to_string()))?;
-        let requests = Resources::from_list(&nodeclaim.spec.resources.requests)
+        let requests = Resources::from_requests(&nodeclaim.spec.resources.requests)
             .map_err(|e| resolution_failed(e.to_string()))?;
         let all = self
             .providers
