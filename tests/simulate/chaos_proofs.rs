@@ -85,3 +85,26 @@ fn the_default_scenario_survives_seeded_chaos() {
 fn the_consolidation_scenario_survives_seeded_chaos() {
     prove("config/scenarios/consolidation.yaml");
 }
+
+/// The proofs catch a cluster that did not come back: with every AWS call failing until the end
+/// and no calm period, pods stay pending and the run reports it.
+#[test]
+fn the_proofs_fail_a_run_that_never_recovers() {
+    let options = ChaosOptions {
+        aws_share: 1.0,
+        restarts: 0,
+        settle: std::time::Duration::ZERO,
+        ..ChaosOptions::seeded(1)
+    };
+    let (outcome, _report) = run_chaos(load(super::support::SMALL), &options).unwrap();
+    let violations = outcome.violations();
+    assert!(outcome.pending_pods > 0, "{outcome:?}");
+    assert!(
+        violations.iter().any(|v| v.contains("pods still pending")),
+        "{violations:?}"
+    );
+    assert!(
+        outcome.injected.aws_errors > 0 && outcome.injected.ice == 0,
+        "{outcome:?}"
+    );
+}
