@@ -597,3 +597,65 @@ fn the_windows_build_label_selects_a_windows_2022_node() {
         one_node_selecting(&selector, &[], scenario).await;
     });
 }
+
+/// A NodePool of `weight` allowing only `instance_type` (linux), as YAML list entries at 2
+/// spaces.
+fn weighted_pool(name: &str, weight: u32, instance_type: &str) -> String {
+    format!(
+        r"  - apiVersion: karpenter.sh/v1
+    kind: NodePool
+    metadata:
+      name: {name}
+    spec:
+      weight: {weight}
+      template:
+        spec:
+          nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: {POOL}}}
+          requirements:
+            - {{key: kubernetes.io/os, operator: In, values: [linux]}}
+            - {{key: node.kubernetes.io/instance-type, operator: In, values: [{instance_type}]}}
+      disruption:
+        consolidateAfter: Never
+"
+    )
+}
+
+/// `Provisioning / It("should provision a node using a NodePool with higher priority")`: a
+/// pool of weight 10 allowing only `t3.nano` and one of weight 100 allowing only `c5.large`;
+/// one pod gets one `c5.large` node of the heavier pool (and the flexible, unweighted pool
+/// of these tests, weight 0, is not used either).
+#[test]
+fn a_pod_lands_on_the_nodepool_with_the_highest_weight() {
+    in_simulation(|| async {
+        let workloads = workload("app", 1, "");
+        let yaml = PoolScenario {
+            workloads: &workloads,
+            ..flexible()
+        }
+        .yaml()
+        .replacen(
+            "nodePools:\n",
+            &format!(
+                "nodePools:\n{}{}",
+                weighted_pool("low-priority", 10, "t3.nano"),
+                weighted_pool("high-priority", 100, "c5.large")
+            ),
+            1,
+        );
+        let scenario =
+            LoadedScenario::from_yaml(&yaml, None).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        let (nodes, instances) = settled(scenario).await;
+        assert_eq!(nodes.len(), 1, "{}", describe(&nodes));
+        let node = &nodes[0];
+        assert_eq!(
+            label_of(node, "karpenter.sh/nodepool"),
+            Some("high-priority")
+        );
+        assert_eq!(
+            label_of(node, "node.kubernetes.io/instance-type"),
+            Some("c5.large")
+        );
+        let launched: Vec<&str> = instances.iter().map(|i| i.instance_type.as_str()).collect();
+        assert_eq!(launched, ["c5.large"]);
+    });
+}
