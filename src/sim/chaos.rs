@@ -10,10 +10,13 @@
 //!   -> run: the scenario with `settle` more time; chaos armed from the start to the scenario's
 //!      end, then disarmed, so the settle period shows whether the cluster comes back; every
 //!      simulated second the NodeClaims' provider ids, NodeClaim phases and live instances
-//!      are recorded (the Observer)
+//!      are recorded (the Observer); a daemon whose root supervisor gives up (more failures
+//!      in a minute than it tolerates) is a crashed process: the driver starts it again, as the
+//!      kubelet would, and counts the crash
 //!   -> proofs at the end: every pod bound, no NodeClaim stuck, no instance left without a
 //!      NodeClaim past the garbage collector's window, no NodeClaim with two instances and no
-//!      instance with two NodeClaims, no interruption warning lost, no actor parked, no escalation
+//!      instance with two NodeClaims, no interruption warning lost, no actor parked, the last
+//!      daemon not escalated
 //! ```
 //!
 //! A seed replays: time is paused, every draw is keyed by what it is drawn for (the AWS call and
@@ -30,7 +33,7 @@ use std::time::Duration;
 use karpenter_actors::kwok::faults::FailShare;
 use karpenter_actors::ports::cloud_provider::parse_provider_id;
 use karpenter_actors::ports::ec2::InstanceState;
-use karpenter_actors::runtime::{FaultAction, FaultPlan, FaultRule};
+use karpenter_actors::runtime::{ActorKit, FaultAction, FaultPlan, FaultRule};
 use karpenter_core::apis::condition_set::is_true;
 use karpenter_core::apis::conditions::nodeclaim::INITIALIZED;
 use karpenter_core::draw::unit_draw;
@@ -171,6 +174,9 @@ pub struct ChaosOutcome {
     /// Daemon restarts done (and start attempts that failed and were retried).
     pub daemon_restarts: u32,
     pub failed_starts: u32,
+    /// Times the daemon's root supervisor gave up (too many failures in a minute): the process
+    /// exits, and the driver starts it again as the kubelet would.
+    pub crashes: u32,
     /// Supervisor restarts of actors, over every daemon.
     pub actor_restarts: u64,
     /// NodeClaims that were given two instances, and instances two NodeClaims named.
@@ -190,6 +196,8 @@ pub struct ChaosOutcome {
     pub stuck: Vec<String>,
     pub parked: usize,
     pub escalated: bool,
+    /// The supervisors that escalated, with the last child stop of each (every daemon).
+    pub escalations: Vec<String>,
     pub nodeclaims: usize,
 }
 
@@ -221,7 +229,10 @@ impl ChaosOutcome {
             found.push(format!("{} actors parked at the end", self.parked));
         }
         if self.escalated {
-            found.push("the root supervisor escalated".to_owned());
+            found.push(format!(
+                "the last daemon's root supervisor escalated: {}",
+                self.escalations.join("; ")
+            ));
         }
         found
     }
@@ -231,12 +242,12 @@ impl ChaosOutcome {
 #[must_use]
 pub fn table(outcomes: &[ChaosOutcome]) -> String {
     let mut out = String::from(
-        "scenario       seed  panics  aws  ice  api  restarts(daemon/actor)  nodeclaims  unnamed  duplicates  leaks  lost/warned  stuck  parked  pending\n",
+        "scenario       seed  panics  aws  ice  api  restarts(daemon/crash/actor)  nodeclaims  unnamed  duplicates  leaks  lost/warned  stuck  parked  pending\n",
     );
     for o in outcomes {
         let _ = writeln!(
             out,
-            "{:<13} {:>5}  {:>6} {:>4} {:>4} {:>4}  {:>10}/{:<11}  {:>10}  {:>7}  {:>10}  {:>5}  {:>5}/{:<5}  {:>5}  {:>6}  {:>7}",
+            "{:<13} {:>5}  {:>6} {:>4} {:>4} {:>4}  {:>10}/{}/{:<15}  {:>10}  {:>7}  {:>10}  {:>5}  {:>5}/{:<5}  {:>5}  {:>6}  {:>7}",
             o.scenario,
             o.seed,
             o.injected.actor_panics,
@@ -244,6 +255,7 @@ pub fn table(outcomes: &[ChaosOutcome]) -> String {
             o.injected.ice,
             o.injected.api,
             o.daemon_restarts,
+            o.crashes,
             o.actor_restarts,
             o.nodeclaims,
             o.unnamed_launches,
@@ -435,6 +447,17 @@ fn aws_injected(sim: &Simulation<'_>) -> usize {
         .sum()
 }
 
+/// The supervisors of the running daemon that escalated, with the last child stop of each.
+fn escalations_of(sim: &Simulation<'_>) -> Vec<String> {
+    sim.kit()
+        .map(ActorKit::snapshot)
+        .into_iter()
+        .flat_map(|s| s.supervisors)
+        .filter(|s| s.escalations > 0)
+        .map(|s| format!("{} ({})", s.name, s.last_child_stop.unwrap_or_default()))
+        .collect()
+}
+
 /// Restarts the daemon as a process restart would; a start that fails (an AWS or API fault
 /// while it loads) is tried again, as the kubelet restarts a crashed container.
 async fn restart(sim: &mut Simulation<'_>, failed_starts: &mut u32) -> Result<(), SimulationError> {
@@ -475,6 +498,9 @@ pub fn run_chaos(
         let mut observer = Observer::default();
         let mut outcome_restarts = 0;
         let mut failed_starts = 0;
+        let mut crashes = 0;
+        let mut escalations = Vec::new();
+        let end = window + options.settle;
         let mut armed = true;
         loop {
             let now = sim.now();
@@ -488,12 +514,20 @@ pub fn run_chaos(
                 outcome_restarts += 1;
             }
             if !sim.advance(HARNESS_TICK).await {
+                if sim.daemon_escalated() && sim.now() < end {
+                    escalations.extend(escalations_of(&sim));
+                    crashes += 1;
+                    restart(&mut sim, &mut failed_starts).await?;
+                    continue;
+                }
                 break;
             }
         }
         let now = sim.now();
         observer.observe(&sim, now);
         let parked = sim.kit().map_or(0, |kit| kit.snapshot().parked());
+        let escalated = sim.daemon_escalated();
+        escalations.extend(escalations_of(&sim));
         let leaks = observer.leaks(&sim, now);
         let injected = InjectedCounts {
             actor_panics: plan.injected().len(),
@@ -508,6 +542,7 @@ pub fn run_chaos(
             injected,
             daemon_restarts: outcome_restarts,
             failed_starts,
+            crashes,
             actor_restarts: report.actors.values().map(|a| a.restarts).sum(),
             duplicates: observer.duplicates(),
             unnamed_launches: observer.unnamed_launches(),
@@ -523,7 +558,8 @@ pub fn run_chaos(
                 .collect(),
             stuck: observer.stuck(now),
             parked,
-            escalated: report.escalated,
+            escalated,
+            escalations,
             nodeclaims: report.nodes.nodeclaims_created,
         };
         Ok((outcome, report))

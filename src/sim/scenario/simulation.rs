@@ -220,6 +220,13 @@ impl<'a> Simulation<'a> {
         self.daemons.last().map(DaemonAssembly::kit)
     }
 
+    /// Whether the daemon running now escalated (its root supervisor gave up: the process would
+    /// exit, and the kubelet start it again: [`Self::restart_daemon`]).
+    #[must_use]
+    pub fn daemon_escalated(&self) -> bool {
+        self.daemons.last().is_some_and(DaemonAssembly::escalated)
+    }
+
     /// `/metrics` and `/debug/actors` of the daemon running now.
     #[must_use]
     pub fn routes(&self) -> Routes {
