@@ -193,9 +193,13 @@ impl FaultRule {
             request.path,
             request.subresource.as_deref().unwrap_or_default()
         );
-        let seen = self.seen.entry(key.clone()).or_default();
-        *seen += 1;
-        let parts: [&[u8]; 3] = [&index.to_le_bytes(), key.as_bytes(), &seen.to_le_bytes()];
+        let occurrence = self.seen.entry(key.clone()).or_default();
+        *occurrence += 1;
+        let parts: [&[u8]; 3] = [
+            &index.to_le_bytes(),
+            key.as_bytes(),
+            &occurrence.to_le_bytes(),
+        ];
         unit_draw(seed, &parts) * 1_000_000.0 < f64::from(ppm)
     }
 

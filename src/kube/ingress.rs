@@ -685,5 +685,5 @@ fn watch_backoff() -> ResetTimerBackoff<watcher::ExponentialBackoff> {
     if let Some(seed) = karpenter_actors::jitter::next_jitter_seed() {
         builder = builder.with_jitter_seed(seed);
     }
-    ResetTimerBackoff::new(builder.into(), Duration::from_secs(120))
+    ResetTimerBackoff::new(builder.into(), Duration::from_mins(2))
 }

@@ -39,10 +39,11 @@ mod tests {
 
     #[test]
     fn draws_replay_differ_by_seed_and_part_and_stay_in_range() {
-        let a = unit_draw(1, &[b"CreateFleet", &7u64.to_le_bytes()]);
-        assert_eq!(a, unit_draw(1, &[b"CreateFleet", &7u64.to_le_bytes()]));
-        assert_ne!(a, unit_draw(2, &[b"CreateFleet", &7u64.to_le_bytes()]));
-        assert_ne!(unit_draw(0, &[b"ab", b"c"]), unit_draw(0, &[b"a", b"bc"]));
+        let bits = |seed, parts: &[&[u8]]| unit_draw(seed, parts).to_bits();
+        let a = bits(1, &[b"CreateFleet", &7u64.to_le_bytes()]);
+        assert_eq!(a, bits(1, &[b"CreateFleet", &7u64.to_le_bytes()]));
+        assert_ne!(a, bits(2, &[b"CreateFleet", &7u64.to_le_bytes()]));
+        assert_ne!(bits(0, &[b"ab", b"c"]), bits(0, &[b"a", b"bc"]));
         let draws: Vec<f64> = (0u64..10_000)
             .map(|n| unit_draw(3, &[&n.to_le_bytes()]))
             .collect();

@@ -130,16 +130,22 @@ impl Faults {
         if plan.errors.is_empty() {
             return;
         }
-        let seen: Arc<Mutex<HashMap<(&'static str, String), u64>>> = Arc::default();
+        let counts: Arc<Mutex<HashMap<(&'static str, String), u64>>> = Arc::default();
         let drawn = Arc::new(AtomicU64::new(0));
-        let (seed, share, spare) = (plan.seed, plan.share, plan.spare);
+        let FailShare {
+            seed,
+            share: fraction,
+            service,
+            errors,
+            spare: spared,
+        } = plan;
         let drawn_by_match = Arc::clone(&drawn);
         let matches = move |call: &RecordedCall| {
-            if spare.contains(&call.operation) {
+            if spared.contains(&call.operation) {
                 return false;
             }
-            let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
-            let count = seen
+            let mut counts = counts.lock().unwrap_or_else(PoisonError::into_inner);
+            let count = counts
                 .entry((call.operation, call.detail.clone()))
                 .or_default();
             *count += 1;
@@ -150,9 +156,8 @@ impl Faults {
             ];
             let draw = unit_draw(seed, &parts);
             drawn_by_match.store(draw.to_bits(), Ordering::Relaxed);
-            draw < share
+            draw < fraction
         };
-        let (service, errors) = (plan.service, plan.errors);
         let error = move |call: &RecordedCall| {
             // Which error: the failing draw, spread over [0, share) -> the list.
             let draw = f64::from_bits(drawn.load(Ordering::Relaxed));
@@ -162,7 +167,7 @@ impl Faults {
                 clippy::cast_precision_loss,
                 reason = "an index below errors.len() from a fraction in [0, 1)"
             )]
-            let index = ((draw / share * errors.len() as f64) as usize).min(errors.len() - 1);
+            let index = ((draw / fraction * errors.len() as f64) as usize).min(errors.len() - 1);
             let (code, status) = errors[index];
             AwsError::new(
                 service,
