@@ -110,9 +110,8 @@ fn empty_drifted_nodes_are_deleted_at_most_two_at_a_time_under_a_fifty_percent_b
 /// scheduled time")`: `nodes: "0"` on a 30-minute window opened 15 minutes before the drift
 /// (runs start at midnight: `45 23 * * *`), so nothing is disrupted until 15m. Beyond
 /// upstream (one node, watched for a minute): three nodes, and once the window closes every
-/// drifted node is replaced. (How many nodes replace them is not checked: see the bug noted in
-/// tests/README.md, drift commands decided together each launching capacity for the pods of
-/// the ones before.)
+/// drifted node is replaced by exactly one node: the drift commands decided one after another
+/// count the replacements already launching for the commands before them.
 #[test]
 fn a_scheduled_zero_budget_holds_drift_back_until_its_window_closes() {
     in_simulation(|| async {
@@ -143,6 +142,24 @@ fn a_scheduled_zero_budget_holds_drift_back_until_its_window_closes() {
             succeeded(&report, "replace", "Drifted"),
             3,
             "{}",
+            commands(&report)
+        );
+        let replacements: usize = report
+            .disruptions
+            .iter()
+            .filter(|d| d.reason == "Drifted")
+            .map(|d| d.added.len())
+            .sum();
+        assert_eq!(
+            (replacements, report.nodes.nodeclaims_created, after.len()),
+            (3, 6, 3),
+            "one replacement per drifted node (planned, NodeClaims created, instances left): \
+             {:?}\n{}",
+            report
+                .disruptions
+                .iter()
+                .map(|d| &d.added)
+                .collect::<Vec<_>>(),
             commands(&report)
         );
         assert!(

@@ -6,7 +6,10 @@
 //!
 //! ```text
 //! Poll (every 10 s; sooner after a NodeClaim, Node or NodePool change, at most every 2 s)
-//!   --> wait for the view to sync; untaint nodes a lost command left marked
+//!   --> wait for the view to sync, to show the NodeClaims the create path made (a Drift
+//!       command's replacements among them) and to see every NodeClaim launched (the
+//!       Provisioner's check, Karpenter's `Cluster.Synced`); untaint nodes a lost command left
+//!       marked
 //!   --> instance types per NodePool (CloudProvider) --> input::build_input (the Provisioner's
 //!       snapshot + state nodes + PDBs + queue + nominations)
 //!   --> karpenter_core::domain::disruption::decide (off the actor thread; inline in
@@ -602,7 +605,11 @@ impl DisruptionActor {
             // The validation's own timer runs the next round.
             return Ok(());
         }
-        if !self.deps.deps.view.is_synced() {
+        // Karpenter's `Cluster.Synced`: a command decided before the replacements of the
+        // commands before it are in the view (and launched) would not count them, and would
+        // launch capacity again for the pods of those commands' candidates.
+        if let Some(why) = self.deps.provisioner.not_synced(Instant::now()) {
+            tracing::debug!(%why, "disruption waits for the cluster view");
             ctx.set_state("waiting_for_sync");
             self.schedule_round(ctx, SYNC_POLL);
             return Ok(());

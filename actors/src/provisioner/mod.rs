@@ -206,8 +206,11 @@ impl ProvisionerDeps {
         lock(&self.shared.created).push((name.to_owned(), Instant::now()));
     }
 
-    /// Why a run must not start yet, if it must not.
-    fn not_synced(&self, now: Instant) -> Option<String> {
+    /// Why a run, or a disruption round, must not start yet, if it must not: Karpenter's
+    /// `Cluster.Synced`, which both its provisioner and its disruption controller wait for, so
+    /// neither decides before the NodeClaims the other just created are counted as capacity on
+    /// its way.
+    pub(crate) fn not_synced(&self, now: Instant) -> Option<String> {
         if !self.view.is_synced() {
             return Some("the cluster view has not synced".to_owned());
         }
