@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_actors::interruption::{
     InterruptionActor, InterruptionDeps, InterruptionMetrics, setup,
 };
@@ -319,6 +320,46 @@ async fn a_failed_deletion_leaves_the_message_for_redelivery() {
     .await;
     assert_eq!(h.cluster.calls_of(Operation::DeleteNodeClaim).len(), 2);
     assert_eq!(h.sqs.depth(&h.queue_url), 0);
+}
+
+/// Karpenter's `deleteNodeClaim` returns early for a NodeClaim already deleting: the warning is
+/// recorded and the offering marked, but no second delete and no second count in
+/// `karpenter_nodeclaims_disrupted_total`.
+#[actix::test]
+async fn a_warning_for_a_nodeclaim_already_deleting_is_recorded_but_not_deleted_or_counted_again() {
+    tokio::time::pause();
+    let mut deleting = nodeclaim("default-a", "i-0aaa", "spot");
+    deleting.metadata.deletion_timestamp = Some(Time(START.parse().unwrap()));
+    let h = harness(&[deleting]).await;
+    let (_kit, _root) = start(&h, false);
+    spot_interruption(&h, "i-0aaa").await;
+    eventually("the message to be deleted", || h.metrics.deleted.get() == 1).await;
+    assert!(
+        deleted_nodeclaims(&h).is_empty(),
+        "{:?}",
+        deleted_nodeclaims(&h)
+    );
+    assert_eq!(h.metrics.disrupted_total(), 0);
+    assert!(
+        h.unavailable
+            .is_unavailable("m5.large", "us-west-2a", CapacityType::Spot)
+    );
+    let reasons: Vec<String> = h.cluster.events().into_iter().map(|e| e.reason).collect();
+    assert!(
+        reasons.contains(&"SpotInterrupted".to_owned()),
+        "{reasons:?}"
+    );
+    assert!(
+        !reasons.contains(&"TerminatingOnInterruption".to_owned()),
+        "{reasons:?}"
+    );
+
+    // A NodeClaim not deleting yet is deleted and counted once.
+    let h = harness(&[nodeclaim("default-b", "i-0bbb", "spot")]).await;
+    let (_kit, _root) = start(&h, false);
+    spot_interruption(&h, "i-0bbb").await;
+    eventually("the message to be deleted", || h.metrics.deleted.get() == 1).await;
+    assert_eq!(h.metrics.disrupted_total(), 1);
 }
 
 #[actix::test]

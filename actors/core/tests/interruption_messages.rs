@@ -35,6 +35,7 @@ fn claim(name: &str, capacity_type: &str) -> NodeClaimRef {
         zone: Some("us-west-2a".to_owned()),
         capacity_type: Some(capacity_type.to_owned()),
         replace_on_rebalance: false,
+        deleting: false,
     }
 }
 
@@ -215,6 +216,46 @@ fn spot_interruption_marks_the_offering_and_deletes_the_nodeclaim() {
                 kind: Kind::SpotInterrupted
             },
         ]
+    );
+}
+
+/// Karpenter's `deleteNodeClaim` returns early for a NodeClaim already being deleted: its
+/// message is still recorded and the spot offering marked, but no second delete, no
+/// `TerminatingOnInterruption` and no second count in `karpenter_nodeclaims_disrupted_total`.
+#[test]
+fn a_nodeclaim_already_deleting_is_not_deleted_again_for_any_kind() {
+    let deleting = NodeClaimRef {
+        deleting: true,
+        replace_on_rebalance: true,
+        ..claim("default-x7k2p", "spot")
+    };
+    for fixture in [
+        "spot_interruption.json",
+        "scheduled_change.json",
+        "rebalance_recommendation.json",
+    ] {
+        let commands = plan(&parse(fixture), |_| Some(deleting.clone()));
+        assert!(
+            !commands.is_empty(),
+            "{fixture}: the message is still recorded"
+        );
+        assert!(
+            commands.iter().all(|c| !matches!(
+                c,
+                Command::DeleteNodeClaim { .. }
+                    | Command::ReplaceNodeClaim { .. }
+                    | Command::RecordEvent {
+                        event: Event::TerminatingOnInterruption,
+                        ..
+                    }
+            )),
+            "{fixture}: {commands:?}"
+        );
+    }
+    let spot = plan(&parse("spot_interruption.json"), |_| Some(deleting.clone()));
+    assert!(
+        spot.iter()
+            .any(|c| matches!(c, Command::MarkSpotOfferingUnavailable { .. }))
     );
 }
 

@@ -107,6 +107,21 @@ impl InterruptionMetrics {
             .get()
     }
 
+    /// NodeClaims this actor counted as disrupted, over every reason, pool and capacity type.
+    #[must_use]
+    pub fn disrupted_total(&self) -> u64 {
+        let mut text = String::new();
+        let mut registry = Registry::default();
+        registry.register("disrupted", "", self.disrupted.clone());
+        if prometheus_client::encoding::text::encode(&mut text, &registry).is_err() {
+            return 0;
+        }
+        text.lines()
+            .filter(|line| line.starts_with("disrupted_total{"))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
     pub fn unparseable(&self, reason: &'static str) {
         self.unparseable.get_or_create(&Reason { reason }).inc();
     }

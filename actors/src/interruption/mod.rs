@@ -27,7 +27,7 @@ pub use metrics::InterruptionMetrics;
 
 use crate::logs;
 use crate::ports::clock::Clock;
-use crate::ports::cluster::{ClusterApi, ClusterError, ClusterEvent, EventType};
+use crate::ports::cluster::{ClusterApi, ClusterError, ClusterEvent, Deletion, EventType};
 use crate::ports::cluster_view::ClusterView;
 use crate::ports::sqs::{INTERRUPTION_RECEIVE, SqsApi, SqsMessage};
 use crate::providers::unavailable::UnavailableOfferings;
@@ -334,7 +334,8 @@ impl InterruptionActor {
                 kind,
             } => {
                 self.log_delete(message, &nodeclaim);
-                self.deps
+                let deletion = self
+                    .deps
                     .cluster
                     .delete_nodeclaim(&nodeclaim)
                     .await
@@ -342,6 +343,10 @@ impl InterruptionActor {
                         nodeclaim: nodeclaim.clone(),
                         source,
                     })?;
+                if deletion == Deletion::NotFound {
+                    // Gone meanwhile: nothing to count (Karpenter ignores NotFound).
+                    return Ok(());
+                }
                 self.deps
                     .metrics
                     .disrupted(kind, nodepool.as_deref(), capacity_type.as_deref());
@@ -451,5 +456,6 @@ fn reference(claim: &NodeClaim, rebalance_replace: bool) -> NodeClaimRef {
         zone: label(labels::ZONE),
         capacity_type: label(labels::CAPACITY_TYPE),
         replace_on_rebalance: rebalance_replace,
+        deleting: claim.metadata.deletion_timestamp.is_some(),
     }
 }

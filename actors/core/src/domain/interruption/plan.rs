@@ -22,6 +22,10 @@ pub struct NodeClaimRef {
     /// Replace on a rebalance recommendation instead of only recording it (the
     /// `INTERRUPTION_REBALANCE_REPLACE` setting, or the pool's opt-in).
     pub replace_on_rebalance: bool,
+    /// Already being deleted: the message is recorded (its event, the spot offering marked
+    /// unavailable), but the NodeClaim is not deleted or counted again (Karpenter's
+    /// `deleteNodeClaim` returns early on a deletion timestamp).
+    pub deleting: bool,
 }
 
 /// One thing the interruption actor does.
@@ -108,11 +112,18 @@ pub fn plan(message: &Message, lookup: impl Fn(&str) -> Option<NodeClaimRef>) ->
             node: claim.node_name.clone(),
             event,
         };
-        let delete = Command::DeleteNodeClaim {
-            nodeclaim: claim.name.clone(),
-            nodepool: claim.nodepool.clone(),
-            capacity_type: claim.capacity_type.clone(),
-            kind: message.kind,
+        // Deleting the NodeClaim, announced by `TerminatingOnInterruption`; nothing for one
+        // already being deleted.
+        let delete = |commands: &mut Vec<Command>| {
+            if !claim.deleting {
+                commands.push(event(Event::TerminatingOnInterruption));
+                commands.push(Command::DeleteNodeClaim {
+                    nodeclaim: claim.name.clone(),
+                    nodepool: claim.nodepool.clone(),
+                    capacity_type: claim.capacity_type.clone(),
+                    kind: message.kind,
+                });
+            }
         };
         match message.kind {
             Kind::SpotInterrupted => {
@@ -129,12 +140,11 @@ pub fn plan(message: &Message, lookup: impl Fn(&str) -> Option<NodeClaimRef>) ->
                         zone: zone.clone(),
                     });
                 }
-                commands.push(event(Event::TerminatingOnInterruption));
-                commands.push(delete);
+                delete(&mut commands);
             }
             Kind::RebalanceRecommendation => {
                 commands.push(event(Event::SpotRebalanceRecommendation));
-                if claim.replace_on_rebalance {
+                if claim.replace_on_rebalance && !claim.deleting {
                     commands.push(Command::ReplaceNodeClaim {
                         nodeclaim: claim.name.clone(),
                     });
@@ -142,18 +152,15 @@ pub fn plan(message: &Message, lookup: impl Fn(&str) -> Option<NodeClaimRef>) ->
             }
             Kind::ScheduledChange => {
                 commands.push(event(Event::InstanceUnhealthy));
-                commands.push(event(Event::TerminatingOnInterruption));
-                commands.push(delete);
+                delete(&mut commands);
             }
             Kind::InstanceStopped => {
                 commands.push(event(Event::InstanceStopping));
-                commands.push(event(Event::TerminatingOnInterruption));
-                commands.push(delete);
+                delete(&mut commands);
             }
             Kind::InstanceTerminated => {
                 commands.push(event(Event::InstanceTerminating));
-                commands.push(event(Event::TerminatingOnInterruption));
-                commands.push(delete);
+                delete(&mut commands);
             }
             Kind::NoOp => {}
         }
