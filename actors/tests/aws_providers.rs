@@ -423,6 +423,62 @@ async fn an_insufficient_capacity_error_hides_the_offering_for_three_minutes() {
     assert_eq!(error.category(), "insufficient_capacity");
 }
 
+/// Karpenter's `combineFleetErrors`: a fleet without instances whose errors are not all
+/// capacity errors (an invalid image, an unusable KMS key) fails the launch with that error,
+/// not as insufficient capacity, and marks no offering unavailable.
+#[actix::test]
+async fn a_fleet_without_instances_for_a_non_capacity_error_is_not_insufficient_capacity() {
+    tokio::time::pause();
+    let env = EnvBuilder::new().build().await;
+    let a = env.zone(0);
+    let mut only_a = env.subnets.clone();
+    only_a.retain(|zone, _| *zone == a);
+    env.kwok.answer_fleets_with(
+        1,
+        "InvalidAMIID.Malformed",
+        "The image id '[ami-x]' is malformed.",
+    );
+    let launch = env.launch_in(
+        "bad-ami",
+        &[CapacityType::OnDemand],
+        &["c5.large", "m5.large"],
+        &only_a,
+    );
+    let error = env.instances.create(&launch).await.unwrap_err();
+    assert!(
+        !matches!(error, InstancesError::InsufficientCapacity { .. }),
+        "{error:?}"
+    );
+    assert_ne!(error.category(), "insufficient_capacity");
+    assert!(
+        format!("{error:?}").contains("InvalidAMIID.Malformed"),
+        "{error:?}"
+    );
+    assert!(
+        !env.unavailable
+            .is_unavailable("c5.large", &a, CapacityType::OnDemand),
+        "no offering is hidden for a non-capacity error"
+    );
+
+    // Only capacity errors: insufficient capacity, as before.
+    env.kwok.answer_fleets_with(
+        1,
+        "InsufficientInstanceCapacity",
+        "We currently do not have sufficient capacity.",
+    );
+    let launch = env.launch_in(
+        "no-capacity",
+        &[CapacityType::OnDemand],
+        &["c5.large", "m5.large"],
+        &only_a,
+    );
+    let error = env.instances.create(&launch).await.unwrap_err();
+    assert!(
+        matches!(error, InstancesError::InsufficientCapacity { .. }),
+        "{error:?}"
+    );
+}
+
 #[actix::test]
 async fn a_hundred_concurrent_launches_become_a_handful_of_fleet_calls() {
     tokio::time::pause();

@@ -136,6 +136,9 @@ struct State {
     /// Fleets by client token: the first request, its answer, and when the token expires.
     fleets: HashMap<String, RememberedFleet>,
     pools: HashMap<PoolKey, u32>,
+    /// [`KwokEc2::answer_fleets_with`]: how many more CreateFleet calls launch nothing, and the
+    /// fleet error (code, message) they answer for each override.
+    forced_fleet_errors: Option<(usize, String, String)>,
     /// [`KwokEc2::ice_share`]: (seed, share) and the CreateFleet calls counted since.
     ice: Option<(u64, f64)>,
     fleet_calls: u64,
@@ -344,6 +347,13 @@ impl KwokEc2 {
     /// that call with probability `share` (a seeded draw per call and pool); `None` stops it.
     pub fn ice_share(&self, plan: Option<(u64, f64)>) {
         self.lock().ice = plan;
+    }
+
+    /// The next `count` CreateFleet calls launch nothing and answer a fleet error `code` for each
+    /// override, as EC2 does when, e.g., the image is invalid (`InvalidAMIID.Malformed`) or a
+    /// KMS key is unusable: a 200 without instances.
+    pub fn answer_fleets_with(&self, count: usize, code: &str, message: &str) {
+        self.lock().forced_fleet_errors = Some((count, code.to_owned(), message.to_owned()));
     }
 
     /// Pools answered `InsufficientInstanceCapacity` by [`Self::ice_share`] so far.
@@ -602,7 +612,32 @@ impl KwokEc2 {
             ..CreateFleetResponse::default()
         };
         let mut reported: BTreeSet<(String, String)> = BTreeSet::new();
-        for _ in 0..request.total_target_capacity {
+        let forced = match state.forced_fleet_errors.as_mut() {
+            Some((left, code, message)) if *left > 0 => {
+                *left -= 1;
+                Some((code.clone(), message.clone()))
+            }
+            _ => None,
+        };
+        if let Some((code, message)) = forced {
+            for config in &request.launch_template_configs {
+                for over in &config.overrides {
+                    response.errors.push(FleetError {
+                        code: code.clone(),
+                        message: message.clone(),
+                        instance_type: Some(over.instance_type.clone()),
+                        zone: Some(over.zone.clone()),
+                        subnet_id: Some(over.subnet_id.clone()),
+                    });
+                }
+            }
+        }
+        let target = if response.errors.is_empty() {
+            request.total_target_capacity
+        } else {
+            0
+        };
+        for _ in 0..target {
             // Cheapest override with capacity left; exhausted pools become fleet errors.
             let mut candidates: Vec<(f64, &str, &FleetOverride)> = Vec::new();
             for config in &request.launch_template_configs {

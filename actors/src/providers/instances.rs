@@ -531,14 +531,23 @@ fn distribute(
                 .collect::<Vec<_>>()
                 .join("; ")
         };
-        // Karpenter v1.5 reports a 200 without instances as this structured error.
-        let mut error = AwsError::new(
-            AwsService::Ec2,
-            "CreateFleet",
-            Some("UnfulfillableCapacity"),
-            message,
-        )
-        .with_status(200);
+        // Karpenter v1.5's `combineFleetErrors`: a 200 without instances is insufficient
+        // capacity (`UnfulfillableCapacity`) only when every fleet error is a capacity error
+        // (or none came); otherwise the launch fails with the first other error's code, so the
+        // NodeClaim reports it instead of being deleted and recreated.
+        let code = response
+            .errors
+            .iter()
+            .find(|e| {
+                !matches!(
+                    AwsErrorClass::classify(Some(&e.code), None),
+                    AwsErrorClass::InsufficientCapacity
+                        | AwsErrorClass::SpotServiceLinkedRoleMissing
+                )
+            })
+            .map_or("UnfulfillableCapacity", |e| e.code.as_str());
+        let mut error =
+            AwsError::new(AwsService::Ec2, "CreateFleet", Some(code), message).with_status(200);
         if let Some(id) = &response.request_id {
             error = error.with_request_id(id.clone());
         }
