@@ -45,6 +45,7 @@ fn lookup(instance_id: &str) -> Option<NodeClaimRef> {
         zone: Some("us-west-2a".to_owned()),
         capacity_type: Some("spot".to_owned()),
         replace_on_rebalance: false,
+        deleting: false,
     })
 }
 
