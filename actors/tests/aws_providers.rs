@@ -354,6 +354,13 @@ async fn on_demand_prices_come_from_the_pricing_api_when_reachable() {
     assert!((env.pricing.on_demand_price("m5.large").unwrap() - 0.096).abs() < 1e-9);
     env.pricing.update_on_demand_prices().await.unwrap();
     assert!((env.pricing.on_demand_price("m5.large").unwrap() - 0.192).abs() < 1e-9);
+    // Bare-metal types are in the price list's other product family: asked for too.
+    let builtin = karpenter_actors::providers::pricing::builtin_on_demand_prices().unwrap();
+    let metal = builtin["m5.metal"];
+    assert!(
+        (env.pricing.on_demand_price("m5.metal").unwrap() - 2.0 * metal).abs() < 1e-9,
+        "m5.metal at the Pricing API's price"
+    );
     // Spot prices are on-demand prices until the first spot refresh.
     assert_eq!(
         env.pricing.spot_price("m5.large", "us-west-2a"),

@@ -1,5 +1,7 @@
 //! kwok's Pricing API: price list documents built from the built-in on-demand table, so the
-//! pricing provider's `GetProducts` parsing runs in tests and `simulate`.
+//! pricing provider's `GetProducts` parsing runs in tests and `simulate`. As the real price
+//! list, bare-metal types (`*.metal*`) are in the product family `Compute Instance (bare
+//! metal)`, the others in `Compute Instance`; a `productFamily` filter selects one.
 
 use async_trait::async_trait;
 
@@ -52,8 +54,20 @@ impl PricingApi for KwokPricing {
             .iter()
             .find(|f| f.field == "regionCode")
             .map_or("us-east-1", |f| f.value.as_str());
+        let family = filters
+            .iter()
+            .find(|f| f.field == "productFamily")
+            .map(|f| f.value.as_str());
         Ok(prices
             .iter()
+            .filter(|(name, _)| {
+                let of_type = if name.contains(".metal") {
+                    "Compute Instance (bare metal)"
+                } else {
+                    "Compute Instance"
+                };
+                family.is_none_or(|f| f == of_type)
+            })
             .map(|(name, price)| {
                 serde_json::json!({
                     "product": {"attributes": {"instanceType": name, "regionCode": region}},

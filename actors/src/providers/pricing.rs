@@ -49,7 +49,7 @@ pub fn builtin_on_demand_prices() -> Result<&'static HashMap<String, f64>, Bundl
 
 /// The `GetProducts` filters of Karpenter's on-demand refresh (shared tenancy).
 #[must_use]
-pub fn on_demand_filters(region: &str) -> Vec<ProductFilter> {
+pub fn on_demand_filters(region: &str, product_family: &str) -> Vec<ProductFilter> {
     [
         ("regionCode", region),
         ("serviceCode", "AmazonEC2"),
@@ -58,12 +58,17 @@ pub fn on_demand_filters(region: &str) -> Vec<ProductFilter> {
         ("capacitystatus", "Used"),
         ("marketoption", "OnDemand"),
         ("tenancy", "Shared"),
-        ("productFamily", "Compute Instance"),
+        ("productFamily", product_family),
     ]
     .into_iter()
     .map(|(field, value)| ProductFilter::term_match(field, value))
     .collect()
 }
+
+/// The price list's product families of EC2 instances: bare-metal types (`*.metal`) are only in
+/// the second, so Karpenter asks for both.
+pub const ON_DEMAND_PRODUCT_FAMILIES: [&str; 2] =
+    ["Compute Instance", "Compute Instance (bare metal)"];
 
 #[derive(Debug, Deserialize)]
 struct PriceListDocument {
@@ -231,13 +236,17 @@ impl PricingProvider {
             return Ok(());
         };
         let region = &self.deps.region;
-        let documents = api
-            .get_products("AmazonEC2", &on_demand_filters(region))
-            .await
-            .map_err(|source| PricingError::OnDemand {
-                region: region.clone(),
-                source,
-            })?;
+        let mut documents = Vec::new();
+        for family in ON_DEMAND_PRODUCT_FAMILIES {
+            documents.extend(
+                api.get_products("AmazonEC2", &on_demand_filters(region, family))
+                    .await
+                    .map_err(|source| PricingError::OnDemand {
+                        region: region.clone(),
+                        source,
+                    })?,
+            );
+        }
         let fetched: HashMap<String, f64> = documents
             .iter()
             .filter_map(|d| parse_price_list(d))
