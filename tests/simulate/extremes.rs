@@ -16,6 +16,18 @@ use serde_json::json;
 
 use super::support::{in_simulation, is_bound, pods, small_without_consolidation};
 
+/// The small scenario scales 4 -> 12 at 2m: every pod lands on the ordinary pool, nothing is
+/// left pending and the daemon did not escalate.
+async fn the_ordinary_pool_still_provisions(mut sim: Simulation<'_>) {
+    assert!(sim.advance(Duration::from_mins(3)).await);
+    let pods = pods(&sim).await;
+    assert_eq!(pods.len(), 12);
+    assert!(pods.iter().all(is_bound), "every pod bound");
+    let report = sim.finish().await;
+    assert_eq!(report.pods.pending_at_end, 0);
+    assert!(!report.escalated);
+}
+
 /// The extreme pool: every list at its schema maximum, quantities far past any cluster.
 fn extreme_nodepool(name: &str) -> NodePool {
     let mut requirements = vec![json!({
@@ -84,14 +96,7 @@ fn a_nodepool_at_the_schema_limits_is_read_and_does_not_stall_provisioning() {
             status.conditions
         );
 
-        // The small scenario scales 4 -> 12 at 2m: every pod lands on the ordinary pool.
-        assert!(sim.advance(Duration::from_mins(3)).await);
-        let pods = pods(&sim).await;
-        assert_eq!(pods.len(), 12);
-        assert!(pods.iter().all(is_bound), "every pod bound");
-        let report = sim.finish().await;
-        assert_eq!(report.pods.pending_at_end, 0);
-        assert!(!report.escalated);
+        the_ordinary_pool_still_provisions(sim).await;
     });
 }
 
@@ -170,12 +175,7 @@ fn an_ec2nodeclass_at_the_schema_limits_gets_its_status_and_does_not_stall_provi
             "the one matching subnet term among 30 resolved: {conditions:?}"
         );
 
-        assert!(sim.advance(Duration::from_mins(3)).await);
-        let pods = pods(&sim).await;
-        assert_eq!(pods.len(), 12);
-        assert!(pods.iter().all(is_bound), "every pod bound");
-        let report = sim.finish().await;
-        assert!(!report.escalated);
+        the_ordinary_pool_still_provisions(sim).await;
     });
 }
 
@@ -247,11 +247,6 @@ fn a_nodeclaim_at_the_schema_limits_is_deleted_for_want_of_capacity_and_does_not
         // is deleted rather than retried forever.
         assert_eq!(outcome, "deleted");
 
-        assert!(sim.advance(Duration::from_mins(3)).await);
-        let pods = pods(&sim).await;
-        assert_eq!(pods.len(), 12);
-        assert!(pods.iter().all(is_bound), "every pod bound");
-        let report = sim.finish().await;
-        assert!(!report.escalated);
+        the_ordinary_pool_still_provisions(sim).await;
     });
 }

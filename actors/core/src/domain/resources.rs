@@ -374,16 +374,7 @@ impl Resources {
 
     /// Reads a Kubernetes resource list (`corev1.ResourceList`).
     pub fn from_list(list: &BTreeMap<String, Quantity>) -> Result<Self, ResourceError> {
-        let mut out = Self::default();
-        for (name, quantity) in list {
-            let amount =
-                parse_resource(name, &quantity.0).map_err(|source| ResourceError::Quantity {
-                    resource: name.clone(),
-                    source,
-                })?;
-            out.set(name, amount);
-        }
-        Ok(out)
+        Self::read(list, false)
     }
 
     /// Requests as a fit compares them: like [`Resources::from_list`], but a positive quantity
@@ -391,11 +382,19 @@ impl Resources {
     /// which fits no capacity, instead of an error (Kubernetes' quantities hold it, and Karpenter
     /// finds no instance type for it).
     pub fn from_requests(list: &BTreeMap<String, Quantity>) -> Result<Self, ResourceError> {
+        Self::read(list, true)
+    }
+
+    fn read(list: &BTreeMap<String, Quantity>, saturate: bool) -> Result<Self, ResourceError> {
         let mut out = Self::default();
         for (name, quantity) in list {
             let amount = match parse_resource(name, &quantity.0) {
                 Ok(amount) => amount,
-                Err(QuantityError::OutOfRange { .. }) if !quantity.0.starts_with('-') => i64::MAX,
+                Err(QuantityError::OutOfRange { .. })
+                    if saturate && !quantity.0.starts_with('-') =>
+                {
+                    i64::MAX
+                }
                 Err(source) => {
                     return Err(ResourceError::Quantity {
                         resource: name.clone(),
