@@ -574,6 +574,36 @@ fn accelerator_labels_select_an_inferentia_instance() {
     });
 }
 
+/// `aws: Extended Resources / It("should provision nodes for a deployment that requests
+/// vpc.amazonaws.com/pod-eni (security groups for pods)")`: two pods asking one pod ENI each get
+/// a trunking-capable type whose node advertises the pod ENIs. Upstream enables the VPC CNI's
+/// pod ENIs on the cluster; the simulated kubelet advertises the NodeClaim's capacity.
+#[test]
+fn pods_requesting_pod_enis_get_a_trunking_node() {
+    in_simulation(|| async {
+        let workloads = "  - name: sgp\n    requests: {cpu: 100m, memory: 256Mi, \"vpc.amazonaws.com/pod-eni\": \"1\"}\n    steps: [{at: 0s, replicas: 2}]\n";
+        let (nodes, _) = settled(
+            PoolScenario {
+                workloads,
+                ..flexible()
+            }
+            .load(),
+        )
+        .await;
+        assert!(!nodes.is_empty());
+        for node in &nodes {
+            let status = node.status.clone().unwrap_or_default();
+            let enis = status
+                .allocatable
+                .unwrap_or_default()
+                .get("vpc.amazonaws.com/pod-eni")
+                .map(|q| q.0.clone());
+            let enis: u32 = enis.as_deref().unwrap_or("0").parse().unwrap();
+            assert!(enis >= 1, "{:?} offers {enis} pod ENIs", node.metadata.name);
+        }
+    });
+}
+
 /// `Scheduling / Labels / It("should support well-known labels for windows-build version")`:
 /// a Windows Server 2022 pool (`windows2022@latest`, `kubernetes.io/os In windows`). Upstream's
 /// IPAM setup is the VPC resource controller's, which the simulation has no need of.

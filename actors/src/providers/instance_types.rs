@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use super::branch_interfaces;
 use crate::ports::ec2::InstanceTypeInfo;
 use karpenter_core::apis::ec2nodeclass::{
     AmiFamily, BlockDeviceMapping, EC2NodeClassSpec, InstanceStorePolicy, KubeletConfiguration,
@@ -243,8 +244,8 @@ pub fn resolve(
 
     let mut capacity = Resources::core(i64::from(info.vcpus) * MILLIS_PER_CPU, memory, pods);
     capacity.ephemeral_storage = storage;
-    // No branch-interface table in the catalogue: pod ENIs are not offered (their count would
-    // be zero, which a resource list leaves out).
+    // Security Groups for Pods: the type's branch interfaces, 0 (left out) without trunking.
+    capacity.set(labels::RESOURCE_AWS_POD_ENI, branch_interfaces::pod_enis(&info.name));
     let gpus_of = |maker: &str| -> i64 {
         info.gpus
             .iter()
@@ -837,6 +838,17 @@ mod tests {
         };
         let it = resolve_with(&info, &raid);
         assert_eq!(it.capacity.ephemeral_storage, 75_000_000_000);
+    }
+
+    #[test]
+    fn trunking_types_offer_pod_enis_and_others_none() {
+        let it = resolve_with(&m5_large(), &NodeClassSettings::default());
+        assert_eq!(it.capacity.get(labels::RESOURCE_AWS_POD_ENI), 9);
+        assert_eq!(it.allocatable().get(labels::RESOURCE_AWS_POD_ENI), 9);
+        let mut t3 = m5_large();
+        t3.name = "t3.large".into();
+        let it = resolve_with(&t3, &NodeClassSettings::default());
+        assert_eq!(it.capacity.get(labels::RESOURCE_AWS_POD_ENI), 0);
     }
 
     #[test]

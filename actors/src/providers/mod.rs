@@ -9,6 +9,7 @@
 pub mod ami_mapping;
 pub mod amis;
 pub mod batcher;
+pub mod branch_interfaces;
 pub mod cloud_provider;
 pub mod instance_profiles;
 pub mod instance_type_provider;
