@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{
     Container, Node, NodeSpec, NodeStatus, Pod, PodSpec, ResourceRequirements, Taint as ApiTaint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use karpenter_actors::metrics::Metrics;
 use karpenter_actors::ports::clock::ManualClock;
@@ -962,6 +962,63 @@ async fn a_nodepool_whose_instance_types_fail_to_resolve_is_left_out_with_the_er
     h.wait(Duration::from_secs(11)).await;
     assert_eq!(h.api.nodeclaims().len(), 1);
     assert_eq!(h.cloud.calls_of(CloudOperation::InstanceTypes).len(), 2);
+}
+
+/// Karpenter sizes a DaemonSet by its newest running pod: what a LimitRange or a webhook added
+/// to the pods is not in the template. The running pod's node pin (a `metadata.name` field
+/// selector) gives way to the template's node affinity.
+#[actix::test]
+async fn daemonset_overhead_comes_from_a_running_daemon_pod_over_the_template() {
+    tokio::time::pause();
+    let setup = Setup::new();
+    setup.view.put_nodepool(nodepool("default"));
+    setup.view.put_node(node("n1", "4", &[]));
+    let template = pod("agent", "100m", "64Mi");
+    setup.view.put_daemonset(
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "agent", "namespace": "kube-system", "uid": "ds-agent"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "agent"}},
+                "template": {"metadata": {"labels": {"app": "agent"}}, "spec": template.spec},
+            },
+        }))
+        .unwrap(),
+    );
+    let daemon_pod = |name: &str, cpu: &str, memory: &str, created: &str| {
+        let mut daemon = bound_to(pod(name, cpu, memory), "n1");
+        daemon.metadata.namespace = Some("kube-system".to_owned());
+        daemon.metadata.creation_timestamp = Some(Time(created.parse().unwrap()));
+        daemon.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "apps/v1".to_owned(),
+            kind: "DaemonSet".to_owned(),
+            name: "agent".to_owned(),
+            uid: "ds-agent".to_owned(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }]);
+        daemon.spec.as_mut().unwrap().affinity = Some(serde_json::from_value(serde_json::json!({
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+            ]}}
+        })).unwrap());
+        daemon
+    };
+    // An older pod from before the LimitRange, and the newest one with its defaults.
+    setup.view.put_pod(daemon_pod("agent-old", "200m", "128Mi", "2026-01-01T00:00:00Z"));
+    setup.view.put_pod(daemon_pod("agent-new", "500m", "256Mi", "2026-02-01T00:00:00Z"));
+    let h = setup.start();
+    // The pending pod does not fit beside the daemons on n1 (4 cpu).
+    h.add_pod(pod("p", "3500m", "1Gi"));
+    h.wait(Duration::from_millis(1100)).await;
+    let claims = h.api.nodeclaims();
+    assert_eq!(claims.len(), 1);
+    assert_eq!(
+        claims[0].spec.resources.requests,
+        quantities(&[("cpu", "4"), ("memory", "1280Mi"), ("pods", "2")]),
+        "the pod and the newest running daemon pod, not the template (100m) nor the older pod"
+    );
 }
 
 #[actix::test]

@@ -14,8 +14,8 @@
 //!   taints, allocatable and capacity follow Karpenter's `StateNode`: the NodeClaim's until the
 //!   Node registers and initializes. NodeClaims not launched yet are not nodes: the actor waits
 //!   for them before a run, as Karpenter's cluster-state sync does.
-//! - **NodePools** with their instance types (given), DaemonSet overhead (from the DaemonSets'
-//!   pod templates) and limits less what their deleting NodeClaims still hold (the solver
+//! - **NodePools** with their instance types (given), DaemonSet overhead (from each DaemonSet's
+//!   newest running pod, else its pod template, as Karpenter) and limits less what their deleting NodeClaims still hold (the solver
 //!   subtracts the existing nodes itself).
 //!
 //! Left out, because the cluster view does not carry them: volume zone requirements from
@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::ports::cluster_view::ClusterView;
@@ -336,20 +336,59 @@ fn is_daemon_pod(pod: &Pod) -> bool {
     owned_by(pod, "apps/v1", "DaemonSet")
 }
 
-/// The pods the DaemonSets would run on a new node, from their templates (Karpenter uses a
-/// running pod of the DaemonSet when it has one; the template carries the same requests and
-/// node affinity).
-fn daemon_pods(daemonsets: &[Arc<DaemonSet>]) -> Vec<SchedulingPod> {
+/// The newest pod each DaemonSet controls, by the DaemonSet's uid (Karpenter's cluster state
+/// keeps the same per DaemonSet).
+fn newest_daemon_pods(pods: &[Arc<Pod>]) -> HashMap<&str, &Pod> {
+    let mut newest: HashMap<&str, &Pod> = HashMap::new();
+    for pod in pods {
+        let Some(owner) = pod.metadata.owner_references.iter().flatten().find(|o| {
+            o.controller == Some(true) && o.api_version == "apps/v1" && o.kind == "DaemonSet"
+        }) else {
+            continue;
+        };
+        let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        match newest.get(owner.uid.as_str()) {
+            Some(seen) if created(seen) >= created(pod) => {}
+            _ => {
+                newest.insert(owner.uid.as_str(), pod);
+            }
+        }
+    }
+    newest
+}
+
+/// The pods the DaemonSets would run on a new node. As Karpenter, a DaemonSet's newest running
+/// pod stands for it when it has one (its requests include what a LimitRange or a webhook
+/// added), with the template's required node affinity in place of the one the DaemonSet
+/// controller pinned to that pod's node; otherwise the template.
+fn daemon_pods(
+    daemonsets: &[Arc<DaemonSet>],
+    running: &HashMap<&str, &Pod>,
+) -> Vec<SchedulingPod> {
     daemonsets
         .iter()
         .filter_map(|ds| {
             let spec = &ds.spec;
-            let mut metadata = spec.template.metadata.clone().unwrap_or_default();
+            let running = ds.metadata.uid.as_deref().and_then(|uid| running.get(uid));
+            let (mut metadata, pod_spec) = match running {
+                Some(pod) => {
+                    let mut pod_spec = pod.spec.clone();
+                    if let Some(pod_spec) = pod_spec.as_mut() {
+                        pod_spec.node_name = None;
+                        pin_template_node_affinity(pod_spec, spec.template.spec.as_ref());
+                    }
+                    (pod.metadata.clone(), pod_spec)
+                }
+                None => (
+                    spec.template.metadata.clone().unwrap_or_default(),
+                    spec.template.spec.clone(),
+                ),
+            };
             metadata.namespace.clone_from(&ds.metadata.namespace);
             metadata.name.clone_from(&ds.metadata.name);
             let pod = Pod {
                 metadata,
-                spec: spec.template.spec.clone(),
+                spec: pod_spec,
                 status: None,
             };
             match SchedulingPod::from_pod(&pod) {
@@ -361,6 +400,22 @@ fn daemon_pods(daemonsets: &[Arc<DaemonSet>]) -> Vec<SchedulingPod> {
             }
         })
         .collect()
+}
+
+/// Gives a running daemon pod its template's required node affinity (none when the template has
+/// none): the DaemonSet controller pins each pod to its node with a `metadata.name` field
+/// selector, which says nothing about a new node.
+fn pin_template_node_affinity(pod: &mut PodSpec, template: Option<&PodSpec>) {
+    let required = template
+        .and_then(|t| t.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.clone());
+    let node_affinity = pod
+        .affinity
+        .get_or_insert_with(Default::default)
+        .node_affinity
+        .get_or_insert_with(Default::default);
+    node_affinity.required_during_scheduling_ignored_during_execution = required;
 }
 
 /// Whether a run has anything to place: a provisionable pod, or a node or NodeClaim being
@@ -430,14 +485,14 @@ fn pair<'a>(nodes: &'a [Arc<Node>], claims: &'a [Arc<NodeClaim>]) -> Vec<StateNo
 /// Reads the snapshot for one run.
 pub(crate) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
     let mut built = Built::default();
-    let daemons = daemon_pods(&view.daemonsets());
+    let pods = view.pods();
+    let daemons = daemon_pods(&view.daemonsets(), &newest_daemon_pods(&pods));
     let nodes = view.nodes();
     let claims = view.nodeclaims();
 
     let states = pair(&nodes, &claims);
 
     // Every pod once: bound ones by node (one pass, not a scan per node), pending ones aside.
-    let pods = view.pods();
     let mut pending: Vec<&Arc<Pod>> = Vec::new();
     let mut by_node: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
     for pod in &pods {
