@@ -358,7 +358,7 @@ fn newest_daemon_pods(pods: &[Arc<Pod>]) -> HashMap<&str, &Pod> {
 }
 
 /// The pods the DaemonSets would run on a new node. As Karpenter, a DaemonSet's newest running
-/// pod stands for it when it has one (its requests include what a LimitRange or a webhook
+/// pod stands for it when it has one (its requests include what a `LimitRange` or a webhook
 /// added), with the template's required node affinity in place of the one the DaemonSet
 /// controller pinned to that pod's node; otherwise the template.
 fn daemon_pods(
