@@ -964,7 +964,7 @@ async fn a_nodepool_whose_instance_types_fail_to_resolve_is_left_out_with_the_er
     assert_eq!(h.cloud.calls_of(CloudOperation::InstanceTypes).len(), 2);
 }
 
-/// Karpenter sizes a DaemonSet by its newest running pod: what a LimitRange or a webhook added
+/// Karpenter sizes a DaemonSet by its newest running pod: what a `LimitRange` or a webhook added
 /// to the pods is not in the template. The running pod's node pin (a `metadata.name` field
 /// selector) gives way to the template's node affinity.
 #[actix::test]
