@@ -129,8 +129,8 @@ impl CloudSource {
                 pricing,
                 settings,
             } => {
-                let providers =
-                    AwsProviders::new(ec2, pricing, &settings).map_err(CloudError::Providers)?;
+                let providers = AwsProviders::new(ec2, pricing, &settings, Arc::clone(&clock))
+                    .map_err(CloudError::Providers)?;
                 let aws = start_aws(kit, &providers, AwsActorOptions::default())?;
                 providers.refresh().await.map_err(CloudError::Catalogue)?;
                 let unavailable = Arc::clone(&providers.unavailable);

@@ -75,6 +75,7 @@ fn fixture(runtime: &tokio::runtime::Runtime) -> Fixture {
             pricing: None,
             region: REGION.into(),
             isolated_vpc: false,
+            clock: Arc::new(SystemClock),
         })
         .unwrap_or_else(|e| panic!("pricing: {e}")),
     );

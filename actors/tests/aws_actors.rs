@@ -59,6 +59,7 @@ fn providers(kwok: &Arc<KwokEc2>) -> AwsProviders {
         Arc::clone(kwok) as Arc<dyn Ec2Api>,
         None,
         &settings(REGION, CLUSTER),
+        Arc::new(ManualClock::new(Timestamp::UNIX_EPOCH)),
     )
     .unwrap()
 }

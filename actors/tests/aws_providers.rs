@@ -103,7 +103,7 @@ impl EnvBuilder {
             KwokEc2::new(
                 config,
                 KwokEc2Deps {
-                    clock,
+                    clock: Arc::clone(&clock),
                     events: Some(Arc::clone(&events)),
                 },
             )
@@ -125,6 +125,7 @@ impl EnvBuilder {
                 }),
                 region: REGION.into(),
                 isolated_vpc: false,
+                clock,
             })
             .unwrap(),
         );
@@ -345,6 +346,33 @@ async fn launches_take_the_cheapest_offering_and_rank_types_by_price() {
     assert_eq!(launched.capacity_type, CapacityType::OnDemand);
     let request = env.instances.fleet_request(&on_demand).unwrap();
     assert_eq!(request.allocation_strategy, "lowest-price");
+}
+
+/// Karpenter asks spot prices from now (`StartTime`) rather than paging 90 days of history,
+/// and keeps the prices of offerings an answer leaves out.
+#[actix::test]
+async fn spot_prices_are_asked_from_now_and_merged_into_the_known_ones() {
+    tokio::time::pause();
+    let env = EnvBuilder::new().build().await;
+    let (a, b) = (env.zone(0), env.zone(1));
+    env.kwok.set_spot_price("m5.large", &a, 0.031);
+    env.kwok.set_spot_price("m5.large", &b, 0.032);
+    env.pricing.update_spot_prices().await.unwrap();
+    let starts = env.kwok.spot_price_history_starts();
+    assert!(!starts.is_empty());
+    assert!(
+        starts.iter().all(|s| *s == Some(Timestamp::UNIX_EPOCH)),
+        "every call asks from the clock's now: {starts:?}"
+    );
+
+    // The next answer leaves zone b out and changes zone a: a is updated, b kept.
+    env.kwok.withdraw_spot_price("m5.large", &b);
+    env.kwok.set_spot_price("m5.large", &a, 0.041);
+    let seq = env.pricing.seq_num();
+    env.pricing.update_spot_prices().await.unwrap();
+    assert!(env.pricing.seq_num() > seq);
+    assert_eq!(env.pricing.spot_price("m5.large", &a), Some(0.041));
+    assert_eq!(env.pricing.spot_price("m5.large", &b), Some(0.032));
 }
 
 #[actix::test]

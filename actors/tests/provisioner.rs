@@ -1006,8 +1006,18 @@ async fn daemonset_overhead_comes_from_a_running_daemon_pod_over_the_template() 
         daemon
     };
     // An older pod from before the LimitRange, and the newest one with its defaults.
-    setup.view.put_pod(daemon_pod("agent-old", "200m", "128Mi", "2026-01-01T00:00:00Z"));
-    setup.view.put_pod(daemon_pod("agent-new", "500m", "256Mi", "2026-02-01T00:00:00Z"));
+    setup.view.put_pod(daemon_pod(
+        "agent-old",
+        "200m",
+        "128Mi",
+        "2026-01-01T00:00:00Z",
+    ));
+    setup.view.put_pod(daemon_pod(
+        "agent-new",
+        "500m",
+        "256Mi",
+        "2026-02-01T00:00:00Z",
+    ));
     let h = setup.start();
     // The pending pod does not fit beside the daemons on n1 (4 cpu).
     h.add_pod(pod("p", "3500m", "1Gi"));

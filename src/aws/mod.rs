@@ -253,10 +253,11 @@ impl AwsClients {
     pub fn providers(
         &self,
         settings: &AwsProviderSettings,
+        clock: Arc<dyn karpenter_actors::ports::clock::Clock>,
     ) -> Result<AwsProviders, karpenter_actors::providers::pricing::PricingError> {
         let pricing: Option<Arc<dyn karpenter_actors::ports::pricing::PricingApi>> =
             (!settings.isolated_vpc).then(|| Arc::clone(&self.pricing) as _);
-        AwsProviders::new(Arc::clone(&self.ec2) as _, pricing, settings)
+        AwsProviders::new(Arc::clone(&self.ec2) as _, pricing, settings, clock)
     }
 }
 

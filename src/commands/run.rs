@@ -255,6 +255,7 @@ async fn main_loop(args: &RunArgs) -> Result<Exit, RunError> {
         gated_ec2(Arc::clone(&clients.ec2) as _, &gate),
         pricing,
         &provider_settings,
+        Arc::new(SystemClock),
     )
     .map_err(RunError::Cloud)?;
     let inputs = DaemonInputs {

@@ -436,7 +436,7 @@ async fn cloud_provider_launches_through_the_adapters(moto: &Moto) {
         inner: moto.clients.ec2.clone(),
         instance_types: vec!["c5.large".into(), "m5.large".into()],
     });
-    let providers = AwsProviders::new(ec2, None, &settings).unwrap();
+    let providers = AwsProviders::new(ec2, None, &settings, Arc::new(SystemClock)).unwrap();
     // The batchers are actors: the test runs them on a kit of its own (an actix test).
     let (_aws, _actors) = AwsTestKit::with_providers(&providers);
     providers.refresh().await.unwrap();
@@ -953,7 +953,7 @@ async fn a_restarted_cloud_provider_adopts_its_predecessors_launch_although_moto
             inner: moto.clients.ec2.clone(),
             instance_types: vec!["c5.large".into(), "m5.large".into()],
         });
-        let providers = AwsProviders::new(ec2, None, &settings).unwrap();
+        let providers = AwsProviders::new(ec2, None, &settings, Arc::new(SystemClock)).unwrap();
         providers.refresh().await.unwrap();
         // Each "process" has its own AWS actors (batchers), kept as long as its provider.
         let aws = AwsTestKit::with_providers(&providers);

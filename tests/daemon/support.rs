@@ -56,6 +56,7 @@ pub fn inputs(
         world.ec2.clone(),
         Some(world.pricing.clone()),
         &provider_settings,
+        Arc::new(SystemClock),
     )
     .unwrap();
     DaemonInputs {

@@ -99,7 +99,7 @@ pub fn settings(region: &str, cluster_name: &str) -> AwsProviderSettings {
 pub async fn cloud_provider(deps: KwokCloudDeps) -> Result<Arc<AwsCloudProvider>, KwokCloudError> {
     let ec2: Arc<dyn Ec2Api> = deps.ec2;
     let pricing = deps.pricing.map(|p| p as Arc<dyn PricingApi>);
-    let providers = AwsProviders::new(ec2, pricing, &deps.settings)?;
+    let providers = AwsProviders::new(ec2, pricing, &deps.settings, Arc::clone(&deps.clock))?;
     AwsActors::start(&deps.aws_group, &providers, AwsActorOptions::default())?;
     providers.refresh().await?;
     Ok(Arc::new(AwsCloudProvider::new(

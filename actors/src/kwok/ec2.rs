@@ -24,9 +24,10 @@
 //!   every call is recorded.
 //! - [`KwokEc2::interrupt_spot`] sends Spot Interruption Warnings through kwok's EventBridge.
 
+use k8s_openapi::jiff::Timestamp;
 use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::draw::unit_draw;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -144,6 +145,10 @@ struct State {
     fleet_calls: u64,
     ice_answers: usize,
     spot_prices: HashMap<(String, String), f64>,
+    /// [`KwokEc2::withdraw_spot_price`]: offerings `DescribeSpotPriceHistory` no longer lists.
+    withdrawn_spot_prices: HashSet<(String, String)>,
+    /// The `StartTime` of every `DescribeSpotPriceHistory` call, in order.
+    spot_history_starts: Vec<Option<Timestamp>>,
     next_id: u64,
 }
 
@@ -391,9 +396,24 @@ impl KwokEc2 {
 
     /// Fixes a spot price.
     pub fn set_spot_price(&self, instance_type: &str, zone: &str, price: f64) {
+        let mut state = self.lock();
+        let key = (instance_type.to_owned(), zone.to_owned());
+        state.withdrawn_spot_prices.remove(&key);
+        state.spot_prices.insert(key, price);
+    }
+
+    /// `DescribeSpotPriceHistory` stops listing the offering (its price still applies to
+    /// instances); [`Self::set_spot_price`] lists it again.
+    pub fn withdraw_spot_price(&self, instance_type: &str, zone: &str) {
         self.lock()
-            .spot_prices
-            .insert((instance_type.to_owned(), zone.to_owned()), price);
+            .withdrawn_spot_prices
+            .insert((instance_type.to_owned(), zone.to_owned()));
+    }
+
+    /// The `StartTime` each `DescribeSpotPriceHistory` call asked from, in order.
+    #[must_use]
+    pub fn spot_price_history_starts(&self) -> Vec<Option<Timestamp>> {
+        self.lock().spot_history_starts.clone()
     }
 
     /// The made-up subnets, one per zone.
@@ -839,7 +859,8 @@ impl Ec2Api for KwokEc2 {
         request: &SpotPriceHistoryRequest,
     ) -> Result<Vec<SpotPrice>, AwsError> {
         self.enter("DescribeSpotPriceHistory", "")?;
-        let state = self.lock();
+        let mut state = self.lock();
+        state.spot_history_starts.push(request.start_time);
         let timestamp = self.deps.clock.now();
         let mut out = Vec::new();
         for (name, regions) in &self.catalogue.offerings {
@@ -847,6 +868,12 @@ impl Ec2Api for KwokEc2 {
                 continue;
             }
             for zone in regions.get(&self.config.region).into_iter().flatten() {
+                if state
+                    .withdrawn_spot_prices
+                    .contains(&(name.clone(), zone.clone()))
+                {
+                    continue;
+                }
                 if let Some(price) = self.price(&state, name, zone, CapacityType::Spot) {
                     out.push(SpotPrice {
                         instance_type: name.clone(),
@@ -933,7 +960,7 @@ impl Ec2Api for KwokEc2 {
                 !hide_deprecated
                     || i.deprecation_time
                         .as_deref()
-                        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                        .and_then(|t| t.parse::<Timestamp>().ok())
                         .is_none_or(|at| at > now)
             })
             .collect())

@@ -58,7 +58,11 @@ mod tests {
     #[test]
     fn the_table_parses_and_lists_the_trunking_types() {
         let limits = branch_interface_limits().expect("the bundled table parses");
-        assert_eq!(limits.len(), 756, "Karpenter v1.5.0 lists 756 trunking-compatible types");
+        assert_eq!(
+            limits.len(),
+            756,
+            "Karpenter v1.5.0 lists 756 trunking-compatible types"
+        );
         assert_eq!(pod_enis("m5.large"), 9);
         assert_eq!(pod_enis("c5.xlarge"), 18);
         assert_eq!(pod_enis("a1.2xlarge"), 38);

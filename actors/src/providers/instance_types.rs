@@ -245,7 +245,10 @@ pub fn resolve(
     let mut capacity = Resources::core(i64::from(info.vcpus) * MILLIS_PER_CPU, memory, pods);
     capacity.ephemeral_storage = storage;
     // Security Groups for Pods: the type's branch interfaces, 0 (left out) without trunking.
-    capacity.set(labels::RESOURCE_AWS_POD_ENI, branch_interfaces::pod_enis(&info.name));
+    capacity.set(
+        labels::RESOURCE_AWS_POD_ENI,
+        branch_interfaces::pod_enis(&info.name),
+    );
     let gpus_of = |maker: &str| -> i64 {
         info.gpus
             .iter()

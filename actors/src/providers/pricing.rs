@@ -17,6 +17,7 @@ use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use serde::Deserialize;
 
 use crate::ports::aws_error::AwsError;
+use crate::ports::clock::Clock;
 use crate::ports::ec2::{Ec2Api, SpotPriceHistoryRequest};
 use crate::ports::pricing::{PricingApi, ProductFilter};
 
@@ -130,6 +131,8 @@ pub enum PricingError {
     NoPrices { region: String, documents: usize },
     #[error("refreshing spot prices: {0}")]
     Spot(AwsError),
+    #[error("refreshing spot prices: no spot pricing found")]
+    NoSpotPrices,
     #[error(transparent)]
     BuiltinTable(BundledDataError),
 }
@@ -148,7 +151,7 @@ impl PricingError {
     pub fn category(&self) -> &'static str {
         match self {
             PricingError::OnDemand { source, .. } | PricingError::Spot(source) => source.category(),
-            PricingError::NoPrices { .. } => "no_prices",
+            PricingError::NoPrices { .. } | PricingError::NoSpotPrices => "no_prices",
             PricingError::BuiltinTable(_) => "builtin_table",
         }
     }
@@ -170,6 +173,8 @@ pub struct PricingDeps {
     pub region: String,
     /// `ISOLATED_VPC`: the Pricing API is unreachable; keep the built-in on-demand table.
     pub isolated_vpc: bool,
+    /// Spot prices are asked from now.
+    pub clock: Arc<dyn Clock>,
 }
 
 /// On-demand and spot prices.
@@ -270,7 +275,10 @@ impl PricingProvider {
         Ok(())
     }
 
-    /// Fetches current spot prices: the newest price per (instance type, zone).
+    /// Fetches the spot prices in effect from now (Karpenter's `StartTime`; without it EC2
+    /// pages through 90 days of history) and merges them into the known ones: the newest price
+    /// per (instance type, zone) replaces the previous, and an offering the answer leaves out
+    /// keeps its previous price. An answer without any price is an error, as in Karpenter.
     pub async fn update_spot_prices(&self) -> Result<(), PricingError> {
         let history = self
             .deps
@@ -278,7 +286,7 @@ impl PricingProvider {
             .describe_spot_price_history(&SpotPriceHistoryRequest {
                 instance_types: Vec::new(),
                 product_descriptions: vec!["Linux/UNIX".into(), "Linux/UNIX (Amazon VPC)".into()],
-                start_time: None,
+                start_time: Some(self.deps.clock.now()),
             })
             .await
             .map_err(PricingError::Spot)?;
@@ -291,18 +299,24 @@ impl PricingProvider {
                 *slot = (entry.timestamp, entry.price);
             }
         }
-        let types: std::collections::HashSet<&str> = newest
+        if newest.is_empty() {
+            return Err(PricingError::NoSpotPrices);
+        }
+        let mut prices = self.prices.write().unwrap_or_else(PoisonError::into_inner);
+        prices
+            .spot
+            .extend(newest.into_iter().map(|(k, (_, p))| (k, p)));
+        prices.spot_updated = true;
+        let types: std::collections::HashSet<&str> = prices
+            .spot
             .keys()
             .map(|(instance_type, _)| instance_type.as_str())
             .collect();
         tracing::debug!(
             "instance-type-count" = types.len(),
-            "offering-count" = newest.len(),
+            "offering-count" = prices.spot.len(),
             "updated spot pricing with instance types and offerings"
         );
-        let mut prices = self.prices.write().unwrap_or_else(PoisonError::into_inner);
-        prices.spot = newest.into_iter().map(|(k, (_, p))| (k, p)).collect();
-        prices.spot_updated = true;
         drop(prices);
         self.seq.fetch_add(1, Ordering::SeqCst);
         Ok(())

@@ -361,10 +361,7 @@ fn newest_daemon_pods(pods: &[Arc<Pod>]) -> HashMap<&str, &Pod> {
 /// pod stands for it when it has one (its requests include what a `LimitRange` or a webhook
 /// added), with the template's required node affinity in place of the one the DaemonSet
 /// controller pinned to that pod's node; otherwise the template.
-fn daemon_pods(
-    daemonsets: &[Arc<DaemonSet>],
-    running: &HashMap<&str, &Pod>,
-) -> Vec<SchedulingPod> {
+fn daemon_pods(daemonsets: &[Arc<DaemonSet>], running: &HashMap<&str, &Pod>) -> Vec<SchedulingPod> {
     daemonsets
         .iter()
         .filter_map(|ds| {
@@ -409,7 +406,10 @@ fn pin_template_node_affinity(pod: &mut PodSpec, template: Option<&PodSpec>) {
     let required = template
         .and_then(|t| t.affinity.as_ref())
         .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.required_during_scheduling_ignored_during_execution.clone());
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .clone()
+        });
     let node_affinity = pod
         .affinity
         .get_or_insert_with(Default::default)

@@ -132,12 +132,14 @@ impl AwsProviders {
         ec2: Arc<dyn Ec2Api>,
         pricing_api: Option<Arc<dyn PricingApi>>,
         settings: &AwsProviderSettings,
+        clock: Arc<dyn Clock>,
     ) -> Result<Self, PricingError> {
         let pricing = Arc::new(PricingProvider::new(PricingDeps {
             ec2: Arc::clone(&ec2),
             pricing: pricing_api,
             region: settings.region.clone(),
             isolated_vpc: settings.isolated_vpc,
+            clock,
         })?);
         let unavailable = Arc::new(UnavailableOfferings::default());
         let instance_types = Arc::new(InstanceTypeProvider::new(InstanceTypeDeps {
