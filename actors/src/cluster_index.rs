@@ -27,7 +27,7 @@ use std::marker::PhantomData;
 use std::ops::Deref;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -150,7 +150,8 @@ looked_up_by_name_only!(
     EC2NodeClass,
     DaemonSet,
     PodDisruptionBudget,
-    PersistentVolumeClaim
+    PersistentVolumeClaim,
+    Namespace
 );
 
 /// The key of an object in the index and in `MemoryClusterView`: `namespace/name`, or `name`

@@ -57,6 +57,10 @@ pub enum ClusterChange {
         namespace: String,
         name: String,
     },
+    /// A `Namespace` (its labels answer pod affinity `namespaceSelector`s).
+    Namespace {
+        name: String,
+    },
     /// A watch re-listed this kind: owners re-read everything.
     Relisted(WatchedKind),
 }
@@ -89,6 +93,7 @@ macro_rules! for_each_watched_kind {
             ($crate::messages::watched::PodDisruptionBudget, pdbs, PodDisruptionBudget),
             ($crate::messages::watched::VolumeAttachment, volumeattachments, VolumeAttachment),
             ($crate::messages::watched::PersistentVolumeClaim, pvcs, PersistentVolumeClaim),
+            ($crate::messages::watched::Namespace, namespaces, Namespace),
         }
     };
 }
@@ -96,7 +101,7 @@ macro_rules! for_each_watched_kind {
 /// The object types of [`for_each_watched_kind!`], under the names its rows use.
 pub mod watched {
     pub use k8s_openapi::api::apps::v1::DaemonSet;
-    pub use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+    pub use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod};
     pub use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     pub use k8s_openapi::api::storage::v1::VolumeAttachment;
     pub use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
@@ -146,6 +151,7 @@ pub enum WatchedKind {
     PodDisruptionBudget,
     VolumeAttachment,
     PersistentVolumeClaim,
+    Namespace,
 }
 
 /// The one event every per-object actor (NodeClaimActor, NodePoolActor, NodeClassActor)

@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    Container, Node, NodeSpec, NodeStatus, Pod, PodSpec, ResourceRequirements, Taint as ApiTaint,
+    Container, Namespace, Node, NodeSpec, NodeStatus, Pod, PodSpec, ResourceRequirements,
+    Taint as ApiTaint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -792,6 +793,70 @@ async fn an_unschedulable_pod_gets_failed_scheduling_with_a_reason_per_nodepool_
         metrics
             .contains("karpenter_scheduler_unschedulable_pods_count{controller=\"provisioner\"} 1"),
         "{metrics}"
+    );
+}
+
+/// A pod anti-affinity term whose `namespaceSelector` selects the namespaces labelled
+/// `team: a` keeps the pod off the node running `app: db` in `team-a`: the namespaces' labels
+/// come from the cluster view (Karpenter lists namespaces the same way).
+#[actix::test]
+async fn anti_affinity_namespace_selectors_select_namespaces_by_their_labels() {
+    tokio::time::pause();
+    let setup = Setup::new();
+    setup.view.put_nodepool(nodepool("default"));
+    setup.view.put_node(node("n1", "4", &[]));
+    for (name, team) in [("team-a", "a"), ("team-b", "b"), ("default", "none")] {
+        setup.view.put_namespace(Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                labels: Some(BTreeMap::from([("team".to_owned(), team.to_owned())])),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        });
+    }
+    let mut db = bound_to(pod("db", "500m", "512Mi"), "n1");
+    db.metadata.namespace = Some("team-a".to_owned());
+    db.metadata.labels = Some(BTreeMap::from([("app".to_owned(), "db".to_owned())]));
+    setup.view.put_pod(db);
+    let away_from_db = |name: &str, team: &str| {
+        let mut p = pod(name, "500m", "512Mi");
+        p.spec.as_mut().unwrap().affinity = Some(
+            serde_json::from_value(serde_json::json!({"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [{
+                    "labelSelector": {"matchLabels": {"app": "db"}},
+                    "namespaceSelector": {"matchLabels": {"team": team}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }]
+            }}))
+            .unwrap(),
+        );
+        p
+    };
+    let h = setup.start();
+    // Avoiding team b's db pods: there are none, n1 fits.
+    h.add_pod(away_from_db("near", "b"));
+    // Avoiding team a's: n1 runs one, a new node is needed.
+    h.add_pod(away_from_db("away", "a"));
+    h.wait(Duration::from_millis(1100)).await;
+
+    let nominated = h.events(karpenter_actors::provisioner::NOMINATED);
+    assert_eq!(
+        event_about(&nominated, "near").and_then(|e| e.note.clone()),
+        Some("Pod should schedule on: node/n1".to_owned())
+    );
+    let claims = h.api.nodeclaims();
+    assert_eq!(
+        claims.len(),
+        1,
+        "the pod avoiding team a's db gets a node of its own"
+    );
+    assert_eq!(
+        event_about(&nominated, "away").and_then(|e| e.note.clone()),
+        Some(format!(
+            "Pod should schedule on: nodeclaim/{}",
+            claims[0].metadata.name.clone().unwrap()
+        ))
     );
 }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use karpenter_actors::daemon::{Daemon, StartOptions};
@@ -162,6 +162,14 @@ impl Routed for PersistentVolumeClaim {
     fn change(&self, _seen: Seen<'_, Self>) -> ClusterChange {
         ClusterChange::PersistentVolumeClaim {
             namespace: self.namespace().unwrap_or_default(),
+            name: self.name_any(),
+        }
+    }
+}
+
+impl Routed for Namespace {
+    fn change(&self, _seen: Seen<'_, Self>) -> ClusterChange {
+        ClusterChange::Namespace {
             name: self.name_any(),
         }
     }

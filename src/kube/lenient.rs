@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -57,7 +57,8 @@ strict!(
     DaemonSet,
     PodDisruptionBudget,
     VolumeAttachment,
-    PersistentVolumeClaim
+    PersistentVolumeClaim,
+    Namespace
 );
 
 macro_rules! lenient {

@@ -6,11 +6,12 @@ use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use karpenter::daemon::ChangeFeed;
 use karpenter::emulator::{Emulator, FaultRule, Verb};
 use karpenter::kube::ingress::{ClusterIngress, Observed, WATCH_FAILING_LIMIT};
 use karpenter_actors::messages::ClusterChange;
+use karpenter_actors::ports::cluster_view::ClusterView as _;
 use karpenter_core::apis::NodeClaim;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt as _};
@@ -347,6 +348,50 @@ async fn a_pod_that_binds_is_found_on_its_node() {
         .unwrap();
     until_state(&mut changes, || state.pod("default", "web").is_none()).await;
     assert!(state.pods_on_node("n1").is_empty());
+    task.abort();
+}
+
+/// Namespaces are watched (pod affinity `namespaceSelector`s read their labels): one created
+/// through the API is in the state with its labels, and a relabel follows.
+#[tokio::test(start_paused = true)]
+async fn namespaces_and_their_labels_are_watched() {
+    let emulator = Emulator::new().unwrap();
+    let client = emulator.client();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut ingress = ClusterIngress::new(client);
+    let state = ingress.state();
+    let mut changes = ingress.channel::<Namespace>(1024);
+    let task = tokio::spawn(ingress.run());
+    state.wait_until_ready().await.unwrap();
+    let team = |name: &str| {
+        state
+            .namespaces()
+            .into_iter()
+            .find(|ns| ns.metadata.name.as_deref() == Some("team-a"))
+            .and_then(|ns| ns.labels().get("team").cloned())
+            .filter(|value| value == name)
+            .is_some()
+    };
+    let created: Namespace = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "team-a", "labels": {"team": "a"}},
+    }))
+    .unwrap();
+    namespaces
+        .create(&PostParams::default(), &created)
+        .await
+        .unwrap();
+    until_state(&mut changes, || team("a")).await;
+    namespaces
+        .patch(
+            "team-a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "b"}}})),
+        )
+        .await
+        .unwrap();
+    until_state(&mut changes, || team("b")).await;
     task.abort();
 }
 

@@ -277,7 +277,8 @@ impl Daemon {
             }
             | ClusterChange::DaemonSet { .. }
             | ClusterChange::PodDisruptionBudget { .. }
-            | ClusterChange::PersistentVolumeClaim { .. } => {}
+            | ClusterChange::PersistentVolumeClaim { .. }
+            | ClusterChange::Namespace { .. } => {}
         }
     }
 
@@ -527,7 +528,8 @@ impl Daemon {
             WatchedKind::Pod
             | WatchedKind::DaemonSet
             | WatchedKind::PodDisruptionBudget
-            | WatchedKind::PersistentVolumeClaim => {}
+            | WatchedKind::PersistentVolumeClaim
+            | WatchedKind::Namespace => {}
         }
     }
 
@@ -687,7 +689,8 @@ impl Daemon {
             | ClusterChange::EC2NodeClass { .. }
             | ClusterChange::DaemonSet { .. }
             | ClusterChange::VolumeAttachment { .. }
-            | ClusterChange::PersistentVolumeClaim { .. } => false,
+            | ClusterChange::PersistentVolumeClaim { .. }
+            | ClusterChange::Namespace { .. } => false,
         };
         if structural {
             self.disruption_changes.structural();

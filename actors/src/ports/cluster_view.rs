@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 
@@ -73,6 +73,8 @@ pub trait ClusterView: Send + Sync + fmt::Debug {
         attachments
     }
     fn pvcs(&self) -> Vec<Arc<PersistentVolumeClaim>>;
+    /// Every namespace (pod affinity `namespaceSelector`s select them by label).
+    fn namespaces(&self) -> Vec<Arc<Namespace>>;
     /// One `PersistentVolumeClaim`. Both implementations look it up by key; this default scans.
     fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
         self.pvcs().into_iter().find(|c| {

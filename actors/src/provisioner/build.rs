@@ -15,11 +15,12 @@
 //!   Node registers and initializes. NodeClaims not launched yet are not nodes: the actor waits
 //!   for them before a run, as Karpenter's cluster-state sync does.
 //! - **NodePools** with their instance types (given), DaemonSet overhead (from each DaemonSet's
-//!   newest running pod, else its pod template, as Karpenter) and limits less what their deleting NodeClaims still hold (the solver
-//!   subtracts the existing nodes itself).
+//!   newest running pod, else its pod template, as Karpenter) and limits less what their
+//!   deleting NodeClaims still hold (the solver subtracts the existing nodes itself).
+//! - **Namespaces** with their labels, for pod (anti-)affinity `namespaceSelector`s.
 //!
-//! Left out, because the cluster view does not carry them: volume zone requirements from
-//! `PersistentVolumeClaims`, and namespace labels for pod affinity `namespaceSelector`s.
+//! Left out: volume zone requirements from `PersistentVolumeClaims` (volume topology is not
+//! implemented).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -559,6 +560,16 @@ pub(crate) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
             Err(error) => built.ignored.push((reference, error.to_string())),
         }
     }
+
+    // Namespace labels for pod (anti-)affinity terms with a `namespaceSelector`.
+    built.snapshot.namespaces = view
+        .namespaces()
+        .iter()
+        .filter_map(|ns| {
+            let name = ns.metadata.name.clone()?;
+            Some((name, ns.metadata.labels.clone().unwrap_or_default()))
+        })
+        .collect();
 
     for pool in pools {
         match node_pool_input(pool, &deleting_claims, &daemons) {

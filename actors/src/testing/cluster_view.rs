@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
@@ -176,6 +176,12 @@ impl MemoryClusterView {
         VolumeAttachment
     );
     memory_kind!(put_pvc, put_shared_pvc, remove_pvc, PersistentVolumeClaim);
+    memory_kind!(
+        put_namespace,
+        put_shared_namespace,
+        remove_namespace,
+        Namespace
+    );
 
     /// Makes [`ClusterView::is_synced`] report `synced`.
     pub fn set_synced(&self, synced: bool) {
