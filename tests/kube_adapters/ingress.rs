@@ -368,9 +368,7 @@ async fn namespaces_and_their_labels_are_watched() {
             .namespaces()
             .into_iter()
             .find(|ns| ns.metadata.name.as_deref() == Some("team-a"))
-            .and_then(|ns| ns.labels().get("team").cloned())
-            .filter(|value| value == name)
-            .is_some()
+            .is_some_and(|ns| ns.labels().get("team").map(String::as_str) == Some(name))
     };
     let created: Namespace = serde_json::from_value(json!({
         "apiVersion": "v1",
