@@ -175,6 +175,10 @@ pub struct CostReport {
     pub lower_bound_total: Option<f64>,
     /// `total / lowerBoundTotal` (1.0 is perfect).
     pub ratio: Option<f64>,
+    /// Instance types launched in the run whose price is an estimate (missing from Karpenter's
+    /// price table; `providers::pricing::is_estimated_price`), in name order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub estimated_price_types: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -408,6 +412,7 @@ impl Recorder {
             ratio: lower_bound_total
                 .filter(|b| *b > 0.0)
                 .map(|b| round(self.cost_total / b, 3)),
+            estimated_price_types: Vec::new(),
         }
     }
 }
@@ -654,8 +659,17 @@ impl Report {
             out,
             "  lower bound: the cheapest whole nodes for each group of identical pods (its zone \
              spread kept), or each pod at its cheapest unit price if higher, over the instance \
-             types and offerings the pods may run on{left_out}\n"
+             types and offerings the pods may run on{left_out}"
         );
+        if !cost.estimated_price_types.is_empty() {
+            let _ = writeln!(
+                out,
+                "  estimated prices (types missing from Karpenter's v1.5 price table, priced from \
+                 their family): {}",
+                cost.estimated_price_types.join(", ")
+            );
+        }
+        let _ = writeln!(out);
     }
 
     fn disruptions_section(&self, out: &mut String) {
@@ -848,6 +862,25 @@ karpenter_nodeclaims_unhealthy_disrupted_total{condition=\"ready\",nodepool=\"a\
                  zone spread kept), or each pod at its cheapest unit price if higher, over the \
                  instance types and offerings the pods may run on (3 pods with no such offering \
                  left out)"
+            ),
+            "{table}"
+        );
+        assert!(!table.contains("estimated prices"), "{table}");
+    }
+
+    #[test]
+    fn the_cost_section_names_the_types_priced_by_an_estimate() {
+        let mut cost = Recorder::default().cost(0.5);
+        cost.estimated_price_types = vec!["c8a.large".to_owned(), "m8a.xlarge".to_owned()];
+        let table = Report {
+            cost,
+            ..Report::default()
+        }
+        .to_table();
+        assert!(
+            table.contains(
+                "estimated prices (types missing from Karpenter's v1.5 price table, priced from \
+                 their family): c8a.large, m8a.xlarge"
             ),
             "{table}"
         );

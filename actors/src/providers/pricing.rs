@@ -10,7 +10,7 @@
 //! AWS; the refresh methods are called every 12 h by the pricing actor. [`PricingProvider::seq_num`]
 //! changes with every update so offering caches rebuild.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
@@ -30,9 +30,16 @@ struct PriceFile {
     estimated: HashMap<String, f64>,
 }
 
-/// The built-in on-demand prices (USD/hour), listed and estimated together.
-pub fn builtin_on_demand_prices() -> Result<&'static HashMap<String, f64>, BundledDataError> {
-    static PRICES: OnceLock<Result<HashMap<String, f64>, BundledDataError>> = OnceLock::new();
+/// The built-in table, parsed once: every price (listed and estimated together) and the names
+/// of the types whose price is an estimate.
+#[derive(Debug)]
+struct BuiltinPrices {
+    prices: HashMap<String, f64>,
+    estimated: HashSet<String>,
+}
+
+fn builtin() -> Result<&'static BuiltinPrices, BundledDataError> {
+    static PRICES: OnceLock<Result<BuiltinPrices, BundledDataError>> = OnceLock::new();
     PRICES
         .get_or_init(|| {
             let file: PriceFile =
@@ -40,12 +47,26 @@ pub fn builtin_on_demand_prices() -> Result<&'static HashMap<String, f64>, Bundl
                     what: "on-demand price table",
                     message: e.to_string(),
                 })?;
+            let estimated = file.estimated.keys().cloned().collect();
             let mut prices = file.estimated;
             prices.extend(file.prices);
-            Ok(prices)
+            Ok(BuiltinPrices { prices, estimated })
         })
         .as_ref()
         .map_err(Clone::clone)
+}
+
+/// The built-in on-demand prices (USD/hour), listed and estimated together.
+pub fn builtin_on_demand_prices() -> Result<&'static HashMap<String, f64>, BundledDataError> {
+    builtin().map(|b| &b.prices)
+}
+
+/// Whether the built-in price of `instance_type` is an estimate: the type is missing from
+/// Karpenter's table and `scripts/gen_aws_prices.py` derived it from its family or a fit.
+/// Wherever a user sees a built-in price (the simulation's cost report) it says so.
+#[must_use]
+pub fn is_estimated_price(instance_type: &str) -> bool {
+    builtin().is_ok_and(|b| b.estimated.contains(instance_type))
 }
 
 /// The `GetProducts` filters of Karpenter's on-demand refresh (shared tenancy).
@@ -307,7 +328,7 @@ impl PricingProvider {
             .spot
             .extend(newest.into_iter().map(|(k, (_, p))| (k, p)));
         prices.spot_updated = true;
-        let types: std::collections::HashSet<&str> = prices
+        let types: HashSet<&str> = prices
             .spot
             .keys()
             .map(|(instance_type, _)| instance_type.as_str())
@@ -326,6 +347,14 @@ impl PricingProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn estimated_prices_are_told_apart_from_listed_ones() {
+        assert!(!is_estimated_price("m5.large"));
+        assert!(is_estimated_price("c8a.large"));
+        assert!(!is_estimated_price("no.such-type"));
+        assert!(builtin_on_demand_prices().expect("parses")["c8a.large"] > 0.0);
+    }
 
     #[test]
     fn the_builtin_table_lists_common_types() {

@@ -13,7 +13,7 @@
 //! Which instances an event hits is chosen in the seed's order ([`seeded_order`]), so runs
 //! replay.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +23,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_actors::ports::cloud_provider::{CloudProvider, parse_provider_id};
 use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::ports::ec2::InstanceState;
+use karpenter_actors::providers::pricing::is_estimated_price;
 use karpenter_config::format_go_duration;
 use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::scheduling::{
@@ -490,6 +491,15 @@ impl<'a> Sim<'a> {
         let instances = self.world.ec2.instances();
         let (by_type, launched, terminated, running_instances) =
             report::instance_counts(&instances);
+        let mut cost = self.recorder.cost(billed_per_hour(&self.world));
+        cost.estimated_price_types = instances
+            .iter()
+            .map(|i| i.instance_type.as_str())
+            .filter(|t| is_estimated_price(t))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
         let metrics = registries.encode().unwrap_or_default();
         self.recorder.interruptions.left_in_queue = self.world.sqs.depth(&self.queue_url);
         self.recorder.faults.actor_faults_injected = actor_faults_injected;
@@ -522,7 +532,7 @@ impl<'a> Sim<'a> {
                 by_type,
                 disrupted: report::disrupted_by_reason(&metrics),
             },
-            cost: self.recorder.cost(billed_per_hour(&self.world)),
+            cost,
             interruptions: self.recorder.interruptions.clone(),
             faults: self.recorder.faults.clone(),
             actors: report::actor_totals(&metrics),
