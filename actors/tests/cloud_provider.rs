@@ -876,6 +876,70 @@ async fn validation_dry_runs_with_a_type_the_nodepools_could_launch() {
     );
 }
 
+/// The node a launched NodeClaim registers as, reporting `memory` of capacity.
+fn registered_node(claim: &NodeClaim, memory: &str) -> k8s_openapi::api::core::v1::Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": "n1", "labels": claim.metadata.labels.clone()},
+        "status": {"capacity": {"cpu": "2", "memory": memory}},
+    }))
+    .unwrap()
+}
+
+fn memory_of(
+    types: &[Arc<karpenter_core::domain::instance_type::InstanceType>],
+    name: &str,
+) -> (i64, i64) {
+    let it = types.iter().find(|it| it.name == name).unwrap();
+    (it.capacity.memory, it.allocatable().memory)
+}
+
+/// Karpenter's discovered capacity: a registered node's reported memory sizes the next
+/// NodeClaims of its type on the same AMIs; a larger report, or a node on an AMI its class no
+/// longer maps the type to, changes nothing.
+#[actix::test]
+async fn a_registered_nodes_reported_memory_sizes_the_next_launches_of_its_type() {
+    tokio::time::pause();
+    let env = Env::new().await;
+    let pool = nodepool();
+    let created = env
+        .cloud
+        .create(&od_claim("claim-a", &env.zone(0)))
+        .await
+        .unwrap();
+    let name = label(&created, labels::INSTANCE_TYPE).to_owned();
+    let before = memory_of(&env.cloud.instance_types(&pool).await.unwrap(), &name);
+
+    // 3 GiB reported, below the estimate: the type's capacity and allocatable shrink by the gap.
+    let reported = 3 * 1024 * 1024 * 1024_i64;
+    assert!(reported < before.0, "{before:?}");
+    env.cloud
+        .node_registered(&created, &registered_node(&created, "3Gi"));
+    let after = memory_of(&env.cloud.instance_types(&pool).await.unwrap(), &name);
+    assert_eq!(after.0, reported);
+    assert_eq!(after.1, before.1 - (before.0 - reported));
+
+    // A larger report is ignored; a node on a stale AMI is not learned from.
+    env.cloud
+        .node_registered(&created, &registered_node(&created, "100Gi"));
+    let mut stale = created.clone();
+    stale.status.as_mut().unwrap().image_id = Some("ami-stale".into());
+    env.cloud
+        .node_registered(&stale, &registered_node(&created, "1Gi"));
+    assert_eq!(
+        memory_of(&env.cloud.instance_types(&pool).await.unwrap(), &name),
+        after
+    );
+
+    // New AMIs on the class: the estimate again until a node on them registers.
+    let mut class = env.class();
+    class.status.as_mut().unwrap().amis[0].id = "ami-newer".into();
+    env.view.put_ec2nodeclass(class);
+    assert_eq!(
+        memory_of(&env.cloud.instance_types(&pool).await.unwrap(), &name),
+        before
+    );
+}
+
 fn instance_id(claim: &NodeClaim) -> String {
     provider_id(claim).rsplit('/').next().unwrap().to_owned()
 }

@@ -234,6 +234,10 @@ impl CloudProvider for GatedCloudProvider {
         self.inner.list().await
     }
 
+    fn node_registered(&self, nodeclaim: &NodeClaim, node: &Node) {
+        self.inner.node_registered(nodeclaim, node);
+    }
+
     async fn instance_types(
         &self,
         nodepool: &NodePool,

@@ -544,6 +544,7 @@ impl NodeClaimActor {
         };
         if !std::mem::replace(&mut self.reported.registered, true) {
             tracing::info!(Node = %node_name, "registered nodeclaim");
+            self.deps.cloud.node_registered(&written, &node);
             self.deps
                 .metrics
                 .node_created(label(&written, labels::NODEPOOL));

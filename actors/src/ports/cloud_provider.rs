@@ -12,6 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::aws_error::AwsError;
+use k8s_openapi::api::core::v1::Node;
 use karpenter_core::apis::EC2NodeClass;
 use karpenter_core::apis::nodeclaim::NodeClaim;
 use karpenter_core::apis::nodepool::NodePool;
@@ -122,6 +123,10 @@ pub trait CloudProvider: Send + Sync + std::fmt::Debug {
         nodeclaim: &NodeClaim,
         tags: &Tags,
     ) -> Result<(), CloudProviderError>;
+    /// A node registered for the NodeClaim: the cloud provider may learn from what it reports
+    /// (the AWS provider records its memory capacity for the next launches of its type, as
+    /// Karpenter's `providers.instancetype.capacity` controller).
+    fn node_registered(&self, _nodeclaim: &NodeClaim, _node: &Node) {}
     /// The node conditions that make Node Repair replace a node (empty: no repair).
     fn repair_policies(&self) -> Cow<'static, [RepairPolicy]>;
     fn name(&self) -> &'static str;

@@ -16,9 +16,20 @@
 //! zone id (for subnet zones) and `capacity-reservation-id DoesNotExist` as requirements;
 //! available when priced, not marked unavailable, and in a zone the type is offered in that has
 //! a subnet. Reserved offerings (the `ReservedCapacity` gate) are not produced.
+//!
+//! **Discovered capacity** (Karpenter's `discoveredCapacityCache`): when a node registers, the
+//! cloud provider records the memory capacity it really reports
+//! ([`InstanceTypeProvider::record_discovered_memory`]) under its instance type and the hash of
+//! its class's resolved AMIs, provided the NodeClaim runs the AMI the class now maps that type
+//! to; the smallest report wins. Lists for a class with those AMIs
+//! ([`InstanceTypeProvider::list_for`]) then size that type's memory, and so its allocatable,
+//! from the report instead of the estimate (EC2's figure less `VM_MEMORY_OVERHEAD_PERCENT`).
+//! Karpenter expires entries after 60 days; here they live as long as the process, bounded by
+//! the types times the AMI sets seen.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use super::instance_types::{
@@ -86,6 +97,7 @@ impl InstanceTypesError {
 struct Memo {
     ice: u64,
     prices: u64,
+    discovered: u64,
     list: InstanceTypes,
 }
 
@@ -96,15 +108,36 @@ pub struct InstanceTypeProvider {
     catalogue: RwLock<Arc<Catalogue>>,
     memo: Mutex<HashMap<u64, Memo>>,
     interner: Mutex<LabelInterner>,
+    /// Memory capacity (bytes) registered nodes reported, by (instance type, AMI set hash).
+    discovered: Mutex<HashMap<(String, u64), i64>>,
+    /// Changes with every discovered capacity.
+    discovered_seq: AtomicU64,
 }
 
 fn key_of(
     catalogue: u64,
     nodeclass: &NodeClassSettings,
     subnet_zones: &BTreeMap<String, String>,
+    amis: u64,
 ) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (catalogue, nodeclass.key(), subnet_zones).hash(&mut hasher);
+    (catalogue, nodeclass.key(), subnet_zones, amis).hash(&mut hasher);
+    hasher.finish()
+}
+
+/// A hash of an `EC2NodeClass`'s resolved AMIs (`status.amis`, order ignored): the key of
+/// discovered capacities, which hold for the images they were seen on.
+#[must_use]
+pub fn amis_hash(nodeclass: &EC2NodeClass) -> u64 {
+    let mut amis: Vec<String> = nodeclass
+        .status
+        .iter()
+        .flat_map(|s| &s.amis)
+        .map(|ami| format!("{ami:?}"))
+        .collect();
+    amis.sort_unstable();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    amis.hash(&mut hasher);
     hasher.finish()
 }
 
@@ -134,7 +167,42 @@ impl InstanceTypeProvider {
             catalogue: RwLock::new(Arc::new(Catalogue::default())),
             memo: Mutex::new(HashMap::new()),
             interner: Mutex::new(LabelInterner::default()),
+            discovered: Mutex::new(HashMap::new()),
+            discovered_seq: AtomicU64::new(0),
         }
+    }
+
+    /// Records the memory capacity a registered node of `instance_type` reported, for classes
+    /// whose AMIs hash to `amis`; kept when it is the first or not above the one known (as
+    /// Karpenter). Whether it changed what lists will say.
+    pub fn record_discovered_memory(&self, instance_type: &str, amis: u64, memory: i64) -> bool {
+        let mut discovered = self
+            .discovered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let key = (instance_type.to_owned(), amis);
+        if discovered.get(&key).is_some_and(|known| memory >= *known) {
+            return false;
+        }
+        discovered.insert(key, memory);
+        drop(discovered);
+        self.discovered_seq.fetch_add(1, Ordering::SeqCst);
+        tracing::debug!(
+            "memory-capacity" = memory,
+            "instance-type" = instance_type,
+            "updating discovered capacity cache"
+        );
+        true
+    }
+
+    /// The memory capacity recorded for `instance_type` under `amis`.
+    #[must_use]
+    pub fn discovered_memory(&self, instance_type: &str, amis: u64) -> Option<i64> {
+        self.discovered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(instance_type.to_owned(), amis))
+            .copied()
     }
 
     /// Fetches the catalogue and offerings (hvm, `x86_64` and arm64 only, as Karpenter). The
@@ -197,25 +265,39 @@ impl InstanceTypeProvider {
         nodeclass: &NodeClassSettings,
         subnet_zones: &BTreeMap<String, String>,
     ) -> Result<InstanceTypes, ResolveError> {
+        self.list_with_amis(nodeclass, subnet_zones, 0)
+    }
+
+    /// [`InstanceTypeProvider::list`] for a class whose AMIs hash to `amis` ([`amis_hash`]):
+    /// types with a discovered memory capacity under that hash are sized by it.
+    pub fn list_with_amis(
+        &self,
+        nodeclass: &NodeClassSettings,
+        subnet_zones: &BTreeMap<String, String>,
+        amis: u64,
+    ) -> Result<InstanceTypes, ResolveError> {
         let catalogue = Arc::clone(
             &self
                 .catalogue
                 .read()
                 .unwrap_or_else(PoisonError::into_inner),
         );
-        let key = key_of(catalogue.version, nodeclass, subnet_zones);
+        let key = key_of(catalogue.version, nodeclass, subnet_zones, amis);
         let ice = self.deps.unavailable.seq_num();
         let prices = self.deps.pricing.seq_num();
+        let discovered = self.discovered_seq.load(Ordering::SeqCst);
         let previous = self
             .memo
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&key)
-            .map(|m| (m.ice, m.prices, Arc::clone(&m.list)));
+            .map(|m| (m.ice, m.prices, m.discovered, Arc::clone(&m.list)));
         let list = match previous {
-            Some((i, p, list)) if (i, p) == (ice, prices) => return Ok(list),
-            Some((_, _, list)) => self.reoffer(&catalogue, &list, subnet_zones),
-            None => self.resolve_all(&catalogue, nodeclass, subnet_zones)?,
+            Some((i, p, d, list)) if (i, p, d) == (ice, prices, discovered) => return Ok(list),
+            Some((_, _, d, list)) if d == discovered => {
+                self.reoffer(&catalogue, &list, subnet_zones)
+            }
+            _ => self.resolve_all(&catalogue, nodeclass, subnet_zones, amis)?,
         };
         let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
         if memo.len() >= MAX_MEMOISED_CONFIGURATIONS && !memo.contains_key(&key) {
@@ -226,6 +308,7 @@ impl InstanceTypeProvider {
             Memo {
                 ice,
                 prices,
+                discovered,
                 list: Arc::clone(&list),
             },
         );
@@ -239,11 +322,15 @@ impl InstanceTypeProvider {
         if zones.is_empty() {
             return Err(InstanceTypesError::NoSubnets { nodeclass: name });
         }
-        self.list(&NodeClassSettings::from_spec(&nodeclass.spec), &zones)
-            .map_err(|source| InstanceTypesError::Resolve {
-                nodeclass: name,
-                source,
-            })
+        self.list_with_amis(
+            &NodeClassSettings::from_spec(&nodeclass.spec),
+            &zones,
+            amis_hash(nodeclass),
+        )
+        .map_err(|source| InstanceTypesError::Resolve {
+            nodeclass: name,
+            source,
+        })
     }
 
     fn resolve_all(
@@ -251,7 +338,13 @@ impl InstanceTypeProvider {
         catalogue: &Catalogue,
         nodeclass: &NodeClassSettings,
         subnet_zones: &BTreeMap<String, String>,
+        amis: u64,
     ) -> Result<InstanceTypes, ResolveError> {
+        let discovered = self
+            .discovered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         let empty = BTreeSet::new();
         let mut interner = self.interner.lock().unwrap_or_else(PoisonError::into_inner);
         let templates = OfferingTemplates::new(&catalogue.all_zones, subnet_zones, &mut interner);
@@ -268,6 +361,12 @@ impl InstanceTypeProvider {
                 &self.deps.settings,
                 &mut interner,
             )?;
+            if let Some(memory) = discovered.get(&(info.name.clone(), amis)) {
+                let mut capacity = it.capacity.clone();
+                capacity.memory = *memory;
+                it =
+                    InstanceType::new(&it.name, it.requirements, Vec::new(), capacity, it.overhead);
+            }
             let states = self.offering_states(&it, &catalogue.all_zones);
             it.offerings = templates.offerings(&states);
             list.push(Arc::new(it));

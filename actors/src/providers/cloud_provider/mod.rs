@@ -30,7 +30,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use karpenter_config::Settings;
 
-use super::instance_type_provider::{InstanceTypeDeps, InstanceTypeProvider};
+use super::ami_mapping;
+use super::instance_type_provider::{InstanceTypeDeps, InstanceTypeProvider, amis_hash};
 use super::instance_types::ResolveSettings;
 use super::instances::{InstancesDeps, InstancesError, InstancesProvider};
 use super::launch_subnets::LaunchSubnets;
@@ -47,11 +48,14 @@ use crate::ports::cloud_provider::{
 use crate::ports::cluster_view::ClusterView;
 use crate::ports::ec2::{Ec2Api, Instance};
 use crate::ports::pricing::PricingApi;
+use k8s_openapi::api::core::v1::Node;
 use karpenter_core::apis::conditions::ConditionStatus;
 use karpenter_core::apis::nodeclaim::{NodeClaim, provider_id};
 use karpenter_core::apis::nodepool::NodePool;
 use karpenter_core::apis::{EC2NodeClass, labels};
 use karpenter_core::domain::instance_type::InstanceType;
+use karpenter_core::domain::requirements::{AllowUndefined, Requirements};
+use karpenter_core::domain::resources;
 use karpenter_core::domain::tags::{self, Tags};
 use karpenter_core::domain::userdata::ClusterInfo;
 
@@ -247,6 +251,51 @@ impl AwsCloudProvider {
             .filter(|c| c.metadata.deletion_timestamp.is_none())
     }
 
+    /// Records the memory capacity a registered node reports for its type, when the NodeClaim
+    /// runs the AMI its class maps that type to now (Karpenter's
+    /// `UpdateInstanceTypeCapacityFromNode`).
+    fn discover_capacity(&self, nodeclaim: &NodeClaim, node: &Node) {
+        let node_labels = node.metadata.labels.clone().unwrap_or_default();
+        let Some(instance_type) = node_labels.get(labels::INSTANCE_TYPE) else {
+            return;
+        };
+        let Some(memory) = node
+            .status
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| c.get("memory"))
+            .and_then(|q| resources::parse_resource("memory", &q.0).ok())
+        else {
+            return;
+        };
+        let Some(nodeclass) = self.nodeclass(&nodeclaim.spec.node_class_ref.name) else {
+            return;
+        };
+        let amis = nodeclass
+            .status
+            .as_ref()
+            .map_or(&[][..], |s| s.amis.as_slice());
+        let Ok(parsed) = ami_mapping::parsed_amis(amis) else {
+            return;
+        };
+        let requirements = Requirements::from_labels(&node_labels);
+        let current = parsed
+            .iter()
+            .find(|(_, serves)| requirements.is_compatible(serves, AllowUndefined::None))
+            .map(|(ami, _)| ami.id.as_str());
+        let image = nodeclaim
+            .status
+            .as_ref()
+            .and_then(|s| s.image_id.as_deref());
+        if current.is_some() && current == image {
+            self.providers.instance_types.record_discovered_memory(
+                instance_type,
+                amis_hash(&nodeclass),
+                memory,
+            );
+        }
+    }
+
     fn nodeclass_of_pool(&self, nodepool: &NodePool) -> Option<Arc<EC2NodeClass>> {
         self.nodeclass(&nodepool.spec.template.spec.node_class_ref.name)
     }
@@ -409,6 +458,10 @@ impl CloudProvider for AwsCloudProvider {
         nodeclass: &EC2NodeClass,
     ) -> Result<Vec<(String, String)>, CloudProviderError> {
         self.validation_choice(nodeclass, validation::validation_launches)
+    }
+
+    fn node_registered(&self, nodeclaim: &NodeClaim, node: &Node) {
+        self.discover_capacity(nodeclaim, node);
     }
 
     async fn tag_instance(
