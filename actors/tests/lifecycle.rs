@@ -210,6 +210,56 @@ async fn the_termination_finalizer_is_added_before_anything_is_launched() {
     assert!(first_finalizer_write < first_status_write);
 }
 
+fn node_registered_calls(h: &Harness) -> Vec<(String, String)> {
+    h.cloud
+        .calls_of(CloudOperation::NodeRegistered)
+        .into_iter()
+        .filter_map(|call| match call {
+            CloudCall::NodeRegistered { nodeclaim, node } => Some((nodeclaim, node)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The cloud provider hears of a registration once (the AWS provider learns the node's real
+/// memory from it), and of a NodeClaim registered before its actor started once too (a daemon
+/// restart), as Karpenter's capacity controller hydrates its cache from registered nodes.
+#[actix::test]
+async fn the_cloud_provider_hears_of_each_registered_node_once() {
+    tokio::time::pause();
+    let h = Harness::start();
+    h.add_nodeclass(nodeclass(Some(true)));
+    h.add_nodepool(nodepool(NODEPOOL, json!({})));
+    let node = ready_nodeclaim(&h, "default-a", json!({})).await;
+    h.advance(Duration::from_mins(1)).await;
+    assert_eq!(node_registered_calls(&h), [("default-a".to_owned(), node)]);
+
+    // Registered before its actor started.
+    h.put_node(support::node("n-b", "aws:///us-west-2a/i-0b", true));
+    let mut registered = nodeclaim(
+        "default-b",
+        json!({"status": {
+            "providerID": "aws:///us-west-2a/i-0b",
+            "nodeName": "n-b",
+            "imageID": "ami-0fake00000000000",
+            "conditions": [
+                {"type": "Launched", "status": "True", "reason": "Launched", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "Registered", "status": "True", "reason": "Registered", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            ],
+        }}),
+    );
+    registered.metadata.finalizers = Some(vec![labels::TERMINATION_FINALIZER.to_owned()]);
+    h.add_nodeclaim(registered);
+    h.settle().await;
+    assert_eq!(
+        node_registered_calls(&h)
+            .into_iter()
+            .filter(|(claim, _)| claim == "default-b")
+            .collect::<Vec<_>>(),
+        [("default-b".to_owned(), "n-b".to_owned())]
+    );
+}
+
 #[actix::test]
 async fn a_crash_between_launch_and_status_write_does_not_launch_a_second_instance() {
     tokio::time::pause();

@@ -462,7 +462,22 @@ impl NodeClaimActor {
         ctx: &mut ActorCtx<Self>,
         nodeclaim: Arc<NodeClaim>,
     ) -> Result<Step, NodeClaimError> {
-        if !is_true(&nodeclaim, cond::LAUNCHED) || is_true(&nodeclaim, cond::REGISTERED) {
+        if is_true(&nodeclaim, cond::REGISTERED) {
+            // Registered before this actor started (a daemon restart): the cloud provider
+            // learns from the node once, as Karpenter's capacity controller hydrates its cache
+            // from the registered nodes it lists at startup.
+            if !std::mem::replace(&mut self.reported.registered, true)
+                && let Some(node) = nodeclaim
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .and_then(|name| self.deps.view.node(name))
+            {
+                self.deps.cloud.node_registered(&nodeclaim, &node);
+            }
+            return Ok(Step::Continue(nodeclaim, None));
+        }
+        if !is_true(&nodeclaim, cond::LAUNCHED) {
             return Ok(Step::Continue(nodeclaim, None));
         }
         let Some(provider_id) = provider_id(&nodeclaim).map(str::to_owned) else {

@@ -15,6 +15,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
@@ -61,6 +62,11 @@ pub enum CloudCall {
         provider_id: String,
         tags: Tags,
     },
+    /// `node_registered`: the NodeClaim and the node it was told about.
+    NodeRegistered {
+        nodeclaim: String,
+        node: String,
+    },
 }
 
 /// The operation of a call, to target failures.
@@ -73,6 +79,7 @@ pub enum CloudOperation {
     InstanceTypes,
     IsDrifted,
     TagInstance,
+    NodeRegistered,
 }
 
 impl CloudCall {
@@ -86,6 +93,7 @@ impl CloudCall {
             Self::InstanceTypes { .. } => CloudOperation::InstanceTypes,
             Self::IsDrifted { .. } => CloudOperation::IsDrifted,
             Self::TagInstance { .. } => CloudOperation::TagInstance,
+            Self::NodeRegistered { .. } => CloudOperation::NodeRegistered,
         }
     }
 }
@@ -586,6 +594,14 @@ impl CloudProvider for FakeCloudProvider {
             .ok_or_else(|| not_found(&provider_id))?;
         instance.tags.extend(tags.clone());
         Ok(())
+    }
+
+    fn node_registered(&self, nodeclaim: &NodeClaim, node: &Node) {
+        // A notification: recorded, never failed.
+        self.lock().calls.push(CloudCall::NodeRegistered {
+            nodeclaim: nodeclaim.metadata.name.clone().unwrap_or_default(),
+            node: node.metadata.name.clone().unwrap_or_default(),
+        });
     }
 
     fn repair_policies(&self) -> Cow<'static, [RepairPolicy]> {
