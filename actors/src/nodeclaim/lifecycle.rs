@@ -457,24 +457,30 @@ impl NodeClaimActor {
         })
     }
 
+    /// A NodeClaim registered before this actor started (a daemon restart): the cloud provider
+    /// learns from its node once, as Karpenter's capacity controller hydrates its cache from
+    /// the registered nodes it lists at startup.
+    fn registered_before_start(&mut self, nodeclaim: &NodeClaim) {
+        if std::mem::replace(&mut self.reported.registered, true) {
+            return;
+        }
+        if let Some(node) = nodeclaim
+            .status
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .and_then(|name| self.deps.view.node(name))
+        {
+            self.deps.cloud.node_registered(nodeclaim, &node);
+        }
+    }
+
     async fn register(
         &mut self,
         ctx: &mut ActorCtx<Self>,
         nodeclaim: Arc<NodeClaim>,
     ) -> Result<Step, NodeClaimError> {
         if is_true(&nodeclaim, cond::REGISTERED) {
-            // Registered before this actor started (a daemon restart): the cloud provider
-            // learns from the node once, as Karpenter's capacity controller hydrates its cache
-            // from the registered nodes it lists at startup.
-            if !std::mem::replace(&mut self.reported.registered, true)
-                && let Some(node) = nodeclaim
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_deref())
-                    .and_then(|name| self.deps.view.node(name))
-            {
-                self.deps.cloud.node_registered(&nodeclaim, &node);
-            }
+            self.registered_before_start(&nodeclaim);
             return Ok(Step::Continue(nodeclaim, None));
         }
         if !is_true(&nodeclaim, cond::LAUNCHED) {
