@@ -127,3 +127,23 @@ async fn a_nodeclaim_spec_cannot_change() {
             .is_ok()
     );
 }
+
+#[tokio::test]
+async fn a_nodepool_with_an_empty_node_class_name_is_refused_as_karpenters_crd_refuses_it() {
+    // Karpenter's CRD: `self != ''` on nodeClassRef group, kind and name.
+    let (_emulator, client) = cluster();
+    let pools: Api<DynamicObject> = Api::all_with(client, &ApiResource::erase::<NodePool>(&()));
+    let mut document = nodepool_json("nameless");
+    document["spec"]["template"]["spec"]["nodeClassRef"]["name"] = json!("");
+    let pool: DynamicObject = serde_json::from_value(document).unwrap();
+    let status = status_of(pools.create(&PostParams::default(), &pool).await);
+    assert_eq!(status.code, 422);
+    let causes = status.details.unwrap().causes;
+    assert!(
+        causes
+            .iter()
+            .any(|c| c.field == "spec.template.spec.nodeClassRef.name"
+                && c.message.contains("name may not be empty")),
+        "{causes:?}"
+    );
+}
