@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use super::api::{DeleteOptions, ListOptions, PatchType, Shared, Target, WriteOptions};
 use super::body::EmulatorBody;
 use super::faults::{RequestRecord, Verb};
-use super::kinds::Behavior;
+use super::kinds::{Behavior, ResourceKind};
 use super::openapi;
 use super::schema::FieldValidation;
 use super::selector::{FieldSelector, LabelSelector};
@@ -243,9 +243,16 @@ impl EmulatorService {
                 return Err(ApiError::path_not_found(&format!("{}/{sub}", kind.plural)));
             }
         }
-        if content_type.starts_with("application/vnd.kubernetes.protobuf") {
-            return Err(ApiError::unsupported_media_type(content_type));
+        if accepts_only_protobuf(accept) {
+            return Err(ApiError::not_acceptable());
         }
+        let decoded;
+        let body = if content_type.starts_with(PROTOBUF) {
+            decoded = protobuf_body(kind, method, sub, content_type, body)?;
+            &decoded
+        } else {
+            body
+        };
         let reply = match (method.clone(), &target.name, sub) {
             (Method::GET, None, _) => {
                 let list = list_options(kind.behavior, query)?;
@@ -318,6 +325,48 @@ impl EmulatorService {
         };
         Ok(json_response(reply.code, reply.body, &reply.warnings))
     }
+}
+
+/// The media type of Kubernetes' protobuf encoding.
+pub(super) const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// Whether `Accept` admits only protobuf, which the emulator does not write.
+#[cfg(feature = "emulator-protobuf")]
+fn accepts_only_protobuf(accept: &str) -> bool {
+    super::protobuf::accepts_only_protobuf(accept)
+}
+
+#[cfg(not(feature = "emulator-protobuf"))]
+fn accepts_only_protobuf(_accept: &str) -> bool {
+    false
+}
+
+/// The JSON of a protobuf create or replace body; other protobuf requests (patches have no
+/// protobuf form) are refused as the server refuses a media type it does not take.
+#[cfg(feature = "emulator-protobuf")]
+fn protobuf_body(
+    kind: &ResourceKind,
+    method: &Method,
+    sub: Option<&str>,
+    content_type: &str,
+    body: &Bytes,
+) -> Result<Bytes, ApiError> {
+    if sub.is_none() && (*method == Method::POST || *method == Method::PUT) {
+        super::protobuf::to_json(kind, body)
+    } else {
+        Err(ApiError::unsupported_media_type(content_type))
+    }
+}
+
+#[cfg(not(feature = "emulator-protobuf"))]
+fn protobuf_body(
+    _kind: &ResourceKind,
+    _method: &Method,
+    _sub: Option<&str>,
+    content_type: &str,
+    _body: &Bytes,
+) -> Result<Bytes, ApiError> {
+    Err(ApiError::unsupported_media_type(content_type))
 }
 
 fn header_text<B>(request: &Request<B>, name: header::HeaderName) -> String {

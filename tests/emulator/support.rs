@@ -4,12 +4,22 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter::emulator::{Emulator, EmulatorConfig};
 use karpenter_core::apis::{NodeClaim, NodePool};
 use kube::api::PostParams;
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
 /// A fresh emulator and an in-process client for it.
 pub fn cluster() -> (Emulator, Client) {
     cluster_with(EmulatorConfig::default())
+}
+
+/// A kube-rs client for a served emulator, from its kubeconfig.
+pub async fn client_for(kubeconfig: &str) -> Client {
+    let parsed = Kubeconfig::from_yaml(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
 }
 
 pub fn cluster_with(config: EmulatorConfig) -> (Emulator, Client) {

@@ -81,11 +81,8 @@ macro_rules! requirement_schema {
             #[serde(default, skip_serializing_if = "Vec::is_empty")]
             // Karpenter's CRD puts the label-value bounds on the list itself, where the API
             // server ignores them; carried the same way so we accept the values Karpenter does.
-            #[schemars(extend(
-                        "x-kubernetes-list-type" = "atomic",
-                        "maxLength" = LABEL_VALUE_MAX_LENGTH,
-                        "pattern" = LABEL_VALUE_PATTERN
-                    ))]
+            #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+            #[schemars(extend("maxLength" = LABEL_VALUE_MAX_LENGTH, "pattern" = LABEL_VALUE_PATTERN))]
             pub values: Vec<String>,
             /// Alpha: the minimum number of unique values required to define the flexibility
             /// of the specific requirement.
