@@ -11,7 +11,7 @@
     reason = "integration test helpers: a failed unwrap is a failed test"
 )]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -615,7 +615,7 @@ fn karpenter_values() -> Value {
 }
 
 /// Every leaf of a values tree by dotted path (an empty mapping is a leaf).
-fn leaves(value: &Value, prefix: &str, out: &mut std::collections::BTreeMap<String, Value>) {
+fn leaves(value: &Value, prefix: &str, out: &mut BTreeMap<String, Value>) {
     match value.as_object() {
         Some(map) if !map.is_empty() => {
             for (key, child) in map {
@@ -659,7 +659,7 @@ fn every_default_we_share_with_karpenter_has_karpenters_value() {
     ];
     let text = std::fs::read_to_string(repo().join("charts/karpenter/values.yaml")).unwrap();
     let ours: Value = karpenter_core::yaml::from_str(&text).unwrap();
-    let (mut theirs_leaves, mut our_leaves) = (Default::default(), Default::default());
+    let (mut theirs_leaves, mut our_leaves) = (BTreeMap::new(), BTreeMap::new());
     leaves(&karpenter_values(), "", &mut theirs_leaves);
     leaves(&ours, "", &mut our_leaves);
     let mut differing = Vec::new();

@@ -243,16 +243,7 @@ impl EmulatorService {
                 return Err(ApiError::path_not_found(&format!("{}/{sub}", kind.plural)));
             }
         }
-        if accepts_only_protobuf(accept) {
-            return Err(ApiError::not_acceptable());
-        }
-        let decoded;
-        let body = if content_type.starts_with(PROTOBUF) {
-            decoded = protobuf_body(kind, method, sub, content_type, body)?;
-            &decoded
-        } else {
-            body
-        };
+        let body = &request_body(kind, method, sub, accept, content_type, body)?;
         let reply = match (method.clone(), &target.name, sub) {
             (Method::GET, None, _) => {
                 let list = list_options(kind.behavior, query)?;
@@ -329,6 +320,27 @@ impl EmulatorService {
 
 /// The media type of Kubernetes' protobuf encoding.
 pub(super) const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// The JSON body of a request: as sent, or decoded from protobuf. A client that accepts only
+/// protobuf answers is refused first (406), as the emulator writes JSON.
+fn request_body(
+    kind: &ResourceKind,
+    method: &Method,
+    sub: Option<&str>,
+    accept: &str,
+    content_type: &str,
+    body: &Bytes,
+) -> Result<Bytes, ApiError> {
+    if accepts_only_protobuf(accept) {
+        return Err(ApiError::not_acceptable());
+    }
+    if content_type.starts_with(PROTOBUF) {
+        protobuf_body(kind, method, sub, content_type, body)
+    } else {
+        // A cheap clone: `Bytes` shares the buffer.
+        Ok(body.clone())
+    }
+}
 
 /// Whether `Accept` admits only protobuf, which the emulator does not write.
 #[cfg(feature = "emulator-protobuf")]

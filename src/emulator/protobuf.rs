@@ -194,14 +194,19 @@ impl Fields {
 
     fn strings(&mut self, name: &str, values: Vec<String>) -> &mut Self {
         if !values.is_empty() {
-            self.0.insert(name.into(), json!(values));
+            let items = values.into_iter().map(Value::String).collect();
+            self.0.insert(name.into(), Value::Array(items));
         }
         self
     }
 
     fn map(&mut self, name: &str, values: BTreeMap<String, String>) -> &mut Self {
         if !values.is_empty() {
-            self.0.insert(name.into(), json!(values));
+            let entries = values
+                .into_iter()
+                .map(|(key, value)| (key, Value::String(value)))
+                .collect();
+            self.0.insert(name.into(), Value::Object(entries));
         }
         self
     }

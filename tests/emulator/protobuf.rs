@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_pb::api::apps::v1 as apps;
 use k8s_pb::api::core::v1 as core;
-use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_pb::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
 use karpenter::emulator::Emulator;
 use kube::{Api, ResourceExt as _};
@@ -39,7 +39,7 @@ fn meta(name: &str) -> ObjectMeta {
         // Go writes its zero-valued fields; the decoder must read them as absent.
         generate_name: Some(String::new()),
         namespace: Some(String::new()),
-        creation_timestamp: Some(Default::default()),
+        creation_timestamp: Some(Time::default()),
         labels: [("team".to_owned(), "a".to_owned())].into(),
         ..ObjectMeta::default()
     }

@@ -289,6 +289,85 @@ fn ec2nodeclass_edit(document: &mut Value, path: &str, message: &str) -> Option<
         ("spec", m) if m.starts_with("must specify exactly one") => {
             set(document, "/spec/instanceProfile", json!("profile"));
         }
+        ("spec.blockDeviceMappings", _) => set(
+            document,
+            "/spec/blockDeviceMappings",
+            json!([
+                { "deviceName": "/dev/xvda", "rootVolume": true, "ebs": { "volumeSize": "20Gi" } },
+                { "deviceName": "/dev/xvdb", "rootVolume": true, "ebs": { "volumeSize": "20Gi" } },
+            ]),
+        ),
+        ("spec.blockDeviceMappings[*].ebs", m) => {
+            let ebs = if m.starts_with("snapshotID or volumeSize") {
+                json!({ "volumeType": "gp3" })
+            } else {
+                json!({ "volumeSize": "20Gi", "volumeInitializationRate": 200 })
+            };
+            set(
+                document,
+                "/spec/blockDeviceMappings",
+                json!([{ "deviceName": "/dev/xvda", "ebs": ebs }]),
+            );
+        }
+        ("spec.capacityReservationSelectorTerms", m) => {
+            let term = if m.starts_with("expected") {
+                json!({ "ownerID": "012345678901" })
+            } else {
+                json!({ "id": "cr-0123456789abcdef0", "tags": tags })
+            };
+            set(
+                document,
+                "/spec/capacityReservationSelectorTerms",
+                json!([term]),
+            );
+        }
+        ("spec.capacityReservationSelectorTerms[*].tags", _) => set(
+            document,
+            "/spec/capacityReservationSelectorTerms",
+            json!([{ "tags": { "": "v" } }]),
+        ),
+        ("spec.instanceProfile", _) => {
+            remove(document, "/spec/role");
+            set(document, "/spec/instanceProfile", json!(""));
+        }
+        ("spec.role", _) => set(document, "/spec/role", json!("")),
+        ("spec.securityGroupSelectorTerms" | "spec.subnetSelectorTerms", m) => {
+            let field = path.rsplit('.').next()?;
+            let terms = match m {
+                m if m.ends_with("cannot be empty") => json!([]),
+                m if m.starts_with("expected") => json!([{}]),
+                m if m.starts_with("'name'") => json!([{ "name": "sg", "tags": tags }]),
+                _ if field == "subnetSelectorTerms" => json!([{ "id": "subnet-1", "tags": tags }]),
+                _ => json!([{ "id": "sg-1", "tags": tags }]),
+            };
+            set(document, &format!("/spec/{field}"), terms);
+        }
+        ("spec.securityGroupSelectorTerms[*].tags" | "spec.subnetSelectorTerms[*].tags", _) => {
+            let field = path.split('.').nth(1)?.trim_end_matches("[*]");
+            set(
+                document,
+                &format!("/spec/{field}"),
+                json!([{ "tags": { "k": "" } }]),
+            );
+        }
+        ("spec.tags", m) => {
+            let key = match m {
+                m if m.starts_with("empty tag keys") => "",
+                m => m.rsplit(' ').next()?,
+            };
+            set(document, "/spec/tags", json!({ key: "v" }));
+        }
+        (path, message) if path.starts_with("spec.kubelet") => {
+            kubelet_edit(document, path, message)?;
+        }
+        (path, message) => ami_edit(document, path, message)?,
+    }
+    Some(())
+}
+
+/// The rules about AMIs: `amiFamily` against the alias, the terms, the alias format.
+fn ami_edit(document: &mut Value, path: &str, message: &str) -> Option<()> {
+    match (path, message) {
         ("spec", m) if m.starts_with("must specify amiFamily") => {
             set(
                 document,
@@ -340,48 +419,13 @@ fn ec2nodeclass_edit(document: &mut Value, path: &str, message: &str) -> Option<
             );
             set(document, "/spec/amiFamily", json!("AL2023"));
         }
-        ("spec.blockDeviceMappings", _) => set(
-            document,
-            "/spec/blockDeviceMappings",
-            json!([
-                { "deviceName": "/dev/xvda", "rootVolume": true, "ebs": { "volumeSize": "20Gi" } },
-                { "deviceName": "/dev/xvdb", "rootVolume": true, "ebs": { "volumeSize": "20Gi" } },
-            ]),
-        ),
-        ("spec.blockDeviceMappings[*].ebs", m) => {
-            let ebs = if m.starts_with("snapshotID or volumeSize") {
-                json!({ "volumeType": "gp3" })
-            } else {
-                json!({ "volumeSize": "20Gi", "volumeInitializationRate": 200 })
-            };
-            set(
-                document,
-                "/spec/blockDeviceMappings",
-                json!([{ "deviceName": "/dev/xvda", "ebs": ebs }]),
-            );
-        }
-        ("spec.capacityReservationSelectorTerms", m) => {
-            let term = if m.starts_with("expected") {
-                json!({ "ownerID": "012345678901" })
-            } else {
-                json!({ "id": "cr-0123456789abcdef0", "tags": tags })
-            };
-            set(
-                document,
-                "/spec/capacityReservationSelectorTerms",
-                json!([term]),
-            );
-        }
-        ("spec.capacityReservationSelectorTerms[*].tags", _) => set(
-            document,
-            "/spec/capacityReservationSelectorTerms",
-            json!([{ "tags": { "": "v" } }]),
-        ),
-        ("spec.instanceProfile", _) => {
-            remove(document, "/spec/role");
-            set(document, "/spec/instanceProfile", json!(""));
-        }
-        ("spec.role", _) => set(document, "/spec/role", json!("")),
+        _ => return None,
+    }
+    Some(())
+}
+
+fn kubelet_edit(document: &mut Value, path: &str, message: &str) -> Option<()> {
+    match (path, message) {
         ("spec.kubelet", m) => {
             let kubelet = match m {
                 m if m.starts_with("imageGC") => {
@@ -425,32 +469,6 @@ fn ec2nodeclass_edit(document: &mut Value, path: &str, message: &str) -> Option<
                 json!({ "cpu": "-1" })
             };
             set(document, "/spec/kubelet", json!({ field: reserved }));
-        }
-        ("spec.securityGroupSelectorTerms" | "spec.subnetSelectorTerms", m) => {
-            let field = path.rsplit('.').next()?;
-            let terms = match m {
-                m if m.ends_with("cannot be empty") => json!([]),
-                m if m.starts_with("expected") => json!([{}]),
-                m if m.starts_with("'name'") => json!([{ "name": "sg", "tags": tags }]),
-                _ if field == "subnetSelectorTerms" => json!([{ "id": "subnet-1", "tags": tags }]),
-                _ => json!([{ "id": "sg-1", "tags": tags }]),
-            };
-            set(document, &format!("/spec/{field}"), terms);
-        }
-        ("spec.securityGroupSelectorTerms[*].tags" | "spec.subnetSelectorTerms[*].tags", _) => {
-            let field = path.split('.').nth(1)?.trim_end_matches("[*]");
-            set(
-                document,
-                &format!("/spec/{field}"),
-                json!([{ "tags": { "k": "" } }]),
-            );
-        }
-        ("spec.tags", m) => {
-            let key = match m {
-                m if m.starts_with("empty tag keys") => "",
-                m => m.rsplit(' ').next()?,
-            };
-            set(document, "/spec/tags", json!({ key: "v" }));
         }
         _ => return None,
     }
