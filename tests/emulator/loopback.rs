@@ -8,12 +8,12 @@ use std::process::{Command, Stdio};
 
 use k8s_openapi::api::core::v1::Pod;
 use karpenter::commands::simulate::{self, SimulateArgs};
-use karpenter::emulator::Emulator;
+use karpenter::emulator::{Emulator, LoopbackServer};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt as _};
 use serde_json::json;
 
-use crate::support::{client_for, pod};
+use crate::support::{client_for, pod, served};
 
 fn scratch_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("karpenter-{name}-{}", std::process::id()));
@@ -23,12 +23,7 @@ fn scratch_dir(name: &str) -> PathBuf {
 
 #[tokio::test]
 async fn kube_rs_reaches_the_loopback_server_through_its_kubeconfig() {
-    let emulator = Emulator::new().unwrap();
-    let server = emulator
-        .serve("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let client = client_for(&server.kubeconfig()).await;
+    let (emulator, server, client) = served().await;
     let pods: Api<Pod> = Api::default_namespaced(client);
     pods.create(&PostParams::default(), &pod("remote", json!({})))
         .await
@@ -111,6 +106,19 @@ async fn simulate_without_serve_explains_what_is_missing() {
     assert!(String::from_utf8(err).unwrap().contains("--serve"));
 }
 
+/// An emulator on loopback with its kubeconfig written in a scratch directory named `name`.
+async fn served_for_kubectl(name: &str) -> (Emulator, LoopbackServer, PathBuf, PathBuf) {
+    let emulator = Emulator::new().unwrap();
+    let server = emulator
+        .serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = scratch_dir(name);
+    let kubeconfig = dir.join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    (emulator, server, dir, kubeconfig)
+}
+
 fn kubectl_available() -> bool {
     Command::new("kubectl")
         .args(["version", "--client"])
@@ -161,14 +169,7 @@ async fn kubectls_everyday_verbs_work_against_the_emulator() {
         println!("note: kubectl is not installed; skipping the kubectl smoke test");
         return;
     }
-    let emulator = Emulator::new().unwrap();
-    let server = emulator
-        .serve("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = scratch_dir("kubectl");
-    let kubeconfig = dir.join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
+    let (_emulator, server, dir, kubeconfig) = served_for_kubectl("kubectl").await;
     std::fs::write(dir.join("nodepool.yaml"), NODEPOOL).unwrap();
     std::fs::write(dir.join("configmap.yaml"), CONFIGMAP).unwrap();
     let dir_for_blocking = dir.clone();
@@ -185,14 +186,7 @@ async fn kubectl_create_sends_protobuf_and_the_emulator_stores_it() {
         println!("note: kubectl is not installed; skipping the kubectl create (protobuf) test");
         return;
     }
-    let emulator = Emulator::new().unwrap();
-    let server = emulator
-        .serve("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = scratch_dir("kubectl-create");
-    let kubeconfig = dir.join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
+    let (emulator, server, dir, kubeconfig) = served_for_kubectl("kubectl-create").await;
     let config = kubeconfig.clone();
     tokio::task::spawn_blocking(move || {
         let k = |line: &str| kubectl(&config, &words(line));

@@ -8,12 +8,11 @@ use k8s_pb::api::apps::v1 as apps;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
-use karpenter::emulator::Emulator;
 use kube::{Api, ResourceExt as _};
 use prost::Message as _;
 use serde_json::Value;
 
-use crate::support::client_for;
+use crate::support::served;
 
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 
@@ -62,12 +61,7 @@ fn status_code(result: Result<String, kube::Error>) -> (u16, String) {
 
 #[tokio::test]
 async fn a_protobuf_namespace_is_created_and_answered_in_json() {
-    let emulator = Emulator::new().unwrap();
-    let server = emulator
-        .serve("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let client = client_for(&server.kubeconfig()).await;
+    let (emulator, server, client) = served().await;
     let namespace = core::Namespace {
         metadata: Some(meta("team")),
         spec: Some(core::NamespaceSpec::default()),
@@ -93,12 +87,7 @@ async fn a_protobuf_namespace_is_created_and_answered_in_json() {
 
 #[tokio::test]
 async fn a_protobuf_field_the_decoder_cannot_read_is_refused_not_dropped() {
-    let emulator = Emulator::new().unwrap();
-    let server = emulator
-        .serve("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let client = client_for(&server.kubeconfig()).await;
+    let (_emulator, server, client) = served().await;
     let deployment = apps::Deployment {
         metadata: Some(meta("web")),
         spec: Some(apps::DeploymentSpec {
