@@ -58,7 +58,17 @@ async fn schema_defaults_are_filled_on_create() {
         )
         .await
         .unwrap();
+    // Karpenter's CRD defaults `disruption` to {consolidateAfter: 0s}; the server then fills
+    // the defaults inside it.
     assert_eq!(created.data["spec"]["disruption"]["consolidateAfter"], "0s");
+    assert_eq!(
+        created.data["spec"]["disruption"]["consolidationPolicy"],
+        "WhenEmptyOrUnderutilized"
+    );
+    assert_eq!(
+        created.data["spec"]["disruption"]["budgets"],
+        json!([{ "nodes": "10%" }])
+    );
     assert_eq!(
         created.data["spec"]["template"]["spec"]["expireAfter"],
         "720h"
