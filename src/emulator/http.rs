@@ -342,15 +342,15 @@ fn request_body(
     }
 }
 
-/// Whether `Accept` admits only protobuf, which the emulator does not write.
-#[cfg(feature = "emulator-protobuf")]
+/// Whether an `Accept` header admits only protobuf, which the emulator does not write
+/// (kubectl always lists JSON too).
 fn accepts_only_protobuf(accept: &str) -> bool {
-    super::protobuf::accepts_only_protobuf(accept)
-}
-
-#[cfg(not(feature = "emulator-protobuf"))]
-fn accepts_only_protobuf(_accept: &str) -> bool {
-    false
+    let mut types = accept
+        .split(',')
+        .map(|t| t.split(';').next().unwrap_or("").trim())
+        .filter(|t| !t.is_empty())
+        .peekable();
+    types.peek().is_some() && types.all(|t| t.starts_with(PROTOBUF))
 }
 
 /// The JSON of a protobuf create or replace body; other protobuf requests (patches have no
@@ -522,4 +522,22 @@ fn json_response(code: u16, body: Bytes, warnings: &[String]) -> Response<Emulat
 
 pub(crate) fn error_response(error: &ApiError) -> Response<EmulatorBody> {
     json_response(error.code, Bytes::from(error.to_status().to_string()), &[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_protobuf_only_accept_header_is_refused() {
+        assert!(accepts_only_protobuf(PROTOBUF));
+        assert!(accepts_only_protobuf(
+            "application/vnd.kubernetes.protobuf;stream=watch"
+        ));
+        assert!(!accepts_only_protobuf(
+            "application/vnd.kubernetes.protobuf, application/json"
+        ));
+        assert!(!accepts_only_protobuf("*/*"));
+        assert!(!accepts_only_protobuf(""));
+    }
 }

@@ -24,23 +24,11 @@ use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
 use prost::Message;
 use serde_json::{Map, Value, json};
 
-use super::http::PROTOBUF as MEDIA_TYPE;
 use super::kinds::ResourceKind;
 use super::status::ApiError;
 
 /// What every protobuf body starts with.
 const MAGIC: &[u8] = b"k8s\0";
-
-/// Whether an `Accept` header admits only protobuf, which the emulator does not write: such a
-/// request gets 406 (kubectl always lists JSON too).
-pub(crate) fn accepts_only_protobuf(accept: &str) -> bool {
-    let mut types = accept
-        .split(',')
-        .map(|t| t.split(';').next().unwrap_or("").trim())
-        .filter(|t| !t.is_empty())
-        .peekable();
-    types.peek().is_some() && types.all(|t| t.starts_with(MEDIA_TYPE))
-}
 
 /// The JSON document of a protobuf body for `kind`.
 pub(crate) fn to_json(kind: &ResourceKind, body: &[u8]) -> Result<Bytes, ApiError> {
@@ -598,15 +586,5 @@ mod tests {
             ..core::Container::default()
         };
         assert!(!is_zero(&set.encode_to_vec()));
-    }
-
-    #[test]
-    fn only_a_protobuf_only_accept_header_is_refused() {
-        assert!(accepts_only_protobuf(MEDIA_TYPE));
-        assert!(!accepts_only_protobuf(
-            "application/vnd.kubernetes.protobuf, application/json"
-        ));
-        assert!(!accepts_only_protobuf("*/*"));
-        assert!(!accepts_only_protobuf(""));
     }
 }
