@@ -14,8 +14,10 @@ CHART = Path(__file__).resolve().parent.parent / "charts" / "karpenter"
 HEADER = """# karpenter chart
 
 Deploys the karpenter controller (`karpenter run`): a Kubernetes node autoscaler for AWS
-compatible with Karpenter v1.5. A Karpenter v1.5 `values.yaml` works unchanged; unknown keys are
-rejected by `values.schema.json`. `settings.clusterName` is required.
+compatible with Karpenter v1.5. A Karpenter v1.5 `values.yaml` works unchanged; keys this chart
+does not use are accepted and named in the install notes. `settings.clusterName` is required.
+The ServiceMonitor renders only where the Prometheus Operator's `monitoring.coreos.com/v1` is
+served.
 
 ```sh
 helm install karpenter charts/karpenter --namespace kube-system \\

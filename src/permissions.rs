@@ -66,9 +66,11 @@ pub const CLUSTER: &[Permission] = &[
             "nodes",
             "persistentvolumes",
             "persistentvolumeclaims",
+            "namespaces",
         ],
         READ,
-        "cluster state watchers; volume topology for scheduling",
+        "cluster state watchers; volume topology for scheduling; namespace labels for pod \
+         (anti-)affinity namespaceSelectors (as Karpenter's clusterrole-core)",
     ),
     rule(
         "storage.k8s.io",

@@ -11,7 +11,7 @@
     reason = "integration test helpers: a failed unwrap is a failed test"
 )]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -44,6 +44,8 @@ fn python() -> PathBuf {
 struct Rendered {
     error: Option<String>,
     documents: Vec<Value>,
+    /// The rendered NOTES.txt.
+    notes: String,
     invalid: Vec<Value>,
     unvalidated: Vec<String>,
     lint: Value,
@@ -83,6 +85,16 @@ impl Rendered {
 }
 
 fn render_with(values: &Value, kube_versions: &[&str], lint: bool) -> Rendered {
+    render_request(values, kube_versions, lint, &[])
+}
+
+/// Renders on a cluster that also serves `api_versions` (`.Capabilities.APIVersions`).
+fn render_request(
+    values: &Value,
+    kube_versions: &[&str],
+    lint: bool,
+    api_versions: &[&str],
+) -> Rendered {
     let request = json!({
         "chart": repo().join("charts/karpenter"),
         "values": values,
@@ -90,6 +102,7 @@ fn render_with(values: &Value, kube_versions: &[&str], lint: bool) -> Rendered {
         "namespace": "kube-system",
         "kube_versions": kube_versions,
         "lint": lint,
+        "api_versions": api_versions,
     });
     let mut child = Command::new(python())
         .arg(repo().join("tests/chart/render.py"))
@@ -114,6 +127,7 @@ fn render_with(values: &Value, kube_versions: &[&str], lint: bool) -> Rendered {
     Rendered {
         error: report["error"].as_str().map(str::to_owned),
         documents: report["documents"].as_array().cloned().unwrap_or_default(),
+        notes: report["notes"].as_str().unwrap_or_default().to_owned(),
         invalid: report["invalid"].as_array().cloned().unwrap_or_default(),
         unvalidated: serde_json::from_value(report["unvalidated"].clone()).unwrap_or_default(),
         lint: report["lint"].clone(),
@@ -121,14 +135,22 @@ fn render_with(values: &Value, kube_versions: &[&str], lint: bool) -> Rendered {
 }
 
 /// Renders `values` on top of a cluster name, validating on both Kubernetes versions.
-fn render(mut values: Value) -> Rendered {
+fn render(values: Value) -> Rendered {
+    render_on(values, &[])
+}
+
+/// [`render`] on a cluster that also serves `api_versions`.
+fn render_on(mut values: Value, api_versions: &[&str]) -> Rendered {
     if values.pointer("/settings/clusterName").is_none() {
         values["settings"]["clusterName"] = json!("my-cluster");
     }
-    let rendered = render_with(&values, &KUBE_VERSIONS, false);
+    let rendered = render_request(&values, &KUBE_VERSIONS, false, api_versions);
     assert_eq!(rendered.error, None, "render failed");
     rendered
 }
+
+/// What the Prometheus Operator serves.
+const MONITORING_API: &str = "monitoring.coreos.com/v1";
 
 #[track_caller]
 fn assert_valid(rendered: &Rendered) {
@@ -210,10 +232,13 @@ fn irsa_annotations_land_on_the_service_account() {
 fn service_monitor_carries_relabelings_and_metric_relabelings() {
     let relabel = json!([{ "action": "replace", "targetLabel": "cluster", "replacement": "prod" }]);
     let drop = json!([{ "action": "drop", "sourceLabels": ["__name__"], "regex": "go_.*" }]);
-    let rendered = render(json!({
-        "serviceMonitor": { "enabled": true, "relabelings": relabel, "metricRelabelings": drop,
-                            "additionalLabels": { "release": "prometheus" } }
-    }));
+    let rendered = render_on(
+        json!({
+            "serviceMonitor": { "enabled": true, "relabelings": relabel, "metricRelabelings": drop,
+                                "additionalLabels": { "release": "prometheus" } }
+        }),
+        &[MONITORING_API],
+    );
     let monitor = rendered.one("ServiceMonitor");
     let endpoint = &monitor["spec"]["endpoints"][0];
     assert_eq!(endpoint["port"], "http-metrics");
@@ -226,6 +251,25 @@ fn service_monitor_carries_relabelings_and_metric_relabelings() {
         vec!["ServiceMonitor/karpenter".to_owned()]
     );
     assert!(rendered.invalid.is_empty(), "{:#?}", rendered.invalid);
+}
+
+#[test]
+fn the_service_monitor_renders_only_where_the_monitoring_api_is_served() {
+    // As Karpenter's chart: enabled alone would fail the install on a cluster without the CRD.
+    let enabled = json!({ "serviceMonitor": { "enabled": true } });
+    assert!(render(enabled.clone()).find("ServiceMonitor").is_empty());
+    assert_eq!(
+        render_on(enabled, &[MONITORING_API])
+            .find("ServiceMonitor")
+            .len(),
+        1
+    );
+    let disabled = json!({ "serviceMonitor": { "enabled": false } });
+    assert!(
+        render_on(disabled, &[MONITORING_API])
+            .find("ServiceMonitor")
+            .is_empty()
+    );
 }
 
 #[test]
@@ -385,6 +429,34 @@ fn assert_within(role: &Value, allowed: &[Permission]) {
 }
 
 #[test]
+fn the_controller_can_read_namespaces_for_affinity_namespace_selectors() {
+    // Karpenter's clusterrole-core grants get/list/watch on namespaces: pod (anti-)affinity
+    // terms select namespaces by their labels.
+    let rendered = render(json!({}));
+    let granted: Vec<_> = rendered
+        .find("ClusterRole")
+        .into_iter()
+        .filter(|r| r["metadata"]["name"] == "karpenter-core")
+        .flat_map(grants)
+        .collect();
+    for verb in ["get", "list", "watch"] {
+        assert!(
+            granted
+                .iter()
+                .any(|(g, r, v, n)| g.is_empty() && r == "namespaces" && v == verb && n.is_none()),
+            "{verb} namespaces"
+        );
+        assert!(permissions::allows(
+            permissions::CLUSTER,
+            "",
+            "namespaces",
+            verb,
+            None
+        ));
+    }
+}
+
+#[test]
 fn roles_grant_nothing_beyond_the_permissions_the_code_lists() {
     let rendered = render(json!({}));
     for role in rendered.find("ClusterRole") {
@@ -500,14 +572,109 @@ fn probes_resources_and_scheduling_defaults_follow_karpenter() {
 }
 
 #[test]
-fn a_typo_in_values_fails_at_install() {
+fn a_key_the_chart_does_not_use_is_accepted_and_named_in_the_notes() {
+    // Karpenter's chart has no schema, so its users' files may carry keys of older releases or
+    // typos; refusing them would break `helm upgrade` where Karpenter's chart installs.
     let rendered = render_with(
-        &json!({ "settings": { "clusterName": "c", "clustrEndpoint": "x" } }),
+        &json!({ "settings": { "clusterName": "c", "clustrEndpoint": "x" }, "webhook": { "enabled": false } }),
         &[],
         false,
     );
-    let error = rendered.error.expect("schema must reject the typo");
-    assert!(error.contains("clustrEndpoint"), "{error}");
+    assert_eq!(rendered.error, None);
+    assert!(rendered.notes.contains("WARNING"), "{}", rendered.notes);
+    assert_eq!(
+        warned_keys(&rendered.notes),
+        ["settings.clustrEndpoint", "webhook"]
+    );
+}
+
+#[test]
+fn the_default_values_use_every_key_so_the_notes_warn_of_none() {
+    let rendered = render(json!({}));
+    assert!(
+        rendered.notes.contains("karpenter is installed"),
+        "{}",
+        rendered.notes
+    );
+    assert_eq!(warned_keys(&rendered.notes), Vec::<String>::new());
+}
+
+/// The keys NOTES.txt names as unused, in its order.
+fn warned_keys(notes: &str) -> Vec<String> {
+    notes
+        .lines()
+        .filter_map(|line| line.strip_prefix("- "))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn karpenter_values() -> Value {
+    let text =
+        std::fs::read_to_string(repo().join("tests/fixtures/karpenter-v1.5-values.yaml")).unwrap();
+    karpenter_core::yaml::from_str(&text).unwrap()
+}
+
+/// Every leaf of a values tree by dotted path (an empty mapping is a leaf).
+fn leaves(value: &Value, prefix: &str, out: &mut BTreeMap<String, Value>) {
+    match value.as_object() {
+        Some(map) if !map.is_empty() => {
+            for (key, child) in map {
+                let path = if prefix.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                leaves(child, &path, out);
+            }
+        }
+        _ => {
+            out.insert(prefix.to_owned(), value.clone());
+        }
+    }
+}
+
+#[test]
+fn karpenters_own_values_file_renders_valid_with_extra_keys_only_warned() {
+    let mut values = karpenter_values();
+    values["settings"]["clusterName"] = json!("my-cluster");
+    // Keys of older Karpenter releases a long-lived values file may still carry.
+    values["webhook"] = json!({ "enabled": false, "port": 8443 });
+    values["settings"]["aws"] = json!({ "clusterName": "my-cluster" });
+    let rendered = render(values);
+    assert_valid(&rendered);
+    assert_eq!(warned_keys(&rendered.notes), ["settings.aws", "webhook"]);
+}
+
+#[test]
+fn every_default_we_share_with_karpenter_has_karpenters_value() {
+    // Deliberate differences: the image is ours; the pod runs as non-root (the container
+    // already must; Karpenter 1.6 made the same change) and the controller has resource
+    // requests (a BestEffort controller is the first evicted under memory pressure). The README
+    // says so.
+    const OURS: [&str; 4] = [
+        "controller.image.repository",
+        "controller.image.tag",
+        "controller.image.digest",
+        "podSecurityContext.runAsNonRoot",
+    ];
+    let text = std::fs::read_to_string(repo().join("charts/karpenter/values.yaml")).unwrap();
+    let ours: Value = karpenter_core::yaml::from_str(&text).unwrap();
+    let (mut theirs_leaves, mut our_leaves) = (BTreeMap::new(), BTreeMap::new());
+    leaves(&karpenter_values(), "", &mut theirs_leaves);
+    leaves(&ours, "", &mut our_leaves);
+    let mut differing = Vec::new();
+    for (path, theirs) in &theirs_leaves {
+        if OURS.contains(&path.as_str()) {
+            continue;
+        }
+        match our_leaves.get(path) {
+            Some(mine) if mine == theirs => {}
+            // Karpenter's empty `controller.resources` against our requests.
+            None if path == "controller.resources" => {}
+            mine => differing.push(format!("{path}: Karpenter {theirs}, ours {mine:?}")),
+        }
+    }
+    assert!(differing.is_empty(), "{differing:#?}");
 }
 
 #[test]

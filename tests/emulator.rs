@@ -27,6 +27,10 @@ mod finalizers;
 mod loopback;
 #[path = "emulator/patches.rs"]
 mod patches;
+// Protobuf bodies need the emulator's decoder.
+#[cfg(feature = "emulator-protobuf")]
+#[path = "emulator/protobuf.rs"]
+mod protobuf;
 #[path = "emulator/selectors.rs"]
 mod selectors;
 #[path = "emulator/subresources.rs"]

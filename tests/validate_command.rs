@@ -57,12 +57,30 @@ fn an_invalid_document_exits_one_and_names_index_kind_name_and_path() {
     let (status, out, _) = run(std::slice::from_ref(&file));
     assert_eq!(status, Status::Problems);
     let expected = format!(
-        "{}[1] NodePool/broken: spec.template.spec.requirements[0].values: operator In requires at least one value",
+        "{}[1] NodePool/broken: spec.template.spec.requirements[0].values: requirements with operator 'In' must have a value defined",
         file.display()
     );
     assert!(out.contains(&expected), "{out}");
     assert!(
         out.contains("[0]: skipped: ConfigMap is not validated"),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_empty_node_class_reference_is_invalid_as_karpenters_crd_says() {
+    let file = temp_file(
+        "nameless.yaml",
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: nameless}\nspec:\n  template:\n    spec:\n      \
+         nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: ''}\n      \
+         requirements: [{key: a, operator: Exists}]\n",
+    );
+    let (status, out, _) = run(std::slice::from_ref(&file));
+    assert_eq!(status, Status::Problems, "{out}");
+    assert!(
+        out.contains(
+            "NodePool/nameless: spec.template.spec.nodeClassRef.name: name may not be empty"
+        ),
         "{out}"
     );
 }

@@ -12,6 +12,14 @@ use super::lifecycle::{self, meta_str, remove_meta, set_meta};
 use super::status::{self, ApiError};
 use super::store::{EventType, StoredObject, Txn};
 
+/// What a DELETE did to one object.
+pub(crate) enum Deletion {
+    /// Still stored: marked for deletion (finalizers, a pod's grace period) or a dry run.
+    Kept(Arc<StoredObject>),
+    /// Gone; its final state, as the DELETED event carries it.
+    Removed(Arc<StoredObject>),
+}
+
 impl Shared {
     pub fn delete(&self, target: &Target, options: &DeleteOptions) -> Result<Reply, ApiError> {
         let kind = self.kind(target.kind);
@@ -23,8 +31,14 @@ impl Shared {
             if kind.behavior == Behavior::Namespace && !options.dry_run {
                 self.delete_namespace_contents(txn, &key.name);
             }
-            if let Some(remaining) = self.delete_in(txn, target.kind, &old, options)? {
-                return Ok((200, self.render(target.kind, &remaining)));
+            let deleted = match self.delete_in(txn, target.kind, &old, options)? {
+                Deletion::Kept(remaining) => {
+                    return Ok((200, self.render(target.kind, &remaining)));
+                }
+                Deletion::Removed(last) => last,
+            };
+            if kind.returns_deleted_object() {
+                return Ok((200, self.render(target.kind, &deleted)));
             }
             let uid = meta_str(&old.value(), "uid").map(str::to_owned);
             let body = status::success(kind, &key.name, uid.as_deref(), 200);
@@ -40,15 +54,15 @@ impl Shared {
         })
     }
 
-    /// Deletes one stored object: marks it while finalizers remain (returns it), or removes it
-    /// (returns `None`).
+    /// Deletes one stored object: marks it while finalizers or a grace period remain, or
+    /// removes it.
     pub(crate) fn delete_in(
         &self,
         txn: &mut Txn<'_>,
         kind_id: KindId,
         old: &Arc<StoredObject>,
         options: &DeleteOptions,
-    ) -> Result<Option<Arc<StoredObject>>, ApiError> {
+    ) -> Result<Deletion, ApiError> {
         let kind = self.kind(kind_id);
         let mut value = old.value();
         let name = &old.key.name;
@@ -77,7 +91,7 @@ impl Shared {
             ));
         }
         if options.dry_run {
-            return Ok(Some(Arc::clone(old)));
+            return Ok(Deletion::Kept(Arc::clone(old)));
         }
         let graceful_pod = kind.behavior == Behavior::Pod
             && self.config.graceful_pod_deletion
@@ -88,7 +102,7 @@ impl Shared {
             && options.grace_period_seconds != Some(0);
         if !lifecycle::finalizers(&value).is_empty() || graceful_pod {
             if lifecycle::is_deleting(&value) {
-                return Ok(Some(Arc::clone(old)));
+                return Ok(Deletion::Kept(Arc::clone(old)));
             }
             set_meta(&mut value, "deletionTimestamp", json!(self.now()));
             let grace = if graceful_pod {
@@ -113,14 +127,14 @@ impl Shared {
                     Some(&stored.labels),
                 );
             }
-            return Ok(Some(stored));
+            return Ok(Deletion::Kept(stored));
         }
         remove_meta(&mut value, "resourceVersion");
-        txn.remove(kind.storage, &old.key, value);
+        let last = txn.remove(kind.storage, &old.key, value);
         if kind.behavior == Behavior::Pod {
             self.after_pod_write(txn, &old.key.namespace, Some(&old.labels), None);
         }
-        Ok(None)
+        Ok(Deletion::Removed(last))
     }
 
     /// Namespace deletion: every object in it is deleted (those with finalizers stay, marked).

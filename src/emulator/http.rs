@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use super::api::{DeleteOptions, ListOptions, PatchType, Shared, Target, WriteOptions};
 use super::body::EmulatorBody;
 use super::faults::{RequestRecord, Verb};
-use super::kinds::Behavior;
+use super::kinds::{Behavior, ResourceKind};
 use super::openapi;
 use super::schema::FieldValidation;
 use super::selector::{FieldSelector, LabelSelector};
@@ -243,9 +243,7 @@ impl EmulatorService {
                 return Err(ApiError::path_not_found(&format!("{}/{sub}", kind.plural)));
             }
         }
-        if content_type.starts_with("application/vnd.kubernetes.protobuf") {
-            return Err(ApiError::unsupported_media_type(content_type));
-        }
+        let body = &request_body(kind, method, sub, accept, content_type, body)?;
         let reply = match (method.clone(), &target.name, sub) {
             (Method::GET, None, _) => {
                 let list = list_options(kind.behavior, query)?;
@@ -318,6 +316,69 @@ impl EmulatorService {
         };
         Ok(json_response(reply.code, reply.body, &reply.warnings))
     }
+}
+
+/// The media type of Kubernetes' protobuf encoding.
+pub(super) const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// The JSON body of a request: as sent, or decoded from protobuf. A client that accepts only
+/// protobuf answers is refused first (406), as the emulator writes JSON.
+fn request_body(
+    kind: &ResourceKind,
+    method: &Method,
+    sub: Option<&str>,
+    accept: &str,
+    content_type: &str,
+    body: &Bytes,
+) -> Result<Bytes, ApiError> {
+    if accepts_only_protobuf(accept) {
+        return Err(ApiError::not_acceptable());
+    }
+    if content_type.starts_with(PROTOBUF) {
+        protobuf_body(kind, method, sub, content_type, body)
+    } else {
+        // A cheap clone: `Bytes` shares the buffer.
+        Ok(body.clone())
+    }
+}
+
+/// Whether an `Accept` header admits only protobuf, which the emulator does not write
+/// (kubectl always lists JSON too).
+fn accepts_only_protobuf(accept: &str) -> bool {
+    let mut types = accept
+        .split(',')
+        .map(|t| t.split(';').next().unwrap_or("").trim())
+        .filter(|t| !t.is_empty())
+        .peekable();
+    types.peek().is_some() && types.all(|t| t.starts_with(PROTOBUF))
+}
+
+/// The JSON of a protobuf create or replace body; other protobuf requests (patches have no
+/// protobuf form) are refused as the server refuses a media type it does not take.
+#[cfg(feature = "emulator-protobuf")]
+fn protobuf_body(
+    kind: &ResourceKind,
+    method: &Method,
+    sub: Option<&str>,
+    content_type: &str,
+    body: &Bytes,
+) -> Result<Bytes, ApiError> {
+    if sub.is_none() && (*method == Method::POST || *method == Method::PUT) {
+        super::protobuf::to_json(kind, body)
+    } else {
+        Err(ApiError::unsupported_media_type(content_type))
+    }
+}
+
+#[cfg(not(feature = "emulator-protobuf"))]
+fn protobuf_body(
+    _kind: &ResourceKind,
+    _method: &Method,
+    _sub: Option<&str>,
+    content_type: &str,
+    _body: &Bytes,
+) -> Result<Bytes, ApiError> {
+    Err(ApiError::unsupported_media_type(content_type))
 }
 
 fn header_text<B>(request: &Request<B>, name: header::HeaderName) -> String {
@@ -461,4 +522,22 @@ fn json_response(code: u16, body: Bytes, warnings: &[String]) -> Response<Emulat
 
 pub(crate) fn error_response(error: &ApiError) -> Response<EmulatorBody> {
     json_response(error.code, Bytes::from(error.to_status().to_string()), &[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_protobuf_only_accept_header_is_refused() {
+        assert!(accepts_only_protobuf(PROTOBUF));
+        assert!(accepts_only_protobuf(
+            "application/vnd.kubernetes.protobuf;stream=watch"
+        ));
+        assert!(!accepts_only_protobuf(
+            "application/vnd.kubernetes.protobuf, application/json"
+        ));
+        assert!(!accepts_only_protobuf("*/*"));
+        assert!(!accepts_only_protobuf(""));
+    }
 }

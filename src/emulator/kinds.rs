@@ -92,6 +92,18 @@ impl ResourceKind {
         format!("{}List", self.kind)
     }
 
+    /// Whether a DELETE that removes the object answers with the object itself rather than a
+    /// `Status`: kube-apiserver's stores that set `ReturnDeletedObject` (pods, services,
+    /// namespaces, persistent volumes and claims). Every kind answers with the object while
+    /// finalizers or a grace period keep it.
+    pub fn returns_deleted_object(&self) -> bool {
+        self.group.is_empty()
+            && matches!(
+                self.kind.as_str(),
+                "Pod" | "Service" | "Namespace" | "PersistentVolume" | "PersistentVolumeClaim"
+            )
+    }
+
     /// Subresources other than `status` that accept POST.
     pub fn action_subresources(&self) -> &'static [&'static str] {
         match self.behavior {

@@ -21,6 +21,11 @@
 //! JSON, strategic merge patches and server-side apply (subsets documented in [`strategic`] and
 //! [`apply`]).
 //!
+//! Bodies are JSON, or protobuf for the built-in kinds kubectl's `create` generators write
+//! (`protobuf`, with the `emulator-protobuf` feature, turns them into JSON first); answers are
+//! JSON (406 to a client that accepts only protobuf). A DELETE answers the deleted object for the
+//! kinds whose kube-apiserver storage returns it (pods among them), else a `Status`.
+//!
 //! The modules, in the order a request meets them: `http` (routing, query parsing, faults, the
 //! request log; `server` puts it on loopback, `body` is the response body), `api` (get,
 //! list, create, update, patch) with `delete` and `pods` (binding, eviction), which shape
@@ -49,6 +54,8 @@ mod openapi;
 #[cfg(test)]
 mod patch_props;
 mod pods;
+#[cfg(feature = "emulator-protobuf")]
+mod protobuf;
 mod schema;
 mod selector;
 mod server;

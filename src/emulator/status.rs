@@ -160,6 +160,15 @@ impl ApiError {
         )
     }
 
+    /// 406: the client accepts only answers the emulator cannot write (protobuf).
+    pub fn not_acceptable() -> Self {
+        Self::new(
+            406,
+            "NotAcceptable",
+            "only the following media types are accepted: application/json",
+        )
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", message)
     }

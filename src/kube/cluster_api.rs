@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_actors::ports::cluster::{
     Change, ClusterApi, ClusterError, ClusterEvent, Deletion, EventType, Eviction, FieldProblem,
     ObjectKind,
@@ -145,15 +146,23 @@ impl KubeClusterApi {
         K: Resource + Clone + DeserializeOwned + fmt::Debug,
     {
         match api.delete(name, params).await {
-            Ok(either) => Ok(if either.is_left() {
-                Deletion::Terminating
-            } else {
-                Deletion::Deleted
+            // kube-apiserver answers the object itself both while finalizers or a grace period
+            // hold it and, for kinds such as pods, once it is gone; only the former is pending.
+            Ok(either) => Ok(match either {
+                either::Either::Left(object) if still_held(object.meta()) => Deletion::Terminating,
+                _ => Deletion::Deleted,
             }),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(Deletion::NotFound),
             Err(error) => Err(classify(kind, name, error)),
         }
     }
+}
+
+/// Whether a deleted object's answer says it is still stored: finalizers remain, or a grace
+/// period runs (a pod deleted at once comes back with a zero grace period or none).
+fn still_held(meta: &ObjectMeta) -> bool {
+    meta.finalizers.as_ref().is_some_and(|f| !f.is_empty())
+        || meta.deletion_grace_period_seconds.is_some_and(|g| g > 0)
 }
 
 /// A JSON merge patch turning `old` into `new`: changed and added fields, removed ones as null.

@@ -58,7 +58,17 @@ async fn schema_defaults_are_filled_on_create() {
         )
         .await
         .unwrap();
+    // Karpenter's CRD defaults `disruption` to {consolidateAfter: 0s}; the server then fills
+    // the defaults inside it.
     assert_eq!(created.data["spec"]["disruption"]["consolidateAfter"], "0s");
+    assert_eq!(
+        created.data["spec"]["disruption"]["consolidationPolicy"],
+        "WhenEmptyOrUnderutilized"
+    );
+    assert_eq!(
+        created.data["spec"]["disruption"]["budgets"],
+        json!([{ "nodes": "10%" }])
+    );
     assert_eq!(
         created.data["spec"]["template"]["spec"]["expireAfter"],
         "720h"
@@ -125,5 +135,25 @@ async fn a_nodeclaim_spec_cannot_change() {
             .patch("c1", &PatchParams::default(), &Patch::Merge(&labels))
             .await
             .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn a_nodepool_with_an_empty_node_class_name_is_refused_as_karpenters_crd_refuses_it() {
+    // Karpenter's CRD: `self != ''` on nodeClassRef group, kind and name.
+    let (_emulator, client) = cluster();
+    let pools: Api<DynamicObject> = Api::all_with(client, &ApiResource::erase::<NodePool>(&()));
+    let mut document = nodepool_json("nameless");
+    document["spec"]["template"]["spec"]["nodeClassRef"]["name"] = json!("");
+    let pool: DynamicObject = serde_json::from_value(document).unwrap();
+    let status = status_of(pools.create(&PostParams::default(), &pool).await);
+    assert_eq!(status.code, 422);
+    let causes = status.details.unwrap().causes;
+    assert!(
+        causes
+            .iter()
+            .any(|c| c.field == "spec.template.spec.nodeClassRef.name"
+                && c.message.contains("name may not be empty")),
+        "{causes:?}"
     );
 }

@@ -225,3 +225,25 @@ async fn a_pod_cannot_be_moved_to_another_node_by_an_update() {
     );
     assert_eq!(status.code, 422);
 }
+
+#[tokio::test]
+async fn deleting_a_pod_answers_the_deleted_pod_and_a_config_map_a_status() {
+    // kube-apiserver's pod storage sets ReturnDeletedObject; the config map storage does not.
+    let (_emulator, client) = cluster();
+    create_pod(&client, "gone", json!({ "app": "a" })).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let answer = pods.delete("gone", &DeleteParams::default()).await.unwrap();
+    let deleted = answer.left().expect("a Pod, not a Status");
+    assert_eq!(deleted.name_any(), "gone");
+    assert!(pods.get_opt("gone").await.unwrap().is_none());
+
+    let maps: Api<ConfigMap> = Api::namespaced(client, "default");
+    let map = serde_json::from_value(json!({ "metadata": { "name": "settings" } })).unwrap();
+    maps.create(&PostParams::default(), &map).await.unwrap();
+    let answer = maps
+        .delete("settings", &DeleteParams::default())
+        .await
+        .unwrap();
+    let status = answer.right().expect("a Status");
+    assert_eq!(status.details.unwrap().name, "settings");
+}

@@ -1,5 +1,6 @@
 //! The emulator on loopback: kube-rs through a written kubeconfig, `karpenter simulate --serve`,
-//! and kubectl's everyday verbs (skipped with a note when kubectl is not installed).
+//! and kubectl's everyday verbs, its protobuf `create` generators among them (skipped with a note
+//! when kubectl is not installed).
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -7,13 +8,12 @@ use std::process::{Command, Stdio};
 
 use k8s_openapi::api::core::v1::Pod;
 use karpenter::commands::simulate::{self, SimulateArgs};
-use karpenter::emulator::Emulator;
+use karpenter::emulator::{Emulator, LoopbackServer};
 use kube::api::{ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, ResourceExt as _};
 use serde_json::json;
 
-use crate::support::pod;
+use crate::support::{client_for, pod, served};
 
 fn scratch_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("karpenter-{name}-{}", std::process::id()));
@@ -21,22 +21,9 @@ fn scratch_dir(name: &str) -> PathBuf {
     dir
 }
 
-async fn client_for(kubeconfig: &str) -> kube::Client {
-    let parsed = Kubeconfig::from_yaml(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
-}
-
 #[tokio::test]
 async fn kube_rs_reaches_the_loopback_server_through_its_kubeconfig() {
-    let emulator = Emulator::new().unwrap();
-    let server = emulator
-        .serve("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let client = client_for(&server.kubeconfig()).await;
+    let (emulator, server, client) = served().await;
     let pods: Api<Pod> = Api::default_namespaced(client);
     pods.create(&PostParams::default(), &pod("remote", json!({})))
         .await
@@ -119,6 +106,19 @@ async fn simulate_without_serve_explains_what_is_missing() {
     assert!(String::from_utf8(err).unwrap().contains("--serve"));
 }
 
+/// An emulator on loopback with its kubeconfig written in a scratch directory named `name`.
+async fn served_for_kubectl(name: &str) -> (Emulator, LoopbackServer, PathBuf, PathBuf) {
+    let emulator = Emulator::new().unwrap();
+    let server = emulator
+        .serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = scratch_dir(name);
+    let kubeconfig = dir.join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    (emulator, server, dir, kubeconfig)
+}
+
 fn kubectl_available() -> bool {
     Command::new("kubectl")
         .args(["version", "--client"])
@@ -169,20 +169,61 @@ async fn kubectls_everyday_verbs_work_against_the_emulator() {
         println!("note: kubectl is not installed; skipping the kubectl smoke test");
         return;
     }
-    let emulator = Emulator::new().unwrap();
-    let server = emulator
-        .serve("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = scratch_dir("kubectl");
-    let kubeconfig = dir.join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
+    let (_emulator, server, dir, kubeconfig) = served_for_kubectl("kubectl").await;
     std::fs::write(dir.join("nodepool.yaml"), NODEPOOL).unwrap();
     std::fs::write(dir.join("configmap.yaml"), CONFIGMAP).unwrap();
     let dir_for_blocking = dir.clone();
     tokio::task::spawn_blocking(move || exercise_kubectl(&dir_for_blocking, &kubeconfig))
         .await
         .unwrap();
+    server.shutdown().await;
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_sends_protobuf_and_the_emulator_stores_it() {
+    if !kubectl_available() {
+        println!("note: kubectl is not installed; skipping the kubectl create (protobuf) test");
+        return;
+    }
+    let (emulator, server, dir, kubeconfig) = served_for_kubectl("kubectl-create").await;
+    let config = kubeconfig.clone();
+    tokio::task::spawn_blocking(move || {
+        let k = |line: &str| kubectl(&config, &words(line));
+        assert!(k("create namespace team").contains("namespace/team created"));
+        assert!(
+            k("create configmap settings -n team --from-literal=a=b")
+                .contains("configmap/settings created")
+        );
+        assert!(
+            k("create deployment web -n team --image=nginx --replicas=2")
+                .contains("deployment.apps/web created")
+        );
+        assert!(
+            k("create poddisruptionbudget web -n team --selector=app=web --min-available=1")
+                .contains("poddisruptionbudget.policy/web created")
+        );
+        assert!(
+            k("create service clusterip web -n team --tcp=80:8080").contains("service/web created")
+        );
+    })
+    .await
+    .unwrap();
+    let client = emulator.client();
+    let namespace: k8s_openapi::api::core::v1::Namespace =
+        Api::all(client.clone()).get("team").await.unwrap();
+    assert_eq!(namespace.name_any(), "team");
+    let map: k8s_openapi::api::core::v1::ConfigMap = Api::namespaced(client.clone(), "team")
+        .get("settings")
+        .await
+        .unwrap();
+    assert_eq!(map.data.unwrap()["a"], "b");
+    let web: k8s_openapi::api::apps::v1::Deployment =
+        Api::namespaced(client, "team").get("web").await.unwrap();
+    let spec = web.spec;
+    assert_eq!(spec.replicas, Some(2));
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(pod.containers[0].image.as_deref(), Some("nginx"));
     server.shutdown().await;
     std::fs::remove_dir_all(dir).ok();
 }

@@ -1,15 +1,36 @@
 //! Builders for the objects the emulator tests create.
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use karpenter::emulator::{Emulator, EmulatorConfig};
+use karpenter::emulator::{Emulator, EmulatorConfig, LoopbackServer};
 use karpenter_core::apis::{NodeClaim, NodePool};
 use kube::api::PostParams;
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
 /// A fresh emulator and an in-process client for it.
 pub fn cluster() -> (Emulator, Client) {
     cluster_with(EmulatorConfig::default())
+}
+
+/// A kube-rs client for a served emulator, from its kubeconfig.
+pub async fn client_for(kubeconfig: &str) -> Client {
+    let parsed = Kubeconfig::from_yaml(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// An emulator served on loopback, and a kube-rs client reaching it through its kubeconfig.
+pub async fn served() -> (Emulator, LoopbackServer, Client) {
+    let emulator = Emulator::new().unwrap();
+    let server = emulator
+        .serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let client = client_for(&server.kubeconfig()).await;
+    (emulator, server, client)
 }
 
 pub fn cluster_with(config: EmulatorConfig) -> (Emulator, Client) {

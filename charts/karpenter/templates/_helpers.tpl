@@ -104,3 +104,108 @@ annotations:
 {{- end -}}
 {{- toYaml $constraints -}}
 {{- end -}}
+
+{{/* Values this chart reads ------------------------------------------------------------- */}}
+
+{{/*
+The keys of values.yaml this chart reads. A key mapped to a mapping is a section whose keys are
+checked in turn; a key mapped to ~ is read whole (free-form maps and lists). Keys a user sets
+that are not here (an older Karpenter's, or a typo) are accepted by values.schema.json, as
+Karpenter's chart accepts them, and named in NOTES.txt. tests/chart.rs renders the defaults and
+expects no such key, so a key added to values.yaml must be added here too.
+*/}}
+{{- define "karpenter.knownValues" -}}
+global: ~
+nameOverride: ~
+fullnameOverride: ~
+additionalLabels: ~
+additionalAnnotations: ~
+imagePullPolicy: ~
+imagePullSecrets: ~
+service:
+  annotations: ~
+serviceAccount:
+  create: ~
+  name: ~
+  annotations: ~
+additionalClusterRoleRules: ~
+serviceMonitor:
+  enabled: ~
+  additionalLabels: ~
+  relabelings: ~
+  metricRelabelings: ~
+  endpointConfig: ~
+replicas: ~
+revisionHistoryLimit: ~
+strategy: ~
+podLabels: ~
+podAnnotations: ~
+podDisruptionBudget:
+  name: ~
+  maxUnavailable: ~
+podSecurityContext: ~
+priorityClassName: ~
+terminationGracePeriodSeconds: ~
+hostNetwork: ~
+schedulerName: ~
+dnsPolicy: ~
+dnsConfig: ~
+initContainers: ~
+nodeSelector: ~
+affinity: ~
+topologySpreadConstraints: ~
+tolerations: ~
+extraVolumes: ~
+controller:
+  containerName: ~
+  image:
+    repository: ~
+    tag: ~
+    digest: ~
+  env: ~
+  envFrom: ~
+  securityContext:
+    appArmorProfile: ~
+    seLinuxOptions: ~
+    seccompProfile: ~
+  resources: ~
+  extraVolumeMounts: ~
+  sidecarContainer: ~
+  sidecarVolumeMounts: ~
+  metrics:
+    port: ~
+  healthProbe:
+    port: ~
+logLevel: ~
+logOutputPaths: ~
+logErrorOutputPaths: ~
+settings:
+  batchMaxDuration: ~
+  batchIdleDuration: ~
+  preferencePolicy: ~
+  clusterCABundle: ~
+  clusterName: ~
+  clusterEndpoint: ~
+  isolatedVPC: ~
+  eksControlPlane: ~
+  vmMemoryOverheadPercent: ~
+  interruptionQueue: ~
+  reservedENIs: ~
+  enableProfiling: ~
+  featureGates:
+    nodeRepair: ~
+    reservedCapacity: ~
+    spotToSpotConsolidation: ~
+{{- end -}}
+
+{{/* One line "- path" per key of .values not in .known (a dict from karpenter.knownValues). */}}
+{{- define "karpenter.unknownValues" -}}
+{{- range $key, $value := .values }}
+{{- $path := printf "%s%s" $.prefix $key }}
+{{- if not (hasKey $.known $key) }}
+- {{ $path }}
+{{- else if and (kindIs "map" $value) (kindIs "map" (get $.known $key)) }}
+{{- include "karpenter.unknownValues" (dict "values" $value "known" (get $.known $key) "prefix" (printf "%s." $path)) }}
+{{- end }}
+{{- end }}
+{{- end -}}

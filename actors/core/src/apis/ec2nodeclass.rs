@@ -92,7 +92,7 @@ pub struct EC2NodeClassSpec {
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "self.size() != 0", "message": "subnetSelectorTerms cannot be empty"},
         {"rule": "self.all(x, has(x.tags) || has(x.id))", "message": "expected at least one, got none, ['tags', 'id']"},
-        {"rule": "!self.exists(x, has(x.id) && has(x.tags))", "message": "'id' is mutually exclusive, cannot be set with a combination of other fields in a subnet selector term"},
+        {"rule": "!self.all(x, has(x.id) && has(x.tags))", "message": "'id' is mutually exclusive, cannot be set with a combination of other fields in a subnet selector term"},
     ]))]
     pub subnet_selector_terms: Vec<SubnetSelectorTerm>,
     /// Security groups for the instances, by tags, id or name; terms are ORed.
@@ -100,8 +100,8 @@ pub struct EC2NodeClassSpec {
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "self.size() != 0", "message": "securityGroupSelectorTerms cannot be empty"},
         {"rule": "self.all(x, has(x.tags) || has(x.id) || has(x.name))", "message": "expected at least one, got none, ['tags', 'id', 'name']"},
-        {"rule": "!self.exists(x, has(x.id) && (has(x.tags) || has(x.name)))", "message": "'id' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term"},
-        {"rule": "!self.exists(x, has(x.name) && (has(x.tags) || has(x.id)))", "message": "'name' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term"},
+        {"rule": "!self.all(x, has(x.id) && (has(x.tags) || has(x.name)))", "message": "'id' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term"},
+        {"rule": "!self.all(x, has(x.name) && (has(x.tags) || has(x.id)))", "message": "'name' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term"},
     ]))]
     pub security_group_selector_terms: Vec<SecurityGroupSelectorTerm>,
     /// On-demand capacity reservations to launch into (`ReservedCapacity` feature gate).
@@ -109,7 +109,7 @@ pub struct EC2NodeClassSpec {
     #[schemars(length(max = MAX_SELECTOR_TERMS))]
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "self.all(x, has(x.tags) || has(x.id))", "message": "expected at least one, got none, ['tags', 'id']"},
-        {"rule": "!self.exists(x, has(x.id) && (has(x.tags) || has(x.ownerID)))", "message": "'id' is mutually exclusive, cannot be set along with tags in a capacity reservation selector term"},
+        {"rule": "!self.all(x, has(x.id) && (has(x.tags) || has(x.ownerID)))", "message": "'id' is mutually exclusive, cannot be set along with tags in a capacity reservation selector term"},
     ]))]
     pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
     /// Public IP on the primary network interface.
@@ -425,7 +425,8 @@ pub struct KubeletConfiguration {
     pub cpu_cfs_quota: Option<bool>,
 }
 
-fn quoted_list(items: &[&str]) -> String {
+/// `['a','b']`'s inside: how the CRD messages list allowed keys.
+pub(crate) fn quoted_list(items: &[&str]) -> String {
     items
         .iter()
         .map(|i| format!("'{i}'"))

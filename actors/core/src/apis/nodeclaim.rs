@@ -148,10 +148,6 @@ impl ResourceRequirements {
 
 /// Reference to the node class (group, kind, name), e.g. an `EC2NodeClass`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "self.group == oldSelf.group", "message": "nodeClassRef.group is immutable"},
-    {"rule": "self.kind == oldSelf.kind", "message": "nodeClassRef.kind is immutable"},
-]))]
 pub struct NodeClassReference {
     /// API group of the referent.
     #[schemars(pattern(r"^[^/]*$"))]

@@ -84,6 +84,7 @@ pub struct NodePoolSpec {
     pub template: NodeClaimTemplate,
     /// When and how fast Karpenter may disrupt this pool's nodes.
     #[serde(default)]
+    #[schemars(extend("default" = {"consolidateAfter": "0s"}))]
     pub disruption: Disruption,
     /// Upper bounds on the resources of all this pool's nodes together.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -134,7 +135,12 @@ pub struct NodeClaimTemplateSpec {
     /// Constraints layered with the labels onto every node.
     #[schemars(transform = super::requirements::requirements_list_rules)]
     pub requirements: Vec<NodePoolRequirement>,
-    /// The provider-specific class of the nodes.
+    /// The provider-specific class of the nodes; its group and kind are fixed once created
+    /// (a `NodeClaim`'s whole spec is immutable, so only the pool's reference carries these).
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.group == oldSelf.group", "message": "nodeClassRef.group is immutable"},
+        {"rule": "self.kind == oldSelf.kind", "message": "nodeClassRef.kind is immutable"},
+    ]))]
     pub node_class_ref: NodeClassReference,
     /// Longest time a node may spend draining before its pods are deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -204,6 +210,7 @@ impl DisruptionReason {
 
 /// How many of this pool's nodes may be disrupting at once, optionally during a schedule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(extend("required" = ["nodes"]))]
 pub struct Budget {
     /// Reasons this budget applies to; all when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]

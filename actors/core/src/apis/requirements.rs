@@ -79,8 +79,10 @@ macro_rules! requirement_schema {
             /// An array of string values: non-empty for `In`/`NotIn`, empty for
             /// `Exists`/`DoesNotExist`, a single integer for `Gt`/`Lt`.
             #[serde(default, skip_serializing_if = "Vec::is_empty")]
-            #[schemars(inner(length(max = LABEL_VALUE_MAX_LENGTH), pattern(LABEL_VALUE_PATTERN)))]
+            // Karpenter's CRD puts the label-value bounds on the list itself, where the API
+            // server ignores them; carried the same way so we accept the values Karpenter does.
             #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+            #[schemars(extend("maxLength" = LABEL_VALUE_MAX_LENGTH, "pattern" = LABEL_VALUE_PATTERN))]
             pub values: Vec<String>,
             /// Alpha: the minimum number of unique values required to define the flexibility
             /// of the specific requirement.

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 
 use super::path::{FieldPath, Violations};
 use crate::apis::labels::{self, LabelUse};
+use crate::apis::nodeclaim::NodeClassReference;
 use crate::apis::requirements::{Operator, Requirement};
 use crate::apis::taints::Taint;
 
@@ -28,7 +29,7 @@ pub fn requirements(
             Operator::In if values.is_empty() => {
                 out.add(
                     &item.child("values"),
-                    "operator In requires at least one value",
+                    "requirements with operator 'In' must have a value defined",
                 );
             }
             Operator::Gt | Operator::Lt => {
@@ -38,8 +39,7 @@ pub fn requirements(
                     out.add(
                         &item.child("values"),
                         format!(
-                            "operator {} requires a single non-negative integer value, got {values:?}",
-                            requirement.operator.as_str()
+                            "requirements operator 'Gt' or 'Lt' must have a single positive integer value, got {values:?}"
                         ),
                     );
                 }
@@ -51,7 +51,9 @@ pub fn requirements(
             if requirement.operator == Operator::In && count < min_values {
                 out.add(
                     &item.child("minValues"),
-                    format!("minValues {min_values} is more than the {count} values given"),
+                    format!(
+                        "requirements with 'minValues' must have at least that many values specified in the 'values' field ({min_values} > {count})"
+                    ),
                 );
             }
         }
@@ -109,6 +111,19 @@ pub fn template_labels<'a>(
     for key in keys {
         if let Some(problem) = labels::restriction(key, LabelUse::TemplateLabel) {
             out.add(&path.key(key), problem);
+        }
+    }
+}
+
+/// Checks the CRDs' `self != ''` rules on a `nodeClassRef`'s group, kind and name.
+pub fn node_class_ref(reference: &NodeClassReference, path: &FieldPath, out: &mut Violations) {
+    for (field, value) in [
+        ("group", &reference.group),
+        ("kind", &reference.kind),
+        ("name", &reference.name),
+    ] {
+        if value.is_empty() {
+            out.add(&path.child(field), format!("{field} may not be empty"));
         }
     }
 }

@@ -7,6 +7,7 @@ use super::path::{FieldPath, Violations};
 use crate::apis::ec2nodeclass::{
     ALIAS_FAMILIES, AmiFamily, AmiSelectorTerm, BlockDeviceMapping, EC2NodeClassSpec,
     EVICTION_SIGNALS, KubeletConfiguration, RESERVED_RESOURCES, RESTRICTED_TAGS, SelectorTags,
+    quoted_list,
 };
 use crate::apis::labels::TAG_CLUSTER_PREFIX;
 
@@ -42,27 +43,53 @@ fn selector_tags(tags: Option<&SelectorTags>, path: &FieldPath, out: &mut Violat
     }
 }
 
+/// Karpenter's mutual-exclusion rules on selector terms read `!self.all(x, ...)`: a list is
+/// refused only when every term breaks the rule (so one clean term admits the list). Ours read
+/// the same, so every class Karpenter admits is admitted here too.
+fn every_term<T>(terms: &[T], breaks: impl Fn(&T) -> bool) -> bool {
+    !terms.is_empty() && terms.iter().all(breaks)
+}
+
 fn subnet_terms(spec: &EC2NodeClassSpec, path: &FieldPath, out: &mut Violations) {
-    if spec.subnet_selector_terms.is_empty() {
+    let terms = &spec.subnet_selector_terms;
+    if terms.is_empty() {
         out.add(path, "subnetSelectorTerms cannot be empty");
     }
-    for (index, term) in spec.subnet_selector_terms.iter().enumerate() {
+    if every_term(terms, |t| t.id.is_some() && t.tags.is_some()) {
+        out.add(
+            path,
+            "'id' is mutually exclusive, cannot be set with a combination of other fields in a subnet selector term",
+        );
+    }
+    for (index, term) in terms.iter().enumerate() {
         let item = path.index(index);
-        match (&term.tags, &term.id) {
-            (None, None) => out.add(&item, "expected at least one, got none, ['tags', 'id']"),
-            (Some(_), Some(_)) => out.add(
-                &item.child("id"),
-                "'id' is mutually exclusive, cannot be set with a combination of other fields in a subnet selector term",
-            ),
-            _ => {}
+        if term.tags.is_none() && term.id.is_none() {
+            out.add(&item, "expected at least one, got none, ['tags', 'id']");
         }
         selector_tags(term.tags.as_ref(), &item.child("tags"), out);
     }
 }
 
 fn security_group_terms(spec: &EC2NodeClassSpec, path: &FieldPath, out: &mut Violations) {
-    if spec.security_group_selector_terms.is_empty() {
+    let terms = &spec.security_group_selector_terms;
+    if terms.is_empty() {
         out.add(path, "securityGroupSelectorTerms cannot be empty");
+    }
+    if every_term(terms, |t| {
+        t.id.is_some() && (t.tags.is_some() || t.name.is_some())
+    }) {
+        out.add(
+            path,
+            "'id' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term",
+        );
+    }
+    if every_term(terms, |t| {
+        t.name.is_some() && (t.tags.is_some() || t.id.is_some())
+    }) {
+        out.add(
+            path,
+            "'name' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term",
+        );
     }
     for (index, term) in spec.security_group_selector_terms.iter().enumerate() {
         let item = path.index(index);
@@ -73,32 +100,24 @@ fn security_group_terms(spec: &EC2NodeClassSpec, path: &FieldPath, out: &mut Vio
                 "expected at least one, got none, ['tags', 'id', 'name']",
             );
         }
-        if id && (tags || name) {
-            out.add(
-                &item.child("id"),
-                "'id' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term",
-            );
-        } else if name && tags {
-            out.add(
-                &item.child("name"),
-                "'name' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term",
-            );
-        }
         selector_tags(term.tags.as_ref(), &item.child("tags"), out);
     }
 }
 
 fn capacity_reservation_terms(spec: &EC2NodeClassSpec, path: &FieldPath, out: &mut Violations) {
-    for (index, term) in spec.capacity_reservation_selector_terms.iter().enumerate() {
+    let terms = &spec.capacity_reservation_selector_terms;
+    if every_term(terms, |t| {
+        t.id.is_some() && (t.tags.is_some() || t.owner_id.is_some())
+    }) {
+        out.add(
+            path,
+            "'id' is mutually exclusive, cannot be set along with tags in a capacity reservation selector term",
+        );
+    }
+    for (index, term) in terms.iter().enumerate() {
         let item = path.index(index);
         if term.tags.is_none() && term.id.is_none() {
             out.add(&item, "expected at least one, got none, ['tags', 'id']");
-        }
-        if term.id.is_some() && (term.tags.is_some() || term.owner_id.is_some()) {
-            out.add(
-                &item.child("id"),
-                "'id' is mutually exclusive, cannot be set along with tags in a capacity reservation selector term",
-            );
         }
         selector_tags(term.tags.as_ref(), &item.child("tags"), out);
     }
@@ -145,29 +164,21 @@ fn ami_terms(terms: &[AmiSelectorTerm], path: &FieldPath, out: &mut Violations) 
 }
 
 fn alias_format(alias: &str, path: &FieldPath, out: &mut Violations) {
+    const IMPROPER: &str =
+        "'alias' is improperly formatted, must match the format 'family@version'";
     let Some((family, version)) = alias.split_once('@') else {
-        out.add(
-            path,
-            format!(
-                "alias {alias:?} is improperly formatted, must match the format 'family@version'"
-            ),
-        );
+        out.add(path, IMPROPER);
         return;
     };
     if family.is_empty() || !family.bytes().all(|b| b.is_ascii_alphanumeric()) || version.is_empty()
     {
-        out.add(
-            path,
-            format!(
-                "alias {alias:?} is improperly formatted, must match the format 'family@version'"
-            ),
-        );
+        out.add(path, IMPROPER);
         return;
     }
     if !ALIAS_FAMILIES.contains(&family) {
         out.add(
             path,
-            format!("family {family:?} is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022'"),
+            "family is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022'",
         );
     } else if family.starts_with("windows") && version != "latest" {
         out.add(path, "windows families may only specify version 'latest'");
@@ -238,9 +249,9 @@ fn kubelet(kubelet: &KubeletConfiguration, path: &FieldPath, out: &mut Violation
     ) && high <= low
     {
         out.add(
-                &path.child("imageGCHighThresholdPercent"),
-                format!("imageGCHighThresholdPercent ({high}) must be greater than imageGCLowThresholdPercent ({low})"),
-            );
+            &path.child("imageGCHighThresholdPercent"),
+            format!("imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent ({high} <= {low})"),
+        );
     }
     let empty = BTreeMap::new();
     let soft = kubelet.eviction_soft.as_ref();
@@ -279,7 +290,10 @@ fn kubelet(kubelet: &KubeletConfiguration, path: &FieldPath, out: &mut Violation
             if !EVICTION_SIGNALS.contains(&key.as_str()) {
                 out.add(
                     &path.child(field).key(key),
-                    format!("valid keys for {field} are {EVICTION_SIGNALS:?}"),
+                    format!(
+                        "valid keys for {field} are [{}]",
+                        quoted_list(EVICTION_SIGNALS)
+                    ),
                 );
             }
         }
@@ -292,7 +306,10 @@ fn kubelet(kubelet: &KubeletConfiguration, path: &FieldPath, out: &mut Violation
             if !RESERVED_RESOURCES.contains(&key.as_str()) {
                 out.add(
                     &path.child(field).key(key),
-                    format!("valid keys for {field} are {RESERVED_RESOURCES:?}"),
+                    format!(
+                        "valid keys for {field} are [{}]",
+                        quoted_list(RESERVED_RESOURCES)
+                    ),
                 );
             }
             if value.starts_with('-') {

@@ -20,6 +20,7 @@ pub fn check(spec: &NodeClaimSpec, out: &mut Violations) {
         &path.child("requirements"),
         out,
     );
+    common::node_class_ref(&spec.node_class_ref, &path.child("nodeClassRef"), out);
     common::taints(
         &[
             (&spec.taints, path.child("taints")),

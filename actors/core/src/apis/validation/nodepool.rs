@@ -30,6 +30,11 @@ pub fn check(spec: &NodePoolSpec, out: &mut Violations) {
         &template_spec.child("requirements"),
         out,
     );
+    common::node_class_ref(
+        &spec.template.spec.node_class_ref,
+        &template_spec.child("nodeClassRef"),
+        out,
+    );
     common::taints(
         &[
             (&spec.template.spec.taints, template_spec.child("taints")),

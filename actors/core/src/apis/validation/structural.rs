@@ -141,9 +141,15 @@ impl SchemaChecker {
         path: &FieldPath,
         out: &mut Violations,
     ) {
+        let properties = schema.get("properties").and_then(Value::as_object);
         if let Some(required) = schema.get("required").and_then(Value::as_array) {
             for name in required.iter().filter_map(Value::as_str) {
-                if map.get(name).is_none_or(Value::is_null) {
+                // The API server defaults before it validates: a required field with a default
+                // (a budget's `nodes`) is never missing from what it checks.
+                let defaulted = properties
+                    .and_then(|p| p.get(name))
+                    .is_some_and(|p| p.get("default").is_some());
+                if !defaulted && map.get(name).is_none_or(Value::is_null) {
                     out.add(&path.child(name), "Required value");
                 }
             }
@@ -153,7 +159,6 @@ impl SchemaChecker {
         {
             out.add(path, format!("must have at most {max} entries"));
         }
-        let properties = schema.get("properties").and_then(Value::as_object);
         let additional = schema.get("additionalProperties").filter(|a| a.is_object());
         let preserve =
             schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
