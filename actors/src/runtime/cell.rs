@@ -224,6 +224,7 @@ impl<A: Supervised> Cell<A> {
             reply,
             timer_of,
             nudge,
+            queued_at,
         } = request;
         if nudge {
             // Changes from here on need a new look: let the next nudge be queued.
@@ -255,6 +256,8 @@ impl<A: Supervised> Cell<A> {
             return;
         };
         let started = Instant::now();
+        self.record
+            .begin_work(started.saturating_duration_since(queued_at));
         // The handler runs in its reconcile's log context (controller, object, reconcileID),
         // and so does the reporting of how it ended.
         let span = crate::logs::reconcile_span(&A::CONTROLLER, M::CONTROLLER, &self.record.key);
@@ -324,7 +327,14 @@ impl<A: Supervised> Cell<A> {
     ) {
         let latency = started.elapsed();
         let metrics = &self.kit.metrics;
-        let lookup = || metrics.message(A::KIND, M::NAME);
+        let lookup = || {
+            metrics.message(
+                A::KIND,
+                M::NAME,
+                M::CONTROLLER.unwrap_or(A::CONTROLLER.name),
+            )
+        };
+        self.record.end_work();
         match outcome {
             Outcome::Done(mut instance, Ok(value)) => {
                 self.record.record_handled(M::NAME, lookup, latency, None);
@@ -498,7 +508,7 @@ impl<A: Supervised> Cell<A> {
     }
 
     fn lifecycle_failure(&self, hook: &'static str, failure: HandlerFailure<'_>) {
-        let metrics = self.kit.metrics.message(A::KIND, hook);
+        let metrics = self.kit.metrics.message(A::KIND, hook, A::CONTROLLER.name);
         self.record.record_lifecycle_failure(&metrics, failure);
     }
 
