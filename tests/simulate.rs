@@ -28,6 +28,8 @@ mod harness;
 mod interruption;
 #[path = "simulate/lifecycle.rs"]
 mod lifecycle;
+#[path = "simulate/metrics.rs"]
+mod metrics;
 #[path = "simulate/nodeclaim.rs"]
 mod nodeclaim;
 #[path = "simulate/perf.rs"]

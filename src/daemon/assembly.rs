@@ -47,6 +47,9 @@ use karpenter_core::domain::userdata::ClusterInfo;
 use karpenter_core::domain::version::KubernetesVersion;
 use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt as _};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -327,6 +330,7 @@ impl DaemonAssembly {
         // Karpenter's shared families exist (at zero) on a standby replica too.
         let shared_metrics = Arc::new(Metrics::register(&mut registry));
         let cluster_state_metrics = ClusterStateMetrics::register(&mut registry);
+        let leader_status = register_leader_status(&mut registry, &settings.leader_election_name);
         let registries = MetricsRegistries::new(registry);
 
         let readiness = HealthChecks::new();
@@ -506,6 +510,11 @@ impl DaemonAssembly {
                 (watch::channel(true).1, None, built.cloud)
             }
         };
+
+        tasks.push(tokio::task::spawn_local(report_leadership(
+            leading.clone(),
+            leader_status,
+        )));
 
         Ok(Self {
             kit,
@@ -806,6 +815,36 @@ fn watch_checks(liveness: &HealthChecks, health: &Arc<IngressHealth>) {
         let health = Arc::clone(health);
         let name = format!("watch-{kind}");
         liveness.add(&name, move || health.check(kind));
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct LeaseLabels {
+    name: String,
+}
+
+/// controller-runtime's `leader_election_master_status{name}` for the Lease `lease`, on every
+/// replica (0 on a standby).
+fn register_leader_status(registry: &mut Registry, lease: &str) -> Gauge {
+    let family = Family::<LeaseLabels, Gauge>::default();
+    registry.register(
+        "leader_election_master_status",
+        "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+        family.clone(),
+    );
+    family.get_or_create_owned(&LeaseLabels {
+        name: lease.to_owned(),
+    })
+}
+
+/// Keeps `status` at 1 while this replica leads (always, for a daemon started after the sync
+/// or without leader election: it acts as the leader), 0 otherwise.
+async fn report_leadership(mut leading: watch::Receiver<bool>, status: Gauge) {
+    loop {
+        status.set(i64::from(*leading.borrow_and_update()));
+        if leading.changed().await.is_err() {
+            return;
+        }
     }
 }
 
