@@ -1,6 +1,7 @@
 //! The brain of karpenter.
 pub mod aws;
 pub mod cluster_index;
+pub mod cluster_metrics;
 pub mod daemon;
 pub mod deps;
 pub mod disruption;

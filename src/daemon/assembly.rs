@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use futures::FutureExt as _;
 use k8s_openapi::api::core::v1::Namespace;
+use karpenter_actors::cluster_metrics::ClusterMetrics;
 use karpenter_actors::daemon::StartOptions;
 use karpenter_actors::deps::{AwsPorts, ClusterVersion, Deps};
 use karpenter_actors::metrics::{ClusterStateMetrics, Metrics};
@@ -331,6 +332,7 @@ impl DaemonAssembly {
         let shared_metrics = Arc::new(Metrics::register(&mut registry));
         let cluster_state_metrics = ClusterStateMetrics::register(&mut registry);
         let leader_status = register_leader_status(&mut registry, &settings.leader_election_name);
+        let cluster_metrics = ClusterMetrics::register(&mut registry);
         let registries = MetricsRegistries::new(registry);
 
         let readiness = HealthChecks::new();
@@ -375,6 +377,11 @@ impl DaemonAssembly {
         tasks.push(tokio::task::spawn_local(monitor_sync(
             state.clone(),
             cluster_state_metrics,
+        )));
+        tasks.push(tokio::task::spawn_local(refresh_cluster_metrics(
+            state.clone(),
+            Arc::clone(&clock),
+            cluster_metrics,
         )));
         let mut feed = Some(feed);
         let mut pump_task = None;
@@ -845,6 +852,24 @@ async fn report_leadership(mut leading: watch::Receiver<bool>, status: Gauge) {
         if leading.changed().await.is_err() {
             return;
         }
+    }
+}
+
+/// Keeps Karpenter's store-backed gauges (nodes, NodePools, pods) current, once the store has
+/// synced (an unsynced store would drop the series of objects not listed yet).
+async fn refresh_cluster_metrics(
+    state: ClusterState,
+    clock: Arc<dyn Clock>,
+    metrics: ClusterMetrics,
+) {
+    if state.wait_until_ready().await.is_err() {
+        return;
+    }
+    let mut every = tokio::time::interval(karpenter_actors::cluster_metrics::REFRESH_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        metrics.refresh(&state, clock.now());
     }
 }
 
