@@ -20,6 +20,9 @@ mod consolidation;
 mod disruption;
 #[path = "simulate/drift.rs"]
 mod drift;
+// The strict exposition checker of the process tests, for the simulation's /metrics.
+#[path = "process/exposition.rs"]
+mod exposition;
 #[path = "simulate/extremes.rs"]
 mod extremes;
 #[path = "simulate/harness.rs"]

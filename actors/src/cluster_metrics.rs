@@ -30,6 +30,7 @@
 //! | `karpenter_nodepools_limit` | gauge | `resource_type`, nodepool (`spec.limits`) |
 //! | `karpenter_pods_state` | gauge (1) | name, namespace, owner, node, scheduled, nodepool, zone, arch, `capacity_type`, `instance_type`, phase |
 //! | `karpenter_pods_bound_duration_seconds` | histogram (Karpenter's duration buckets) | - (creation to `PodScheduled`) |
+//! | `karpenter_pods_startup_duration_seconds` | summary ([`crate::summary`]) | - (creation to `Ready`) |
 //!
 //! Node labels: `node_name`, `phase`, and one per well-known label (its name part lower-cased,
 //! `-` to `_`: `nodepool`, `zone`, `instance_type`, `instance_cpu`, ...), `""` when the node
@@ -41,7 +42,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
@@ -57,6 +58,7 @@ use prometheus_client::registry::Registry;
 
 use crate::ports::cluster_view::ClusterView;
 use crate::provisioner::DURATION_BUCKETS_SECONDS;
+use crate::summary::{Summary, TextFamily};
 
 /// How often the daemon refreshes these gauges: Karpenter's node metrics period.
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(5);
@@ -401,9 +403,11 @@ pub struct ClusterMetrics {
     nodepool_limit: StoreGauge<PoolResourceLabels>,
     pods_state: StoreGauge<DynamicLabels>,
     pods_bound: Histogram,
-    /// Pods (by uid) whose bound duration was observed, so each is observed once; pods gone
-    /// from the view are forgotten.
+    pods_startup: Summary,
+    /// Pods (by uid) whose bound and startup durations were observed, so each is observed
+    /// once; pods gone from the view are forgotten.
     bound_seen: Mutex<BTreeSet<String>>,
+    started_seen: Mutex<BTreeSet<String>>,
 }
 
 impl Default for ClusterMetrics {
@@ -422,7 +426,12 @@ impl Default for ClusterMetrics {
             nodepool_limit: StoreGauge::new(),
             pods_state: StoreGauge::new(),
             pods_bound: Histogram::new(DURATION_BUCKETS_SECONDS),
+            pods_startup: Summary::new(
+                "karpenter_pods_startup_duration_seconds",
+                "The time from pod creation until the pod is running.",
+            ),
             bound_seen: Mutex::default(),
+            started_seen: Mutex::default(),
         }
     }
 }
@@ -496,6 +505,12 @@ impl ClusterMetrics {
             metrics.pods_bound.clone(),
         );
         metrics
+    }
+
+    /// The families `/metrics` writes itself (summaries), to add beside the Registry.
+    #[must_use]
+    pub fn text_families(&self) -> Vec<Arc<dyn TextFamily>> {
+        vec![Arc::new(self.pods_startup.clone())]
     }
 
     /// Reads the view at `now` and replaces every family.
@@ -577,6 +592,10 @@ impl ClusterMetrics {
             .bound_seen
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        let mut started = self
+            .started_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let mut live = BTreeSet::new();
         for pod in &pods {
             let node = pod
@@ -592,10 +611,17 @@ impl ClusterMetrics {
                 self.pods_bound.observe(seconds);
                 seen.insert(uid.clone());
             }
+            if let Some(seconds) = seconds_to_condition(pod, "Ready")
+                && !started.contains(&uid)
+            {
+                self.pods_startup.observe(Vec::new(), seconds);
+                started.insert(uid.clone());
+            }
             live.insert(uid);
         }
         seen.retain(|uid| live.contains(uid));
-        drop(seen);
+        started.retain(|uid| live.contains(uid));
+        drop((seen, started));
         self.pods_state.replace_all(states);
     }
 }
@@ -682,12 +708,20 @@ mod tests {
             }),
             status: Some(PodStatus {
                 phase: Some("Running".into()),
-                conditions: Some(vec![PodCondition {
-                    type_: "PodScheduled".into(),
-                    status: "True".into(),
-                    last_transition_time: Some(Time(at(13))),
-                    ..PodCondition::default()
-                }]),
+                conditions: Some(vec![
+                    PodCondition {
+                        type_: "PodScheduled".into(),
+                        status: "True".into(),
+                        last_transition_time: Some(Time(at(13))),
+                        ..PodCondition::default()
+                    },
+                    PodCondition {
+                        type_: "Ready".into(),
+                        status: "True".into(),
+                        last_transition_time: Some(Time(at(40))),
+                        ..PodCondition::default()
+                    },
+                ]),
                 ..PodStatus::default()
             }),
         }
@@ -825,6 +859,19 @@ mod tests {
         assert!(
             text.contains("karpenter_pods_bound_duration_seconds_sum 3.0"),
             "{text}"
+        );
+        // 30 s from creation to Ready, in the summary the performance dashboard reads.
+        let mut summary = String::new();
+        for family in metrics.text_families() {
+            family.encode_text(&mut summary).unwrap();
+        }
+        assert!(
+            summary.contains("karpenter_pods_startup_duration_seconds{quantile=\"0.5\"} 30.0"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("karpenter_pods_startup_duration_seconds_count 1"),
+            "{summary}"
         );
 
         view.remove_pod("web/app");

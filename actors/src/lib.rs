@@ -21,6 +21,7 @@ pub mod providers;
 pub mod provisioner;
 pub mod retry;
 pub mod runtime;
+pub mod summary;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod version;

@@ -334,6 +334,13 @@ impl DaemonAssembly {
         let leader_status = register_leader_status(&mut registry, &settings.leader_election_name);
         let cluster_metrics = ClusterMetrics::register(&mut registry);
         let registries = MetricsRegistries::new(registry);
+        for family in shared_metrics
+            .text_families()
+            .into_iter()
+            .chain(cluster_metrics.text_families())
+        {
+            registries.add_text(family);
+        }
 
         let readiness = HealthChecks::new();
         let liveness = HealthChecks::new();
