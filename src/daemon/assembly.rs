@@ -333,6 +333,7 @@ impl DaemonAssembly {
         let cluster_state_metrics = ClusterStateMetrics::register(&mut registry);
         let leader_status = register_leader_status(&mut registry, &settings.leader_election_name);
         let cluster_metrics = ClusterMetrics::register(&mut registry);
+        register_build_info(&mut registry);
         let registries = MetricsRegistries::new(registry);
         for family in shared_metrics
             .text_families()
@@ -830,6 +831,46 @@ fn watch_checks(liveness: &HealthChecks, health: &Arc<IngressHealth>) {
         let name = format!("watch-{kind}");
         liveness.add(&name, move || health.check(kind));
     }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    goversion: &'static str,
+    goarch: &'static str,
+    commit: &'static str,
+}
+
+/// The toolchain this binary is built with, in `goversion` (the workspace's `rust-version`,
+/// which `rust-toolchain.toml` pins).
+const TOOLCHAIN: &str = concat!("rust", env!("CARGO_PKG_RUST_VERSION"));
+
+/// The architecture as Go names it (`GOARCH`), which `goarch` queries expect.
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// `karpenter_build_info` (Karpenter's `pkg/metrics`): 1, labeled by the version, the
+/// toolchain, the architecture and the commit (`""` in a build without one).
+fn register_build_info(registry: &mut Registry) {
+    let family = Family::<BuildLabels, Gauge>::default();
+    family
+        .get_or_create(&BuildLabels {
+            version: env!("CARGO_PKG_VERSION"),
+            goversion: TOOLCHAIN,
+            goarch: go_arch(),
+            commit: crate::logging::COMMIT.unwrap_or_default(),
+        })
+        .set(1);
+    registry.register(
+        "karpenter_build_info",
+        "A metric with a constant '1' value labeled by version from which karpenter was built.",
+        family,
+    );
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]

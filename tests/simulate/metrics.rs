@@ -13,14 +13,17 @@ use std::time::Duration;
 use http::Method;
 use karpenter::sim::scenario::Simulation;
 
-use super::support::{SMALL, in_simulation, load, repo};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::PostParams;
+
+use super::support::{SMALL, in_simulation, load, nodes, pods, repo};
 
 const FAMILIES: &str = "tests/fixtures/karpenter-metrics.txt";
 
 /// Listed families this daemon does not export yet (issue 19); the test fails once one of them
 /// is exported, so the list only shrinks.
 const NOT_YET_EXPORTED: &[&str] = &[
-    "karpenter_build_info",
     "karpenter_scheduler_unfinished_work_seconds",
     "karpenter_pods_provisioning_bound_duration_seconds",
     "karpenter_pods_provisioning_startup_duration_seconds",
@@ -78,18 +81,6 @@ const NO_SERIES_IN_THE_SCENARIO: &[(&str, &str)] = &[
     (
         "karpenter_voluntary_disruption_failed_validations_total",
         "no candidate fails validation; the disruption tests count it",
-    ),
-    (
-        "karpenter_nodes_total_pod_limits",
-        "the scenario's pods set no limits; actors/src/cluster_metrics.rs tests it",
-    ),
-    (
-        "karpenter_nodes_total_daemon_requests",
-        "the scenario runs no DaemonSet; actors/src/cluster_metrics.rs tests it",
-    ),
-    (
-        "karpenter_nodes_total_daemon_limits",
-        "the scenario runs no DaemonSet; actors/src/cluster_metrics.rs tests it",
     ),
     (
         "karpenter_scheduler_queue_depth",
@@ -209,10 +200,45 @@ fn labels_of(text: &str) -> BTreeSet<String> {
     names
 }
 
-/// `/metrics` of a simulation's daemon at the end of the small scenario.
+/// A DaemonSet's pod on `node`, with requests and limits (the scenario runs no DaemonSet).
+fn daemon_pod(namespace: &str, node: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "node-agent",
+            "namespace": namespace,
+            "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "node-agent", "uid": "ds-1"
+            }]
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{
+                "name": "agent",
+                "image": "agent",
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "64Mi"},
+                    "limits": {"cpu": "200m", "memory": "128Mi"}
+                }
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+/// `/metrics` of a simulation's daemon at the end of the small scenario, with a DaemonSet's pod
+/// bound to a node from the third minute.
 fn scrape_after_the_small_scenario() -> String {
     in_simulation(|| async {
         let mut sim = Simulation::start(load(SMALL), None).await.unwrap();
+        assert!(sim.advance(Duration::from_mins(3)).await);
+        let node = nodes(&sim).await[0].metadata.name.clone().unwrap();
+        let namespace = pods(&sim).await[0].metadata.namespace.clone().unwrap();
+        Api::<Pod>::namespaced(sim.client(), &namespace)
+            .create(&PostParams::default(), &daemon_pod(&namespace, &node))
+            .await
+            .unwrap();
         while sim.advance(Duration::from_mins(1)).await {}
         let reply = sim.routes().answer(&Method::GET, "/metrics", None).await;
         assert!(reply.status.is_success(), "{:?}", reply.status);
@@ -289,4 +315,70 @@ fn the_scrape_reader_finds_families_and_label_names() {
     let (_, series) = scrape.family("g", "gauge").unwrap();
     assert_eq!(series, [BTreeSet::new()]);
     assert!(scrape.family("missing", "gauge").is_none());
+}
+
+const DASHBOARD_QUERIES: &str = "tests/fixtures/karpenter-dashboard-queries.txt";
+
+/// A dashboard query's sample name and the labels (`name` or `name=value`) it needs.
+fn dashboard_queries() -> Vec<(String, Vec<(String, Option<String>)>)> {
+    let text = std::fs::read_to_string(repo(DASHBOARD_QUERIES)).unwrap();
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .map(|line| {
+            let (name, labels) = line
+                .split_once(' ')
+                .unwrap_or_else(|| panic!("{DASHBOARD_QUERIES}: {line:?}"));
+            let labels = labels
+                .split(',')
+                .filter(|l| *l != "-")
+                .map(|l| match l.split_once('=') {
+                    Some((name, value)) => (name.to_owned(), Some(value.to_owned())),
+                    None => (l.to_owned(), None),
+                })
+                .collect();
+            (name.to_owned(), labels)
+        })
+        .collect()
+}
+
+/// The label pairs of every sample line of `name` in `text`.
+fn samples_of(text: &str, name: &str) -> Vec<Vec<(String, String)>> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix(name))
+        .filter(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        .map(|rest| {
+            let inner = rest
+                .strip_prefix('{')
+                .and_then(|r| r.rsplit_once('}'))
+                .map_or("", |(inner, _)| inner);
+            let mut pairs = Vec::new();
+            let mut remaining = inner;
+            while let Some((label, after)) = remaining.split_once("=\"") {
+                let end = after.find('"').unwrap_or(after.len());
+                pairs.push((label.to_owned(), after[..end].to_owned()));
+                remaining = after[end..].trim_start_matches('"').trim_start_matches(',');
+            }
+            pairs
+        })
+        .collect()
+}
+
+#[test]
+fn every_metric_of_karpenters_capacity_and_performance_dashboards_is_exported_with_its_labels() {
+    let text = scrape_after_the_small_scenario();
+    let mut missing = Vec::new();
+    for (name, wanted) in dashboard_queries() {
+        let samples = samples_of(&text, &name);
+        let found = samples.iter().any(|pairs| {
+            wanted.iter().all(|(label, value)| {
+                pairs
+                    .iter()
+                    .any(|(l, v)| l == label && value.as_ref().is_none_or(|value| v == value))
+            })
+        });
+        if !found {
+            missing.push(format!("{name} {wanted:?} ({} series)", samples.len()));
+        }
+    }
+    assert!(missing.is_empty(), "{}\n\n{text}", missing.join("\n"));
 }
