@@ -319,6 +319,14 @@ impl fmt::Debug for MetricsRegistries {
                     .unwrap_or_else(PoisonError::into_inner)
                     .len(),
             )
+            .field(
+                "texts",
+                &self
+                    .texts
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .len(),
+            )
             .finish()
     }
 }

@@ -2,7 +2,7 @@
 //! as summaries and its performance dashboard reads by `quantile`:
 //! `karpenter_nodes_termination_duration_seconds` and `karpenter_pods_startup_duration_seconds`.
 //!
-//! Observations are kept for [`MAX_AGE`] (client_golang's default window; at most
+//! Observations are kept for [`MAX_AGE`] (Prometheus' Go client's default window; at most
 //! [`MAX_SAMPLES`] per series) and the quantiles [`QUANTILES`] (Karpenter's objectives) are
 //! computed exactly over them at each scrape; `_sum` and `_count` cover every observation.
 //! A [`Summary`] is not in the `prometheus-client` Registry: the daemon's `/metrics` appends its
@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 /// Karpenter's summary objectives (`pkg/metrics.SummaryObjectives`).
 pub const QUANTILES: [f64; 5] = [0.0, 0.5, 0.9, 0.99, 1.0];
-/// How long an observation counts in the quantiles (client_golang's `DefMaxAge`).
+/// How long an observation counts in the quantiles (the Go client's `DefMaxAge`).
 pub const MAX_AGE: Duration = Duration::from_mins(10);
 /// Observations kept per series at most: a burst of terminations beyond it ages the oldest out
 /// early, bounding memory (10,000 floats and instants, about 240 KB).
@@ -81,7 +81,7 @@ impl Summary {
     }
 }
 
-/// The `q` quantile of sorted `values` (nearest rank), NaN when empty as client_golang's.
+/// The `q` quantile of sorted `values` (nearest rank), NaN when empty, as the Go client's.
 fn quantile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -153,7 +153,7 @@ impl TextFamily for Summary {
             sorted.sort_by(f64::total_cmp);
             for q in QUANTILES {
                 out.push_str(self.name);
-                // client_golang's label value (`0`, `0.5`, `1`), which dashboards match.
+                // The Go client's label value (`0`, `0.5`, `1`), which dashboards match.
                 write_labels(out, labels, Some(("quantile", &format!("{q}"))));
                 writeln!(out, " {}", number(quantile(&sorted, q)))?;
             }

@@ -1260,6 +1260,15 @@ fn sample(text: &str, series: &str) -> f64 {
         .unwrap()
 }
 
+/// Fails unless the sample `series` has `value`.
+fn assert_sample(text: &str, series: &str, value: f64) {
+    let found = sample(text, series);
+    assert!(
+        (found - value).abs() < 1e-9,
+        "{series} is {found}, not {value}, in\n{text}"
+    );
+}
+
 #[actix::test]
 async fn handled_messages_are_controller_runtime_reconciles_and_mailboxes_its_work_queue() {
     tokio::time::pause();
@@ -1340,7 +1349,7 @@ async fn handled_messages_are_controller_runtime_reconciles_and_mailboxes_its_wo
             6.0,
         ),
     ] {
-        assert_eq!(sample(&text, series), value, "{series} in\n{text}");
+        assert_sample(&text, series, value);
     }
     for series in [
         format!("workqueue_unfinished_work_seconds{queue}"),
@@ -1360,19 +1369,15 @@ async fn handled_messages_are_controller_runtime_reconciles_and_mailboxes_its_wo
     // Once the handler ends, nothing is in flight.
     tokio::time::sleep(Duration::from_secs(7)).await;
     let text = prometheus(&registry);
-    assert_eq!(
-        sample(
-            &text,
-            &format!("controller_runtime_active_workers{controller}")
-        ),
-        0.0
+    assert_sample(
+        &text,
+        &format!("controller_runtime_active_workers{controller}"),
+        0.0,
     );
-    assert_eq!(
-        sample(
-            &text,
-            &format!("workqueue_longest_running_processor_seconds{queue}")
-        ),
-        0.0
+    assert_sample(
+        &text,
+        &format!("workqueue_longest_running_processor_seconds{queue}"),
+        0.0,
     );
     root.stop().await;
 }

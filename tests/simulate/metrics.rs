@@ -319,8 +319,11 @@ fn the_scrape_reader_finds_families_and_label_names() {
 
 const DASHBOARD_QUERIES: &str = "tests/fixtures/karpenter-dashboard-queries.txt";
 
+/// A label a dashboard query needs, with the value it selects if any.
+type Wanted = (String, Option<String>);
+
 /// A dashboard query's sample name and the labels (`name` or `name=value`) it needs.
-fn dashboard_queries() -> Vec<(String, Vec<(String, Option<String>)>)> {
+fn dashboard_queries() -> Vec<(String, Vec<Wanted>)> {
     let text = std::fs::read_to_string(repo(DASHBOARD_QUERIES)).unwrap();
     text.lines()
         .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
