@@ -1,5 +1,6 @@
 //! The brain of karpenter.
 pub mod aws;
+pub mod cloud_metrics;
 pub mod cluster_index;
 pub mod cluster_metrics;
 pub mod daemon;

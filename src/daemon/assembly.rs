@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use futures::FutureExt as _;
 use k8s_openapi::api::core::v1::Namespace;
+use karpenter_actors::cloud_metrics::{CloudProviderMetrics, MeteredCloudProvider};
 use karpenter_actors::cluster_metrics::ClusterMetrics;
 use karpenter_actors::daemon::StartOptions;
 use karpenter_actors::deps::{AwsPorts, ClusterVersion, Deps};
@@ -333,6 +334,7 @@ impl DaemonAssembly {
         let cluster_state_metrics = ClusterStateMetrics::register(&mut registry);
         let leader_status = register_leader_status(&mut registry, &settings.leader_election_name);
         let cluster_metrics = ClusterMetrics::register(&mut registry);
+        let cloud_metrics = CloudProviderMetrics::register(&mut registry);
         register_build_info(&mut registry);
         let registries = MetricsRegistries::new(registry);
         for family in shared_metrics
@@ -422,17 +424,19 @@ impl DaemonAssembly {
                     instance: Some(identity.clone()),
                 },
             ));
+            // Karpenter's call metrics around the cloud provider, inside the gate.
+            let metered: Arc<dyn CloudProvider> = Arc::new(MeteredCloudProvider::new(
+                Arc::clone(&built.cloud),
+                cloud_metrics.clone(),
+            ));
             let (cluster, cloud, aws): (Arc<dyn ClusterApi>, Arc<dyn CloudProvider>, AwsPorts) =
                 match gate {
                     Some(gate) => (
                         Arc::new(GatedClusterApi::new(cluster, gate.clone())),
-                        Arc::new(GatedCloudProvider::new(
-                            Arc::clone(&built.cloud),
-                            gate.clone(),
-                        )),
+                        Arc::new(GatedCloudProvider::new(metered, gate.clone())),
                         gated_aws(&aws, gate),
                     ),
-                    None => (cluster, Arc::clone(&built.cloud), aws.clone()),
+                    None => (cluster, metered, aws.clone()),
                 };
             Deps {
                 settings: Arc::clone(&settings),

@@ -40,7 +40,7 @@ use super::error::{ActorError, StopReason};
 use super::fault::{FaultAction, STARTED_HOOK};
 use super::group::{ChildStopped, ParentLink};
 use super::kit::KitInner;
-use super::metrics::DropReason;
+use super::metrics::{DropReason, in_controller};
 use super::registry::{
     ActorRecord, HandlerFailure, STATE_RUNNING, STATE_STARTING, STATE_STOPPING, STATE_SUSPENDED,
 };
@@ -261,15 +261,16 @@ impl<A: Supervised> Cell<A> {
         // The handler runs in its reconcile's log context (controller, object, reconcileID),
         // and so does the reporting of how it ended.
         let span = crate::logs::reconcile_span(&A::CONTROLLER, M::CONTROLLER, &self.record.key);
+        let controller = M::CONTROLLER.unwrap_or(A::CONTROLLER.name);
         let future: Work<A, M::Reply> = Box::pin(
-            async move {
+            in_controller(controller, async move {
                 if let Err(error) = inject::<A>(fault, M::NAME).await {
                     return (instance, Err(error));
                 }
                 let Instance { actor, ctx } = &mut *instance;
                 let result = actor.handle(message, ctx).await;
                 (instance, result)
-            }
+            })
             .instrument(span.clone()),
         );
         self.drive(

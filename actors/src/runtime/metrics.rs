@@ -130,6 +130,27 @@ impl QueueLabels {
     }
 }
 
+tokio::task_local! {
+    /// Karpenter's controller name of the handler running on this task, for metrics recorded
+    /// below it (the cloud provider's `controller` label, Karpenter's `injection` context).
+    static HANDLER_CONTROLLER: &'static str;
+}
+
+/// Runs `work` as a handler of `controller` (see [`current_controller`]).
+pub(crate) fn in_controller<F: std::future::Future>(
+    controller: &'static str,
+    work: F,
+) -> impl std::future::Future<Output = F::Output> {
+    HANDLER_CONTROLLER.scope(controller, work)
+}
+
+/// The controller whose handler is running here, `""` outside one (a task it spawned, a test),
+/// as Karpenter's label when the context names no controller.
+#[must_use]
+pub fn current_controller() -> &'static str {
+    HANDLER_CONTROLLER.try_with(|name| *name).unwrap_or("")
+}
+
 /// Why a message was not handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
 #[allow(non_camel_case_types, reason = "the variants are the label values")]
