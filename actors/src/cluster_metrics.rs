@@ -355,8 +355,8 @@ struct PoolResourceLabels {
 
 /// A gauge family replaced as a whole on every refresh (Karpenter's metric store).
 #[derive(Debug)]
-struct StoreGauge<L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug> {
-    family: Family<L, FloatGauge>,
+pub(crate) struct StoreGauge<L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug> {
+    pub(crate) family: Family<L, FloatGauge>,
     /// The label sets written last time.
     keys: Mutex<Vec<L>>,
 }
@@ -365,7 +365,7 @@ impl<L> StoreGauge<L>
 where
     L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
 {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             family: Family::default(),
             keys: Mutex::default(),
@@ -373,7 +373,7 @@ where
     }
 
     /// Sets every series of `series` and drops the series written last time and not now.
-    fn replace_all(&self, series: Vec<(L, f64)>) {
+    pub(crate) fn replace_all(&self, series: Vec<(L, f64)>) {
         let fresh: Vec<L> = series.iter().map(|(labels, _)| labels.clone()).collect();
         for (labels, value) in series {
             self.family.get_or_create(&labels).set(value);

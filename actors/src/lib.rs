@@ -3,6 +3,7 @@ pub mod aws;
 pub mod cloud_metrics;
 pub mod cluster_index;
 pub mod cluster_metrics;
+pub mod condition_metrics;
 pub mod daemon;
 pub mod deps;
 pub mod disruption;

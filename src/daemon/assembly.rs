@@ -35,6 +35,7 @@ use futures::FutureExt as _;
 use k8s_openapi::api::core::v1::Namespace;
 use karpenter_actors::cloud_metrics::{CloudProviderMetrics, MeteredCloudProvider};
 use karpenter_actors::cluster_metrics::ClusterMetrics;
+use karpenter_actors::condition_metrics::ConditionMetrics;
 use karpenter_actors::daemon::StartOptions;
 use karpenter_actors::deps::{AwsPorts, ClusterVersion, Deps};
 use karpenter_actors::metrics::{ClusterStateMetrics, Metrics};
@@ -335,6 +336,7 @@ impl DaemonAssembly {
         let leader_status = register_leader_status(&mut registry, &settings.leader_election_name);
         let cluster_metrics = ClusterMetrics::register(&mut registry);
         let cloud_metrics = CloudProviderMetrics::register(&mut registry);
+        let condition_metrics = ConditionMetrics::register(&mut registry);
         register_build_info(&mut registry);
         let registries = MetricsRegistries::new(registry);
         for family in shared_metrics
@@ -392,6 +394,7 @@ impl DaemonAssembly {
             state.clone(),
             Arc::clone(&clock),
             cluster_metrics,
+            condition_metrics,
         )));
         let mut feed = Some(feed);
         let mut pump_task = None;
@@ -907,12 +910,14 @@ async fn report_leadership(mut leading: watch::Receiver<bool>, status: Gauge) {
     }
 }
 
-/// Keeps Karpenter's store-backed gauges (nodes, NodePools, pods) current, once the store has
-/// synced (an unsynced store would drop the series of objects not listed yet).
+/// Keeps Karpenter's store-backed gauges (nodes, NodePools, pods) and the status-condition
+/// families current, once the store has synced (an unsynced store would drop the series of
+/// objects not listed yet).
 async fn refresh_cluster_metrics(
     state: ClusterState,
     clock: Arc<dyn Clock>,
     metrics: ClusterMetrics,
+    conditions: ConditionMetrics,
 ) {
     if state.wait_until_ready().await.is_err() {
         return;
@@ -921,7 +926,9 @@ async fn refresh_cluster_metrics(
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        metrics.refresh(&state, clock.now());
+        let now = clock.now();
+        metrics.refresh(&state, now);
+        conditions.refresh(&state, now);
     }
 }
 
