@@ -29,8 +29,10 @@
 //! | `karpenter_nodepools_usage` | gauge | `resource_type`, nodepool (`status.resources`) |
 //! | `karpenter_nodepools_limit` | gauge | `resource_type`, nodepool (`spec.limits`) |
 //! | `karpenter_pods_state` | gauge (1) | name, namespace, owner, node, scheduled, nodepool, zone, arch, `capacity_type`, `instance_type`, phase |
-//! | `karpenter_pods_bound_duration_seconds` | histogram (Karpenter's duration buckets) | - (creation to `PodScheduled`) |
-//! | `karpenter_pods_startup_duration_seconds` | summary ([`crate::summary`]) | - (creation to `Ready`) |
+//! | `karpenter_pods_bound_duration_seconds` | histogram (Karpenter's duration buckets) | - (creation to `PodScheduled`, pods seen Pending) |
+//! | `karpenter_pods_startup_duration_seconds` | summary ([`crate::summary`]) | - (creation to `Ready`, pods seen Pending) |
+//! | `karpenter_pods_unbound_time_seconds` | gauge | name, namespace (a Pending pod not bound yet: since creation) |
+//! | `karpenter_pods_unstarted_time_seconds` | gauge | name, namespace (a pod seen Pending not Ready yet: since creation) |
 //!
 //! Node labels: `node_name`, `phase`, and one per well-known label (its name part lower-cased,
 //! `-` to `_`: `nodepool`, `zone`, `instance_type`, `instance_cpu`, ...), `""` when the node
@@ -348,6 +350,12 @@ struct ResourceLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PodLabels {
+    name: String,
+    namespace: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct PoolResourceLabels {
     resource_type: String,
     nodepool: String,
@@ -402,10 +410,12 @@ pub struct ClusterMetrics {
     nodepool_usage: StoreGauge<PoolResourceLabels>,
     nodepool_limit: StoreGauge<PoolResourceLabels>,
     pods_state: StoreGauge<DynamicLabels>,
+    pods_unbound: StoreGauge<PodLabels>,
+    pods_unstarted: StoreGauge<PodLabels>,
     pods_bound: Histogram,
     pods_startup: Summary,
-    /// Pods (by uid) whose bound and startup durations were observed, so each is observed
-    /// once; pods gone from the view are forgotten.
+    /// Pods (by uid) seen Pending and not yet bound, and not yet Ready: their durations are
+    /// observed once they are; pods gone from the view are forgotten.
     bound_seen: Mutex<BTreeSet<String>>,
     started_seen: Mutex<BTreeSet<String>>,
 }
@@ -425,6 +435,8 @@ impl Default for ClusterMetrics {
             nodepool_usage: StoreGauge::new(),
             nodepool_limit: StoreGauge::new(),
             pods_state: StoreGauge::new(),
+            pods_unbound: StoreGauge::new(),
+            pods_unstarted: StoreGauge::new(),
             pods_bound: Histogram::new(DURATION_BUCKETS_SECONDS),
             pods_startup: Summary::new(
                 "karpenter_pods_startup_duration_seconds",
@@ -500,6 +512,16 @@ impl ClusterMetrics {
             metrics.nodepool_limit.family.clone(),
         );
         registry.register(
+            "karpenter_pods_unbound_time_seconds",
+            "The time from pod creation until the pod is bound.",
+            metrics.pods_unbound.family.clone(),
+        );
+        registry.register(
+            "karpenter_pods_unstarted_time_seconds",
+            "The time from pod creation until the pod is running.",
+            metrics.pods_unstarted.family.clone(),
+        );
+        registry.register(
             "karpenter_pods_bound_duration_seconds",
             "The time from pod creation until the pod is bound.",
             metrics.pods_bound.clone(),
@@ -553,7 +575,7 @@ impl ClusterMetrics {
                 .collect(),
         );
         self.refresh_nodepools(view);
-        self.refresh_pods(view);
+        self.refresh_pods(view, now);
     }
 
     fn refresh_nodepools(&self, view: &dyn ClusterView) {
@@ -585,9 +607,11 @@ impl ClusterMetrics {
         self.nodepool_limit.replace_all(limit);
     }
 
-    fn refresh_pods(&self, view: &dyn ClusterView) {
+    fn refresh_pods(&self, view: &dyn ClusterView, now: Timestamp) {
         let pods = view.pods();
         let mut states = Vec::with_capacity(pods.len());
+        let mut unbound = Vec::new();
+        let mut unstarted = Vec::new();
         let mut seen = self
             .bound_seen
             .lock()
@@ -605,17 +629,44 @@ impl ClusterMetrics {
                 .and_then(|name| view.node(name));
             states.push((pod_state_labels(pod, node.as_deref()), 1.0));
             let uid = pod.metadata.uid.clone().unwrap_or_default();
-            if let Some(seconds) = seconds_to_condition(pod, "PodScheduled")
-                && !seen.contains(&uid)
+            // Karpenter's pod metrics controller: a pod seen Pending is followed until it is
+            // bound and Ready; how long it has waited so far is a gauge, and the durations are
+            // observed once when it gets there (pods never seen Pending are not measured).
+            let pending = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending");
+            let labels = PodLabels {
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            };
+            let waited = pod
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0.0, |created| {
+                    now.duration_since(created.0).as_secs_f64().max(0.0)
+                });
+            let bound = seconds_to_condition(pod, "PodScheduled");
+            if pending {
+                if bound.is_none() {
+                    unbound.push((labels.clone(), waited));
+                }
+                seen.insert(uid.clone());
+            } else if let Some(seconds) = bound
+                && seen.remove(&uid)
             {
                 self.pods_bound.observe(seconds);
-                seen.insert(uid.clone());
             }
-            if let Some(seconds) = seconds_to_condition(pod, "Ready")
-                && !started.contains(&uid)
-            {
-                self.pods_startup.observe(Vec::new(), seconds);
+            let ready = seconds_to_condition(pod, "Ready");
+            if pending {
+                unstarted.push((labels, waited));
                 started.insert(uid.clone());
+            } else if started.contains(&uid) {
+                match ready {
+                    None => unstarted.push((labels, waited)),
+                    Some(seconds) => {
+                        self.pods_startup.observe(Vec::new(), seconds);
+                        started.remove(&uid);
+                    }
+                }
             }
             live.insert(uid);
         }
@@ -623,6 +674,8 @@ impl ClusterMetrics {
         started.retain(|uid| live.contains(uid));
         drop((seen, started));
         self.pods_state.replace_all(states);
+        self.pods_unbound.replace_all(unbound);
+        self.pods_unstarted.replace_all(unstarted);
     }
 }
 
@@ -829,6 +882,21 @@ mod tests {
         let metrics = ClusterMetrics::register(&mut registry);
         let view = MemoryClusterView::new();
         view.put_node(node("n1"));
+        // Seen Pending first (as Karpenter, durations are measured for pods seen waiting).
+        let mut queued = pod("app", "n1", false);
+        queued.status = Some(PodStatus {
+            phase: Some("Pending".into()),
+            ..PodStatus::default()
+        });
+        view.put_pod(queued);
+        metrics.refresh(&view, at(12));
+        let before = text_of(&registry);
+        assert!(
+            before.contains(
+                "karpenter_pods_unbound_time_seconds{name=\"app\",namespace=\"web\"} 2.0"
+            ),
+            "{before}"
+        );
         view.put_pod(pod("app", "n1", false));
         metrics.refresh(&view, at(20));
         metrics.refresh(&view, at(25));
@@ -874,9 +942,47 @@ mod tests {
             "{summary}"
         );
 
+        assert!(
+            !text.contains("karpenter_pods_unbound_time_seconds{"),
+            "bound"
+        );
+        assert!(
+            !text.contains("karpenter_pods_unstarted_time_seconds{"),
+            "Ready"
+        );
+
+        // A pod that waits: unbound and unstarted since its creation, 10 s before `now`.
+        let mut waiting = pod("queued", "", false);
+        if let Some(spec) = waiting.spec.as_mut() {
+            spec.node_name = None;
+        }
+        waiting.status = Some(PodStatus {
+            phase: Some("Pending".into()),
+            ..PodStatus::default()
+        });
+        view.put_pod(waiting);
+        metrics.refresh(&view, at(20));
+        let text = text_of(&registry);
+        for family in [
+            "karpenter_pods_unbound_time_seconds",
+            "karpenter_pods_unstarted_time_seconds",
+        ] {
+            assert!(
+                text.contains(&format!(
+                    "{family}{{name=\"queued\",namespace=\"web\"}} 10.0"
+                )),
+                "{family} in\n{text}"
+            );
+        }
+        view.remove_pod("web/queued");
         view.remove_pod("web/app");
         metrics.refresh(&view, at(30));
-        assert!(!text_of(&registry).contains("karpenter_pods_state{"));
+        let text = text_of(&registry);
+        assert!(!text.contains("karpenter_pods_state{"));
+        assert!(
+            !text.contains("karpenter_pods_unbound_time_seconds{"),
+            "dropped with the pod"
+        );
     }
 
     #[test]

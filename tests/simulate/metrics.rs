@@ -27,8 +27,6 @@ const NOT_YET_EXPORTED: &[&str] = &[
     "karpenter_scheduler_unfinished_work_seconds",
     "karpenter_pods_provisioning_bound_duration_seconds",
     "karpenter_pods_provisioning_startup_duration_seconds",
-    "karpenter_pods_unstarted_time_seconds",
-    "karpenter_pods_unbound_time_seconds",
     "karpenter_pods_provisioning_unbound_time_seconds",
     "karpenter_pods_provisioning_unstarted_time_seconds",
     "karpenter_pods_provisioning_scheduling_undecided_time_seconds",
@@ -83,6 +81,14 @@ const NO_SERIES_IN_THE_SCENARIO: &[(&str, &str)] = &[
     (
         "operator_ec2nodeclass_status_condition_transition_seconds",
         "the class is Ready before the first refresh and stays so; actors/src/condition_metrics.rs tests the families' shared code",
+    ),
+    (
+        "karpenter_pods_unbound_time_seconds",
+        "every pod is bound and Ready at the scrape; actors/src/cluster_metrics.rs tests it",
+    ),
+    (
+        "karpenter_pods_unstarted_time_seconds",
+        "every pod is bound and Ready at the scrape; actors/src/cluster_metrics.rs tests it",
     ),
     (
         "karpenter_scheduler_queue_depth",
