@@ -37,13 +37,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 
+use crate::metrics::DEFAULT_BUCKETS_SECONDS;
 use crate::ports::cloud_provider::{CloudProvider, CloudProviderError, DriftReason, RepairPolicy};
 use crate::runtime::current_controller;
-
-/// Prometheus' default histogram buckets (`prometheus.DefBuckets`), which Karpenter keeps here.
-const DEFAULT_BUCKETS_SECONDS: [f64; 11] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct CallLabels {

@@ -47,11 +47,11 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
 use karpenter_core::apis::labels;
-use karpenter_core::domain::resources::{CPU, Resources, is_sidecar, pod_requests};
+use karpenter_core::domain::resources::{CPU, Resources, pod_limits, pod_requests};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -153,44 +153,6 @@ fn is_daemon(pod: &Pod) -> bool {
         .any(|owner| owner.kind == "DaemonSet")
 }
 
-/// A pod's limits, with the same container, sidecar and init-container semantics as its
-/// requests ([`pod_requests`]); unparseable limits count as none.
-fn pod_limits(spec: &PodSpec) -> Resources {
-    let limits = |container: &k8s_openapi::api::core::v1::Container| {
-        container
-            .resources
-            .as_ref()
-            .and_then(|r| r.limits.as_ref())
-            .and_then(|l| Resources::from_list(l).ok())
-            .unwrap_or_default()
-    };
-    let mut total = Resources::default();
-    for container in &spec.containers {
-        total.add(&limits(container));
-    }
-    let mut sidecars = Resources::default();
-    let mut init_peak = Resources::default();
-    for container in spec.init_containers.iter().flatten() {
-        let own = limits(container);
-        if is_sidecar(container) {
-            total.add(&own);
-            sidecars.add(&own);
-            init_peak.max_with(&sidecars);
-        } else {
-            init_peak.max_with(&own.plus(&sidecars));
-        }
-    }
-    total.max_with(&init_peak);
-    if let Some(overhead) = spec
-        .overhead
-        .as_ref()
-        .and_then(|o| Resources::from_list(o).ok())
-    {
-        total.add(&overhead);
-    }
-    total
-}
-
 fn requests_of(pod: &Pod) -> Resources {
     pod.spec
         .as_ref()
@@ -199,7 +161,10 @@ fn requests_of(pod: &Pod) -> Resources {
 }
 
 fn limits_of(pod: &Pod) -> Resources {
-    pod.spec.as_ref().map(pod_limits).unwrap_or_default()
+    pod.spec
+        .as_ref()
+        .and_then(|spec| pod_limits(spec).ok())
+        .unwrap_or_default()
 }
 
 fn list_of(list: Option<&BTreeMap<String, Quantity>>) -> Resources {
@@ -501,26 +466,34 @@ impl ClusterMetrics {
             "Utilization of allocatable resources by pod requests",
             metrics.utilization.family.clone(),
         );
-        registry.register(
-            "karpenter_nodepools_usage",
-            "The amount of resources that have been provisioned for a nodepool. Labeled by nodepool name and resource type.",
-            metrics.nodepool_usage.family.clone(),
-        );
-        registry.register(
-            "karpenter_nodepools_limit",
-            "Limits specified on the nodepool that restrict the quantity of resources provisioned. Labeled by nodepool name and resource type.",
-            metrics.nodepool_limit.family.clone(),
-        );
-        registry.register(
-            "karpenter_pods_unbound_time_seconds",
-            "The time from pod creation until the pod is bound.",
-            metrics.pods_unbound.family.clone(),
-        );
-        registry.register(
-            "karpenter_pods_unstarted_time_seconds",
-            "The time from pod creation until the pod is running.",
-            metrics.pods_unstarted.family.clone(),
-        );
+        for (name, help, family) in [
+            (
+                "karpenter_nodepools_usage",
+                "The amount of resources that have been provisioned for a nodepool. Labeled by nodepool name and resource type.",
+                &metrics.nodepool_usage,
+            ),
+            (
+                "karpenter_nodepools_limit",
+                "Limits specified on the nodepool that restrict the quantity of resources provisioned. Labeled by nodepool name and resource type.",
+                &metrics.nodepool_limit,
+            ),
+        ] {
+            registry.register(name, help, family.family.clone());
+        }
+        for (name, help, family) in [
+            (
+                "karpenter_pods_unbound_time_seconds",
+                "The time from pod creation until the pod is bound.",
+                &metrics.pods_unbound,
+            ),
+            (
+                "karpenter_pods_unstarted_time_seconds",
+                "The time from pod creation until the pod is running.",
+                &metrics.pods_unstarted,
+            ),
+        ] {
+            registry.register(name, help, family.family.clone());
+        }
         registry.register(
             "karpenter_pods_bound_duration_seconds",
             "The time from pod creation until the pod is bound.",
@@ -682,7 +655,7 @@ impl ClusterMetrics {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{
-        Container, NodeStatus, PodCondition, PodStatus, ResourceRequirements,
+        Container, NodeStatus, PodCondition, PodSpec, PodStatus, ResourceRequirements,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
     use karpenter_core::apis::NodePool;

@@ -34,7 +34,7 @@
 //! period late). Conditions of objects present at the first refresh count no transition then.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
@@ -45,12 +45,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::cluster_metrics::{DynamicLabels, StoreGauge};
+use crate::metrics::DEFAULT_BUCKETS_SECONDS;
 use crate::ports::cluster_view::ClusterView;
-
-/// Prometheus' default histogram buckets, operatorpkg's for these histograms.
-const DEFAULT_BUCKETS_SECONDS: [f64; 11] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
 
 /// Object labels that become extra metric labels, per kind (operatorpkg's `WithLabels`).
 const NODECLAIM_EXTRA: &[&str] = &["karpenter.k8s.aws/ec2nodeclass", "karpenter.sh/nodepool"];
@@ -119,6 +115,23 @@ fn karpenter_conditions(conditions: &[Condition]) -> Vec<ConditionState> {
             status: c.status.as_str().to_owned(),
             reason: c.reason.clone(),
             since: Some(c.last_transition_time.0),
+        })
+        .collect()
+}
+
+/// Karpenter's own kinds (NodeClaims, NodePools, `EC2NodeClasses`): their status conditions.
+fn karpenter_objects<T: kube::Resource>(
+    objects: &[Arc<T>],
+    extra_keys: &[&'static str],
+    conditions: impl Fn(&T) -> Option<&[Condition]>,
+) -> Vec<ObjectState> {
+    objects
+        .iter()
+        .map(|object| {
+            let conditions = conditions(object)
+                .map(karpenter_conditions)
+                .unwrap_or_default();
+            ObjectState::of(object.meta(), extra_keys, conditions)
         })
         .collect()
 }
@@ -318,45 +331,21 @@ impl ConditionMetrics {
     /// Reads every object of the four kinds from `view` at `now`.
     pub fn refresh(&self, view: &dyn ClusterView, now: Timestamp) {
         self.nodeclaim.refresh(
-            view.nodeclaims()
-                .iter()
-                .map(|c| {
-                    let conditions = c
-                        .status
-                        .as_ref()
-                        .map(|s| karpenter_conditions(&s.conditions))
-                        .unwrap_or_default();
-                    ObjectState::of(&c.metadata, NODECLAIM_EXTRA, conditions)
-                })
-                .collect(),
+            karpenter_objects(&view.nodeclaims(), NODECLAIM_EXTRA, |c| {
+                c.status.as_ref().map(|s| s.conditions.as_slice())
+            }),
             now,
         );
         self.nodepool.refresh(
-            view.nodepools()
-                .iter()
-                .map(|p| {
-                    let conditions = p
-                        .status
-                        .as_ref()
-                        .map(|s| karpenter_conditions(&s.conditions))
-                        .unwrap_or_default();
-                    ObjectState::of(&p.metadata, &[], conditions)
-                })
-                .collect(),
+            karpenter_objects(&view.nodepools(), &[], |p| {
+                p.status.as_ref().map(|s| s.conditions.as_slice())
+            }),
             now,
         );
         self.ec2nodeclass.refresh(
-            view.ec2nodeclasses()
-                .iter()
-                .map(|c| {
-                    let conditions = c
-                        .status
-                        .as_ref()
-                        .map(|s| karpenter_conditions(&s.conditions))
-                        .unwrap_or_default();
-                    ObjectState::of(&c.metadata, &[], conditions)
-                })
-                .collect(),
+            karpenter_objects(&view.ec2nodeclasses(), &[], |c| {
+                c.status.as_ref().map(|s| s.conditions.as_slice())
+            }),
             now,
         );
         self.node.refresh(

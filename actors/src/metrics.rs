@@ -63,6 +63,11 @@ pub mod disruption_reason {
 /// `reason` of `karpenter_pods_pods_drained_total` when the NodeClaim has no `DisruptionReason`.
 pub const FORCEFUL_TERMINATION: &str = "Forceful Termination";
 
+/// Prometheus' default histogram buckets (`prometheus.DefBuckets`), which Karpenter keeps for
+/// its cloud provider call durations and operatorpkg for its status-condition histograms.
+pub const DEFAULT_BUCKETS_SECONDS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 /// Seconds buckets of the NodeClaim termination histogram: 1 s to 2048 s, doubling (Karpenter).
 const NODECLAIM_TERMINATION_BUCKETS: u16 = 12;
 /// Seconds buckets of the instance termination histogram: 1 s to 1024 s, doubling (Karpenter).
