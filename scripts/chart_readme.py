@@ -30,6 +30,22 @@ Hardened defaults beyond Karpenter's: the pod runs as non-root (`podSecurityCont
 true`), and the controller has resource requests. The CRDs are in `crds/` (also published as the
 `karpenter-crd` chart).
 
+## Dashboards
+
+Karpenter's Grafana dashboards work unchanged against this controller's `/metrics` (port
+`http-metrics`, Prometheus job `karpenter`): the metric names, types, labels and buckets are
+Karpenter v1.5's, with controller-runtime's `controller_runtime_*` and `workqueue_*` families
+exported per controller. They are not copied here; take them from Karpenter's repository,
+`aws/karpenter-provider-aws` at `v1.5.0`, under
+`website/content/en/docs/getting-started/getting-started-with-karpenter/`:
+`karpenter-capacity-dashboard.json` and `karpenter-performance-dashboard.json` (the two that
+Karpenter's `grafana-values.yaml` installs), and `karpenter-controllers-dashboard.json`.
+`tests/fixtures/karpenter-dashboard-queries.txt` lists every metric and label the capacity and
+performance dashboards query, and a test checks each is exported after a simulation. The
+capacity dashboard's node-age panel also needs node-exporter (`node_time_seconds`,
+`node_boot_time_seconds`); `karpenter-controllers-allocation-dashboard.json` queries
+`karpenter_allocation_controller_*`, which no Karpenter v1.5 exports either.
+
 ## Values
 
 Generated from `values.yaml` by `scripts/chart_readme.py`.

@@ -13,6 +13,7 @@
 //! The probes answer like kube-apiserver's: `200 ok` or `500` with one line per check
 //! (`[+]cache-synced ok`, `[-]crds failed: ...`); `?verbose` lists the lines on success too.
 
+use karpenter_actors::summary::TextFamily;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::fmt;
@@ -299,10 +300,12 @@ impl HealthChecks {
 
 /// The registries `/metrics` serves, in order: the one built at startup (the actor kit's) and
 /// those added later (the actor families register theirs when this replica starts leading, as
-/// a registry cannot take new metrics once it is shared). Clones share the list.
+/// a registry cannot take new metrics once it is shared), then the families written as text
+/// (summaries, which `prometheus-client` lacks). Clones share the lists.
 #[derive(Clone, Default)]
 pub struct MetricsRegistries {
     registries: Arc<RwLock<Vec<Arc<Registry>>>>,
+    texts: Arc<RwLock<Vec<Arc<dyn TextFamily>>>>,
 }
 
 impl fmt::Debug for MetricsRegistries {
@@ -312,6 +315,14 @@ impl fmt::Debug for MetricsRegistries {
                 "registries",
                 &self
                     .registries
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .len(),
+            )
+            .field(
+                "texts",
+                &self
+                    .texts
                     .read()
                     .unwrap_or_else(PoisonError::into_inner)
                     .len(),
@@ -337,8 +348,25 @@ impl MetricsRegistries {
             .push(Arc::new(registry));
     }
 
-    /// Serves every registry of `other` too, after these.
+    /// Serves `family` too, after the registries.
+    pub fn add_text(&self, family: Arc<dyn TextFamily>) {
+        self.texts
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(family);
+    }
+
+    /// Serves every registry and text family of `other` too, after these.
     pub fn extend(&self, other: &MetricsRegistries) {
+        let texts = other
+            .texts
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        self.texts
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(texts);
         let theirs = other
             .registries
             .read()
@@ -360,6 +388,14 @@ impl MetricsRegistries {
         let mut text = String::new();
         for registry in &registries {
             prometheus_client::encoding::text::encode_registry(&mut text, registry)?;
+        }
+        let texts = self
+            .texts
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for family in &texts {
+            family.encode_text(&mut text)?;
         }
         prometheus_client::encoding::text::encode_eof(&mut text)?;
         Ok(text)

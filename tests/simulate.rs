@@ -20,6 +20,9 @@ mod consolidation;
 mod disruption;
 #[path = "simulate/drift.rs"]
 mod drift;
+// The strict exposition checker of the process tests, for the simulation's /metrics.
+#[path = "process/exposition.rs"]
+mod exposition;
 #[path = "simulate/extremes.rs"]
 mod extremes;
 #[path = "simulate/harness.rs"]
@@ -28,6 +31,8 @@ mod harness;
 mod interruption;
 #[path = "simulate/lifecycle.rs"]
 mod lifecycle;
+#[path = "simulate/metrics.rs"]
+mod metrics;
 #[path = "simulate/nodeclaim.rs"]
 mod nodeclaim;
 #[path = "simulate/perf.rs"]

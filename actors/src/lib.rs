@@ -1,6 +1,9 @@
 //! The brain of karpenter.
 pub mod aws;
+pub mod cloud_metrics;
 pub mod cluster_index;
+pub mod cluster_metrics;
+pub mod condition_metrics;
 pub mod daemon;
 pub mod deps;
 pub mod disruption;
@@ -20,6 +23,7 @@ pub mod providers;
 pub mod provisioner;
 pub mod retry;
 pub mod runtime;
+pub mod summary;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod version;

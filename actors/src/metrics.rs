@@ -20,16 +20,17 @@
 //! | `karpenter_nodeclaims_instance_termination_duration_seconds` | histogram | nodepool |
 //! | `karpenter_nodes_created_total` | counter | nodepool |
 //! | `karpenter_nodes_terminated_total` | counter | nodepool |
-//! | `karpenter_nodes_termination_duration_seconds` | histogram (a summary in Karpenter) | nodepool |
+//! | `karpenter_nodes_termination_duration_seconds` | summary | nodepool |
 //! | `karpenter_nodes_lifetime_duration_seconds` | histogram | nodepool |
 //! | `karpenter_nodes_drained_total` | counter | nodepool |
 //! | `karpenter_nodes_eviction_requests_total` | counter | code |
 //! | `karpenter_pods_pods_drained_total` | counter | reason |
 //!
-//! `karpenter_nodes_termination_duration_seconds` is a summary in Karpenter; `prometheus-client`
-//! has no summary type, so it is a histogram here (same name; `histogram_quantile` over its
-//! buckets replaces the summary's `quantile` series).
+//! `karpenter_nodes_termination_duration_seconds` is a summary, as Karpenter's (its performance
+//! dashboard reads its `quantile` series); `prometheus-client` has no summary type, so it is a
+//! [`Summary`] outside the Registry that `/metrics` appends ([`Metrics::text_families`]).
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -41,6 +42,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 pub use crate::interruption::metrics::DisruptedLabels;
+use crate::summary::{Summary, TextFamily};
 
 /// `reason` of `karpenter_nodeclaims_disrupted_total` for the disruptions this crate causes.
 pub mod disruption_reason {
@@ -61,12 +63,15 @@ pub mod disruption_reason {
 /// `reason` of `karpenter_pods_pods_drained_total` when the NodeClaim has no `DisruptionReason`.
 pub const FORCEFUL_TERMINATION: &str = "Forceful Termination";
 
+/// Prometheus' default histogram buckets (`prometheus.DefBuckets`), which Karpenter keeps for
+/// its cloud provider call durations and operatorpkg for its status-condition histograms.
+pub const DEFAULT_BUCKETS_SECONDS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 /// Seconds buckets of the NodeClaim termination histogram: 1 s to 2048 s, doubling (Karpenter).
 const NODECLAIM_TERMINATION_BUCKETS: u16 = 12;
 /// Seconds buckets of the instance termination histogram: 1 s to 1024 s, doubling (Karpenter).
 const INSTANCE_TERMINATION_BUCKETS: u16 = 11;
-/// Node termination (a summary in Karpenter): 1 s to 2048 s, doubling, like the NodeClaim one.
-const NODE_TERMINATION_BUCKETS: u16 = 12;
 const MINUTE: f64 = 60.0;
 const HOUR: f64 = 60.0 * MINUTE;
 const DAY: f64 = 24.0 * HOUR;
@@ -146,10 +151,6 @@ fn instance_termination_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, INSTANCE_TERMINATION_BUCKETS))
 }
 
-fn node_termination_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(1.0, 2.0, NODE_TERMINATION_BUCKETS))
-}
-
 fn lifetime_histogram() -> Histogram {
     Histogram::new(LIFETIME_BUCKETS_SECONDS)
 }
@@ -165,7 +166,7 @@ pub struct Metrics {
     nodeclaims_instance_termination_duration: HistogramFamily,
     nodes_created: Family<PoolLabels, Counter>,
     nodes_terminated: Family<PoolLabels, Counter>,
-    nodes_termination_duration: HistogramFamily,
+    nodes_termination_duration: Summary,
     nodes_lifetime_duration: HistogramFamily,
     nodes_drained: Family<PoolLabels, Counter>,
     nodes_eviction_requests: Family<CodeLabels, Counter>,
@@ -187,7 +188,10 @@ impl Default for Metrics {
             ),
             nodes_created: Family::default(),
             nodes_terminated: Family::default(),
-            nodes_termination_duration: Family::new_with_constructor(node_termination_histogram),
+            nodes_termination_duration: Summary::new(
+                "karpenter_nodes_termination_duration_seconds",
+                "The time taken between a node's deletion request and the removal of its finalizer",
+            ),
             nodes_lifetime_duration: Family::new_with_constructor(lifetime_histogram),
             nodes_drained: Family::default(),
             nodes_eviction_requests: Family::default(),
@@ -247,11 +251,6 @@ impl Metrics {
             metrics.nodes_terminated.clone(),
         );
         registry.register(
-            "karpenter_nodes_termination_duration_seconds",
-            "The time taken between a node's deletion request and the removal of its finalizer",
-            metrics.nodes_termination_duration.clone(),
-        );
-        registry.register(
             "karpenter_nodes_lifetime_duration_seconds",
             "The lifetime duration of the nodes since creation.",
             metrics.nodes_lifetime_duration.clone(),
@@ -272,6 +271,12 @@ impl Metrics {
             metrics.pods_drained.clone(),
         );
         metrics
+    }
+
+    /// The families `/metrics` writes itself (summaries), to add beside the Registry.
+    #[must_use]
+    pub fn text_families(&self) -> Vec<Arc<dyn TextFamily>> {
+        vec![Arc::new(self.nodes_termination_duration.clone())]
     }
 
     /// A NodeClaim was created (`reason`: `provisioned` or the disruption reason of a
@@ -350,9 +355,10 @@ impl Metrics {
     /// A node's finalizer was removed.
     pub fn node_terminated(&self, nodepool: &str, since_deletion: Duration, lifetime: Duration) {
         self.nodes_terminated.get_or_create(&pool(nodepool)).inc();
-        self.nodes_termination_duration
-            .get_or_create(&pool(nodepool))
-            .observe(since_deletion.as_secs_f64());
+        self.nodes_termination_duration.observe(
+            vec![("nodepool", nodepool.to_owned())],
+            since_deletion.as_secs_f64(),
+        );
         self.nodes_lifetime_duration
             .get_or_create(&pool(nodepool))
             .observe(lifetime.as_secs_f64());

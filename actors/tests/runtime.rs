@@ -1250,3 +1250,134 @@ async fn actors_can_be_called_from_another_thread_and_runtime() {
     assert_eq!(add(&counter, 0).await, 3);
     assert_eq!(kit.registry().count_kind("Counter"), 2);
 }
+
+/// The value of the sample `series` (name and labels as printed) in `text`.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+/// Fails unless the sample `series` has `value`.
+fn assert_sample(text: &str, series: &str, value: f64) {
+    let found = sample(text, series);
+    assert!(
+        (found - value).abs() < 1e-9,
+        "{series} is {found}, not {value}, in\n{text}"
+    );
+}
+
+#[actix::test]
+async fn handled_messages_are_controller_runtime_reconciles_and_mailboxes_its_work_queue() {
+    tokio::time::pause();
+    let (kit, registry) = kit();
+    let root = kit
+        .root(GroupSpec::one_for_one("root").backoff(fast_backoff()))
+        .unwrap();
+    let counter = root.spawn::<Counter>("c", CounterDeps::default()).unwrap();
+    let _idle = root.spawn::<Counter>("d", CounterDeps::default()).unwrap();
+    let text = prometheus(&registry);
+    // Every series exists at zero once the controller's first actor is spawned.
+    for series in [
+        "controller_runtime_reconcile_total{controller=\"Counter\",result=\"success\"} 0",
+        "controller_runtime_reconcile_total{controller=\"Counter\",result=\"requeue_after\"} 0",
+        "controller_runtime_reconcile_panics_total{controller=\"Counter\"} 0",
+        "controller_runtime_terminal_reconcile_errors_total{controller=\"Counter\"} 0",
+        "workqueue_retries_total{name=\"Counter\",controller=\"Counter\"} 0",
+    ] {
+        assert!(text.contains(series), "missing {series} in\n{text}");
+    }
+
+    for _ in 0..3 {
+        add(&counter, 1).await;
+    }
+    counter
+        .request(Fail { fatal: false }, TIMEOUT)
+        .await
+        .unwrap_err();
+    counter.request(Boom, TIMEOUT).await.unwrap_err();
+    add(&counter, 1).await;
+    // A handler that runs for 10 s, scraped 4 s in.
+    counter
+        .try_send_event(Wait(Duration::from_secs(10)))
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let text = prometheus(&registry);
+    let queue = "{name=\"Counter\",controller=\"Counter\"}";
+    let controller = "{controller=\"Counter\"}";
+    for (series, value) in [
+        (
+            "controller_runtime_reconcile_total{controller=\"Counter\",result=\"success\"}",
+            4.0,
+        ),
+        (
+            "controller_runtime_reconcile_total{controller=\"Counter\",result=\"error\"}",
+            2.0,
+        ),
+        (
+            &format!("controller_runtime_reconcile_errors_total{controller}"),
+            2.0,
+        ),
+        (
+            &format!("controller_runtime_reconcile_panics_total{controller}"),
+            1.0,
+        ),
+        (
+            &format!("controller_runtime_reconcile_time_seconds_count{controller}"),
+            6.0,
+        ),
+        (
+            &format!("controller_runtime_active_workers{controller}"),
+            1.0,
+        ),
+        (
+            &format!("controller_runtime_max_concurrent_reconciles{controller}"),
+            2.0,
+        ),
+        (&format!("workqueue_adds_total{queue}"), 7.0),
+        (&format!("workqueue_retries_total{queue}"), 2.0),
+        (&format!("workqueue_depth{queue}"), 0.0),
+        (
+            &format!("workqueue_queue_duration_seconds_count{queue}"),
+            7.0,
+        ),
+        (
+            &format!("workqueue_work_duration_seconds_count{queue}"),
+            6.0,
+        ),
+    ] {
+        assert_sample(&text, series, value);
+    }
+    for series in [
+        format!("workqueue_unfinished_work_seconds{queue}"),
+        format!("workqueue_longest_running_processor_seconds{queue}"),
+    ] {
+        let seconds = sample(&text, &series);
+        assert!((4.0..4.1).contains(&seconds), "{series} {seconds}");
+    }
+    assert!(
+        text.contains(
+            "controller_runtime_reconcile_time_seconds_bucket{le=\"60.0\",controller=\"Counter\"} 6"
+        ),
+        "reconcile time buckets end at 60 s:\n{text}"
+    );
+    assert!(!text.contains("le=\"120.0\",controller=\"Counter\""));
+
+    // Once the handler ends, nothing is in flight.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let text = prometheus(&registry);
+    assert_sample(
+        &text,
+        &format!("controller_runtime_active_workers{controller}"),
+        0.0,
+    );
+    assert_sample(
+        &text,
+        &format!("workqueue_longest_running_processor_seconds{queue}"),
+        0.0,
+    );
+    root.stop().await;
+}

@@ -33,6 +33,9 @@ use std::time::Duration;
 
 use futures::FutureExt as _;
 use k8s_openapi::api::core::v1::Namespace;
+use karpenter_actors::cloud_metrics::{CloudProviderMetrics, MeteredCloudProvider};
+use karpenter_actors::cluster_metrics::ClusterMetrics;
+use karpenter_actors::condition_metrics::ConditionMetrics;
 use karpenter_actors::daemon::StartOptions;
 use karpenter_actors::deps::{AwsPorts, ClusterVersion, Deps};
 use karpenter_actors::metrics::{ClusterStateMetrics, Metrics};
@@ -47,6 +50,9 @@ use karpenter_core::domain::userdata::ClusterInfo;
 use karpenter_core::domain::version::KubernetesVersion;
 use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt as _};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -327,7 +333,19 @@ impl DaemonAssembly {
         // Karpenter's shared families exist (at zero) on a standby replica too.
         let shared_metrics = Arc::new(Metrics::register(&mut registry));
         let cluster_state_metrics = ClusterStateMetrics::register(&mut registry);
+        let leader_status = register_leader_status(&mut registry, &settings.leader_election_name);
+        let cluster_metrics = ClusterMetrics::register(&mut registry);
+        let cloud_metrics = CloudProviderMetrics::register(&mut registry);
+        let condition_metrics = ConditionMetrics::register(&mut registry);
+        register_build_info(&mut registry);
         let registries = MetricsRegistries::new(registry);
+        for family in shared_metrics
+            .text_families()
+            .into_iter()
+            .chain(cluster_metrics.text_families())
+        {
+            registries.add_text(family);
+        }
 
         let readiness = HealthChecks::new();
         let liveness = HealthChecks::new();
@@ -372,6 +390,12 @@ impl DaemonAssembly {
             state.clone(),
             cluster_state_metrics,
         )));
+        tasks.push(tokio::task::spawn_local(refresh_cluster_metrics(
+            state.clone(),
+            Arc::clone(&clock),
+            cluster_metrics,
+            condition_metrics,
+        )));
         let mut feed = Some(feed);
         let mut pump_task = None;
         let pump_health = TaskWatch::default();
@@ -403,17 +427,19 @@ impl DaemonAssembly {
                     instance: Some(identity.clone()),
                 },
             ));
+            // Karpenter's call metrics around the cloud provider, inside the gate.
+            let metered: Arc<dyn CloudProvider> = Arc::new(MeteredCloudProvider::new(
+                Arc::clone(&built.cloud),
+                cloud_metrics.clone(),
+            ));
             let (cluster, cloud, aws): (Arc<dyn ClusterApi>, Arc<dyn CloudProvider>, AwsPorts) =
                 match gate {
                     Some(gate) => (
                         Arc::new(GatedClusterApi::new(cluster, gate.clone())),
-                        Arc::new(GatedCloudProvider::new(
-                            Arc::clone(&built.cloud),
-                            gate.clone(),
-                        )),
+                        Arc::new(GatedCloudProvider::new(metered, gate.clone())),
                         gated_aws(&aws, gate),
                     ),
-                    None => (cluster, Arc::clone(&built.cloud), aws.clone()),
+                    None => (cluster, metered, aws.clone()),
                 };
             Deps {
                 settings: Arc::clone(&settings),
@@ -506,6 +532,11 @@ impl DaemonAssembly {
                 (watch::channel(true).1, None, built.cloud)
             }
         };
+
+        tasks.push(tokio::task::spawn_local(report_leadership(
+            leading.clone(),
+            leader_status,
+        )));
 
         Ok(Self {
             kit,
@@ -806,6 +837,98 @@ fn watch_checks(liveness: &HealthChecks, health: &Arc<IngressHealth>) {
         let health = Arc::clone(health);
         let name = format!("watch-{kind}");
         liveness.add(&name, move || health.check(kind));
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    goversion: &'static str,
+    goarch: &'static str,
+    commit: &'static str,
+}
+
+/// The toolchain this binary is built with, in `goversion` (the workspace's `rust-version`,
+/// which `rust-toolchain.toml` pins).
+const TOOLCHAIN: &str = concat!("rust", env!("CARGO_PKG_RUST_VERSION"));
+
+/// The architecture as Go names it (`GOARCH`), which `goarch` queries expect.
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// `karpenter_build_info` (Karpenter's `pkg/metrics`): 1, labeled by the version, the
+/// toolchain, the architecture and the commit (`""` in a build without one).
+fn register_build_info(registry: &mut Registry) {
+    let family = Family::<BuildLabels, Gauge>::default();
+    family
+        .get_or_create(&BuildLabels {
+            version: env!("CARGO_PKG_VERSION"),
+            goversion: TOOLCHAIN,
+            goarch: go_arch(),
+            commit: crate::logging::COMMIT.unwrap_or_default(),
+        })
+        .set(1);
+    registry.register(
+        "karpenter_build_info",
+        "A metric with a constant '1' value labeled by version from which karpenter was built.",
+        family,
+    );
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct LeaseLabels {
+    name: String,
+}
+
+/// controller-runtime's `leader_election_master_status{name}` for the Lease `lease`, on every
+/// replica (0 on a standby).
+fn register_leader_status(registry: &mut Registry, lease: &str) -> Gauge {
+    let family = Family::<LeaseLabels, Gauge>::default();
+    registry.register(
+        "leader_election_master_status",
+        "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+        family.clone(),
+    );
+    family.get_or_create_owned(&LeaseLabels {
+        name: lease.to_owned(),
+    })
+}
+
+/// Keeps `status` at 1 while this replica leads (always, for a daemon started after the sync
+/// or without leader election: it acts as the leader), 0 otherwise.
+async fn report_leadership(mut leading: watch::Receiver<bool>, status: Gauge) {
+    loop {
+        status.set(i64::from(*leading.borrow_and_update()));
+        if leading.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Keeps Karpenter's store-backed gauges (nodes, NodePools, pods) and the status-condition
+/// families current, once the store has synced (an unsynced store would drop the series of
+/// objects not listed yet).
+async fn refresh_cluster_metrics(
+    state: ClusterState,
+    clock: Arc<dyn Clock>,
+    metrics: ClusterMetrics,
+    conditions: ConditionMetrics,
+) {
+    if state.wait_until_ready().await.is_err() {
+        return;
+    }
+    let mut every = tokio::time::interval(karpenter_actors::cluster_metrics::REFRESH_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let now = clock.now();
+        metrics.refresh(&state, now);
+        conditions.refresh(&state, now);
     }
 }
 

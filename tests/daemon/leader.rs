@@ -22,6 +22,8 @@ use kube::api::PostParams;
 use super::support::{inputs, options, settings, world};
 
 const QUEUE: &str = "test-cluster";
+/// controller-runtime's gauge for the default Lease.
+const LEADER_STATUS: &str = "leader_election_master_status{name=\"karpenter-leader-election\"}";
 
 /// The actors running besides the AWS group (which runs on every replica, leading or not).
 fn daemon_actors(daemon: &DaemonAssembly) -> Vec<String> {
@@ -59,6 +61,11 @@ async fn only_the_leader_runs_actors_and_a_standby_takes_over_when_it_stops() {
     .unwrap();
     a.until_leading().await;
     until_started(&a).await;
+    tokio::task::yield_now().await;
+    assert!(
+        (metric(&a, LEADER_STATUS) - 1.0).abs() < f64::EPSILON,
+        "controller-runtime's gauge"
+    );
     assert!(
         a.kit()
             .snapshot()
@@ -77,6 +84,10 @@ async fn only_the_leader_runs_actors_and_a_standby_takes_over_when_it_stops() {
     tokio::time::sleep(Duration::from_mins(1)).await;
     assert!(!b.is_leading());
     assert!(!b.actors_started());
+    assert!(
+        (metric(&b, LEADER_STATUS) - 0.0).abs() < f64::EPSILON,
+        "a standby reports 0"
+    );
     // Only the AWS group runs on a standby (its catalogue refresh gates readiness).
     let standby = b.kit().snapshot();
     assert!(
@@ -103,6 +114,11 @@ async fn only_the_leader_runs_actors_and_a_standby_takes_over_when_it_stops() {
     let handover = tokio::time::Instant::now();
     b.until_leading().await;
     until_started(&b).await;
+    tokio::task::yield_now().await;
+    assert!(
+        (metric(&b, LEADER_STATUS) - 1.0).abs() < f64::EPSILON,
+        "the new leader reports 1"
+    );
     assert!(
         handover.elapsed() <= Duration::from_secs(5),
         "a released lease is taken at the next retry, not after the lease duration"

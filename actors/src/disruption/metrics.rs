@@ -110,6 +110,12 @@ impl DisruptionMetrics {
             "Number of times the Consolidation algorithm has reached a timeout. Labeled by consolidation type.",
             metrics.timeouts.clone(),
         );
+        // At zero from the start, as Karpenter's single- and multi-node consolidations set them.
+        for consolidation_type in ["single", "multi"] {
+            let _ = metrics
+                .timeouts
+                .get_or_create(&TypeLabels { consolidation_type });
+        }
         registry.register(
             "karpenter_voluntary_disruption_failed_validations",
             "Number of candidates that were selected for disruption but failed validation. Labeled by consolidation type.",

@@ -45,6 +45,8 @@ pub(crate) struct Req<M: Mail> {
     pub(crate) timer_of: Option<u32>,
     /// Sent by [`ActorRef::nudge`]: handling it lets the next nudge be queued.
     pub(crate) nudge: bool,
+    /// When it was queued (`workqueue_queue_duration_seconds`).
+    pub(crate) queued_at: Instant,
 }
 
 impl<M: Mail> actix::Message for Req<M> {
@@ -197,6 +199,7 @@ impl<A: Supervised> ActorRef<A> {
             reply: Some(tx),
             timer_of: None,
             nudge: false,
+            queued_at: Instant::now(),
         })
         .map_err(|()| self.stopped::<M>())?;
         match rx.await {
@@ -253,7 +256,11 @@ impl<A: Supervised> ActorRef<A> {
             });
         }
         if !record.try_reserve() {
-            let metrics = self.inner.kit.metrics.message(A::KIND, M::NAME);
+            let metrics = self.inner.kit.metrics.message(
+                A::KIND,
+                M::NAME,
+                M::CONTROLLER.unwrap_or(A::CONTROLLER.name),
+            );
             record.count_overflow(&metrics);
             return Err(Overflow::MailboxFull {
                 kind: A::KIND,
@@ -267,6 +274,7 @@ impl<A: Supervised> ActorRef<A> {
             reply: None,
             timer_of: None,
             nudge,
+            queued_at: Instant::now(),
         })
         .map_err(|()| Overflow::Stopped {
             kind: A::KIND,
@@ -296,6 +304,7 @@ impl<A: Supervised> ActorRef<A> {
             reply: None,
             timer_of: Some(incarnation),
             nudge: false,
+            queued_at: Instant::now(),
         });
     }
 

@@ -40,7 +40,7 @@ use super::error::{ActorError, StopReason};
 use super::fault::{FaultAction, STARTED_HOOK};
 use super::group::{ChildStopped, ParentLink};
 use super::kit::KitInner;
-use super::metrics::DropReason;
+use super::metrics::{DropReason, in_controller};
 use super::registry::{
     ActorRecord, HandlerFailure, STATE_RUNNING, STATE_STARTING, STATE_STOPPING, STATE_SUSPENDED,
 };
@@ -224,6 +224,7 @@ impl<A: Supervised> Cell<A> {
             reply,
             timer_of,
             nudge,
+            queued_at,
         } = request;
         if nudge {
             // Changes from here on need a new look: let the next nudge be queued.
@@ -255,18 +256,21 @@ impl<A: Supervised> Cell<A> {
             return;
         };
         let started = Instant::now();
+        self.record
+            .begin_work(started.saturating_duration_since(queued_at));
         // The handler runs in its reconcile's log context (controller, object, reconcileID),
         // and so does the reporting of how it ended.
         let span = crate::logs::reconcile_span(&A::CONTROLLER, M::CONTROLLER, &self.record.key);
+        let controller = M::CONTROLLER.unwrap_or(A::CONTROLLER.name);
         let future: Work<A, M::Reply> = Box::pin(
-            async move {
+            in_controller(controller, async move {
                 if let Err(error) = inject::<A>(fault, M::NAME).await {
                     return (instance, Err(error));
                 }
                 let Instance { actor, ctx } = &mut *instance;
                 let result = actor.handle(message, ctx).await;
                 (instance, result)
-            }
+            })
             .instrument(span.clone()),
         );
         self.drive(
@@ -324,7 +328,14 @@ impl<A: Supervised> Cell<A> {
     ) {
         let latency = started.elapsed();
         let metrics = &self.kit.metrics;
-        let lookup = || metrics.message(A::KIND, M::NAME);
+        let lookup = || {
+            metrics.message(
+                A::KIND,
+                M::NAME,
+                M::CONTROLLER.unwrap_or(A::CONTROLLER.name),
+            )
+        };
+        self.record.end_work();
         match outcome {
             Outcome::Done(mut instance, Ok(value)) => {
                 self.record.record_handled(M::NAME, lookup, latency, None);
@@ -498,7 +509,7 @@ impl<A: Supervised> Cell<A> {
     }
 
     fn lifecycle_failure(&self, hook: &'static str, failure: HandlerFailure<'_>) {
-        let metrics = self.kit.metrics.message(A::KIND, hook);
+        let metrics = self.kit.metrics.message(A::KIND, hook, A::CONTROLLER.name);
         self.record.record_lifecycle_failure(&metrics, failure);
     }
 

@@ -1017,7 +1017,7 @@ impl GroupRef {
             Arc::clone(&key),
             A::MAILBOX_CAPACITY,
             (kit.wall_clock)(),
-            kit.metrics.kind(A::KIND),
+            kit.metrics.kind(A::KIND, A::CONTROLLER.name),
         ));
         kit.registry.register(Arc::clone(&record));
         let parent = ParentLink {

@@ -32,7 +32,7 @@ impl Default for KitOptions {
 }
 
 pub(crate) struct KitInner {
-    pub(crate) registry: ActorRegistry,
+    pub(crate) registry: Arc<ActorRegistry>,
     pub(crate) metrics: ActorMetrics,
     pub(crate) faults: Option<Arc<FaultPlan>>,
     pub(crate) wall_clock: fn() -> SystemTime,
@@ -56,10 +56,11 @@ impl std::fmt::Debug for ActorKit {
 impl ActorKit {
     /// A kit whose metric families are registered in `metrics`.
     pub fn new(metrics: &mut Registry, options: KitOptions) -> Self {
+        let registry = Arc::new(ActorRegistry::default());
         Self {
             inner: Arc::new(KitInner {
-                registry: ActorRegistry::default(),
-                metrics: ActorMetrics::register(metrics),
+                metrics: ActorMetrics::register(metrics, Arc::clone(&registry)),
+                registry,
                 faults: options.faults,
                 wall_clock: options.wall_clock,
             }),

@@ -20,16 +20,63 @@
 //! | `karpenter_actor_supervisor_escalations_total` | counter | supervisor |
 //! | `karpenter_actor_parked` | gauge | kind |
 //! | `karpenter_actor_parkings_total` | counter | kind |
+//!
+//! Beside them, controller-runtime's families as Karpenter exports them, so its Grafana
+//! dashboards (which query `controller_runtime_reconcile_*` and `workqueue_depth`) work
+//! unchanged. A handled message is a reconcile, an actor kind's mailboxes are its work queue;
+//! `controller` (and the queue's `name`) is Karpenter's controller name for the actor family,
+//! [`super::Supervised::CONTROLLER`] (or a message's [`super::Mail::CONTROLLER`] for the
+//! reconcile families when one actor does the work of two of Karpenter's controllers):
+//!
+//! | actor kind | `controller` |
+//! |---|---|
+//! | `NodeClaimActor` | `nodeclaim.lifecycle` |
+//! | `NodePoolActor` | `nodepool.counter` |
+//! | `NodeClassActor` | `nodeclass` |
+//! | `ProvisionerActor` | `provisioner` |
+//! | `DisruptionActor` | `disruption` |
+//! | `InterruptionActor` | `interruption` |
+//! | `GarbageCollectorActor` | `instance.garbagecollection` (its `CollectNodeClaims`: `nodeclaim.garbagecollection`) |
+//! | `VersionActor` | `providers.version` |
+//! | the batchers, `UnavailableOfferingsActor`, `LaunchTemplateJanitorActor`, `CatalogueRefreshActor` | their kind (Karpenter has no controller for them) |
+//!
+//! | metric | type | labels | recorded |
+//! |---|---|---|---|
+//! | `controller_runtime_reconcile_total` | counter | controller, result (`success`, `error`; `requeue`, `requeue_after` stay 0) | handler end |
+//! | `controller_runtime_reconcile_errors_total` | counter | controller | handler error or panic |
+//! | `controller_runtime_terminal_reconcile_errors_total` | counter | controller | never (0, as Karpenter) |
+//! | `controller_runtime_reconcile_panics_total` | counter | controller | handler panic |
+//! | `controller_runtime_reconcile_time_seconds` | histogram (Karpenter's duration buckets to 60 s) | controller | handler end |
+//! | `controller_runtime_max_concurrent_reconciles` | gauge | controller | scrape: live actors (each handles one message at a time) |
+//! | `controller_runtime_active_workers` | gauge | controller | scrape: actors in a handler |
+//! | `workqueue_depth` | gauge | name, controller | mailbox slot reserved / released |
+//! | `workqueue_adds_total` | counter | name, controller | message queued |
+//! | `workqueue_retries_total` | counter | name, controller | handler error or panic (retried with backoff) |
+//! | `workqueue_queue_duration_seconds` | histogram (1e-8 s x10, 12) | name, controller | handler start: time queued |
+//! | `workqueue_work_duration_seconds` | histogram (1e-8 s x10, 12) | name, controller | handler end |
+//! | `workqueue_unfinished_work_seconds` | gauge | name, controller | scrape: sum of running handlers' ages |
+//! | `workqueue_longest_running_processor_seconds` | gauge | name, controller | scrape: oldest running handler's age |
+//!
+//! Every controller's series exist at zero from its first actor's spawn, as controller-runtime
+//! initializes them when a controller starts.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric as _,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use super::registry::{ActorRegistry, HandlerFailure};
+use crate::provisioner::DURATION_BUCKETS_SECONDS;
 
 /// Handler duration buckets in seconds: 50 µs (an in-memory update) to 60 s (a handler that
 /// waits on a slow AWS call with retries); roughly x2.5 apart so a 2x regression moves a bucket.
@@ -37,6 +84,72 @@ pub const HANDLER_DURATION_BUCKETS_SECONDS: [f64; 14] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5, 10.0,
     60.0,
 ];
+
+/// `controller_runtime_reconcile_time_seconds` buckets: Karpenter's duration buckets up to 60 s
+/// (controller-runtime's own).
+const RECONCILE_TIME_BUCKETS: usize = 40;
+/// Work-queue histograms: client-go's `ExponentialBuckets(10e-9, 10, 12)`, 10 ns to 1000 s.
+const WORKQUEUE_BUCKET_START_SECONDS: f64 = 1e-8;
+const WORKQUEUE_BUCKET_FACTOR: f64 = 10.0;
+const WORKQUEUE_BUCKETS: u16 = 12;
+
+/// `result` of `controller_runtime_reconcile_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[allow(non_camel_case_types, reason = "the variants are the label values")]
+enum ReconcileResult {
+    success,
+    error,
+    requeue,
+    requeue_after,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ResultLabels {
+    controller: &'static str,
+    result: ReconcileResult,
+}
+
+/// A work queue's labels: controller-runtime names each controller's queue after it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct QueueLabels {
+    name: &'static str,
+    controller: &'static str,
+}
+
+impl QueueLabels {
+    fn of(controller: &'static str) -> Self {
+        Self {
+            name: controller,
+            controller,
+        }
+    }
+}
+
+tokio::task_local! {
+    /// Karpenter's controller name of the handler running on this task, for metrics recorded
+    /// below it (the cloud provider's `controller` label, Karpenter's `injection` context).
+    static HANDLER_CONTROLLER: &'static str;
+}
+
+/// Runs `work` as a handler of `controller` (see [`current_controller`]).
+pub(crate) fn in_controller<F: std::future::Future>(
+    controller: &'static str,
+    work: F,
+) -> impl std::future::Future<Output = F::Output> {
+    HANDLER_CONTROLLER.scope(controller, work)
+}
+
+/// The controller whose handler is running here, `""` outside one (a task it spawned, a test),
+/// as Karpenter's label when the context names no controller.
+#[must_use]
+pub fn current_controller() -> &'static str {
+    HANDLER_CONTROLLER.try_with(|name| *name).unwrap_or("")
+}
 
 /// Why a message was not handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
@@ -78,9 +191,260 @@ struct SupervisorLabels {
 }
 
 type HistogramFamily = Family<MessageLabels, Histogram, fn() -> Histogram>;
+type LabeledHistograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn handler_histogram() -> Histogram {
     Histogram::new(HANDLER_DURATION_BUCKETS_SECONDS)
+}
+
+fn reconcile_time_histogram() -> Histogram {
+    Histogram::new(
+        DURATION_BUCKETS_SECONDS
+            .into_iter()
+            .take(RECONCILE_TIME_BUCKETS),
+    )
+}
+
+fn workqueue_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(
+        WORKQUEUE_BUCKET_START_SECONDS,
+        WORKQUEUE_BUCKET_FACTOR,
+        WORKQUEUE_BUCKETS,
+    ))
+}
+
+/// controller-runtime's families (see the module docs).
+#[derive(Debug)]
+struct ControllerFamilies {
+    reconciles: Family<ResultLabels, Counter>,
+    errors: Family<ControllerLabels, Counter>,
+    terminal_errors: Family<ControllerLabels, Counter>,
+    panics: Family<ControllerLabels, Counter>,
+    time: LabeledHistograms<ControllerLabels>,
+    depth: Family<QueueLabels, Gauge>,
+    adds: Family<QueueLabels, Counter>,
+    retries: Family<QueueLabels, Counter>,
+    queue_duration: LabeledHistograms<QueueLabels>,
+    work_duration: LabeledHistograms<QueueLabels>,
+}
+
+impl ControllerFamilies {
+    fn register(registry: &mut Registry) -> Self {
+        let families = Self {
+            reconciles: Family::default(),
+            errors: Family::default(),
+            terminal_errors: Family::default(),
+            panics: Family::default(),
+            time: Family::new_with_constructor(reconcile_time_histogram),
+            depth: Family::default(),
+            adds: Family::default(),
+            retries: Family::default(),
+            queue_duration: Family::new_with_constructor(workqueue_histogram),
+            work_duration: Family::new_with_constructor(workqueue_histogram),
+        };
+        registry.register(
+            "controller_runtime_reconcile",
+            "Total number of reconciliations per controller",
+            families.reconciles.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_errors",
+            "Total number of reconciliation errors per controller",
+            families.errors.clone(),
+        );
+        registry.register(
+            "controller_runtime_terminal_reconcile_errors",
+            "Total number of terminal reconciliation errors per controller",
+            families.terminal_errors.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_panics",
+            "Total number of reconciliation panics per controller",
+            families.panics.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            families.time.clone(),
+        );
+        registry.register(
+            "workqueue_depth",
+            "Current depth of workqueue",
+            families.depth.clone(),
+        );
+        registry.register(
+            "workqueue_adds",
+            "Total number of adds handled by workqueue",
+            families.adds.clone(),
+        );
+        registry.register(
+            "workqueue_retries",
+            "Total number of retries handled by workqueue",
+            families.retries.clone(),
+        );
+        registry.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested",
+            families.queue_duration.clone(),
+        );
+        registry.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes",
+            families.work_duration.clone(),
+        );
+        families
+    }
+
+    /// The handles of one controller, its series created at zero.
+    fn handles(&self, controller: &'static str) -> ControllerMetrics {
+        let labels = ControllerLabels { controller };
+        let queue = QueueLabels::of(controller);
+        let result = |result| {
+            self.reconciles
+                .get_or_create_owned(&ResultLabels { controller, result })
+        };
+        // Created at zero, as controller-runtime does for every result when a controller starts.
+        let _ = result(ReconcileResult::requeue);
+        let _ = result(ReconcileResult::requeue_after);
+        let _ = self.terminal_errors.get_or_create_owned(&labels);
+        ControllerMetrics {
+            name: controller,
+            success: result(ReconcileResult::success),
+            error: result(ReconcileResult::error),
+            errors: self.errors.get_or_create_owned(&labels),
+            panics: self.panics.get_or_create_owned(&labels),
+            time: self.time.get_or_create_owned(&labels),
+            depth: self.depth.get_or_create_owned(&queue),
+            adds: self.adds.get_or_create_owned(&queue),
+            retries: self.retries.get_or_create_owned(&queue),
+            queue_duration: self.queue_duration.get_or_create_owned(&queue),
+            work_duration: self.work_duration.get_or_create_owned(&queue),
+        }
+    }
+}
+
+/// Cached handles of one controller's controller-runtime series.
+#[derive(Debug)]
+pub(crate) struct ControllerMetrics {
+    pub(crate) name: &'static str,
+    success: Counter,
+    error: Counter,
+    errors: Counter,
+    panics: Counter,
+    time: Histogram,
+    pub(crate) depth: Gauge,
+    pub(crate) adds: Counter,
+    retries: Counter,
+    queue_duration: Histogram,
+    work_duration: Histogram,
+}
+
+impl ControllerMetrics {
+    /// A message waited `queued` in its mailbox before its handler started.
+    pub(crate) fn started(&self, queued: Duration) {
+        self.queue_duration.observe(queued.as_secs_f64());
+    }
+
+    /// A handler ended after `latency`, failed or not.
+    pub(crate) fn reconciled(&self, latency: Duration, failure: Option<HandlerFailure<'_>>) {
+        let seconds = latency.as_secs_f64();
+        self.time.observe(seconds);
+        self.work_duration.observe(seconds);
+        match failure {
+            None => {
+                self.success.inc();
+            }
+            Some(failure) => {
+                self.error.inc();
+                self.errors.inc();
+                // A failed reconcile is retried with backoff (controller-runtime's
+                // AddRateLimited); ours by the reconciler's backoff or the supervisor's restart.
+                self.retries.inc();
+                if matches!(failure, HandlerFailure::Panic(_)) {
+                    self.panics.inc();
+                }
+            }
+        }
+    }
+}
+
+/// controller-runtime's gauges read at scrape time from the live actors: how many there are per
+/// controller (`max_concurrent_reconciles`), how many are in a handler (`active_workers`) and for
+/// how long (`workqueue_unfinished_work_seconds`, `workqueue_longest_running_processor_seconds`).
+/// client-go updates the last two every 500 ms from its queue; reading them per scrape is as
+/// fresh and costs the hot path one atomic store per message.
+#[derive(Debug)]
+struct InFlightCollector {
+    actors: Arc<ActorRegistry>,
+    controllers: Arc<Mutex<BTreeMap<&'static str, Arc<ControllerMetrics>>>>,
+}
+
+/// One controller's in-flight figures at a scrape.
+#[derive(Debug, Default, Clone, Copy)]
+struct InFlight {
+    live: i64,
+    busy: i64,
+    unfinished: f64,
+    longest: f64,
+}
+
+impl Collector for InFlightCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut figures: BTreeMap<&'static str, InFlight> = self
+            .controllers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .map(|name| (*name, InFlight::default()))
+            .collect();
+        self.actors.for_each_in_flight(|controller, busy_for| {
+            let entry = figures.entry(controller).or_default();
+            entry.live += 1;
+            if let Some(age) = busy_for {
+                let seconds = age.as_secs_f64();
+                entry.busy += 1;
+                entry.unfinished += seconds;
+                entry.longest = entry.longest.max(seconds);
+            }
+        });
+        let max_concurrent: Family<ControllerLabels, Gauge> = Family::default();
+        let active: Family<ControllerLabels, Gauge> = Family::default();
+        let unfinished: Family<QueueLabels, Gauge<f64, AtomicU64>> = Family::default();
+        let longest: Family<QueueLabels, Gauge<f64, AtomicU64>> = Family::default();
+        for (controller, figure) in figures {
+            let labels = ControllerLabels { controller };
+            max_concurrent.get_or_create(&labels).set(figure.live);
+            active.get_or_create(&labels).set(figure.busy);
+            let queue = QueueLabels::of(controller);
+            unfinished.get_or_create(&queue).set(figure.unfinished);
+            longest.get_or_create(&queue).set(figure.longest);
+        }
+        max_concurrent.encode(encoder.encode_descriptor(
+            "controller_runtime_max_concurrent_reconciles",
+            "Maximum number of concurrent reconciles per controller",
+            None,
+            max_concurrent.metric_type(),
+        )?)?;
+        active.encode(encoder.encode_descriptor(
+            "controller_runtime_active_workers",
+            "Number of currently used workers per controller",
+            None,
+            active.metric_type(),
+        )?)?;
+        unfinished.encode(encoder.encode_descriptor(
+            "workqueue_unfinished_work_seconds",
+            "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
+            None,
+            unfinished.metric_type(),
+        )?)?;
+        longest.encode(encoder.encode_descriptor(
+            "workqueue_longest_running_processor_seconds",
+            "How many seconds has the longest running processor for workqueue been running.",
+            None,
+            longest.metric_type(),
+        )?)?;
+        Ok(())
+    }
 }
 
 /// The actor metric families, registered once at startup and passed down in the kit.
@@ -98,6 +462,8 @@ pub struct ActorMetrics {
     escalations: Family<SupervisorLabels, Counter>,
     parked: Family<KindLabels, Gauge>,
     parkings: Family<KindLabels, Counter>,
+    controller_families: ControllerFamilies,
+    controllers: Arc<Mutex<BTreeMap<&'static str, Arc<ControllerMetrics>>>>,
     kinds: Mutex<HashMap<&'static str, Arc<KindMetrics>>>,
     messages: Mutex<HashMap<(&'static str, &'static str), Arc<MessageMetrics>>>,
 }
@@ -110,6 +476,8 @@ pub(crate) struct KindMetrics {
     pub(crate) depth: Gauge,
     pub(crate) parked: Gauge,
     pub(crate) parkings: Counter,
+    /// The kind's controller: its work queue is the kind's mailboxes.
+    pub(crate) controller: Arc<ControllerMetrics>,
 }
 
 /// Cached per-(kind, message) handles.
@@ -120,12 +488,22 @@ pub(crate) struct MessageMetrics {
     pub(crate) panics: Counter,
     pub(crate) duration: Histogram,
     pub(crate) overflows: Counter,
+    /// The controller whose reconciles this message's handler counts as.
+    pub(crate) controller: Arc<ControllerMetrics>,
 }
 
 impl ActorMetrics {
-    /// Creates the families and registers them in `registry`.
-    pub fn register(registry: &mut Registry) -> Self {
+    /// Creates the families and registers them in `registry`; the in-flight gauges are read
+    /// from `actors` at each scrape.
+    pub(crate) fn register(registry: &mut Registry, actors: Arc<ActorRegistry>) -> Self {
+        let controllers = Arc::default();
+        registry.register_collector(Box::new(InFlightCollector {
+            actors,
+            controllers: Arc::clone(&controllers),
+        }));
         let metrics = Self {
+            controller_families: ControllerFamilies::register(registry),
+            controllers,
             handled: Family::default(),
             errors: Family::default(),
             panics: Family::default(),
@@ -204,11 +582,26 @@ impl ActorMetrics {
         metrics
     }
 
-    pub(crate) fn kind(&self, kind: &'static str) -> Arc<KindMetrics> {
+    /// The controller-runtime handles of `controller`, created (at zero) on first use.
+    fn controller(&self, controller: &'static str) -> Arc<ControllerMetrics> {
+        let mut controllers = self
+            .controllers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(
+            controllers
+                .entry(controller)
+                .or_insert_with(|| Arc::new(self.controller_families.handles(controller))),
+        )
+    }
+
+    /// The handles of actor `kind`, whose work is Karpenter's `controller`.
+    pub(crate) fn kind(&self, kind: &'static str, controller: &'static str) -> Arc<KindMetrics> {
         let mut kinds = self.kinds.lock().unwrap_or_else(PoisonError::into_inner);
         Arc::clone(kinds.entry(kind).or_insert_with(|| {
             let labels = KindLabels { kind };
             Arc::new(KindMetrics {
+                controller: self.controller(controller),
                 restarts: self.restarts.get_or_create_owned(&labels),
                 live: self.live.get_or_create_owned(&labels),
                 depth: self.depth.get_or_create_owned(&labels),
@@ -218,11 +611,18 @@ impl ActorMetrics {
         }))
     }
 
-    pub(crate) fn message(&self, kind: &'static str, message: &'static str) -> Arc<MessageMetrics> {
+    /// The handles of `message` handled by actor `kind` as Karpenter's `controller`.
+    pub(crate) fn message(
+        &self,
+        kind: &'static str,
+        message: &'static str,
+        controller: &'static str,
+    ) -> Arc<MessageMetrics> {
         let mut messages = self.messages.lock().unwrap_or_else(PoisonError::into_inner);
         Arc::clone(messages.entry((kind, message)).or_insert_with(|| {
             let labels = MessageLabels { kind, message };
             Arc::new(MessageMetrics {
+                controller: self.controller(controller),
                 handled: self.handled.get_or_create_owned(&labels),
                 errors: self.errors.get_or_create_owned(&labels),
                 panics: self.panics.get_or_create_owned(&labels),

@@ -292,7 +292,9 @@ pub use group::{
     ParkHook, ParkNotice, ParkPolicy, RestartBackoff, RootGroup, Strategy, family_escalation_limit,
 };
 pub use kit::{ActorKit, KitOptions};
-pub use metrics::{ActorMetrics, DropReason, HANDLER_DURATION_BUCKETS_SECONDS};
+#[cfg(test)]
+pub(crate) use metrics::in_controller;
+pub use metrics::{ActorMetrics, DropReason, HANDLER_DURATION_BUCKETS_SECONDS, current_controller};
 pub use reconciler::{
     Action, Backoff, Cause, Coalesce, Reconcile, ReconcileError, ReconcilePolicy, Reconciler,
     Requeue, Start, reconcile_object,

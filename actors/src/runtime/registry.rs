@@ -101,6 +101,9 @@ pub(crate) struct ActorRecord {
     started_at: Instant,
     started_wall: SystemTime,
     depth: AtomicUsize,
+    /// Nanoseconds from `started_at` to the start of the running handler, plus one; 0 while no
+    /// handler runs (read at scrape time for the work-queue gauges).
+    busy_since_ns: AtomicU64,
     restarts: AtomicU64,
     overflows: AtomicU64,
     /// A nudge ([`crate::runtime::ActorRef::nudge`]) is queued and not yet handled.
@@ -132,6 +135,7 @@ impl ActorRecord {
             started_at: Instant::now(),
             started_wall,
             depth: AtomicUsize::new(0),
+            busy_since_ns: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
             overflows: AtomicU64::new(0),
             nudged: AtomicBool::new(false),
@@ -164,6 +168,8 @@ impl ActorRecord {
             .is_ok();
         if reserved {
             self.kind_metrics.depth.inc();
+            self.kind_metrics.controller.depth.inc();
+            self.kind_metrics.controller.adds.inc();
         }
         reserved
     }
@@ -172,6 +178,8 @@ impl ActorRecord {
     pub(crate) fn force_reserve(&self) {
         self.depth.fetch_add(1, Ordering::AcqRel);
         self.kind_metrics.depth.inc();
+        self.kind_metrics.controller.depth.inc();
+        self.kind_metrics.controller.adds.inc();
     }
 
     /// Releases the slot of a message the cell took from its mailbox. Every queued message
@@ -180,6 +188,7 @@ impl ActorRecord {
     pub(crate) fn release_taken(&self) {
         let before = self.depth.fetch_sub(1, Ordering::AcqRel);
         self.kind_metrics.depth.dec();
+        self.kind_metrics.controller.depth.dec();
         if before >= self.capacity {
             self.space.notify_waiters();
         }
@@ -194,6 +203,7 @@ impl ActorRecord {
             });
         if let Ok(before) = before {
             self.kind_metrics.depth.dec();
+            self.kind_metrics.controller.depth.dec();
             if before >= self.capacity {
                 self.space.notify_waiters();
             }
@@ -202,15 +212,36 @@ impl ActorRecord {
 
     /// Forgets every reserved slot (the actor stopped; its queue is dropped).
     pub(crate) fn release_all(&self) {
-        let left = self.depth.swap(0, Ordering::AcqRel);
-        self.kind_metrics
-            .depth
-            .dec_by(i64::try_from(left).unwrap_or(i64::MAX));
+        let left = i64::try_from(self.depth.swap(0, Ordering::AcqRel)).unwrap_or(i64::MAX);
+        self.kind_metrics.depth.dec_by(left);
+        self.kind_metrics.controller.depth.dec_by(left);
         self.space.notify_waiters();
     }
 
     pub(crate) fn depth(&self) -> usize {
         self.depth.load(Ordering::Acquire)
+    }
+
+    /// A handler starts now, after its message waited `queued` in the mailbox.
+    pub(crate) fn begin_work(&self, queued: Duration) {
+        let since = Instant::now().saturating_duration_since(self.started_at);
+        let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX - 1);
+        self.busy_since_ns.store(nanos + 1, Ordering::Release);
+        self.kind_metrics.controller.started(queued);
+    }
+
+    /// The running handler ended.
+    pub(crate) fn end_work(&self) {
+        self.busy_since_ns.store(0, Ordering::Release);
+    }
+
+    /// How long the running handler has run, if one runs.
+    fn busy_for(&self, now: Instant) -> Option<Duration> {
+        let stored = self.busy_since_ns.load(Ordering::Acquire);
+        (stored != 0).then(|| {
+            let started = self.started_at + Duration::from_nanos(stored - 1);
+            now.saturating_duration_since(started)
+        })
     }
 
     pub(crate) fn set_state(&self, state: &'static str) {
@@ -293,6 +324,7 @@ impl ActorRecord {
         entry.handled += 1;
         entry.metrics.handled.inc();
         entry.metrics.duration.observe(latency.as_secs_f64());
+        entry.metrics.controller.reconciled(latency, failure);
         if let Some(failure) = failure {
             let metrics = Arc::clone(&entry.metrics);
             detail.record_failure(&metrics, failure);
@@ -468,6 +500,15 @@ impl ActorRegistry {
 
     pub(crate) fn deregister_group(&self, id: u64) {
         lock(&self.groups).remove(&id);
+    }
+
+    /// Calls `visit` with each live actor's controller and how long its running handler has
+    /// run (`None` when idle).
+    pub(crate) fn for_each_in_flight(&self, mut visit: impl FnMut(&'static str, Option<Duration>)) {
+        let now = Instant::now();
+        for record in lock(&self.actors).values() {
+            visit(record.kind_metrics.controller.name, record.busy_for(now));
+        }
     }
 
     /// Live actors.

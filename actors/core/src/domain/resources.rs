@@ -756,9 +756,34 @@ pub fn is_sidecar(container: &Container) -> bool {
 /// all sidecars) and, for each plain init container, that container plus the sidecars started
 /// before it; then the pod overhead; and one `pods`.
 pub fn pod_requests(spec: &PodSpec) -> Result<Resources, ResourceError> {
-    let mut requests = Resources::default();
+    let mut requests = pod_total(spec, container_requests)?;
+    requests.pods = requests.pods.saturating_add(1);
+    Ok(requests)
+}
+
+/// The pod's limits, combined as [`pod_requests`] combines requests (without the `pods` count):
+/// what Karpenter's node metrics report as a pod's limits.
+pub fn pod_limits(spec: &PodSpec) -> Result<Resources, ResourceError> {
+    pod_total(spec, container_limits)
+}
+
+/// A container's limits.
+fn container_limits(container: &Container, field: &str) -> Result<Resources, ResourceError> {
+    match container.resources.as_ref().and_then(|r| r.limits.as_ref()) {
+        Some(limits) => Resources::from_list_non_negative(limits, field),
+        None => Ok(Resources::default()),
+    }
+}
+
+/// `per_container` over the pod's containers with Kubernetes' sidecar and init-container
+/// semantics, plus the pod overhead.
+fn pod_total(
+    spec: &PodSpec,
+    per_container: fn(&Container, &str) -> Result<Resources, ResourceError>,
+) -> Result<Resources, ResourceError> {
+    let mut total = Resources::default();
     for (i, container) in spec.containers.iter().enumerate() {
-        requests.add(&container_requests(
+        total.add(&per_container(
             container,
             &format!("spec.containers[{i}].resources"),
         )?);
@@ -766,24 +791,23 @@ pub fn pod_requests(spec: &PodSpec) -> Result<Resources, ResourceError> {
     let mut sidecars = Resources::default();
     let mut init_peak = Resources::default();
     for (i, container) in spec.init_containers.iter().flatten().enumerate() {
-        let own = container_requests(container, &format!("spec.initContainers[{i}].resources"))?;
+        let own = per_container(container, &format!("spec.initContainers[{i}].resources"))?;
         if is_sidecar(container) {
-            requests.add(&own);
+            total.add(&own);
             sidecars.add(&own);
             init_peak.max_with(&sidecars);
         } else {
             init_peak.max_with(&own.plus(&sidecars));
         }
     }
-    requests.max_with(&init_peak);
+    total.max_with(&init_peak);
     if let Some(overhead) = &spec.overhead {
-        requests.add(&Resources::from_list_non_negative(
+        total.add(&Resources::from_list_non_negative(
             overhead,
             "spec.overhead",
         )?);
     }
-    requests.pods = requests.pods.saturating_add(1);
-    Ok(requests)
+    Ok(total)
 }
 
 #[cfg(test)]

@@ -1,0 +1,1025 @@
+//! Karpenter's store-backed gauges (`pkg/controllers/metrics/{node,nodepool,pod}`): what the
+//! cluster holds now, per node, per NodePool and per pod, read from the daemon's view of the
+//! cluster.
+//!
+//! ```text
+//! daemon assembly, every REFRESH_INTERVAL, leading or not (the view is the same on every
+//! replica; Karpenter's metrics controllers run on the leader only)
+//!   -> ClusterMetrics::refresh(&dyn ClusterView, now)
+//!        node_figures (a pure function of the view) -> the node gauges, replaced as a whole
+//!        nodepool_figures -> usage and limit gauges
+//!        pod_states -> karpenter_pods_state; pods newly bound / Ready -> the duration histograms
+//! ```
+//!
+//! Each family is replaced as a whole on every refresh, as Karpenter's metric store does
+//! (`ReplaceAll`): the series of a node, NodePool or pod that vanished are dropped, the others
+//! set. Labels are Karpenter's; the node, pod and NodePool names are labels because Karpenter
+//! labels by them too.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `karpenter_nodes_allocatable` | gauge | node labels, `resource_type` |
+//! | `karpenter_nodes_total_pod_requests` | gauge | node labels, `resource_type` |
+//! | `karpenter_nodes_total_pod_limits` | gauge | node labels, `resource_type` |
+//! | `karpenter_nodes_total_daemon_requests` | gauge | node labels, `resource_type` |
+//! | `karpenter_nodes_total_daemon_limits` | gauge | node labels, `resource_type` |
+//! | `karpenter_nodes_system_overhead` | gauge | node labels, `resource_type` (capacity - allocatable) |
+//! | `karpenter_nodes_current_lifetime_seconds` | gauge | node labels |
+//! | `karpenter_cluster_utilization_percent` | gauge | `resource_type` (100 x pod requests / allocatable, all nodes) |
+//! | `karpenter_nodepools_usage` | gauge | `resource_type`, nodepool (`status.resources`) |
+//! | `karpenter_nodepools_limit` | gauge | `resource_type`, nodepool (`spec.limits`) |
+//! | `karpenter_pods_state` | gauge (1) | name, namespace, owner, node, scheduled, nodepool, zone, arch, `capacity_type`, `instance_type`, phase |
+//! | `karpenter_pods_bound_duration_seconds` | histogram (Karpenter's duration buckets) | - (creation to `PodScheduled`, pods seen Pending) |
+//! | `karpenter_pods_startup_duration_seconds` | summary ([`crate::summary`]) | - (creation to `Ready`, pods seen Pending) |
+//! | `karpenter_pods_unbound_time_seconds` | gauge | name, namespace (a Pending pod not bound yet: since creation) |
+//! | `karpenter_pods_unstarted_time_seconds` | gauge | name, namespace (a pod seen Pending not Ready yet: since creation) |
+//!
+//! Node labels: `node_name`, `phase`, and one per well-known label (its name part lower-cased,
+//! `-` to `_`: `nodepool`, `zone`, `instance_type`, `instance_cpu`, ...), `""` when the node
+//! lacks it. CPU is in cores, every other resource in its unit (bytes, count); `resource_type`
+//! is the resource's name lower-cased with `-` to `_`.
+//!
+//! Karpenter refreshes pods every 30 s and NodePools on change plus every 5 minutes; one refresh
+//! every [`REFRESH_INTERVAL`] does all three here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::jiff::Timestamp;
+use karpenter_core::apis::labels;
+use karpenter_core::domain::resources::{CPU, Resources, pod_limits, pod_requests};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::ports::cluster_view::ClusterView;
+use crate::provisioner::DURATION_BUCKETS_SECONDS;
+use crate::summary::{Summary, TextFamily};
+
+/// How often the daemon refreshes these gauges: Karpenter's node metrics period.
+pub const REFRESH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A label set built at run time (the node labels depend on the well-known label list).
+pub type DynamicLabels = Vec<(&'static str, String)>;
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// The well-known labels that become node metric labels: Karpenter's core list and the AWS
+/// provider's instance labels (not `karpenter.k8s.aws/ec2nodeclass`, which Karpenter does not
+/// register as well known).
+fn node_metric_labels() -> impl Iterator<Item = (&'static str, &'static str)> {
+    labels::CORE_WELL_KNOWN_LABELS
+        .iter()
+        .chain(labels::AWS_WELL_KNOWN_LABELS)
+        .filter(|key| **key != labels::EC2NODECLASS)
+        .filter_map(|key| key.split_once('/').map(|(_, name)| (*key, name)))
+        .map(|(key, name)| (key, metric_label_name(name)))
+}
+
+/// `instance-cpu` -> `instance_cpu`, leaked once per name into a static (a few dozen names).
+fn metric_label_name(name: &str) -> &'static str {
+    static NAMES: Mutex<BTreeMap<String, &'static str>> = Mutex::new(BTreeMap::new());
+    let converted = name.to_lowercase().replace('-', "_");
+    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    names
+        .entry(converted.clone())
+        .or_insert_with(|| Box::leak(converted.into_boxed_str()))
+}
+
+/// `resource_type` of a resource name: lower-cased, `-` to `_` (Karpenter's).
+#[must_use]
+pub fn resource_type(name: &str) -> String {
+    name.to_lowercase().replace('-', "_")
+}
+
+/// A resource amount as Karpenter reports it: CPU in cores, the rest in their unit.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "metric values; exact below 2^53 units"
+)]
+fn value_of(name: &str, amount: i64) -> f64 {
+    if name == CPU {
+        amount as f64 / 1000.0
+    } else {
+        amount as f64
+    }
+}
+
+/// The node's metric labels (without `resource_type`).
+#[must_use]
+pub fn node_labels(node: &Node) -> DynamicLabels {
+    let own = node.metadata.labels.as_ref();
+    let mut out: DynamicLabels = vec![
+        ("node_name", node.metadata.name.clone().unwrap_or_default()),
+        (
+            "phase",
+            node.status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default(),
+        ),
+    ];
+    for (key, name) in node_metric_labels() {
+        let value = own.and_then(|l| l.get(key)).cloned().unwrap_or_default();
+        out.push((name, value));
+    }
+    out
+}
+
+fn with_resource(labels: &DynamicLabels, resource: &str) -> DynamicLabels {
+    let mut out = labels.clone();
+    out.push(("resource_type", resource_type(resource)));
+    out
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+fn is_daemon(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| owner.kind == "DaemonSet")
+}
+
+fn requests_of(pod: &Pod) -> Resources {
+    pod.spec
+        .as_ref()
+        .and_then(|spec| pod_requests(spec).ok())
+        .unwrap_or_default()
+}
+
+fn limits_of(pod: &Pod) -> Resources {
+    pod.spec
+        .as_ref()
+        .and_then(|spec| pod_limits(spec).ok())
+        .unwrap_or_default()
+}
+
+fn list_of(list: Option<&BTreeMap<String, Quantity>>) -> Resources {
+    list.and_then(|l| Resources::from_list(l).ok())
+        .unwrap_or_default()
+}
+
+/// One node's figures.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeFigures {
+    pub labels: DynamicLabels,
+    pub allocatable: Resources,
+    pub overhead: Resources,
+    pub pod_requests: Resources,
+    pub pod_limits: Resources,
+    pub daemon_requests: Resources,
+    pub daemon_limits: Resources,
+    pub lifetime_seconds: f64,
+}
+
+/// Every node's figures from the view (all nodes, Karpenter's or not, as Karpenter's state).
+#[must_use]
+pub fn node_figures(view: &dyn ClusterView, now: Timestamp) -> Vec<NodeFigures> {
+    view.nodes()
+        .iter()
+        .map(|node| {
+            let status = node.status.as_ref();
+            let allocatable = list_of(status.and_then(|s| s.allocatable.as_ref()));
+            let capacity = list_of(status.and_then(|s| s.capacity.as_ref()));
+            let mut overhead = capacity.minus(&allocatable);
+            overhead.clamp_negative_to_zero();
+            let mut figures = NodeFigures {
+                labels: node_labels(node),
+                allocatable,
+                overhead,
+                ..NodeFigures::default()
+            };
+            let name = node.metadata.name.as_deref().unwrap_or_default();
+            for pod in view.pods_on_node(name).iter().filter(|p| !is_terminal(p)) {
+                let (requests, limits) = (requests_of(pod), limits_of(pod));
+                figures.pod_requests.add(&requests);
+                figures.pod_limits.add(&limits);
+                if is_daemon(pod) {
+                    figures.daemon_requests.add(&requests);
+                    figures.daemon_limits.add(&limits);
+                }
+            }
+            figures.lifetime_seconds = node
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0.0, |created| {
+                    now.duration_since(created.0).as_secs_f64().max(0.0)
+                });
+            figures
+        })
+        .collect()
+}
+
+/// `karpenter_cluster_utilization_percent` per resource: 100 x the pods' requests over the
+/// allocatable of every node, for resources some node has.
+#[must_use]
+#[expect(clippy::cast_precision_loss, reason = "a percentage of integer units")]
+pub fn cluster_utilization(nodes: &[NodeFigures]) -> BTreeMap<String, f64> {
+    let mut allocatable = Resources::default();
+    let mut requested = Resources::default();
+    for node in nodes {
+        allocatable.add(&node.allocatable);
+        requested.add(&node.pod_requests);
+    }
+    allocatable
+        .iter()
+        .filter(|(_, amount)| *amount != 0)
+        .map(|(name, amount)| {
+            let used = requested.get(name);
+            (resource_type(name), 100.0 * used as f64 / amount as f64)
+        })
+        .collect()
+}
+
+/// `pod` as Karpenter's `karpenter_pods_state` labels it, with its node's labels.
+#[must_use]
+pub fn pod_state_labels(pod: &Pod, node: Option<&Node>) -> DynamicLabels {
+    let node_label = |key: &str| {
+        node.and_then(|n| n.metadata.labels.as_ref())
+            .and_then(|l| l.get(key))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let owner = pod
+        .metadata
+        .owner_references
+        .as_ref()
+        .and_then(|owners| owners.first())
+        .map(|owner| {
+            format!(
+                "/apis/{}/namespaces/{namespace}/{}s/{}",
+                owner.api_version,
+                owner.kind.to_lowercase(),
+                owner.name
+            )
+        })
+        .unwrap_or_default();
+    let node_name = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    vec![
+        ("name", pod.metadata.name.clone().unwrap_or_default()),
+        ("namespace", namespace),
+        ("owner", owner),
+        ("scheduled", (!node_name.is_empty()).to_string()),
+        ("node", node_name),
+        (
+            "phase",
+            pod.status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default(),
+        ),
+        ("zone", node_label(labels::ZONE)),
+        ("arch", node_label(labels::ARCH)),
+        ("capacity_type", node_label(labels::CAPACITY_TYPE)),
+        ("instance_type", node_label(labels::INSTANCE_TYPE)),
+        ("nodepool", node_label(labels::NODEPOOL)),
+    ]
+}
+
+/// The seconds from the pod's creation to its condition `type_` turning true, once it has.
+fn seconds_to_condition(pod: &Pod, type_: &str) -> Option<f64> {
+    let created = pod.metadata.creation_timestamp.as_ref()?.0;
+    let condition = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")?;
+    let at = condition.last_transition_time.as_ref()?.0;
+    Some(at.duration_since(created).as_secs_f64().max(0.0))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ResourceLabels {
+    resource_type: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PodLabels {
+    name: String,
+    namespace: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PoolResourceLabels {
+    resource_type: String,
+    nodepool: String,
+}
+
+/// A gauge family replaced as a whole on every refresh (Karpenter's metric store).
+#[derive(Debug)]
+pub(crate) struct StoreGauge<L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug> {
+    pub(crate) family: Family<L, FloatGauge>,
+    /// The label sets written last time.
+    keys: Mutex<Vec<L>>,
+}
+
+impl<L> StoreGauge<L>
+where
+    L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
+{
+    pub(crate) fn new() -> Self {
+        Self {
+            family: Family::default(),
+            keys: Mutex::default(),
+        }
+    }
+
+    /// Sets every series of `series` and drops the series written last time and not now.
+    pub(crate) fn replace_all(&self, series: Vec<(L, f64)>) {
+        let fresh: Vec<L> = series.iter().map(|(labels, _)| labels.clone()).collect();
+        for (labels, value) in series {
+            self.family.get_or_create(&labels).set(value);
+        }
+        let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        for old in keys.iter() {
+            if !fresh.contains(old) {
+                self.family.remove(old);
+            }
+        }
+        *keys = fresh;
+    }
+}
+
+/// The store-backed families (see the module docs).
+#[derive(Debug)]
+pub struct ClusterMetrics {
+    allocatable: StoreGauge<DynamicLabels>,
+    pod_requests: StoreGauge<DynamicLabels>,
+    pod_limits: StoreGauge<DynamicLabels>,
+    daemon_requests: StoreGauge<DynamicLabels>,
+    daemon_limits: StoreGauge<DynamicLabels>,
+    overhead: StoreGauge<DynamicLabels>,
+    lifetime: StoreGauge<DynamicLabels>,
+    utilization: StoreGauge<ResourceLabels>,
+    nodepool_usage: StoreGauge<PoolResourceLabels>,
+    nodepool_limit: StoreGauge<PoolResourceLabels>,
+    pods_state: StoreGauge<DynamicLabels>,
+    pods_unbound: StoreGauge<PodLabels>,
+    pods_unstarted: StoreGauge<PodLabels>,
+    pods_bound: Histogram,
+    pods_startup: Summary,
+    /// Pods (by uid) seen Pending and not yet bound, and not yet Ready: their durations are
+    /// observed once they are; pods gone from the view are forgotten.
+    bound_seen: Mutex<BTreeSet<String>>,
+    started_seen: Mutex<BTreeSet<String>>,
+}
+
+impl Default for ClusterMetrics {
+    /// Unregistered families (tests).
+    fn default() -> Self {
+        Self {
+            allocatable: StoreGauge::new(),
+            pod_requests: StoreGauge::new(),
+            pod_limits: StoreGauge::new(),
+            daemon_requests: StoreGauge::new(),
+            daemon_limits: StoreGauge::new(),
+            overhead: StoreGauge::new(),
+            lifetime: StoreGauge::new(),
+            utilization: StoreGauge::new(),
+            nodepool_usage: StoreGauge::new(),
+            nodepool_limit: StoreGauge::new(),
+            pods_state: StoreGauge::new(),
+            pods_unbound: StoreGauge::new(),
+            pods_unstarted: StoreGauge::new(),
+            pods_bound: Histogram::new(DURATION_BUCKETS_SECONDS),
+            pods_startup: Summary::new(
+                "karpenter_pods_startup_duration_seconds",
+                "The time from pod creation until the pod is running.",
+            ),
+            bound_seen: Mutex::default(),
+            started_seen: Mutex::default(),
+        }
+    }
+}
+
+impl ClusterMetrics {
+    /// Creates the families and registers them in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        for (name, help, family) in [
+            (
+                "karpenter_nodes_allocatable",
+                "Node allocatable are the resources allocatable by nodes.",
+                &metrics.allocatable,
+            ),
+            (
+                "karpenter_nodes_total_pod_requests",
+                "Node total pod requests are the resources requested by pods bound to nodes, including the DaemonSet pods.",
+                &metrics.pod_requests,
+            ),
+            (
+                "karpenter_nodes_total_pod_limits",
+                "Node total pod limits are the resources specified by pod limits, including the DaemonSet pods.",
+                &metrics.pod_limits,
+            ),
+            (
+                "karpenter_nodes_total_daemon_requests",
+                "Node total daemon requests are the resource requested by DaemonSet pods bound to nodes.",
+                &metrics.daemon_requests,
+            ),
+            (
+                "karpenter_nodes_total_daemon_limits",
+                "Node total daemon limits are the resources specified by DaemonSet pod limits.",
+                &metrics.daemon_limits,
+            ),
+            (
+                "karpenter_nodes_system_overhead",
+                "Node system daemon overhead are the resources reserved for system overhead, the difference between the node's capacity and allocatable values are reported by the status.",
+                &metrics.overhead,
+            ),
+            (
+                "karpenter_nodes_current_lifetime_seconds",
+                "Node age in seconds",
+                &metrics.lifetime,
+            ),
+            (
+                "karpenter_pods_state",
+                "Pod state is the current state of pods. This metric can be used several ways as it is labeled by the pod name, namespace, owner, node, nodepool name, zone, architecture, capacity type, instance type and pod phase.",
+                &metrics.pods_state,
+            ),
+        ] {
+            registry.register(name, help, family.family.clone());
+        }
+        registry.register(
+            "karpenter_cluster_utilization_percent",
+            "Utilization of allocatable resources by pod requests",
+            metrics.utilization.family.clone(),
+        );
+        for (name, help, family) in [
+            (
+                "karpenter_nodepools_usage",
+                "The amount of resources that have been provisioned for a nodepool. Labeled by nodepool name and resource type.",
+                &metrics.nodepool_usage,
+            ),
+            (
+                "karpenter_nodepools_limit",
+                "Limits specified on the nodepool that restrict the quantity of resources provisioned. Labeled by nodepool name and resource type.",
+                &metrics.nodepool_limit,
+            ),
+        ] {
+            registry.register(name, help, family.family.clone());
+        }
+        for (name, help, family) in [
+            (
+                "karpenter_pods_unbound_time_seconds",
+                "The time from pod creation until the pod is bound.",
+                &metrics.pods_unbound,
+            ),
+            (
+                "karpenter_pods_unstarted_time_seconds",
+                "The time from pod creation until the pod is running.",
+                &metrics.pods_unstarted,
+            ),
+        ] {
+            registry.register(name, help, family.family.clone());
+        }
+        registry.register(
+            "karpenter_pods_bound_duration_seconds",
+            "The time from pod creation until the pod is bound.",
+            metrics.pods_bound.clone(),
+        );
+        metrics
+    }
+
+    /// The families `/metrics` writes itself (summaries), to add beside the Registry.
+    #[must_use]
+    pub fn text_families(&self) -> Vec<Arc<dyn TextFamily>> {
+        vec![Arc::new(self.pods_startup.clone())]
+    }
+
+    /// Reads the view at `now` and replaces every family.
+    pub fn refresh(&self, view: &dyn ClusterView, now: Timestamp) {
+        let nodes = node_figures(view, now);
+        let per_resource = |pick: fn(&NodeFigures) -> &Resources| {
+            nodes
+                .iter()
+                .flat_map(|node| {
+                    pick(node)
+                        .iter()
+                        .filter(|(_, amount)| *amount != 0)
+                        .map(|(name, amount)| {
+                            (with_resource(&node.labels, name), value_of(name, amount))
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>()
+        };
+        self.allocatable
+            .replace_all(per_resource(|n| &n.allocatable));
+        self.overhead.replace_all(per_resource(|n| &n.overhead));
+        self.pod_requests
+            .replace_all(per_resource(|n| &n.pod_requests));
+        self.pod_limits.replace_all(per_resource(|n| &n.pod_limits));
+        self.daemon_requests
+            .replace_all(per_resource(|n| &n.daemon_requests));
+        self.daemon_limits
+            .replace_all(per_resource(|n| &n.daemon_limits));
+        self.lifetime.replace_all(
+            nodes
+                .iter()
+                .map(|n| (n.labels.clone(), n.lifetime_seconds))
+                .collect(),
+        );
+        self.utilization.replace_all(
+            cluster_utilization(&nodes)
+                .into_iter()
+                .map(|(resource_type, percent)| (ResourceLabels { resource_type }, percent))
+                .collect(),
+        );
+        self.refresh_nodepools(view);
+        self.refresh_pods(view, now);
+    }
+
+    fn refresh_nodepools(&self, view: &dyn ClusterView) {
+        let mut usage = Vec::new();
+        let mut limit = Vec::new();
+        for pool in view.nodepools() {
+            let nodepool = pool.metadata.name.clone().unwrap_or_default();
+            let series = |list: &BTreeMap<String, Quantity>| {
+                list.iter()
+                    .filter_map(|(name, quantity)| {
+                        let single = BTreeMap::from([(name.clone(), quantity.clone())]);
+                        let amount = Resources::from_list(&single).ok()?.get(name);
+                        Some((
+                            PoolResourceLabels {
+                                resource_type: resource_type(name),
+                                nodepool: nodepool.clone(),
+                            },
+                            value_of(name, amount),
+                        ))
+                    })
+                    .collect::<Vec<_>>()
+            };
+            if let Some(status) = &pool.status {
+                usage.extend(series(&status.resources));
+            }
+            limit.extend(series(&pool.spec.limits));
+        }
+        self.nodepool_usage.replace_all(usage);
+        self.nodepool_limit.replace_all(limit);
+    }
+
+    fn refresh_pods(&self, view: &dyn ClusterView, now: Timestamp) {
+        let pods = view.pods();
+        let mut states = Vec::with_capacity(pods.len());
+        let mut unbound = Vec::new();
+        let mut unstarted = Vec::new();
+        let mut seen = self
+            .bound_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut started = self
+            .started_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut live = BTreeSet::new();
+        for pod in &pods {
+            let node = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .and_then(|name| view.node(name));
+            states.push((pod_state_labels(pod, node.as_deref()), 1.0));
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            // Karpenter's pod metrics controller: a pod seen Pending is followed until it is
+            // bound and Ready; how long it has waited so far is a gauge, and the durations are
+            // observed once when it gets there (pods never seen Pending are not measured).
+            let pending = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending");
+            let labels = PodLabels {
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            };
+            let waited = pod
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0.0, |created| {
+                    now.duration_since(created.0).as_secs_f64().max(0.0)
+                });
+            let bound = seconds_to_condition(pod, "PodScheduled");
+            if pending {
+                if bound.is_none() {
+                    unbound.push((labels.clone(), waited));
+                }
+                seen.insert(uid.clone());
+            } else if let Some(seconds) = bound
+                && seen.remove(&uid)
+            {
+                self.pods_bound.observe(seconds);
+            }
+            let ready = seconds_to_condition(pod, "Ready");
+            if pending {
+                unstarted.push((labels, waited));
+                started.insert(uid.clone());
+            } else if started.contains(&uid) {
+                match ready {
+                    None => unstarted.push((labels, waited)),
+                    Some(seconds) => {
+                        self.pods_startup.observe(Vec::new(), seconds);
+                        started.remove(&uid);
+                    }
+                }
+            }
+            live.insert(uid);
+        }
+        seen.retain(|uid| live.contains(uid));
+        started.retain(|uid| live.contains(uid));
+        drop((seen, started));
+        self.pods_state.replace_all(states);
+        self.pods_unbound.replace_all(unbound);
+        self.pods_unstarted.replace_all(unstarted);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{
+        Container, NodeStatus, PodCondition, PodSpec, PodStatus, ResourceRequirements,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+    use karpenter_core::apis::NodePool;
+
+    use super::*;
+    use crate::testing::MemoryClusterView;
+
+    fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+            .collect()
+    }
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + seconds).unwrap()
+    }
+
+    fn node(name: &str) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                creation_timestamp: Some(Time(at(0))),
+                labels: Some(BTreeMap::from([
+                    (labels::NODEPOOL.to_owned(), "default".to_owned()),
+                    (labels::ZONE.to_owned(), "us-west-2a".to_owned()),
+                    (labels::INSTANCE_CPU.to_owned(), "4".to_owned()),
+                ])),
+                ..ObjectMeta::default()
+            },
+            status: Some(NodeStatus {
+                capacity: Some(quantities(&[
+                    ("cpu", "4"),
+                    ("memory", "16Gi"),
+                    ("pods", "110"),
+                ])),
+                allocatable: Some(quantities(&[
+                    ("cpu", "3920m"),
+                    ("memory", "15Gi"),
+                    ("pods", "110"),
+                ])),
+                ..NodeStatus::default()
+            }),
+            ..Node::default()
+        }
+    }
+
+    fn pod(name: &str, node: &str, daemon: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("web".into()),
+                uid: Some(format!("uid-{name}")),
+                creation_timestamp: Some(Time(at(10))),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "apps/v1".into(),
+                    kind: if daemon { "DaemonSet" } else { "ReplicaSet" }.into(),
+                    name: "owner".into(),
+                    uid: "owner-uid".into(),
+                    ..OwnerReference::default()
+                }]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some(node.into()),
+                containers: vec![Container {
+                    name: "c".into(),
+                    resources: Some(ResourceRequirements {
+                        requests: Some(quantities(&[("cpu", "500m"), ("memory", "1Gi")])),
+                        limits: Some(quantities(&[("cpu", "1"), ("memory", "2Gi")])),
+                        ..ResourceRequirements::default()
+                    }),
+                    ..Container::default()
+                }],
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![
+                    PodCondition {
+                        type_: "PodScheduled".into(),
+                        status: "True".into(),
+                        last_transition_time: Some(Time(at(13))),
+                        ..PodCondition::default()
+                    },
+                    PodCondition {
+                        type_: "Ready".into(),
+                        status: "True".into(),
+                        last_transition_time: Some(Time(at(40))),
+                        ..PodCondition::default()
+                    },
+                ]),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    fn text_of(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text
+    }
+
+    /// The value of the first sample of `family` whose line holds every `part`.
+    fn value(text: &str, family: &str, parts: &[&str]) -> Option<f64> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{family}{{")))
+            .find(|l| parts.iter().all(|p| l.contains(p)))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(|v| v.parse().unwrap())
+    }
+
+    #[test]
+    fn node_gauges_follow_the_view_and_drop_a_vanished_node() {
+        let mut registry = Registry::default();
+        let metrics = ClusterMetrics::register(&mut registry);
+        let view = MemoryClusterView::new();
+        view.put_node(node("n1"));
+        view.put_node(node("n2"));
+        view.put_pod(pod("app", "n1", false));
+        view.put_pod(pod("agent", "n1", true));
+        metrics.refresh(&view, at(3600));
+
+        let text = text_of(&registry);
+        let n1 = "node_name=\"n1\"";
+        let cpu = "resource_type=\"cpu\"";
+        let memory = "resource_type=\"memory\"";
+        assert_eq!(
+            value(&text, "karpenter_nodes_allocatable", &[n1, cpu]),
+            Some(3.92)
+        );
+        assert_eq!(
+            value(&text, "karpenter_nodes_system_overhead", &[n1, memory]),
+            Some(f64::from(1u32 << 30))
+        );
+        assert_eq!(
+            value(&text, "karpenter_nodes_total_pod_requests", &[n1, cpu]),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                "karpenter_nodes_total_pod_requests",
+                &[n1, "resource_type=\"pods\""]
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&text, "karpenter_nodes_total_pod_limits", &[n1, cpu]),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&text, "karpenter_nodes_total_daemon_requests", &[n1, cpu]),
+            Some(0.5)
+        );
+        assert_eq!(
+            value(&text, "karpenter_nodes_total_daemon_limits", &[n1, cpu]),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&text, "karpenter_nodes_current_lifetime_seconds", &[n1]),
+            Some(3600.0)
+        );
+        // Karpenter's node labels: the well-known label's name part, "" when absent.
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("karpenter_nodes_allocatable{") && l.contains(n1))
+            .unwrap();
+        for label in [
+            "phase=\"\"",
+            "nodepool=\"default\"",
+            "zone=\"us-west-2a\"",
+            "instance_cpu=\"4\"",
+            "capacity_type=\"\"",
+            "zone_id=\"\"",
+        ] {
+            assert!(line.contains(label), "{label} in {line}");
+        }
+        assert!(!line.contains("ec2nodeclass"), "{line}");
+        // 1 core of pod requests over 7.84 allocatable.
+        let percent = value(&text, "karpenter_cluster_utilization_percent", &[cpu]).unwrap();
+        assert!((percent - 100.0 / 7.84).abs() < 1e-9, "{percent}");
+
+        view.remove_node("n2");
+        metrics.refresh(&view, at(3605));
+        let text = text_of(&registry);
+        assert!(
+            !text.contains("node_name=\"n2\""),
+            "n2's series are dropped:\n{text}"
+        );
+        assert!(text.contains("node_name=\"n1\""));
+    }
+
+    #[test]
+    fn pods_state_and_bound_duration_follow_the_pods() {
+        let mut registry = Registry::default();
+        let metrics = ClusterMetrics::register(&mut registry);
+        let view = MemoryClusterView::new();
+        view.put_node(node("n1"));
+        // Seen Pending first (as Karpenter, durations are measured for pods seen waiting).
+        let mut queued = pod("app", "n1", false);
+        queued.status = Some(PodStatus {
+            phase: Some("Pending".into()),
+            ..PodStatus::default()
+        });
+        view.put_pod(queued);
+        metrics.refresh(&view, at(12));
+        let before = text_of(&registry);
+        assert!(
+            before.contains(
+                "karpenter_pods_unbound_time_seconds{name=\"app\",namespace=\"web\"} 2.0"
+            ),
+            "{before}"
+        );
+        view.put_pod(pod("app", "n1", false));
+        metrics.refresh(&view, at(20));
+        metrics.refresh(&view, at(25));
+
+        let text = text_of(&registry);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("karpenter_pods_state{"))
+            .unwrap();
+        for label in [
+            "name=\"app\"",
+            "namespace=\"web\"",
+            "owner=\"/apis/apps/v1/namespaces/web/replicasets/owner\"",
+            "node=\"n1\"",
+            "scheduled=\"true\"",
+            "nodepool=\"default\"",
+            "zone=\"us-west-2a\"",
+            "phase=\"Running\"",
+        ] {
+            assert!(line.contains(label), "{label} in {line}");
+        }
+        assert!(line.ends_with(" 1.0"), "{line}");
+        // Observed once (3 s from creation to PodScheduled), however many refreshes see it.
+        assert!(
+            text.contains("karpenter_pods_bound_duration_seconds_count 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("karpenter_pods_bound_duration_seconds_sum 3.0"),
+            "{text}"
+        );
+        // 30 s from creation to Ready, in the summary the performance dashboard reads.
+        let mut summary = String::new();
+        for family in metrics.text_families() {
+            family.encode_text(&mut summary).unwrap();
+        }
+        assert!(
+            summary.contains("karpenter_pods_startup_duration_seconds{quantile=\"0.5\"} 30.0"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("karpenter_pods_startup_duration_seconds_count 1"),
+            "{summary}"
+        );
+
+        assert!(
+            !text.contains("karpenter_pods_unbound_time_seconds{"),
+            "bound"
+        );
+        assert!(
+            !text.contains("karpenter_pods_unstarted_time_seconds{"),
+            "Ready"
+        );
+
+        // A pod that waits: unbound and unstarted since its creation, 10 s before `now`.
+        let mut waiting = pod("queued", "", false);
+        if let Some(spec) = waiting.spec.as_mut() {
+            spec.node_name = None;
+        }
+        waiting.status = Some(PodStatus {
+            phase: Some("Pending".into()),
+            ..PodStatus::default()
+        });
+        view.put_pod(waiting);
+        metrics.refresh(&view, at(20));
+        let text = text_of(&registry);
+        for family in [
+            "karpenter_pods_unbound_time_seconds",
+            "karpenter_pods_unstarted_time_seconds",
+        ] {
+            assert!(
+                text.contains(&format!(
+                    "{family}{{name=\"queued\",namespace=\"web\"}} 10.0"
+                )),
+                "{family} in\n{text}"
+            );
+        }
+        view.remove_pod("web/queued");
+        view.remove_pod("web/app");
+        metrics.refresh(&view, at(30));
+        let text = text_of(&registry);
+        assert!(!text.contains("karpenter_pods_state{"));
+        assert!(
+            !text.contains("karpenter_pods_unbound_time_seconds{"),
+            "dropped with the pod"
+        );
+    }
+
+    #[test]
+    fn nodepool_usage_and_limits_are_in_cores_and_units() {
+        let mut registry = Registry::default();
+        let metrics = ClusterMetrics::register(&mut registry);
+        let view = MemoryClusterView::new();
+        let mut pool: NodePool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {
+                "limits": {"cpu": "100", "memory": "0"},
+                "template": {"spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    "requirements": []
+                }}
+            }
+        }))
+        .unwrap();
+        pool.status = Some(
+            serde_json::from_value(
+                serde_json::json!({"resources": {"cpu": "2500m", "nodes": "1"}}),
+            )
+            .unwrap(),
+        );
+        view.put_nodepool(pool);
+        metrics.refresh(&view, at(0));
+        let text = text_of(&registry);
+        let pool = "nodepool=\"default\"";
+        assert_eq!(
+            value(
+                &text,
+                "karpenter_nodepools_limit",
+                &[pool, "resource_type=\"cpu\""]
+            ),
+            Some(100.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                "karpenter_nodepools_limit",
+                &[pool, "resource_type=\"memory\""]
+            ),
+            Some(0.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                "karpenter_nodepools_usage",
+                &[pool, "resource_type=\"cpu\""]
+            ),
+            Some(2.5)
+        );
+        assert_eq!(
+            value(
+                &text,
+                "karpenter_nodepools_usage",
+                &[pool, "resource_type=\"nodes\""]
+            ),
+            Some(1.0)
+        );
+        view.remove_nodepool("default");
+        metrics.refresh(&view, at(5));
+        assert!(!text_of(&registry).contains("karpenter_nodepools_"));
+    }
+}
