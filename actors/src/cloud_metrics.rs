@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Node;
 use karpenter_core::apis::EC2NodeClass;
 use karpenter_core::apis::nodeclaim::NodeClaim;
 use karpenter_core::apis::nodepool::NodePool;
@@ -226,6 +227,10 @@ impl CloudProvider for MeteredCloudProvider {
         tags: &Tags,
     ) -> Result<(), CloudProviderError> {
         self.inner.tag_instance(nodeclaim, tags).await
+    }
+
+    fn node_registered(&self, nodeclaim: &NodeClaim, node: &Node) {
+        self.inner.node_registered(nodeclaim, node);
     }
 
     fn repair_policies(&self) -> Cow<'static, [RepairPolicy]> {

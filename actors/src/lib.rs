@@ -18,6 +18,7 @@ pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodepool;
 pub mod nominations;
+pub mod offering_metrics;
 pub mod ports;
 pub mod providers;
 pub mod provisioner;

@@ -22,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use karpenter_actors::kwok::cloud_provider::{KwokCloudDeps, cloud_provider, settings};
 use karpenter_actors::kwok::ec2::{KwokEc2, KwokEc2Config, KwokEc2Deps};
+use karpenter_actors::offering_metrics::OfferingMetrics;
 use karpenter_actors::ports::clock::{Clock, ManualClock};
 use karpenter_actors::ports::cloud_provider::{CloudProvider, CloudProviderError, DriftReason};
 use karpenter_actors::ports::cluster_view::ClusterView;
@@ -873,6 +874,34 @@ async fn validation_dry_runs_with_a_type_the_nodepools_could_launch() {
     assert_eq!(
         env.cloud.validation_instance_types(&env.class()).unwrap(),
         ["m5.large", "m6g.large"]
+    );
+}
+
+/// `aws: Metrics / It("should expose karpenter_cloudprovider_instance_type_offering_price_estimate
+/// metrics")` and `"... offering_available metrics"`: every offering of the pools' types gets its
+/// price and availability, an ICE'd one goes to 0, and each type its vCPUs and memory.
+#[actix::test]
+async fn offering_gauges_carry_every_offerings_price_and_availability() {
+    tokio::time::pause();
+    let env = Env::new().await;
+    let zone = env.zone(0);
+    let metrics = OfferingMetrics::default();
+    assert!(metrics.refresh(env.view.as_ref(), env.cloud.as_ref()).await > 0);
+    assert_eq!(metrics.available("c5.large", "on-demand", &zone), Some(1.0));
+    assert_eq!(metrics.price("c5.large", "on-demand", &zone), Some(0.085));
+    assert_eq!(
+        metrics.shape("c5.large"),
+        Some((2.0, 4096.0 * 1024.0 * 1024.0))
+    );
+
+    env.kwok
+        .set_capacity("c5.large", &zone, CapacityType::OnDemand, 0);
+    env.cloud.create(&od_claim("ice", &zone)).await.unwrap();
+    metrics.refresh(env.view.as_ref(), env.cloud.as_ref()).await;
+    assert_eq!(metrics.available("c5.large", "on-demand", &zone), Some(0.0));
+    assert_eq!(
+        metrics.available("c5.large", "on-demand", &env.zone(1)),
+        Some(1.0)
     );
 }
 

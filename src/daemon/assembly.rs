@@ -39,6 +39,7 @@ use karpenter_actors::condition_metrics::ConditionMetrics;
 use karpenter_actors::daemon::StartOptions;
 use karpenter_actors::deps::{AwsPorts, ClusterVersion, Deps};
 use karpenter_actors::metrics::{ClusterStateMetrics, Metrics};
+use karpenter_actors::offering_metrics::OfferingMetrics;
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cloud_provider::CloudProvider;
 use karpenter_actors::ports::cluster::ClusterApi;
@@ -337,6 +338,7 @@ impl DaemonAssembly {
         let cluster_metrics = ClusterMetrics::register(&mut registry);
         let cloud_metrics = CloudProviderMetrics::register(&mut registry);
         let condition_metrics = ConditionMetrics::register(&mut registry);
+        let offering_metrics = OfferingMetrics::register(&mut registry);
         register_build_info(&mut registry);
         let registries = MetricsRegistries::new(registry);
         for family in shared_metrics
@@ -536,6 +538,11 @@ impl DaemonAssembly {
         tasks.push(tokio::task::spawn_local(report_leadership(
             leading.clone(),
             leader_status,
+        )));
+        tasks.push(tokio::task::spawn_local(refresh_offering_metrics(
+            state.clone(),
+            Arc::clone(&built),
+            offering_metrics,
         )));
 
         Ok(Self {
@@ -929,6 +936,24 @@ async fn refresh_cluster_metrics(
         let now = clock.now();
         metrics.refresh(&state, now);
         conditions.refresh(&state, now);
+    }
+}
+
+/// Keeps Karpenter AWS's instance-type gauges (offering price and availability, vCPUs and
+/// memory per type) current once the store has synced.
+async fn refresh_offering_metrics(
+    state: ClusterState,
+    cloud: Arc<dyn CloudProvider>,
+    metrics: OfferingMetrics,
+) {
+    if state.wait_until_ready().await.is_err() {
+        return;
+    }
+    let mut every = tokio::time::interval(karpenter_actors::offering_metrics::REFRESH_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        metrics.refresh(&state, cloud.as_ref()).await;
     }
 }
 

@@ -30,12 +30,6 @@ const NOT_YET_EXPORTED: &[&str] = &[
     "karpenter_pods_provisioning_unbound_time_seconds",
     "karpenter_pods_provisioning_unstarted_time_seconds",
     "karpenter_pods_provisioning_scheduling_undecided_time_seconds",
-    "karpenter_cloudprovider_instance_type_offering_available",
-    "karpenter_cloudprovider_instance_type_offering_price_estimate",
-    "karpenter_cloudprovider_instance_type_cpu_cores",
-    "karpenter_cloudprovider_instance_type_memory_bytes",
-    "karpenter_cloudprovider_batcher_batch_time_seconds",
-    "karpenter_cloudprovider_batcher_batch_size",
     "client_go_request_total",
     "client_go_request_duration_seconds",
 ];

@@ -125,8 +125,9 @@ pub trait CloudProvider: Send + Sync + std::fmt::Debug {
     ) -> Result<(), CloudProviderError>;
     /// A node registered for the NodeClaim: the cloud provider may learn from what it reports
     /// (the AWS provider records its memory capacity for the next launches of its type, as
-    /// Karpenter's `providers.instancetype.capacity` controller).
-    fn node_registered(&self, _nodeclaim: &NodeClaim, _node: &Node) {}
+    /// Karpenter's `providers.instancetype.capacity` controller). No default: a decorator that
+    /// forgot to pass it on would silently stop the learning.
+    fn node_registered(&self, nodeclaim: &NodeClaim, node: &Node);
     /// The node conditions that make Node Repair replace a node (empty: no repair).
     fn repair_policies(&self) -> Cow<'static, [RepairPolicy]>;
     fn name(&self) -> &'static str;

@@ -296,6 +296,9 @@ impl<B: BatchKind> BatcherActor<B> {
 
     /// Runs a bucket beside the actor and answers its callers.
     fn execute(&self, key: B::Key, bucket: Bucket<B::Item, B::Output>, ctx: &ActorCtx<Self>) {
+        ctx.myself()
+            .kit_metrics()
+            .batch(B::NAME, bucket.items.len(), bucket.started.elapsed());
         let (items, replies): (Vec<B::Item>, Vec<oneshot::Sender<B::Output>>) =
             bucket.items.into_iter().unzip();
         tracing::debug!(
@@ -464,6 +467,45 @@ mod tests {
                 tokio::task::spawn_local(async move { b.add(1, i).await })
             })
             .collect()
+    }
+
+    /// Karpenter's `karpenter_cloudprovider_batcher_batch_{size,time_seconds}` per batcher.
+    #[actix::test]
+    async fn each_batch_is_measured_by_size_and_window() {
+        tokio::time::pause();
+        let mut registry = Registry::default();
+        let kit = ActorKit::new(&mut registry, KitOptions::default());
+        let root = kit.root(GroupSpec::one_for_one("aws")).unwrap();
+        let (executor, _calls) = recording();
+        let batcher = Arc::new(Batcher::<TestBatch>::new(CREATE_FLEET_WINDOW, executor));
+        batcher.start(&root).unwrap();
+        for handle in add_all(&batcher, &(0..20).collect::<Vec<_>>()) {
+            handle.await.unwrap().unwrap();
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let line = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_else(|| panic!("no {name} in {text}"))
+                .to_owned()
+        };
+        assert_eq!(
+            line("karpenter_cloudprovider_batcher_batch_size_sum{batcher=\"test\"}"),
+            "karpenter_cloudprovider_batcher_batch_size_sum{batcher=\"test\"} 20.0"
+        );
+        assert_eq!(
+            line("karpenter_cloudprovider_batcher_batch_time_seconds_count{batcher=\"test\"}"),
+            "karpenter_cloudprovider_batcher_batch_time_seconds_count{batcher=\"test\"} 1"
+        );
+        // The window stayed open for the idle time after the last request.
+        let window: f64 = line("karpenter_cloudprovider_batcher_batch_time_seconds_sum")
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(window >= CREATE_FLEET_WINDOW.idle.as_secs_f64(), "{window}");
     }
 
     #[actix::test]

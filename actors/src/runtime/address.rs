@@ -72,6 +72,13 @@ struct RefInner<A: Supervised> {
     kit: Arc<KitInner>,
 }
 
+impl<A: Supervised> ActorRef<A> {
+    /// The kit's metrics, for families an actor records itself (the batchers' batch sizes).
+    pub(crate) fn kit_metrics(&self) -> &super::metrics::ActorMetrics {
+        &self.inner.kit.metrics
+    }
+}
+
 impl<A: Supervised> Clone for ActorRef<A> {
     fn clone(&self) -> Self {
         Self {

@@ -463,6 +463,8 @@ pub struct ActorMetrics {
     parked: Family<KindLabels, Gauge>,
     parkings: Family<KindLabels, Counter>,
     controller_families: ControllerFamilies,
+    batch_size: BatcherHistograms,
+    batch_time: BatcherHistograms,
     controllers: Arc<Mutex<BTreeMap<&'static str, Arc<ControllerMetrics>>>>,
     kinds: Mutex<HashMap<&'static str, Arc<KindMetrics>>>,
     messages: Mutex<HashMap<(&'static str, &'static str), Arc<MessageMetrics>>>,
@@ -492,6 +494,30 @@ pub(crate) struct MessageMetrics {
     pub(crate) controller: Arc<ControllerMetrics>,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct BatcherLabels {
+    batcher: String,
+}
+
+type BatcherHistograms = Family<BatcherLabels, Histogram, fn() -> Histogram>;
+
+/// Karpenter's batch-size buckets: 1, 2, 4, 5, 10 to 30 by 5, 40 to 100 by 10, 125 to 300 by
+/// 25, 350 to 600 by 50, then 700, 800, 900, 1000.
+fn batch_size_histogram() -> Histogram {
+    let mut buckets = vec![1.0, 2.0, 4.0];
+    buckets.extend((1..=6).map(|i| f64::from(i) * 5.0));
+    buckets.extend((4..=10).map(|i| f64::from(i) * 10.0));
+    buckets.extend((5..=12).map(|i| f64::from(i) * 25.0));
+    buckets.extend((7..=12).map(|i| f64::from(i) * 50.0));
+    buckets.extend([700.0, 800.0, 900.0, 1000.0]);
+    Histogram::new(buckets)
+}
+
+/// Karpenter's duration buckets.
+fn batch_time_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS_SECONDS)
+}
+
 impl ActorMetrics {
     /// Creates the families and registers them in `registry`; the in-flight gauges are read
     /// from `actors` at each scrape.
@@ -503,6 +529,8 @@ impl ActorMetrics {
         }));
         let metrics = Self {
             controller_families: ControllerFamilies::register(registry),
+            batch_size: Family::new_with_constructor(batch_size_histogram),
+            batch_time: Family::new_with_constructor(batch_time_histogram),
             controllers,
             handled: Family::default(),
             errors: Family::default(),
@@ -579,7 +607,32 @@ impl ActorMetrics {
             "Times a family's supervisor parked a member that kept failing, by actor kind",
             metrics.parkings.clone(),
         );
+        registry.register(
+            "karpenter_cloudprovider_batcher_batch_time_seconds",
+            "Duration of the batching window per batcher",
+            metrics.batch_time.clone(),
+        );
+        registry.register(
+            "karpenter_cloudprovider_batcher_batch_size",
+            "Size of the request batch per batcher",
+            metrics.batch_size.clone(),
+        );
         metrics
+    }
+
+    /// A batch of `size` requests executed by `batcher` (the AWS batchers' actor key, e.g.
+    /// `create-fleet`; labelled as Karpenter's `create_fleet`) after its window stayed open for
+    /// `window` (Karpenter's `pkg/batcher` metrics).
+    pub(crate) fn batch(&self, batcher: &str, size: usize, window: Duration) {
+        let labels = BatcherLabels {
+            batcher: batcher.replace('-', "_"),
+        };
+        self.batch_size.get_or_create(&labels).observe(
+            karpenter_core::domain::resources::approx_f64(i64::try_from(size).unwrap_or(i64::MAX)),
+        );
+        self.batch_time
+            .get_or_create(&labels)
+            .observe(window.as_secs_f64());
     }
 
     /// The controller-runtime handles of `controller`, created (at zero) on first use.
