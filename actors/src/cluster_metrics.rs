@@ -33,6 +33,14 @@
 //! | `karpenter_pods_startup_duration_seconds` | summary ([`crate::summary`]) | - (creation to `Ready`, pods seen Pending) |
 //! | `karpenter_pods_unbound_time_seconds` | gauge | name, namespace (a Pending pod not bound yet: since creation) |
 //! | `karpenter_pods_unstarted_time_seconds` | gauge | name, namespace (a pod seen Pending not Ready yet: since creation) |
+//! | `karpenter_pods_provisioning_bound_duration_seconds` | histogram (duration buckets) | - (from the Provisioner finding the pod a place to `PodScheduled`) |
+//! | `karpenter_pods_provisioning_startup_duration_seconds` | histogram (duration buckets) | - (from that moment to `Ready`) |
+//! | `karpenter_pods_provisioning_unbound_time_seconds` | gauge | name, namespace (placed, not bound yet: since placed) |
+//! | `karpenter_pods_provisioning_unstarted_time_seconds` | gauge | name, namespace (placed, not Ready yet: since placed) |
+//! | `karpenter_pods_provisioning_scheduling_undecided_time_seconds` | gauge | name, namespace (seen by the Provisioner, no decision yet: since seen) |
+//!
+//! The provisioning families read the Provisioner's times ([`crate::pod_times`], shared
+//! through [`crate::metrics::Metrics::pod_times`]); the table forgets pods the view lost.
 //!
 //! Node labels: `node_name`, `phase`, and one per well-known label (its name part lower-cased,
 //! `-` to `_`: `nodepool`, `zone`, `instance_type`, `instance_cpu`, ...), `""` when the node
@@ -42,7 +50,7 @@
 //! Karpenter refreshes pods every 30 s and NodePools on change plus every 5 minutes; one refresh
 //! every [`REFRESH_INTERVAL`] does all three here.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -58,6 +66,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::pod_times::PodSchedulingTimes;
 use crate::ports::cluster_view::ClusterView;
 use crate::provisioner::DURATION_BUCKETS_SECONDS;
 use crate::summary::{Summary, TextFamily};
@@ -379,6 +388,13 @@ pub struct ClusterMetrics {
     pods_unstarted: StoreGauge<PodLabels>,
     pods_bound: Histogram,
     pods_startup: Summary,
+    provisioning_unbound: StoreGauge<PodLabels>,
+    provisioning_unstarted: StoreGauge<PodLabels>,
+    provisioning_undecided: StoreGauge<PodLabels>,
+    provisioning_bound: Histogram,
+    provisioning_startup: Histogram,
+    /// When the Provisioner first saw and first placed each pod.
+    pod_times: PodSchedulingTimes,
     /// Pods (by uid) seen Pending and not yet bound, and not yet Ready: their durations are
     /// observed once they are; pods gone from the view are forgotten.
     bound_seen: Mutex<BTreeSet<String>>,
@@ -407,6 +423,12 @@ impl Default for ClusterMetrics {
                 "karpenter_pods_startup_duration_seconds",
                 "The time from pod creation until the pod is running.",
             ),
+            provisioning_unbound: StoreGauge::new(),
+            provisioning_unstarted: StoreGauge::new(),
+            provisioning_undecided: StoreGauge::new(),
+            provisioning_bound: Histogram::new(DURATION_BUCKETS_SECONDS),
+            provisioning_startup: Histogram::new(DURATION_BUCKETS_SECONDS),
+            pod_times: PodSchedulingTimes::default(),
             bound_seen: Mutex::default(),
             started_seen: Mutex::default(),
         }
@@ -480,6 +502,13 @@ impl ClusterMetrics {
         ] {
             registry.register(name, help, family.family.clone());
         }
+        metrics.register_pod_families(registry);
+        metrics
+    }
+
+    /// Registers the per-pod families (Karpenter's `pkg/controllers/metrics/pod`).
+    fn register_pod_families(&self, registry: &mut Registry) {
+        let metrics = self;
         for (name, help, family) in [
             (
                 "karpenter_pods_unbound_time_seconds",
@@ -491,6 +520,21 @@ impl ClusterMetrics {
                 "The time from pod creation until the pod is running.",
                 &metrics.pods_unstarted,
             ),
+            (
+                "karpenter_pods_provisioning_unbound_time_seconds",
+                "The time from when Karpenter first thinks the pod can schedule until it binds. Note: this calculated from a point in memory, not by the pod creation timestamp.",
+                &metrics.provisioning_unbound,
+            ),
+            (
+                "karpenter_pods_provisioning_unstarted_time_seconds",
+                "The time from when Karpenter first thinks the pod can schedule until the pod is running. Note: this calculated from a point in memory, not by the pod creation timestamp.",
+                &metrics.provisioning_unstarted,
+            ),
+            (
+                "karpenter_pods_provisioning_scheduling_undecided_time_seconds",
+                "The time from when Karpenter has seen a pod without making a scheduling decision for the pod. Note: this calculated from a point in memory, not by the pod creation timestamp.",
+                &metrics.provisioning_undecided,
+            ),
         ] {
             registry.register(name, help, family.family.clone());
         }
@@ -499,7 +543,24 @@ impl ClusterMetrics {
             "The time from pod creation until the pod is bound.",
             metrics.pods_bound.clone(),
         );
-        metrics
+        registry.register(
+            "karpenter_pods_provisioning_bound_duration_seconds",
+            "The time from when Karpenter first thinks the pod can schedule until it binds. Note: this calculated from a point in memory, not by the pod creation timestamp.",
+            metrics.provisioning_bound.clone(),
+        );
+        registry.register(
+            "karpenter_pods_provisioning_startup_duration_seconds",
+            "The time from when Karpenter first thinks the pod can schedule until the pod is running. Note: this calculated from a point in memory, not by the pod creation timestamp.",
+            metrics.provisioning_startup.clone(),
+        );
+    }
+
+    /// Reads the Provisioner's pod times (the daemon's shared table) for the
+    /// `karpenter_pods_provisioning_*` families.
+    #[must_use]
+    pub fn with_pod_times(mut self, pod_times: PodSchedulingTimes) -> Self {
+        self.pod_times = pod_times;
+        self
     }
 
     /// The families `/metrics` writes itself (summaries), to add beside the Registry.
@@ -594,6 +655,10 @@ impl ClusterMetrics {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let mut live = BTreeSet::new();
+        let mut live_keys = HashSet::with_capacity(pods.len());
+        let mut undecided = Vec::new();
+        let mut provisioning_unbound = Vec::new();
+        let mut provisioning_unstarted = Vec::new();
         for pod in &pods {
             let node = pod
                 .spec
@@ -617,38 +682,66 @@ impl ClusterMetrics {
                 .map_or(0.0, |created| {
                     now.duration_since(created.0).as_secs_f64().max(0.0)
                 });
+            // The Provisioner's times (Karpenter's acks and schedulable times), by key.
+            let key = format!("{}/{}", labels.namespace, labels.name);
+            let times = self.pod_times.get(&key);
+            let schedulable = times.and_then(|t| t.schedulable);
+            let since = |at: Timestamp| now.duration_since(at).as_secs_f64().max(0.0);
+            // `seconds` after creation, measured from the schedulable time instead.
+            let after_schedulable = |seconds: f64| {
+                let created = pod.metadata.creation_timestamp.as_ref()?.0;
+                let offset = created.duration_since(schedulable?).as_secs_f64();
+                Some((seconds + offset).max(0.0))
+            };
             let bound = seconds_to_condition(pod, "PodScheduled");
             if pending {
                 if bound.is_none() {
                     unbound.push((labels.clone(), waited));
+                    match (times, schedulable) {
+                        (_, Some(at)) => provisioning_unbound.push((labels.clone(), since(at))),
+                        (Some(t), None) => undecided.push((labels.clone(), since(t.acked))),
+                        (None, None) => {}
+                    }
                 }
                 seen.insert(uid.clone());
             } else if let Some(seconds) = bound
                 && seen.remove(&uid)
             {
                 self.pods_bound.observe(seconds);
+                if let Some(after) = after_schedulable(seconds) {
+                    self.provisioning_bound.observe(after);
+                }
             }
             let ready = seconds_to_condition(pod, "Ready");
-            if pending {
+            let waiting_to_start = pending || (started.contains(&uid) && ready.is_none());
+            if waiting_to_start {
+                if let Some(at) = schedulable {
+                    provisioning_unstarted.push((labels.clone(), since(at)));
+                }
                 unstarted.push((labels, waited));
                 started.insert(uid.clone());
-            } else if started.contains(&uid) {
-                match ready {
-                    None => unstarted.push((labels, waited)),
-                    Some(seconds) => {
-                        self.pods_startup.observe(Vec::new(), seconds);
-                        started.remove(&uid);
-                    }
+            } else if started.remove(&uid)
+                && let Some(seconds) = ready
+            {
+                self.pods_startup.observe(Vec::new(), seconds);
+                if let Some(after) = after_schedulable(seconds) {
+                    self.provisioning_startup.observe(after);
                 }
             }
             live.insert(uid);
+            live_keys.insert(key);
         }
         seen.retain(|uid| live.contains(uid));
         started.retain(|uid| live.contains(uid));
         drop((seen, started));
+        self.pod_times.retain(&live_keys);
         self.pods_state.replace_all(states);
         self.pods_unbound.replace_all(unbound);
         self.pods_unstarted.replace_all(unstarted);
+        self.provisioning_unbound.replace_all(provisioning_unbound);
+        self.provisioning_unstarted
+            .replace_all(provisioning_unstarted);
+        self.provisioning_undecided.replace_all(undecided);
     }
 }
 
@@ -847,6 +940,70 @@ mod tests {
             "n2's series are dropped:\n{text}"
         );
         assert!(text.contains("node_name=\"n1\""));
+    }
+
+    /// Karpenter's `karpenter_pods_provisioning_*`: measured from the Provisioner's first sight
+    /// of the pod (undecided) and from the moment it found the pod a place.
+    #[test]
+    fn provisioning_families_count_from_the_provisioners_times() {
+        let mut registry = Registry::default();
+        let times = PodSchedulingTimes::default();
+        let metrics = ClusterMetrics::register(&mut registry).with_pod_times(times.clone());
+        let view = MemoryClusterView::new();
+        view.put_node(node("n1"));
+        let mut queued = pod("app", "", false);
+        if let Some(spec) = queued.spec.as_mut() {
+            spec.node_name = None;
+        }
+        queued.status = Some(PodStatus {
+            phase: Some("Pending".into()),
+            ..PodStatus::default()
+        });
+        view.put_pod(queued);
+        times.ack("web/app", at(11));
+        metrics.refresh(&view, at(15));
+        let text = text_of(&registry);
+        assert!(
+            text.contains("karpenter_pods_provisioning_scheduling_undecided_time_seconds{name=\"app\",namespace=\"web\"} 4.0"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("karpenter_pods_provisioning_unbound_time_seconds{"),
+            "{text}"
+        );
+
+        times.schedulable("web/app", at(12));
+        metrics.refresh(&view, at(15));
+        let text = text_of(&registry);
+        for family in [
+            "karpenter_pods_provisioning_unbound_time_seconds",
+            "karpenter_pods_provisioning_unstarted_time_seconds",
+        ] {
+            assert!(
+                text.contains(&format!("{family}{{name=\"app\",namespace=\"web\"}} 3.0")),
+                "{family} in\n{text}"
+            );
+        }
+        assert!(
+            !text.contains("karpenter_pods_provisioning_scheduling_undecided_time_seconds{"),
+            "decided"
+        );
+
+        // Bound at 13 and Ready at 40: 1 s and 28 s after it was found a place at 12.
+        view.put_pod(pod("app", "n1", false));
+        metrics.refresh(&view, at(45));
+        let text = text_of(&registry);
+        for expected in [
+            "karpenter_pods_provisioning_bound_duration_seconds_sum 1.0",
+            "karpenter_pods_provisioning_startup_duration_seconds_sum 28.0",
+        ] {
+            assert!(text.contains(expected), "{expected} in\n{text}");
+        }
+        assert!(!text.contains("karpenter_pods_provisioning_unbound_time_seconds{"));
+
+        view.remove_pod("web/app");
+        metrics.refresh(&view, at(50));
+        assert!(times.get("web/app").is_none(), "forgotten with the pod");
     }
 
     #[test]

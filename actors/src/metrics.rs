@@ -42,6 +42,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 pub use crate::interruption::metrics::DisruptedLabels;
+use crate::pod_times::PodSchedulingTimes;
 use crate::summary::{Summary, TextFamily};
 
 /// `reason` of `karpenter_nodeclaims_disrupted_total` for the disruptions this crate causes.
@@ -171,6 +172,9 @@ pub struct Metrics {
     nodes_drained: Family<PoolLabels, Counter>,
     nodes_eviction_requests: Family<CodeLabels, Counter>,
     pods_drained: Family<ReasonLabels, Counter>,
+    /// When the Provisioner first saw and first placed each pending pod (not a family: read by
+    /// the pod gauges for the `karpenter_pods_provisioning_*` families).
+    pub pod_times: PodSchedulingTimes,
 }
 
 impl Default for Metrics {
@@ -196,6 +200,7 @@ impl Default for Metrics {
             nodes_drained: Family::default(),
             nodes_eviction_requests: Family::default(),
             pods_drained: Family::default(),
+            pod_times: PodSchedulingTimes::default(),
         }
     }
 }

@@ -335,7 +335,8 @@ impl DaemonAssembly {
         let shared_metrics = Arc::new(Metrics::register(&mut registry));
         let cluster_state_metrics = ClusterStateMetrics::register(&mut registry);
         let leader_status = register_leader_status(&mut registry, &settings.leader_election_name);
-        let cluster_metrics = ClusterMetrics::register(&mut registry);
+        let cluster_metrics = ClusterMetrics::register(&mut registry)
+            .with_pod_times(shared_metrics.pod_times.clone());
         let cloud_metrics = CloudProviderMetrics::register(&mut registry);
         let condition_metrics = ConditionMetrics::register(&mut registry);
         let offering_metrics = OfferingMetrics::register(&mut registry);

@@ -202,7 +202,8 @@ impl Daemon {
                 view: Arc::clone(&deps.view),
                 cloud: Arc::clone(&deps.cloud),
             },
-            ProvisionerMetrics::register(registry, deps.metrics.nodeclaims_created()),
+            ProvisionerMetrics::register(registry, deps.metrics.nodeclaims_created())
+                .with_pod_times(deps.metrics.pod_times.clone()),
         );
         if options.inline_solve {
             provisioner_deps = provisioner_deps.solving_inline();

@@ -13,6 +13,7 @@
 //! `controller` is always `provisioner` here (the disruption simulations use their own);
 //! `scheduling_id` is the run number, present only while that run solves.
 
+use crate::pod_times::PodSchedulingTimes;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -62,9 +63,19 @@ pub struct ProvisionerMetrics {
     ignored: Gauge,
     created: Family<CreatedLabels, Counter>,
     decision_duration: Histogram,
+    /// When pods were first seen and first placed, for the pod gauges
+    /// ([`crate::metrics::Metrics::pod_times`] in the daemon; a table of its own otherwise).
+    pub(crate) pod_times: PodSchedulingTimes,
 }
 
 impl ProvisionerMetrics {
+    /// Records pod times into the daemon's shared table.
+    #[must_use]
+    pub fn with_pod_times(mut self, pod_times: PodSchedulingTimes) -> Self {
+        self.pod_times = pod_times;
+        self
+    }
+
     /// Creates the Provisioner's families and registers them in `registry`; `created` is the
     /// shared `karpenter_nodeclaims_created_total` family
     /// ([`crate::metrics::Metrics::nodeclaims_created`], registered by its owner).
@@ -76,6 +87,7 @@ impl ProvisionerMetrics {
             ignored: Gauge::default(),
             created,
             decision_duration: duration_histogram(),
+            pod_times: PodSchedulingTimes::default(),
         };
         registry.register(
             "karpenter_scheduler_scheduling_duration_seconds",

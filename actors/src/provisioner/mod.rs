@@ -457,9 +457,16 @@ impl ProvisionerActor {
         if report.summary.error.is_none() {
             let mut decided = HashSet::with_capacity(report.decisions.len());
             let mut decisions = HashMap::with_capacity(report.decisions.len());
+            let wall = self.deps.clock.now();
             for (key, decision) in report.decisions {
                 if let Some(seen) = self.acks.remove(&key) {
                     self.deps.metrics.observe_decision(now.duration_since(seen));
+                }
+                if matches!(
+                    decision,
+                    Decision::Nominated { .. } | Decision::Provisioned { .. }
+                ) {
+                    self.deps.metrics.pod_times.schedulable(&key, wall);
                 }
                 decided.insert(key.clone());
                 decisions.insert(
@@ -525,6 +532,7 @@ impl Handles<Triggered> for ProvisionerActor {
         if let Some((namespace, name)) = &message.pod {
             let key = format!("{namespace}/{name}");
             if !self.decided.contains(&key) {
+                self.deps.metrics.pod_times.ack(&key, self.deps.clock.now());
                 self.acks.entry(key).or_insert_with(Instant::now);
             }
         }

@@ -1,0 +1,80 @@
+//! When the Provisioner first saw each pending pod and when it first found the pod a place
+//! (Karpenter's cluster-state `podAcks` and `podsSchedulableTimes`), by `namespace/name`.
+//!
+//! The Provisioner writes: [`PodSchedulingTimes::ack`] when a pod's change triggers it,
+//! [`PodSchedulingTimes::schedulable`] when a run nominates it or gives it a NodeClaim. The pod
+//! gauges (`crate::cluster_metrics`) read it for Karpenter's `karpenter_pods_provisioning_*`
+//! families and forget the pods the view no longer holds. Shared through
+//! [`crate::metrics::Metrics::pod_times`].
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use k8s_openapi::jiff::Timestamp;
+
+/// One pod's times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodTimes {
+    /// First seen pending by the Provisioner.
+    pub acked: Timestamp,
+    /// First found a place (nominated or provisioned); `None` while undecided.
+    pub schedulable: Option<Timestamp>,
+}
+
+/// The shared table; clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct PodSchedulingTimes(Arc<Mutex<HashMap<String, PodTimes>>>);
+
+impl PodSchedulingTimes {
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, PodTimes>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The pod `key` was seen pending at `now` (kept if seen before).
+    pub fn ack(&self, key: &str, now: Timestamp) {
+        self.table().entry(key.to_owned()).or_insert(PodTimes {
+            acked: now,
+            schedulable: None,
+        });
+    }
+
+    /// The pod `key` found a place at `now` (kept if it had one before).
+    pub fn schedulable(&self, key: &str, now: Timestamp) {
+        let mut table = self.table();
+        let times = table.entry(key.to_owned()).or_insert(PodTimes {
+            acked: now,
+            schedulable: None,
+        });
+        times.schedulable.get_or_insert(now);
+    }
+
+    #[must_use]
+    pub fn get(&self, key: &str) -> Option<PodTimes> {
+        self.table().get(key).copied()
+    }
+
+    /// Forgets every pod not in `live`.
+    pub fn retain(&self, live: &HashSet<String>) {
+        self.table().retain(|key, _| live.contains(key));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_ack_and_the_first_place_are_kept() {
+        let times = PodSchedulingTimes::default();
+        let at = |s: i64| Timestamp::from_second(s).unwrap();
+        times.ack("ns/a", at(10));
+        times.ack("ns/a", at(20));
+        assert_eq!(times.get("ns/a").unwrap().acked, at(10));
+        assert_eq!(times.get("ns/a").unwrap().schedulable, None);
+        times.schedulable("ns/a", at(30));
+        times.schedulable("ns/a", at(40));
+        assert_eq!(times.get("ns/a").unwrap().schedulable, Some(at(30)));
+        times.retain(&HashSet::new());
+        assert!(times.get("ns/a").is_none());
+    }
+}
