@@ -47,6 +47,16 @@ struct OfferingLabels {
     zone: String,
 }
 
+impl OfferingLabels {
+    fn of(instance_type: &str, capacity_type: &str, zone: &str) -> Self {
+        Self {
+            instance_type: instance_type.to_owned(),
+            capacity_type: capacity_type.to_owned(),
+            zone: zone.to_owned(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct TypeLabels {
     instance_type: String,
@@ -121,11 +131,7 @@ impl OfferingMetrics {
                     else {
                         continue;
                     };
-                    let key = OfferingLabels {
-                        instance_type: it.name.clone(),
-                        capacity_type: capacity_type.to_owned(),
-                        zone: zone.to_owned(),
-                    };
+                    let key = OfferingLabels::of(&it.name, capacity_type, zone);
                     let entry = offerings.entry(key).or_insert((false, offering.price));
                     entry.0 |= offering.available;
                     entry.1 = offering.price;
@@ -144,22 +150,14 @@ impl OfferingMetrics {
     /// The availability gauge of one offering (tests).
     #[must_use]
     pub fn available(&self, instance_type: &str, capacity_type: &str, zone: &str) -> Option<f64> {
-        let key = OfferingLabels {
-            instance_type: instance_type.to_owned(),
-            capacity_type: capacity_type.to_owned(),
-            zone: zone.to_owned(),
-        };
+        let key = OfferingLabels::of(instance_type, capacity_type, zone);
         self.available.get(&key).map(|g| g.get())
     }
 
     /// The price gauge of one offering (tests).
     #[must_use]
     pub fn price(&self, instance_type: &str, capacity_type: &str, zone: &str) -> Option<f64> {
-        let key = OfferingLabels {
-            instance_type: instance_type.to_owned(),
-            capacity_type: capacity_type.to_owned(),
-            zone: zone.to_owned(),
-        };
+        let key = OfferingLabels::of(instance_type, capacity_type, zone);
         self.price.get(&key).map(|g| g.get())
     }
 
