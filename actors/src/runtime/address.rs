@@ -266,7 +266,7 @@ impl<A: Supervised> ActorRef<A> {
             let metrics = self.inner.kit.metrics.message(
                 A::KIND,
                 M::NAME,
-                M::CONTROLLER.unwrap_or(A::CONTROLLER.name),
+                super::metrics::controller_of::<A, M>(),
             );
             record.count_overflow(&metrics);
             return Err(Overflow::MailboxFull {

@@ -261,7 +261,7 @@ impl<A: Supervised> Cell<A> {
         // The handler runs in its reconcile's log context (controller, object, reconcileID),
         // and so does the reporting of how it ended.
         let span = crate::logs::reconcile_span(&A::CONTROLLER, M::CONTROLLER, &self.record.key);
-        let controller = M::CONTROLLER.unwrap_or(A::CONTROLLER.name);
+        let controller = super::metrics::controller_of::<A, M>();
         let future: Work<A, M::Reply> = Box::pin(
             in_controller(controller, async move {
                 if let Err(error) = inject::<A>(fault, M::NAME).await {
@@ -328,13 +328,7 @@ impl<A: Supervised> Cell<A> {
     ) {
         let latency = started.elapsed();
         let metrics = &self.kit.metrics;
-        let lookup = || {
-            metrics.message(
-                A::KIND,
-                M::NAME,
-                M::CONTROLLER.unwrap_or(A::CONTROLLER.name),
-            )
-        };
+        let lookup = || metrics.message(A::KIND, M::NAME, super::metrics::controller_of::<A, M>());
         self.record.end_work();
         match outcome {
             Outcome::Done(mut instance, Ok(value)) => {

@@ -136,6 +136,12 @@ tokio::task_local! {
     static HANDLER_CONTROLLER: &'static str;
 }
 
+/// Karpenter's controller for message `M` handled by actor `A`: the message's own (the garbage
+/// collector's sweeps), else the actor family's.
+pub(crate) fn controller_of<A: super::Supervised, M: super::Mail>() -> &'static str {
+    M::CONTROLLER.unwrap_or(A::CONTROLLER.name)
+}
+
 /// Runs `work` as a handler of `controller` (see [`current_controller`]).
 pub(crate) fn in_controller<F: std::future::Future>(
     controller: &'static str,
