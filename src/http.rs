@@ -306,7 +306,12 @@ impl HealthChecks {
 pub struct MetricsRegistries {
     registries: Arc<RwLock<Vec<Arc<Registry>>>>,
     texts: Arc<RwLock<Vec<Arc<dyn TextFamily>>>>,
+    /// Run before each encoding: families computed from the cluster at scrape time.
+    before_encode: Arc<RwLock<Vec<ScrapeHook>>>,
 }
+
+/// Work `/metrics` does before it encodes (see [`MetricsRegistries::before_encode`]).
+pub type ScrapeHook = Arc<dyn Fn() + Send + Sync>;
 
 impl fmt::Debug for MetricsRegistries {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -356,6 +361,15 @@ impl MetricsRegistries {
             .push(family);
     }
 
+    /// Runs `hook` before every encoding: the families it writes are as fresh as the scrape,
+    /// and cost nothing while nobody scrapes.
+    pub fn before_encode(&self, hook: ScrapeHook) {
+        self.before_encode
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(hook);
+    }
+
     /// Serves every registry and text family of `other` too, after these.
     pub fn extend(&self, other: &MetricsRegistries) {
         let texts = other
@@ -376,10 +390,27 @@ impl MetricsRegistries {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .extend(theirs);
+        let hooks = other
+            .before_encode
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        self.before_encode
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(hooks);
     }
 
     /// Every registry in the `OpenMetrics` text format, ending with one `# EOF`.
     pub fn encode(&self) -> Result<String, fmt::Error> {
+        let hooks = self
+            .before_encode
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for hook in &hooks {
+            hook();
+        }
         let registries = self
             .registries
             .read()

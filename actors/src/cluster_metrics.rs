@@ -340,7 +340,7 @@ struct PoolResourceLabels {
 pub(crate) struct StoreGauge<L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug> {
     pub(crate) family: Family<L, FloatGauge>,
     /// The label sets written last time.
-    keys: Mutex<Vec<L>>,
+    keys: Mutex<HashSet<L>>,
 }
 
 impl<L> StoreGauge<L>
@@ -354,11 +354,13 @@ where
         }
     }
 
-    /// Sets every series of `series` and drops the series written last time and not now.
+    /// Sets every series of `series` and drops the series written last time and not now
+    /// (one hash lookup per series: a refresh walks tens of thousands of pods).
     pub(crate) fn replace_all(&self, series: Vec<(L, f64)>) {
-        let fresh: Vec<L> = series.iter().map(|(labels, _)| labels.clone()).collect();
+        let mut fresh: HashSet<L> = HashSet::with_capacity(series.len());
         for (labels, value) in series {
             self.family.get_or_create(&labels).set(value);
+            fresh.insert(labels);
         }
         let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
         for old in keys.iter() {
@@ -569,8 +571,22 @@ impl ClusterMetrics {
         vec![Arc::new(self.pods_startup.clone())]
     }
 
-    /// Reads the view at `now` and replaces every family.
+    /// Reads the view at `now` and replaces every family (the daemon does this at each
+    /// scrape of `/metrics`).
     pub fn refresh(&self, view: &dyn ClusterView, now: Timestamp) {
+        self.refresh_nodes(view, now);
+        self.refresh_nodepools(view);
+        self.refresh_pods(view, now, true);
+    }
+
+    /// Only what cannot wait for a scrape: pods that got bound or Ready since the last pass
+    /// are observed in the duration histograms (the daemon does this every
+    /// [`REFRESH_INTERVAL`] while pods change). No series are written.
+    pub fn observe(&self, view: &dyn ClusterView, now: Timestamp) {
+        self.refresh_pods(view, now, false);
+    }
+
+    fn refresh_nodes(&self, view: &dyn ClusterView, now: Timestamp) {
         let nodes = node_figures(view, now);
         let per_resource = |pick: fn(&NodeFigures) -> &Resources| {
             nodes
@@ -608,8 +624,6 @@ impl ClusterMetrics {
                 .map(|(resource_type, percent)| (ResourceLabels { resource_type }, percent))
                 .collect(),
         );
-        self.refresh_nodepools(view);
-        self.refresh_pods(view, now);
     }
 
     fn refresh_nodepools(&self, view: &dyn ClusterView) {
@@ -641,9 +655,10 @@ impl ClusterMetrics {
         self.nodepool_limit.replace_all(limit);
     }
 
-    fn refresh_pods(&self, view: &dyn ClusterView, now: Timestamp) {
+    /// The pod histograms, and with `series` the pod gauges.
+    fn refresh_pods(&self, view: &dyn ClusterView, now: Timestamp, series: bool) {
         let pods = view.pods();
-        let mut states = Vec::with_capacity(pods.len());
+        let mut states = Vec::with_capacity(if series { pods.len() } else { 0 });
         let mut unbound = Vec::new();
         let mut unstarted = Vec::new();
         let mut seen = self
@@ -660,12 +675,14 @@ impl ClusterMetrics {
         let mut provisioning_unbound = Vec::new();
         let mut provisioning_unstarted = Vec::new();
         for pod in &pods {
-            let node = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .and_then(|name| view.node(name));
-            states.push((pod_state_labels(pod, node.as_deref()), 1.0));
+            if series {
+                let node = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .and_then(|name| view.node(name));
+                states.push((pod_state_labels(pod, node.as_deref()), 1.0));
+            }
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             // Karpenter's pod metrics controller: a pod seen Pending is followed until it is
             // bound and Ready; how long it has waited so far is a gauge, and the durations are
@@ -735,6 +752,9 @@ impl ClusterMetrics {
         started.retain(|uid| live.contains(uid));
         drop((seen, started));
         self.pod_times.retain(&live_keys);
+        if !series {
+            return;
+        }
         self.pods_state.replace_all(states);
         self.pods_unbound.replace_all(unbound);
         self.pods_unstarted.replace_all(unstarted);

@@ -207,7 +207,8 @@ impl KindFamilies {
         );
     }
 
-    fn refresh(&self, objects: Vec<ObjectState>, now: Timestamp) {
+    /// Counts transitions since the last pass and, with `series`, replaces the gauges.
+    fn refresh(&self, objects: Vec<ObjectState>, now: Timestamp, series: bool) {
         let mut count = Vec::new();
         let mut current = Vec::new();
         let mut terminating = Vec::new();
@@ -217,21 +218,23 @@ impl KindFamilies {
         for object in &objects {
             let seen_before = previous.get(&object.name);
             for condition in &object.conditions {
-                let labels = with(
-                    &[
-                        ("namespace", String::new()),
-                        ("name", object.name.clone()),
-                        ("type", condition.type_.clone()),
-                        ("status", condition.status.clone()),
-                        ("reason", condition.reason.clone()),
-                    ],
-                    &object.extra,
-                );
-                count.push((labels.clone(), 1.0));
-                let held = condition
-                    .since
-                    .map_or(0.0, |since| seconds_between(since, now));
-                current.push((labels, held));
+                if series {
+                    let labels = with(
+                        &[
+                            ("namespace", String::new()),
+                            ("name", object.name.clone()),
+                            ("type", condition.type_.clone()),
+                            ("status", condition.status.clone()),
+                            ("reason", condition.reason.clone()),
+                        ],
+                        &object.extra,
+                    );
+                    count.push((labels.clone(), 1.0));
+                    let held = condition
+                        .since
+                        .map_or(0.0, |since| seconds_between(since, now));
+                    current.push((labels, held));
+                }
                 let before = seen_before
                     .and_then(|o| o.conditions.iter().find(|c| c.type_ == condition.type_));
                 let changed = match before {
@@ -265,7 +268,9 @@ impl KindFamilies {
                         .observe(seconds_between(from, to));
                 }
             }
-            if let Some(since) = object.deleting_since {
+            if let Some(since) = object.deleting_since
+                && series
+            {
                 terminating.push((
                     with(
                         &[("namespace", String::new()), ("name", object.name.clone())],
@@ -290,6 +295,9 @@ impl KindFamilies {
         }
         *last = Some(present);
         drop(last);
+        if !series {
+            return;
+        }
         self.count.replace_all(count);
         self.current.replace_all(current);
         self.termination_current.replace_all(terminating);
@@ -328,25 +336,40 @@ impl ConditionMetrics {
         metrics
     }
 
-    /// Reads every object of the four kinds from `view` at `now`.
+    /// Reads every object of the four kinds from `view` at `now`: counts the transitions
+    /// since the last pass and replaces every gauge (the daemon does this at each scrape).
     pub fn refresh(&self, view: &dyn ClusterView, now: Timestamp) {
+        self.pass(view, now, true);
+    }
+
+    /// Counts the transitions since the last pass only (the daemon does this every
+    /// [`crate::cluster_metrics::REFRESH_INTERVAL`] while the objects change, so a condition
+    /// that flips between two scrapes is still counted).
+    pub fn observe(&self, view: &dyn ClusterView, now: Timestamp) {
+        self.pass(view, now, false);
+    }
+
+    fn pass(&self, view: &dyn ClusterView, now: Timestamp, series: bool) {
         self.nodeclaim.refresh(
             karpenter_objects(&view.nodeclaims(), NODECLAIM_EXTRA, |c| {
                 c.status.as_ref().map(|s| s.conditions.as_slice())
             }),
             now,
+            series,
         );
         self.nodepool.refresh(
             karpenter_objects(&view.nodepools(), &[], |p| {
                 p.status.as_ref().map(|s| s.conditions.as_slice())
             }),
             now,
+            series,
         );
         self.ec2nodeclass.refresh(
             karpenter_objects(&view.ec2nodeclasses(), &[], |c| {
                 c.status.as_ref().map(|s| s.conditions.as_slice())
             }),
             now,
+            series,
         );
         self.node.refresh(
             view.nodes()
@@ -372,6 +395,7 @@ impl ConditionMetrics {
                 })
                 .collect(),
             now,
+            series,
         );
     }
 }

@@ -38,11 +38,13 @@ use karpenter_actors::cluster_metrics::ClusterMetrics;
 use karpenter_actors::condition_metrics::ConditionMetrics;
 use karpenter_actors::daemon::StartOptions;
 use karpenter_actors::deps::{AwsPorts, ClusterVersion, Deps};
+use karpenter_actors::messages::WatchedKind;
 use karpenter_actors::metrics::{ClusterStateMetrics, Metrics};
 use karpenter_actors::offering_metrics::OfferingMetrics;
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cloud_provider::CloudProvider;
 use karpenter_actors::ports::cluster::ClusterApi;
+use karpenter_actors::ports::cluster_view::ChangeMark;
 use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::ports::version::KubernetesVersionSource;
 use karpenter_actors::runtime::{ActorKit, KitOptions, RootGroup, SpawnError, StopReason};
@@ -335,10 +337,12 @@ impl DaemonAssembly {
         let shared_metrics = Arc::new(Metrics::register(&mut registry));
         let cluster_state_metrics = ClusterStateMetrics::register(&mut registry);
         let leader_status = register_leader_status(&mut registry, &settings.leader_election_name);
-        let cluster_metrics = ClusterMetrics::register(&mut registry)
-            .with_pod_times(shared_metrics.pod_times.clone());
+        let cluster_metrics = Arc::new(
+            ClusterMetrics::register(&mut registry)
+                .with_pod_times(shared_metrics.pod_times.clone()),
+        );
         let cloud_metrics = CloudProviderMetrics::register(&mut registry);
-        let condition_metrics = ConditionMetrics::register(&mut registry);
+        let condition_metrics = Arc::new(ConditionMetrics::register(&mut registry));
         let offering_metrics = OfferingMetrics::register(&mut registry);
         register_build_info(&mut registry);
         let registries = MetricsRegistries::new(registry);
@@ -393,6 +397,12 @@ impl DaemonAssembly {
             state.clone(),
             cluster_state_metrics,
         )));
+        registries.before_encode(scrape_cluster_metrics(
+            state.clone(),
+            Arc::clone(&clock),
+            Arc::clone(&cluster_metrics),
+            Arc::clone(&condition_metrics),
+        ));
         tasks.push(tokio::task::spawn_local(refresh_cluster_metrics(
             state.clone(),
             Arc::clone(&clock),
@@ -918,25 +928,58 @@ async fn report_leadership(mut leading: watch::Receiver<bool>, status: Gauge) {
     }
 }
 
-/// Keeps Karpenter's store-backed gauges (nodes, NodePools, pods) and the status-condition
-/// families current, once the store has synced (an unsynced store would drop the series of
-/// objects not listed yet).
+/// Karpenter's store-backed gauges (nodes, NodePools, pods) and the status-condition
+/// families, computed from the view at each scrape once the store has synced (an unsynced
+/// store would drop the series of objects not listed yet). Walking every node and pod costs
+/// nothing while nobody scrapes, and a scrape sees the cluster as it is.
+fn scrape_cluster_metrics(
+    state: ClusterState,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<ClusterMetrics>,
+    conditions: Arc<ConditionMetrics>,
+) -> http::ScrapeHook {
+    Arc::new(move || {
+        if !state.is_synced() {
+            return;
+        }
+        let now = clock.now();
+        metrics.refresh(&state, now);
+        conditions.refresh(&state, now);
+    })
+}
+
+/// Between scrapes, every [`REFRESH_INTERVAL`](karpenter_actors::cluster_metrics::REFRESH_INTERVAL)
+/// while the objects change: the pods that got bound or Ready (the duration histograms) and
+/// the condition transitions, so none is missed however rarely Prometheus scrapes. A pass
+/// over an unchanged view is skipped.
 async fn refresh_cluster_metrics(
     state: ClusterState,
     clock: Arc<dyn Clock>,
-    metrics: ClusterMetrics,
-    conditions: ConditionMetrics,
+    metrics: Arc<ClusterMetrics>,
+    conditions: Arc<ConditionMetrics>,
 ) {
     if state.wait_until_ready().await.is_err() {
         return;
     }
     let mut every = tokio::time::interval(karpenter_actors::cluster_metrics::REFRESH_INTERVAL);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut mark = ChangeMark::new([
+        WatchedKind::Pod,
+        WatchedKind::Node,
+        WatchedKind::NodeClaim,
+        WatchedKind::NodePool,
+        WatchedKind::EC2NodeClass,
+    ]);
     loop {
         every.tick().await;
+        let counts = mark.read(&state);
+        if mark.unchanged(counts) {
+            continue;
+        }
         let now = clock.now();
-        metrics.refresh(&state, now);
-        conditions.refresh(&state, now);
+        metrics.observe(&state, now);
+        conditions.observe(&state, now);
+        mark.mark(counts);
     }
 }
 

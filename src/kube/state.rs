@@ -13,6 +13,7 @@
 //!
 //! The kinds come from [`karpenter_actors::for_each_watched_kind!`], the one list of them.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
@@ -49,6 +50,8 @@ pub struct StoreClosed;
 pub struct KindWriter<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: Writer<K>,
     index: SharedIndex<K>,
+    /// Bumped after every applied event ([`ClusterState::changes`]).
+    changes: Arc<AtomicU64>,
     synced: SyncCount,
     listed: bool,
 }
@@ -73,6 +76,7 @@ where
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .apply(event);
+        self.changes.fetch_add(1, Ordering::Release);
         if done && !std::mem::replace(&mut self.listed, true) {
             self.synced.send_modify(|listed| *listed += 1);
         }
@@ -109,12 +113,19 @@ macro_rules! cluster_state {
         pub struct ClusterState {
             $(pub $field: Store<$type>,)*
             indexes: Indexes,
+            changes: Changes,
             synced: SyncCount,
         }
 
         #[derive(Clone)]
         struct Indexes {
             $($field: SharedIndex<$type>,)*
+        }
+
+        /// Each kind's count of applied events.
+        #[derive(Clone, Default)]
+        struct Changes {
+            $($field: Arc<AtomicU64>,)*
         }
 
         impl std::fmt::Debug for ClusterState {
@@ -140,12 +151,14 @@ macro_rules! cluster_state {
         #[must_use]
         pub fn new() -> (ClusterState, StateWriters) {
             let synced: SyncCount = Arc::new(watch::channel(0).0);
+            let changes = Changes::default();
             $(let $field = {
                 let (store, writer) = reflector::store();
                 let index: SharedIndex<$type> = Arc::default();
                 (store, KindWriter {
                     store: writer,
                     index,
+                    changes: Arc::clone(&changes.$field),
                     synced: Arc::clone(&synced),
                     listed: false,
                 })
@@ -155,6 +168,7 @@ macro_rules! cluster_state {
                     indexes: Indexes {
                         $($field: Arc::clone(&$field.1.index),)*
                     },
+                    changes,
                     $($field: $field.0,)*
                     synced,
                 },
@@ -179,6 +193,16 @@ macro_rules! cluster_state {
             #[must_use]
             pub fn is_synced(&self) -> bool {
                 *self.synced.borrow() >= KINDS
+            }
+
+            /// How many watch events `kind` has had applied: a reader that walks every
+            /// object of a kind skips its pass while this stays the same.
+            #[must_use]
+            pub fn changes(&self, kind: karpenter_actors::messages::WatchedKind) -> u64 {
+                use karpenter_actors::messages::WatchedKind;
+                match kind {
+                    $(WatchedKind::$kind => self.changes.$field.load(Ordering::Acquire),)*
+                }
             }
         }
     };
@@ -330,6 +354,9 @@ impl karpenter_actors::ports::cluster_view::ClusterView for ClusterState {
     }
     fn is_synced(&self) -> bool {
         ClusterState::is_synced(self)
+    }
+    fn changes(&self, kind: karpenter_actors::messages::WatchedKind) -> Option<u64> {
+        Some(ClusterState::changes(self, kind))
     }
 }
 

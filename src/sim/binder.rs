@@ -21,8 +21,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter_actors::messages::WatchedKind;
 use karpenter_actors::ports::clock::Clock;
-use karpenter_actors::ports::cluster_view::ClusterView;
+use karpenter_actors::ports::cluster_view::{ChangeMark, ClusterView};
 use karpenter_core::domain::resources::{Resources, pod_requests};
 use karpenter_core::domain::scheduling::{
     BoundPod, ExistingNode, Options, Plan, SchedulingPod, Snapshot, solve, taints_from_api,
@@ -58,6 +59,9 @@ pub struct FakeScheduler {
     view: Arc<dyn ClusterView>,
     clock: Arc<dyn Clock>,
     assumed: BTreeMap<PodKey, String>,
+    /// Pods and nodes as of the last pass that completed without errors: nothing to do
+    /// until one of them changes.
+    mark: ChangeMark<2>,
     last_inputs: Option<u64>,
 }
 
@@ -180,6 +184,7 @@ impl FakeScheduler {
             view,
             clock,
             assumed: BTreeMap::new(),
+            mark: ChangeMark::new([WatchedKind::Pod, WatchedKind::Node]),
             last_inputs: None,
         }
     }
@@ -193,6 +198,18 @@ impl FakeScheduler {
     /// One scheduling pass (see the module docs).
     pub async fn tick(&mut self) -> BinderStep {
         let mut step = BinderStep::default();
+        let counts = self.mark.read(self.view.as_ref());
+        if self.mark.unchanged(counts) {
+            step.skipped = true;
+            return step;
+        }
+        self.pass(&mut step).await;
+        self.mark
+            .mark((step.errors == 0).then_some(counts).flatten());
+        step
+    }
+
+    async fn pass(&mut self, step: &mut BinderStep) {
         let pods = self.view.pods();
         // Forget assumptions the store confirms (bound) or refutes (gone).
         let current: BTreeMap<PodKey, Option<String>> = pods
@@ -208,7 +225,7 @@ impl FakeScheduler {
             .collect();
         if pending.is_empty() {
             self.last_inputs = None;
-            return step;
+            return;
         }
         pending.sort_by(|a, b| {
             let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
@@ -227,17 +244,16 @@ impl FakeScheduler {
         let inputs = Self::fingerprint(&pending, &nodes, pods.len());
         if self.last_inputs == Some(inputs) {
             step.skipped = true;
-            return step;
+            return;
         }
 
         let (snapshot, originals, unreadable) = self.snapshot(&pods, pending, &nodes);
         step.errors += unreadable;
         let plan = solve(&snapshot, &Options::default());
-        self.carry_out(&plan, &originals, snapshot.existing_nodes.len(), &mut step)
+        self.carry_out(&plan, &originals, snapshot.existing_nodes.len(), step)
             .await;
         // Remember the inputs only when nothing changed them: a binding changes the next tick's.
         self.last_inputs = step.bound.is_empty().then_some(inputs);
-        step
     }
 
     /// The scheduling snapshot: pending pods (those the scheduler core can read, returned

@@ -43,10 +43,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use karpenter_actors::kwok::catalog;
 use karpenter_actors::kwok::ec2::KwokEc2;
+use karpenter_actors::messages::WatchedKind;
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cloud_provider::parse_provider_id;
 use karpenter_actors::ports::cluster::ClusterApi as _;
-use karpenter_actors::ports::cluster_view::ClusterView;
+use karpenter_actors::ports::cluster_view::{ChangeMark, ClusterView};
 use karpenter_actors::ports::ec2::{Instance, InstanceState, Tags};
 use karpenter_actors::providers::instance_types::{
     LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
@@ -115,6 +116,14 @@ struct Tracked {
     failed: bool,
 }
 
+impl Tracked {
+    /// Nothing left to do while its instance runs: Ready, untainted and reporting, or its
+    /// node already deleted.
+    fn settled(&self) -> bool {
+        self.deleted || (self.ready_at.is_some() && self.untainted && !self.failed)
+    }
+}
+
 /// Where the kubelet's machines come from (see the module docs).
 #[derive(Debug, Clone)]
 pub enum Machines {
@@ -136,6 +145,10 @@ pub struct FakeKubelet {
     region: String,
     tracked: BTreeMap<String, Tracked>,
     resolved: BTreeMap<String, Option<Arc<InstanceType>>>,
+    /// Pods and nodes as of the last complete start pass, with the Ready nodes it covered.
+    start_mark: (ChangeMark<2>, usize),
+    /// Pods and nodes as of the last complete orphan collection.
+    orphan_mark: ChangeMark<2>,
 }
 
 impl std::fmt::Debug for FakeKubelet {
@@ -401,6 +414,8 @@ impl FakeKubelet {
             region: region.to_owned(),
             tracked: BTreeMap::new(),
             resolved: BTreeMap::new(),
+            start_mark: (ChangeMark::new([WatchedKind::Pod, WatchedKind::Node]), 0),
+            orphan_mark: ChangeMark::new([WatchedKind::Pod, WatchedKind::Node]),
         }
     }
 
@@ -415,7 +430,17 @@ impl FakeKubelet {
     /// provider id plus a terminated one for each tracked instance whose NodeClaim is gone.
     fn machines(&self) -> Vec<Instance> {
         match &self.machines {
-            Machines::Kwok(ec2) => ec2.instances(),
+            // Only the instances with something to do are copied.
+            Machines::Kwok(ec2) => ec2.instances_where(|instance| {
+                let tracked = self.tracked.get(&instance.id);
+                match instance.state {
+                    InstanceState::Running => tracked.is_none_or(|t| !t.settled()),
+                    InstanceState::ShuttingDown | InstanceState::Terminated => {
+                        tracked.is_some_and(|t| !t.deleted)
+                    }
+                    _ => false,
+                }
+            }),
             Machines::NodeClaims => {
                 let mut claims: Vec<Instance> = self
                     .view
@@ -720,6 +745,14 @@ impl FakeKubelet {
             .filter(|t| t.ready_at.is_some() && !t.deleted && !t.failed)
             .map(|t| t.node.as_str())
             .collect();
+        // Nothing to start unless a pod or node changed, or a node turned Ready, since the
+        // last complete pass.
+        let counts = self.start_mark.0.read(self.view.as_ref());
+        if self.start_mark.0.unchanged(counts) && self.start_mark.1 == ready.len() {
+            return;
+        }
+        let ready_count = ready.len();
+        let errors_before = step.errors;
         let mut to_start: Vec<(String, String)> = Vec::new();
         for node in &ready {
             for pod in self.view.pods_on_node(node) {
@@ -757,10 +790,19 @@ impl FakeKubelet {
                 }
             }
         }
+        if step.errors == errors_before {
+            self.start_mark.0.mark(counts);
+            self.start_mark.1 = ready_count;
+        }
     }
 
     /// Deletes pods bound to nodes that no longer exist (Kubernetes' pod garbage collector).
     async fn collect_orphans(&mut self, step: &mut KubeletStep) {
+        let counts = self.orphan_mark.read(self.view.as_ref());
+        if self.orphan_mark.unchanged(counts) {
+            return;
+        }
+        let errors_before = step.errors;
         let nodes: BTreeSet<String> = self.view.nodes().iter().map(|n| n.name_any()).collect();
         let mut orphans: Vec<(String, String)> = self
             .view
@@ -788,6 +830,9 @@ impl FakeKubelet {
                     step.errors += 1;
                 }
             }
+        }
+        if step.errors == errors_before {
+            self.orphan_mark.mark(counts);
         }
     }
 }

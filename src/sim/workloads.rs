@@ -30,7 +30,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
-use karpenter_actors::ports::cluster_view::ClusterView;
+use karpenter_actors::messages::WatchedKind;
+use karpenter_actors::ports::cluster_view::{ChangeMark, ClusterView};
 use karpenter_core::domain::resources::parse_resource;
 use karpenter_core::domain::scheduling::SchedulingPod;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -286,6 +287,9 @@ pub struct Workloads {
     lineages: Vec<Lineages>,
     /// The `spec.replicas` last written to each workload's `ReplicaSet`.
     scales: Vec<Option<usize>>,
+    /// Pods as of the last tick that found every workload at its replicas, with the replicas
+    /// it wanted: the next tick with both the same has nothing to do.
+    settled: (ChangeMark<1>, Vec<usize>),
 }
 
 impl std::fmt::Debug for Workloads {
@@ -333,6 +337,7 @@ impl Workloads {
             next_index,
             lineages,
             scales,
+            settled: (ChangeMark::new([WatchedKind::Pod]), Vec::new()),
         }
     }
 
@@ -356,6 +361,12 @@ impl Workloads {
     /// Brings every workload to its replicas at simulated time `at`.
     pub async fn tick(&mut self, at: Duration) -> WorkloadStep {
         let mut step = WorkloadStep::default();
+        let wanted: Vec<usize> = self.templates.iter().map(|t| t.desired(at)).collect();
+        let counts = self.settled.0.read(self.view.as_ref());
+        if self.settled.0.unchanged(counts) && self.settled.1 == wanted {
+            return step;
+        }
+        let mut at_replicas = true;
         let pods = self.view.pods();
         for index in 0..self.templates.len() {
             let template = &self.templates[index];
@@ -407,7 +418,12 @@ impl Workloads {
                 }
             }
             self.lineages[index].keep_waiting(shortfall);
+            at_replicas &= live.len() == desired;
         }
+        let settled =
+            at_replicas && step.created.is_empty() && step.deleted.is_empty() && step.errors == 0;
+        self.settled.0.mark(counts.filter(|_| settled));
+        self.settled.1 = wanted;
         step
     }
 

@@ -477,12 +477,34 @@ impl KwokEc2 {
     /// Instances in any state.
     #[must_use]
     pub fn instances(&self) -> Vec<Instance> {
+        self.instances_where(|_| true)
+    }
+
+    /// The instances `keep` selects, in id order; only those are copied (a simulation's
+    /// kubelet looks at thousands every simulated second and acts on a few).
+    pub fn instances_where(&self, mut keep: impl FnMut(&Instance) -> bool) -> Vec<Instance> {
         self.settle();
         self.lock()
             .instances
             .values()
+            .filter(|i| keep(&i.instance))
             .map(|i| i.instance.clone())
             .collect()
+    }
+
+    /// What the pending and running instances cost per hour (an instance kwok cannot price
+    /// counts nothing).
+    #[must_use]
+    pub fn billed_per_hour(&self) -> f64 {
+        self.settle();
+        let state = self.lock();
+        state
+            .instances
+            .values()
+            .map(|i| &i.instance)
+            .filter(|i| matches!(i.state, InstanceState::Pending | InstanceState::Running))
+            .filter_map(|i| self.price(&state, &i.instance_type, &i.zone, i.capacity_type))
+            .sum()
     }
 
     fn price(

@@ -17,8 +17,52 @@ use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 
 use crate::cluster_index::{NODE_PROVIDER_ID, NODECLAIM_NODEPOOL, VOLUME_ATTACHMENT_NODE_NAME};
 
+/// A reader's memory of the view's change counts ([`ClusterView::changes`]) for the kinds one
+/// of its passes reads: the pass is skipped while none of them changed.
+#[derive(Debug, Clone)]
+pub struct ChangeMark<const N: usize> {
+    kinds: [crate::messages::WatchedKind; N],
+    last: Option<[u64; N]>,
+}
+
+impl<const N: usize> ChangeMark<N> {
+    #[must_use]
+    pub fn new(kinds: [crate::messages::WatchedKind; N]) -> Self {
+        Self { kinds, last: None }
+    }
+
+    /// The counts now (read them before the pass: a change during it shows next time);
+    /// `None` when the view cannot tell.
+    #[must_use]
+    pub fn read(&self, view: &dyn ClusterView) -> Option<[u64; N]> {
+        let mut counts = [0; N];
+        for (count, kind) in counts.iter_mut().zip(self.kinds) {
+            *count = view.changes(kind)?;
+        }
+        Some(counts)
+    }
+
+    /// Whether `counts` are those of the last completed pass (never when unknown).
+    #[must_use]
+    pub fn unchanged(&self, counts: Option<[u64; N]>) -> bool {
+        counts.is_some() && counts == self.last
+    }
+
+    /// A pass over `counts` completed; `None` forgets it (the next pass runs).
+    pub fn mark(&mut self, counts: Option<[u64; N]>) {
+        self.last = counts;
+    }
+}
+
 /// The objects the daemon reads.
 pub trait ClusterView: Send + Sync + fmt::Debug {
+    /// A count that grows with every watch event applied to `kind`, so a reader that walks
+    /// every object of a kind can skip a pass when nothing changed; `None` when this view
+    /// cannot tell (then every pass must run).
+    fn changes(&self, kind: crate::messages::WatchedKind) -> Option<u64> {
+        let _ = kind;
+        None
+    }
     fn nodeclaims(&self) -> Vec<Arc<NodeClaim>>;
     fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>>;
     /// The NodeClaim whose `status.providerID` is this.

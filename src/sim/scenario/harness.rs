@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use karpenter_actors::messages::WatchedKind;
 use karpenter_actors::ports::cloud_provider::{CloudProvider, parse_provider_id};
+use karpenter_actors::ports::cluster_view::ChangeMark;
 use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::ports::ec2::InstanceState;
 use karpenter_actors::providers::pricing::is_estimated_price;
@@ -84,13 +86,7 @@ async fn lower_bound(view: &dyn ClusterView, cloud: &dyn CloudProvider) -> Optio
 
 /// $/h of the instances EC2 bills now (pending and running).
 fn billed_per_hour(world: &KwokAws) -> f64 {
-    world
-        .ec2
-        .instances()
-        .iter()
-        .filter(|i| matches!(i.state, InstanceState::Pending | InstanceState::Running))
-        .filter_map(|i| world.ec2.hourly_price(i))
-        .fold(0.0, |sum, price| sum + price)
+    world.ec2.billed_per_hour()
 }
 
 /// Everything a running simulation holds.
@@ -105,6 +101,8 @@ pub(super) struct Sim<'a> {
     scheduler: FakeScheduler,
     workloads: Workloads,
     recorder: Recorder,
+    /// NodeClaims and nodes as the recorder last counted them.
+    counted: ChangeMark<2>,
     /// Instances warned, and when EC2 reclaims them.
     reclaims: Vec<(Duration, String)>,
     next_interruption: usize,
@@ -170,6 +168,7 @@ impl<'a> Sim<'a> {
             scheduler,
             workloads,
             recorder: Recorder::default(),
+            counted: ChangeMark::new([WatchedKind::NodeClaim, WatchedKind::Node]),
             reclaims: Vec::new(),
             next_interruption: 0,
             next_failure: 0,
@@ -365,12 +364,17 @@ impl<'a> Sim<'a> {
         self.recorder.harness.scheduler_errors += bound.errors;
         self.recorder
             .bill(billed_per_hour(&self.world), HARNESS_TICK);
-        for claim in self.view.nodeclaims() {
-            if !self.recorder.nodeclaims_seen.contains(&claim.name_any()) {
-                self.recorder.nodeclaims_seen.insert(claim.name_any());
+        let counts = self.counted.read(self.view.as_ref());
+        if !self.counted.unchanged(counts) {
+            for claim in self.view.nodeclaims() {
+                let name = claim.metadata.name.as_deref().unwrap_or_default();
+                if !self.recorder.nodeclaims_seen.contains(name) {
+                    self.recorder.nodeclaims_seen.insert(name.to_owned());
+                }
             }
+            self.recorder.peak_nodes = self.recorder.peak_nodes.max(self.view.nodes().len());
+            self.counted.mark(counts);
         }
-        self.recorder.peak_nodes = self.recorder.peak_nodes.max(self.view.nodes().len());
     }
 
     pub(super) async fn progress_line(&mut self, now: Duration) {

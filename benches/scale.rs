@@ -1,0 +1,205 @@
+//! The whole simulation at scale: `config/scenarios/scale.yaml` (40,000 web pods spread over
+//! zones, 5,000 one-per-node pods, 5,000 spot batch pods: about 5,000 nodes) with its replicas
+//! scaled to 1,000, 2,000 and 5,000 one-per-node pods, each run for the scenario's 15 simulated
+//! minutes by the real daemon over the emulator, kwok and the fake kubelet and scheduler.
+//!
+//! Each size runs in a child process of this bench, so its peak resident set is its own. Per
+//! size it prints: wall time, simulated seconds per wall second, peak RSS (`VmHWM`), and the
+//! heap at the end split by part:
+//!
+//! - `emulator`: the API emulator's stored objects and watch history (its own byte count);
+//! - `view`: the watched objects the daemon and the harness share (each object's heap size,
+//!   measured by cloning it under the counting allocator);
+//! - `rest`: everything else live on the heap (the actors and their caches, kwok's account,
+//!   the harness, buffers), the counting allocator's total minus the two above.
+//!
+//! It also prints what the run did (pods bound and pending, nodes at the peak), and panics if a
+//! pod was left pending: a fast run that did not place its pods measures nothing.
+//!
+//! Run: `cargo bench --bench scale` (all sizes, about a minute each on two cores), or
+//! `cargo bench --bench scale -- 1000` for the sizes given.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout,
+    clippy::cast_precision_loss,
+    reason = "benchmark report: a failed unwrap is a broken benchmark; sizes are reported approximately"
+)]
+
+use std::alloc::System;
+use std::process::Command;
+use std::time::Instant;
+
+use karpenter::sim::scenario::{LoadedScenario, Pace, Simulation, on_runtime};
+use karpenter_actors::ports::cluster_view::ClusterView;
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+const SCENARIO: &str = include_str!("../config/scenarios/scale.yaml");
+/// The scenario's own size: its one-per-node pods.
+const FULL_SIZE: u64 = 5_000;
+const DEFAULT_SIZES: [u64; 3] = [1_000, 2_000, 5_000];
+/// Marks the child's one result line on stdout.
+const RESULT: &str = "scale-result";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(at) = args.iter().position(|a| a == "--child") {
+        let size = args[at + 1].parse().expect("--child takes a size");
+        child(size);
+        return;
+    }
+    let sizes: Vec<u64> = args
+        .iter()
+        .filter_map(|a| a.parse().ok())
+        .collect::<Vec<_>>();
+    let sizes = if sizes.is_empty() {
+        DEFAULT_SIZES.to_vec()
+    } else {
+        sizes
+    };
+    println!(
+        "{:>6} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7}",
+        "size",
+        "pods",
+        "nodes",
+        "wall s",
+        "sim s/s",
+        "peak MB",
+        "heap MB",
+        "emul MB",
+        "view MB",
+        "rest MB",
+        "pending"
+    );
+    for size in sizes {
+        let output = Command::new(std::env::current_exe().unwrap())
+            .args(["--child", &size.to_string()])
+            .output()
+            .expect("the bench runs itself per size");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let Some(line) = stdout.lines().find_map(|l| l.strip_prefix(RESULT)) else {
+            panic!(
+                "size {size}: the run gave no result ({}):\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        };
+        println!("{line}");
+    }
+}
+
+/// The scale scenario with every workload's replicas scaled to `size` one-per-node pods.
+fn scenario(size: u64) -> LoadedScenario {
+    let mut loaded = LoadedScenario::from_yaml(SCENARIO, None).expect("scale.yaml loads");
+    for workload in &mut loaded.scenario.workloads {
+        for step in &mut workload.steps {
+            let scaled = u64::from(step.replicas) * size / FULL_SIZE;
+            step.replicas = u32::try_from(scaled).expect("replicas fit in u32");
+        }
+    }
+    loaded
+}
+
+fn mb(bytes: usize) -> f64 {
+    bytes as f64 / 1_048_576.0
+}
+
+/// A `/proc/self/status` field in bytes (`VmHWM`, `VmRSS`).
+fn proc_status_bytes(field: &str) -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| {
+            v.trim()
+                .trim_end_matches(" kB")
+                .trim()
+                .parse::<usize>()
+                .ok()
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Heap bytes now live, by the counting allocator.
+fn live_heap() -> usize {
+    let stats = GLOBAL.stats();
+    let grown = stats
+        .bytes_allocated
+        .saturating_add_signed(stats.bytes_reallocated);
+    grown.saturating_sub(stats.bytes_deallocated)
+}
+
+/// Heap bytes of `objects`: each cloned under the counting allocator.
+fn heap_of<T: Clone>(objects: &[std::sync::Arc<T>]) -> usize {
+    objects
+        .iter()
+        .map(|object| {
+            let region = Region::new(GLOBAL);
+            let copy = T::clone(object);
+            let change = region.change();
+            drop(copy);
+            change.bytes_allocated + std::mem::size_of::<T>()
+        })
+        .sum()
+}
+
+/// The shared view's objects, by heap size.
+fn view_heap(view: &dyn ClusterView) -> usize {
+    heap_of(&view.pods())
+        + heap_of(&view.nodes())
+        + heap_of(&view.nodeclaims())
+        + heap_of(&view.nodepools())
+        + heap_of(&view.ec2nodeclasses())
+        + heap_of(&view.daemonsets())
+        + heap_of(&view.pdbs())
+        + heap_of(&view.volumeattachments())
+        + heap_of(&view.pvcs())
+        + heap_of(&view.namespaces())
+}
+
+fn child(size: u64) {
+    let loaded = scenario(size);
+    let simulated = loaded.scenario.duration;
+    let started = Instant::now();
+    let line = on_runtime(Pace::Fast, async move {
+        let mut simulation = Simulation::start(loaded, None).await.expect("starts");
+        simulation.run_to_end(None).await;
+        let wall = started.elapsed().as_secs_f64();
+        let emulator: usize = simulation
+            .emulator()
+            .stats()
+            .iter()
+            .map(|k| k.object_bytes + k.history_bytes)
+            .sum();
+        let view = view_heap(simulation.view().as_ref());
+        let heap = live_heap();
+        let report = simulation.finish().await;
+        let pods = &report.pods;
+        assert_eq!(
+            pods.pending_at_end, 0,
+            "size {size}: pods left pending: {:?}",
+            pods.pending_reasons
+        );
+        format!(
+            "{:>6} {:>7} {:>7} {:>9.1} {:>9.1} {:>9.0} {:>9.0} {:>9.0} {:>8.0} {:>8.0} {:>7}",
+            size,
+            pods.scheduled,
+            report.nodes.peak_nodes,
+            wall,
+            simulated.as_secs_f64() / wall,
+            mb(proc_status_bytes("VmHWM")),
+            mb(heap),
+            mb(emulator),
+            mb(view),
+            mb(heap.saturating_sub(emulator + view)),
+            pods.pending_at_end,
+        )
+    })
+    .expect("the runtime starts");
+    println!("{RESULT}{line}");
+}
