@@ -5,7 +5,7 @@
 //! the solve, and the rest: the run's own work after the solve ("decide": limits check,
 //! creating NodeClaims, nominations, decisions, queueing events) and the actor's (starting the
 //! run, keeping each pod's decision); then the rest against the solve, and the cost per pod,
-//! which should stay flat from 1,000 to 20,000 pods. Each case runs [`RUNS`] times and the
+//! which should stay flat from 1,000 to 20,000 pods. Each case runs [`runs`] times and the
 //! fastest run is printed (the machine may be shared). A case fails if a pod is left without a
 //! place.
 //!
@@ -48,8 +48,12 @@ use prometheus_client::registry::Registry;
 
 /// How long to wait between status polls (real time): short beside the smallest case's run.
 const POLL: Duration = Duration::from_micros(250);
-/// Runs per case; the fastest is printed (the machine may be shared).
-const RUNS: usize = 5;
+/// Runs per case, the fastest printed (the machine may be shared): at least five, and more for
+/// the small cases, whose runs take milliseconds and vary the most, up to about as many pods
+/// in all as the 20,000-pod case's five runs.
+fn runs(pods: usize) -> usize {
+    (100_000 / pods.max(1)).clamp(5, 50)
+}
 /// The cases: pending pods and existing nodes (two bound pods each).
 const CASES: [(usize, usize); 6] = [
     (1000, 0),
@@ -206,7 +210,7 @@ fn main() {
         if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
             continue;
         }
-        let (elapsed, summary, claims) = (0..RUNS)
+        let (elapsed, summary, claims) = (0..runs(pods))
             .map(|_| run_case(pods, nodes))
             .min_by_key(|(elapsed, _, _)| *elapsed)
             .unwrap();
