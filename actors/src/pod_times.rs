@@ -40,12 +40,29 @@ impl PodSchedulingTimes {
 
     /// The pod `key` found a place at `now` (kept if it had one before).
     pub fn schedulable(&self, key: &str, now: Timestamp) {
+        self.schedulable_all([key], now);
+    }
+
+    /// The pods `keys` found a place at `now` (each kept if it had one before): one lock for a
+    /// whole run's pods, and a key copied only for a pod not seen before.
+    pub fn schedulable_all<'a>(&self, keys: impl IntoIterator<Item = &'a str>, now: Timestamp) {
         let mut table = self.table();
-        let times = table.entry(key.to_owned()).or_insert(PodTimes {
-            acked: now,
-            schedulable: None,
-        });
-        times.schedulable.get_or_insert(now);
+        for key in keys {
+            match table.get_mut(key) {
+                Some(times) => {
+                    times.schedulable.get_or_insert(now);
+                }
+                None => {
+                    table.insert(
+                        key.to_owned(),
+                        PodTimes {
+                            acked: now,
+                            schedulable: Some(now),
+                        },
+                    );
+                }
+            }
+        }
     }
 
     #[must_use]

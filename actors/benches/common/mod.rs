@@ -8,8 +8,9 @@ use karpenter_actors::ports::cluster_view::ClusterView as _;
 
 use super::support::Harness;
 
-/// The NodeClaim counts measured.
-pub const SIZES: [usize; 3] = [100, 1_000, 5_000];
+/// The NodeClaim counts measured: up to 20,000, the size the per-NodeClaim cost must stay flat
+/// to (issue 20).
+pub const SIZES: [usize; 6] = [100, 1_000, 2_000, 5_000, 10_000, 20_000];
 
 /// Criterion's time budget per size: a 5,000-NodeClaim run takes seconds, so the big sizes
 /// get the minimum of samples and `--quick` stops after one run.

@@ -93,7 +93,8 @@ pub(super) fn pod_key(pod: &Pod) -> String {
 /// A pod of the snapshot, to address events and decisions.
 #[derive(Debug, Clone)]
 pub(crate) struct PodRef {
-    pub key: String,
+    /// `namespace/name`, shared by the run's decision and the actor's tables.
+    pub key: Arc<str>,
     pub namespace: String,
     pub name: String,
     pub uid: Option<String>,
@@ -102,7 +103,7 @@ pub(crate) struct PodRef {
 impl PodRef {
     fn of(pod: &Pod) -> Self {
         Self {
-            key: pod_key(pod),
+            key: pod_key(pod).into(),
             namespace: pod
                 .metadata
                 .namespace

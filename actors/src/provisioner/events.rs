@@ -3,10 +3,13 @@
 //! flooding the API server: `Nominated` is rate limited (5 per second, bursts of 10, as
 //! Karpenter's `PodNominationRateLimiter`) and deduplicated per pod; `FailedScheduling` is
 //! deduplicated per pod and message for 5 minutes; `NoCompatibleInstanceTypes` per NodePool for
-//! 1 minute. A run collects its events through [`EventGate::admit`] and publishes them in the
-//! background, at most [`MAX_EVENTS_PER_RUN`] per run.
+//! 1 minute. A run plans its events as [`Planned`] (the pod, the reason, a note shared by every
+//! pod of a NodeClaim), passes them through [`EventGate::admit`] and builds and publishes only
+//! those let through, at most [`MAX_EVENTS_PER_RUN`] per run, in the background: at 20,000 pods
+//! all but a few nominations are rate limited, so building an event per pod would be wasted.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -75,12 +78,9 @@ fn short_note(note: String, pod: &PodRef) -> String {
     format!("{}{tail}", &note[..cut])
 }
 
-/// Karpenter's `NominatePodEvent`: `Pod should schedule on: nodeclaim/x, node/y`.
-pub(super) fn nominated(
-    pod: &PodRef,
-    node_claim: Option<&str>,
-    node: Option<&str>,
-) -> ClusterEvent {
+/// The note of Karpenter's `NominatePodEvent`, `Pod should schedule on: nodeclaim/x, node/y`:
+/// the same for every pod going to one NodeClaim or node, so built once for all of them.
+pub(super) fn nomination_note(node_claim: Option<&str>, node: Option<&str>) -> Arc<str> {
     let mut targets = Vec::new();
     if let Some(claim) = node_claim {
         targets.push(format!("nodeclaim/{claim}"));
@@ -88,48 +88,102 @@ pub(super) fn nominated(
     if let Some(node) = node {
         targets.push(format!("node/{node}"));
     }
-    ClusterEvent {
-        regarding: pod_reference(pod),
-        related: None,
-        type_: EventType::Normal,
-        reason: NOMINATED.to_owned(),
-        action: ACTION.to_owned(),
-        note: Some(format!("Pod should schedule on: {}", targets.join(", "))),
+    format!("Pod should schedule on: {}", targets.join(", ")).into()
+}
+
+/// An event a run means to record, cheap until the [`EventGate`] lets it through.
+#[derive(Debug, Clone)]
+pub(super) enum Planned<'a> {
+    /// Karpenter's `NominatePodEvent`; the note from [`nomination_note`].
+    Nominated { pod: &'a PodRef, note: Arc<str> },
+    /// Karpenter's `PodFailedToScheduleEvent`: `Failed to schedule pod, <why>`.
+    FailedScheduling { pod: &'a PodRef, note: String },
+    /// Karpenter's `NoCompatibleInstanceTypes` on a NodePool.
+    NoCompatibleInstanceTypes {
+        nodepool: String,
+        uid: Option<String>,
+    },
+}
+
+impl<'a> Planned<'a> {
+    pub(super) fn nominated(pod: &'a PodRef, note: Arc<str>) -> Self {
+        Self::Nominated { pod, note }
+    }
+
+    pub(super) fn failed_scheduling(pod: &'a PodRef, why: &str) -> Self {
+        Self::FailedScheduling {
+            pod,
+            note: short_note(format!("Failed to schedule pod, {why}"), pod),
+        }
+    }
+
+    pub(super) fn no_compatible_instance_types(nodepool: &str, uid: Option<String>) -> Self {
+        Self::NoCompatibleInstanceTypes {
+            nodepool: nodepool.to_owned(),
+            uid,
+        }
+    }
+
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Nominated { .. } => NOMINATED,
+            Self::FailedScheduling { .. } => FAILED_SCHEDULING,
+            Self::NoCompatibleInstanceTypes { .. } => NO_COMPATIBLE_INSTANCE_TYPES,
+        }
+    }
+
+    /// The key of the object it is about, for dedupe: the pod's `namespace/name`, the
+    /// NodePool's name.
+    fn key(&self) -> &str {
+        match self {
+            Self::Nominated { pod, .. } | Self::FailedScheduling { pod, .. } => &pod.key,
+            Self::NoCompatibleInstanceTypes { nodepool, .. } => nodepool,
+        }
+    }
+
+    fn note(&self) -> &str {
+        match self {
+            Self::Nominated { note, .. } => note,
+            Self::FailedScheduling { note, .. } => note,
+            Self::NoCompatibleInstanceTypes { .. } => NO_COMPATIBLE_INSTANCE_TYPES_NOTE,
+        }
+    }
+
+    /// The event to publish.
+    pub(super) fn into_event(self) -> ClusterEvent {
+        let reason = self.reason();
+        let (regarding, type_, note) = match self {
+            Self::Nominated { pod, note } => {
+                (pod_reference(pod), EventType::Normal, note.to_string())
+            }
+            Self::FailedScheduling { pod, note } => (pod_reference(pod), EventType::Warning, note),
+            Self::NoCompatibleInstanceTypes { nodepool, uid } => (
+                nodepool_reference(&nodepool, uid),
+                EventType::Warning,
+                NO_COMPATIBLE_INSTANCE_TYPES_NOTE.to_owned(),
+            ),
+        };
+        ClusterEvent {
+            regarding,
+            related: None,
+            type_,
+            reason: reason.to_owned(),
+            action: ACTION.to_owned(),
+            note: Some(note),
+        }
     }
 }
 
-/// Karpenter's `PodFailedToScheduleEvent`: `Failed to schedule pod, <why>`.
-pub(super) fn failed_scheduling(pod: &PodRef, why: &str) -> ClusterEvent {
-    ClusterEvent {
-        regarding: pod_reference(pod),
-        related: None,
-        type_: EventType::Warning,
-        reason: FAILED_SCHEDULING.to_owned(),
-        action: ACTION.to_owned(),
-        note: Some(short_note(format!("Failed to schedule pod, {why}"), pod)),
-    }
-}
-
-/// Karpenter's `NoCompatibleInstanceTypes` on a NodePool.
-pub(super) fn no_compatible_instance_types(nodepool: &str, uid: Option<String>) -> ClusterEvent {
-    ClusterEvent {
-        regarding: nodepool_reference(nodepool, uid),
-        related: None,
-        type_: EventType::Warning,
-        reason: NO_COMPATIBLE_INSTANCE_TYPES.to_owned(),
-        action: ACTION.to_owned(),
-        note: Some(
-            "NodePool requirements filtered out all compatible available instance types".to_owned(),
-        ),
-    }
-}
+/// The note of `NoCompatibleInstanceTypes`.
+const NO_COMPATIBLE_INSTANCE_TYPES_NOTE: &str =
+    "NodePool requirements filtered out all compatible available instance types";
 
 /// Remembers recent events to drop repeats, and rate-limits nominations. Kept across runs (and
 /// across restarts of the actor, in its deps); losing it only means a repeated event.
 #[derive(Debug)]
 pub(super) struct EventGate {
-    /// (reason, object key) -> (note, when published).
-    recent: HashMap<(String, String), (String, Instant)>,
+    /// Per reason: object key -> (note, when published).
+    recent: HashMap<&'static str, HashMap<String, (String, Instant)>>,
     tokens: f64,
     refilled: Option<Instant>,
 }
@@ -145,29 +199,33 @@ impl Default for EventGate {
 }
 
 impl EventGate {
-    /// Whether to publish `event` about the object `key` now.
-    pub(super) fn admit(&mut self, event: &ClusterEvent, key: &str, now: Instant) -> bool {
-        let window = match event.reason.as_str() {
+    /// Whether to publish `event` now. Allocates only for an event it lets through.
+    pub(super) fn admit(&mut self, event: &Planned<'_>, now: Instant) -> bool {
+        let reason = event.reason();
+        let window = match reason {
             NOMINATED => NOMINATED_DEDUPE,
             FAILED_SCHEDULING => FAILED_SCHEDULING_DEDUPE,
             _ => NODEPOOL_DEDUPE,
         };
-        let id = (event.reason.clone(), key.to_owned());
-        let note = event.note.clone().unwrap_or_default();
-        if let Some((seen, at)) = self.recent.get(&id)
-            && *seen == note
+        let (key, note) = (event.key(), event.note());
+        if let Some((seen, at)) = self.recent.get(reason).and_then(|r| r.get(key))
+            && seen == note
             && now.duration_since(*at) < window
         {
             return false;
         }
-        if event.reason == NOMINATED && !self.take_token(now) {
+        if reason == NOMINATED && !self.take_token(now) {
             return false;
         }
-        if self.recent.len() >= MAX_REMEMBERED {
-            self.recent
-                .retain(|_, (_, at)| now.duration_since(*at) < FAILED_SCHEDULING_DEDUPE);
+        if self.recent.values().map(HashMap::len).sum::<usize>() >= MAX_REMEMBERED {
+            for recent in self.recent.values_mut() {
+                recent.retain(|_, (_, at)| now.duration_since(*at) < FAILED_SCHEDULING_DEDUPE);
+            }
         }
-        self.recent.insert(id, (note, now));
+        self.recent
+            .entry(reason)
+            .or_default()
+            .insert(key.to_owned(), (note.to_owned(), now));
         true
     }
 
@@ -192,7 +250,7 @@ mod tests {
 
     fn pod(name: &str) -> PodRef {
         PodRef {
-            key: format!("default/{name}"),
+            key: format!("default/{name}").into(),
             namespace: "default".to_owned(),
             name: name.to_owned(),
             uid: Some(format!("uid-{name}")),
@@ -203,16 +261,22 @@ mod tests {
     fn nominations_are_rate_limited_like_karpenters() {
         let mut gate = EventGate::default();
         let now = Instant::now();
+        let note = nomination_note(Some("default-abcde"), None);
         let admitted = (0..30)
             .filter(|i| {
                 let p = pod(&format!("p{i}"));
-                gate.admit(&nominated(&p, Some("default-abcde"), None), &p.key, now)
+                gate.admit(&Planned::nominated(&p, note.clone()), now)
             })
             .count();
         assert_eq!(admitted, 10);
         let p = pod("late");
         let later = now + Duration::from_millis(400);
-        assert!(gate.admit(&nominated(&p, Some("c"), None), &p.key, later));
+        let event = Planned::nominated(&p, nomination_note(Some("c"), None));
+        assert!(gate.admit(&event, later));
+        assert_eq!(
+            event.into_event().note.as_deref(),
+            Some("Pod should schedule on: nodeclaim/c")
+        );
     }
 
     #[test]
@@ -220,18 +284,18 @@ mod tests {
         let mut gate = EventGate::default();
         let now = Instant::now();
         let p = pod("web");
-        let event = failed_scheduling(&p, "no nodepools found");
-        assert!(gate.admit(&event, &p.key, now));
-        assert!(!gate.admit(&event, &p.key, now + Duration::from_mins(1)));
-        let changed = failed_scheduling(&p, "incompatible with nodepool \"a\", x");
-        assert!(gate.admit(&changed, &p.key, now + Duration::from_mins(1)));
-        assert!(gate.admit(&changed, &p.key, now + Duration::from_mins(7)));
+        let event = Planned::failed_scheduling(&p, "no nodepools found");
+        assert!(gate.admit(&event, now));
+        assert!(!gate.admit(&event, now + Duration::from_mins(1)));
+        let changed = Planned::failed_scheduling(&p, "incompatible with nodepool \"a\", x");
+        assert!(gate.admit(&changed, now + Duration::from_mins(1)));
+        assert!(gate.admit(&changed, now + Duration::from_mins(7)));
     }
 
     #[test]
     fn long_notes_are_cut_and_point_at_explain() {
         let p = pod("web");
-        let event = failed_scheduling(&p, &"x".repeat(5000));
+        let event = Planned::failed_scheduling(&p, &"x".repeat(5000)).into_event();
         let note = event.note.unwrap_or_default();
         assert!(note.len() <= MAX_NOTE_BYTES);
         assert!(note.ends_with("(run `karpenter explain pod default/web`)"));

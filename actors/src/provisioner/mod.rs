@@ -32,7 +32,7 @@ mod launch;
 mod metrics;
 pub(crate) mod run;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -342,18 +342,37 @@ impl Mail for RunFinished {
     const NAME: &'static str = "RunFinished";
 }
 
+/// A pod's latest decision as the actor keeps it: the run's time and the decision shared with
+/// the other pods of its NodeClaim or node; a [`PodDecision`] of its own only when asked.
+#[derive(Debug, Clone)]
+struct KeptDecision {
+    decided_at: Arc<str>,
+    run: u64,
+    decision: Arc<Decision>,
+}
+
+impl KeptDecision {
+    fn to_pod_decision(&self) -> PodDecision {
+        PodDecision {
+            decided_at: self.decided_at.to_string(),
+            run: self.run,
+            decision: Decision::clone(&self.decision),
+        }
+    }
+}
+
 /// The Provisioner singleton.
 #[derive(Debug)]
 pub struct ProvisionerActor {
     deps: ProvisionerDeps,
     batcher: batch::Batcher,
-    decisions: HashMap<String, PodDecision>,
+    /// The latest run's decision per pod (`namespace/name`); also the pods whose first
+    /// decision has been measured.
+    decisions: HashMap<Arc<str>, KeptDecision>,
     skipped_pools: Vec<PoolVerdict>,
     last_run: Option<RunSummary>,
     /// When each pending pod was first seen, until its first decision.
     acks: HashMap<String, Instant>,
-    /// Pods whose first decision has been measured (those of the latest run).
-    decided: HashSet<String>,
     requeue_armed: bool,
 }
 
@@ -377,7 +396,6 @@ impl Supervised for ProvisionerActor {
             skipped_pools: Vec::new(),
             last_run: None,
             acks: HashMap::new(),
-            decided: HashSet::new(),
             requeue_armed: false,
         })
     }
@@ -455,30 +473,31 @@ impl ProvisionerActor {
         let run = report.summary.run;
         let pending = report.summary.pods;
         if report.summary.error.is_none() {
-            let mut decided = HashSet::with_capacity(report.decisions.len());
             let mut decisions = HashMap::with_capacity(report.decisions.len());
-            let wall = self.deps.clock.now();
-            for (key, decision) in report.decisions {
-                if let Some(seen) = self.acks.remove(&key) {
+            let decided_at: Arc<str> = report.decided_at.into();
+            for (key, decision) in &report.decisions {
+                if let Some(seen) = self.acks.remove(&**key) {
                     self.deps.metrics.observe_decision(now.duration_since(seen));
                 }
-                if matches!(
-                    decision,
-                    Decision::Nominated { .. } | Decision::Provisioned { .. }
-                ) {
-                    self.deps.metrics.pod_times.schedulable(&key, wall);
-                }
-                decided.insert(key.clone());
                 decisions.insert(
-                    key,
-                    PodDecision {
-                        decided_at: report.decided_at.clone(),
+                    Arc::clone(key),
+                    KeptDecision {
+                        decided_at: Arc::clone(&decided_at),
                         run,
-                        decision,
+                        decision: Arc::clone(decision),
                     },
                 );
             }
-            self.decided = decided;
+            let placed = report.decisions.iter().filter(|(_, decision)| {
+                matches!(
+                    **decision,
+                    Decision::Nominated { .. } | Decision::Provisioned { .. }
+                )
+            });
+            self.deps
+                .metrics
+                .pod_times
+                .schedulable_all(placed.map(|(key, _)| &**key), self.deps.clock.now());
             self.decisions = decisions;
             self.skipped_pools = report.skipped_pools;
         }
@@ -505,7 +524,10 @@ impl ProvisionerActor {
                 },
             },
         };
-        let decision = self.decisions.get(&key).cloned();
+        let decision = self
+            .decisions
+            .get(key.as_str())
+            .map(KeptDecision::to_pod_decision);
         PodExplanation {
             pod: key,
             state,
@@ -531,7 +553,7 @@ impl Handles<Triggered> for ProvisionerActor {
         }
         if let Some((namespace, name)) = &message.pod {
             let key = format!("{namespace}/{name}");
-            if !self.decided.contains(&key) {
+            if !self.decisions.contains_key(key.as_str()) {
                 self.deps.metrics.pod_times.ack(&key, self.deps.clock.now());
                 self.acks.entry(key).or_insert_with(Instant::now);
             }

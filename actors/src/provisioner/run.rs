@@ -3,6 +3,11 @@
 //! ([`Tasks::blocking`]) with a one-minute cap, the limits check against current usage, the
 //! NodeClaims created in parallel, the events queued for publishing in another task, and a
 //! [`RunReport`] for the actor (Karpenter's `Provisioner.Schedule` + `CreateNodeClaims`).
+//!
+//! After the solve the work is per NodeClaim where it can be: the pods of one NodeClaim (or
+//! existing node) share one [`Decision`] and one nomination note, the events are built only
+//! for those the gate lets through, and the snapshot and the plan are freed on the blocking pool
+//! rather than before the report (as Go's collector frees Karpenter's in the background).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,7 +30,7 @@ use karpenter_core::domain::resources::{ResourceLimits, Resources};
 use karpenter_core::domain::scheduling::{NewNodeClaim, Options, Plan, ReservedOfferingMode};
 
 use super::build::{self, Built, PodRef, UsablePool};
-use super::events::{self, MAX_EVENTS_PER_RUN};
+use super::events::{MAX_EVENTS_PER_RUN, Planned, nomination_note};
 use super::explain::{Decision, PoolVerdict, failure_message};
 use super::launch::{self, Admission};
 use super::{ProvisionerDeps, SOLVE_TIMEOUT};
@@ -58,6 +63,9 @@ pub struct RunSummary {
     pub build_micros: u64,
     /// Wall time of the solve, µs.
     pub solve_micros: u64,
+    /// Wall time from the solve to the report: the limits check, creating NodeClaims,
+    /// nominations, decisions and queueing events, µs.
+    pub decide_micros: u64,
 }
 
 fn micros(duration: std::time::Duration) -> u64 {
@@ -70,8 +78,9 @@ pub(super) struct RunReport {
     pub summary: RunSummary,
     /// RFC 3339.
     pub decided_at: String,
-    /// One per pod the run looked at; empty when the run failed.
-    pub decisions: Vec<(String, Decision)>,
+    /// One per pod the run looked at, by `namespace/name`; empty when the run failed. The pods
+    /// of one NodeClaim or node share their decision.
+    pub decisions: Vec<(Arc<str>, Arc<Decision>)>,
     /// NodePools left out before scheduling.
     pub skipped_pools: Vec<PoolVerdict>,
 }
@@ -161,7 +170,7 @@ fn log_decision(built: &Built, plan: &Plan, elapsed: std::time::Duration) {
         "computing scheduling decision for provisionable pod(s)"
     );
     if !plan.new_node_claims.is_empty() {
-        let keys: Vec<&str> = built.pods.iter().map(|p| p.key.as_str()).collect();
+        let keys: Vec<&str> = built.pods.iter().map(|p| &*p.key).collect();
         tracing::info!(
             Pods = %logs::Truncated { items: &keys, max: 5 },
             duration = %logs::GoDuration(elapsed),
@@ -280,36 +289,58 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64, tasks: Tasks) -> RunRe
     };
     left_out.extend(built.skipped_pools.iter().cloned());
     log_decision(&built, &plan, run_started.elapsed());
+    let deciding = WallInstant::now();
+    let (mut summary, decisions) = decide(deps, run, tasks, &built, &plan, &types_by_pool).await;
+    summary.build_micros = build_micros;
+    summary.solve_micros = solve_micros;
+    summary.decide_micros = micros(deciding.elapsed());
+    // The snapshot and the plan hold an object per pod: freeing them is not the report's
+    // business, so it happens beside the actor.
+    tasks.spawn(async move {
+        let freed = tasks.blocking(move || drop((built, plan))).await;
+        if let Err(error) = freed {
+            tracing::debug!(error = logs::err(&error), "freeing a run's snapshot failed");
+        }
+    });
+    RunReport {
+        summary,
+        decided_at,
+        decisions,
+        skipped_pools: left_out,
+    }
+}
+
+/// What the run does with the plan: nominations, NodeClaims, events, and each pod's decision.
+async fn decide(
+    deps: &ProvisionerDeps,
+    run: u64,
+    tasks: Tasks,
+    built: &Built,
+    plan: &Plan,
+    types_by_pool: &HashMap<String, Vec<Arc<InstanceType>>>,
+) -> (RunSummary, Vec<(Arc<str>, Arc<Decision>)>) {
     let mut outcome = Outcome::new(run);
-    outcome.summary.build_micros = build_micros;
-    outcome.summary.solve_micros = solve_micros;
-    outcome.ignored(&built);
-    outcome.existing(deps, &built, &plan);
-    outcome.failures(&built, &plan);
-    outcome.pools_without_types(deps, &plan);
-    outcome.launch(deps, &built, &plan, &types_by_pool).await;
+    outcome.ignored(built);
+    outcome.existing(deps, built, plan);
+    outcome.failures(built, plan);
+    outcome.pools_without_types(deps, plan);
+    outcome.launch(deps, built, plan, types_by_pool).await;
     deps.metrics
         .set_unschedulable(outcome.summary.unschedulable + outcome.summary.node_claims_not_created);
     deps.metrics.set_ignored(outcome.summary.ignored);
     outcome.publish(deps, tasks);
     tracing::debug!(summary = ?outcome.summary, "provisioning run");
-    RunReport {
-        summary: outcome.summary,
-        decided_at,
-        decisions: outcome.decisions,
-        skipped_pools: left_out,
-    }
+    (outcome.summary, outcome.decisions)
 }
 
-/// What a run decided, built up step by step.
-struct Outcome {
+/// What a run decided, built up step by step; its events refer to the run's pods.
+struct Outcome<'a> {
     summary: RunSummary,
-    decisions: Vec<(String, Decision)>,
-    /// Events with the key of the object they are about (for dedupe).
-    events: Vec<(ClusterEvent, String)>,
+    decisions: Vec<(Arc<str>, Arc<Decision>)>,
+    events: Vec<Planned<'a>>,
 }
 
-impl Outcome {
+impl<'a> Outcome<'a> {
     fn new(run: u64) -> Self {
         Self {
             summary: RunSummary {
@@ -321,8 +352,9 @@ impl Outcome {
         }
     }
 
-    fn decide(&mut self, pod: &PodRef, decision: Decision) {
-        self.decisions.push((pod.key.clone(), decision));
+    fn decide(&mut self, pod: &PodRef, decision: &Arc<Decision>) {
+        self.decisions
+            .push((Arc::clone(&pod.key), Arc::clone(decision)));
     }
 
     fn ignored(&mut self, built: &Built) {
@@ -332,43 +364,41 @@ impl Outcome {
             tracing::debug!(Pod = %pod.key, "ignoring pod, {reason}");
             self.decide(
                 pod,
-                Decision::Ignored {
+                &Arc::new(Decision::Ignored {
                     reason: reason.clone(),
-                },
+                }),
             );
         }
     }
 
-    fn existing(&mut self, deps: &ProvisionerDeps, built: &Built, plan: &Plan) {
+    fn existing(&mut self, deps: &ProvisionerDeps, built: &'a Built, plan: &Plan) {
         let now = deps.clock.now();
         let window = crate::nominations::nomination_window(deps.settings.batch_max_duration);
         for placement in &plan.existing {
             let Some(node) = built.nodes.get(placement.node) else {
                 continue;
             };
-            if let Some(name) = node.node.as_deref().or(node.node_claim.as_deref())
-                && !placement.pods.is_empty()
-            {
+            if placement.pods.is_empty() {
+                continue;
+            }
+            if let Some(name) = node.node.as_deref().or(node.node_claim.as_deref()) {
                 deps.nominations.nominate(name, now, window);
             }
+            let shared_note = nomination_note(node.node_claim.as_deref(), node.node.as_deref());
+            let decision = Arc::new(Decision::Nominated {
+                node: node.node.clone(),
+                node_claim: node.node_claim.clone(),
+            });
             for pod in placement.pods.iter().filter_map(|i| built.pods.get(*i)) {
                 self.summary.nominated += 1;
-                self.events.push((
-                    events::nominated(pod, node.node_claim.as_deref(), node.node.as_deref()),
-                    pod.key.clone(),
-                ));
-                self.decide(
-                    pod,
-                    Decision::Nominated {
-                        node: node.node.clone(),
-                        node_claim: node.node_claim.clone(),
-                    },
-                );
+                self.events
+                    .push(Planned::nominated(pod, Arc::clone(&shared_note)));
+                self.decide(pod, &decision);
             }
         }
     }
 
-    fn failures(&mut self, built: &Built, plan: &Plan) {
+    fn failures(&mut self, built: &'a Built, plan: &Plan) {
         for failure in &plan.failures {
             let Some(pod) = built.pods.get(failure.pod) else {
                 continue;
@@ -384,14 +414,12 @@ impl Outcome {
                 .collect();
             if failure.deferred {
                 self.summary.deferred += 1;
-                self.decide(pod, Decision::Deferred { pools });
+                self.decide(pod, &Arc::new(Decision::Deferred { pools }));
             } else {
                 self.summary.unschedulable += 1;
-                self.events.push((
-                    events::failed_scheduling(pod, &failure_message(&pools)),
-                    pod.key.clone(),
-                ));
-                self.decide(pod, Decision::Unschedulable { pools });
+                self.events
+                    .push(Planned::failed_scheduling(pod, &failure_message(&pools)));
+                self.decide(pod, &Arc::new(Decision::Unschedulable { pools }));
             }
         }
     }
@@ -402,10 +430,8 @@ impl Outcome {
                 .view
                 .nodepool(name)
                 .and_then(|np| np.metadata.uid.clone());
-            self.events.push((
-                events::no_compatible_instance_types(name, uid),
-                name.clone(),
-            ));
+            self.events
+                .push(Planned::no_compatible_instance_types(name, uid));
         }
     }
 
@@ -414,20 +440,26 @@ impl Outcome {
     async fn launch(
         &mut self,
         deps: &ProvisionerDeps,
-        built: &Built,
+        built: &'a Built,
         plan: &Plan,
         types_by_pool: &HashMap<String, Vec<Arc<InstanceType>>>,
     ) {
         let claims_now = deps.view.nodeclaims();
-        let mut remaining: HashMap<String, Result<ResourceLimits, limits::LimitsError>> =
+        let mut remaining: HashMap<&str, Result<ResourceLimits, limits::LimitsError>> =
             HashMap::new();
         let mut creates: JoinSet<(usize, Result<String, ClusterError>)> = JoinSet::new();
         let mut admitted: HashMap<usize, Vec<Arc<InstanceType>>> = HashMap::new();
+        // Read once per NodePool, not per NodeClaim.
+        let mut nodepools: HashMap<&str, Option<Arc<NodePool>>> = HashMap::new();
         for (index, claim) in plan.new_node_claims.iter().enumerate() {
-            let nodepool = deps
-                .view
-                .nodepool(&claim.node_pool)
-                .filter(|np| np.metadata.deletion_timestamp.is_none());
+            let nodepool = nodepools
+                .entry(claim.node_pool.as_str())
+                .or_insert_with(|| {
+                    deps.view
+                        .nodepool(&claim.node_pool)
+                        .filter(|np| np.metadata.deletion_timestamp.is_none())
+                })
+                .clone();
             let Some(nodepool) = nodepool else {
                 self.not_launched(built, claim, "the nodepool was deleted");
                 continue;
@@ -436,13 +468,15 @@ impl Outcome {
                 .get(&claim.node_pool)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            let left = remaining.entry(claim.node_pool.clone()).or_insert_with(|| {
-                limits::remaining_with_in_flight(
-                    &nodepool,
-                    claims_now.iter().map(AsRef::as_ref),
-                    types,
-                )
-            });
+            let left = remaining
+                .entry(claim.node_pool.as_str())
+                .or_insert_with(|| {
+                    limits::remaining_with_in_flight(
+                        &nodepool,
+                        claims_now.iter().map(AsRef::as_ref),
+                        types,
+                    )
+                });
             let admission = match left {
                 Ok(left) => launch::admit(claim, left),
                 Err(error) => Admission::Refuse {
@@ -477,7 +511,10 @@ impl Outcome {
             match result {
                 Ok(name) => {
                     let types = admitted.remove(&index).unwrap_or_default();
-                    self.provisioned(deps, built, claim, &name, &types);
+                    let nodepool = nodepools
+                        .get(claim.node_pool.as_str())
+                        .and_then(Option::as_deref);
+                    self.provisioned(deps, built, claim, nodepool, &name, &types);
                 }
                 Err(error) => {
                     tracing::error!(
@@ -495,29 +532,23 @@ impl Outcome {
         }
     }
 
+    /// Records a created NodeClaim: its metric and log line, and for each of its pods the
+    /// nomination event and the decision (one of each shared by all of them).
     fn provisioned(
         &mut self,
         deps: &ProvisionerDeps,
-        built: &Built,
+        built: &'a Built,
         claim: &NewNodeClaim,
+        nodepool: Option<&NodePool>,
         name: &str,
         types: &[Arc<InstanceType>],
     ) {
         self.summary.node_claims_created += 1;
         deps.remember_created(name);
-        let capacity_type = deps
-            .view
-            .nodepool(&claim.node_pool)
-            .and_then(|np| {
-                np.spec
-                    .template
-                    .metadata
-                    .labels
-                    .get(labels::CAPACITY_TYPE)
-                    .cloned()
-            })
-            .unwrap_or_default();
-        deps.metrics.count_created(&claim.node_pool, &capacity_type);
+        let capacity_type = nodepool
+            .and_then(|np| np.spec.template.metadata.labels.get(labels::CAPACITY_TYPE))
+            .map_or("", String::as_str);
+        deps.metrics.count_created(&claim.node_pool, capacity_type);
         let listed: Vec<String> = types
             .iter()
             .take(LISTED_INSTANCE_TYPES)
@@ -531,39 +562,34 @@ impl Outcome {
             "instance-types" = %logs::Truncated { items: &names, max: LISTED_INSTANCE_TYPES },
             "created nodeclaim"
         );
+        let note = nomination_note(Some(name), None);
+        let decision = Arc::new(Decision::Provisioned {
+            node_claim: name.to_owned(),
+            node_pool: claim.node_pool.clone(),
+            instance_types: listed,
+            instance_type_count: types.len(),
+        });
         for pod in claim.pods.iter().filter_map(|i| built.pods.get(*i)) {
             self.summary.provisioned += 1;
-            self.events
-                .push((events::nominated(pod, Some(name), None), pod.key.clone()));
-            self.decide(
-                pod,
-                Decision::Provisioned {
-                    node_claim: name.to_owned(),
-                    node_pool: claim.node_pool.clone(),
-                    instance_types: listed.clone(),
-                    instance_type_count: types.len(),
-                },
-            );
+            self.events.push(Planned::nominated(pod, Arc::clone(&note)));
+            self.decide(pod, &decision);
         }
     }
 
-    fn not_launched(&mut self, built: &Built, claim: &NewNodeClaim, reason: &str) {
+    fn not_launched(&mut self, built: &'a Built, claim: &NewNodeClaim, reason: &str) {
         self.summary.node_claims_not_created += 1;
         let why = failure_message(&[PoolVerdict {
             node_pool: claim.node_pool.clone(),
             reason: reason.to_owned(),
             detail: serde_json::Value::Null,
         }]);
+        let decision = Arc::new(Decision::NotLaunched {
+            node_pool: claim.node_pool.clone(),
+            reason: reason.to_owned(),
+        });
         for pod in claim.pods.iter().filter_map(|i| built.pods.get(*i)) {
-            self.events
-                .push((events::failed_scheduling(pod, &why), pod.key.clone()));
-            self.decide(
-                pod,
-                Decision::NotLaunched {
-                    node_pool: claim.node_pool.clone(),
-                    reason: reason.to_owned(),
-                },
-            );
+            self.events.push(Planned::failed_scheduling(pod, &why));
+            self.decide(pod, &decision);
         }
     }
 
@@ -575,9 +601,9 @@ impl Outcome {
             let mut gate = deps.event_gate();
             std::mem::take(&mut self.events)
                 .into_iter()
-                .filter(|(event, key)| gate.admit(event, key, now))
-                .map(|(event, _)| event)
+                .filter(|event| gate.admit(event, now))
                 .take(MAX_EVENTS_PER_RUN)
+                .map(Planned::into_event)
                 .collect()
         };
         if admitted.is_empty() {
