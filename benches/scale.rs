@@ -93,16 +93,23 @@ fn main() {
     }
 }
 
-/// The scale scenario with every workload's replicas scaled to `size` one-per-node pods.
+/// The scale scenario with every workload's replicas scaled to `size` one-per-node pods (the
+/// file's `replicas:` lines rewritten before it is loaded, so the loader sees what a user's
+/// file would say).
 fn scenario(size: u64) -> LoadedScenario {
-    let mut loaded = LoadedScenario::from_yaml(SCENARIO, None).expect("scale.yaml loads");
-    for workload in &mut loaded.scenario.workloads {
-        for step in &mut workload.steps {
-            let scaled = u64::from(step.replicas) * size / FULL_SIZE;
-            step.replicas = u32::try_from(scaled).expect("replicas fit in u32");
-        }
-    }
-    loaded
+    let text: String = SCENARIO
+        .lines()
+        .map(|line| match line.split_once("replicas: ") {
+            Some((head, tail)) => {
+                let digits: String = tail.chars().take_while(char::is_ascii_digit).collect();
+                let rest = &tail[digits.len()..];
+                let replicas: u64 = digits.parse().expect("replicas are numbers");
+                format!("{head}replicas: {}{rest}\n", replicas * size / FULL_SIZE)
+            }
+            None => format!("{line}\n"),
+        })
+        .collect();
+    LoadedScenario::from_yaml(&text, None).expect("scale.yaml loads")
 }
 
 fn mb(bytes: usize) -> f64 {

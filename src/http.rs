@@ -332,6 +332,14 @@ impl fmt::Debug for MetricsRegistries {
                     .unwrap_or_else(PoisonError::into_inner)
                     .len(),
             )
+            .field(
+                "before_encode",
+                &self
+                    .before_encode
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .len(),
+            )
             .finish()
     }
 }
@@ -726,6 +734,30 @@ pub async fn get(url: &str, timeout: Duration) -> Result<(StatusCode, Bytes), Ht
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scrape_hooks_write_their_families_before_each_encoding() {
+        use prometheus_client::metrics::gauge::Gauge;
+        let gauge: Gauge = Gauge::default();
+        let mut registry = Registry::default();
+        registry.register("scraped", "Set by the hook", gauge.clone());
+        let registries = MetricsRegistries::new(registry);
+        let scrapes = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        registries.before_encode(Arc::new({
+            let scrapes = Arc::clone(&scrapes);
+            move || {
+                let n = scrapes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                gauge.set(n);
+            }
+        }));
+        let merged = MetricsRegistries::default();
+        merged.extend(&registries);
+        assert!(registries.encode().unwrap().contains("scraped 1\n"));
+        assert!(
+            merged.encode().unwrap().contains("scraped 2\n"),
+            "extend keeps the hooks"
+        );
+    }
 
     #[tokio::test]
     async fn the_longest_prefix_wins_and_unknown_paths_are_404() {
