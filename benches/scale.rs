@@ -134,11 +134,11 @@ fn proc_status_bytes(field: &str) -> usize {
 
 /// Heap bytes now live, by the counting allocator.
 fn live_heap() -> usize {
+    // A reallocation's growth or shrink is already in these two counts.
     let stats = GLOBAL.stats();
-    let grown = stats
+    stats
         .bytes_allocated
-        .saturating_add_signed(stats.bytes_reallocated);
-    grown.saturating_sub(stats.bytes_deallocated)
+        .saturating_sub(stats.bytes_deallocated)
 }
 
 /// Heap bytes of `objects`: each cloned under the counting allocator.
