@@ -11,9 +11,9 @@
 //! bindings (`pods/binding`); its failures become the Unschedulable condition.
 //!
 //! Bindings just made are remembered ("assumed", as kube-scheduler does) until the store shows
-//! them, so a lagging watch cannot make the next tick overcommit a node. A tick whose inputs did
-//! not change since the last one (same pending pods, same nodes at the same resourceVersions)
-//! skips the solve.
+//! them, so a lagging watch cannot make the next tick overcommit a node. A tick when no pod or
+//! node changed since the last error-free pass reads nothing ([`ChangeMark`]); one whose inputs
+//! did not change (same pending pods, same nodes at the same resourceVersions) skips the solve.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
