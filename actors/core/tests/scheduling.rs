@@ -32,7 +32,7 @@ use karpenter_core::domain::scheduling::workload::{ZONES, fake_instance_type};
 use karpenter_core::domain::scheduling::{
     BoundPod, ExistingNode, InstanceTypeChecks, NodePoolInput, Options, Placement, Plan,
     PreferencePolicy, Reason, SchedulingPod, Snapshot, TopologyRule, cost_lower_bound, cost_report,
-    first_untolerated, solve,
+    TypeCache, first_untolerated, solve, solve_observed, solve_shared,
 };
 
 const GI: i64 = 1 << 30;
@@ -1879,4 +1879,58 @@ mod properties {
             }
         }
     }
+}
+
+// ---- solves sharing instance-type answers ---------------------------------------------------
+
+#[test]
+fn solves_sharing_a_type_cache_plan_as_solves_without_one() {
+    use karpenter_core::domain::scheduling::workload::{
+        PodFactory, benchmark_node_pool, fake_instance_types,
+    };
+    // One prepared pool solved for several different batches, as a disruption round does.
+    let pool = benchmark_node_pool(fake_instance_types(60)).prepared();
+    assert!(pool.types_prepared);
+    let cache = TypeCache::default();
+    let mut factory = PodFactory::new(7);
+    for round in 0..4 {
+        let mut pods = factory.diverse(40 + round * 30);
+        pods.extend(factory.spread(20, ZONE));
+        let snapshot = Snapshot {
+            pods: pods
+                .iter()
+                .map(|p| SchedulingPod::from_pod(p).unwrap())
+                .collect(),
+            existing_nodes: vec![existing_node("node-a", "test-zone-1", 4)],
+            node_pools: vec![pool.clone()],
+            ..Snapshot::default()
+        };
+        let alone = solve_observed(&snapshot, &Options::default());
+        let shared = solve_shared(&snapshot, &Options::default(), Some(&cache));
+        assert_eq!(shared, alone, "round {round}");
+        assert!(!alone.0.new_node_claims.is_empty(), "round {round} launches");
+    }
+    assert!(!cache.is_empty(), "the solves kept their class answers");
+}
+
+#[test]
+fn a_prepared_pool_keeps_only_the_allowed_types_cheapest_first() {
+    let mut pool = node_pool("default");
+    pool.requirements
+        .add(Requirement::in_values(labels::INSTANCE_CPU, &["2", "8", "16"]));
+    let prepared = pool.prepared();
+    let names: Vec<&str> = prepared
+        .instance_types
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    assert_eq!(names, ["c2", "c8", "c16"]);
+    assert_eq!(prepared.launchable_types().len(), 3);
+    assert_eq!(pool.launchable_types().len(), 3);
+    // A prepared pool plans as the raw one.
+    let pods = [pod("a").requests("3", "1Gi")];
+    assert_eq!(
+        run(&snapshot(&pods, vec![prepared])),
+        run(&snapshot(&pods, vec![pool]))
+    );
 }

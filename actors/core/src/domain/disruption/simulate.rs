@@ -62,7 +62,7 @@ use crate::domain::resources::{NODES, Resources, approx_f64};
 use crate::domain::scheduling::{
     self, BoundPod, ExistingNode, LabelSelector, NewNodeClaim, NodePoolInput, Options, Placement,
     Plan, PodShape, ReservedOfferingMode, SchedulingPod, SelectorOperator, Snapshot,
-    SpreadConstraint, Toleration, first_untolerated,
+    SpreadConstraint, Toleration, TypeCache, first_untolerated,
 };
 
 use super::candidates::{Candidate, is_currently_reschedulable};
@@ -217,8 +217,14 @@ pub struct Simulator<'a> {
     /// Per snapshot pool, the sum over all its existing nodes of each bounded limit resource
     /// (in `limits.iter()` order).
     pool_usage: Vec<Vec<i64>>,
+    /// The snapshot's pools with their instance types filtered and ordered once per round.
+    prepared_pools: Vec<NodePoolInput>,
     /// The pools cut down to the two instance types that decide the pod order.
     restricted_pools: Vec<NodePoolInput>,
+    /// The solver's per-class instance-type answers for `prepared_pools` and
+    /// `restricted_pools`, shared by the round's simulations.
+    prepared_types: TypeCache,
+    restricted_types: TypeCache,
     /// Per existing node: the state node's NodeClaim name, for error texts.
     claim_names: Vec<Option<String>>,
     topology: Option<TopologyIndex>,
@@ -294,6 +300,8 @@ impl<'a> Simulator<'a> {
                 *slot = Some(claim.name.clone());
             }
         }
+        let prepared_pools: Vec<NodePoolInput> =
+            snapshot.node_pools.iter().map(NodePoolInput::prepared).collect();
         Self {
             input,
             options: Options {
@@ -308,7 +316,14 @@ impl<'a> Simulator<'a> {
             classes,
             pool_of,
             pool_usage,
-            restricted_pools: snapshot.node_pools.iter().map(restrict_pool).collect(),
+            restricted_pools: snapshot
+                .node_pools
+                .iter()
+                .map(|pool| restrict_pool(pool).prepared())
+                .collect(),
+            prepared_pools,
+            prepared_types: TypeCache::default(),
+            restricted_types: TypeCache::default(),
             claim_names,
             topology: None,
             selected: FxHashMap::default(),
@@ -551,16 +566,26 @@ impl<'a> Simulator<'a> {
         };
         let reduced = self.existing_nodes(cut, batch, &ghost_pods, relevant);
         let mut work = reduced.work;
-        let source = if restricted {
-            &self.restricted_pools
+        // Work counts the instance types as the pools list them (filtering them is done
+        // once per round now, but the budgets were measured in these units).
+        let (source, counted, types) = if restricted {
+            (
+                &self.restricted_pools,
+                &self.restricted_pools,
+                &self.restricted_types,
+            )
         } else {
-            &snapshot.node_pools
+            (
+                &self.prepared_pools,
+                &snapshot.node_pools,
+                &self.prepared_types,
+            )
         };
-        let node_pools = self.pools_with_limits(source, batch, cut, &reduced.ghosts_per_pool);
-        work += node_pools
+        work += counted
             .iter()
             .map(|p| p.instance_types.len() as u64)
             .sum::<u64>();
+        let node_pools = self.pools_with_limits(source, batch, cut, &reduced.ghosts_per_pool);
         work += batch.pods.len() as u64;
         let snapshot = Snapshot {
             pods: batch.pods.clone(),
@@ -572,7 +597,7 @@ impl<'a> Simulator<'a> {
                 BTreeMap::new()
             },
         };
-        let (mut plan, first_try) = scheduling::solve_observed(&snapshot, &self.options);
+        let (mut plan, first_try) = scheduling::solve_shared(&snapshot, &self.options, Some(types));
         for placement in &mut plan.existing {
             placement.node = reduced
                 .map

@@ -60,6 +60,10 @@ pub struct NodePoolInput {
     pub daemon_host_ports: Vec<HostPort>,
     /// `spec.limits`; the capacity of the pool's existing nodes is subtracted by the scheduler.
     pub limits: ResourceLimits,
+    /// `instance_types` already holds only the types the requirements allow, cheapest
+    /// first ([`NodePoolInput::prepared`]): the scheduler takes them as they are instead of
+    /// filtering and ordering them again (callers that solve one pool many times).
+    pub types_prepared: bool,
 }
 
 impl NodePoolInput {
@@ -103,6 +107,7 @@ impl NodePoolInput {
             daemon_overhead: Resources::default(),
             daemon_host_ports: Vec::new(),
             limits,
+            types_prepared: false,
         })
     }
 
@@ -121,6 +126,36 @@ impl NodePoolInput {
             daemon_overhead: Resources::default(),
             daemon_host_ports: Vec::new(),
             limits: ResourceLimits::unlimited(),
+            types_prepared: false,
+        }
+    }
+
+    /// The instance types a NodeClaim of this pool may be: those compatible with the
+    /// requirements (the hostname aside), ordered by their cheapest compatible offering.
+    #[must_use]
+    pub fn launchable_types(&self) -> Vec<Arc<InstanceType>> {
+        if self.types_prepared {
+            return self.instance_types.clone();
+        }
+        let base = super::topology::without_hostname(&self.requirements);
+        let mut types: Vec<Arc<InstanceType>> = self
+            .instance_types
+            .iter()
+            .filter(|t| t.is_compatible(&base))
+            .cloned()
+            .collect();
+        crate::domain::instance_type::order_by_price(&mut types, &base);
+        types
+    }
+
+    /// This pool with its instance types filtered and ordered once
+    /// ([`NodePoolInput::launchable_types`]), for solving it many times.
+    #[must_use]
+    pub fn prepared(&self) -> Self {
+        Self {
+            instance_types: self.launchable_types(),
+            types_prepared: true,
+            ..self.clone()
         }
     }
 }

@@ -30,6 +30,7 @@ mod pod;
 mod selector;
 mod solver;
 mod topology;
+mod type_cache;
 pub mod workload;
 
 pub use bound::{CostLowerBound, cost_lower_bound};
@@ -46,6 +47,7 @@ pub use pod::{
     SpreadConstraint, Toleration, TolerationOperator, first_untolerated, taints_from_api,
 };
 pub use selector::{LabelSelector, SelectorOperator, SelectorTerm};
+pub use type_cache::TypeCache;
 
 pub use karpenter_config::PreferencePolicy;
 
@@ -114,7 +116,19 @@ pub fn solve(snapshot: &Snapshot, options: &Options) -> Plan {
 /// that a simulation over a prefix of the existing nodes answers as the whole cluster would.
 #[must_use]
 pub fn solve_observed(snapshot: &Snapshot, options: &Options) -> (Plan, Vec<bool>) {
+    solve_shared(snapshot, options, None)
+}
+
+/// [`solve_observed`] keeping the per-class instance-type answers in `cache` across calls
+/// over the same pools (see [`TypeCache`]); the plan is the one without a cache.
+#[must_use]
+pub fn solve_shared(
+    snapshot: &Snapshot,
+    options: &Options,
+    cache: Option<&TypeCache>,
+) -> (Plan, Vec<bool>) {
     let mut solver = solver::Solver::new(snapshot, options);
+    solver.type_cache = cache;
     solver.run();
     let first_try = std::mem::take(&mut solver.first_try);
     (solver.into_plan(), first_try)

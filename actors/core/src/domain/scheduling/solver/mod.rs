@@ -324,6 +324,8 @@ pub(super) struct Solver<'a> {
     /// unrelaxed requirements (see [`super::solve_observed`]).
     attempted: Vec<bool>,
     pub first_try: Vec<bool>,
+    /// Per-class instance-type answers shared with other solves of the same pools.
+    pub type_cache: Option<&'a super::TypeCache>,
 }
 
 /// Karpenter's placeholder hostnames for NodeClaims not launched yet.
@@ -376,6 +378,7 @@ impl<'a> Solver<'a> {
             deferred: vec![false; snapshot.pods.len()],
             attempted: vec![false; snapshot.pods.len()],
             first_try: vec![false; snapshot.pods.len()],
+            type_cache: None,
         };
         solver.empty_req = solver.reqs.intern(Requirements::new());
         solver.init_pools();

@@ -183,12 +183,19 @@ impl Solver<'_> {
         self.ensure_class_types(pool, class);
         let reqs = self.reqs.get(class);
         let p = &self.pools[pool];
-        let mut order: Vec<(f64, usize)> = p.class_types[&class]
-            .iter()
-            .map(|t| (p.types[t].cheapest_price(reqs), t))
-            .collect();
-        order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let order = order.into_iter().map(|(_, t)| t).collect();
+        let cached = self.type_cache.and_then(|c| c.order(&p.name, reqs));
+        let order = cached.unwrap_or_else(|| {
+            let mut priced: Vec<(f64, usize)> = p.class_types[&class]
+                .iter()
+                .map(|t| (p.types[t].cheapest_price(reqs), t))
+                .collect();
+            priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let order: Vec<usize> = priced.into_iter().map(|(_, t)| t).collect();
+            if let Some(cache) = self.type_cache {
+                cache.keep_order(&p.name, reqs, &order);
+            }
+            order
+        });
         self.pools[pool].class_order.insert(class, order);
     }
 

@@ -482,13 +482,21 @@ impl Solver<'_> {
     pub(super) fn ensure_class_types(&mut self, pool: usize, class: usize) {
         if !self.pools[pool].class_types.contains_key(&class) {
             let reqs = self.reqs.get(class);
-            let set: BitSet = self.pools[pool]
-                .types
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| t.is_compatible(reqs))
-                .map(|(i, _)| i)
-                .collect();
+            let p = &self.pools[pool];
+            let cached = self.type_cache.and_then(|c| c.allowed(&p.name, reqs));
+            let set: BitSet = cached.unwrap_or_else(|| {
+                let set = p
+                    .types
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, t)| t.is_compatible(reqs))
+                    .map(|(i, _)| i)
+                    .collect();
+                if let Some(cache) = self.type_cache {
+                    cache.keep_allowed(&p.name, reqs, &set);
+                }
+                set
+            });
             self.pools[pool].class_types.insert(class, set);
         }
     }

@@ -9,7 +9,6 @@ use rustc_hash::FxHashMap;
 
 use crate::apis::labels;
 use crate::apis::taints::{Taint, TaintEffect};
-use crate::domain::instance_type::{InstanceType, order_by_price};
 use crate::domain::requirements::Requirements;
 use crate::domain::resources::Resources;
 
@@ -72,18 +71,12 @@ impl Solver<'_> {
                 .taints
                 .iter()
                 .any(|t| t.effect == TaintEffect::PreferNoSchedule);
-            let base_reqs = without_hostname(&pool.requirements);
-            let mut types: Vec<Arc<InstanceType>> = pool
-                .instance_types
-                .iter()
-                .filter(|t| t.is_compatible(&base_reqs))
-                .cloned()
-                .collect();
+            let types = pool.launchable_types();
             if types.is_empty() {
                 self.skipped_pools.push(input);
                 continue;
             }
-            order_by_price(&mut types, &base_reqs);
+            let base_reqs = without_hostname(&pool.requirements);
             let base = self.reqs.intern(base_reqs);
             let taints = self.taintset(&pool.taints);
             let mut remaining = pool.limits.clone();
