@@ -11,7 +11,8 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::nominations::Nominations;
-use crate::ports::cluster_view::ClusterView;
+use crate::messages::WatchedKind;
+use crate::ports::cluster_view::{ChangeMark, ClusterView};
 use crate::provisioner::build::{self, StateRef, UsablePool};
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as cond};
 use karpenter_core::apis::labels;
@@ -136,7 +137,7 @@ fn state_node(state: &StateRef, context: &RoundContext<'_>) -> StateNode {
         labels: state.labels.clone(),
         initialized: state.initialized,
         ready: node.is_some_and(node_ready),
-        marked_for_deletion: state.deleting || context.queued.contains(&state.name),
+        marked_for_deletion: marked_for_deletion(&state.name, state.deleting, context),
         nominated_until: context.nominations.until(&state.name, context.now),
         do_not_disrupt,
         pods,
@@ -144,8 +145,136 @@ fn state_node(state: &StateRef, context: &RoundContext<'_>) -> StateNode {
     }
 }
 
-/// Reads one round's input.
-pub(super) fn build_input(view: &dyn ClusterView, context: RoundContext<'_>) -> DisruptionInput {
+/// The kinds [`build_input`] reads from the view (the NodePools come with the context).
+const VIEW_KINDS: [WatchedKind; 6] = [
+    WatchedKind::Pod,
+    WatchedKind::Node,
+    WatchedKind::NodeClaim,
+    WatchedKind::DaemonSet,
+    WatchedKind::Namespace,
+    WatchedKind::PodDisruptionBudget,
+];
+
+/// What an input was built from, besides the round's context.
+#[derive(Debug)]
+struct Source {
+    counts: [u64; VIEW_KINDS.len()],
+    pools: Vec<UsablePool>,
+    pools_without_types: Vec<Arc<NodePool>>,
+    /// Per state node: deleting in the view (`marked_for_deletion` before the queue).
+    deleting: Vec<bool>,
+}
+
+impl Source {
+    /// The same NodePool and instance-type objects (they are replaced when they change).
+    fn same_pools(&self, context: &RoundContext<'_>) -> bool {
+        let same_pool = |a: &UsablePool, b: &UsablePool| {
+            Arc::ptr_eq(&a.nodepool, &b.nodepool)
+                && a.instance_types.len() == b.instance_types.len()
+                && a.instance_types
+                    .iter()
+                    .zip(&b.instance_types)
+                    .all(|(x, y)| Arc::ptr_eq(x, y))
+        };
+        self.pools.len() == context.pools.len()
+            && self.pools.iter().zip(context.pools).all(|(a, b)| same_pool(a, b))
+            && self.pools_without_types.len() == context.pools_without_types.len()
+            && self
+                .pools_without_types
+                .iter()
+                .zip(context.pools_without_types)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+    }
+}
+
+/// Reuses the last round's input while the view has not changed.
+///
+/// Building an input converts every pod and node (the Provisioner's snapshot and the state
+/// nodes): at thousands of nodes that is most of a quiet round. While no pod, node,
+/// NodeClaim, DaemonSet, namespace or PDB changed ([`ClusterView::changes`]) and the NodePools
+/// and instance types are the same objects, the last input is what a build would give, except
+/// for what the round's context sets (time, queue, nominations, memos, options), which is
+/// refreshed. A view that cannot count changes gets a fresh build every round.
+#[derive(Debug)]
+pub(super) struct InputReuse {
+    mark: ChangeMark<{ VIEW_KINDS.len() }>,
+    kept: Option<(Source, DisruptionInput)>,
+    /// The source of the input handed out last, until it is kept.
+    lent: Option<Source>,
+    /// Inputs reused and built (read by tests).
+    #[cfg_attr(not(test), allow(dead_code))]
+    reused: u64,
+    #[cfg_attr(not(test), allow(dead_code))]
+    built: u64,
+}
+
+impl Default for InputReuse {
+    fn default() -> Self {
+        Self {
+            mark: ChangeMark::new(VIEW_KINDS),
+            kept: None,
+            lent: None,
+            reused: 0,
+            built: 0,
+        }
+    }
+}
+
+impl InputReuse {
+    /// The round's input: the kept one refreshed when nothing it was built from changed,
+    /// else a fresh build. Hand it back with [`InputReuse::keep`] once used.
+    pub fn input(&mut self, view: &dyn ClusterView, context: RoundContext<'_>) -> DisruptionInput {
+        let counts = self.mark.read(view);
+        let kept = self.kept.take();
+        if let (Some(counts), Some((source, mut input))) = (counts, kept)
+            && source.counts == counts
+            && source.same_pools(&context)
+        {
+            refresh(&mut input, &source.deleting, context);
+            self.lent = Some(source);
+            self.reused += 1;
+            return input;
+        }
+        let pools = context.pools.to_vec();
+        let pools_without_types = context.pools_without_types.to_vec();
+        let (input, deleting) = build_input(view, context);
+        self.lent = counts.map(|counts| Source {
+            counts,
+            pools,
+            pools_without_types,
+            deleting,
+        });
+        self.built += 1;
+        input
+    }
+
+    /// Keeps the input last handed out for the next round.
+    pub fn keep(&mut self, input: DisruptionInput) {
+        self.kept = self.lent.take().map(|source| (source, input));
+    }
+
+}
+
+/// Sets what the round's context decides on an input built in an earlier round.
+fn refresh(input: &mut DisruptionInput, deleting: &[bool], context: RoundContext<'_>) {
+    for (node, deleting) in input.nodes.iter_mut().zip(deleting) {
+        node.marked_for_deletion = marked_for_deletion(&node.name, *deleting, &context);
+        node.nominated_until = context.nominations.until(&node.name, context.now);
+    }
+    input.now = context.now;
+    input.queued = context.queued;
+    input.memos = context.memos;
+    input.single_node_unseen_pools = context.single_node_unseen_pools;
+    input.options = context.options;
+}
+
+/// Deleting in the view, or a candidate of a queued command.
+fn marked_for_deletion(name: &str, deleting: bool, context: &RoundContext<'_>) -> bool {
+    deleting || context.queued.contains(name)
+}
+
+/// Reads one round's input, and per state node whether the view shows it deleting.
+fn build_input(view: &dyn ClusterView, context: RoundContext<'_>) -> (DisruptionInput, Vec<bool>) {
     let ready: Vec<UsablePool> = context
         .pools
         .iter()
@@ -153,6 +282,7 @@ pub(super) fn build_input(view: &dyn ClusterView, context: RoundContext<'_>) -> 
         .cloned()
         .collect();
     let built = build::build(view, &ready);
+    let deleting: Vec<bool> = built.states.iter().map(|state| state.deleting).collect();
     let nodes: Vec<StateNode> = built
         .states
         .iter()
@@ -175,7 +305,7 @@ pub(super) fn build_input(view: &dyn ClusterView, context: RoundContext<'_>) -> 
     pools.sort_by(|a, b| a.name.cmp(&b.name));
     let mut pdbs: Vec<Pdb> = view.pdbs().iter().map(|p| Pdb::from_api(p)).collect();
     pdbs.sort_by_key(Pdb::key);
-    DisruptionInput {
+    let input = DisruptionInput {
         now: context.now,
         nodes,
         pools,
@@ -186,7 +316,8 @@ pub(super) fn build_input(view: &dyn ClusterView, context: RoundContext<'_>) -> 
         memos: context.memos,
         single_node_unseen_pools: context.single_node_unseen_pools,
         options: context.options,
-    }
+    };
+    (input, deleting)
 }
 
 /// A digest of what Karpenter's consolidation memo depends on (its cluster state's
@@ -230,4 +361,104 @@ fn is_ready(pool: &NodePool) -> bool {
                     && c.status == ConditionStatus::True
             })
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::Pod;
+
+    use super::*;
+    use crate::testing::MemoryClusterView;
+
+    fn node(name: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}},
+        }))
+        .unwrap()
+    }
+
+    fn pod(name: &str, node: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": name},
+            "spec": {"nodeName": node, "containers": [{"name": "app", "resources": {
+                "requests": {"cpu": "100m", "memory": "128Mi"}}}]},
+            "status": {"phase": "Running"},
+        }))
+        .unwrap()
+    }
+
+    fn context<'a>(
+        now: Timestamp,
+        queued: &[&str],
+        nominations: &'a Nominations,
+    ) -> RoundContext<'a> {
+        RoundContext {
+            now,
+            pools: &[],
+            pools_without_types: &[],
+            queued: queued.iter().map(|q| (*q).to_owned()).collect(),
+            nominations,
+            memos: Memos::default(),
+            single_node_unseen_pools: Vec::new(),
+            options: DisruptionOptions::default(),
+        }
+    }
+
+    fn fresh(view: &MemoryClusterView, context: RoundContext<'_>) -> String {
+        format!("{:?}", build_input(view, context).0)
+    }
+
+    #[test]
+    fn an_unchanged_view_reuses_the_input_with_the_rounds_context() {
+        let view = MemoryClusterView::new();
+        view.put_node(node("a"));
+        view.put_node(node("b"));
+        view.put_pod(pod("p1", "a"));
+        let nominations = Nominations::default();
+        let start = Timestamp::UNIX_EPOCH;
+        let mut reuse = InputReuse::default();
+
+        let first = reuse.input(&view, context(start, &[], &nominations));
+        assert_eq!((reuse.built, reuse.reused), (1, 0));
+        reuse.keep(first);
+
+        // Ten seconds later: node b queued, node a nominated.
+        let later = start + Duration::from_secs(10);
+        nominations.nominate("a", later, Duration::from_secs(20));
+        let second = reuse.input(&view, context(later, &["b"], &nominations));
+        assert_eq!((reuse.built, reuse.reused), (1, 1), "nothing changed");
+        assert_eq!(second.now, later);
+        let b = second.nodes.iter().find(|n| n.name == "b").unwrap();
+        assert!(b.marked_for_deletion, "the queue is the round's");
+        let a = second.nodes.iter().find(|n| n.name == "a").unwrap();
+        assert!(a.nominated_until.is_some(), "nominations are the round's");
+        assert_eq!(
+            format!("{second:?}"),
+            fresh(&view, context(later, &["b"], &nominations)),
+            "a reused input is the one a build gives"
+        );
+        reuse.keep(second);
+
+        // A new pod: built again, and the pod is in it.
+        view.put_pod(pod("p2", "b"));
+        let third = reuse.input(&view, context(later, &[], &nominations));
+        assert_eq!((reuse.built, reuse.reused), (2, 1), "a pod changed");
+        let b = third.nodes.iter().find(|n| n.name == "b").unwrap();
+        assert_eq!(b.pods.len(), 1);
+        assert!(!b.marked_for_deletion);
+    }
+
+    #[test]
+    fn an_input_not_handed_back_is_built_again() {
+        let view = MemoryClusterView::new();
+        view.put_node(node("a"));
+        let nominations = Nominations::default();
+        let mut reuse = InputReuse::default();
+        let _lost = reuse.input(&view, context(Timestamp::UNIX_EPOCH, &[], &nominations));
+        let _again = reuse.input(&view, context(Timestamp::UNIX_EPOCH, &[], &nominations));
+        assert_eq!((reuse.built, reuse.reused), (2, 0));
+    }
 }

@@ -10,8 +10,9 @@
 //!       command's replacements among them) and to see every NodeClaim launched (the
 //!       Provisioner's check, Karpenter's `Cluster.Synced`); untaint nodes a lost command left
 //!       marked
-//!   --> instance types per NodePool (CloudProvider) --> input::build_input (the Provisioner's
-//!       snapshot + state nodes + PDBs + queue + nominations)
+//!   --> instance types per NodePool (CloudProvider) --> input::InputReuse (the Provisioner's
+//!       snapshot + state nodes + PDBs + queue + nominations; the last round's input with the
+//!       queue, nominations and time refreshed while the view and the pools did not change)
 //!   --> karpenter_core::domain::disruption::decide (off the actor thread; inline in
 //!       simulations) --> metrics, events, last decision (for explain)
 //!   --> a command: Drift executes at once; the others wait 15 s (ValidateDue), are checked
@@ -370,6 +371,8 @@ pub struct DisruptionActor {
     /// The consolidation state the memos were set in ([`input::consolidation_state`]).
     memo_state: Option<u64>,
     single_node_unseen_pools: Vec<String>,
+    /// The last input, reused while the view does not change.
+    inputs: input::InputReuse,
 }
 
 impl Supervised for DisruptionActor {
@@ -392,6 +395,7 @@ impl Supervised for DisruptionActor {
             memos_since: None,
             memo_state: None,
             single_node_unseen_pools: Vec::new(),
+            inputs: input::InputReuse::default(),
         })
     }
 
@@ -516,7 +520,7 @@ impl DisruptionActor {
             single_node_unseen_pools: self.single_node_unseen_pools.clone(),
             options: self.deps.options.clone(),
         };
-        let input = input::build_input(self.deps.deps.view.as_ref(), context);
+        let input = self.inputs.input(self.deps.deps.view.as_ref(), context);
         (input, types_by_pool(&pools))
     }
 
@@ -525,7 +529,7 @@ impl DisruptionActor {
         &self,
         ctx: &ActorCtx<Self>,
         input: DisruptionInput,
-    ) -> Result<(Decision, Vec<(Method, Duration)>), DisruptionError> {
+    ) -> Result<(Decision, Vec<(Method, Duration)>, DisruptionInput), DisruptionError> {
         let work = move || {
             let mut timings = Vec::new();
             let mut started = WallInstant::now();
@@ -534,7 +538,7 @@ impl DisruptionActor {
                 timings.push((method, now.duration_since(started)));
                 started = now;
             });
-            (decision, timings)
+            (decision, timings, input)
         };
         if self.deps.inline {
             Ok(work())
@@ -638,7 +642,10 @@ impl DisruptionActor {
             })
             .collect();
         let (decision, timings) = match self.decide(ctx, input).await {
-            Ok(done) => done,
+            Ok((decision, timings, input)) => {
+                self.inputs.keep(input);
+                (decision, timings)
+            }
             Err(error) => {
                 self.schedule_round(ctx, POLL_PERIOD);
                 return Err(error);
@@ -791,7 +798,9 @@ impl DisruptionActor {
         };
         ctx.set_state("validating");
         let (fresh, types) = self.read_input().await;
-        match validate(&pending.command, &fresh) {
+        let validation = validate(&pending.command, &fresh);
+        self.inputs.keep(fresh);
+        match validation {
             Validation::Keep {
                 command,
                 failed_validations,

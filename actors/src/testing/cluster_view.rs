@@ -27,6 +27,9 @@ pub struct MemoryClusterView {
 struct Stored<K> {
     objects: BTreeMap<String, Arc<K>>,
     index: KindIndex<K>,
+    /// Puts and removes so far ([`ClusterView::changes`]), as the reflector store counts
+    /// watch events.
+    changes: u64,
 }
 
 impl<K: Indexed> Default for Stored<K> {
@@ -34,6 +37,7 @@ impl<K: Indexed> Default for Stored<K> {
         Self {
             objects: BTreeMap::new(),
             index: KindIndex::new(),
+            changes: 0,
         }
     }
 }
@@ -43,11 +47,14 @@ impl<K: Indexed> Stored<K> {
         let key = object_key(object.metadata());
         self.index.insert(&key, &object);
         self.objects.insert(key, object);
+        self.changes += 1;
     }
 
     fn remove(&mut self, key: &str) {
         self.index.remove(key);
-        self.objects.remove(key);
+        if self.objects.remove(key).is_some() {
+            self.changes += 1;
+        }
     }
 
     fn list(&self) -> Vec<Arc<K>> {
@@ -78,6 +85,14 @@ macro_rules! memory_objects {
         struct Objects {
             $($field: Stored<$type>,)*
             unsynced: bool,
+        }
+
+        impl Objects {
+            fn changes(&self, kind: crate::messages::WatchedKind) -> u64 {
+                match kind {
+                    $(crate::messages::WatchedKind::$kind => self.$field.changes,)*
+                }
+            }
         }
 
         $(impl MemoryKind for $type {
@@ -191,6 +206,10 @@ impl MemoryClusterView {
 
 impl ClusterView for MemoryClusterView {
     crate::for_each_watched_kind!(memory_lists);
+
+    fn changes(&self, kind: crate::messages::WatchedKind) -> Option<u64> {
+        Some(self.read().changes(kind))
+    }
 
     fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>> {
         self.read().nodeclaims.get(name)

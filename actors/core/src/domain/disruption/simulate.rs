@@ -44,8 +44,11 @@
 //!   with the full pools.
 //!
 //! The per-round preparation ([`Simulator::new`]) sorts the existing nodes once, groups them
-//! into classes, and (on first need) indexes the pods topology may need; a simulation then
-//! costs about its batch, its prefix and the relevant topology pods, not the cluster.
+//! into classes, filters and orders each pool's instance types once
+//! ([`NodePoolInput::prepared`]), and (on first need) indexes the pods topology may need; the
+//! simulations share the scheduler's per-class instance-type answers ([`TypeCache`]). A
+//! simulation then costs about its batch, its prefix and the relevant topology pods, not the
+//! cluster or the instance types.
 //! `tests/disruption.rs` checks reduced simulations against full ones on randomized clusters.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -237,6 +240,9 @@ pub struct Simulator<'a> {
     /// Some existing pod's anti-affinity term selects namespaces by label.
     existing_namespace_selectors: bool,
     fits: FxHashMap<(*const PodShape, usize), bool>,
+    /// Per pod shape: the existing nodes its required hostname anti-affinity keeps it off
+    /// (nodes holding a pod a term selects); `None` when it has no such term.
+    anti_blocked: FxHashMap<*const PodShape, Option<FxHashSet<usize>>>,
     /// How many leading pods of the snapshot are pending.
     pending: usize,
     /// Total work spent.
@@ -337,6 +343,7 @@ impl<'a> Simulator<'a> {
                 })
             }),
             fits: FxHashMap::default(),
+            anti_blocked: FxHashMap::default(),
             pending: input.pending_pods.min(snapshot.pods.len()),
             work: 0,
             simulations: 0,
@@ -838,7 +845,13 @@ impl<'a> Simulator<'a> {
     /// Whether the pod could fit some node at or past position `end` of the solver order
     /// (over-approximated: free room is the class's largest, requirements and taints at the
     /// pod's most relaxed).
+    ///
+    /// A pod whose required anti-affinity on the hostname selects pods on a node cannot go
+    /// there: with such terms the nodes past `end` are looked at one by one, those holding a
+    /// selected pod left out (one replica per node of a Deployment with hostname
+    /// anti-affinity then proves at once that no node past the prefix could take it).
     fn could_fit_past(&mut self, shape: &Arc<PodShape>, end: usize) -> bool {
+        let mut some_class = false;
         for class in 0..self.classes.len() {
             let c = &self.classes[class];
             let first = c.positions.partition_point(|p| *p < end);
@@ -846,10 +859,51 @@ impl<'a> Simulator<'a> {
                 continue;
             }
             if self.compatible(shape, class) {
-                return true;
+                some_class = true;
+                break;
             }
         }
-        false
+        if !some_class {
+            return false;
+        }
+        let key = Arc::as_ptr(shape);
+        if !self.anti_blocked.contains_key(&key) {
+            let blocked = self.hostname_anti_blocked(shape);
+            self.anti_blocked.insert(key, blocked);
+        }
+        let Some(blocked) = self.anti_blocked.get(&key).and_then(Option::as_ref) else {
+            return true;
+        };
+        let past: Vec<usize> = self.order[end.min(self.order.len())..]
+            .iter()
+            .copied()
+            .filter(|node| !blocked.contains(node) && shape.requests.fits_in(&self.free[*node]))
+            .collect();
+        past.into_iter()
+            .any(|node| self.compatible(shape, self.class_of[node]))
+    }
+
+    /// The existing nodes holding a counted pod that one of the shape's required
+    /// hostname anti-affinity terms selects; `None` without such terms (or with a namespace
+    /// selector, left to the scheduler).
+    fn hostname_anti_blocked(&mut self, shape: &PodShape) -> Option<FxHashSet<usize>> {
+        let terms: Vec<&scheduling::AffinityTerm> = shape
+            .anti_affinity
+            .iter()
+            .filter(|t| is_hostname(&t.topology_key))
+            .collect();
+        if terms.is_empty() || terms.iter().any(|t| t.namespace_selector.is_some()) {
+            return None;
+        }
+        let mut blocked = FxHashSet::default();
+        for term in terms {
+            let namespaces =
+                term.selected_namespaces(&shape.namespace, &self.input.scheduling.namespaces);
+            for namespace in namespaces {
+                blocked.extend(self.selected(&namespace, &term.selector).iter().map(|(n, _)| *n));
+            }
+        }
+        Some(blocked)
     }
 
     fn compatible(&mut self, shape: &Arc<PodShape>, class: usize) -> bool {
