@@ -1014,6 +1014,46 @@ fn single_node_remembers_the_pools_its_budget_did_not_reach() {
 }
 
 #[test]
+fn a_single_node_pass_out_of_budget_goes_on_with_the_candidates_it_has_not_judged() {
+    let mut c = unbudgeted();
+    // Three full nodes: none can be deleted or replaced by anything cheaper.
+    c.nodes = vec![
+        node("a", 8).pod(pod("big-a", 7500, 1024)),
+        node("b", 8).pod(pod("big-b", 7500, 1024)),
+        node("c", 8).pod(pod("big-c", 7500, 1024)),
+    ];
+    c.options.single_node_budget = Some(1);
+    let mut input = c.input();
+    let mut judged_in_turn = Vec::new();
+    for turn in 0..3 {
+        let decision = decide(&input);
+        expect_no_command(&decision);
+        let report = decision.method(Method::SingleNode).unwrap();
+        // One simulation per round; the last candidate ends the pass.
+        assert_eq!(report.timed_out, turn < 2, "round {turn}");
+        assert_eq!(report.judged.len(), 1);
+        judged_in_turn.extend(report.judged.iter().cloned());
+        input
+            .memos
+            .single_node_judged
+            .extend(report.judged.iter().cloned());
+    }
+    judged_in_turn.sort();
+    assert_eq!(judged_in_turn, ["a", "b", "c"], "each round judged a new candidate");
+    // Every candidate judged: the pass completes without a simulation and may be memoized.
+    let decision = decide(&input);
+    let report = decision.method(Method::SingleNode).unwrap();
+    assert!(!report.timed_out);
+    assert_eq!(report.simulations, 0);
+    assert_eq!(
+        report.outcome,
+        MethodOutcome::Nothing {
+            mark_consolidated: true
+        }
+    );
+}
+
+#[test]
 fn a_pod_that_would_land_on_an_uninitialized_node_blocks_consolidation() {
     let mut c = cluster();
     let mut starting = node("starting", 8);

@@ -497,7 +497,7 @@ impl DisruptionActor {
             self.forget_memos();
             self.memo_state = Some(state);
         }
-        self.memos
+        self.memos.clone()
     }
 
     fn forget_memos(&mut self) {
@@ -748,6 +748,12 @@ impl DisruptionActor {
             }
             for (node, error) in &report.errors {
                 tracing::error!(Node = %node, error = %error, "failed computing consolidation");
+            }
+            if !report.judged.is_empty() {
+                self.memos
+                    .single_node_judged
+                    .extend(report.judged.iter().cloned());
+                self.memos_since.get_or_insert_with(Instant::now);
             }
             if let MethodOutcome::Nothing {
                 mark_consolidated: true,

@@ -346,7 +346,7 @@ impl Default for DisruptionOptions {
 /// Per consolidation method: whether the cluster's consolidation state is unchanged since the
 /// method last found nothing (Karpenter's `IsConsolidated` memo). The method then stops after
 /// computing its candidates and budgets.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[expect(
     clippy::struct_excessive_bools,
     reason = "one independent memo per consolidation method, as Karpenter keeps them"
@@ -356,6 +356,12 @@ pub struct Memos {
     pub multi_node: bool,
     pub single_node: bool,
     pub repack: bool,
+    /// Single-node candidates (state node names) whose simulation found nothing to do in
+    /// this same consolidation state. Past Karpenter, which starts its single-node pass from
+    /// the cheapest candidate again after each timeout (so in a large cluster it never
+    /// reaches the candidates past its deadline), a pass that ran out of budget goes on next
+    /// round with the candidates it has not judged yet.
+    pub single_node_judged: BTreeSet<String>,
 }
 
 /// Everything one disruption round decides from.

@@ -541,6 +541,10 @@ fn single_node(round: &mut Round<'_>, report: &mut MethodReport) -> (Option<Comm
     let mut unseen: BTreeSet<String> = eligible.iter().map(|c| c.node_pool.clone()).collect();
     let mut constrained = false;
     for (i, candidate) in ordered.iter().enumerate() {
+        if input.memos.single_node_judged.contains(&candidate.name) {
+            unseen.remove(&candidate.node_pool);
+            continue;
+        }
         if over_budget(report, input.options.single_node_budget) {
             report.timed_out = true;
             report.evaluated = i;
@@ -563,6 +567,7 @@ fn single_node(round: &mut Round<'_>, report: &mut MethodReport) -> (Option<Comm
                 event: message,
                 considered,
             }) => {
+                report.judged.push(candidate.name.clone());
                 report.replacements.extend(considered);
                 if let Some(message) = message {
                     report.events.push(event(

@@ -330,6 +330,9 @@ pub struct MethodReport {
     /// Single-node: candidates whose computation failed and was skipped (Karpenter logs
     /// `failed computing consolidation` at ERROR for each).
     pub errors: Vec<(String, DisruptionError)>,
+    /// Single-node: candidates simulated this round that can be neither deleted nor replaced
+    /// (for [`Memos::single_node_judged`]).
+    pub judged: Vec<String>,
 }
 
 impl MethodReport {
@@ -346,6 +349,7 @@ impl MethodReport {
             evaluated: 0,
             replacements: Vec::new(),
             errors: Vec::new(),
+            judged: Vec::new(),
         }
     }
 }

@@ -546,7 +546,7 @@ impl Cluster {
             },
             pending_pods,
             queued: self.queued.clone(),
-            memos: self.memos,
+            memos: self.memos.clone(),
             single_node_unseen_pools: Vec::new(),
             options: self.options.clone(),
         }
