@@ -1039,7 +1039,11 @@ fn a_single_node_pass_out_of_budget_goes_on_with_the_candidates_it_has_not_judge
             .extend(report.judged.iter().cloned());
     }
     judged_in_turn.sort();
-    assert_eq!(judged_in_turn, ["a", "b", "c"], "each round judged a new candidate");
+    assert_eq!(
+        judged_in_turn,
+        ["a", "b", "c"],
+        "each round judged a new candidate"
+    );
     // Every candidate judged: the pass completes without a simulation and may be memoized.
     let decision = decide(&input);
     let report = decision.method(Method::SingleNode).unwrap();

@@ -31,8 +31,8 @@ use karpenter_core::domain::resources::{CPU, MEMORY, NODES, ResourceLimits, Reso
 use karpenter_core::domain::scheduling::workload::{ZONES, fake_instance_type};
 use karpenter_core::domain::scheduling::{
     BoundPod, ExistingNode, InstanceTypeChecks, NodePoolInput, Options, Placement, Plan,
-    PreferencePolicy, Reason, SchedulingPod, Snapshot, TopologyRule, cost_lower_bound, cost_report,
-    TypeCache, first_untolerated, solve, solve_observed, solve_shared,
+    PreferencePolicy, Reason, SchedulingPod, Snapshot, TopologyRule, TypeCache, cost_lower_bound,
+    cost_report, first_untolerated, solve, solve_observed, solve_shared,
 };
 
 const GI: i64 = 1 << 30;
@@ -1908,7 +1908,10 @@ fn solves_sharing_a_type_cache_plan_as_solves_without_one() {
         let alone = solve_observed(&snapshot, &Options::default());
         let shared = solve_shared(&snapshot, &Options::default(), Some(&cache));
         assert_eq!(shared, alone, "round {round}");
-        assert!(!alone.0.new_node_claims.is_empty(), "round {round} launches");
+        assert!(
+            !alone.0.new_node_claims.is_empty(),
+            "round {round} launches"
+        );
     }
     assert!(!cache.is_empty(), "the solves kept their class answers");
 }
@@ -1916,8 +1919,10 @@ fn solves_sharing_a_type_cache_plan_as_solves_without_one() {
 #[test]
 fn a_prepared_pool_keeps_only_the_allowed_types_cheapest_first() {
     let mut pool = node_pool("default");
-    pool.requirements
-        .add(Requirement::in_values(labels::INSTANCE_CPU, &["2", "8", "16"]));
+    pool.requirements.add(Requirement::in_values(
+        labels::INSTANCE_CPU,
+        &["2", "8", "16"],
+    ));
     let prepared = pool.prepared();
     let names: Vec<&str> = prepared
         .instance_types

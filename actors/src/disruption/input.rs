@@ -10,8 +10,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::nominations::Nominations;
 use crate::messages::WatchedKind;
+use crate::nominations::Nominations;
 use crate::ports::cluster_view::{ChangeMark, ClusterView};
 use crate::provisioner::build::{self, StateRef, UsablePool};
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as cond};
@@ -177,7 +177,11 @@ impl Source {
                     .all(|(x, y)| Arc::ptr_eq(x, y))
         };
         self.pools.len() == context.pools.len()
-            && self.pools.iter().zip(context.pools).all(|(a, b)| same_pool(a, b))
+            && self
+                .pools
+                .iter()
+                .zip(context.pools)
+                .all(|(a, b)| same_pool(a, b))
             && self.pools_without_types.len() == context.pools_without_types.len()
             && self
                 .pools_without_types
@@ -252,7 +256,6 @@ impl InputReuse {
     pub fn keep(&mut self, input: DisruptionInput) {
         self.kept = self.lent.take().map(|source| (source, input));
     }
-
 }
 
 /// Sets what the round's context decides on an input built in an earlier round.

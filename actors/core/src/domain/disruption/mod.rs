@@ -43,6 +43,12 @@
 //! - A `@every` budget schedule is refused (fails closed); the CRD pattern cannot admit one.
 //! - Multi-node consolidation takes up to [`input::MULTI_NODE_LIMIT`] (101) candidates, as
 //!   Karpenter's off-by-one does; the limit is an option.
+//! - A single-node pass that runs out of budget is continued, not restarted: the candidates
+//!   it found nothing for are remembered while the consolidation state stays the same
+//!   ([`Memos::single_node_judged`], forgotten with the other memos after 5 minutes), and the
+//!   next round simulates the others. Karpenter starts again from the cheapest candidate
+//!   after each timeout, so in a large cluster it never looks past its deadline; here every
+//!   candidate is judged, then the pass completes and is memoized.
 
 pub mod budgets;
 pub mod candidates;

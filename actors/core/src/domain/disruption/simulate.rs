@@ -306,8 +306,11 @@ impl<'a> Simulator<'a> {
                 *slot = Some(claim.name.clone());
             }
         }
-        let prepared_pools: Vec<NodePoolInput> =
-            snapshot.node_pools.iter().map(NodePoolInput::prepared).collect();
+        let prepared_pools: Vec<NodePoolInput> = snapshot
+            .node_pools
+            .iter()
+            .map(NodePoolInput::prepared)
+            .collect();
         Self {
             input,
             options: Options {
@@ -900,7 +903,11 @@ impl<'a> Simulator<'a> {
             let namespaces =
                 term.selected_namespaces(&shape.namespace, &self.input.scheduling.namespaces);
             for namespace in namespaces {
-                blocked.extend(self.selected(&namespace, &term.selector).iter().map(|(n, _)| *n));
+                blocked.extend(
+                    self.selected(&namespace, &term.selector)
+                        .iter()
+                        .map(|(n, _)| *n),
+                );
             }
         }
         Some(blocked)

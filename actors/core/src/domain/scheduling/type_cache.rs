@@ -39,7 +39,12 @@ impl TypeCache {
         self.classes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn with<T>(&self, pool: &str, class: &Requirements, read: impl Fn(&ClassTypes) -> Option<T>) -> Option<T> {
+    fn with<T>(
+        &self,
+        pool: &str,
+        class: &Requirements,
+        read: impl Fn(&ClassTypes) -> Option<T>,
+    ) -> Option<T> {
         self.lock().get(pool)?.get(class).and_then(read)
     }
 
