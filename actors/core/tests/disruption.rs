@@ -1356,14 +1356,33 @@ fn roomy_cluster(seed: u64) -> Cluster {
     c
 }
 
+/// A roomy cluster where every node also runs one replica of a Deployment with required
+/// hostname anti-affinity (the scale scenario's one-per-node pods): a simulation can prove
+/// such a pod fits no node past its prefix only by the nodes' replicas.
+fn one_per_node_cluster(seed: u64) -> Cluster {
+    let mut c = roomy_cluster(seed);
+    for (n, node) in c.nodes.iter_mut().enumerate() {
+        node.pods.push(
+            pod(&format!("one-{n:03}"), 10, 16)
+                .anti_affinity(labels::HOSTNAME, "one")
+                .label("app", "one")
+                .build()
+                .unwrap(),
+        );
+    }
+    c
+}
+
 #[test]
 fn reduced_simulations_answer_as_the_full_cluster_would() {
     let mut compared = 0;
     for seed in 0..36u64 {
         let c = if seed < 12 {
             varied_cluster(seed)
-        } else {
+        } else if seed < 30 {
             roomy_cluster(seed)
+        } else {
+            one_per_node_cluster(seed)
         };
         let input = c.input();
         let mut rng = Rng::new(seed);
