@@ -47,7 +47,7 @@ use karpenter_actors::kwok::catalog;
 use karpenter_actors::kwok::ec2::KwokEc2;
 use karpenter_actors::messages::WatchedKind;
 use karpenter_actors::ports::clock::Clock;
-use karpenter_actors::ports::cloud_provider::parse_provider_id;
+use karpenter_actors::ports::cloud_provider::{parse_provider_id, provider_id};
 use karpenter_actors::ports::cluster::ClusterApi as _;
 use karpenter_actors::ports::cluster_view::{ChangeMark, ClusterView};
 use karpenter_actors::ports::ec2::{Instance, InstanceState, Tags};
@@ -509,7 +509,15 @@ impl FakeKubelet {
         found
     }
 
+    /// The instance's NodeClaim: by the view's provider-id index, else (a providerID written
+    /// with another zone) by a scan matching the instance id alone.
     fn claim_of(&self, instance: &Instance) -> Option<Arc<NodeClaim>> {
+        if let Some(claim) = self
+            .view
+            .nodeclaim_by_provider_id(&provider_id(&instance.zone, &instance.id))
+        {
+            return Some(claim);
+        }
         self.view.nodeclaims().into_iter().find(|claim| {
             claim
                 .status

@@ -133,6 +133,13 @@ pub trait CloudProvider: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &'static str;
 }
 
+/// An EC2 instance's provider id, `aws:///<zone>/<instance-id>` (what [`parse_provider_id`]
+/// reads).
+#[must_use]
+pub fn provider_id(zone: &str, instance_id: &str) -> String {
+    format!("aws:///{zone}/{instance_id}")
+}
+
 /// Splits `<provider>:///<zone>/<instance-id>` (any provider prefix, as v1.5 accepts for kwok).
 pub fn parse_provider_id(provider_id: &str) -> Result<(&str, &str), CloudProviderError> {
     let invalid = || CloudProviderError::InvalidProviderId {
@@ -162,6 +169,13 @@ mod tests {
         );
         assert!(parse_provider_id("i-0123").is_err());
         assert!(parse_provider_id("aws:///us-west-2a/").is_err());
+    }
+
+    #[test]
+    fn a_formatted_provider_id_parses_back() {
+        let id = provider_id("us-west-2c", "i-0abc");
+        assert_eq!(id, "aws:///us-west-2c/i-0abc");
+        assert_eq!(parse_provider_id(&id).ok(), Some(("us-west-2c", "i-0abc")));
     }
 
     #[test]

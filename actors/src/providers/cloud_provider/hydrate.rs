@@ -36,11 +36,7 @@ pub(super) struct InstanceFacts<'a> {
     pub reservation_id: Option<&'a str>,
 }
 
-/// `aws:///<zone>/<instance-id>`.
-#[must_use]
-pub(super) fn provider_id(zone: &str, instance_id: &str) -> String {
-    format!("aws:///{zone}/{instance_id}")
-}
+pub(super) use crate::ports::cloud_provider::provider_id;
 
 /// The labels an instance gives its NodeClaim.
 pub(super) fn labels_of(
