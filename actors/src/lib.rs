@@ -19,6 +19,7 @@ pub mod nodeclass;
 pub mod nodepool;
 pub mod nominations;
 pub mod offering_metrics;
+pub mod pod_cache;
 pub mod pod_times;
 pub mod ports;
 pub mod providers;

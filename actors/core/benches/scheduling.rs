@@ -17,6 +17,7 @@
 //! each case exactly N times, for instruction counts with `perf stat`).
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
@@ -119,12 +120,12 @@ fn existing_nodes(count: usize) -> Vec<ExistingNode> {
         .collect()
 }
 
-fn pod_on_node(pod: &Pod) -> BoundPod {
+fn pod_on_node(pod: &Pod) -> Arc<BoundPod> {
     let mut pod = pod.clone();
     if let Some(spec) = &mut pod.spec {
         spec.node_name = Some("node".to_owned());
     }
-    BoundPod::from_pod(&pod)
+    Arc::new(BoundPod::from_pod(&pod))
 }
 
 const GIB: i64 = 1 << 30;

@@ -282,10 +282,10 @@ impl PodBuilder {
         SchedulingPod::from_pod(&self.0).unwrap()
     }
 
-    fn bound(&self) -> BoundPod {
+    fn bound(&self) -> Arc<BoundPod> {
         let mut pod = self.0.clone();
         pod.spec.as_mut().unwrap().node_name = Some("bound".to_owned());
-        BoundPod::from_pod(&pod)
+        Arc::new(BoundPod::from_pod(&pod))
     }
 }
 

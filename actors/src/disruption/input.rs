@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::messages::WatchedKind;
 use crate::nominations::Nominations;
+use crate::pod_cache::PodCache;
 use crate::ports::cluster_view::{ChangeMark, ClusterView};
 use crate::provisioner::build::{self, StateRef, UsablePool};
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as cond};
@@ -100,7 +101,11 @@ fn annotated_do_not_disrupt(
         .is_some_and(|v| v == "true")
 }
 
-fn state_node(state: &StateRef, context: &RoundContext<'_>) -> StateNode {
+fn state_node(
+    state: &StateRef,
+    context: &RoundContext<'_>,
+    cache: &mut PodCache<Option<NodePod>>,
+) -> StateNode {
     let claim = state.claim.as_deref();
     let node = state.node.as_deref();
     let registered = node.is_some()
@@ -118,16 +123,18 @@ fn state_node(state: &StateRef, context: &RoundContext<'_>) -> StateNode {
     let pods = state
         .pods
         .iter()
-        .filter_map(|pod| match NodePod::from_pod(pod) {
-            Ok(pod) => Some(pod),
-            Err(error) => {
-                tracing::debug!(
-                    Node = %state.name,
-                    error = %error,
-                    "leaving an unreadable pod out of the disruption round"
-                );
-                None
-            }
+        .filter_map(|pod| {
+            cache.get(pod, |pod| match NodePod::from_pod(pod) {
+                Ok(pod) => Some(pod),
+                Err(error) => {
+                    tracing::debug!(
+                        Node = %state.name,
+                        error = %error,
+                        "leaving an unreadable pod out of the disruption rounds"
+                    );
+                    None
+                }
+            })
         })
         .collect();
     StateNode {
@@ -210,6 +217,15 @@ pub(super) struct InputReuse {
     reused: u64,
     #[cfg_attr(not(test), allow(dead_code))]
     built: u64,
+    /// The pods' conversions, kept between builds.
+    conversions: Conversions,
+}
+
+/// What a build keeps of the pods for the next one ([`PodCache`]).
+#[derive(Debug, Default)]
+struct Conversions {
+    snapshot: build::PodConversions,
+    node_pods: PodCache<Option<NodePod>>,
 }
 
 impl Default for InputReuse {
@@ -220,6 +236,7 @@ impl Default for InputReuse {
             lent: None,
             reused: 0,
             built: 0,
+            conversions: Conversions::default(),
         }
     }
 }
@@ -241,7 +258,7 @@ impl InputReuse {
         }
         let pools = context.pools.to_vec();
         let pools_without_types = context.pools_without_types.to_vec();
-        let (input, deleting) = build_input(view, context);
+        let (input, deleting) = build_input(view, context, &mut self.conversions);
         self.lent = counts.map(|counts| Source {
             counts,
             pools,
@@ -277,20 +294,25 @@ fn marked_for_deletion(name: &str, deleting: bool, context: &RoundContext<'_>) -
 }
 
 /// Reads one round's input, and per state node whether the view shows it deleting.
-fn build_input(view: &dyn ClusterView, context: RoundContext<'_>) -> (DisruptionInput, Vec<bool>) {
+fn build_input(
+    view: &dyn ClusterView,
+    context: RoundContext<'_>,
+    conversions: &mut Conversions,
+) -> (DisruptionInput, Vec<bool>) {
     let ready: Vec<UsablePool> = context
         .pools
         .iter()
         .filter(|p| is_ready(&p.nodepool))
         .cloned()
         .collect();
-    let built = build::build(view, &ready);
+    let built = build::build(view, &ready, &mut conversions.snapshot);
     let deleting: Vec<bool> = built.states.iter().map(|state| state.deleting).collect();
     let nodes: Vec<StateNode> = built
         .states
         .iter()
-        .map(|state| state_node(state, &context))
+        .map(|state| state_node(state, &context, &mut conversions.node_pods))
         .collect();
+    conversions.node_pods.sweep();
     let mut pools: Vec<PoolInput> = context
         .pools
         .iter()
@@ -411,7 +433,10 @@ mod tests {
     }
 
     fn fresh(view: &MemoryClusterView, context: RoundContext<'_>) -> String {
-        format!("{:?}", build_input(view, context).0)
+        format!(
+            "{:?}",
+            build_input(view, context, &mut Conversions::default()).0
+        )
     }
 
     #[test]

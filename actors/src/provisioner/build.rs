@@ -29,6 +29,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::pod_cache::PodCache;
 use crate::ports::cluster_view::ClusterView;
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as claim_conditions};
 use karpenter_core::apis::labels;
@@ -145,6 +146,42 @@ pub(crate) struct Built {
     pub pending: usize,
     /// Every state node (launched NodeClaims and Nodes), deleting ones included.
     pub states: Vec<StateRef>,
+}
+
+/// What [`build`] keeps of the pods from one run to the next ([`PodCache`]): each bound pod's
+/// requests and scheduler view, each pending pod's conversion.
+#[derive(Debug, Default)]
+pub(crate) struct PodConversions {
+    bound: PodCache<Arc<BoundFacts>>,
+    pending: PodCache<Result<SchedulingPod, String>>,
+}
+
+impl PodConversions {
+    fn sweep(&mut self) {
+        self.bound.sweep();
+        self.pending.sweep();
+    }
+}
+
+/// A bound pod as an existing node's snapshot reads it.
+#[derive(Debug)]
+struct BoundFacts {
+    terminal: bool,
+    /// `None` when a quantity does not parse (the pod then adds nothing to the node).
+    requests: Option<Resources>,
+    daemon: bool,
+    pod: Arc<BoundPod>,
+}
+
+impl BoundFacts {
+    fn of(pod: &Pod) -> Arc<Self> {
+        Arc::new(Self {
+            terminal: is_terminal(pod).is_some(),
+            requests: pod.spec.as_ref().and_then(|spec| pod_requests(spec).ok()),
+            daemon: is_daemon_pod(pod),
+            pod: Arc::new(BoundPod::from_pod(pod)),
+        })
+    }
 }
 
 /// A Node, its NodeClaim, or both (Karpenter's `StateNode`).
@@ -485,7 +522,14 @@ fn pair<'a>(nodes: &'a [Arc<Node>], claims: &'a [Arc<NodeClaim>]) -> Vec<StateNo
 }
 
 /// Reads the snapshot for one run.
-pub(crate) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
+///
+/// `cache` keeps the pods' conversions for the next run; a pod that has not changed since is
+/// not converted again.
+pub(crate) fn build(
+    view: &dyn ClusterView,
+    pools: &[UsablePool],
+    cache: &mut PodConversions,
+) -> Built {
     let mut built = Built::default();
     let pods = view.pods();
     let daemons = daemon_pods(&view.daemonsets(), &newest_daemon_pods(&pods));
@@ -533,7 +577,7 @@ pub(crate) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
         built
             .snapshot
             .existing_nodes
-            .push(existing_node(state, pods_on, &daemons));
+            .push(existing_node(state, pods_on, &daemons, &mut cache.bound));
         built.nodes.push(NodeRef {
             node: state.node.and_then(|n| n.metadata.name.clone()),
             node_claim: state.claim.and_then(|c| c.metadata.name.clone()),
@@ -552,15 +596,19 @@ pub(crate) fn build(view: &dyn ClusterView, pools: &[UsablePool]) -> Built {
             ));
             continue;
         }
-        match SchedulingPod::from_pod(pod) {
+        let converted = cache.pending.get(pod, |pod| {
+            SchedulingPod::from_pod(pod).map_err(|error| error.to_string())
+        });
+        match converted {
             Ok(scheduling) => {
                 built.snapshot.pods.push(scheduling);
                 built.pods.push(reference);
                 built.pending += usize::from(is_pending);
             }
-            Err(error) => built.ignored.push((reference, error.to_string())),
+            Err(error) => built.ignored.push((reference, error)),
         }
     }
+    cache.sweep();
 
     // Namespace labels for pod (anti-)affinity terms with a `namespaceSelector`.
     built.snapshot.namespaces = view
@@ -589,6 +637,7 @@ fn existing_node(
     state: &StateNode<'_>,
     pods_on: &[&Arc<Pod>],
     daemons: &[SchedulingPod],
+    cache: &mut PodCache<Arc<BoundFacts>>,
 ) -> ExistingNode {
     let labels = state.labels();
     let taints = state.taints();
@@ -596,18 +645,17 @@ fn existing_node(
     let mut daemon_running = Resources::default();
     let mut bound = Vec::with_capacity(pods_on.len());
     for pod in pods_on {
-        if is_terminal(pod).is_some() {
+        let facts = cache.get(pod, BoundFacts::of);
+        if facts.terminal {
             continue;
         }
-        if let Some(spec) = &pod.spec
-            && let Ok(requests) = pod_requests(spec)
-        {
-            requested.add(&requests);
-            if is_daemon_pod(pod) {
-                daemon_running.add(&requests);
+        if let Some(requests) = &facts.requests {
+            requested.add(requests);
+            if facts.daemon {
+                daemon_running.add(requests);
             }
         }
-        bound.push(BoundPod::from_pod(pod));
+        bound.push(Arc::clone(&facts.pod));
     }
     let mut pending_daemons = daemon_requests_for_node(&labels, &taints, daemons);
     pending_daemons.sub(&daemon_running);

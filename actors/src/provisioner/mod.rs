@@ -99,6 +99,8 @@ struct Shared {
     events: Mutex<events::EventGate>,
     /// NodeClaims created, with when, until the cluster view shows them.
     created: Mutex<Vec<(String, Instant)>>,
+    /// The pods' conversions, kept between runs (one run at a time holds them).
+    conversions: Arc<Mutex<build::PodConversions>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -153,8 +155,14 @@ impl ProvisionerDeps {
                 names: Mutex::new(NameGenerator::seeded(seed)),
                 events: Mutex::new(events::EventGate::default()),
                 created: Mutex::new(Vec::new()),
+                conversions: Arc::default(),
             }),
         }
+    }
+
+    /// The pods' conversions kept between runs ([`build::build`]).
+    pub(crate) fn conversions(&self) -> Arc<Mutex<build::PodConversions>> {
+        Arc::clone(&self.shared.conversions)
     }
 
     /// Names NodeClaims from this seed instead.

@@ -33,7 +33,7 @@ use super::build::{self, Built, PodRef, UsablePool};
 use super::events::{MAX_EVENTS_PER_RUN, Planned, nomination_note};
 use super::explain::{Decision, PoolVerdict, failure_message};
 use super::launch::{self, Admission};
-use super::{ProvisionerDeps, SOLVE_TIMEOUT};
+use super::{ProvisionerDeps, SOLVE_TIMEOUT, lock};
 
 /// Names tried for one NodeClaim before giving up on `AlreadyExists` (a clash of five random
 /// characters is rare; three in a row means something else is wrong).
@@ -242,9 +242,10 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64, tasks: Tasks) -> RunRe
     let view = Arc::clone(&deps.view);
     let solver = Arc::clone(&deps.solver);
     let metrics = deps.metrics.clone();
+    let conversions = deps.conversions();
     let work = move || {
         let started = WallInstant::now();
-        let built = build::build(view.as_ref(), &pools);
+        let built = build::build(view.as_ref(), &pools, &mut lock(&conversions));
         let built_at = WallInstant::now();
         metrics.set_queue_depth(run, built.snapshot.pods.len());
         let plan = if built.snapshot.pods.is_empty() {

@@ -761,7 +761,7 @@ impl<'a> Simulator<'a> {
                     let c = &self.classes[class];
                     let pods = ghost_pods.get(&class).map_or_else(Vec::new, |refs| {
                         refs.iter()
-                            .map(|(n, p)| ghost_pod(&snapshot.existing_nodes[*n].pods[*p]))
+                            .map(|(n, p)| Arc::clone(&snapshot.existing_nodes[*n].pods[*p]))
                             .collect()
                     });
                     let node = existing_copy(&c.ghost, trimmed(&c.ghost.labels, label_keys), pods);
@@ -1419,19 +1419,6 @@ fn merge_selectors(selectors: Vec<Selector>) -> Vec<Selector> {
     merged
 }
 
-/// What a ghost keeps of a pod: what topology counts (the scheduler reads neither the name
-/// of a bound pod nor, on a closed node, its host ports).
-fn ghost_pod(pod: &BoundPod) -> BoundPod {
-    BoundPod {
-        namespace: pod.namespace.clone(),
-        name: String::new(),
-        labels: pod.labels.clone(),
-        anti_affinity: pod.anti_affinity.clone(),
-        host_ports: Vec::new(),
-        counts_for_topology: pod.counts_for_topology,
-    }
-}
-
 /// The label keys a simulation reads on existing nodes: the hostname, the NodePool (limits),
 /// every key the batch's requirements (node selector, required and preferred terms, volumes)
 /// and topology terms name, and the keys of the existing anti-affinity terms that select
@@ -1486,7 +1473,7 @@ fn trimmed(
 fn existing_copy(
     node: &ExistingNode,
     labels: BTreeMap<String, String>,
-    pods: Vec<BoundPod>,
+    pods: Vec<Arc<BoundPod>>,
 ) -> ExistingNode {
     ExistingNode {
         name: node.name.clone(),

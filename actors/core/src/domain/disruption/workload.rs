@@ -494,7 +494,7 @@ impl Cluster {
                     requested: spec.requested(),
                     pending_daemon_overhead: Resources::default(),
                     capacity: spec.instance_type.capacity.clone(),
-                    pods: pods.iter().map(bound_pod).collect(),
+                    pods: pods.iter().map(|p| Arc::new(bound_pod(p))).collect(),
                     initialized: spec.initialized,
                     registered: spec.has_node,
                 });

@@ -278,7 +278,8 @@ pub struct ExistingNode {
     pub pending_daemon_overhead: Resources,
     /// Counted against its NodePool's limits.
     pub capacity: Resources,
-    pub pods: Vec<BoundPod>,
+    /// Shared: the snapshot builders keep them between runs and simulations copy nodes.
+    pub pods: Vec<Arc<BoundPod>>,
     /// Initialized nodes are tried before nodes still starting.
     pub initialized: bool,
     /// `false` for a NodeClaim whose Node has not registered yet: its labels are still only
