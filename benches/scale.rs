@@ -4,8 +4,9 @@
 //! minutes by the real daemon over the emulator, kwok and the fake kubelet and scheduler.
 //!
 //! Each size runs in a child process of this bench, so its peak resident set is its own. Per
-//! size it prints: wall time, simulated seconds per wall second, peak RSS (`VmHWM`), and the
-//! heap at the end split by part:
+//! size it prints: wall time, simulated seconds per wall second, peak RSS (`VmHWM`), the peak
+//! live heap (`pk heap`, counted over the binary's allocator, mimalloc), and the heap at the end
+//! split by part:
 //!
 //! - `emulator`: the API emulator's stored objects and watch history (its own byte count);
 //! - `view`: the watched objects the daemon and the harness share (each object's heap size,
@@ -28,16 +29,16 @@
     reason = "benchmark report: a failed unwrap is a broken benchmark; sizes are reported approximately"
 )]
 
-use std::alloc::System;
 use std::process::Command;
 use std::time::Instant;
 
+use cap::Cap;
 use karpenter::sim::scenario::{LoadedScenario, Pace, Simulation, on_runtime};
 use karpenter_actors::ports::cluster_view::ClusterView;
-use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
+/// The binary's allocator (src/main.rs), counted.
 #[global_allocator]
-static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+static GLOBAL: Cap<mimalloc::MiMalloc> = Cap::new(mimalloc::MiMalloc, usize::MAX);
 
 const SCENARIO: &str = include_str!("../config/scenarios/scale.yaml");
 /// The scenario's own size: its one-per-node pods.
@@ -63,13 +64,14 @@ fn main() {
         sizes
     };
     println!(
-        "{:>6} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7}",
+        "{:>6} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7}",
         "size",
         "pods",
         "nodes",
         "wall s",
         "sim s/s",
         "peak MB",
+        "pk heap",
         "heap MB",
         "emul MB",
         "view MB",
@@ -134,11 +136,7 @@ fn proc_status_bytes(field: &str) -> usize {
 
 /// Heap bytes now live, by the counting allocator.
 fn live_heap() -> usize {
-    // A reallocation's growth or shrink is already in these two counts.
-    let stats = GLOBAL.stats();
-    stats
-        .bytes_allocated
-        .saturating_sub(stats.bytes_deallocated)
+    GLOBAL.allocated()
 }
 
 /// Heap bytes of `objects`: each cloned under the counting allocator.
@@ -146,11 +144,11 @@ fn heap_of<T: Clone>(objects: &[std::sync::Arc<T>]) -> usize {
     objects
         .iter()
         .map(|object| {
-            let region = Region::new(GLOBAL);
+            let before = GLOBAL.total_allocated();
             let copy = T::clone(object);
-            let change = region.change();
+            let allocated = GLOBAL.total_allocated() - before;
             drop(copy);
-            change.bytes_allocated + std::mem::size_of::<T>()
+            allocated + std::mem::size_of::<T>()
         })
         .sum()
 }
@@ -193,13 +191,14 @@ fn child(size: u64) {
             pods.pending_reasons
         );
         format!(
-            "{:>6} {:>7} {:>7} {:>9.1} {:>9.1} {:>9.0} {:>9.0} {:>9.0} {:>8.0} {:>8.0} {:>7}",
+            "{:>6} {:>7} {:>7} {:>9.1} {:>9.1} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>8.0} {:>8.0} {:>7}",
             size,
             pods.scheduled,
             report.nodes.peak_nodes,
             wall,
             simulated.as_secs_f64() / wall,
             mb(proc_status_bytes("VmHWM")),
+            mb(GLOBAL.max_allocated()),
             mb(heap),
             mb(emulator),
             mb(view),

@@ -139,12 +139,24 @@ mod tests {
             calls.set(calls.get() + 1);
             node_of(pod)
         };
-        assert_eq!(cache.get(&pod(Some("u1"), Some("1"), "a"), &mut convert), "a");
-        assert_eq!(cache.get(&pod(Some("u1"), Some("1"), "a"), &mut convert), "a");
+        assert_eq!(
+            cache.get(&pod(Some("u1"), Some("1"), "a"), &mut convert),
+            "a"
+        );
+        assert_eq!(
+            cache.get(&pod(Some("u1"), Some("1"), "a"), &mut convert),
+            "a"
+        );
         assert_eq!(calls.get(), 1, "the same version is read from the cache");
         // A new version with other content: converted again, and that is what is kept.
-        assert_eq!(cache.get(&pod(Some("u1"), Some("2"), "b"), &mut convert), "b");
-        assert_eq!(cache.get(&pod(Some("u1"), Some("2"), "b"), &mut convert), "b");
+        assert_eq!(
+            cache.get(&pod(Some("u1"), Some("2"), "b"), &mut convert),
+            "b"
+        );
+        assert_eq!(
+            cache.get(&pod(Some("u1"), Some("2"), "b"), &mut convert),
+            "b"
+        );
         assert_eq!(calls.get(), 2);
         assert_eq!(cache.counts(), (2, 2));
     }

@@ -638,7 +638,11 @@ async fn follow<K: Watched>(
                 match event {
                     watcher::Event::Init => before_relist = reader.state(),
                     watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
-                        let object = Arc::new(object);
+                        // The store's copy (this task is its only writer): a subscriber's
+                        // backlog shares it rather than holding a second one.
+                        let object = reader
+                            .get(&ObjectRef::from_obj(&object))
+                            .unwrap_or_else(|| Arc::new(object));
                         deliver(sinks, counters, &Observed::Applied { object, previous });
                     }
                     watcher::Event::Delete(object) => {

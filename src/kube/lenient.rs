@@ -40,11 +40,19 @@ pub trait WireFormat: Resource<DynamicType = ()> + Sized {
     fn decode(wire: Self::Wire) -> Result<Self, Box<Undecodable>>;
 }
 
+/// Drops what no reader of the store looks at: `metadata.managedFields` (the API server's
+/// field-ownership record, often larger than the rest of a Pod on a real cluster; `None` is
+/// "unchanged" should an object from the store ever be written back).
+fn strip<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
 macro_rules! strict {
     ($($type:ty),*) => {
         $(impl WireFormat for $type {
             type Wire = $type;
-            fn decode(wire: Self::Wire) -> Result<Self, Box<Undecodable>> {
+            fn decode(mut wire: Self::Wire) -> Result<Self, Box<Undecodable>> {
+                strip(&mut wire);
                 Ok(wire)
             }
         })*
@@ -66,12 +74,14 @@ macro_rules! lenient {
         $(impl WireFormat for $type {
             type Wire = Lenient<$type>;
             fn decode(wire: Self::Wire) -> Result<Self, Box<Undecodable>> {
-                wire.object.map_err(|error| {
+                let mut object = wire.object.map_err(|error| {
                     Box::new(Undecodable {
                         metadata: wire.metadata,
                         error,
                     })
-                })
+                })?;
+                strip(&mut object);
+                Ok(object)
             }
         })*
     };
@@ -155,5 +165,46 @@ mod tests {
         .unwrap();
         let pool = NodePool::decode(wire).unwrap();
         assert_eq!(pool.metadata.name.as_deref(), Some("default"));
+    }
+
+    /// A managedFields entry as a real API server writes it for a kubectl apply.
+    fn managed() -> serde_json::Value {
+        serde_json::json!([{
+            "manager": "kubectl-client-side-apply",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": "2026-01-01T00:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}},
+        }])
+    }
+
+    #[test]
+    fn built_in_and_custom_kinds_are_stored_without_managed_fields() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"},
+                         "managedFields": managed()},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+        }))
+        .unwrap();
+        assert!(pod.metadata.managed_fields.is_some());
+        let pod = Pod::decode(pod).unwrap();
+        assert_eq!(pod.metadata.managed_fields, None);
+        assert_eq!(pod.metadata.labels.unwrap()["app"], "web");
+
+        let wire: Lenient<NodePool> = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "default", "managedFields": managed()},
+            "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [],
+            }}},
+        }))
+        .unwrap();
+        let pool = NodePool::decode(wire).unwrap();
+        assert_eq!(pool.metadata.managed_fields, None);
     }
 }

@@ -169,7 +169,10 @@ fn existing_node(node: &Node, pods: &[Arc<Pod>]) -> ExistingNode {
         allocatable,
         requested,
         capacity,
-        pods: pods.iter().map(|p| Arc::new(BoundPod::from_pod(p))).collect(),
+        pods: pods
+            .iter()
+            .map(|p| Arc::new(BoundPod::from_pod(p)))
+            .collect(),
         initialized: true,
         registered: true,
         ..ExistingNode::default()

@@ -5,7 +5,7 @@
 //! PDBs, the orchestration queue and the nominations.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
@@ -221,10 +221,11 @@ pub(super) struct InputReuse {
     conversions: Conversions,
 }
 
-/// What a build keeps of the pods for the next one ([`PodCache`]).
+/// What a build keeps of the pods for the next one ([`PodCache`]): the snapshot's conversions
+/// are the Provisioner's (the same pods, converted the same way, kept once).
 #[derive(Debug, Default)]
 struct Conversions {
-    snapshot: build::PodConversions,
+    snapshot: Arc<Mutex<build::PodConversions>>,
     node_pods: PodCache<Option<NodePod>>,
 }
 
@@ -242,6 +243,13 @@ impl Default for InputReuse {
 }
 
 impl InputReuse {
+    /// Reuse that shares the snapshot's pod conversions with the Provisioner.
+    pub fn new(snapshot_conversions: Arc<Mutex<build::PodConversions>>) -> Self {
+        let mut reuse = Self::default();
+        reuse.conversions.snapshot = snapshot_conversions;
+        reuse
+    }
+
     /// The round's input: the kept one refreshed when nothing it was built from changed,
     /// else a fresh build. Hand it back with [`InputReuse::keep`] once used.
     pub fn input(&mut self, view: &dyn ClusterView, context: RoundContext<'_>) -> DisruptionInput {
@@ -305,7 +313,14 @@ fn build_input(
         .filter(|p| is_ready(&p.nodepool))
         .cloned()
         .collect();
-    let built = build::build(view, &ready, &mut conversions.snapshot);
+    let built = build::build(
+        view,
+        &ready,
+        &mut conversions
+            .snapshot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
     let deleting: Vec<bool> = built.states.iter().map(|state| state.deleting).collect();
     let nodes: Vec<StateNode> = built
         .states
@@ -407,7 +422,7 @@ mod tests {
 
     fn pod(name: &str, node: &str) -> Pod {
         serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "namespace": "default", "uid": name},
+            "metadata": {"name": name, "namespace": "default", "uid": name, "resourceVersion": "1"},
             "spec": {"nodeName": node, "containers": [{"name": "app", "resources": {
                 "requests": {"cpu": "100m", "memory": "128Mi"}}}]},
             "status": {"phase": "Running"},
@@ -477,6 +492,17 @@ mod tests {
         let b = third.nodes.iter().find(|n| n.name == "b").unwrap();
         assert_eq!(b.pods.len(), 1);
         assert!(!b.marked_for_deletion);
+        assert_eq!(
+            format!("{third:?}"),
+            fresh(&view, context(later, &[], &nominations)),
+            "a build from kept pod conversions is a fresh build"
+        );
+        let snapshot_hits = reuse.conversions.snapshot.lock().unwrap().counts().0;
+        let node_pod_hits = reuse.conversions.node_pods.counts().0;
+        assert!(
+            snapshot_hits >= 1 && node_pod_hits >= 1,
+            "p1 did not change: its conversions were kept ({snapshot_hits}, {node_pod_hits})"
+        );
     }
 
     #[test]

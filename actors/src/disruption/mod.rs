@@ -395,7 +395,7 @@ impl Supervised for DisruptionActor {
             memos_since: None,
             memo_state: None,
             single_node_unseen_pools: Vec::new(),
-            inputs: input::InputReuse::default(),
+            inputs: input::InputReuse::new(deps.provisioner.conversions()),
         })
     }
 

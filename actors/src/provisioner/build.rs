@@ -161,6 +161,14 @@ impl PodConversions {
         self.bound.sweep();
         self.pending.sweep();
     }
+
+    /// Conversions answered from the cache and made, bound and pending pods together.
+    #[cfg(test)]
+    #[must_use]
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        let (bound, pending) = (self.bound.counts(), self.pending.counts());
+        (bound.0 + pending.0, bound.1 + pending.1)
+    }
 }
 
 /// A bound pod as an existing node's snapshot reads it.
@@ -574,10 +582,12 @@ pub(crate) fn build(
             deleting_claims.extend(state.claim);
             continue;
         }
-        built
-            .snapshot
-            .existing_nodes
-            .push(existing_node(state, pods_on, &daemons, &mut cache.bound));
+        built.snapshot.existing_nodes.push(existing_node(
+            state,
+            pods_on,
+            &daemons,
+            &mut cache.bound,
+        ));
         built.nodes.push(NodeRef {
             node: state.node.and_then(|n| n.metadata.name.clone()),
             node_claim: state.claim.and_then(|c| c.metadata.name.clone()),
