@@ -131,14 +131,19 @@ mod tests {
             .unwrap_or_default()
     }
 
+    /// A conversion to the pod's node name that counts its calls.
+    fn counting(calls: &Cell<u32>) -> impl FnMut(&Pod) -> String + '_ {
+        |pod: &Pod| {
+            calls.set(calls.get() + 1);
+            node_of(pod)
+        }
+    }
+
     #[test]
     fn a_pod_is_converted_again_only_when_its_version_changes() {
         let mut cache = PodCache::default();
         let calls = Cell::new(0);
-        let mut convert = |pod: &Pod| {
-            calls.set(calls.get() + 1);
-            node_of(pod)
-        };
+        let mut convert = counting(&calls);
         assert_eq!(
             cache.get(&pod(Some("u1"), Some("1"), "a"), &mut convert),
             "a"
@@ -165,10 +170,7 @@ mod tests {
     fn pods_without_uid_or_version_are_never_kept() {
         let mut cache = PodCache::default();
         let calls = Cell::new(0);
-        let mut convert = |pod: &Pod| {
-            calls.set(calls.get() + 1);
-            node_of(pod)
-        };
+        let mut convert = counting(&calls);
         for _ in 0..2 {
             cache.get(&pod(None, Some("1"), "a"), &mut convert);
             cache.get(&pod(Some("u1"), None, "a"), &mut convert);
