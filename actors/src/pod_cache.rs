@@ -144,24 +144,20 @@ mod tests {
         let mut cache = PodCache::default();
         let calls = Cell::new(0);
         let mut convert = counting(&calls);
-        assert_eq!(
-            cache.get(&pod(Some("u1"), Some("1"), "a"), &mut convert),
-            "a"
-        );
-        assert_eq!(
-            cache.get(&pod(Some("u1"), Some("1"), "a"), &mut convert),
-            "a"
-        );
+        for _ in 0..2 {
+            assert_eq!(
+                cache.get(&pod(Some("u1"), Some("1"), "a"), &mut convert),
+                "a"
+            );
+        }
         assert_eq!(calls.get(), 1, "the same version is read from the cache");
         // A new version with other content: converted again, and that is what is kept.
-        assert_eq!(
-            cache.get(&pod(Some("u1"), Some("2"), "b"), &mut convert),
-            "b"
-        );
-        assert_eq!(
-            cache.get(&pod(Some("u1"), Some("2"), "b"), &mut convert),
-            "b"
-        );
+        for _ in 0..2 {
+            assert_eq!(
+                cache.get(&pod(Some("u1"), Some("2"), "b"), &mut convert),
+                "b"
+            );
+        }
         assert_eq!(calls.get(), 2);
         assert_eq!(cache.counts(), (2, 2));
     }

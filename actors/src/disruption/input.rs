@@ -5,7 +5,7 @@
 //! PDBs, the orchestration queue and the nominations.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, TryLockError};
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
@@ -313,14 +313,17 @@ fn build_input(
         .filter(|p| is_ready(&p.nodepool))
         .cloned()
         .collect();
-    let built = build::build(
-        view,
-        &ready,
-        &mut conversions
-            .snapshot
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner),
-    );
+    // The Provisioner may be building with the shared conversions on its own thread: rather
+    // than wait for it on this actor's thread, this build converts its pods afresh.
+    let built = match conversions.snapshot.try_lock() {
+        Ok(mut shared) => build::build(view, &ready, &mut shared),
+        Err(TryLockError::Poisoned(poisoned)) => {
+            build::build(view, &ready, &mut poisoned.into_inner())
+        }
+        Err(TryLockError::WouldBlock) => {
+            build::build(view, &ready, &mut build::PodConversions::default())
+        }
+    };
     let deleting: Vec<bool> = built.states.iter().map(|state| state.deleting).collect();
     let nodes: Vec<StateNode> = built
         .states
@@ -502,6 +505,28 @@ mod tests {
         assert!(
             snapshot_hits >= 1 && node_pod_hits >= 1,
             "p1 did not change: its conversions were kept ({snapshot_hits}, {node_pod_hits})"
+        );
+    }
+
+    #[test]
+    fn a_build_while_the_provisioner_holds_the_conversions_does_not_wait_for_them() {
+        let view = MemoryClusterView::new();
+        view.put_node(node("a"));
+        view.put_pod(pod("p1", "a"));
+        let nominations = Nominations::default();
+        let shared = Arc::new(Mutex::new(build::PodConversions::default()));
+        let mut reuse = InputReuse::new(Arc::clone(&shared));
+        let held = shared.lock().unwrap();
+        let input = reuse.input(&view, context(Timestamp::UNIX_EPOCH, &[], &nominations));
+        assert_eq!(
+            format!("{input:?}"),
+            fresh(&view, context(Timestamp::UNIX_EPOCH, &[], &nominations)),
+            "converted afresh, the same input"
+        );
+        assert_eq!(
+            held.counts(),
+            (0, 0),
+            "the held conversions were not touched"
         );
     }
 
