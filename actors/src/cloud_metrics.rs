@@ -29,7 +29,6 @@ use k8s_openapi::api::core::v1::Node;
 use karpenter_core::apis::EC2NodeClass;
 use karpenter_core::apis::nodeclaim::NodeClaim;
 use karpenter_core::apis::nodepool::NodePool;
-use karpenter_core::domain::instance_type::InstanceType;
 use karpenter_core::domain::tags::Tags;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -39,7 +38,9 @@ use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 
 use crate::metrics::DEFAULT_BUCKETS_SECONDS;
-use crate::ports::cloud_provider::{CloudProvider, CloudProviderError, DriftReason, RepairPolicy};
+use crate::ports::cloud_provider::{
+    CloudProvider, CloudProviderError, DriftReason, InstanceTypes, RepairPolicy,
+};
 use crate::runtime::current_controller;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -199,7 +200,7 @@ impl CloudProvider for MeteredCloudProvider {
     async fn instance_types(
         &self,
         nodepool: &NodePool,
-    ) -> Result<Vec<Arc<InstanceType>>, CloudProviderError> {
+    ) -> Result<InstanceTypes, CloudProviderError> {
         self.timed("GetInstanceTypes", self.inner.instance_types(nodepool))
             .await
     }

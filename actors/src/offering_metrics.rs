@@ -109,7 +109,7 @@ impl OfferingMetrics {
             let Ok(types) = cloud.instance_types(&pool).await else {
                 continue;
             };
-            for it in types {
+            for it in types.iter() {
                 let single = |key: &str| {
                     it.requirements
                         .get(key)

@@ -969,6 +969,32 @@ async fn a_registered_nodes_reported_memory_sizes_the_next_launches_of_its_type(
     );
 }
 
+/// Every NodeClaim's drift check and every provisioning run reads a pool's instance types: while
+/// nothing they depend on changed, each reader gets the provider's one list, not a copy of it;
+/// a change (here a node reporting less memory) hands out a new list.
+#[actix::test]
+async fn readers_of_a_pools_instance_types_share_one_list_until_it_changes() {
+    tokio::time::pause();
+    let env = Env::new().await;
+    let pool = nodepool();
+    let first = env.cloud.instance_types(&pool).await.unwrap();
+    let again = env.cloud.instance_types(&pool).await.unwrap();
+    assert!(!first.is_empty());
+    assert!(Arc::ptr_eq(&first, &again), "the same list is shared");
+
+    let created = env
+        .cloud
+        .create(&od_claim("claim-a", &env.zone(0)))
+        .await
+        .unwrap();
+    env.cloud
+        .node_registered(&created, &registered_node(&created, "1Gi"));
+    let changed = env.cloud.instance_types(&pool).await.unwrap();
+    assert!(!Arc::ptr_eq(&first, &changed), "a change makes a new list");
+    let name = label(&created, labels::INSTANCE_TYPE);
+    assert_eq!(memory_of(&changed, name).0, 1024 * 1024 * 1024);
+}
+
 fn instance_id(claim: &NodeClaim) -> String {
     provider_id(claim).rsplit('/').next().unwrap().to_owned()
 }

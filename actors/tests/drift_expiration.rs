@@ -17,6 +17,7 @@ mod support;
 
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use karpenter_actors::metrics::disruption_reason;
@@ -479,5 +480,50 @@ async fn the_cloud_is_asked_about_drift_once_per_recheck_however_often_the_node_
         after - asked,
         1,
         "16 node changes make one cloud call, at the 5-minute recheck"
+    );
+}
+
+/// The pool's status changes with every NodeClaim that joins it (its resources): that asks the
+/// cloud nothing; a change of the pool's spec (a new generation) does, at once.
+#[actix::test]
+async fn a_pools_status_change_asks_the_cloud_nothing_and_a_spec_change_asks_at_once() {
+    tokio::time::pause();
+    let h = cluster().await;
+    edit_pool(&h, |pool| pool.metadata.generation = Some(1)).await;
+    let node = ready_nodeclaim(&h, "default-a", json!({})).await;
+    h.advance(Duration::from_secs(30)).await;
+    let asked = h.cloud.calls_of(CloudOperation::IsDrifted).len();
+    for n in 0..5 {
+        edit_pool(&h, |pool| {
+            pool.status
+                .get_or_insert_with(Default::default)
+                .resources
+                .insert("nodes".into(), Quantity(n.to_string()));
+        })
+        .await;
+        // Each status change comes with a node change, so the NodeClaim reconciles.
+        h.edit_node(&node, |node| {
+            node.metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert("example.com/heartbeat".into(), n.to_string());
+        });
+        h.advance(Duration::from_secs(20)).await;
+    }
+    assert_eq!(
+        h.cloud.calls_of(CloudOperation::IsDrifted).len(),
+        asked,
+        "status changes of the pool make no cloud call"
+    );
+
+    edit_pool(&h, |pool| {
+        pool.metadata.generation = Some(2);
+        pool.spec.weight = Some(10);
+    })
+    .await;
+    assert_eq!(
+        h.cloud.calls_of(CloudOperation::IsDrifted).len(),
+        asked + 1,
+        "a new generation of the pool asks the cloud again"
     );
 }

@@ -951,8 +951,7 @@ impl CloudProvider for UnusedCloud {
     async fn instance_types(
         &self,
         _: &NodePool,
-    ) -> Result<Vec<Arc<karpenter_core::domain::instance_type::InstanceType>>, CloudProviderError>
-    {
+    ) -> Result<karpenter_actors::ports::cloud_provider::InstanceTypes, CloudProviderError> {
         unimplemented!("not used by the NodeClassActor")
     }
     async fn is_drifted(&self, _: &NodeClaim) -> Result<Option<DriftReason>, CloudProviderError> {

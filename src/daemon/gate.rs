@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::Node;
 use karpenter_actors::deps::AwsPorts;
 use karpenter_actors::ports::aws_error::{AwsError, AwsService};
 use karpenter_actors::ports::cloud_provider::{
-    CloudProvider, CloudProviderError, DriftReason, RepairPolicy,
+    CloudProvider, CloudProviderError, DriftReason, InstanceTypes, RepairPolicy,
 };
 use karpenter_actors::ports::cluster::{
     Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, ObjectKind,
@@ -40,7 +40,6 @@ use karpenter_actors::ports::sqs::{ReceiveRequest, SqsApi, SqsMessage};
 use karpenter_core::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
 };
-use karpenter_core::domain::instance_type::InstanceType;
 
 use crate::kube::leader::LeadershipGate;
 
@@ -241,7 +240,7 @@ impl CloudProvider for GatedCloudProvider {
     async fn instance_types(
         &self,
         nodepool: &NodePool,
-    ) -> Result<Vec<Arc<InstanceType>>, CloudProviderError> {
+    ) -> Result<InstanceTypes, CloudProviderError> {
         self.inner.instance_types(nodepool).await
     }
 

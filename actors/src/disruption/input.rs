@@ -180,7 +180,7 @@ impl Source {
                 && a.instance_types.len() == b.instance_types.len()
                 && a.instance_types
                     .iter()
-                    .zip(&b.instance_types)
+                    .zip(b.instance_types.iter())
                     .all(|(x, y)| Arc::ptr_eq(x, y))
         };
         self.pools.len() == context.pools.len()
@@ -337,7 +337,7 @@ fn build_input(
         .map(|p| PoolInput {
             name: p.nodepool.metadata.name.clone().unwrap_or_default(),
             disruption: p.nodepool.spec.disruption.clone(),
-            instance_types: p.instance_types.clone(),
+            instance_types: p.instance_types.to_vec(),
         })
         .collect();
     pools.extend(context.pools_without_types.iter().map(|p| PoolInput {

@@ -461,7 +461,7 @@ fn types_by_pool(pools: &[UsablePool]) -> HashMap<String, Vec<Arc<InstanceType>>
         .map(|p| {
             (
                 p.nodepool.metadata.name.clone().unwrap_or_default(),
-                p.instance_types.clone(),
+                p.instance_types.to_vec(),
             )
         })
         .collect()

@@ -10,8 +10,9 @@
 //! `CloudProvider::is_drifted` (`NodeClassDrift`, `AMIDrift`, `SecurityGroupDrift`,
 //! `SubnetDrift`, `CapacityReservationDrift`). Drifted: `Drifted=True` with the reason as
 //! reason and message (a new reason rewrites it, keeping the transition time). Not drifted: the
-//! condition is removed. Either way the actor looks again after [`DRIFT_RECHECK`], since the
-//! cloud side (AMIs, subnets, security groups) changes without any event the actor sees.
+//! condition is removed. Either way the actor looks again when the cloud's verdict it used is
+//! [`DRIFT_RECHECK`] old, since the cloud side (AMIs, subnets, security groups) changes without
+//! any event the actor sees.
 //!
 //! The cloud half (instance types, `is_drifted`: a `DescribeInstances` per NodeClaim) is asked
 //! at most once per [`DRIFT_RECHECK`] while the NodePool and its `EC2NodeClass` stay the same
@@ -43,7 +44,10 @@ use karpenter_core::domain::drift::{NodePoolDrift, instance_type_not_found, stat
 pub const DRIFT_RECHECK: Duration = Duration::from_mins(5);
 
 /// A cloud-side drift verdict, reused until [`DRIFT_RECHECK`] has passed or the NodePool or
-/// its `EC2NodeClass` changed (their resource versions).
+/// its `EC2NodeClass` changed: the pool's spec (its `generation`; the resource version where an
+/// API keeps no generation) or the class's resource version (its status holds the AMIs, subnets
+/// and security groups drift is told from). The pool's status changes with every NodeClaim that
+/// joins it and says nothing about the cloud side.
 #[derive(Debug, Clone)]
 pub(super) struct CloudDrift {
     at: Instant,
@@ -73,8 +77,8 @@ impl NodeClaimActor {
             }
             return Ok(written.map_or(Step::Stop, |nc| Step::Continue(nc, None)));
         }
-        let reason = match self.drift_reason(&nodepool, &nodeclaim).await {
-            Ok(reason) => reason,
+        let (reason, recheck) = match self.drift_reason(&nodepool, &nodeclaim).await {
+            Ok(found) => found,
             // The instance is gone: the garbage collector deletes the NodeClaim.
             Err(CloudProviderError::NodeClaimNotFound { .. }) => {
                 return Ok(Step::Continue(nodeclaim, None));
@@ -108,7 +112,7 @@ impl NodeClaimActor {
             }
             None => Some(nodeclaim),
         };
-        Ok(written.map_or(Step::Stop, |nc| Step::Continue(nc, Some(DRIFT_RECHECK))))
+        Ok(written.map_or(Step::Stop, |nc| Step::Continue(nc, Some(recheck))))
     }
 
     async fn clear_drifted(
@@ -122,14 +126,16 @@ impl NodeClaimActor {
     }
 
     /// The first drift reason, the NodePool's before the cloud provider's; the cheap checks
-    /// first, the cloud's at most once per [`DRIFT_RECHECK`] for the same pool and class.
+    /// first, the cloud's at most once per [`DRIFT_RECHECK`] for the same pool and class. With
+    /// it, when to look again: when the cloud's verdict in use turns [`DRIFT_RECHECK`] old (a
+    /// reconcile between two rechecks must not push the next one back).
     async fn drift_reason(
         &mut self,
         nodepool: &karpenter_core::apis::NodePool,
         nodeclaim: &NodeClaim,
-    ) -> Result<Option<&'static str>, CloudProviderError> {
+    ) -> Result<(Option<&'static str>, Duration), CloudProviderError> {
         match static_drift(nodepool, nodeclaim) {
-            Ok(Some(reason)) => return Ok(Some(reason.as_str())),
+            Ok(Some(reason)) => return Ok((Some(reason.as_str()), DRIFT_RECHECK)),
             Ok(None) => {}
             // Validation marks such a pool not ready; the other checks still apply.
             Err(error) => {
@@ -144,7 +150,11 @@ impl NodeClaimActor {
             .view
             .ec2nodeclass(&nodepool.spec.template.spec.node_class_ref.name);
         let versions = (
-            nodepool.metadata.resource_version.clone(),
+            nodepool
+                .metadata
+                .generation
+                .map(|generation| format!("generation {generation}"))
+                .or_else(|| nodepool.metadata.resource_version.clone()),
             class.and_then(|c| c.metadata.resource_version.clone()),
         );
         let now = Instant::now();
@@ -152,7 +162,7 @@ impl NodeClaimActor {
             && memo.versions == versions
             && now.duration_since(memo.at) < DRIFT_RECHECK
         {
-            return Ok(memo.reason);
+            return Ok((memo.reason, DRIFT_RECHECK - now.duration_since(memo.at)));
         }
         let reason = self.cloud_drift_reason(nodepool, nodeclaim).await?;
         self.cloud_drift = Some(CloudDrift {
@@ -160,7 +170,7 @@ impl NodeClaimActor {
             versions,
             reason,
         });
-        Ok(reason)
+        Ok((reason, DRIFT_RECHECK))
     }
 
     /// `InstanceTypeNotFound` against the pool's instance types, then the cloud provider's

@@ -85,6 +85,10 @@ impl CloudProviderError {
     }
 }
 
+/// A NodePool's instance types as the provider keeps them: shared, so a caller that reads them
+/// (every drift check, every provisioning run) copies no list.
+pub type InstanceTypes = Arc<Vec<Arc<InstanceType>>>;
+
 /// Karpenter's `CloudProvider`.
 #[async_trait]
 pub trait CloudProvider: Send + Sync + std::fmt::Debug {
@@ -99,7 +103,7 @@ pub trait CloudProvider: Send + Sync + std::fmt::Debug {
     async fn instance_types(
         &self,
         nodepool: &NodePool,
-    ) -> Result<Vec<Arc<InstanceType>>, CloudProviderError>;
+    ) -> Result<InstanceTypes, CloudProviderError>;
     async fn is_drifted(
         &self,
         nodeclaim: &NodeClaim,

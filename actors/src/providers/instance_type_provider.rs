@@ -40,6 +40,7 @@ use super::unavailable::UnavailableOfferings;
 use crate::ports::aws_error::AwsError;
 use crate::ports::ec2::{Ec2Api, Filter, InstanceTypeInfo};
 use karpenter_core::apis::EC2NodeClass;
+use karpenter_core::apis::ec2nodeclass::Ami;
 use karpenter_core::apis::labels;
 use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::instance_type::{InstanceType, Offering};
@@ -68,8 +69,7 @@ pub struct InstanceTypeDeps {
 /// start the memo afresh rather than growing without bound. Clusters have a handful of them.
 const MAX_MEMOISED_CONFIGURATIONS: usize = 64;
 
-/// A list of instance types, shared.
-pub type InstanceTypes = Arc<Vec<Arc<InstanceType>>>;
+pub use crate::ports::cloud_provider::InstanceTypes;
 
 /// Why instance types could not be listed for a `NodeClass`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -129,12 +129,7 @@ fn key_of(
 /// discovered capacities, which hold for the images they were seen on.
 #[must_use]
 pub fn amis_hash(nodeclass: &EC2NodeClass) -> u64 {
-    let mut amis: Vec<String> = nodeclass
-        .status
-        .iter()
-        .flat_map(|s| &s.amis)
-        .map(|ami| format!("{ami:?}"))
-        .collect();
+    let mut amis: Vec<&Ami> = nodeclass.status.iter().flat_map(|s| &s.amis).collect();
     amis.sort_unstable();
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     amis.hash(&mut hasher);

@@ -30,13 +30,13 @@ use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::pod_cache::PodCache;
+use crate::ports::cloud_provider::InstanceTypes;
 use crate::ports::cluster_view::ClusterView;
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as claim_conditions};
 use karpenter_core::apis::labels;
 use karpenter_core::apis::nodeclaim::NodeClaim;
 use karpenter_core::apis::nodepool::NodePool;
 use karpenter_core::apis::taints::{Taint, TaintEffect};
-use karpenter_core::domain::instance_type::InstanceType;
 use karpenter_core::domain::limits;
 pub use karpenter_core::domain::pods::{NotProvisionable, provisionable};
 use karpenter_core::domain::pods::{is_terminal, owned_by};
@@ -127,7 +127,7 @@ pub(crate) struct NodeRef {
 #[derive(Debug, Clone)]
 pub(crate) struct UsablePool {
     pub nodepool: Arc<NodePool>,
-    pub instance_types: Vec<Arc<InstanceType>>,
+    pub instance_types: InstanceTypes,
 }
 
 /// The snapshot and what its indices refer to.
@@ -698,7 +698,7 @@ fn node_pool_input(
     deleting_claims: &[&NodeClaim],
     daemons: &[SchedulingPod],
 ) -> Result<NodePoolInput, PoolInputError> {
-    let mut input = NodePoolInput::from_node_pool(&pool.nodepool, pool.instance_types.clone())?
+    let mut input = NodePoolInput::from_node_pool(&pool.nodepool, pool.instance_types.to_vec())?
         .with_daemonsets(daemons);
     // The solver subtracts the existing nodes; deleting NodeClaims still hold capacity.
     let held = limits::remaining_with_in_flight(

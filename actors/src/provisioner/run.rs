@@ -229,7 +229,7 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64, tasks: Tasks) -> RunRe
         .map(|p| {
             (
                 p.nodepool.metadata.name.clone().unwrap_or_default(),
-                p.instance_types.clone(),
+                p.instance_types.to_vec(),
             )
         })
         .collect();

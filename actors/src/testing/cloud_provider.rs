@@ -22,7 +22,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use super::failures::FailureRules;
 use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::{
-    AWS_REPAIR_POLICIES, CloudProvider, CloudProviderError, DriftReason, RepairPolicy,
+    AWS_REPAIR_POLICIES, CloudProvider, CloudProviderError, DriftReason, InstanceTypes,
+    RepairPolicy,
 };
 use karpenter_core::apis::labels;
 use karpenter_core::apis::nodeclaim::NodeClaimStatus;
@@ -550,17 +551,19 @@ impl CloudProvider for FakeCloudProvider {
     async fn instance_types(
         &self,
         nodepool: &NodePool,
-    ) -> Result<Vec<Arc<InstanceType>>, CloudProviderError> {
+    ) -> Result<InstanceTypes, CloudProviderError> {
         let name = nodepool.metadata.name.clone().unwrap_or_default();
         let mut state = self.lock();
         state.call(CloudCall::InstanceTypes {
             nodepool: name.clone(),
         })?;
-        Ok(state
-            .types_by_pool
-            .get(&name)
-            .unwrap_or(&state.default_types)
-            .clone())
+        Ok(Arc::new(
+            state
+                .types_by_pool
+                .get(&name)
+                .unwrap_or(&state.default_types)
+                .clone(),
+        ))
     }
 
     async fn is_drifted(

@@ -79,7 +79,7 @@ async fn lower_bound(view: &dyn ClusterView, cloud: &dyn CloudProvider) -> Optio
     let mut inputs = Vec::new();
     for pool in pools {
         let types = cloud.instance_types(&pool).await.ok()?;
-        inputs.push(NodePoolInput::from_node_pool(&pool, types).ok()?);
+        inputs.push(NodePoolInput::from_node_pool(&pool, types.to_vec()).ok()?);
     }
     Some(cost_lower_bound(&pods, &inputs))
 }

@@ -670,7 +670,9 @@ pub enum InstanceMatchCriteria {
 }
 
 /// A resolved AMI and the instance requirements it serves (architecture, GPU variant).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 pub struct Ami {
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -681,7 +683,9 @@ pub struct Ami {
 }
 
 /// A node selector requirement in an AMI's status.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 pub struct AmiRequirement {
     pub key: String,
     pub operator: String,

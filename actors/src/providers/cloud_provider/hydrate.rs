@@ -3,15 +3,14 @@
 //! type and NodePool; its provider id `aws:///<zone>/<id>`, image, capacity and allocatable
 //! (zero resources left out, EFA only when the launch asked for it).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::AwsCloudProvider;
 use crate::nodeclaim::launch::LAUNCH_GROUP;
-use crate::ports::cloud_provider::CloudProviderError;
+use crate::ports::cloud_provider::{CloudProviderError, InstanceTypes};
 use crate::ports::ec2::{Instance, InstanceState};
 use karpenter_core::apis::nodeclaim::{
     NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference,
@@ -146,6 +145,10 @@ fn capacity_type_of(instance: &Instance, reserved_capacity: bool) -> CapacityTyp
     }
 }
 
+/// The instance types of NodePools by name (`None`: the pool or its class is gone), as one
+/// `list` looked them up.
+pub(super) type PoolTypes = HashMap<String, Option<InstanceTypes>>;
+
 impl AwsCloudProvider {
     /// A NodeClaim for an instance found in EC2 (`get`, `list`): named after its
     /// `karpenter.sh/nodeclaim` tag when tagged, annotated with its launch group, created at
@@ -154,15 +157,34 @@ impl AwsCloudProvider {
         &self,
         instance: &Instance,
     ) -> Result<NodeClaim, CloudProviderError> {
+        self.instance_to_nodeclaim_with(instance, &mut PoolTypes::default())
+    }
+
+    /// [`Self::instance_to_nodeclaim`] for many instances (`list`): each NodePool's instance
+    /// types are looked up once, in `pools`.
+    pub(super) fn instance_to_nodeclaim_with(
+        &self,
+        instance: &Instance,
+        pools: &mut PoolTypes,
+    ) -> Result<NodeClaim, CloudProviderError> {
         let nodepool_name = instance.tags.get(labels::TAG_NODEPOOL);
-        let instance_types: Option<Vec<Arc<InstanceType>>> =
-            match nodepool_name.and_then(|name| self.view.nodepool(name)) {
-                Some(pool) => self.pool_instance_types(&pool)?,
-                None => None,
-            };
+        let instance_types = match nodepool_name {
+            Some(name) => match pools.get(name) {
+                Some(types) => types.clone(),
+                None => {
+                    let types = match self.view.nodepool(name) {
+                        Some(pool) => self.pool_instance_types(&pool)?,
+                        None => None,
+                    };
+                    pools.insert(name.clone(), types.clone());
+                    types
+                }
+            },
+            None => None,
+        };
         let instance_type = instance_types
             .iter()
-            .flatten()
+            .flat_map(|types| types.iter())
             .find(|it| it.name == instance.instance_type)
             .cloned();
         let class_name = instance.tags.get(labels::TAG_EC2NODECLASS).cloned();

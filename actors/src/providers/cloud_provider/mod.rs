@@ -42,8 +42,8 @@ use super::validation;
 use crate::ports::aws_error::AwsError;
 use crate::ports::clock::Clock;
 use crate::ports::cloud_provider::{
-    AWS_REPAIR_POLICIES, CloudProvider, CloudProviderError, DriftReason, RepairPolicy,
-    parse_provider_id,
+    AWS_REPAIR_POLICIES, CloudProvider, CloudProviderError, DriftReason, InstanceTypes,
+    RepairPolicy, parse_provider_id,
 };
 use crate::ports::cluster_view::ClusterView;
 use crate::ports::ec2::{Ec2Api, Instance};
@@ -304,7 +304,7 @@ impl AwsCloudProvider {
     fn pool_instance_types(
         &self,
         nodepool: &NodePool,
-    ) -> Result<Option<Vec<Arc<InstanceType>>>, CloudProviderError> {
+    ) -> Result<Option<InstanceTypes>, CloudProviderError> {
         let Some(nodeclass) = self.nodeclass_of_pool(nodepool) else {
             return Ok(None);
         };
@@ -316,7 +316,7 @@ impl AwsCloudProvider {
                 nodeclass: nodeclass.metadata.name.clone().unwrap_or_default(),
                 message: error.to_string(),
             })?;
-        Ok(Some(list.as_ref().clone()))
+        Ok(Some(list))
     }
 
     /// The instance types the `NodeClass` validation dry-runs with (reference 5.1): the first
@@ -349,9 +349,11 @@ impl AwsCloudProvider {
             })
             .collect();
         let instance_types = match self.providers.instance_types.list_for(nodeclass) {
-            Ok(list) => list.as_ref().clone(),
+            Ok(list) => list,
             // No subnets yet: nothing to choose from; the fallback types apply.
-            Err(super::instance_type_provider::InstanceTypesError::NoSubnets { .. }) => Vec::new(),
+            Err(super::instance_type_provider::InstanceTypesError::NoSubnets { .. }) => {
+                InstanceTypes::default()
+            }
             Err(error) => {
                 return Err(CloudProviderError::NodeClassIncomplete {
                     nodeclass: name,
@@ -433,16 +435,17 @@ impl CloudProvider for AwsCloudProvider {
 
     async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
         let instances = self.providers.instances.list().await.map_err(not_found)?;
+        let mut pools = hydrate::PoolTypes::default();
         instances
             .iter()
-            .map(|instance| self.instance_to_nodeclaim(instance))
+            .map(|instance| self.instance_to_nodeclaim_with(instance, &mut pools))
             .collect()
     }
 
     async fn instance_types(
         &self,
         nodepool: &NodePool,
-    ) -> Result<Vec<Arc<InstanceType>>, CloudProviderError> {
+    ) -> Result<InstanceTypes, CloudProviderError> {
         Ok(self.pool_instance_types(nodepool)?.unwrap_or_default())
     }
 
