@@ -162,7 +162,10 @@ impl NodeClaimActor {
             && memo.versions == versions
             && now.duration_since(memo.at) < DRIFT_RECHECK
         {
-            return Ok((memo.reason, DRIFT_RECHECK - now.duration_since(memo.at)));
+            return Ok((
+                memo.reason,
+                DRIFT_RECHECK.saturating_sub(now.duration_since(memo.at)),
+            ));
         }
         let reason = self.cloud_drift_reason(nodepool, nodeclaim).await?;
         self.cloud_drift = Some(CloudDrift {

@@ -169,9 +169,10 @@ impl AwsCloudProvider {
     ) -> Result<NodeClaim, CloudProviderError> {
         let nodepool_name = instance.tags.get(labels::TAG_NODEPOOL);
         let instance_types = match nodepool_name {
-            Some(name) => match pools.get(name) {
-                Some(types) => types.clone(),
-                None => {
+            Some(name) => {
+                if let Some(types) = pools.get(name) {
+                    types.clone()
+                } else {
                     let types = match self.view.nodepool(name) {
                         Some(pool) => self.pool_instance_types(&pool)?,
                         None => None,
@@ -179,7 +180,7 @@ impl AwsCloudProvider {
                     pools.insert(name.clone(), types.clone());
                     types
                 }
-            },
+            }
             None => None,
         };
         let instance_type = instance_types
