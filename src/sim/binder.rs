@@ -16,7 +16,7 @@
 //! did not change (same pending pods, same nodes at the same resourceVersions) skips the solve.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -74,7 +74,20 @@ impl std::fmt::Debug for FakeScheduler {
 }
 
 fn key_of(pod: &Pod) -> PodKey {
-    (pod.namespace().unwrap_or_default(), pod.name_any())
+    let (namespace, name) = key_ref(pod);
+    (namespace.to_owned(), name.to_owned())
+}
+
+/// [`key_of`] borrowed from the pod: what a pass over every pod compares and hashes.
+fn key_ref(pod: &Pod) -> (&str, &str) {
+    let meta = &pod.metadata;
+    (
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name
+            .as_deref()
+            .or(meta.generate_name.as_deref())
+            .unwrap_or_default(),
+    )
 }
 
 fn node_of(pod: &Pod) -> Option<&str> {
@@ -215,16 +228,22 @@ impl FakeScheduler {
     async fn pass(&mut self, step: &mut BinderStep) {
         let pods = self.view.pods();
         // Forget assumptions the store confirms (bound) or refutes (gone).
-        let current: BTreeMap<PodKey, Option<String>> = pods
-            .iter()
-            .map(|p| (key_of(p), node_of(p).map(str::to_owned)))
-            .collect();
-        self.assumed
-            .retain(|key, _| matches!(current.get(key), Some(None)));
+        if !self.assumed.is_empty() {
+            let unbound: HashSet<(&str, &str)> = pods
+                .iter()
+                .filter(|p| node_of(p).is_none())
+                .map(|p| key_ref(p))
+                .collect();
+            self.assumed.retain(|(namespace, name), _| {
+                unbound.contains(&(namespace.as_str(), name.as_str()))
+            });
+        }
 
         let mut pending: Vec<&Arc<Pod>> = pods
             .iter()
-            .filter(|p| is_pending(p) && !self.assumed.contains_key(&key_of(p)))
+            .filter(|p| {
+                is_pending(p) && (self.assumed.is_empty() || !self.assumed.contains_key(&key_of(p)))
+            })
             .collect();
         if pending.is_empty() {
             self.last_inputs = None;
@@ -234,7 +253,7 @@ impl FakeScheduler {
             let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
             created(a)
                 .cmp(&created(b))
-                .then_with(|| key_of(a).cmp(&key_of(b)))
+                .then_with(|| key_ref(a).cmp(&key_ref(b)))
         });
         let mut nodes: Vec<Arc<Node>> = self
             .view
@@ -358,7 +377,7 @@ impl FakeScheduler {
         let mut hasher = DefaultHasher::new();
         pods.hash(&mut hasher);
         for pod in pending {
-            key_of(pod).hash(&mut hasher);
+            key_ref(pod).hash(&mut hasher);
             pod.metadata.resource_version.hash(&mut hasher);
         }
         for node in nodes {
