@@ -74,11 +74,27 @@ where
     }
 }
 
-/// `N` distinct free loopback ports (all bound at once, read, released).
+/// Where [`free_ports`] looks: below Linux's ephemeral range (32768-60999 by default), from which
+/// the kernel takes the local port of every outgoing connection of the tests running beside this
+/// one. A port picked from that range and released could become such a local port before the
+/// daemon binds it (`Address already in use`: seen in a full test run).
+const PORTS: std::ops::Range<u32> = 20_000..32_000;
+
+/// `N` distinct ports free on every interface (all bound at once, read, released), below the
+/// ephemeral range ([`PORTS`]); each process starts its search at its own place in the range.
 pub fn free_ports<const N: usize>() -> [u16; N] {
-    let listeners: Vec<std::net::TcpListener> = (0..N)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let span = PORTS.end - PORTS.start;
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    let mut listeners = Vec::with_capacity(N);
+    while listeners.len() < N {
+        let offset = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(offset < span, "no free port in {PORTS:?}");
+        let port = u16::try_from(PORTS.start + (start + offset) % span).unwrap();
+        if let Ok(listener) = std::net::TcpListener::bind(("0.0.0.0", port)) {
+            listeners.push(listener);
+        }
+    }
     std::array::from_fn(|i| listeners[i].local_addr().unwrap().port())
 }
 
