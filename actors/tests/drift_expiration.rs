@@ -458,6 +458,16 @@ async fn expire_after_never_or_unparsable_never_deletes() {
     assert_eq!(expired_count(&h), 1);
 }
 
+/// Changes the node (a label), which reconciles its NodeClaim.
+fn heartbeat(h: &Harness, node: &str, n: usize) {
+    h.edit_node(node, |node| {
+        node.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("example.com/heartbeat".into(), n.to_string());
+    });
+}
+
 #[actix::test]
 async fn the_cloud_is_asked_about_drift_once_per_recheck_however_often_the_node_changes() {
     tokio::time::pause();
@@ -467,12 +477,7 @@ async fn the_cloud_is_asked_about_drift_once_per_recheck_however_often_the_node_
     let asked = h.cloud.calls_of(CloudOperation::IsDrifted).len();
     // The node changes every 20 s for 5 min 20 s (each change reconciles its NodeClaim).
     for n in 0..16 {
-        h.edit_node(&node, |node| {
-            node.metadata
-                .labels
-                .get_or_insert_with(Default::default)
-                .insert("example.com/heartbeat".into(), n.to_string());
-        });
+        heartbeat(&h, &node, n);
         h.advance(Duration::from_secs(20)).await;
     }
     let after = h.cloud.calls_of(CloudOperation::IsDrifted).len();
@@ -502,12 +507,7 @@ async fn a_pools_status_change_asks_the_cloud_nothing_and_a_spec_change_asks_at_
         })
         .await;
         // Each status change comes with a node change, so the NodeClaim reconciles.
-        h.edit_node(&node, |node| {
-            node.metadata
-                .labels
-                .get_or_insert_with(Default::default)
-                .insert("example.com/heartbeat".into(), n.to_string());
-        });
+        heartbeat(&h, &node, n);
         h.advance(Duration::from_secs(20)).await;
     }
     assert_eq!(

@@ -51,7 +51,9 @@ pub const DRIFT_RECHECK: Duration = Duration::from_mins(5);
 #[derive(Debug, Clone)]
 pub(super) struct CloudDrift {
     at: Instant,
-    versions: (Option<String>, Option<String>),
+    /// The pool's generation, its resource version (only without a generation), the class's
+    /// resource version.
+    versions: (Option<i64>, Option<String>, Option<String>),
     reason: Option<&'static str>,
 }
 
@@ -150,11 +152,12 @@ impl NodeClaimActor {
             .view
             .ec2nodeclass(&nodepool.spec.template.spec.node_class_ref.name);
         let versions = (
+            nodepool.metadata.generation,
             nodepool
                 .metadata
-                .generation
-                .map(|generation| format!("generation {generation}"))
-                .or_else(|| nodepool.metadata.resource_version.clone()),
+                .resource_version
+                .clone()
+                .filter(|_| nodepool.metadata.generation.is_none()),
             class.and_then(|c| c.metadata.resource_version.clone()),
         );
         let now = Instant::now();
