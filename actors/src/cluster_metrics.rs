@@ -74,8 +74,11 @@ use crate::summary::{Summary, TextFamily};
 /// How often the daemon refreshes these gauges: Karpenter's node metrics period.
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(5);
 
-/// A label set built at run time (the node labels depend on the well-known label list).
-pub type DynamicLabels = Vec<(&'static str, String)>;
+/// A label set built at run time (the node labels depend on the well-known label list). Values
+/// are shared strings: a node's labels go into some thirty series (six families times its
+/// resources, and the set of keys each family last wrote), and with owned strings every series
+/// held its own copy of every value, tens of kilobytes per node.
+pub type DynamicLabels = Vec<(&'static str, Arc<str>)>;
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
@@ -125,17 +128,24 @@ fn value_of(name: &str, amount: i64) -> f64 {
 pub fn node_labels(node: &Node) -> DynamicLabels {
     let own = node.metadata.labels.as_ref();
     let mut out: DynamicLabels = vec![
-        ("node_name", node.metadata.name.clone().unwrap_or_default()),
+        (
+            "node_name",
+            node.metadata.name.as_deref().unwrap_or_default().into(),
+        ),
         (
             "phase",
             node.status
                 .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_default(),
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or_default()
+                .into(),
         ),
     ];
     for (key, name) in node_metric_labels() {
-        let value = own.and_then(|l| l.get(key)).cloned().unwrap_or_default();
+        let value = own
+            .and_then(|l| l.get(key))
+            .map_or("", String::as_str)
+            .into();
         out.push((name, value));
     }
     out
@@ -143,7 +153,7 @@ pub fn node_labels(node: &Node) -> DynamicLabels {
 
 fn with_resource(labels: &DynamicLabels, resource: &str) -> DynamicLabels {
     let mut out = labels.clone();
-    out.push(("resource_type", resource_type(resource)));
+    out.push(("resource_type", resource_type(resource).into()));
     out
 }
 
@@ -260,8 +270,8 @@ pub fn pod_state_labels(pod: &Pod, node: Option<&Node>) -> DynamicLabels {
     let node_label = |key: &str| {
         node.and_then(|n| n.metadata.labels.as_ref())
             .and_then(|l| l.get(key))
-            .cloned()
-            .unwrap_or_default()
+            .map_or("", String::as_str)
+            .into()
     };
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let owner = pod
@@ -284,17 +294,21 @@ pub fn pod_state_labels(pod: &Pod, node: Option<&Node>) -> DynamicLabels {
         .and_then(|s| s.node_name.clone())
         .unwrap_or_default();
     vec![
-        ("name", pod.metadata.name.clone().unwrap_or_default()),
-        ("namespace", namespace),
-        ("owner", owner),
-        ("scheduled", (!node_name.is_empty()).to_string()),
-        ("node", node_name),
+        (
+            "name",
+            pod.metadata.name.as_deref().unwrap_or_default().into(),
+        ),
+        ("namespace", namespace.into()),
+        ("owner", owner.into()),
+        ("scheduled", (!node_name.is_empty()).to_string().into()),
+        ("node", node_name.into()),
         (
             "phase",
             pod.status
                 .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_default(),
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or_default()
+                .into(),
         ),
         ("zone", node_label(labels::ZONE)),
         ("arch", node_label(labels::ARCH)),

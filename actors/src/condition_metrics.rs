@@ -86,8 +86,8 @@ impl ObjectState {
                         extra_label_name(key),
                         labels
                             .and_then(|l| l.get(*key))
-                            .cloned()
-                            .unwrap_or_default(),
+                            .map_or("", String::as_str)
+                            .into(),
                     )
                 })
                 .collect(),
@@ -141,7 +141,10 @@ fn seconds_between(from: Timestamp, to: Timestamp) -> f64 {
 }
 
 fn with(base: &[(&'static str, String)], extra: &DynamicLabels) -> DynamicLabels {
-    base.iter().cloned().chain(extra.iter().cloned()).collect()
+    base.iter()
+        .map(|(key, value)| (*key, Arc::from(value.as_str())))
+        .chain(extra.iter().cloned())
+        .collect()
 }
 
 fn histogram() -> Histogram {
