@@ -17,9 +17,12 @@ const READINESS_CHECKS: [&str; 6] = [
 ];
 
 /// Metric families a scale-up leaves in `/metrics` (families without samples are left out).
-const FAMILIES: [&str; 5] = [
+const FAMILIES: [&str; 7] = [
     "karpenter_nodeclaims_created",
     "karpenter_nodes_created",
+    // Refreshed from the cluster store on every scrape, with the node's labels on each series.
+    "karpenter_nodes_allocatable",
+    "karpenter_pods_state",
     "karpenter_scheduler_scheduling_duration_seconds",
     "karpenter_actor_messages_handled",
     "karpenter_actor_handler_duration_seconds",
@@ -52,6 +55,15 @@ async fn metrics_parse_as_prometheus_text_and_the_probes_name_their_checks() {
         );
     }
     assert!(exposition.samples > 50, "{text}");
+    // The node's series carry its labels (shared between its series, written once per scrape).
+    assert!(
+        text.lines().any(
+            |l| l.starts_with("karpenter_nodes_allocatable{node_name=\"i-")
+                && l.contains("resource_type=\"cpu\"")
+                && l.contains("capacity_type=\"")
+        ),
+        "no allocatable cpu series with the node's labels:\n{text}"
+    );
 
     let (code, body) = daemon.readyz().await.unwrap();
     assert_eq!(code, 200, "{body}");
