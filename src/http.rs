@@ -419,6 +419,13 @@ impl MetricsRegistries {
         for hook in &hooks {
             hook();
         }
+        self.encode_as_they_stand()
+    }
+
+    /// Every registry as it stands, without the scrape hooks: the families computed from the
+    /// cluster hold what the last scrape wrote (nothing if none has). For readers of the
+    /// counters alone (the simulation's report), who need not build a series per pod and node.
+    pub fn encode_as_they_stand(&self) -> Result<String, fmt::Error> {
         let registries = self
             .registries
             .read()
@@ -757,6 +764,12 @@ mod tests {
             merged.encode().unwrap().contains("scraped 2\n"),
             "extend keeps the hooks"
         );
+        let standing = registries.encode_as_they_stand().unwrap();
+        assert!(
+            standing.contains("scraped 2\n"),
+            "read as the last scrape left it, the hook not run again: {standing}"
+        );
+        assert_eq!(scrapes.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 
     #[tokio::test]
