@@ -193,9 +193,9 @@ pub struct KindStats {
     /// `v1/Pod`, `karpenter.sh/v1/NodePool`.
     pub kind: String,
     pub objects: usize,
-    /// Serialized size of the stored objects.
+    /// Heap held by the stored objects: their JSON, keys and selector indexes.
     pub object_bytes: usize,
-    /// Serialized size of history entries not shared with a stored object.
+    /// The same for history entries not shared with a stored object.
     pub history_bytes: usize,
 }
 

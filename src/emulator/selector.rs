@@ -6,15 +6,17 @@
 //! `k<1`, joined by commas. Field selectors: `f=v`, `f==v`, `f!=v`, joined by commas, on the
 //! fields each kind supports ([`supported_fields`]); others are rejected as the server does.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::kinds::Behavior;
 
 /// Labels of an object, sorted by key.
-pub(crate) type Labels = Box<[(Box<str>, Box<str>)]>;
+pub(crate) type Labels = Arc<[(Box<str>, Box<str>)]>;
 
 /// The selectable field values of an object, by field name.
-pub(crate) type Fields = Box<[(&'static str, Box<str>)]>;
+pub(crate) type Fields = Arc<[(&'static str, Box<str>)]>;
 
 /// One requirement of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -470,7 +472,7 @@ pub(crate) fn extract_fields(behavior: Behavior, object: &Value) -> Fields {
         ],
         _ => Vec::new(),
     };
-    fields.into_boxed_slice()
+    fields.into()
 }
 
 /// Index entry of a Pod: whether its `Ready` condition is `True`.
@@ -533,7 +535,7 @@ pub(crate) fn extract_labels(object: &Value) -> Labels {
         })
         .unwrap_or_default();
     labels.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    labels.into_boxed_slice()
+    labels.into()
 }
 
 #[cfg(test)]

@@ -53,6 +53,34 @@ impl StoredObject {
     pub fn value(&self) -> Value {
         serde_json::from_slice(&self.json).unwrap_or(Value::Null)
     }
+
+    /// Heap bytes this version holds: itself, its JSON, its key and its selector index.
+    pub fn heap_bytes(&self) -> usize {
+        self.own_bytes() + self.index_bytes()
+    }
+
+    /// Heap bytes of this version but its selector index (which versions may share).
+    fn own_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.json.len()
+            + self.key.namespace.len()
+            + self.key.name.len()
+    }
+
+    /// Heap bytes of the labels and fields index.
+    fn index_bytes(&self) -> usize {
+        let labels: usize = self
+            .labels
+            .iter()
+            .map(|(k, v)| std::mem::size_of::<(Box<str>, Box<str>)>() + k.len() + v.len())
+            .sum();
+        let fields: usize = self
+            .fields
+            .iter()
+            .map(|(_, v)| std::mem::size_of::<(&str, Box<str>)>() + v.len())
+            .sum();
+        labels + fields
+    }
 }
 
 /// The type of a watch event.
@@ -248,18 +276,24 @@ impl View<'_> {
             .kinds
             .iter()
             .map(|state| {
-                let objects: usize = state.objects.values().map(|o| o.json.len()).sum();
+                let objects: usize = state.objects.values().map(|o| o.heap_bytes()).sum();
                 let history: usize = state
                     .history
                     .iter()
-                    .filter(|e| {
-                        // Shared with the live object when it is the same version.
-                        state
-                            .objects
-                            .get(&e.object.key)
-                            .is_none_or(|live| !Arc::ptr_eq(live, &e.object))
+                    .map(|e| {
+                        let old = &e.object;
+                        match state.objects.get(&old.key) {
+                            // The live version itself: counted above.
+                            Some(live) if Arc::ptr_eq(live, old) => 0,
+                            Some(live)
+                                if Arc::ptr_eq(&live.labels, &old.labels)
+                                    && Arc::ptr_eq(&live.fields, &old.fields) =>
+                            {
+                                old.own_bytes()
+                            }
+                            _ => old.heap_bytes(),
+                        }
                     })
-                    .map(|e| e.object.json.len())
                     .sum();
                 (state.objects.len(), objects, history)
             })
@@ -347,13 +381,26 @@ impl Txn<'_> {
             metadata.insert("resourceVersion".into(), Value::String(rv.to_string()));
         }
         let behavior = self.inner.kinds[kind].behavior;
-        let json = Bytes::from(serde_json::to_vec(object).unwrap_or_default());
+        // Exactly sized: `to_vec` leaves up to half its buffer spare, and the stored bytes live
+        // as long as the object and its history entries.
+        let json = Bytes::from(
+            serde_json::to_vec(object)
+                .unwrap_or_default()
+                .into_boxed_slice(),
+        );
+        // Most writes change neither: the new version shares the live one's index.
+        let live = self.inner.kinds[kind].objects.get(&key);
+        let labels = shared(selector::extract_labels(object), live.map(|l| &l.labels));
+        let fields = shared(
+            selector::extract_fields(behavior, object),
+            live.map(|l| &l.fields),
+        );
         Arc::new(StoredObject {
             key,
             rv,
             json,
-            labels: selector::extract_labels(object),
-            fields: selector::extract_fields(behavior, object),
+            labels,
+            fields,
         })
     }
 
@@ -377,6 +424,14 @@ impl Txn<'_> {
             }
         }
         state.notify.send_replace(object.rv);
+    }
+}
+
+/// `fresh`, or `live` when they are equal.
+fn shared<T: PartialEq + ?Sized>(fresh: Arc<T>, live: Option<&Arc<T>>) -> Arc<T> {
+    match live {
+        Some(live) if **live == *fresh => Arc::clone(live),
+        _ => fresh,
     }
 }
 
@@ -434,5 +489,48 @@ mod tests {
                 .collect()
         });
         assert_eq!(names, ["a", "z"]);
+    }
+
+    #[test]
+    fn a_write_that_keeps_the_labels_shares_the_live_index_and_is_counted_once() {
+        let kinds = Kinds::new();
+        let pods = kinds.find("", "v1", "pods").unwrap();
+        let store = Store::new(&kinds, 10, 1);
+        let labelled = |phase: &str, app: &str| {
+            let mut pod = pod("x");
+            pod["metadata"]["labels"] = json!({ "app": app });
+            pod["status"] = json!({ "phase": phase });
+            pod
+        };
+        let put = |phase: &str, app: &str| {
+            store.write(|t| {
+                t.put(
+                    pods,
+                    ObjectKey::new("a", "x"),
+                    labelled(phase, app),
+                    EventType::Modified,
+                )
+            })
+        };
+        let first = put("Pending", "web");
+        let second = put("Running", "web");
+        assert!(Arc::ptr_eq(&first.labels, &second.labels));
+        assert!(
+            !Arc::ptr_eq(&first.fields, &second.fields),
+            "status.phase changed"
+        );
+        let third = put("Running", "web");
+        assert!(Arc::ptr_eq(&second.labels, &third.labels));
+        assert!(Arc::ptr_eq(&second.fields, &third.fields));
+        // The live version counts in full; an older one in history counts its own bytes, and
+        // its index unless it is the live version's.
+        let (objects, object_bytes, history_bytes) = store.footprint()[pods];
+        assert_eq!(objects, 1);
+        assert_eq!(object_bytes, third.heap_bytes());
+        assert_eq!(history_bytes, first.heap_bytes() + second.own_bytes());
+        assert!(second.own_bytes() < second.heap_bytes());
+        let fourth = put("Running", "db");
+        assert!(!Arc::ptr_eq(&third.labels, &fourth.labels));
+        assert_eq!(&*fourth.labels, &[("app".into(), "db".into())]);
     }
 }
