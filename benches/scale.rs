@@ -92,6 +92,9 @@ fn main() {
             );
         };
         println!("{line}");
+        for detail in stdout.lines().filter(|l| l.starts_with("size ")) {
+            println!("       {detail}");
+        }
     }
 }
 
@@ -175,16 +178,26 @@ fn child(size: u64) {
         let mut simulation = Simulation::start(loaded, None).await.expect("starts");
         simulation.run_to_end(None).await;
         let wall = started.elapsed().as_secs_f64();
-        let emulator: usize = simulation
-            .emulator()
-            .stats()
+        let stats = simulation.emulator().stats();
+        let emulator: usize = stats.iter().map(|k| k.object_bytes + k.history_bytes).sum();
+        let by_kind: Vec<String> = stats
             .iter()
-            .map(|k| k.object_bytes + k.history_bytes)
-            .sum();
+            .filter(|k| k.object_bytes + k.history_bytes >= 1_048_576)
+            .map(|k| {
+                format!(
+                    "{} {} objects {:.0} MB + history {:.0} MB",
+                    k.kind,
+                    k.objects,
+                    mb(k.object_bytes),
+                    mb(k.history_bytes)
+                )
+            })
+            .collect();
         let view = view_heap(simulation.view().as_ref());
         let heap = live_heap();
         let report = simulation.finish().await;
         let pods = &report.pods;
+        println!("size {size}, emulator by kind: {}", by_kind.join("; "));
         assert_eq!(
             pods.pending_at_end, 0,
             "size {size}: pods left pending: {:?}",

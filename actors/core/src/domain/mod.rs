@@ -4,6 +4,7 @@
 //! - [`resources`]: quantities and resource lists as integers, pod requests.
 //! - [`requirements`]: Karpenter's requirements algebra over label keys.
 //! - [`instance_type`]: instance types, offerings, prices, truncation with `minValues`.
+//! - [`interner`]: one shared allocation per distinct pod shape or label map.
 //! - [`scheduling`]: the scheduler that turns pending pods into a plan of NodeClaims.
 //! - [`amifamily`]: per-family facts (default block devices, feature flags, SSM alias
 //!   parameters) and the choice of AMIs among `DescribeImages` candidates.
@@ -32,6 +33,7 @@ pub mod consolidatable;
 pub mod disruption;
 pub mod drift;
 pub mod instance_type;
+pub mod interner;
 pub mod interruption;
 pub mod limits;
 pub mod nodeclass_hash;

@@ -1164,7 +1164,7 @@ impl<'a> Simulator<'a> {
                         .entry(pod.namespace.clone())
                         .or_default()
                         .push((n, p));
-                    for (key, value) in &pod.labels {
+                    for (key, value) in pod.labels.iter() {
                         index
                             .by_label
                             .entry((pod.namespace.clone(), key.clone(), value.clone()))

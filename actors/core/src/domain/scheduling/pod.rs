@@ -4,7 +4,8 @@
 //! [`PodShape`]: everything that decides where the pod may go (requests, node selector and
 //! affinity as [`Requirements`], tolerations, topology spread, pod (anti-)affinity, host ports,
 //! volume zone requirements). Pods with equal shapes are interchangeable to the scheduler, which
-//! groups them and computes each shape's constraints once. A [`BoundPod`] is a pod already on a
+//! groups them and computes each shape's constraints once; they share one allocation too (the
+//! process-wide [`Interner`] of shapes). A [`BoundPod`] is a pod already on a
 //! node: what topology counting, inverse anti-affinity and host ports need of it.
 
 use std::collections::BTreeMap;
@@ -22,6 +23,17 @@ use crate::domain::requirements::{RequirementError, Requirements, from_node_sele
 use crate::domain::resources::{ResourceError, Resources, pod_requests};
 
 use super::selector::LabelSelector;
+use crate::domain::interner::Interner;
+
+/// Every pod's shape, shared among the pods that have an equal one.
+static SHAPES: Interner<PodShape> = Interner::new();
+/// Every pod's labels, shared likewise (a bound pod keeps its labels without the shape).
+static LABELS: Interner<BTreeMap<String, String>> = Interner::new();
+
+/// The pod's labels as the shared map.
+fn intern_labels(labels: Option<&BTreeMap<String, String>>) -> Arc<BTreeMap<String, String>> {
+    LABELS.intern(labels.cloned().unwrap_or_default())
+}
 
 /// A pod that could not be converted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -296,7 +308,8 @@ pub struct PreferredTerm {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PodShape {
     pub namespace: String,
-    pub labels: BTreeMap<String, String>,
+    /// Shared with every pod and bound pod of equal labels.
+    pub labels: Arc<BTreeMap<String, String>>,
     pub requests: Resources,
     /// `nodeSelector` as `In` requirements.
     pub node_selector: Requirements,
@@ -471,7 +484,7 @@ impl SchedulingPod {
             pod: id.clone(),
             source,
         })?;
-        let labels = metadata.labels.clone().unwrap_or_default();
+        let labels = intern_labels(metadata.labels.as_ref());
         let (required_terms, preferred_terms) = node_affinity(&id, spec)?;
         let affinity = spec.affinity.as_ref();
         let pod_affinity = affinity.and_then(|a| a.pod_affinity.as_ref());
@@ -514,7 +527,7 @@ impl SchedulingPod {
             name,
             uid: metadata.uid.clone().unwrap_or_default(),
             created: metadata.creation_timestamp.clone(),
-            shape: Arc::new(shape),
+            shape: SHAPES.intern(shape),
         })
     }
 
@@ -538,7 +551,7 @@ impl SchedulingPod {
                     })?,
                 );
         }
-        self.shape = Arc::new(shape);
+        self.shape = SHAPES.intern(shape);
         Ok(self)
     }
 
@@ -554,7 +567,8 @@ impl SchedulingPod {
 pub struct BoundPod {
     pub namespace: String,
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    /// Shared with every pod of equal labels.
+    pub labels: Arc<BTreeMap<String, String>>,
     /// Required anti-affinity terms: pods they select must stay out of this pod's domains.
     pub anti_affinity: Vec<AffinityTerm>,
     pub host_ports: Vec<HostPort>,
@@ -579,7 +593,7 @@ impl BoundPod {
                 .clone()
                 .unwrap_or_else(|| "default".to_owned()),
             name: pod.metadata.name.clone().unwrap_or_default(),
-            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            labels: intern_labels(pod.metadata.labels.as_ref()),
             anti_affinity: spec
                 .and_then(|s| s.affinity.as_ref())
                 .and_then(|a| a.pod_anti_affinity.as_ref())
@@ -619,6 +633,33 @@ mod tests {
             spec: Some(spec),
             status: None,
         }
+    }
+
+    #[test]
+    fn pods_of_one_shape_share_it_and_a_different_pod_does_not() {
+        let spec = |cpu: &str| PodSpec {
+            containers: vec![Container {
+                name: "c".to_owned(),
+                resources: Some(k8s_openapi::api::core::v1::ResourceRequirements {
+                    requests: Some(BTreeMap::from([(
+                        "cpu".to_owned(),
+                        k8s_openapi::apimachinery::pkg::api::resource::Quantity(cpu.to_owned()),
+                    )])),
+                    ..Default::default()
+                }),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        };
+        let mut other = pod(spec("250m"));
+        other.metadata.name = Some("q".to_owned());
+        let first = SchedulingPod::from_pod(&pod(spec("250m"))).unwrap();
+        let second = SchedulingPod::from_pod(&other).unwrap();
+        let bigger = SchedulingPod::from_pod(&pod(spec("500m"))).unwrap();
+        assert!(Arc::ptr_eq(&first.shape, &second.shape));
+        assert_eq!(second.name, "q");
+        assert!(!Arc::ptr_eq(&first.shape, &bigger.shape));
+        assert_ne!(first.shape.requests, bigger.shape.requests);
     }
 
     #[test]

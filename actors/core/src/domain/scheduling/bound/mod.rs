@@ -713,7 +713,7 @@ mod tests {
     fn app_pod(name: &str, cpu: &str, app: &str, max_skew: Option<i32>) -> SchedulingPod {
         let mut pod = pod(name, cpu, "1Gi", &[]);
         let mut shape = (*pod.shape).clone();
-        shape.labels.insert("app".to_owned(), app.to_owned());
+        Arc::make_mut(&mut shape.labels).insert("app".to_owned(), app.to_owned());
         if let Some(max_skew) = max_skew {
             let spread = SchedulingPod::from_pod(&Pod {
                 metadata: ObjectMeta {

@@ -291,7 +291,7 @@ pub(super) struct Solver<'a> {
     anchored: FxHashMap<(String, String, String), Vec<usize>>,
     unanchored: FxHashMap<String, Vec<usize>>,
     /// Existing pods grouped by (namespace, labels), with the slots they are on.
-    label_sets: Vec<(String, BTreeMap<String, String>, Vec<usize>)>,
+    label_sets: Vec<(String, Arc<BTreeMap<String, String>>, Vec<usize>)>,
     pub sigs: Vec<Sig>,
     sig_index: FxHashMap<Arc<PodShape>, usize>,
     pod_sig: Vec<usize>,

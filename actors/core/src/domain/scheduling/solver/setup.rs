@@ -220,7 +220,7 @@ impl Solver<'_> {
     pub(super) fn init_existing_slots(&mut self) {
         let nodes = &self.snapshot.existing_nodes;
         let order = super::super::existing_node_order(nodes);
-        let mut label_sets: FxHashMap<(String, BTreeMap<String, String>), usize> =
+        let mut label_sets: FxHashMap<(String, Arc<BTreeMap<String, String>>), usize> =
             FxHashMap::default();
         for index in order {
             let node = &nodes[index];
