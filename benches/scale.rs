@@ -25,6 +25,7 @@
     clippy::expect_used,
     clippy::panic,
     clippy::print_stdout,
+    clippy::print_stderr,
     clippy::cast_precision_loss,
     reason = "benchmark report: a failed unwrap is a broken benchmark; sizes are reported approximately"
 )]
@@ -176,7 +177,18 @@ fn child(size: u64) {
     let started = Instant::now();
     let line = on_runtime(Pace::Fast, async move {
         let mut simulation = Simulation::start(loaded, None).await.expect("starts");
-        simulation.run_to_end(None).await;
+        // Minute by minute, so a child run by hand (`--child SIZE`) shows on stderr where the
+        // wall time and the peak heap go.
+        let mut minute = 0;
+        while simulation.advance(std::time::Duration::from_secs(60)).await {
+            minute += 1;
+            eprintln!(
+                "size {size} at {minute:>2} min: wall {:>6.1} s, heap {:>5.0} MB, peak heap {:>5.0} MB",
+                started.elapsed().as_secs_f64(),
+                mb(live_heap()),
+                mb(GLOBAL.max_allocated()),
+            );
+        }
         let wall = started.elapsed().as_secs_f64();
         let stats = simulation.emulator().stats();
         let emulator: usize = stats.iter().map(|k| k.object_bytes + k.history_bytes).sum();
