@@ -180,7 +180,7 @@ fn child(size: u64) {
         // Minute by minute, so a child run by hand (`--child SIZE`) shows on stderr where the
         // wall time and the peak heap go.
         let mut minute = 0;
-        while simulation.advance(std::time::Duration::from_secs(60)).await {
+        while simulation.advance(std::time::Duration::from_mins(1)).await {
             minute += 1;
             eprintln!(
                 "size {size} at {minute:>2} min: wall {:>6.1} s, heap {:>5.0} MB, peak heap {:>5.0} MB",

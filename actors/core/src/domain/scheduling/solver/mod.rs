@@ -129,6 +129,9 @@ pub(super) struct Variant {
     next: NextVariant,
 }
 
+/// Existing pods of one namespace and equal (shared) labels, and the slots they are on.
+type LabelSet = (String, Arc<BTreeMap<String, String>>, Vec<usize>);
+
 /// The variant one relaxation step further, once computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum NextVariant {
@@ -291,7 +294,7 @@ pub(super) struct Solver<'a> {
     anchored: FxHashMap<(String, String, String), Vec<usize>>,
     unanchored: FxHashMap<String, Vec<usize>>,
     /// Existing pods grouped by (namespace, labels), with the slots they are on.
-    label_sets: Vec<(String, Arc<BTreeMap<String, String>>, Vec<usize>)>,
+    label_sets: Vec<LabelSet>,
     pub sigs: Vec<Sig>,
     sig_index: FxHashMap<Arc<PodShape>, usize>,
     pod_sig: Vec<usize>,
