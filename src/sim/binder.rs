@@ -272,7 +272,15 @@ impl FakeScheduler {
         let (snapshot, originals, unreadable) = self.snapshot(&pods, pending, &nodes);
         step.errors += unreadable;
         let plan = solve(&snapshot, &Options::default());
-        self.carry_out(&plan, &originals, snapshot.existing_nodes.len(), step)
+        // The writes below replace the pods in the view: holding the view's objects through
+        // them would keep every pod's old version alive too (at 50,000 pending pods, twice
+        // the view's pods at the peak of a scale-up).
+        let targets: Vec<(PodKey, bool)> = originals
+            .iter()
+            .map(|pod| (key_of(pod), is_marked_unschedulable(pod)))
+            .collect();
+        drop((originals, pods, nodes));
+        self.carry_out(&plan, &targets, snapshot.existing_nodes.len(), step)
             .await;
         // Remember the inputs only when nothing changed them: a binding changes the next tick's.
         self.last_inputs = step.bound.is_empty().then_some(inputs);
@@ -329,11 +337,12 @@ impl FakeScheduler {
         (snapshot, originals, unreadable)
     }
 
-    /// Binds the placed pods and marks the others unschedulable.
+    /// Binds the placed pods and marks the others unschedulable; `targets` are the snapshot's
+    /// pending pods (key, and whether already marked unschedulable) in its order.
     async fn carry_out(
         &mut self,
         plan: &Plan,
-        originals: &[Arc<Pod>],
+        targets: &[(PodKey, bool)],
         node_count: usize,
         step: &mut BinderStep,
     ) {
@@ -345,27 +354,27 @@ impl FakeScheduler {
             .collect();
         bindings.sort();
         for (index, node) in bindings {
-            let Some(pod) = originals.get(index) else {
+            let Some((key, _)) = targets.get(index) else {
                 continue;
             };
             placed.insert(index);
-            match self.bind(pod, &node).await {
+            match self.bind(key, &node).await {
                 Ok(()) => {
-                    let key = key_of(pod);
+                    let key = key.clone();
                     self.assumed.insert(key.clone(), node);
                     step.bound.push(key);
                 }
                 Err(()) => step.errors += 1,
             }
         }
-        for (index, pod) in originals.iter().enumerate() {
-            if placed.contains(&index) || is_marked_unschedulable(pod) {
+        for (index, (key, marked)) in targets.iter().enumerate() {
+            if placed.contains(&index) || *marked {
                 continue;
             }
             let message = format!(
                 "0/{node_count} nodes are available: no Ready node has room for the pod or matches its constraints"
             );
-            if self.mark_unschedulable(pod, &message).await {
+            if self.mark_unschedulable(key, &message).await {
                 step.unschedulable += 1;
             } else {
                 step.errors += 1;
@@ -387,9 +396,8 @@ impl FakeScheduler {
         hasher.finish()
     }
 
-    async fn bind(&self, pod: &Pod, node: &str) -> Result<(), ()> {
-        let (namespace, name) = key_of(pod);
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+    async fn bind(&self, (namespace, name): &PodKey, node: &str) -> Result<(), ()> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let binding = json!({
             "apiVersion": "v1",
             "kind": "Binding",
@@ -413,9 +421,8 @@ impl FakeScheduler {
         }
     }
 
-    async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> bool {
-        let (namespace, name) = key_of(pod);
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+    async fn mark_unschedulable(&self, (namespace, name): &PodKey, message: &str) -> bool {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let patch = json!({ "status": { "conditions": [{
             "type": "PodScheduled",
             "status": "False",

@@ -245,7 +245,11 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64, tasks: Tasks) -> RunRe
     let conversions = deps.conversions();
     let work = move || {
         let started = WallInstant::now();
-        let built = build::build(view.as_ref(), &pools, &mut lock(&conversions));
+        let mut built = build::build(view.as_ref(), &pools, &mut lock(&conversions));
+        // The state nodes hold the view's objects (every bound pod): the run no longer needs
+        // them, and kept through the launches they would keep each pod's old version alive
+        // while the cluster replaces it.
+        built.states = Vec::new();
         let built_at = WallInstant::now();
         metrics.set_queue_depth(run, built.snapshot.pods.len());
         let plan = if built.snapshot.pods.is_empty() {
