@@ -407,7 +407,7 @@ impl FakeScheduler {
         match api
             .create_subresource::<_, serde_json::Value>(
                 "binding",
-                &name,
+                name,
                 &PostParams::default(),
                 &binding,
             )
@@ -432,7 +432,7 @@ impl FakeScheduler {
         }]}});
         match api
             .patch_status(
-                &name,
+                name,
                 &PatchParams::apply(FIELD_MANAGER),
                 &Patch::Strategic(&patch),
             )
