@@ -140,9 +140,9 @@ fn seconds_between(from: Timestamp, to: Timestamp) -> f64 {
     to.duration_since(from).as_secs_f64().max(0.0)
 }
 
-fn with(base: &[(&'static str, String)], extra: &DynamicLabels) -> DynamicLabels {
+fn with(base: &[(&'static str, &str)], extra: &DynamicLabels) -> DynamicLabels {
     base.iter()
-        .map(|(key, value)| (*key, Arc::from(value.as_str())))
+        .map(|(key, value)| (*key, Arc::from(*value)))
         .chain(extra.iter().cloned())
         .collect()
 }
@@ -224,11 +224,11 @@ impl KindFamilies {
                 if series {
                     let labels = with(
                         &[
-                            ("namespace", String::new()),
-                            ("name", object.name.clone()),
-                            ("type", condition.type_.clone()),
-                            ("status", condition.status.clone()),
-                            ("reason", condition.reason.clone()),
+                            ("namespace", ""),
+                            ("name", &object.name),
+                            ("type", &condition.type_),
+                            ("status", &condition.status),
+                            ("reason", &condition.reason),
                         ],
                         &object.extra,
                     );
@@ -250,9 +250,9 @@ impl KindFamilies {
                 self.transitions
                     .get_or_create(&with(
                         &[
-                            ("type", condition.type_.clone()),
-                            ("status", condition.status.clone()),
-                            ("reason", condition.reason.clone()),
+                            ("type", &condition.type_),
+                            ("status", &condition.status),
+                            ("reason", &condition.reason),
                         ],
                         &object.extra,
                     ))
@@ -262,10 +262,7 @@ impl KindFamilies {
                 {
                     self.transition_seconds
                         .get_or_create(&with(
-                            &[
-                                ("type", condition.type_.clone()),
-                                ("status", before.status.clone()),
-                            ],
+                            &[("type", &condition.type_), ("status", &before.status)],
                             &object.extra,
                         ))
                         .observe(seconds_between(from, to));
@@ -275,10 +272,7 @@ impl KindFamilies {
                 && series
             {
                 terminating.push((
-                    with(
-                        &[("namespace", String::new()), ("name", object.name.clone())],
-                        &object.extra,
-                    ),
+                    with(&[("namespace", ""), ("name", &object.name)], &object.extra),
                     seconds_between(since, now),
                 ));
             }
