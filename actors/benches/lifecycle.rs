@@ -36,6 +36,12 @@ use karpenter_actors::ports::cluster_view::ClusterView as _;
 use serde_json::json;
 use support::{Harness, PodSpecBuilder, make_ready, nodeclaim, nodeclass, nodepool};
 
+/// The daemon binary's allocator (src/main.rs), so the bench times what the daemon runs: under
+/// glibc's malloc the per-unit cost grew with the heap (its bin searches and
+/// consolidation), a cost the daemon does not pay.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Whether the view shows the NodeClaim `Initialized` (an `Arc` read, no copy).
 fn initialized(h: &Harness, name: &str) -> bool {
     h.view.nodeclaim(name).is_some_and(|claim| {

@@ -46,6 +46,12 @@ use karpenter_core::domain::scheduling::workload::{
 };
 use prometheus_client::registry::Registry;
 
+/// The daemon binary's allocator (src/main.rs), so the bench times what the daemon runs: under
+/// glibc's malloc the per-unit cost grew with the heap (its bin searches and
+/// consolidation), a cost the daemon does not pay.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// How long to wait between status polls (real time): short beside the smallest case's run.
 const POLL: Duration = Duration::from_micros(250);
 /// Runs per case, the fastest printed (the machine may be shared): at least five, and more for
