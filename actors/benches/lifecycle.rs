@@ -147,6 +147,10 @@ fn bench(c: &mut Criterion) {
     for count in SIZES {
         group.measurement_time(measurement_time(count));
         group.throughput(Throughput::Elements(count as u64));
+        // One untimed run first: `--quick` times a single run of the big sizes, which would
+        // otherwise be the process's first at that size and pay for growing the heap (fresh
+        // pages, allocator segments) that the small sizes, timed after earlier runs, reuse.
+        actix::System::new().block_on(lifecycle(count));
         let runs = RefCell::new(Runs::default());
         group.bench_with_input(BenchmarkId::from_parameter(count), &count, |b, &count| {
             b.iter_custom(|iterations| {
