@@ -21,8 +21,9 @@
 //! retries a failed reconcile after the same period. Changes of members within
 //! [`MEMBER_COALESCE`] of the last recount are folded into one ([`Reconciler::defer`]).
 //! [`GetNodePoolUsage`] answers the pool's usage and remaining limits (the same pure functions
-//! the Provisioner can call on the view directly). The actor is a [`Reconciler`]: it stops when
-//! its NodePool is gone.
+//! the Provisioner can call on the view directly). Counts keep each NodeClaim's capacity
+//! between them ([`CapacityCache`]), so a recount reads again only the NodeClaims and Nodes that
+//! changed. The actor is a [`Reconciler`]: it stops when its NodePool is gone.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,7 +43,7 @@ use karpenter_core::apis::conditions::{
 use karpenter_core::apis::labels::{self, annotation};
 use karpenter_core::apis::validation::nodepool_violations;
 use karpenter_core::apis::{NodeClaim, NodePool, NodePoolStatus};
-use karpenter_core::domain::limits::{self, LimitsError};
+use karpenter_core::domain::limits::{self, CapacityCache, LimitsError};
 use karpenter_core::domain::nodepool_hash::{HASH_VERSION, template_hash};
 use karpenter_core::domain::resources::{ResourceLimits, Resources};
 
@@ -115,6 +116,8 @@ pub struct NodePoolActor {
     deps: Deps,
     /// When the pool was last recounted.
     recounted: Option<Instant>,
+    /// Each NodeClaim's capacity as the last count read it.
+    capacities: CapacityCache,
 }
 
 impl Supervised for NodePoolActor {
@@ -134,6 +137,7 @@ impl Supervised for NodePoolActor {
             name: key.to_owned(),
             deps: deps.clone(),
             recounted: None,
+            capacities: CapacityCache::default(),
         })
     }
 
@@ -194,33 +198,23 @@ impl Handles<GetNodePoolUsage> for NodePoolActor {
                 format!("nodepool {} is gone", self.name),
             ));
         };
-        Ok(usage_and_limits(self.deps.view.as_ref(), &nodepool))
+        let usage = self.usage().total;
+        Ok(limits::remaining_limits(&nodepool, &usage)
+            .map(|remaining| NodePoolUsage { usage, remaining }))
     }
 }
 
-/// The pool's usage as the view shows it now: its live NodeClaims and their Nodes.
-#[must_use]
-pub fn nodepool_usage(
-    view: &dyn crate::ports::cluster_view::ClusterView,
-    nodepool: &str,
-) -> limits::NodePoolUsage {
-    let nodeclaims = view.nodeclaims_of_nodepool(nodepool);
-    limits::usage_of(
-        nodeclaims.iter().map(AsRef::as_ref),
-        |provider_id| view.node_by_provider_id(provider_id),
-        nodepool,
-    )
-}
-
-/// The pool's usage and remaining limits from the view (what [`GetNodePoolUsage`] answers).
-pub fn usage_and_limits(
-    view: &dyn crate::ports::cluster_view::ClusterView,
-    nodepool: &NodePool,
-) -> Result<NodePoolUsage, LimitsError> {
-    let name = nodepool.metadata.name.as_deref().unwrap_or_default();
-    let usage = nodepool_usage(view, name).total;
-    let remaining = limits::remaining_limits(nodepool, &usage)?;
-    Ok(NodePoolUsage { usage, remaining })
+impl NodePoolActor {
+    /// The pool's usage as the view shows it now: its live NodeClaims and their Nodes.
+    fn usage(&mut self) -> limits::NodePoolUsage {
+        let view = self.deps.view.as_ref();
+        let nodeclaims = view.nodeclaims_of_nodepool(&self.name);
+        self.capacities.usage(
+            nodeclaims.iter().map(AsRef::as_ref),
+            |provider_id| view.node_by_provider_id(provider_id),
+            &self.name,
+        )
+    }
 }
 
 /// What the `NodeClassReady` condition should say.
@@ -343,8 +337,8 @@ impl NodePoolActor {
         Ok(())
     }
 
-    async fn write_status(&self, nodepool: &NodePool) -> Result<(), NodePoolError> {
-        let usage = nodepool_usage(self.deps.view.as_ref(), &self.name);
+    async fn write_status(&mut self, nodepool: &NodePool) -> Result<(), NodePoolError> {
+        let usage = self.usage();
         for error in &usage.errors {
             tracing::error!(error = %error, "left a nodeclaim out of the nodepool's resources");
         }

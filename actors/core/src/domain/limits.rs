@@ -9,7 +9,8 @@
 //! launched) counts nothing, as in Karpenter; the Provisioner subtracts in-flight launches
 //! itself.
 //!
-//! Data flow: NodeClaims and their Nodes (from the actors' view) -> [`usage_of`] -> [`NodePoolUsage`] ->
+//! Data flow: NodeClaims and their Nodes (from the actors' view) -> [`usage_of`] (or
+//! [`CapacityCache::usage`], which keeps each NodeClaim's capacity between counts) -> [`NodePoolUsage`] ->
 //! [`status_resources`] (NodePool status) and [`remaining_limits`] / [`first_exceeded`].
 //!
 //! The Provisioner is stricter, so a limit is never exceeded whichever instance type the cloud
@@ -18,7 +19,7 @@
 //! instance types it may become ([`launch_capacity`]); deleting NodeClaims still count, as their
 //! instances exist until they are gone. Each NodeClaim counts one against a `nodes` limit.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
@@ -150,6 +151,19 @@ pub fn usage_of<'a>(
     node_for: impl Fn(&str) -> Option<Arc<Node>>,
     nodepool: &str,
 ) -> NodePoolUsage {
+    sum_usage(nodeclaims, node_for, nodepool, |claim, node| {
+        nodeclaim_capacity(claim, node)
+    })
+}
+
+/// The pool's count with each NodeClaim's capacity from `capacity_of` (a NodeClaim without
+/// capacity counts nothing, not even a node).
+fn sum_usage<'a>(
+    nodeclaims: impl IntoIterator<Item = &'a NodeClaim>,
+    node_for: impl Fn(&str) -> Option<Arc<Node>>,
+    nodepool: &str,
+    mut capacity_of: impl FnMut(&NodeClaim, Option<&Node>) -> Result<Resources, LimitsError>,
+) -> NodePoolUsage {
     let mut usage = NodePoolUsage::default();
     for nodeclaim in nodeclaims.into_iter().filter(|nc| counts_for(nc, nodepool)) {
         let node = nodeclaim
@@ -157,7 +171,7 @@ pub fn usage_of<'a>(
             .as_ref()
             .and_then(|s| s.provider_id.as_deref())
             .and_then(&node_for);
-        match nodeclaim_capacity(nodeclaim, node.as_deref()) {
+        match capacity_of(nodeclaim, node.as_deref()) {
             Ok(capacity) if capacity.is_zero() => {}
             Ok(capacity) => {
                 usage.total.add(&capacity);
@@ -168,6 +182,95 @@ pub fn usage_of<'a>(
         }
     }
     usage
+}
+
+/// [`usage_of`] for a caller that counts the same pool again and again (the NodePool actor,
+/// on every change of its NodeClaims): each NodeClaim's capacity is kept with the
+/// `resourceVersion`s of the NodeClaim and the Node it was read from and read again only when
+/// either changes, so a recount of a 5,000-node pool parses the quantities of the few that
+/// changed rather than all of them. Entries of NodeClaims a count did not see are dropped.
+#[derive(Debug, Default)]
+pub struct CapacityCache {
+    kept: HashMap<String, KeptCapacity>,
+    /// Hits and reads since the cache was made (for tests).
+    hits: u64,
+    reads: u64,
+}
+
+#[derive(Debug)]
+struct KeptCapacity {
+    nodeclaim_version: String,
+    node_version: Option<String>,
+    capacity: Result<Resources, LimitsError>,
+    /// Seen by the current count.
+    seen: bool,
+}
+
+impl CapacityCache {
+    /// The pool's usage, as [`usage_of`] counts it.
+    pub fn usage<'a>(
+        &mut self,
+        nodeclaims: impl IntoIterator<Item = &'a NodeClaim>,
+        node_for: impl Fn(&str) -> Option<Arc<Node>>,
+        nodepool: &str,
+    ) -> NodePoolUsage {
+        let usage = sum_usage(nodeclaims, node_for, nodepool, |claim, node| {
+            self.capacity(claim, node)
+        });
+        self.kept.retain(|_, kept| std::mem::take(&mut kept.seen));
+        usage
+    }
+
+    fn capacity(
+        &mut self,
+        nodeclaim: &NodeClaim,
+        node: Option<&Node>,
+    ) -> Result<Resources, LimitsError> {
+        self.reads += 1;
+        let (Some(name), Some(version)) = (
+            nodeclaim.metadata.name.as_deref(),
+            nodeclaim.metadata.resource_version.as_deref(),
+        ) else {
+            return nodeclaim_capacity(nodeclaim, node);
+        };
+        let node_version = node.and_then(|n| n.metadata.resource_version.as_deref());
+        if let Some(kept) = self.kept.get_mut(name)
+            && kept.nodeclaim_version == version
+            && kept.node_version.as_deref() == node_version
+        {
+            kept.seen = true;
+            self.hits += 1;
+            return kept.capacity.clone();
+        }
+        let capacity = nodeclaim_capacity(nodeclaim, node);
+        self.kept.insert(
+            name.to_owned(),
+            KeptCapacity {
+                nodeclaim_version: version.to_owned(),
+                node_version: node_version.map(str::to_owned),
+                capacity: capacity.clone(),
+                seen: true,
+            },
+        );
+        capacity
+    }
+
+    /// Capacities answered from the cache and capacities read, since it was made.
+    #[must_use]
+    pub fn counts(&self) -> (u64, u64) {
+        (self.hits, self.reads)
+    }
+
+    /// NodeClaims kept.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
+    }
 }
 
 /// `status.resources`: the base resources (zero when absent) and every other resource used.
@@ -402,6 +505,55 @@ mod tests {
         // a: the node's 3 cpu and no pods; b: the node's 3 cpu and the claim's 29 pods.
         assert_eq!(usage.total.cpu, 6000);
         assert_eq!(usage.total.pods, 29);
+    }
+
+    #[test]
+    fn the_capacity_cache_counts_as_usage_of_and_rereads_only_what_changed() {
+        let versioned = |mut claim: NodeClaim, version: &str| {
+            claim.metadata.resource_version = Some(version.to_owned());
+            claim
+        };
+        let a = versioned(claim("a", "default", &[("cpu", "4")], true), "1");
+        let b = versioned(claim("b", "default", &[("cpu", "2")], false), "1");
+        let mut node_a = Node::clone(&node("aws:///zone/a", &[("cpu", "3")]));
+        node_a.metadata.resource_version = Some("7".to_owned());
+        let nodes = std::cell::RefCell::new(vec![Arc::new(node_a)]);
+        let node_for = |pid: &str| {
+            nodes
+                .borrow()
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(pid))
+                .cloned()
+        };
+        let mut cache = CapacityCache::default();
+        let first = cache.usage([&a, &b], node_for, "default");
+        assert_eq!(first, usage_of([&a, &b], node_for, "default"));
+        assert_eq!(
+            first.total.cpu, 5000,
+            "a counts its node's 3 cpu, b its own 2"
+        );
+        assert_eq!(cache.counts(), (0, 2));
+        // Nothing changed: both answered from the cache.
+        assert_eq!(cache.usage([&a, &b], node_for, "default"), first);
+        assert_eq!(cache.counts(), (2, 4));
+        // A's node reports more: a is read again, b is not.
+        let mut grown = Node::clone(&nodes.borrow()[0]);
+        grown.status.as_mut().unwrap().capacity = Some(quantities(&[("cpu", "4")]));
+        grown.metadata.resource_version = Some("8".to_owned());
+        nodes.borrow_mut()[0] = Arc::new(grown);
+        let after_node = cache.usage([&a, &b], node_for, "default");
+        assert_eq!(after_node.total.cpu, 6000);
+        assert_eq!(cache.counts(), (3, 6));
+        // B changes version (a new capacity): read again.
+        let b2 = versioned(claim("b", "default", &[("cpu", "8")], false), "2");
+        assert_eq!(
+            cache.usage([&a, &b2], node_for, "default").total.cpu,
+            12_000
+        );
+        assert_eq!(cache.counts(), (4, 8));
+        // A NodeClaim gone from the pool is forgotten.
+        cache.usage([&a], node_for, "default");
+        assert_eq!(cache.len(), 1);
     }
 
     #[test]
