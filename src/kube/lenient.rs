@@ -10,13 +10,15 @@
 //!
 //! Karpenter's own custom kinds travel as [`Lenient`] (JSON first, then the typed object, so a
 //! decode error belongs to one object); the built-in kinds decode as they are, with no second
-//! pass, since the API server guarantees their shape.
+//! pass, since the API server guarantees their shape. Every decoded object then loses what no
+//! reader of the store looks at (`managedFields`; of Pods and Nodes, see [`Slim`]) before the
+//! store keeps it.
 
 use std::borrow::Cow;
 use std::fmt;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Container, Namespace, Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -42,10 +44,82 @@ pub trait WireFormat: Resource<DynamicType = ()> + Sized {
 
 /// Drops what no reader of the store looks at: `metadata.managedFields` (the API server's
 /// field-ownership record, often larger than the rest of a Pod on a real cluster; `None` is
-/// "unchanged" should an object from the store ever be written back).
-fn strip<K: Resource>(object: &mut K) {
+/// "unchanged" should an object from the store ever be written back), then what
+/// [`Slim::slim`] drops of the kind. Every write re-reads the object from the API server
+/// before patching it (`KubeClusterApi::update`), so nothing dropped here is written back.
+fn strip<K: Resource + Slim>(object: &mut K) {
     object.meta_mut().managed_fields = None;
+    object.slim();
 }
+
+/// The annotation `kubectl apply` leaves: the whole object as last applied, often the largest
+/// field of a real cluster's Pod.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The fields of a kind that no reader of the store looks at, dropped as each object arrives:
+/// a daemon's memory on a real cluster is mostly its copy of every Pod.
+pub trait Slim {
+    fn slim(&mut self) {}
+}
+
+/// A Pod keeps what scheduling, disruption, drain and the metrics read: its metadata (without
+/// the last-applied annotation), the spec with each container cut down to its name,
+/// resources, ports and restart policy (requests, host ports, sidecars), and the status
+/// without container statuses. Ephemeral containers go too (they request nothing).
+impl Slim for Pod {
+    fn slim(&mut self) {
+        if let Some(annotations) = self.metadata.annotations.as_mut() {
+            annotations.remove(LAST_APPLIED);
+        }
+        if let Some(spec) = self.spec.as_mut() {
+            let init = spec.init_containers.iter_mut().flatten();
+            for container in spec.containers.iter_mut().chain(init) {
+                slim_container(container);
+            }
+            spec.ephemeral_containers = None;
+        }
+        if let Some(status) = self.status.as_mut() {
+            status.container_statuses = None;
+            status.init_container_statuses = None;
+            status.ephemeral_container_statuses = None;
+        }
+    }
+}
+
+fn slim_container(container: &mut Container) {
+    *container = Container {
+        name: std::mem::take(&mut container.name),
+        resources: container.resources.take(),
+        ports: container.ports.take(),
+        restart_policy: container.restart_policy.take(),
+        restart_policy_rules: container.restart_policy_rules.take(),
+        ..Container::default()
+    };
+}
+
+/// A Node drops the images its kubelet lists (dozens of names and sizes on a real node) and
+/// its volume lists (the daemon reads `VolumeAttachments` instead).
+impl Slim for Node {
+    fn slim(&mut self) {
+        if let Some(annotations) = self.metadata.annotations.as_mut() {
+            annotations.remove(LAST_APPLIED);
+        }
+        if let Some(status) = self.status.as_mut() {
+            status.images = None;
+            status.volumes_in_use = None;
+            status.volumes_attached = None;
+        }
+    }
+}
+
+impl Slim for DaemonSet {}
+impl Slim for PodDisruptionBudget {}
+impl Slim for VolumeAttachment {}
+impl Slim for PersistentVolumeClaim {}
+impl Slim for Namespace {}
+impl Slim for NodeClaim {}
+impl Slim for NodePool {}
+impl Slim for EC2NodeClass {}
 
 macro_rules! strict {
     ($($type:ty),*) => {
@@ -136,6 +210,128 @@ impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Pod as a real cluster serves it: applied with kubectl, with env, probes, mounts, an
+    /// ephemeral debug container and container statuses.
+    fn real_pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "web-7d4b9c6f5-x2x9q", "namespace": "shop", "uid": "u-1",
+                "resourceVersion": "812", "labels": {"app": "web"},
+                "annotations": {
+                    "karpenter.sh/do-not-disrupt": "true",
+                    LAST_APPLIED: "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"spec\":{}}",
+                },
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": "web-7d4b9c6f5", "uid": "rs-1", "controller": true}],
+            },
+            "spec": {
+                "nodeName": "ip-10-0-1-7.ec2.internal",
+                "nodeSelector": {"kubernetes.io/arch": "amd64"},
+                "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                "priority": 100,
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-web"}}],
+                "initContainers": [{
+                    "name": "log-shipper", "image": "fluent-bit:3", "restartPolicy": "Always",
+                    "resources": {"requests": {"cpu": "50m"}},
+                    "env": [{"name": "LEVEL", "value": "info"}],
+                }],
+                "containers": [{
+                    "name": "web", "image": "shop/web:1.42",
+                    "command": ["/bin/web"], "args": ["--port=8080"],
+                    "env": [{"name": "DB_HOST", "value": "db.shop"}, {"name": "MODE", "value": "prod"}],
+                    "ports": [{"containerPort": 8080, "hostPort": 8080}],
+                    "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}},
+                }],
+                "ephemeralContainers": [{"name": "debugger", "image": "busybox"}],
+            },
+            "status": {
+                "phase": "Running",
+                "nominatedNodeName": "ip-10-0-1-7.ec2.internal",
+                "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}],
+                "containerStatuses": [{"name": "web", "image": "shop/web:1.42", "imageID": "sha256:abc",
+                    "ready": true, "restartCount": 0, "state": {"running": {}}}],
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pod_keeps_what_the_daemon_reads_and_drops_the_rest() {
+        let pod = Pod::decode(real_pod()).unwrap();
+        let meta = &pod.metadata;
+        let annotations = meta.annotations.as_ref().unwrap();
+        assert!(!annotations.contains_key(LAST_APPLIED));
+        assert_eq!(annotations["karpenter.sh/do-not-disrupt"], "true");
+        assert_eq!(meta.labels.as_ref().unwrap()["app"], "web");
+        assert_eq!(
+            meta.owner_references.as_ref().unwrap()[0].kind,
+            "ReplicaSet"
+        );
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("ip-10-0-1-7.ec2.internal"));
+        assert!(spec.node_selector.is_some() && spec.tolerations.is_some());
+        assert_eq!(spec.priority, Some(100));
+        assert!(
+            spec.volumes.is_some(),
+            "volume topology and limits read the claims"
+        );
+        assert!(spec.ephemeral_containers.is_none());
+        let web = &spec.containers[0];
+        assert_eq!(web.name, "web");
+        assert_eq!(
+            web.resources,
+            real_pod().spec.unwrap().containers[0].resources
+        );
+        assert_eq!(web.ports.as_ref().unwrap()[0].host_port, Some(8080));
+        assert!(web.image.is_none() && web.env.is_none() && web.command.is_none());
+        assert!(web.volume_mounts.is_none() && web.readiness_probe.is_none());
+        let sidecar = &spec.init_containers.as_ref().unwrap()[0];
+        assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
+        assert!(sidecar.resources.is_some() && sidecar.env.is_none());
+        let status = pod.status.as_ref().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(status.conditions.as_ref().unwrap().len(), 2);
+        assert!(status.nominated_node_name.is_some());
+        assert!(status.container_statuses.is_none());
+        // The scheduler's reading of the pod is the same before and after.
+        let before =
+            karpenter_core::domain::scheduling::SchedulingPod::from_pod(&real_pod()).unwrap();
+        let after = karpenter_core::domain::scheduling::SchedulingPod::from_pod(&pod).unwrap();
+        assert_eq!(format!("{before:?}"), format!("{after:?}"));
+    }
+
+    #[test]
+    fn a_node_drops_its_image_and_volume_lists() {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n", "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {"providerID": "aws:///us-west-2a/i-1", "taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {
+                "capacity": {"cpu": "4"}, "allocatable": {"cpu": "3900m"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320_000}],
+                "volumesInUse": ["kubernetes.io/csi/ebs.csi.aws.com^vol-1"],
+                "volumesAttached": [{"name": "kubernetes.io/csi/ebs.csi.aws.com^vol-1", "devicePath": ""}],
+            },
+        }))
+        .unwrap();
+        let slim = Node::decode(node.clone()).unwrap();
+        let status = slim.status.as_ref().unwrap();
+        assert!(
+            status.images.is_none()
+                && status.volumes_in_use.is_none()
+                && status.volumes_attached.is_none()
+        );
+        assert_eq!(
+            status.allocatable,
+            node.status.as_ref().unwrap().allocatable
+        );
+        assert_eq!(status.conditions, node.status.as_ref().unwrap().conditions);
+        assert_eq!(slim.spec, node.spec);
+        assert_eq!(slim.metadata.labels, node.metadata.labels);
+    }
 
     #[test]
     fn a_nodepool_that_does_not_decode_keeps_its_metadata_and_the_reason() {
