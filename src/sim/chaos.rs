@@ -32,10 +32,12 @@ use std::time::Duration;
 
 use karpenter_actors::kwok::faults::FailShare;
 use karpenter_actors::ports::cloud_provider::parse_provider_id;
+use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::ports::ec2::InstanceState;
 use karpenter_actors::runtime::{ActorKit, FaultAction, FaultPlan, FaultRule};
 use karpenter_core::apis::condition_set::is_true;
 use karpenter_core::apis::conditions::nodeclaim::INITIALIZED;
+use karpenter_core::domain::resources::{Resources, pod_requests};
 use karpenter_core::draw::unit_draw;
 use kube::ResourceExt as _;
 
@@ -44,6 +46,7 @@ use super::scenario::{
     HARNESS_TICK, LoadedScenario, Pace, Simulation, SimulationError, on_runtime,
 };
 use crate::emulator::{FaultRule as ApiFault, Verb};
+use crate::sim::binder::is_schedulable;
 use crate::sim::scenario::file::AwsService as Service;
 use crate::sim::world::port_service;
 
@@ -192,6 +195,9 @@ pub struct ChaosOutcome {
     pub pending_pods: usize,
     /// The first pending pods with the last word on each (Karpenter's event or the scheduler's).
     pub pending: Vec<String>,
+    /// Every node at the end as the simulated scheduler sees it, read only when pods are left
+    /// pending (to tell a node Karpenter nominates to from one the scheduler can bind to).
+    pub nodes_at_end: Vec<String>,
     /// NodeClaims stuck in a phase past [`STUCK_AFTER`] (name and phase).
     pub stuck: Vec<String>,
     pub parked: usize,
@@ -212,6 +218,12 @@ impl ChaosOutcome {
                 self.pending_pods,
                 self.pending.join("; ")
             ));
+            let nodes = if self.nodes_at_end.is_empty() {
+                "none".to_owned()
+            } else {
+                self.nodes_at_end.join("; ")
+            };
+            found.push(format!("nodes at the end: {nodes}"));
         }
         if !self.stuck.is_empty() {
             found.push(format!("NodeClaims stuck: {}", self.stuck.join(", ")));
@@ -480,6 +492,47 @@ async fn restart(sim: &mut Simulation<'_>, failed_starts: &mut u32) -> Result<()
     }
 }
 
+/// Each node as the simulated scheduler weighs it: schedulable (Ready, not cordoned, not
+/// deleting), its NoSchedule/NoExecute taints, and CPU and pods requested of allocatable.
+fn describe_nodes(view: &dyn ClusterView) -> Vec<String> {
+    view.nodes()
+        .iter()
+        .map(|node| {
+            let name = node.name_any();
+            let mut requested = Resources::default();
+            let pods = view.pods_on_node(&name);
+            for spec in pods.iter().filter_map(|p| p.spec.as_ref()) {
+                if let Ok(requests) = pod_requests(spec) {
+                    requested.add(&requests);
+                }
+            }
+            let allocatable = node
+                .status
+                .as_ref()
+                .and_then(|s| s.allocatable.as_ref())
+                .and_then(|a| Resources::from_list(a).ok())
+                .unwrap_or_default();
+            let taints: Vec<String> = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .into_iter()
+                .flatten()
+                .filter(|t| t.effect != "PreferNoSchedule")
+                .map(|t| format!("{}:{}", t.key, t.effect))
+                .collect();
+            format!(
+                "{name} schedulable={} taints=[{}] cpu {}m/{}m pods {}",
+                is_schedulable(node),
+                taints.join(","),
+                requested.cpu,
+                allocatable.cpu,
+                pods.len()
+            )
+        })
+        .collect()
+}
+
 /// Runs the scenario under the seeded chaos and checks the proofs (builds its own runtime).
 pub fn run_chaos(
     mut loaded: LoadedScenario,
@@ -529,6 +582,7 @@ pub fn run_chaos(
         let escalated = sim.daemon_escalated();
         escalations.extend(escalations_of(&sim));
         let leaks = observer.leaks(&sim, now);
+        let nodes_at_end = describe_nodes(sim.view().as_ref());
         let injected = InjectedCounts {
             actor_panics: plan.injected().len(),
             aws_errors: aws_injected(&sim),
@@ -557,6 +611,11 @@ pub fn run_chaos(
                 .map(|p| format!("{} ({})", p.pod, p.reason))
                 .collect(),
             stuck: observer.stuck(now),
+            nodes_at_end: if report.pods.pending_at_end > 0 {
+                nodes_at_end
+            } else {
+                Vec::new()
+            },
             parked,
             escalated,
             escalations,

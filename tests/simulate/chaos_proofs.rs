@@ -103,6 +103,11 @@ fn the_proofs_fail_a_run_that_never_recovers() {
         violations.iter().any(|v| v.contains("pods still pending")),
         "{violations:?}"
     );
+    // Beside them, how the scheduler saw every node (none launched here: every call failed).
+    assert!(
+        violations.contains(&"nodes at the end: none".to_owned()),
+        "{violations:?}"
+    );
     assert!(
         outcome.injected.aws_errors > 0 && outcome.injected.ice == 0,
         "{outcome:?}"
