@@ -150,7 +150,7 @@ pub fn is_schedulable(node: &Node) -> bool {
 }
 
 /// A node as the scheduler core takes it, with the pods on it (and those assumed there).
-fn existing_node(node: &Node, pods: &[Arc<Pod>]) -> ExistingNode {
+pub(crate) fn existing_node(node: &Node, pods: &[Arc<Pod>]) -> ExistingNode {
     let status = node.status.clone().unwrap_or_default();
     let allocatable =
         Resources::from_list(&status.allocatable.unwrap_or_default()).unwrap_or_default();

@@ -37,7 +37,6 @@ use karpenter_actors::ports::ec2::InstanceState;
 use karpenter_actors::runtime::{ActorKit, FaultAction, FaultPlan, FaultRule};
 use karpenter_core::apis::condition_set::is_true;
 use karpenter_core::apis::conditions::nodeclaim::INITIALIZED;
-use karpenter_core::domain::resources::{Resources, pod_requests};
 use karpenter_core::draw::unit_draw;
 use kube::ResourceExt as _;
 
@@ -46,7 +45,7 @@ use super::scenario::{
     HARNESS_TICK, LoadedScenario, Pace, Simulation, SimulationError, on_runtime,
 };
 use crate::emulator::{FaultRule as ApiFault, Verb};
-use crate::sim::binder::is_schedulable;
+use crate::sim::binder::{existing_node, is_schedulable};
 use crate::sim::scenario::file::AwsService as Service;
 use crate::sim::world::port_service;
 
@@ -492,42 +491,27 @@ async fn restart(sim: &mut Simulation<'_>, failed_starts: &mut u32) -> Result<()
     }
 }
 
-/// Each node as the simulated scheduler weighs it: schedulable (Ready, not cordoned, not
-/// deleting), its NoSchedule/NoExecute taints, and CPU and pods requested of allocatable.
+/// Each node as the simulated scheduler weighs it (its own [`existing_node`]): schedulable
+/// (Ready, not cordoned, not deleting), the taints it filters on, and CPU and pods requested
+/// of allocatable.
 fn describe_nodes(view: &dyn ClusterView) -> Vec<String> {
     view.nodes()
         .iter()
         .map(|node| {
-            let name = node.name_any();
-            let mut requested = Resources::default();
-            let pods = view.pods_on_node(&name);
-            for spec in pods.iter().filter_map(|p| p.spec.as_ref()) {
-                if let Ok(requests) = pod_requests(spec) {
-                    requested.add(&requests);
-                }
-            }
-            let allocatable = node
-                .status
-                .as_ref()
-                .and_then(|s| s.allocatable.as_ref())
-                .and_then(|a| Resources::from_list(a).ok())
-                .unwrap_or_default();
-            let taints: Vec<String> = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.as_ref())
-                .into_iter()
-                .flatten()
-                .filter(|t| t.effect != "PreferNoSchedule")
-                .map(|t| format!("{}:{}", t.key, t.effect))
+            let weighed = existing_node(node, &view.pods_on_node(&node.name_any()));
+            let taints: Vec<String> = weighed
+                .taints
+                .iter()
+                .map(|t| format!("{}:{}", t.key, t.effect.as_str()))
                 .collect();
             format!(
-                "{name} schedulable={} taints=[{}] cpu {}m/{}m pods {}",
+                "{} schedulable={} taints=[{}] cpu {}m/{}m pods {}",
+                weighed.name,
                 is_schedulable(node),
                 taints.join(","),
-                requested.cpu,
-                allocatable.cpu,
-                pods.len()
+                weighed.requested.cpu,
+                weighed.allocatable.cpu,
+                weighed.pods.len()
             )
         })
         .collect()
@@ -582,7 +566,7 @@ pub fn run_chaos(
         let escalated = sim.daemon_escalated();
         escalations.extend(escalations_of(&sim));
         let leaks = observer.leaks(&sim, now);
-        let nodes_at_end = describe_nodes(sim.view().as_ref());
+        let view = sim.view();
         let injected = InjectedCounts {
             actor_panics: plan.injected().len(),
             aws_errors: aws_injected(&sim),
@@ -612,7 +596,7 @@ pub fn run_chaos(
                 .collect(),
             stuck: observer.stuck(now),
             nodes_at_end: if report.pods.pending_at_end > 0 {
-                nodes_at_end
+                describe_nodes(view.as_ref())
             } else {
                 Vec::new()
             },
