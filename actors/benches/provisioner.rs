@@ -127,7 +127,7 @@ fn node(i: usize, view: &MemoryClusterView, factory: &mut PodFactory) {
     for mut pod in factory.diverse(2) {
         pod.metadata.name = Some(format!("{name}-{}", pod.metadata.name.unwrap_or_default()));
         pod.spec.as_mut().unwrap().node_name = Some(name.clone());
-        view.put_pod(pod);
+        view.put_slim_pod(pod);
     }
 }
 
@@ -140,7 +140,7 @@ fn run_case(pods: usize, nodes: usize) -> (Duration, RunSummary, usize) {
             node(i, &view, &mut factory);
         }
         for pod in PodFactory::default().diverse(pods) {
-            view.put_pod(pod);
+            view.put_slim_pod(pod);
         }
         let api = Arc::new(FakeClusterApi::new());
         let cloud = Arc::new(FakeCloudProvider::with_instance_types(fake_instance_types(

@@ -27,10 +27,11 @@ use std::marker::PhantomData;
 use std::ops::Deref;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use karpenter_core::apis::SlimPod;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
 use rustc_hash::FxHashMap;
 
@@ -93,7 +94,7 @@ pub const NODE_PROVIDER_ID: Field<Node> = Field {
 };
 
 /// `spec.nodeName` of a Pod (unset while it is unbound).
-pub const POD_NODE_NAME: Field<Pod> = Field {
+pub const POD_NODE_NAME: Field<SlimPod> = Field {
     name: "spec.nodeName",
     position: 0,
     value: |pod| pod.spec.as_ref()?.node_name.as_deref(),
@@ -120,7 +121,7 @@ impl Indexed for Node {
     }
 }
 
-impl Indexed for Pod {
+impl Indexed for SlimPod {
     const FIELDS: &'static [Field<Self>] = &[POD_NODE_NAME];
     fn metadata(&self) -> &ObjectMeta {
         &self.metadata
@@ -362,7 +363,9 @@ mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
-    use k8s_openapi::api::core::v1::{NodeSpec, PodSpec};
+    use k8s_openapi::api::core::v1::NodeSpec;
+    // The view's slim types, under the names the literals below use.
+    use karpenter_core::apis::{SlimPod as Pod, SlimPodSpec as PodSpec};
     use proptest::prelude::*;
 
     use super::*;

@@ -55,9 +55,10 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
+use karpenter_core::apis::SlimPod;
 use karpenter_core::apis::labels;
 use karpenter_core::domain::resources::{CPU, Resources, pod_limits, pod_requests};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -157,14 +158,14 @@ fn with_resource(labels: &DynamicLabels, resource: &str) -> DynamicLabels {
     out
 }
 
-fn is_terminal(pod: &Pod) -> bool {
+fn is_terminal(pod: &SlimPod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
     )
 }
 
-fn is_daemon(pod: &Pod) -> bool {
+fn is_daemon(pod: &SlimPod) -> bool {
     pod.metadata
         .owner_references
         .iter()
@@ -172,14 +173,14 @@ fn is_daemon(pod: &Pod) -> bool {
         .any(|owner| owner.kind == "DaemonSet")
 }
 
-fn requests_of(pod: &Pod) -> Resources {
+fn requests_of(pod: &SlimPod) -> Resources {
     pod.spec
         .as_ref()
         .and_then(|spec| pod_requests(spec).ok())
         .unwrap_or_default()
 }
 
-fn limits_of(pod: &Pod) -> Resources {
+fn limits_of(pod: &SlimPod) -> Resources {
     pod.spec
         .as_ref()
         .and_then(|spec| pod_limits(spec).ok())
@@ -266,7 +267,7 @@ pub fn cluster_utilization(nodes: &[NodeFigures]) -> BTreeMap<String, f64> {
 
 /// `pod` as Karpenter's `karpenter_pods_state` labels it, with its node's labels.
 #[must_use]
-pub fn pod_state_labels(pod: &Pod, node: Option<&Node>) -> DynamicLabels {
+pub fn pod_state_labels(pod: &SlimPod, node: Option<&Node>) -> DynamicLabels {
     let node_label = |key: &str| {
         node.and_then(|n| n.metadata.labels.as_ref())
             .and_then(|l| l.get(key))
@@ -319,7 +320,7 @@ pub fn pod_state_labels(pod: &Pod, node: Option<&Node>) -> DynamicLabels {
 }
 
 /// The seconds from the pod's creation to its condition `type_` turning true, once it has.
-fn seconds_to_condition(pod: &Pod, type_: &str) -> Option<f64> {
+fn seconds_to_condition(pod: &SlimPod, type_: &str) -> Option<f64> {
     let created = pod.metadata.creation_timestamp.as_ref()?.0;
     let condition = pod
         .status
@@ -781,11 +782,14 @@ impl ClusterMetrics {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{
-        Container, NodeStatus, PodCondition, PodSpec, PodStatus, ResourceRequirements,
-    };
+    use k8s_openapi::api::core::v1::{NodeStatus, PodCondition, ResourceRequirements};
+    // The view's slim types, under the names the literals below use.
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
     use karpenter_core::apis::NodePool;
+    use karpenter_core::apis::{
+        SlimContainer as Container, SlimPod as Pod, SlimPodSpec as PodSpec,
+        SlimPodStatus as PodStatus,
+    };
 
     use super::*;
     use crate::testing::MemoryClusterView;
@@ -902,8 +906,8 @@ mod tests {
         let view = MemoryClusterView::new();
         view.put_node(node("n1"));
         view.put_node(node("n2"));
-        view.put_pod(pod("app", "n1", false));
-        view.put_pod(pod("agent", "n1", true));
+        view.put_slim_pod(pod("app", "n1", false));
+        view.put_slim_pod(pod("agent", "n1", true));
         metrics.refresh(&view, at(3600));
 
         let text = text_of(&registry);
@@ -993,7 +997,7 @@ mod tests {
             phase: Some("Pending".into()),
             ..PodStatus::default()
         });
-        view.put_pod(queued);
+        view.put_slim_pod(queued);
         times.ack("web/app", at(11));
         metrics.refresh(&view, at(15));
         let text = text_of(&registry);
@@ -1024,7 +1028,7 @@ mod tests {
         );
 
         // Bound at 13 and Ready at 40: 1 s and 28 s after it was found a place at 12.
-        view.put_pod(pod("app", "n1", false));
+        view.put_slim_pod(pod("app", "n1", false));
         metrics.refresh(&view, at(45));
         let text = text_of(&registry);
         for expected in [
@@ -1052,7 +1056,7 @@ mod tests {
             phase: Some("Pending".into()),
             ..PodStatus::default()
         });
-        view.put_pod(queued);
+        view.put_slim_pod(queued);
         metrics.refresh(&view, at(12));
         let before = text_of(&registry);
         assert!(
@@ -1061,7 +1065,7 @@ mod tests {
             ),
             "{before}"
         );
-        view.put_pod(pod("app", "n1", false));
+        view.put_slim_pod(pod("app", "n1", false));
         metrics.refresh(&view, at(20));
         metrics.refresh(&view, at(25));
 
@@ -1124,7 +1128,7 @@ mod tests {
             phase: Some("Pending".into()),
             ..PodStatus::default()
         });
-        view.put_pod(waiting);
+        view.put_slim_pod(waiting);
         metrics.refresh(&view, at(20));
         let text = text_of(&registry);
         for family in [

@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use karpenter_core::apis::SlimPod;
 
 /// Conversions of pods to `T`, kept while the pods do not change.
 #[derive(Debug)]
@@ -52,7 +52,7 @@ impl<T> Default for PodCache<T> {
 impl<T: Clone> PodCache<T> {
     /// The pod's conversion: the kept one when the pod is the one it was made from, else
     /// `convert(pod)` (kept for the next run).
-    pub fn get(&mut self, pod: &Pod, convert: impl FnOnce(&Pod) -> T) -> T {
+    pub fn get(&mut self, pod: &SlimPod, convert: impl FnOnce(&SlimPod) -> T) -> T {
         let (Some(uid), Some(version)) = (
             pod.metadata.uid.as_deref(),
             pod.metadata.resource_version.as_deref(),
@@ -111,13 +111,15 @@ impl<T: Clone> PodCache<T> {
 mod tests {
     use std::cell::Cell;
 
+    use karpenter_core::apis::SlimPod as Pod;
+
     use super::*;
 
     fn pod(uid: Option<&str>, version: Option<&str>, node: &str) -> Pod {
         let mut pod = Pod::default();
         pod.metadata.uid = uid.map(str::to_owned);
         pod.metadata.resource_version = version.map(str::to_owned);
-        pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+        pod.spec = Some(karpenter_core::apis::SlimPodSpec {
             node_name: Some(node.to_owned()),
             ..Default::default()
         });

@@ -18,13 +18,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use karpenter_actors::daemon::{Daemon, StartOptions};
 use karpenter_actors::deps::Deps;
 use karpenter_actors::messages::{ClusterChange, WatchedKind, WatchedType};
 use karpenter_actors::runtime::{ActorKit, GroupRef, GroupSpec, RootGroup, SpawnError};
+use karpenter_core::apis::SlimPod;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 use karpenter_core::domain::pods::{PodChange, is_pod_event, provisionable};
 use kube::ResourceExt as _;
@@ -64,7 +65,7 @@ pub trait Routed: Watched + WatchedType {
     fn change(&self, seen: Seen<'_, Self>) -> ClusterChange;
 }
 
-impl Routed for Pod {
+impl Routed for SlimPod {
     /// `pending` (a provisioning trigger) is the Provisioner's own rule, [`provisionable`]: a
     /// pod the run would not place (bound, finished, being deleted, a DaemonSet's or a static
     /// pod, preempting, gated) triggers nothing. `pod_event` is Karpenter's `nodeclaim.podevents`
@@ -349,7 +350,10 @@ pub async fn pump(mut feed: ChangeFeed, slot: DaemonSlot) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
+    // The view's slim types, under the names the literals below use.
+    use karpenter_core::apis::{
+        SlimPod as Pod, SlimPodSpec as PodSpec, SlimPodStatus as PodStatus,
+    };
 
     fn pod(node: Option<&str>, phase: &str) -> Pod {
         let mut pod = Pod::default();

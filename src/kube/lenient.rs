@@ -10,19 +10,20 @@
 //!
 //! Karpenter's own custom kinds travel as [`Lenient`] (JSON first, then the typed object, so a
 //! decode error belongs to one object); the built-in kinds decode as they are, with no second
-//! pass, since the API server guarantees their shape. Every decoded object then loses what no
-//! reader of the store looks at (`managedFields`; of Pods and Nodes, see [`Slim`]) before the
-//! store keeps it.
+//! pass, since the API server guarantees their shape. Pods decode straight into
+//! [`SlimPod`], which names only the fields the daemon reads, so the rest of a Pod is never
+//! built. Every decoded object then loses what no reader of the store looks at
+//! (`managedFields`; of Pods and Nodes, see [`Slim`]) before the store keeps it.
 
 use std::borrow::Cow;
 use std::fmt;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Container, Namespace, Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, SlimPod};
 use kube::Resource;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer};
@@ -62,39 +63,14 @@ pub trait Slim {
     fn slim(&mut self) {}
 }
 
-/// A Pod keeps what scheduling, disruption, drain and the metrics read: its metadata (without
-/// the last-applied annotation), the spec with each container cut down to its name,
-/// resources, ports and restart policy (requests, host ports, sidecars), and the status
-/// without container statuses. Ephemeral containers go too (they request nothing).
-impl Slim for Pod {
+/// A Pod arrives as a [`SlimPod`], decoded with only the fields the daemon reads; of those, it
+/// drops kubectl's last-applied annotation (the whole object again, as last applied).
+impl Slim for SlimPod {
     fn slim(&mut self) {
         if let Some(annotations) = self.metadata.annotations.as_mut() {
             annotations.remove(LAST_APPLIED);
         }
-        if let Some(spec) = self.spec.as_mut() {
-            let init = spec.init_containers.iter_mut().flatten();
-            for container in spec.containers.iter_mut().chain(init) {
-                slim_container(container);
-            }
-            spec.ephemeral_containers = None;
-        }
-        if let Some(status) = self.status.as_mut() {
-            status.container_statuses = None;
-            status.init_container_statuses = None;
-            status.ephemeral_container_statuses = None;
-        }
     }
-}
-
-fn slim_container(container: &mut Container) {
-    *container = Container {
-        name: std::mem::take(&mut container.name),
-        resources: container.resources.take(),
-        ports: container.ports.take(),
-        restart_policy: container.restart_policy.take(),
-        restart_policy_rules: container.restart_policy_rules.take(),
-        ..Container::default()
-    };
 }
 
 /// A Node drops the images its kubelet lists (dozens of names and sizes on a real node) and
@@ -135,7 +111,7 @@ macro_rules! strict {
 
 strict!(
     Node,
-    Pod,
+    SlimPod,
     DaemonSet,
     PodDisruptionBudget,
     VolumeAttachment,
@@ -210,6 +186,8 @@ impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use karpenter_core::domain::scheduling::SchedulingPod;
 
     /// A Pod as a real cluster serves it: applied with kubectl, with env, probes, mounts, an
     /// ephemeral debug container and container statuses.
@@ -260,7 +238,8 @@ mod tests {
 
     #[test]
     fn a_pod_keeps_what_the_daemon_reads_and_drops_the_rest() {
-        let pod = Pod::decode(real_pod()).unwrap();
+        let json = serde_json::to_value(real_pod()).unwrap();
+        let pod = SlimPod::decode(serde_json::from_value(json).unwrap()).unwrap();
         let meta = &pod.metadata;
         let annotations = meta.annotations.as_ref().unwrap();
         assert!(!annotations.contains_key(LAST_APPLIED));
@@ -274,11 +253,7 @@ mod tests {
         assert_eq!(spec.node_name.as_deref(), Some("ip-10-0-1-7.ec2.internal"));
         assert!(spec.node_selector.is_some() && spec.tolerations.is_some());
         assert_eq!(spec.priority, Some(100));
-        assert!(
-            spec.volumes.is_some(),
-            "volume topology and limits read the claims"
-        );
-        assert!(spec.ephemeral_containers.is_none());
+        assert!(spec.volumes.is_some(), "volume detachment reads the claims");
         let web = &spec.containers[0];
         assert_eq!(web.name, "web");
         assert_eq!(
@@ -286,21 +261,27 @@ mod tests {
             real_pod().spec.unwrap().containers[0].resources
         );
         assert_eq!(web.ports.as_ref().unwrap()[0].host_port, Some(8080));
-        assert!(web.image.is_none() && web.env.is_none() && web.command.is_none());
-        assert!(web.volume_mounts.is_none() && web.readiness_probe.is_none());
         let sidecar = &spec.init_containers.as_ref().unwrap()[0];
         assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
-        assert!(sidecar.resources.is_some() && sidecar.env.is_none());
+        assert!(sidecar.resources.is_some());
         let status = pod.status.as_ref().unwrap();
         assert_eq!(status.phase.as_deref(), Some("Running"));
         assert_eq!(status.conditions.as_ref().unwrap().len(), 2);
         assert!(status.nominated_node_name.is_some());
-        assert!(status.container_statuses.is_none());
-        // The scheduler's reading of the pod is the same before and after.
-        let before =
-            karpenter_core::domain::scheduling::SchedulingPod::from_pod(&real_pod()).unwrap();
-        let after = karpenter_core::domain::scheduling::SchedulingPod::from_pod(&pod).unwrap();
-        assert_eq!(format!("{before:?}"), format!("{after:?}"));
+        // What the daemon does not read is not there to be read.
+        let kept = serde_json::to_value(&pod).unwrap();
+        assert!(kept["spec"].get("ephemeralContainers").is_none());
+        assert!(kept["spec"]["containers"][0].get("env").is_none());
+        assert!(
+            kept["spec"]["containers"][0]
+                .get("readinessProbe")
+                .is_none()
+        );
+        assert!(kept["status"].get("containerStatuses").is_none());
+        // The scheduler reads the decoded pod as it reads the whole one.
+        let whole = SchedulingPod::from_pod(&SlimPod::from(real_pod())).unwrap();
+        let decoded = SchedulingPod::from_pod(&pod).unwrap();
+        assert_eq!(format!("{whole:?}"), format!("{decoded:?}"));
     }
 
     #[test]
@@ -386,7 +367,7 @@ mod tests {
         }))
         .unwrap();
         assert!(pod.metadata.managed_fields.is_some());
-        let pod = Pod::decode(pod).unwrap();
+        let pod = SlimPod::decode(SlimPod::from(pod)).unwrap();
         assert_eq!(pod.metadata.managed_fields, None);
         assert_eq!(pod.metadata.labels.unwrap()["app"], "web");
 

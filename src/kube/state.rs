@@ -16,12 +16,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use karpenter_actors::cluster_index::{
     Field, IndexEvent, Indexed, KindIndex, NODE_PROVIDER_ID, NODECLAIM_NODEPOOL,
     NODECLAIM_PROVIDER_ID, POD_NODE_NAME, VOLUME_ATTACHMENT_NODE_NAME, split_key,
 };
+use karpenter_core::apis::SlimPod;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 use kube::Resource;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
@@ -253,7 +254,7 @@ impl ClusterState {
     }
 
     #[must_use]
-    pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<SlimPod>> {
         self.pods.get(&ObjectRef::new(name).within(namespace))
     }
 
@@ -284,7 +285,7 @@ impl ClusterState {
 
     /// Pods bound to a node, by namespace and name.
     #[must_use]
-    pub fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
+    pub fn pods_on_node(&self, node: &str) -> Vec<Arc<SlimPod>> {
         self.find(&POD_NODE_NAME, node)
     }
 
@@ -340,10 +341,10 @@ impl karpenter_actors::ports::cluster_view::ClusterView for ClusterState {
     fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Arc<Node>> {
         ClusterState::nodes_by_provider_id(self, provider_id)
     }
-    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<SlimPod>> {
         ClusterState::pod(self, namespace, name)
     }
-    fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
+    fn pods_on_node(&self, node: &str) -> Vec<Arc<SlimPod>> {
         ClusterState::pods_on_node(self, node)
     }
     fn volume_attachments_of_node(&self, node: &str) -> Vec<Arc<VolumeAttachment>> {

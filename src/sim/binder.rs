@@ -24,6 +24,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_actors::messages::WatchedKind;
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cluster_view::{ChangeMark, ClusterView};
+use karpenter_core::apis::SlimPod;
 use karpenter_core::domain::resources::{Resources, pod_requests};
 use karpenter_core::domain::scheduling::{
     BoundPod, ExistingNode, Options, Plan, SchedulingPod, Snapshot, solve, taints_from_api,
@@ -73,13 +74,13 @@ impl std::fmt::Debug for FakeScheduler {
     }
 }
 
-fn key_of(pod: &Pod) -> PodKey {
+fn key_of(pod: &SlimPod) -> PodKey {
     let (namespace, name) = key_ref(pod);
     (namespace.to_owned(), name.to_owned())
 }
 
 /// [`key_of`] borrowed from the pod: what a pass over every pod compares and hashes.
-fn key_ref(pod: &Pod) -> (&str, &str) {
+fn key_ref(pod: &SlimPod) -> (&str, &str) {
     let meta = &pod.metadata;
     (
         meta.namespace.as_deref().unwrap_or_default(),
@@ -90,14 +91,14 @@ fn key_ref(pod: &Pod) -> (&str, &str) {
     )
 }
 
-fn node_of(pod: &Pod) -> Option<&str> {
+fn node_of(pod: &SlimPod) -> Option<&str> {
     pod.spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .filter(|n| !n.is_empty())
 }
 
-fn terminal(pod: &Pod) -> bool {
+fn terminal(pod: &SlimPod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
@@ -107,7 +108,7 @@ fn terminal(pod: &Pod) -> bool {
 /// Whether this scheduler should place the pod: unbound, not terminating or finished, and
 /// meant for the default scheduler.
 #[must_use]
-pub fn is_pending(pod: &Pod) -> bool {
+pub fn is_pending(pod: &SlimPod) -> bool {
     node_of(pod).is_none()
         && pod.metadata.deletion_timestamp.is_none()
         && !terminal(pod)
@@ -120,7 +121,7 @@ pub fn is_pending(pod: &Pod) -> bool {
 
 /// Whether the pod already carries `PodScheduled=False` with reason `Unschedulable`.
 #[must_use]
-pub fn is_marked_unschedulable(pod: &Pod) -> bool {
+pub fn is_marked_unschedulable(pod: &SlimPod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -150,7 +151,7 @@ pub fn is_schedulable(node: &Node) -> bool {
 }
 
 /// A node as the scheduler core takes it, with the pods on it (and those assumed there).
-pub(crate) fn existing_node(node: &Node, pods: &[Arc<Pod>]) -> ExistingNode {
+pub(crate) fn existing_node(node: &Node, pods: &[Arc<SlimPod>]) -> ExistingNode {
     let status = node.status.clone().unwrap_or_default();
     let allocatable =
         Resources::from_list(&status.allocatable.unwrap_or_default()).unwrap_or_default();
@@ -239,7 +240,7 @@ impl FakeScheduler {
             });
         }
 
-        let mut pending: Vec<&Arc<Pod>> = pods
+        let mut pending: Vec<&Arc<SlimPod>> = pods
             .iter()
             .filter(|p| {
                 is_pending(p) && (self.assumed.is_empty() || !self.assumed.contains_key(&key_of(p)))
@@ -250,7 +251,7 @@ impl FakeScheduler {
             return;
         }
         pending.sort_by(|a, b| {
-            let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            let created = |p: &SlimPod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
             created(a)
                 .cmp(&created(b))
                 .then_with(|| key_ref(a).cmp(&key_ref(b)))
@@ -291,11 +292,11 @@ impl FakeScheduler {
     /// pods bound or assumed there.
     fn snapshot(
         &self,
-        pods: &[Arc<Pod>],
-        pending: Vec<&Arc<Pod>>,
+        pods: &[Arc<SlimPod>],
+        pending: Vec<&Arc<SlimPod>>,
         nodes: &[Arc<Node>],
-    ) -> (Snapshot, Vec<Arc<Pod>>, usize) {
-        let mut by_node: BTreeMap<String, Vec<Arc<Pod>>> = BTreeMap::new();
+    ) -> (Snapshot, Vec<Arc<SlimPod>>, usize) {
+        let mut by_node: BTreeMap<String, Vec<Arc<SlimPod>>> = BTreeMap::new();
         for pod in pods {
             if let Some(node) = node_of(pod) {
                 by_node
@@ -382,7 +383,7 @@ impl FakeScheduler {
         }
     }
 
-    fn fingerprint(pending: &[&Arc<Pod>], nodes: &[Arc<Node>], pods: usize) -> u64 {
+    fn fingerprint(pending: &[&Arc<SlimPod>], nodes: &[Arc<Node>], pods: usize) -> u64 {
         let mut hasher = DefaultHasher::new();
         pods.hash(&mut hasher);
         for pod in pending {

@@ -54,8 +54,8 @@ use karpenter_actors::ports::ec2::{Instance, InstanceState, Tags};
 use karpenter_actors::providers::instance_types::{
     LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
 };
-use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::labels;
+use karpenter_core::apis::{NodeClaim, SlimPod};
 use karpenter_core::domain::instance_type::{CapacityType, InstanceType};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt as _};
@@ -340,7 +340,7 @@ pub fn catalogue_instance_type(instance_type: &str, region: &str) -> Option<Inst
 }
 
 /// Whether a pod is bound and not yet started by its kubelet.
-fn waiting_to_start(pod: &Pod) -> bool {
+fn waiting_to_start(pod: &SlimPod) -> bool {
     pod.metadata.deletion_timestamp.is_none()
         && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
 }

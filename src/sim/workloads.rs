@@ -32,6 +32,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use karpenter_actors::messages::WatchedKind;
 use karpenter_actors::ports::cluster_view::{ChangeMark, ClusterView};
+use karpenter_core::apis::SlimPod;
 use karpenter_core::domain::resources::parse_resource;
 use karpenter_core::domain::scheduling::SchedulingPod;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -146,7 +147,7 @@ impl WorkloadTemplate {
         };
         let mut named = pod.clone();
         named.metadata.name = Some(format!("{}-0", workload.name));
-        SchedulingPod::from_pod(&named)
+        SchedulingPod::from_pod(&SlimPod::from(named))
             .map_err(|e| ScenarioError::invalid(path.clone(), e.to_string()))?;
         Ok(Self {
             name: workload.name.clone(),
@@ -300,7 +301,7 @@ impl std::fmt::Debug for Workloads {
     }
 }
 
-fn is_live(pod: &Pod) -> bool {
+fn is_live(pod: &SlimPod) -> bool {
     pod.metadata.deletion_timestamp.is_none()
         && !matches!(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -308,7 +309,7 @@ fn is_live(pod: &Pod) -> bool {
         )
 }
 
-fn is_bound(pod: &Pod) -> bool {
+fn is_bound(pod: &SlimPod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
@@ -370,7 +371,7 @@ impl Workloads {
         let pods = self.view.pods();
         for index in 0..self.templates.len() {
             let template = &self.templates[index];
-            let mut live: Vec<Arc<Pod>> = pods
+            let mut live: Vec<Arc<SlimPod>> = pods
                 .iter()
                 .filter(|p| {
                     p.namespace().as_deref() == Some(template.namespace.as_str())
@@ -506,7 +507,7 @@ impl Workloads {
     }
 
     /// Deletes a surplus pod; true when this call deleted it.
-    async fn delete(&self, pod: &Pod, step: &mut WorkloadStep) -> bool {
+    async fn delete(&self, pod: &SlimPod, step: &mut WorkloadStep) -> bool {
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);

@@ -13,6 +13,7 @@ use karpenter::kube::ingress::{ClusterIngress, Observed, WATCH_FAILING_LIMIT};
 use karpenter_actors::messages::ClusterChange;
 use karpenter_actors::ports::cluster_view::ClusterView as _;
 use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::SlimPod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt as _};
 use serde_json::json;
@@ -74,7 +75,7 @@ async fn the_store_and_subscribers_converge_after_watch_errors_and_restarts() {
     let mut ingress = ClusterIngress::new(client.clone());
     let state = ingress.state();
     let counters = ingress.counters();
-    let mut pod_changes = ingress.channel::<Pod>(1024);
+    let mut pod_changes = ingress.channel::<SlimPod>(1024);
     let mut node_changes = ingress.channel::<Node>(1024);
     let task = tokio::spawn(ingress.run());
     state.wait_until_ready().await.unwrap();
@@ -140,8 +141,8 @@ async fn a_full_subscriber_loses_changes_but_the_store_does_not() {
     let state = ingress.state();
     let counters = ingress.counters();
     // Holds the initial `Relisted` and is never read: full from the start.
-    let _slow = ingress.channel::<Pod>(1);
-    let mut fast = ingress.channel::<Pod>(1024);
+    let _slow = ingress.channel::<SlimPod>(1);
+    let mut fast = ingress.channel::<SlimPod>(1024);
     let task = tokio::spawn(ingress.run());
     state.wait_until_ready().await.unwrap();
     for i in 0..5 {
@@ -315,7 +316,7 @@ async fn a_pod_that_binds_is_found_on_its_node() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let mut ingress = ClusterIngress::new(client);
     let state = ingress.state();
-    let mut changes = ingress.channel::<Pod>(1024);
+    let mut changes = ingress.channel::<SlimPod>(1024);
     let task = tokio::spawn(ingress.run());
     state.wait_until_ready().await.unwrap();
     pods.create(&PostParams::default(), &pod("web"))
@@ -481,8 +482,8 @@ struct PanicsOnPoison {
     panicked: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl karpenter::kube::ingress::ChangeSink<Pod> for PanicsOnPoison {
-    fn deliver(&self, change: Observed<Pod>) -> karpenter::kube::ingress::Delivery {
+impl karpenter::kube::ingress::ChangeSink<SlimPod> for PanicsOnPoison {
+    fn deliver(&self, change: Observed<SlimPod>) -> karpenter::kube::ingress::Delivery {
         if let Observed::Applied { object, .. } = &change
             && object.metadata.name.as_deref() == Some("poison")
             && !self
@@ -505,10 +506,10 @@ async fn a_watch_that_panics_is_restarted_with_a_fresh_list_and_the_other_kinds_
     let state = ingress.state();
     let counters = ingress.counters();
     let health = ingress.health();
-    ingress.subscribe::<Pod>(PanicsOnPoison {
+    ingress.subscribe::<SlimPod>(PanicsOnPoison {
         panicked: std::sync::Arc::default(),
     });
-    let mut pod_changes = ingress.channel::<Pod>(1024);
+    let mut pod_changes = ingress.channel::<SlimPod>(1024);
     let mut node_changes = ingress.channel::<Node>(1024);
     let task = tokio::spawn(ingress.run());
     state.wait_until_ready().await.unwrap();
@@ -601,7 +602,7 @@ async fn the_rate_limit_counts_a_watch_once_when_it_opens_not_per_event() {
     );
     let mut ingress = ClusterIngress::new(client);
     let state = ingress.state();
-    let mut changes = ingress.channel::<Pod>(1024);
+    let mut changes = ingress.channel::<SlimPod>(1024);
     let task = tokio::spawn(ingress.run());
     state.wait_until_ready().await.unwrap();
     let mut names = BTreeSet::new();

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter::sim::world::Launch;
 use karpenter_actors::ports::cluster::ClusterApi as _;
 use karpenter_actors::ports::ec2::Tags;
-use karpenter_core::apis::labels;
+use karpenter_core::apis::{SlimPod, labels};
 use karpenter_core::domain::instance_type::CapacityType;
 use kube::Api;
 use kube::api::PostParams;
@@ -51,7 +51,7 @@ async fn a_kwok_instance_registers_a_ready_node_that_takes_a_pending_pod_once_re
     assert!(cluster.kubelet.node_of(&instance.id).is_none());
     let marked = pods.get("web-0").await.unwrap();
     assert!(
-        karpenter::sim::binder::is_marked_unschedulable(&marked),
+        karpenter::sim::binder::is_marked_unschedulable(&SlimPod::from(&marked)),
         "with no node the scheduler marks the pod unschedulable"
     );
     cluster.run_for(10).await;
@@ -157,5 +157,7 @@ async fn the_scheduler_never_overcommits_a_node_and_honours_taints() {
         .filter(|p| p.spec.as_ref().unwrap().node_name.is_none())
         .collect();
     assert_eq!(pending.len(), 1);
-    assert!(karpenter::sim::binder::is_marked_unschedulable(pending[0]));
+    assert!(karpenter::sim::binder::is_marked_unschedulable(
+        &SlimPod::from(pending[0])
+    ));
 }

@@ -16,12 +16,11 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use k8s_openapi::api::core::v1::{
-    Container, Pod, PodSpec, ResourceRequirements, TopologySpreadConstraint,
-};
+use k8s_openapi::api::core::v1::{ResourceRequirements, TopologySpreadConstraint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use karpenter_core::apis::labels;
+use karpenter_core::apis::{SlimContainer, SlimPod, SlimPodSpec};
 use karpenter_core::domain::scheduling::workload::{
     BENCHMARK_INSTANCE_TYPES, PodFactory, benchmark_node_pool, fake_instance_types,
 };
@@ -36,17 +35,17 @@ const SIZES: [usize; 4] = [100, 1_000, 10_000, 50_000];
 const REPORT_BUDGET: Duration = Duration::from_secs(1);
 
 /// A web pod of 1 core and 1 GiB spread over zones with maxSkew 1.
-fn web_pod(i: usize) -> Pod {
+fn web_pod(i: usize) -> SlimPod {
     let app = [("app".to_owned(), "web".to_owned())];
-    Pod {
+    SlimPod {
         metadata: ObjectMeta {
             name: Some(format!("web-{i}")),
             namespace: Some("default".to_owned()),
             labels: Some(app.clone().into()),
             ..ObjectMeta::default()
         },
-        spec: Some(PodSpec {
-            containers: vec![Container {
+        spec: Some(SlimPodSpec {
+            containers: vec![SlimContainer {
                 name: "web".to_owned(),
                 resources: Some(ResourceRequirements {
                     requests: Some(
@@ -58,7 +57,7 @@ fn web_pod(i: usize) -> Pod {
                     ),
                     ..ResourceRequirements::default()
                 }),
-                ..Container::default()
+                ..SlimContainer::default()
             }],
             topology_spread_constraints: Some(vec![TopologySpreadConstraint {
                 max_skew: 1,
@@ -70,7 +69,7 @@ fn web_pod(i: usize) -> Pod {
                 }),
                 ..TopologySpreadConstraint::default()
             }]),
-            ..PodSpec::default()
+            ..SlimPodSpec::default()
         }),
         status: None,
     }
@@ -86,7 +85,7 @@ fn cases() -> Vec<Case> {
     let pools = vec![benchmark_node_pool(fake_instance_types(
         BENCHMARK_INSTANCE_TYPES,
     ))];
-    let convert = |pods: Vec<Pod>| -> Vec<SchedulingPod> {
+    let convert = |pods: Vec<SlimPod>| -> Vec<SchedulingPod> {
         pods.iter()
             .filter_map(|p| SchedulingPod::from_pod(p).ok())
             .collect()

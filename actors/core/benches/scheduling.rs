@@ -1,7 +1,7 @@
 //! Karpenter's scheduling benchmark (core `scheduling_benchmark_test.go`, reference 9.3) on our
 //! scheduler: 400 fake instance types, one NodePool, the diverse pod mix at 1 to 20,000 pods,
-//! and the 4,000 preference pods under Respect and Ignore. Each timed run converts the k8s
-//! `Pod`s to `SchedulingPod`s (the snapshot's pods) and then solves: Karpenter's timer around
+//! and the 4,000 preference pods under Respect and Ignore. Each timed run converts the view's
+//! `SlimPod`s to `SchedulingPod`s (the snapshot's pods) and then solves: Karpenter's timer around
 //! `Solve()` includes reading every pod's requests and requirements, so ours does too. The
 //! NodePool, its instance types and the existing nodes are built once beforehand, as
 //! Karpenter's `setupScheduler` runs before its timer.
@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use k8s_openapi::api::core::v1::Pod;
+use karpenter_core::apis::SlimPod;
 use karpenter_core::apis::labels;
 use karpenter_core::domain::resources::Resources;
 use karpenter_core::domain::scheduling::workload::{
@@ -54,7 +54,7 @@ fn base_snapshot() -> Snapshot {
     clippy::panic,
     reason = "a benchmark pod that does not convert is a broken fixture"
 )]
-fn convert(pods: &[Pod]) -> Vec<SchedulingPod> {
+fn convert(pods: &[SlimPod]) -> Vec<SchedulingPod> {
     pods.iter()
         .map(|p| {
             SchedulingPod::from_pod(p).unwrap_or_else(|error| {
@@ -68,7 +68,7 @@ fn convert(pods: &[Pod]) -> Vec<SchedulingPod> {
 }
 
 /// One timed run: converts the pods into `snapshot` and solves it.
-fn convert_and_solve(pods: &[Pod], snapshot: &mut Snapshot, options: &Options) -> Plan {
+fn convert_and_solve(pods: &[SlimPod], snapshot: &mut Snapshot, options: &Options) -> Plan {
     snapshot.pods = convert(pods);
     solve(snapshot, options)
 }
@@ -120,7 +120,7 @@ fn existing_nodes(count: usize) -> Vec<ExistingNode> {
         .collect()
 }
 
-fn pod_on_node(pod: &Pod) -> Arc<BoundPod> {
+fn pod_on_node(pod: &SlimPod) -> Arc<BoundPod> {
     let mut pod = pod.clone();
     if let Some(spec) = &mut pod.spec {
         spec.node_name = Some("node".to_owned());
@@ -141,14 +141,14 @@ fn options(policy: PreferencePolicy) -> Options {
 /// One benchmark case: the k8s Pods and the rest of the snapshot, built before any timing.
 struct Case {
     name: String,
-    pods: Vec<Pod>,
+    pods: Vec<SlimPod>,
     snapshot: Snapshot,
     options: Options,
 }
 
 /// The benchmark cases whose name contains `filter` (all without one).
 fn cases(filter: Option<&str>) -> Vec<Case> {
-    type Build = Box<dyn Fn() -> Vec<Pod>>;
+    type Build = Box<dyn Fn() -> Vec<SlimPod>>;
     let mut all: Vec<(String, Build, PreferencePolicy)> = Vec::new();
     for size in BENCHMARK_SIZES {
         all.push((

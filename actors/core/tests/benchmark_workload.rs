@@ -14,7 +14,7 @@
     reason = "integration test helpers: a failed expect is a failed test"
 )]
 
-use k8s_openapi::api::core::v1::Pod;
+use karpenter_core::apis::SlimPod;
 use karpenter_core::domain::scheduling::workload::{
     BENCHMARK_INSTANCE_TYPES, PodFactory, benchmark_node_pool, fake_instance_types,
 };
@@ -22,9 +22,9 @@ use karpenter_core::domain::scheduling::{
     Options, Plan, PodFailure, SchedulingPod, Snapshot, solve,
 };
 
-/// The snapshot the benchmark solves: the pods read from the k8s Pods and the benchmark NodePool
+/// The snapshot the benchmark solves: the pods read from the view's Pods and the benchmark NodePool
 /// with its 400 instance types.
-fn benchmark_snapshot(pods: &[Pod]) -> Snapshot {
+fn benchmark_snapshot(pods: &[SlimPod]) -> Snapshot {
     Snapshot {
         pods: pods
             .iter()

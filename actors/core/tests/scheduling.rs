@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as ApiSelector, ObjectMeta};
+use karpenter_core::apis::SlimPod;
 use karpenter_core::apis::labels::{self, CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, ZONE};
 use karpenter_core::apis::taints::{Taint, TaintEffect};
 use karpenter_core::domain::instance_type::{InstanceType, Offering, Overhead};
@@ -279,13 +280,13 @@ impl PodBuilder {
     }
 
     fn build(&self) -> SchedulingPod {
-        SchedulingPod::from_pod(&self.0).unwrap()
+        SchedulingPod::from_pod(&SlimPod::from(&self.0)).unwrap()
     }
 
     fn bound(&self) -> Arc<BoundPod> {
         let mut pod = self.0.clone();
         pod.spec.as_mut().unwrap().node_name = Some("bound".to_owned());
-        Arc::new(BoundPod::from_pod(&pod))
+        Arc::new(BoundPod::from_pod(&SlimPod::from(pod)))
     }
 }
 

@@ -18,8 +18,8 @@
 use karpenter_core::domain::pods::{is_terminal, owned_by};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use karpenter_core::apis::SlimPod;
 
 use karpenter_core::apis::labels;
 use karpenter_core::apis::taints::{Taint, TaintEffect};
@@ -43,7 +43,7 @@ pub struct PodKey {
 
 impl PodKey {
     #[must_use]
-    pub fn of(pod: &Pod) -> Self {
+    pub fn of(pod: &SlimPod) -> Self {
         Self {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             name: pod.metadata.name.clone().unwrap_or_default(),
@@ -86,15 +86,15 @@ impl DrainPlan {
     }
 }
 
-fn is_mirror(pod: &Pod) -> bool {
+fn is_mirror(pod: &SlimPod) -> bool {
     owned_by(pod, "v1", "Node")
 }
 
-fn is_daemon(pod: &Pod) -> bool {
+fn is_daemon(pod: &SlimPod) -> bool {
     owned_by(pod, "apps/v1", "DaemonSet")
 }
 
-fn is_critical(pod: &Pod) -> bool {
+fn is_critical(pod: &SlimPod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.priority_class_name.as_deref())
@@ -103,7 +103,7 @@ fn is_critical(pod: &Pod) -> bool {
 
 /// Whether the pod carries `karpenter.sh/do-not-disrupt=true`.
 #[must_use]
-pub fn has_do_not_disrupt(pod: &Pod) -> bool {
+pub fn has_do_not_disrupt(pod: &SlimPod) -> bool {
     pod.metadata
         .annotations
         .as_ref()
@@ -111,7 +111,7 @@ pub fn has_do_not_disrupt(pod: &Pod) -> bool {
         .is_some_and(|v| v == "true")
 }
 
-fn tolerates_disrupted(pod: &Pod) -> bool {
+fn tolerates_disrupted(pod: &SlimPod) -> bool {
     let taint = Taint::new(labels::DISRUPTED_TAINT, None, TaintEffect::NoSchedule);
     pod.spec
         .as_ref()
@@ -123,18 +123,18 @@ fn tolerates_disrupted(pod: &Pod) -> bool {
         })
 }
 
-fn deletion(pod: &Pod) -> Option<Timestamp> {
+fn deletion(pod: &SlimPod) -> Option<Timestamp> {
     pod.metadata.deletion_timestamp.as_ref().map(|t| t.0)
 }
 
-fn grace_seconds(pod: &Pod) -> i64 {
+fn grace_seconds(pod: &SlimPod) -> i64 {
     pod.spec
         .as_ref()
         .and_then(|s| s.termination_grace_period_seconds)
         .unwrap_or(DEFAULT_POD_GRACE_SECONDS)
 }
 
-fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
+fn is_stuck_terminating(pod: &SlimPod, now: Timestamp) -> bool {
     deletion(pod).is_some_and(|deleted| now.duration_since(deleted) > STUCK_TERMINATING_AFTER)
 }
 
@@ -142,18 +142,18 @@ fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
 /// disrupted taint, is not stuck terminating and is not static). The volumes of pods that are
 /// not drainable stay attached and must not hold the instance's termination.
 #[must_use]
-pub fn is_drainable(pod: &Pod, now: Timestamp) -> bool {
+pub fn is_drainable(pod: &SlimPod, now: Timestamp) -> bool {
     !tolerates_disrupted(pod) && !is_stuck_terminating(pod, now) && !is_mirror(pod)
 }
 
 /// Karpenter's `IsWaitingEviction`: the pod must leave before the node can go.
-fn is_waiting(pod: &Pod, now: Timestamp) -> bool {
+fn is_waiting(pod: &SlimPod, now: Timestamp) -> bool {
     is_terminal(pod).is_none() && is_drainable(pod, now)
 }
 
 /// Karpenter's `IsEvictable`: active, not tolerating the disrupted taint, not static, not
 /// `do-not-disrupt`.
-fn is_evictable(pod: &Pod) -> bool {
+fn is_evictable(pod: &SlimPod) -> bool {
     is_terminal(pod).is_none()
         && deletion(pod).is_none()
         && !tolerates_disrupted(pod)
@@ -168,9 +168,13 @@ fn earliest(current: Option<Timestamp>, candidate: Timestamp) -> Timestamp {
 /// The drain plan for a node's pods at `now`, with the NodeClaim's termination time if it has a
 /// `terminationGracePeriod`.
 #[must_use]
-pub fn plan(pods: &[Arc<Pod>], now: Timestamp, termination_time: Option<Timestamp>) -> DrainPlan {
+pub fn plan(
+    pods: &[Arc<SlimPod>],
+    now: Timestamp,
+    termination_time: Option<Timestamp>,
+) -> DrainPlan {
     let mut out = DrainPlan::default();
-    let waiting: Vec<&Pod> = pods
+    let waiting: Vec<&SlimPod> = pods
         .iter()
         .map(AsRef::as_ref)
         .filter(|p| is_waiting(p, now))
@@ -203,7 +207,7 @@ pub fn plan(pods: &[Arc<Pod>], now: Timestamp, termination_time: Option<Timestam
         }
     }
     out.do_not_disrupt = waiting.iter().filter(|p| has_do_not_disrupt(p)).count();
-    let groups: [fn(&Pod) -> bool; 4] = [
+    let groups: [fn(&SlimPod) -> bool; 4] = [
         |p| !is_critical(p) && !is_daemon(p),
         |p| !is_critical(p) && is_daemon(p),
         |p| is_critical(p) && !is_daemon(p),
@@ -227,8 +231,12 @@ pub fn plan(pods: &[Arc<Pod>], now: Timestamp, termination_time: Option<Timestam
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodSpec, PodStatus, Toleration as ApiToleration};
+    use k8s_openapi::api::core::v1::Toleration as ApiToleration;
+    // The view's slim types, under the names the literals below use.
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+    use karpenter_core::apis::{
+        SlimPod as Pod, SlimPodSpec as PodSpec, SlimPodStatus as PodStatus,
+    };
 
     fn at(second: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + second).unwrap()

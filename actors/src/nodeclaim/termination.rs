@@ -360,7 +360,7 @@ impl NodeClaimActor {
     fn wait_for_volumes(
         &mut self,
         node_name: &str,
-        pods: &[Arc<k8s_openapi::api::core::v1::Pod>],
+        pods: &[Arc<karpenter_core::apis::SlimPod>],
         now: Timestamp,
         termination_time: Option<Timestamp>,
     ) -> Option<Next> {

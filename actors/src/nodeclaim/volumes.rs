@@ -13,9 +13,10 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
+use karpenter_core::apis::SlimPod;
 
 use super::drain::is_drainable;
 
@@ -23,7 +24,7 @@ use super::drain::is_drainable;
 /// `claim` finds a `PersistentVolumeClaim` by namespace and name.
 pub fn blocking_attachments<'a>(
     attachments: &'a [Arc<VolumeAttachment>],
-    pods: &[Arc<Pod>],
+    pods: &[Arc<SlimPod>],
     now: Timestamp,
     claim: impl Fn(&str, &str) -> Option<Arc<PersistentVolumeClaim>>,
 ) -> Vec<&'a str> {
@@ -63,10 +64,12 @@ pub fn blocking_attachments<'a>(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSpec, Toleration, Volume,
+        PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Toleration,
     };
+    // The view's slim types, under the names the literals below use.
     use k8s_openapi::api::storage::v1::{VolumeAttachmentSource, VolumeAttachmentSpec};
     use karpenter_core::apis::labels;
+    use karpenter_core::apis::{SlimPod as Pod, SlimPodSpec as PodSpec, SlimVolume as Volume};
 
     fn attachment(name: &str, pv: Option<&str>) -> Arc<VolumeAttachment> {
         let mut a = VolumeAttachment::default();
@@ -93,7 +96,6 @@ mod tests {
                     claim_name: claim.into(),
                     read_only: None,
                 }),
-                ..Volume::default()
             }]),
             tolerations: tolerates_disrupted.then(|| {
                 vec![Toleration {

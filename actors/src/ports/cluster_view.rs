@@ -9,9 +9,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
+use karpenter_core::apis::SlimPod;
 
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 
@@ -98,10 +99,10 @@ pub trait ClusterView: Send + Sync + fmt::Debug {
         nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         nodes
     }
-    fn pods(&self) -> Vec<Arc<Pod>>;
-    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>>;
+    fn pods(&self) -> Vec<Arc<SlimPod>>;
+    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<SlimPod>>;
     /// Pods bound to the node.
-    fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>>;
+    fn pods_on_node(&self, node: &str) -> Vec<Arc<SlimPod>>;
     fn daemonsets(&self) -> Vec<Arc<DaemonSet>>;
     fn pdbs(&self) -> Vec<Arc<PodDisruptionBudget>>;
     fn volumeattachments(&self) -> Vec<Arc<VolumeAttachment>>;

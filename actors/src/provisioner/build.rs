@@ -26,8 +26,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Node, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use karpenter_core::apis::{SlimPod, SlimPodSpec};
 
 use crate::pod_cache::PodCache;
 use crate::ports::cloud_provider::InstanceTypes;
@@ -51,7 +52,7 @@ use super::explain::PoolVerdict;
 /// Whether a pod on a deleting node needs a new home (Karpenter's `IsReschedulable`): active (a
 /// terminating `StatefulSet` pod too, since its replacement waits for it), not a DaemonSet or
 /// static pod.
-fn reschedulable(pod: &Pod) -> bool {
+fn reschedulable(pod: &SlimPod) -> bool {
     let active = is_terminal(pod).is_none() && pod.metadata.deletion_timestamp.is_none();
     let stateful_terminating = owned_by(pod, "apps/v1", "StatefulSet")
         && pod.metadata.deletion_timestamp.is_some()
@@ -63,7 +64,7 @@ fn reschedulable(pod: &Pod) -> bool {
 
 /// Karpenter's `validateKarpenterManagedLabelCanExist`: a pod requiring that
 /// `karpenter.sh/nodepool` does not exist will never run on a Karpenter node.
-fn refuses_karpenter_nodes(pod: &Pod) -> bool {
+fn refuses_karpenter_nodes(pod: &SlimPod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.affinity.as_ref())
@@ -83,7 +84,7 @@ fn refuses_karpenter_nodes(pod: &Pod) -> bool {
 }
 
 /// `namespace/name`.
-pub(super) fn pod_key(pod: &Pod) -> String {
+pub(super) fn pod_key(pod: &SlimPod) -> String {
     format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or("default"),
@@ -102,7 +103,7 @@ pub(crate) struct PodRef {
 }
 
 impl PodRef {
-    fn of(pod: &Pod) -> Self {
+    fn of(pod: &SlimPod) -> Self {
         Self {
             key: pod_key(pod).into(),
             namespace: pod
@@ -182,7 +183,7 @@ struct BoundFacts {
 }
 
 impl BoundFacts {
-    fn of(pod: &Pod) -> Arc<Self> {
+    fn of(pod: &SlimPod) -> Arc<Self> {
         Arc::new(Self {
             terminal: is_terminal(pod).is_some(),
             requests: pod.spec.as_ref().and_then(|spec| pod_requests(spec).ok()),
@@ -217,7 +218,7 @@ pub(crate) struct StateRef {
     pub deleting: bool,
     pub existing: Option<usize>,
     /// Every pod bound to the Node.
-    pub pods: Vec<Arc<Pod>>,
+    pub pods: Vec<Arc<SlimPod>>,
 }
 
 fn label_is_true(node: Option<&Node>, key: &str) -> bool {
@@ -379,21 +380,21 @@ pub fn is_disrupted(node: &Node) -> bool {
         })
 }
 
-fn is_daemon_pod(pod: &Pod) -> bool {
+fn is_daemon_pod(pod: &SlimPod) -> bool {
     owned_by(pod, "apps/v1", "DaemonSet")
 }
 
 /// The newest pod each DaemonSet controls, by the DaemonSet's uid (Karpenter's cluster state
 /// keeps the same per DaemonSet).
-fn newest_daemon_pods(pods: &[Arc<Pod>]) -> HashMap<&str, &Pod> {
-    let mut newest: HashMap<&str, &Pod> = HashMap::new();
+fn newest_daemon_pods(pods: &[Arc<SlimPod>]) -> HashMap<&str, &SlimPod> {
+    let mut newest: HashMap<&str, &SlimPod> = HashMap::new();
     for pod in pods {
         let Some(owner) = pod.metadata.owner_references.iter().flatten().find(|o| {
             o.controller == Some(true) && o.api_version == "apps/v1" && o.kind == "DaemonSet"
         }) else {
             continue;
         };
-        let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let created = |p: &SlimPod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
         match newest.get(owner.uid.as_str()) {
             Some(seen) if created(seen) >= created(pod) => {}
             _ => {
@@ -408,7 +409,10 @@ fn newest_daemon_pods(pods: &[Arc<Pod>]) -> HashMap<&str, &Pod> {
 /// pod stands for it when it has one (its requests include what a `LimitRange` or a webhook
 /// added), with the template's required node affinity in place of the one the DaemonSet
 /// controller pinned to that pod's node; otherwise the template.
-fn daemon_pods(daemonsets: &[Arc<DaemonSet>], running: &HashMap<&str, &Pod>) -> Vec<SchedulingPod> {
+fn daemon_pods(
+    daemonsets: &[Arc<DaemonSet>],
+    running: &HashMap<&str, &SlimPod>,
+) -> Vec<SchedulingPod> {
     daemonsets
         .iter()
         .filter_map(|ds| {
@@ -425,12 +429,12 @@ fn daemon_pods(daemonsets: &[Arc<DaemonSet>], running: &HashMap<&str, &Pod>) -> 
                 }
                 None => (
                     spec.template.metadata.clone().unwrap_or_default(),
-                    spec.template.spec.clone(),
+                    spec.template.spec.clone().map(SlimPodSpec::from),
                 ),
             };
             metadata.namespace.clone_from(&ds.metadata.namespace);
             metadata.name.clone_from(&ds.metadata.name);
-            let pod = Pod {
+            let pod = SlimPod {
                 metadata,
                 spec: pod_spec,
                 status: None,
@@ -449,7 +453,7 @@ fn daemon_pods(daemonsets: &[Arc<DaemonSet>], running: &HashMap<&str, &Pod>) -> 
 /// Gives a running daemon pod its template's required node affinity (none when the template has
 /// none): the DaemonSet controller pins each pod to its node with a `metadata.name` field
 /// selector, which says nothing about a new node.
-fn pin_template_node_affinity(pod: &mut PodSpec, template: Option<&PodSpec>) {
+fn pin_template_node_affinity(pod: &mut SlimPodSpec, template: Option<&PodSpec>) {
     let required = template
         .and_then(|t| t.affinity.as_ref())
         .and_then(|a| a.node_affinity.as_ref())
@@ -547,8 +551,8 @@ pub(crate) fn build(
     let states = pair(&nodes, &claims);
 
     // Every pod once: bound ones by node (one pass, not a scan per node), pending ones aside.
-    let mut pending: Vec<&Arc<Pod>> = Vec::new();
-    let mut by_node: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
+    let mut pending: Vec<&Arc<SlimPod>> = Vec::new();
+    let mut by_node: HashMap<&str, Vec<&Arc<SlimPod>>> = HashMap::new();
     for pod in &pods {
         match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
             Some(node) if !node.is_empty() => by_node.entry(node).or_default().push(pod),
@@ -558,10 +562,10 @@ pub(crate) fn build(
     }
 
     // Pending pods first, then those of deleting nodes.
-    let mut deleting_pods: Vec<&Arc<Pod>> = Vec::new();
+    let mut deleting_pods: Vec<&Arc<SlimPod>> = Vec::new();
     let mut deleting_claims: Vec<&NodeClaim> = Vec::new();
     for state in &states {
-        let pods_on: &[&Arc<Pod>] = state
+        let pods_on: &[&Arc<SlimPod>] = state
             .node
             .and_then(|n| n.metadata.name.as_deref())
             .and_then(|name| by_node.get(name))
@@ -645,7 +649,7 @@ pub(crate) fn build(
 
 fn existing_node(
     state: &StateNode<'_>,
-    pods_on: &[&Arc<Pod>],
+    pods_on: &[&Arc<SlimPod>],
     daemons: &[SchedulingPod],
     cache: &mut PodCache<Arc<BoundFacts>>,
 ) -> ExistingNode {

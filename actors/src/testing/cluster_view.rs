@@ -7,6 +7,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
+use karpenter_core::apis::SlimPod;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 
 use crate::cluster_index::{
@@ -176,7 +177,12 @@ impl MemoryClusterView {
         EC2NodeClass
     );
     memory_kind!(put_node, put_shared_node, remove_node, Node);
-    memory_kind!(put_pod, put_shared_pod, remove_pod, Pod);
+    memory_kind!(put_slim_pod, put_shared_pod, remove_pod, SlimPod);
+
+    /// Adds or replaces a pod given whole, kept slim as the watch keeps it.
+    pub fn put_pod(&self, pod: Pod) {
+        self.put_slim_pod(SlimPod::from(pod));
+    }
     memory_kind!(
         put_daemonset,
         put_shared_daemonset,
@@ -237,10 +243,10 @@ impl ClusterView for MemoryClusterView {
     fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Arc<Node>> {
         self.read().nodes.find(&NODE_PROVIDER_ID, provider_id)
     }
-    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<SlimPod>> {
         self.read().pods.get(&format!("{namespace}/{name}"))
     }
-    fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
+    fn pods_on_node(&self, node: &str) -> Vec<Arc<SlimPod>> {
         self.read().pods.find(&POD_NODE_NAME, node)
     }
     fn volume_attachments_of_node(&self, node: &str) -> Vec<Arc<VolumeAttachment>> {

@@ -19,7 +19,7 @@ use crate::ports::clock::Clock;
 use crate::ports::cluster::{Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction};
 use crate::ports::cluster_view::ClusterView as _;
 use karpenter_core::apis::{
-    EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
+    EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus, SlimPod,
 };
 use karpenter_core::domain::pods::{PodChange, is_pod_event};
 
@@ -184,7 +184,10 @@ impl MirroredClusterApi {
     /// node (the old one when it went).
     pub fn sync_pod(&self, namespace: &str, name: &str) {
         let previous = self.view.pod(namespace, name);
-        let new = self.api.shared_pod(namespace, name);
+        let new = self
+            .api
+            .shared_pod(namespace, name)
+            .map(|pod| Arc::new(SlimPod::from(&*pod)));
         if resource_version(new.as_deref()) == resource_version(previous.as_deref())
             && new.is_some() == previous.is_some()
         {

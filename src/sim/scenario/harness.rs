@@ -18,7 +18,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_actors::messages::WatchedKind;
 use karpenter_actors::ports::cloud_provider::{CloudProvider, parse_provider_id};
@@ -27,6 +27,7 @@ use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::ports::ec2::InstanceState;
 use karpenter_actors::providers::pricing::is_estimated_price;
 use karpenter_config::format_go_duration;
+use karpenter_core::apis::SlimPod;
 use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::scheduling::{
     CostLowerBound, NodePoolInput, SchedulingPod, cost_lower_bound,
@@ -383,7 +384,7 @@ impl<'a> Sim<'a> {
         if self.progress.is_none() {
             return;
         }
-        let pods: Vec<Arc<Pod>> = self
+        let pods: Vec<Arc<SlimPod>> = self
             .view
             .pods()
             .into_iter()

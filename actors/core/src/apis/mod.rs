@@ -6,6 +6,9 @@
 //! path. [`crd`] generates the CustomResourceDefinitions from these types; the OpenAPI schema it
 //! emits carries the same patterns, enums, bounds and CEL rules so a real API server enforces
 //! what [`validation`] checks.
+//!
+//! [`pod`] is not a CRD: [`SlimPod`] is the built-in `v1` Pod as the daemon watches and keeps it,
+//! with only the fields it reads.
 
 pub mod condition_set;
 pub mod conditions;
@@ -15,6 +18,7 @@ pub mod ec2nodeclass;
 pub mod labels;
 pub mod nodeclaim;
 pub mod nodepool;
+pub mod pod;
 pub mod requirements;
 pub mod schema;
 pub mod taints;
@@ -23,3 +27,4 @@ pub mod validation;
 pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
+pub use pod::{SlimContainer, SlimPod, SlimPodSpec, SlimPodStatus, SlimVolume};

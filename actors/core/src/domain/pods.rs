@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::apis::SlimPod;
 
 /// Why a pod is not something the Provisioner acts on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +55,7 @@ impl fmt::Display for NotProvisionable {
 
 /// Whether `pod` has an owner of this API version and kind (`apps/v1` `DaemonSet`, `v1` `Node`).
 #[must_use]
-pub fn owned_by(pod: &Pod, api_version: &str, kind: &str) -> bool {
+pub fn owned_by(pod: &SlimPod, api_version: &str, kind: &str) -> bool {
     pod.metadata
         .owner_references
         .iter()
@@ -65,7 +65,7 @@ pub fn owned_by(pod: &Pod, api_version: &str, kind: &str) -> bool {
 
 /// The phase of a pod that has finished (`Succeeded` or `Failed`).
 #[must_use]
-pub fn is_terminal(pod: &Pod) -> Option<String> {
+pub fn is_terminal(pod: &SlimPod) -> Option<String> {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref())?;
     matches!(phase, "Succeeded" | "Failed").then(|| phase.to_owned())
 }
@@ -75,16 +75,16 @@ pub fn is_terminal(pod: &Pod) -> Option<String> {
 pub enum PodChange<'a> {
     /// Seen for the first time: created, or listed with no stored version before it (so after a
     /// restart every pod counts as created, as Karpenter's informer sends `Create` at startup).
-    Created(&'a Pod),
+    Created(&'a SlimPod),
     /// Changed from `old` to `new`.
-    Updated { old: &'a Pod, new: &'a Pod },
+    Updated { old: &'a SlimPod, new: &'a SlimPod },
     /// Deleted, in its last known state.
-    Deleted(&'a Pod),
+    Deleted(&'a SlimPod),
 }
 
 /// The node a pod is bound to (`spec.nodeName`, empty counts as none).
 #[must_use]
-pub fn node_name(pod: &Pod) -> Option<&str> {
+pub fn node_name(pod: &SlimPod) -> Option<&str> {
     pod.spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
@@ -121,7 +121,7 @@ pub fn is_pod_event(change: PodChange<'_>) -> bool {
 /// Unlike Karpenter, a pod kube-scheduler has not marked `Unschedulable` yet counts too: the
 /// scheduler tries existing nodes first, so such a pod is only nominated where it already fits,
 /// and an emulated cluster without a kube-scheduler still provisions.
-pub fn provisionable(pod: &Pod) -> Result<(), NotProvisionable> {
+pub fn provisionable(pod: &SlimPod) -> Result<(), NotProvisionable> {
     let spec = pod.spec.as_ref();
     if let Some(node) = spec.and_then(|s| s.node_name.as_deref())
         && !node.is_empty()
@@ -164,7 +164,8 @@ pub fn provisionable(pod: &Pod) -> Result<(), NotProvisionable> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodSchedulingGate, PodSpec, PodStatus};
+    use crate::apis::{SlimPod as Pod, SlimPodSpec as PodSpec, SlimPodStatus as PodStatus};
+    use k8s_openapi::api::core::v1::PodSchedulingGate;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
     fn pending() -> Pod {
@@ -358,7 +359,7 @@ mod tests {
         assert!(!updated(&on("n1"), &labelled));
         let mut ready = on("n1");
         if let Some(status) = ready.status.as_mut() {
-            status.pod_ip = Some("10.0.0.7".to_owned());
+            status.start_time = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         }
         assert!(!updated(&on("n1"), &ready));
     }

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use crate::apis::{SlimContainer, SlimPodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 /// The CPU resource, counted in millicores.
@@ -711,7 +711,7 @@ fn amount_for_limit(capacity: &Resources, name: &str) -> i64 {
 
 /// A container's requests with its limits filling in resources it requests nothing for
 /// (Kubernetes defaults requests to limits).
-fn container_requests(container: &Container, field: &str) -> Result<Resources, ResourceError> {
+fn container_requests(container: &SlimContainer, field: &str) -> Result<Resources, ResourceError> {
     let Some(resources) = &container.resources else {
         return Ok(Resources::default());
     };
@@ -748,14 +748,14 @@ fn container_requests(container: &Container, field: &str) -> Result<Resources, R
 
 /// Whether an init container is a native sidecar (`restartPolicy: Always`).
 #[must_use]
-pub fn is_sidecar(container: &Container) -> bool {
+pub fn is_sidecar(container: &SlimContainer) -> bool {
     container.restart_policy.as_deref() == Some("Always")
 }
 
 /// What one pod needs on a node, with Kubernetes' semantics: the larger of (all containers plus
 /// all sidecars) and, for each plain init container, that container plus the sidecars started
 /// before it; then the pod overhead; and one `pods`.
-pub fn pod_requests(spec: &PodSpec) -> Result<Resources, ResourceError> {
+pub fn pod_requests(spec: &SlimPodSpec) -> Result<Resources, ResourceError> {
     let mut requests = pod_total(spec, container_requests)?;
     requests.pods = requests.pods.saturating_add(1);
     Ok(requests)
@@ -763,12 +763,12 @@ pub fn pod_requests(spec: &PodSpec) -> Result<Resources, ResourceError> {
 
 /// The pod's limits, combined as [`pod_requests`] combines requests (without the `pods` count):
 /// what Karpenter's node metrics report as a pod's limits.
-pub fn pod_limits(spec: &PodSpec) -> Result<Resources, ResourceError> {
+pub fn pod_limits(spec: &SlimPodSpec) -> Result<Resources, ResourceError> {
     pod_total(spec, container_limits)
 }
 
 /// A container's limits.
-fn container_limits(container: &Container, field: &str) -> Result<Resources, ResourceError> {
+fn container_limits(container: &SlimContainer, field: &str) -> Result<Resources, ResourceError> {
     match container.resources.as_ref().and_then(|r| r.limits.as_ref()) {
         Some(limits) => Resources::from_list_non_negative(limits, field),
         None => Ok(Resources::default()),
@@ -778,8 +778,8 @@ fn container_limits(container: &Container, field: &str) -> Result<Resources, Res
 /// `per_container` over the pod's containers with Kubernetes' sidecar and init-container
 /// semantics, plus the pod overhead.
 fn pod_total(
-    spec: &PodSpec,
-    per_container: fn(&Container, &str) -> Result<Resources, ResourceError>,
+    spec: &SlimPodSpec,
+    per_container: fn(&SlimContainer, &str) -> Result<Resources, ResourceError>,
 ) -> Result<Resources, ResourceError> {
     let mut total = Resources::default();
     for (i, container) in spec.containers.iter().enumerate() {
@@ -932,7 +932,7 @@ mod tests {
         assert_eq!(a, Resources::default());
     }
 
-    fn container(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> Container {
+    fn container(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> SlimContainer {
         let list = |pairs: &[(&str, &str)]| {
             (!pairs.is_empty()).then(|| {
                 pairs
@@ -941,19 +941,19 @@ mod tests {
                     .collect()
             })
         };
-        Container {
+        SlimContainer {
             name: "c".to_owned(),
             resources: Some(ResourceRequirements {
                 requests: list(requests),
                 limits: list(limits),
                 ..ResourceRequirements::default()
             }),
-            ..Container::default()
+            ..SlimContainer::default()
         }
     }
 
-    fn sidecar(requests: &[(&str, &str)]) -> Container {
-        Container {
+    fn sidecar(requests: &[(&str, &str)]) -> SlimContainer {
+        SlimContainer {
             restart_policy: Some("Always".to_owned()),
             ..container(requests, &[])
         }
@@ -963,7 +963,7 @@ mod tests {
     fn pod_requests_follow_kubernetes_init_and_sidecar_semantics() {
         // containers 1 cpu + sidecar 0.5 = 1.5; init peak: plain init 2 cpu after the sidecar
         // = 2.5 beats it; memory from the limit of a container that requests none.
-        let spec = PodSpec {
+        let spec = SlimPodSpec {
             containers: vec![container(&[(CPU, "1")], &[(MEMORY, "1Gi")])],
             init_containers: Some(vec![
                 container(&[(CPU, "1")], &[]),
@@ -971,7 +971,7 @@ mod tests {
                 container(&[(CPU, "2")], &[]),
             ]),
             overhead: Some([(CPU.to_owned(), Quantity("100m".to_owned()))].into()),
-            ..PodSpec::default()
+            ..SlimPodSpec::default()
         };
         let requests = pod_requests(&spec);
         assert_eq!(
@@ -987,13 +987,13 @@ mod tests {
 
     #[test]
     fn pod_requests_use_the_sum_when_init_containers_are_small() {
-        let spec = PodSpec {
+        let spec = SlimPodSpec {
             containers: vec![
                 container(&[(CPU, "1"), (MEMORY, "1Gi")], &[]),
                 container(&[(CPU, "1")], &[]),
             ],
             init_containers: Some(vec![container(&[(CPU, "1500m"), (MEMORY, "2Gi")], &[])]),
-            ..PodSpec::default()
+            ..SlimPodSpec::default()
         };
         let requests = pod_requests(&spec).map(|r| (r.cpu, r.memory));
         assert_eq!(requests, Ok((2000, 2 * GI)));
@@ -1001,9 +1001,9 @@ mod tests {
 
     #[test]
     fn negative_requests_name_the_field() {
-        let spec = PodSpec {
+        let spec = SlimPodSpec {
             containers: vec![container(&[(CPU, "-1")], &[])],
-            ..PodSpec::default()
+            ..SlimPodSpec::default()
         };
         let error = pod_requests(&spec).err().map(|e| e.to_string());
         assert!(

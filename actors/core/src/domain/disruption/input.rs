@@ -12,11 +12,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::apis::SlimPod;
 use crate::apis::labels;
 use crate::apis::nodepool::Disruption;
 use crate::apis::taints::{Taint, TaintEffect};
@@ -68,7 +68,7 @@ pub struct NodePod {
 
 impl NodePod {
     /// Reads a bound pod.
-    pub fn from_pod(pod: &Pod) -> Result<Self, PodError> {
+    pub fn from_pod(pod: &SlimPod) -> Result<Self, PodError> {
         let scheduling = SchedulingPod::from_pod(pod)?;
         let annotations = pod.metadata.annotations.as_ref();
         let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);

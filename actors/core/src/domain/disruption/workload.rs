@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec,
-    ResourceRequirements, Toleration as ApiToleration, TopologySpreadConstraint,
+    PodAffinity, PodAffinityTerm, PodAntiAffinity, ResourceRequirements,
+    Toleration as ApiToleration, TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -23,6 +23,7 @@ use rustc_hash::FxHashMap;
 use crate::apis::duration::NillableDuration;
 use crate::apis::labels;
 use crate::apis::nodepool::{Budget, ConsolidationPolicy, Disruption};
+use crate::apis::{SlimContainer, SlimPod, SlimPodSpec};
 use crate::domain::instance_type::InstanceType;
 use crate::domain::requirements::{Requirement, Requirements};
 use crate::domain::resources::{CPU, MEMORY, ResourceLimits, Resources};
@@ -38,34 +39,34 @@ use super::{Command, Destination};
 
 const GI: i64 = 1 << 30;
 
-/// A pod under construction (a Kubernetes `Pod`).
+/// A pod under construction, as the daemon's view holds it.
 #[derive(Debug, Clone)]
-pub struct PodBuilder(Pod);
+pub struct PodBuilder(SlimPod);
 
 impl PodBuilder {
     /// A pod in namespace `default` requesting nothing.
     #[must_use]
     pub fn new(name: &str) -> Self {
-        Self(Pod {
+        Self(SlimPod {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),
                 namespace: Some("default".to_owned()),
                 uid: Some(format!("uid-{name}")),
                 ..ObjectMeta::default()
             },
-            spec: Some(PodSpec {
-                containers: vec![Container {
+            spec: Some(SlimPodSpec {
+                containers: vec![SlimContainer {
                     name: "app".to_owned(),
-                    ..Container::default()
+                    ..SlimContainer::default()
                 }],
-                ..PodSpec::default()
+                ..SlimPodSpec::default()
             }),
             status: None,
         })
     }
 
-    fn spec(&mut self) -> &mut PodSpec {
-        self.0.spec.get_or_insert_with(PodSpec::default)
+    fn spec(&mut self) -> &mut SlimPodSpec {
+        self.0.spec.get_or_insert_with(SlimPodSpec::default)
     }
 
     /// CPU in millicores and memory in MiB.
@@ -186,7 +187,7 @@ impl PodBuilder {
     /// Required anti-affinity to pods labelled `app=<app>` on the topology key.
     #[must_use]
     pub fn anti_affinity(mut self, topology_key: &str, app: &str) -> Self {
-        let affinity = self.spec().affinity.get_or_insert_with(Affinity::default);
+        let affinity = self.spec().affinity.get_or_insert_with(Box::default);
         affinity
             .pod_anti_affinity
             .get_or_insert_with(PodAntiAffinity::default)
@@ -199,7 +200,7 @@ impl PodBuilder {
     /// Required affinity to pods labelled `app=<app>` on the topology key.
     #[must_use]
     pub fn affinity(mut self, topology_key: &str, app: &str) -> Self {
-        let affinity = self.spec().affinity.get_or_insert_with(Affinity::default);
+        let affinity = self.spec().affinity.get_or_insert_with(Box::default);
         affinity
             .pod_affinity
             .get_or_insert_with(PodAffinity::default)
@@ -209,9 +210,9 @@ impl PodBuilder {
         self
     }
 
-    /// The Kubernetes pod.
+    /// The pod.
     #[must_use]
-    pub fn pod(self) -> Pod {
+    pub fn pod(self) -> SlimPod {
         self.0
     }
 

@@ -318,9 +318,9 @@ pub struct Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{
-        Container, Pod, PodSpec, ResourceRequirements, Toleration as ApiToleration,
-    };
+    use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration as ApiToleration};
+    // The view's slim types, under the names the literals below use.
+    use crate::apis::{SlimContainer as Container, SlimPod as Pod, SlimPodSpec as PodSpec};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 

@@ -1,4 +1,4 @@
-//! Pods in the compact form the scheduler works on, converted once from k8s-openapi `Pod`s.
+//! Pods in the compact form the scheduler works on, converted once from the view's `SlimPod`s.
 //!
 //! A [`SchedulingPod`] is an identity (namespace, name, UID, creation time) plus a shared
 //! [`PodShape`]: everything that decides where the pod may go (requests, node selector and
@@ -13,12 +13,12 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    Pod, PodAffinityTerm, PodSpec, Taint as ApiTaint, Toleration as ApiToleration,
-    WeightedPodAffinityTerm,
+    PodAffinityTerm, Taint as ApiTaint, Toleration as ApiToleration, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::apis::taints::Taint;
+use crate::apis::{SlimPod, SlimPodSpec};
 use crate::domain::requirements::{RequirementError, Requirements, from_node_selector_requirement};
 use crate::domain::resources::{ResourceError, Resources, pod_requests};
 
@@ -199,7 +199,7 @@ impl std::fmt::Display for HostPort {
     }
 }
 
-fn host_ports(pod: &Pod) -> Vec<HostPort> {
+fn host_ports(pod: &SlimPod) -> Vec<HostPort> {
     let Some(spec) = &pod.spec else {
         return Vec::new();
     };
@@ -344,7 +344,7 @@ impl PodShape {
 /// Required node affinity terms and preferred ones (heaviest first).
 fn node_affinity(
     pod: &str,
-    spec: &PodSpec,
+    spec: &SlimPodSpec,
 ) -> Result<(Vec<Requirements>, Vec<PreferredTerm>), PodError> {
     let error = |field: String| {
         move |source| PodError::Requirement {
@@ -393,7 +393,7 @@ fn node_affinity(
 /// The topology spread constraints, with `matchLabelKeys` applied.
 fn spread_constraints(
     pod: &str,
-    spec: &PodSpec,
+    spec: &SlimPodSpec,
     labels: &BTreeMap<String, String>,
 ) -> Result<Vec<SpreadConstraint>, PodError> {
     let mut spread = Vec::new();
@@ -469,7 +469,7 @@ pub struct SchedulingPod {
 impl SchedulingPod {
     /// Converts a pod; bad quantities, requirements or spread constraints are errors naming
     /// the field.
-    pub fn from_pod(pod: &Pod) -> Result<Self, PodError> {
+    pub fn from_pod(pod: &SlimPod) -> Result<Self, PodError> {
         let metadata = &pod.metadata;
         let namespace = metadata
             .namespace
@@ -579,7 +579,7 @@ pub struct BoundPod {
 impl BoundPod {
     /// Reads a bound pod.
     #[must_use]
-    pub fn from_pod(pod: &Pod) -> Self {
+    pub fn from_pod(pod: &SlimPod) -> Self {
         let spec = pod.spec.as_ref();
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let terminal = matches!(phase, Some("Succeeded" | "Failed"));
@@ -619,12 +619,12 @@ mod tests {
     use crate::apis::taints::TaintEffect;
     use k8s_openapi::api::core::v1::{
         Affinity, Container, ContainerPort, NodeAffinity, NodeSelector, NodeSelectorRequirement,
-        NodeSelectorTerm, PodSpec, TopologySpreadConstraint,
+        NodeSelectorTerm, Pod, PodSpec, TopologySpreadConstraint,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    fn pod(spec: PodSpec) -> Pod {
-        Pod {
+    fn pod(spec: PodSpec) -> SlimPod {
+        SlimPod::from(Pod {
             metadata: ObjectMeta {
                 name: Some("p".to_owned()),
                 namespace: Some("ns".to_owned()),
@@ -632,7 +632,7 @@ mod tests {
             },
             spec: Some(spec),
             status: None,
-        }
+        })
     }
 
     #[test]

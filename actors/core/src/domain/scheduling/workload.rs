@@ -6,21 +6,22 @@
 //! the diverse pod mix (generic, zonal spread, hostname spread, zonal self-affinity, hostname
 //! anti-affinity) or the preference pods.
 //!
-//! Pods are built as k8s-openapi `Pod`s, like the real input, with a seeded generator so
-//! every run sees the same batch.
+//! Pods are built as [`SlimPod`]s, the form the daemon's watch reads them in, with a seeded
+//! generator so every run sees the same batch.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodAffinity,
-    PodAffinityTerm, PodAntiAffinity, PodSpec, PreferredSchedulingTerm, ResourceRequirements,
+    Affinity, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, PodAffinity,
+    PodAffinityTerm, PodAntiAffinity, PreferredSchedulingTerm, ResourceRequirements,
     TopologySpreadConstraint, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use crate::apis::labels;
+use crate::apis::{SlimContainer, SlimPod, SlimPodSpec};
 use crate::domain::instance_type::{InstanceType, Offering, Overhead};
 use crate::domain::requirements::{Requirement, Requirements};
 use crate::domain::resources::{CPU, MEMORY, ResourceLimits, Resources, approx_f64};
@@ -169,8 +170,8 @@ pub fn pod(
     labels: BTreeMap<String, String>,
     cpu: &str,
     memory: &str,
-) -> Pod {
-    Pod {
+) -> SlimPod {
+    SlimPod {
         metadata: ObjectMeta {
             name: Some(name),
             namespace: Some("default".to_owned()),
@@ -178,8 +179,8 @@ pub fn pod(
             labels: Some(labels),
             ..ObjectMeta::default()
         },
-        spec: Some(PodSpec {
-            containers: vec![Container {
+        spec: Some(SlimPodSpec {
+            containers: vec![SlimContainer {
                 name: "app".to_owned(),
                 resources: Some(ResourceRequirements {
                     requests: Some(BTreeMap::from([
@@ -188,9 +189,9 @@ pub fn pod(
                     ])),
                     ..ResourceRequirements::default()
                 }),
-                ..Container::default()
+                ..SlimContainer::default()
             }],
-            ..PodSpec::default()
+            ..SlimPodSpec::default()
         }),
         status: None,
     }
@@ -226,7 +227,7 @@ impl PodFactory {
     }
 
     /// Pods with random requests and a random `my-label`.
-    pub fn generic(&mut self, count: usize) -> Vec<Pod> {
+    pub fn generic(&mut self, count: usize) -> Vec<SlimPod> {
         (0..count)
             .map(|_| {
                 let (name, uid) = self.identity();
@@ -238,7 +239,7 @@ impl PodFactory {
     }
 
     /// Pods spread with max skew 1 over `key`, selecting a random `my-label` value.
-    pub fn spread(&mut self, count: usize, key: &str) -> Vec<Pod> {
+    pub fn spread(&mut self, count: usize, key: &str) -> Vec<SlimPod> {
         (0..count)
             .map(|_| {
                 let (name, uid) = self.identity();
@@ -264,7 +265,7 @@ impl PodFactory {
     }
 
     /// Pods with required affinity to their own random `my-affininity` label over `key`.
-    pub fn self_affinity(&mut self, count: usize, key: &str) -> Vec<Pod> {
+    pub fn self_affinity(&mut self, count: usize, key: &str) -> Vec<SlimPod> {
         (0..count)
             .map(|_| {
                 let (name, uid) = self.identity();
@@ -272,7 +273,7 @@ impl PodFactory {
                 let (cpu, memory) = (random_cpu(&mut self.rng), random_memory(&mut self.rng));
                 let mut p = pod(name, uid, labels.clone(), &cpu, &memory);
                 if let Some(spec) = &mut p.spec {
-                    spec.affinity = Some(Affinity {
+                    spec.affinity = Some(Box::new(Affinity {
                         pod_affinity: Some(PodAffinity {
                             required_during_scheduling_ignored_during_execution: Some(vec![
                                 affinity_term(labels, key),
@@ -280,7 +281,7 @@ impl PodFactory {
                             preferred_during_scheduling_ignored_during_execution: None,
                         }),
                         ..Affinity::default()
-                    });
+                    }));
                 }
                 p
             })
@@ -288,7 +289,7 @@ impl PodFactory {
     }
 
     /// `app: nginx` pods with required anti-affinity to each other over `key`.
-    pub fn anti_affinity(&mut self, count: usize, key: &str) -> Vec<Pod> {
+    pub fn anti_affinity(&mut self, count: usize, key: &str) -> Vec<SlimPod> {
         (0..count)
             .map(|_| {
                 let (name, uid) = self.identity();
@@ -296,7 +297,7 @@ impl PodFactory {
                 let (cpu, memory) = (random_cpu(&mut self.rng), random_memory(&mut self.rng));
                 let mut p = pod(name, uid, labels.clone(), &cpu, &memory);
                 if let Some(spec) = &mut p.spec {
-                    spec.affinity = Some(Affinity {
+                    spec.affinity = Some(Box::new(Affinity {
                         pod_anti_affinity: Some(PodAntiAffinity {
                             required_during_scheduling_ignored_during_execution: Some(vec![
                                 affinity_term(labels, key),
@@ -304,7 +305,7 @@ impl PodFactory {
                             preferred_during_scheduling_ignored_during_execution: None,
                         }),
                         ..Affinity::default()
-                    });
+                    }));
                 }
                 p
             })
@@ -313,7 +314,7 @@ impl PodFactory {
 
     /// Karpenter's `makeDiversePods`: a fifth each of generic, zonal spread, hostname spread,
     /// zonal self-affinity and hostname anti-affinity pods, the remainder generic.
-    pub fn diverse(&mut self, count: usize) -> Vec<Pod> {
+    pub fn diverse(&mut self, count: usize) -> Vec<SlimPod> {
         let fifth = count / 5;
         let mut pods = self.generic(fifth);
         pods.extend(self.spread(fifth, labels::ZONE));
@@ -328,7 +329,7 @@ impl PodFactory {
     /// Karpenter's `makePreferencePods`: `app: nginx` pods that prefer zone 1, prefer zonal
     /// anti-affinity to each other (weight 10, unsatisfiable after three) and hostname
     /// anti-affinity (weight 1); all with the same random requests.
-    pub fn preferences(&mut self, count: usize) -> Vec<Pod> {
+    pub fn preferences(&mut self, count: usize) -> Vec<SlimPod> {
         let (cpu, memory) = (random_cpu(&mut self.rng), random_memory(&mut self.rng));
         let labels = one("app", "nginx".to_owned());
         (0..count)
@@ -336,7 +337,7 @@ impl PodFactory {
                 let (name, uid) = self.identity();
                 let mut p = pod(name, uid, labels.clone(), &cpu, &memory);
                 if let Some(spec) = &mut p.spec {
-                    spec.affinity = Some(Affinity {
+                    spec.affinity = Some(Box::new(Affinity {
                         node_affinity: Some(NodeAffinity {
                             preferred_during_scheduling_ignored_during_execution: Some(vec![
                                 PreferredSchedulingTerm {
@@ -370,7 +371,7 @@ impl PodFactory {
                             required_during_scheduling_ignored_during_execution: None,
                         }),
                         ..Affinity::default()
-                    });
+                    }));
                 }
                 p
             })

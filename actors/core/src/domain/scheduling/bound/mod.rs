@@ -337,9 +337,9 @@ impl<'a> Constraints<'a> {
 mod tests {
     use std::sync::Arc;
 
-    use k8s_openapi::api::core::v1::{
-        Container, Pod, PodSpec, ResourceRequirements, TopologySpreadConstraint,
-    };
+    use k8s_openapi::api::core::v1::{ResourceRequirements, TopologySpreadConstraint};
+    // The view's slim types, under the names the literals below use.
+    use crate::apis::{SlimContainer as Container, SlimPod as Pod, SlimPodSpec as PodSpec};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 

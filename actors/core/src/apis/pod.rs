@@ -1,0 +1,381 @@
+//! [`SlimPod`]: a `v1` Pod as the daemon keeps it, with only the fields it reads.
+//!
+//! On a cluster of 50,000 pods the daemon's memory is mostly its copy of every Pod. A
+//! k8s-openapi `Pod` carries every field of the API inline (about 2.5 KB before any of them is
+//! set, and 2.3 KB more per container), so cutting fields out of it cannot shrink it. A
+//! `SlimPod` has the same JSON names and the same Rust field names for what it keeps, and
+//! nothing else: the watch decodes each Pod straight into it (serde skips what it does not
+//! name), and code that reads `pod.spec.as_ref().and_then(|s| s.node_name.as_deref())` reads it
+//! unchanged.
+//!
+//! ```text
+//! watch (JSON Pod) -> serde -> SlimPod -> the view's store -> scheduling, disruption, drain,
+//!                                                            metrics, the simulation
+//! k8s-openapi Pod (tests, DaemonSet templates) -> From -> SlimPod
+//! ```
+//!
+//! What it keeps: all of the metadata (less `managedFields`, dropped by the watch); of the
+//! spec, what scheduling (requests, selectors, affinity, tolerations, spread, host ports,
+//! gates), drain (priority, grace period, tolerations), volume detachment (claims) and the
+//! simulated scheduler (`schedulerName`) read; of each container its name, resources, ports
+//! and restart policy (sidecars); of the status its phase, conditions, nominated node and start
+//! time. A write never starts from a `SlimPod`: the daemon's writes re-read the Pod from the
+//! API server, so nothing it drops is ever written back.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, ContainerPort, PersistentVolumeClaimVolumeSource, Pod, PodCondition,
+    PodSchedulingGate, PodSpec, PodStatus, ResourceRequirements, Toleration,
+    TopologySpreadConstraint, Volume,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use serde::{Deserialize, Serialize};
+
+/// A Pod with the fields the daemon reads (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SlimPod {
+    pub metadata: ObjectMeta,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<SlimPodSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<SlimPodStatus>,
+}
+
+/// The spec fields of [`SlimPod`]. The affinity, rare and large, is boxed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct SlimPodSpec {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    pub containers: Vec<SlimContainer>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init_containers: Option<Vec<SlimContainer>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<BTreeMap<String, Quantity>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Box<Affinity>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduling_gates: Option<Vec<PodSchedulingGate>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduler_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub termination_grace_period_seconds: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<Vec<SlimVolume>>,
+}
+
+/// A container's name, resources, ports (host ports) and restart policy (`Always` makes an
+/// init container a sidecar).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct SlimContainer {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ports: Option<Vec<ContainerPort>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restart_policy: Option<String>,
+}
+
+/// A volume's name and, when it is one, the claim it mounts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct SlimVolume {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim: Option<PersistentVolumeClaimVolumeSource>,
+}
+
+/// The status fields of [`SlimPod`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct SlimPodStatus {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<PodCondition>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nominated_node_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+}
+
+impl k8s_openapi::Resource for SlimPod {
+    const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
+    const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
+    const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
+    const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
+    const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    type Scope = <Pod as k8s_openapi::Resource>::Scope;
+}
+
+impl k8s_openapi::Metadata for SlimPod {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl From<Pod> for SlimPod {
+    fn from(pod: Pod) -> Self {
+        Self {
+            metadata: pod.metadata,
+            spec: pod.spec.map(SlimPodSpec::from),
+            status: pod.status.map(SlimPodStatus::from),
+        }
+    }
+}
+
+impl From<&Pod> for SlimPod {
+    fn from(pod: &Pod) -> Self {
+        Self {
+            metadata: pod.metadata.clone(),
+            spec: pod
+                .spec
+                .as_ref()
+                .map(|spec| SlimPodSpec::from(spec.clone())),
+            status: pod.status.as_ref().map(|s| SlimPodStatus::from(s.clone())),
+        }
+    }
+}
+
+impl From<PodSpec> for SlimPodSpec {
+    fn from(spec: PodSpec) -> Self {
+        Self {
+            node_name: spec.node_name,
+            containers: spec
+                .containers
+                .into_iter()
+                .map(SlimContainer::from)
+                .collect(),
+            init_containers: spec
+                .init_containers
+                .map(|init| init.into_iter().map(SlimContainer::from).collect()),
+            overhead: spec.overhead,
+            node_selector: spec.node_selector,
+            affinity: spec.affinity.map(Box::new),
+            tolerations: spec.tolerations,
+            topology_spread_constraints: spec.topology_spread_constraints,
+            scheduling_gates: spec.scheduling_gates,
+            scheduler_name: spec.scheduler_name,
+            priority: spec.priority,
+            priority_class_name: spec.priority_class_name,
+            termination_grace_period_seconds: spec.termination_grace_period_seconds,
+            volumes: spec
+                .volumes
+                .map(|volumes| volumes.into_iter().map(SlimVolume::from).collect()),
+        }
+    }
+}
+
+impl From<Container> for SlimContainer {
+    fn from(container: Container) -> Self {
+        Self {
+            name: container.name,
+            resources: container.resources,
+            ports: container.ports,
+            restart_policy: container.restart_policy,
+        }
+    }
+}
+
+impl From<Volume> for SlimVolume {
+    fn from(volume: Volume) -> Self {
+        Self {
+            name: volume.name,
+            persistent_volume_claim: volume.persistent_volume_claim,
+        }
+    }
+}
+
+impl From<PodStatus> for SlimPodStatus {
+    fn from(status: PodStatus) -> Self {
+        Self {
+            phase: status.phase,
+            conditions: status.conditions,
+            nominated_node_name: status.nominated_node_name,
+            start_time: status.start_time,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    };
+
+    /// A Pod shaped like a real one: env, probes, statuses, a projected volume beside a claim.
+    fn real_pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "web-1", "namespace": "shop", "uid": "u-1", "resourceVersion": "7",
+                "labels": {"app": "web"},
+                "annotations": {"karpenter.sh/do-not-disrupt": "true"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": "web-abc", "uid": "rs-1", "controller": true}],
+                "deletionTimestamp": "2026-01-01T00:00:00Z"
+            },
+            "spec": {
+                "nodeName": "node-a",
+                "schedulerName": "default-scheduler",
+                "priority": 100, "priorityClassName": "high",
+                "terminationGracePeriodSeconds": 45,
+                "nodeSelector": {"kubernetes.io/os": "linux"},
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}
+                    ]}]}}},
+                "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": "web"}}}],
+                "schedulingGates": [{"name": "wait"}],
+                "overhead": {"cpu": "10m"},
+                "containers": [{
+                    "name": "app", "image": "web:1", "env": [{"name": "A", "value": "b"}],
+                    "livenessProbe": {"httpGet": {"path": "/", "port": 80}},
+                    "resources": {"requests": {"cpu": "250m"}, "limits": {"memory": "1Gi"}},
+                    "ports": [{"containerPort": 80, "hostPort": 8080, "protocol": "TCP"}]
+                }],
+                "initContainers": [{"name": "proxy", "image": "p:1", "restartPolicy": "Always",
+                    "resources": {"requests": {"cpu": "50m"}}}],
+                "volumes": [
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data-web-1"}},
+                    {"name": "token", "projected": {"sources": [{"serviceAccountToken":
+                        {"path": "token"}}]}}
+                ]
+            },
+            "status": {
+                "phase": "Running",
+                "nominatedNodeName": "node-b",
+                "startTime": "2026-01-01T00:00:00Z",
+                "podIP": "10.0.0.1",
+                "conditions": [{"type": "PodScheduled", "status": "True",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "containerStatuses": [{"name": "app", "image": "web:1", "imageID": "",
+                    "ready": true, "restartCount": 0}]
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn decoding_the_json_keeps_what_the_conversion_keeps() {
+        let pod = real_pod();
+        let json = serde_json::to_vec(&pod).unwrap();
+        let decoded: SlimPod = serde_json::from_slice(&json).unwrap();
+        assert_eq!(decoded, SlimPod::from(&pod));
+        assert_eq!(decoded, SlimPod::from(pod));
+    }
+
+    #[test]
+    fn every_field_the_daemon_reads_survives() {
+        let pod = SlimPod::from(real_pod());
+        assert_eq!(pod.metadata.uid.as_deref(), Some("u-1"));
+        assert!(pod.metadata.deletion_timestamp.is_some());
+        assert_eq!(
+            pod.metadata.owner_references.as_ref().unwrap()[0].kind,
+            "ReplicaSet"
+        );
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("node-a"));
+        assert_eq!(spec.scheduler_name.as_deref(), Some("default-scheduler"));
+        assert_eq!(spec.priority, Some(100));
+        assert_eq!(spec.priority_class_name.as_deref(), Some("high"));
+        assert_eq!(spec.termination_grace_period_seconds, Some(45));
+        assert_eq!(spec.tolerations.as_ref().unwrap().len(), 1);
+        assert_eq!(spec.topology_spread_constraints.as_ref().unwrap().len(), 1);
+        assert_eq!(spec.scheduling_gates.as_ref().unwrap()[0].name, "wait");
+        assert_eq!(spec.overhead.as_ref().unwrap()["cpu"].0, "10m");
+        let expected = Affinity {
+            node_affinity: Some(NodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: Some(vec![NodeSelectorRequirement {
+                            key: "topology.kubernetes.io/zone".into(),
+                            operator: "In".into(),
+                            values: Some(vec!["a".into()]),
+                        }]),
+                        match_fields: None,
+                    }],
+                }),
+                preferred_during_scheduling_ignored_during_execution: None,
+            }),
+            ..Affinity::default()
+        };
+        assert_eq!(spec.affinity.as_deref(), Some(&expected));
+        let app = &spec.containers[0];
+        assert_eq!(
+            app.resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"].0,
+            "250m"
+        );
+        assert_eq!(app.ports.as_ref().unwrap()[0].host_port, Some(8080));
+        let proxy = &spec.init_containers.as_ref().unwrap()[0];
+        assert_eq!(proxy.restart_policy.as_deref(), Some("Always"));
+        let volumes = spec.volumes.as_ref().unwrap();
+        assert_eq!(
+            volumes[0]
+                .persistent_volume_claim
+                .as_ref()
+                .unwrap()
+                .claim_name,
+            "data-web-1"
+        );
+        assert_eq!(volumes[1].name, "token");
+        let status = pod.status.as_ref().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(status.nominated_node_name.as_deref(), Some("node-b"));
+        assert!(status.start_time.is_some());
+        assert_eq!(status.conditions.as_ref().unwrap()[0].type_, "PodScheduled");
+    }
+
+    #[test]
+    fn what_no_reader_looks_at_is_not_kept() {
+        let pod = real_pod();
+        let json = serde_json::to_value(SlimPod::from(pod)).unwrap();
+        let app = &json["spec"]["containers"][0];
+        assert!(app.get("env").is_none() && app.get("livenessProbe").is_none());
+        assert!(app.get("image").is_none());
+        assert!(json["spec"]["volumes"][1].get("projected").is_none());
+        assert!(json["status"].get("containerStatuses").is_none());
+        assert!(json["status"].get("podIP").is_none());
+    }
+
+    #[test]
+    fn a_slim_pod_is_a_fraction_of_a_full_one() {
+        let full = std::mem::size_of::<Pod>() + std::mem::size_of::<Container>();
+        let slim = std::mem::size_of::<SlimPod>() + std::mem::size_of::<SlimContainer>();
+        assert!(slim * 3 < full, "slim {slim} B, full {full} B");
+    }
+
+    #[test]
+    fn it_is_addressed_as_a_v1_pod() {
+        use kube_core::Resource;
+        assert_eq!(SlimPod::kind(&()), "Pod");
+        assert_eq!(SlimPod::api_version(&()), "v1");
+        assert_eq!(SlimPod::plural(&()), "pods");
+    }
+}
