@@ -365,7 +365,7 @@ mod tests {
 
     use k8s_openapi::api::core::v1::NodeSpec;
     // The view's slim types, under the names the literals below use.
-    use karpenter_core::apis::{SlimPod as Pod, SlimPodSpec as PodSpec};
+    use karpenter_core::apis::{SharedPodSpec as PodSpec, SlimPod as Pod};
     use proptest::prelude::*;
 
     use super::*;
@@ -391,10 +391,13 @@ mod tests {
                 namespace: Some("default".to_owned()),
                 ..ObjectMeta::default()
             },
-            spec: Some(PodSpec {
-                node_name: node.map(str::to_owned),
-                ..PodSpec::default()
-            }),
+            spec: Some(
+                PodSpec {
+                    node_name: node.map(str::to_owned),
+                    ..PodSpec::default()
+                }
+                .into(),
+            ),
             ..Pod::default()
         }
     }

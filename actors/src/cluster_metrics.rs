@@ -787,7 +787,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
     use karpenter_core::apis::NodePool;
     use karpenter_core::apis::{
-        SlimContainer as Container, SlimPod as Pod, SlimPodSpec as PodSpec,
+        SharedPodSpec as PodSpec, SlimContainer as Container, SlimPod as Pod,
         SlimPodStatus as PodStatus,
     };
 
@@ -850,19 +850,22 @@ mod tests {
                 }]),
                 ..ObjectMeta::default()
             },
-            spec: Some(PodSpec {
-                node_name: Some(node.into()),
-                containers: vec![Container {
-                    name: "c".into(),
-                    resources: Some(ResourceRequirements {
-                        requests: Some(quantities(&[("cpu", "500m"), ("memory", "1Gi")])),
-                        limits: Some(quantities(&[("cpu", "1"), ("memory", "2Gi")])),
-                        ..ResourceRequirements::default()
-                    }),
-                    ..Container::default()
-                }],
-                ..PodSpec::default()
-            }),
+            spec: Some(
+                PodSpec {
+                    node_name: Some(node.into()),
+                    containers: vec![Container {
+                        name: "c".into(),
+                        resources: Some(ResourceRequirements {
+                            requests: Some(quantities(&[("cpu", "500m"), ("memory", "1Gi")])),
+                            limits: Some(quantities(&[("cpu", "1"), ("memory", "2Gi")])),
+                            ..ResourceRequirements::default()
+                        }),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }
+                .into(),
+            ),
             status: Some(PodStatus {
                 phase: Some("Running".into()),
                 conditions: Some(vec![

@@ -119,10 +119,13 @@ mod tests {
         let mut pod = Pod::default();
         pod.metadata.uid = uid.map(str::to_owned);
         pod.metadata.resource_version = version.map(str::to_owned);
-        pod.spec = Some(karpenter_core::apis::SlimPodSpec {
-            node_name: Some(node.to_owned()),
-            ..Default::default()
-        });
+        pod.spec = Some(
+            karpenter_core::apis::SharedPodSpec {
+                node_name: Some(node.to_owned()),
+                ..Default::default()
+            }
+            .into(),
+        );
         pod
     }
 

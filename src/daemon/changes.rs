@@ -352,17 +352,20 @@ mod tests {
     use super::*;
     // The view's slim types, under the names the literals below use.
     use karpenter_core::apis::{
-        SlimPod as Pod, SlimPodSpec as PodSpec, SlimPodStatus as PodStatus,
+        SharedPodSpec as PodSpec, SlimPod as Pod, SlimPodStatus as PodStatus,
     };
 
     fn pod(node: Option<&str>, phase: &str) -> Pod {
         let mut pod = Pod::default();
         pod.metadata.name = Some("web-1".into());
         pod.metadata.namespace = Some("default".into());
-        pod.spec = Some(PodSpec {
-            node_name: node.map(str::to_owned),
-            ..PodSpec::default()
-        });
+        pod.spec = Some(
+            PodSpec {
+                node_name: node.map(str::to_owned),
+                ..PodSpec::default()
+            }
+            .into(),
+        );
         pod.status = Some(PodStatus {
             phase: Some(phase.into()),
             ..PodStatus::default()

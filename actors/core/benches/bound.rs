@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{ResourceRequirements, TopologySpreadConstraint}
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use karpenter_core::apis::labels;
-use karpenter_core::apis::{SlimContainer, SlimPod, SlimPodSpec};
+use karpenter_core::apis::{SharedPodSpec, SlimContainer, SlimPod};
 use karpenter_core::domain::scheduling::workload::{
     BENCHMARK_INSTANCE_TYPES, PodFactory, benchmark_node_pool, fake_instance_types,
 };
@@ -44,33 +44,36 @@ fn web_pod(i: usize) -> SlimPod {
             labels: Some(app.clone().into()),
             ..ObjectMeta::default()
         },
-        spec: Some(SlimPodSpec {
-            containers: vec![SlimContainer {
-                name: "web".to_owned(),
-                resources: Some(ResourceRequirements {
-                    requests: Some(
-                        [
-                            ("cpu".to_owned(), Quantity("1".to_owned())),
-                            ("memory".to_owned(), Quantity("1Gi".to_owned())),
-                        ]
-                        .into(),
-                    ),
-                    ..ResourceRequirements::default()
-                }),
-                ..SlimContainer::default()
-            }],
-            topology_spread_constraints: Some(vec![TopologySpreadConstraint {
-                max_skew: 1,
-                topology_key: labels::ZONE.to_owned(),
-                when_unsatisfiable: "DoNotSchedule".to_owned(),
-                label_selector: Some(LabelSelector {
-                    match_labels: Some(app.into()),
-                    ..LabelSelector::default()
-                }),
-                ..TopologySpreadConstraint::default()
-            }]),
-            ..SlimPodSpec::default()
-        }),
+        spec: Some(
+            SharedPodSpec {
+                containers: vec![SlimContainer {
+                    name: "web".to_owned(),
+                    resources: Some(ResourceRequirements {
+                        requests: Some(
+                            [
+                                ("cpu".to_owned(), Quantity("1".to_owned())),
+                                ("memory".to_owned(), Quantity("1Gi".to_owned())),
+                            ]
+                            .into(),
+                        ),
+                        ..ResourceRequirements::default()
+                    }),
+                    ..SlimContainer::default()
+                }],
+                topology_spread_constraints: Some(vec![TopologySpreadConstraint {
+                    max_skew: 1,
+                    topology_key: labels::ZONE.to_owned(),
+                    when_unsatisfiable: "DoNotSchedule".to_owned(),
+                    label_selector: Some(LabelSelector {
+                        match_labels: Some(app.into()),
+                        ..LabelSelector::default()
+                    }),
+                    ..TopologySpreadConstraint::default()
+                }]),
+                ..SharedPodSpec::default()
+            }
+            .into(),
+        ),
         status: None,
     }
 }

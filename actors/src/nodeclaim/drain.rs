@@ -235,7 +235,7 @@ mod tests {
     // The view's slim types, under the names the literals below use.
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
     use karpenter_core::apis::{
-        SlimPod as Pod, SlimPodSpec as PodSpec, SlimPodStatus as PodStatus,
+        SharedPodSpec as PodSpec, SlimPod as Pod, SlimPodStatus as PodStatus,
     };
 
     fn at(second: i64) -> Timestamp {
@@ -292,18 +292,21 @@ mod tests {
                     deletion_timestamp: self.deleted.map(Time),
                     ..ObjectMeta::default()
                 },
-                spec: Some(PodSpec {
-                    priority_class_name: self.critical.then(|| "system-node-critical".into()),
-                    termination_grace_period_seconds: self.grace,
-                    tolerations: self.tolerates.then(|| {
-                        vec![ApiToleration {
-                            key: Some(labels::DISRUPTED_TAINT.into()),
-                            operator: Some("Exists".into()),
-                            ..ApiToleration::default()
-                        }]
-                    }),
-                    ..PodSpec::default()
-                }),
+                spec: Some(
+                    PodSpec {
+                        priority_class_name: self.critical.then(|| "system-node-critical".into()),
+                        termination_grace_period_seconds: self.grace,
+                        tolerations: self.tolerates.then(|| {
+                            vec![ApiToleration {
+                                key: Some(labels::DISRUPTED_TAINT.into()),
+                                operator: Some("Exists".into()),
+                                ..ApiToleration::default()
+                            }]
+                        }),
+                        ..PodSpec::default()
+                    }
+                    .into(),
+                ),
                 status: Some(PodStatus {
                     phase: self.phase.map(Into::into),
                     ..PodStatus::default()

@@ -69,7 +69,7 @@ mod tests {
     // The view's slim types, under the names the literals below use.
     use k8s_openapi::api::storage::v1::{VolumeAttachmentSource, VolumeAttachmentSpec};
     use karpenter_core::apis::labels;
-    use karpenter_core::apis::{SlimPod as Pod, SlimPodSpec as PodSpec, SlimVolume as Volume};
+    use karpenter_core::apis::{SharedPodSpec as PodSpec, SlimPod as Pod, SlimVolume as Volume};
 
     fn attachment(name: &str, pv: Option<&str>) -> Arc<VolumeAttachment> {
         let mut a = VolumeAttachment::default();
@@ -89,23 +89,26 @@ mod tests {
         let mut pod = Pod::default();
         pod.metadata.name = Some(name.into());
         pod.metadata.namespace = Some("db".into());
-        pod.spec = Some(PodSpec {
-            volumes: Some(vec![Volume {
-                name: "data".into(),
-                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                    claim_name: claim.into(),
-                    read_only: None,
+        pod.spec = Some(
+            PodSpec {
+                volumes: Some(vec![Volume {
+                    name: "data".into(),
+                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                        claim_name: claim.into(),
+                        read_only: None,
+                    }),
+                }]),
+                tolerations: tolerates_disrupted.then(|| {
+                    vec![Toleration {
+                        key: Some(labels::DISRUPTED_TAINT.into()),
+                        operator: Some("Exists".into()),
+                        ..Toleration::default()
+                    }]
                 }),
-            }]),
-            tolerations: tolerates_disrupted.then(|| {
-                vec![Toleration {
-                    key: Some(labels::DISRUPTED_TAINT.into()),
-                    operator: Some("Exists".into()),
-                    ..Toleration::default()
-                }]
-            }),
-            ..PodSpec::default()
-        });
+                ..PodSpec::default()
+            }
+            .into(),
+        );
         Arc::new(pod)
     }
 

@@ -18,11 +18,15 @@
 //! spec, what scheduling (requests, selectors, affinity, tolerations, spread, host ports,
 //! gates), drain (priority, grace period, tolerations), volume detachment (claims) and the
 //! simulated scheduler (`schedulerName`) read; of each container its name, resources, ports
-//! and restart policy (sidecars); of the status its phase, conditions, nominated node and start
-//! time. A write never starts from a `SlimPod`: the daemon's writes re-read the Pod from the
-//! API server, so nothing it drops is ever written back.
+//! and restart policy (sidecars); of the status its phase, the conditions it reads
+//! ([`KEPT_CONDITIONS`]), nominated node and start time. A write never starts from a
+//! `SlimPod`: the daemon's writes re-read the Pod from the API server, so nothing it drops is
+//! ever written back.
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, PersistentVolumeClaimVolumeSource, Pod, PodCondition,
@@ -32,6 +36,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
+
+use crate::domain::interner::Interner;
 
 /// A Pod with the fields the daemon reads (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -44,11 +50,84 @@ pub struct SlimPod {
     pub status: Option<SlimPodStatus>,
 }
 
-/// The spec fields of [`SlimPod`]. The affinity, rare and large, is boxed.
+/// The spec fields of [`SlimPod`]: the node it is bound to, and the rest, which the pods of one
+/// workload have in common, shared among every pod with an equal one (fields read through
+/// `Deref`, so `spec.containers` reads as on a k8s-openapi `PodSpec`; a write through
+/// `DerefMut` copies the shared part first).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SlimPodSpec {
+    pub node_name: Option<String>,
+    pub shared: Arc<SharedPodSpec>,
+}
+
+/// Every pod spec decoded, shared among the pods that have an equal one.
+static SHARED_SPECS: Interner<SharedPodSpec> = Interner::new();
+
+impl SlimPodSpec {
+    /// The spec of `shared` bound to its `node_name`, its other fields shared with every
+    /// equal spec.
+    #[must_use]
+    pub fn new(mut shared: SharedPodSpec) -> Self {
+        Self {
+            node_name: shared.node_name.take(),
+            shared: SHARED_SPECS.intern(shared),
+        }
+    }
+}
+
+impl From<SharedPodSpec> for SlimPodSpec {
+    fn from(shared: SharedPodSpec) -> Self {
+        Self::new(shared)
+    }
+}
+
+impl Deref for SlimPodSpec {
+    type Target = SharedPodSpec;
+
+    fn deref(&self) -> &SharedPodSpec {
+        &self.shared
+    }
+}
+
+impl DerefMut for SlimPodSpec {
+    fn deref_mut(&mut self) -> &mut SharedPodSpec {
+        Arc::make_mut(&mut self.shared)
+    }
+}
+
+impl<'de> Deserialize<'de> for SlimPodSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        SharedPodSpec::deserialize(deserializer).map(Self::new)
+    }
+}
+
+impl Serialize for SlimPodSpec {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Flat<'a> {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            node_name: &'a Option<String>,
+            #[serde(flatten)]
+            shared: &'a SharedPodSpec,
+        }
+        Flat {
+            node_name: &self.node_name,
+            shared: &self.shared,
+        }
+        .serialize(serializer)
+    }
+}
+
+/// A pod's spec less its node: what the pods of a workload have in common. The affinity,
+/// rare and large, is boxed.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-pub struct SlimPodSpec {
-    #[serde(skip_serializing_if = "Option::is_none")]
+pub struct SharedPodSpec {
+    /// Read while decoding (and settable in a literal), then moved to
+    /// [`SlimPodSpec::node_name`] by [`SlimPodSpec::new`]: always `None` in a shared spec, so
+    /// pods on different nodes share one.
+    #[serde(skip_serializing)]
     pub node_name: Option<String>,
     pub containers: Vec<SlimContainer>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -77,6 +156,44 @@ pub struct SlimPodSpec {
     pub volumes: Option<Vec<SlimVolume>>,
 }
 
+/// The k8s-openapi types only derive `PartialEq`, but none of the fields holds a float, so
+/// equality is an equivalence, as the interner needs.
+impl Eq for SharedPodSpec {}
+
+/// Hashes what tells most workloads apart (containers and their requests, node selector,
+/// priority, volumes); the interner's equality compares the rest. Equal specs hash equally, as
+/// `Hash` must.
+impl Hash for SharedPodSpec {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for container in self
+            .containers
+            .iter()
+            .chain(self.init_containers.iter().flatten())
+        {
+            container.name.hash(state);
+            let requests = container
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref());
+            for (resource, quantity) in requests.into_iter().flatten() {
+                resource.hash(state);
+                quantity.0.hash(state);
+            }
+        }
+        self.node_selector.hash(state);
+        self.priority.hash(state);
+        self.priority_class_name.hash(state);
+        let claims = self.volumes.iter().flatten().map(|v| {
+            v.persistent_volume_claim
+                .as_ref()
+                .map(|c| c.claim_name.as_str())
+        });
+        for claim in claims {
+            claim.hash(state);
+        }
+    }
+}
+
 /// A container's name, resources, ports (host ports) and restart policy (`Always` makes an
 /// init container a sidecar).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -100,18 +217,42 @@ pub struct SlimVolume {
     pub persistent_volume_claim: Option<PersistentVolumeClaimVolumeSource>,
 }
 
-/// The status fields of [`SlimPod`].
+/// The pod conditions the daemon reads: `PodScheduled` (kube-scheduler's verdict, the
+/// scheduling latency metrics) and `Ready` (startup metrics, PDBs' unhealthy pods). A running
+/// pod's other conditions (`Initialized`, `ContainersReady`, `PodReadyToStartContainers`...)
+/// are not kept.
+pub const KEPT_CONDITIONS: [&str; 2] = ["PodScheduled", "Ready"];
+
+/// The status fields of [`SlimPod`]; its conditions are those of [`KEPT_CONDITIONS`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct SlimPodStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "kept_conditions"
+    )]
     pub conditions: Option<Vec<PodCondition>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nominated_node_name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
+}
+
+/// The conditions of [`KEPT_CONDITIONS`], in their order.
+fn keep_conditions(conditions: Option<Vec<PodCondition>>) -> Option<Vec<PodCondition>> {
+    conditions.map(|mut conditions| {
+        conditions.retain(|c| KEPT_CONDITIONS.contains(&c.type_.as_str()));
+        conditions.shrink_to_fit();
+        conditions
+    })
+}
+
+fn kept_conditions<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Vec<PodCondition>>, D::Error> {
+    Option::<Vec<PodCondition>>::deserialize(deserializer).map(keep_conditions)
 }
 
 impl k8s_openapi::Resource for SlimPod {
@@ -160,7 +301,7 @@ impl From<&Pod> for SlimPod {
 
 impl From<PodSpec> for SlimPodSpec {
     fn from(spec: PodSpec) -> Self {
-        Self {
+        Self::new(SharedPodSpec {
             node_name: spec.node_name,
             containers: spec
                 .containers
@@ -183,7 +324,7 @@ impl From<PodSpec> for SlimPodSpec {
             volumes: spec
                 .volumes
                 .map(|volumes| volumes.into_iter().map(SlimVolume::from).collect()),
-        }
+        })
     }
 }
 
@@ -211,7 +352,7 @@ impl From<PodStatus> for SlimPodStatus {
     fn from(status: PodStatus) -> Self {
         Self {
             phase: status.phase,
-            conditions: status.conditions,
+            conditions: keep_conditions(status.conditions),
             nominated_node_name: status.nominated_node_name,
             start_time: status.start_time,
         }
@@ -273,8 +414,12 @@ mod tests {
                 "nominatedNodeName": "node-b",
                 "startTime": "2026-01-01T00:00:00Z",
                 "podIP": "10.0.0.1",
-                "conditions": [{"type": "PodScheduled", "status": "True",
-                    "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "conditions": [
+                    {"type": "Initialized", "status": "True"},
+                    {"type": "PodScheduled", "status": "True",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                    {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+                ],
                 "containerStatuses": [{"name": "app", "image": "web:1", "imageID": "",
                     "ready": true, "restartCount": 0}]
             }
@@ -349,7 +494,11 @@ mod tests {
         assert_eq!(status.phase.as_deref(), Some("Running"));
         assert_eq!(status.nominated_node_name.as_deref(), Some("node-b"));
         assert!(status.start_time.is_some());
-        assert_eq!(status.conditions.as_ref().unwrap()[0].type_, "PodScheduled");
+        let conditions: Vec<_> = status.conditions.iter().flatten().collect();
+        assert_eq!(conditions.len(), 2, "{conditions:?}");
+        assert_eq!(conditions[0].type_, "PodScheduled");
+        assert!(conditions[0].last_transition_time.is_some());
+        assert_eq!(conditions[1].reason.as_deref(), Some("ContainersNotReady"));
     }
 
     #[test]
@@ -369,6 +518,36 @@ mod tests {
         let full = std::mem::size_of::<Pod>() + std::mem::size_of::<Container>();
         let slim = std::mem::size_of::<SlimPod>() + std::mem::size_of::<SlimContainer>();
         assert!(slim * 3 < full, "slim {slim} B, full {full} B");
+    }
+
+    #[test]
+    fn pods_of_one_workload_share_their_spec_and_a_write_copies_it() {
+        let on = |node: &str| {
+            let mut pod = real_pod();
+            pod.spec.as_mut().unwrap().node_name = Some(node.to_owned());
+            let json = serde_json::to_vec(&pod).unwrap();
+            serde_json::from_slice::<SlimPod>(&json).unwrap()
+        };
+        let (a, b) = (on("node-a"), on("node-b"));
+        let (spec_a, spec_b) = (a.spec.as_ref().unwrap(), b.spec.as_ref().unwrap());
+        assert_eq!(spec_a.node_name.as_deref(), Some("node-a"));
+        assert_eq!(spec_b.node_name.as_deref(), Some("node-b"));
+        assert!(Arc::ptr_eq(&spec_a.shared, &spec_b.shared));
+        assert!(spec_a.shared.node_name.is_none());
+
+        let mut changed = b.clone();
+        changed.spec.as_mut().unwrap().priority = Some(7);
+        assert_eq!(changed.spec.as_ref().unwrap().priority, Some(7));
+        assert_eq!(
+            spec_a.priority,
+            Some(100),
+            "the shared spec is not written through"
+        );
+        assert_eq!(
+            serde_json::to_value(&a).unwrap()["spec"]["nodeName"],
+            "node-a",
+            "the node is written back in its place"
+        );
     }
 
     #[test]

@@ -164,13 +164,13 @@ pub fn provisionable(pod: &SlimPod) -> Result<(), NotProvisionable> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::{SlimPod as Pod, SlimPodSpec as PodSpec, SlimPodStatus as PodStatus};
+    use crate::apis::{SharedPodSpec as PodSpec, SlimPod as Pod, SlimPodStatus as PodStatus};
     use k8s_openapi::api::core::v1::PodSchedulingGate;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
     fn pending() -> Pod {
         Pod {
-            spec: Some(PodSpec::default()),
+            spec: Some(PodSpec::default().into()),
             status: Some(PodStatus {
                 phase: Some("Pending".to_owned()),
                 ..PodStatus::default()
@@ -195,20 +195,26 @@ mod tests {
     fn an_unbound_pending_pod_is_provisionable() {
         assert_eq!(provisionable(&pending()), Ok(()));
         let mut empty_node = pending();
-        empty_node.spec = Some(PodSpec {
-            node_name: Some(String::new()),
-            ..PodSpec::default()
-        });
+        empty_node.spec = Some(
+            PodSpec {
+                node_name: Some(String::new()),
+                ..PodSpec::default()
+            }
+            .into(),
+        );
         assert_eq!(provisionable(&empty_node), Ok(()));
     }
 
     #[test]
     fn bound_finished_deleting_owned_preempting_and_gated_pods_are_not() {
         let mut bound = pending();
-        bound.spec = Some(PodSpec {
-            node_name: Some("n1".to_owned()),
-            ..PodSpec::default()
-        });
+        bound.spec = Some(
+            PodSpec {
+                node_name: Some("n1".to_owned()),
+                ..PodSpec::default()
+            }
+            .into(),
+        );
         assert_eq!(
             provisionable(&bound),
             Err(NotProvisionable::Bound {
@@ -249,12 +255,15 @@ mod tests {
             })
         );
         let mut gated = pending();
-        gated.spec = Some(PodSpec {
-            scheduling_gates: Some(vec![PodSchedulingGate {
-                name: "example.com/wait".to_owned(),
-            }]),
-            ..PodSpec::default()
-        });
+        gated.spec = Some(
+            PodSpec {
+                scheduling_gates: Some(vec![PodSchedulingGate {
+                    name: "example.com/wait".to_owned(),
+                }]),
+                ..PodSpec::default()
+            }
+            .into(),
+        );
         assert_eq!(provisionable(&gated), Err(NotProvisionable::Gated));
         assert_eq!(
             NotProvisionable::Gated.to_string(),
@@ -264,10 +273,13 @@ mod tests {
 
     fn on(node: &str) -> Pod {
         let mut pod = pending();
-        pod.spec = Some(PodSpec {
-            node_name: Some(node.to_owned()),
-            ..PodSpec::default()
-        });
+        pod.spec = Some(
+            PodSpec {
+                node_name: Some(node.to_owned()),
+                ..PodSpec::default()
+            }
+            .into(),
+        );
         pod.status = Some(PodStatus {
             phase: Some("Running".to_owned()),
             ..PodStatus::default()
@@ -283,10 +295,13 @@ mod tests {
     fn a_pod_binding_to_a_node_is_a_pod_event() {
         assert!(updated(&pending(), &on("n1")));
         let mut empty = pending();
-        empty.spec = Some(PodSpec {
-            node_name: Some(String::new()),
-            ..PodSpec::default()
-        });
+        empty.spec = Some(
+            PodSpec {
+                node_name: Some(String::new()),
+                ..PodSpec::default()
+            }
+            .into(),
+        );
         assert!(updated(&empty, &on("n1")), "an empty nodeName is unbound");
     }
 

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::apis::{SlimContainer, SlimPodSpec};
+use crate::apis::{SharedPodSpec, SlimContainer};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 /// The CPU resource, counted in millicores.
@@ -755,7 +755,7 @@ pub fn is_sidecar(container: &SlimContainer) -> bool {
 /// What one pod needs on a node, with Kubernetes' semantics: the larger of (all containers plus
 /// all sidecars) and, for each plain init container, that container plus the sidecars started
 /// before it; then the pod overhead; and one `pods`.
-pub fn pod_requests(spec: &SlimPodSpec) -> Result<Resources, ResourceError> {
+pub fn pod_requests(spec: &SharedPodSpec) -> Result<Resources, ResourceError> {
     let mut requests = pod_total(spec, container_requests)?;
     requests.pods = requests.pods.saturating_add(1);
     Ok(requests)
@@ -763,7 +763,7 @@ pub fn pod_requests(spec: &SlimPodSpec) -> Result<Resources, ResourceError> {
 
 /// The pod's limits, combined as [`pod_requests`] combines requests (without the `pods` count):
 /// what Karpenter's node metrics report as a pod's limits.
-pub fn pod_limits(spec: &SlimPodSpec) -> Result<Resources, ResourceError> {
+pub fn pod_limits(spec: &SharedPodSpec) -> Result<Resources, ResourceError> {
     pod_total(spec, container_limits)
 }
 
@@ -778,7 +778,7 @@ fn container_limits(container: &SlimContainer, field: &str) -> Result<Resources,
 /// `per_container` over the pod's containers with Kubernetes' sidecar and init-container
 /// semantics, plus the pod overhead.
 fn pod_total(
-    spec: &SlimPodSpec,
+    spec: &SharedPodSpec,
     per_container: fn(&SlimContainer, &str) -> Result<Resources, ResourceError>,
 ) -> Result<Resources, ResourceError> {
     let mut total = Resources::default();
@@ -963,7 +963,7 @@ mod tests {
     fn pod_requests_follow_kubernetes_init_and_sidecar_semantics() {
         // containers 1 cpu + sidecar 0.5 = 1.5; init peak: plain init 2 cpu after the sidecar
         // = 2.5 beats it; memory from the limit of a container that requests none.
-        let spec = SlimPodSpec {
+        let spec = SharedPodSpec {
             containers: vec![container(&[(CPU, "1")], &[(MEMORY, "1Gi")])],
             init_containers: Some(vec![
                 container(&[(CPU, "1")], &[]),
@@ -971,7 +971,7 @@ mod tests {
                 container(&[(CPU, "2")], &[]),
             ]),
             overhead: Some([(CPU.to_owned(), Quantity("100m".to_owned()))].into()),
-            ..SlimPodSpec::default()
+            ..SharedPodSpec::default()
         };
         let requests = pod_requests(&spec);
         assert_eq!(
@@ -987,13 +987,13 @@ mod tests {
 
     #[test]
     fn pod_requests_use_the_sum_when_init_containers_are_small() {
-        let spec = SlimPodSpec {
+        let spec = SharedPodSpec {
             containers: vec![
                 container(&[(CPU, "1"), (MEMORY, "1Gi")], &[]),
                 container(&[(CPU, "1")], &[]),
             ],
             init_containers: Some(vec![container(&[(CPU, "1500m"), (MEMORY, "2Gi")], &[])]),
-            ..SlimPodSpec::default()
+            ..SharedPodSpec::default()
         };
         let requests = pod_requests(&spec).map(|r| (r.cpu, r.memory));
         assert_eq!(requests, Ok((2000, 2 * GI)));
@@ -1001,9 +1001,9 @@ mod tests {
 
     #[test]
     fn negative_requests_name_the_field() {
-        let spec = SlimPodSpec {
+        let spec = SharedPodSpec {
             containers: vec![container(&[(CPU, "-1")], &[])],
-            ..SlimPodSpec::default()
+            ..SharedPodSpec::default()
         };
         let error = pod_requests(&spec).err().map(|e| e.to_string());
         assert!(

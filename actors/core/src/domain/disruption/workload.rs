@@ -23,7 +23,7 @@ use rustc_hash::FxHashMap;
 use crate::apis::duration::NillableDuration;
 use crate::apis::labels;
 use crate::apis::nodepool::{Budget, ConsolidationPolicy, Disruption};
-use crate::apis::{SlimContainer, SlimPod, SlimPodSpec};
+use crate::apis::{SharedPodSpec, SlimContainer, SlimPod, SlimPodSpec};
 use crate::domain::instance_type::InstanceType;
 use crate::domain::requirements::{Requirement, Requirements};
 use crate::domain::resources::{CPU, MEMORY, ResourceLimits, Resources};
@@ -54,13 +54,16 @@ impl PodBuilder {
                 uid: Some(format!("uid-{name}")),
                 ..ObjectMeta::default()
             },
-            spec: Some(SlimPodSpec {
-                containers: vec![SlimContainer {
-                    name: "app".to_owned(),
-                    ..SlimContainer::default()
-                }],
-                ..SlimPodSpec::default()
-            }),
+            spec: Some(
+                SharedPodSpec {
+                    containers: vec![SlimContainer {
+                        name: "app".to_owned(),
+                        ..SlimContainer::default()
+                    }],
+                    ..SharedPodSpec::default()
+                }
+                .into(),
+            ),
             status: None,
         })
     }

@@ -320,7 +320,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration as ApiToleration};
     // The view's slim types, under the names the literals below use.
-    use crate::apis::{SlimContainer as Container, SlimPod as Pod, SlimPodSpec as PodSpec};
+    use crate::apis::{SharedPodSpec as PodSpec, SlimContainer as Container, SlimPod as Pod};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -330,33 +330,36 @@ mod tests {
                 name: Some(format!("ds-{cpu}")),
                 ..ObjectMeta::default()
             },
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "d".to_owned(),
-                    resources: Some(ResourceRequirements {
-                        requests: Some(BTreeMap::from([(
-                            "cpu".to_owned(),
-                            Quantity(cpu.to_owned()),
-                        )])),
-                        ..ResourceRequirements::default()
+            spec: Some(
+                PodSpec {
+                    containers: vec![Container {
+                        name: "d".to_owned(),
+                        resources: Some(ResourceRequirements {
+                            requests: Some(BTreeMap::from([(
+                                "cpu".to_owned(),
+                                Quantity(cpu.to_owned()),
+                            )])),
+                            ..ResourceRequirements::default()
+                        }),
+                        ..Container::default()
+                    }],
+                    node_selector: (!node_selector.is_empty()).then(|| {
+                        node_selector
+                            .iter()
+                            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                            .collect()
                     }),
-                    ..Container::default()
-                }],
-                node_selector: (!node_selector.is_empty()).then(|| {
-                    node_selector
-                        .iter()
-                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                        .collect()
-                }),
-                tolerations: tolerate.map(|key| {
-                    vec![ApiToleration {
-                        key: Some(key.to_owned()),
-                        operator: Some("Exists".to_owned()),
-                        ..ApiToleration::default()
-                    }]
-                }),
-                ..PodSpec::default()
-            }),
+                    tolerations: tolerate.map(|key| {
+                        vec![ApiToleration {
+                            key: Some(key.to_owned()),
+                            operator: Some("Exists".to_owned()),
+                            ..ApiToleration::default()
+                        }]
+                    }),
+                    ..PodSpec::default()
+                }
+                .into(),
+            ),
             status: None,
         };
         SchedulingPod::from_pod(&pod).expect("valid daemon")

@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use crate::apis::labels;
-use crate::apis::{SlimContainer, SlimPod, SlimPodSpec};
+use crate::apis::{SharedPodSpec, SlimContainer, SlimPod};
 use crate::domain::instance_type::{InstanceType, Offering, Overhead};
 use crate::domain::requirements::{Requirement, Requirements};
 use crate::domain::resources::{CPU, MEMORY, ResourceLimits, Resources, approx_f64};
@@ -179,20 +179,23 @@ pub fn pod(
             labels: Some(labels),
             ..ObjectMeta::default()
         },
-        spec: Some(SlimPodSpec {
-            containers: vec![SlimContainer {
-                name: "app".to_owned(),
-                resources: Some(ResourceRequirements {
-                    requests: Some(BTreeMap::from([
-                        (CPU.to_owned(), Quantity(cpu.to_owned())),
-                        (MEMORY.to_owned(), Quantity(memory.to_owned())),
-                    ])),
-                    ..ResourceRequirements::default()
-                }),
-                ..SlimContainer::default()
-            }],
-            ..SlimPodSpec::default()
-        }),
+        spec: Some(
+            SharedPodSpec {
+                containers: vec![SlimContainer {
+                    name: "app".to_owned(),
+                    resources: Some(ResourceRequirements {
+                        requests: Some(BTreeMap::from([
+                            (CPU.to_owned(), Quantity(cpu.to_owned())),
+                            (MEMORY.to_owned(), Quantity(memory.to_owned())),
+                        ])),
+                        ..ResourceRequirements::default()
+                    }),
+                    ..SlimContainer::default()
+                }],
+                ..SharedPodSpec::default()
+            }
+            .into(),
+        ),
         status: None,
     }
 }

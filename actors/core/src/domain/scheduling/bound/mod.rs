@@ -339,7 +339,7 @@ mod tests {
 
     use k8s_openapi::api::core::v1::{ResourceRequirements, TopologySpreadConstraint};
     // The view's slim types, under the names the literals below use.
-    use crate::apis::{SlimContainer as Container, SlimPod as Pod, SlimPodSpec as PodSpec};
+    use crate::apis::{SharedPodSpec as PodSpec, SlimContainer as Container, SlimPod as Pod};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
@@ -365,23 +365,26 @@ mod tests {
                 name: Some(name.to_owned()),
                 ..ObjectMeta::default()
             },
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "app".to_owned(),
-                    resources: Some(ResourceRequirements {
-                        requests: Some(list(&[(CPU, cpu), (MEMORY, memory)])),
-                        ..ResourceRequirements::default()
+            spec: Some(
+                PodSpec {
+                    containers: vec![Container {
+                        name: "app".to_owned(),
+                        resources: Some(ResourceRequirements {
+                            requests: Some(list(&[(CPU, cpu), (MEMORY, memory)])),
+                            ..ResourceRequirements::default()
+                        }),
+                        ..Container::default()
+                    }],
+                    node_selector: (!selector.is_empty()).then(|| {
+                        selector
+                            .iter()
+                            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                            .collect()
                     }),
-                    ..Container::default()
-                }],
-                node_selector: (!selector.is_empty()).then(|| {
-                    selector
-                        .iter()
-                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                        .collect()
-                }),
-                ..PodSpec::default()
-            }),
+                    ..PodSpec::default()
+                }
+                .into(),
+            ),
             status: None,
         })
         .expect("valid pod")
@@ -720,19 +723,22 @@ mod tests {
                     name: Some(name.to_owned()),
                     ..ObjectMeta::default()
                 },
-                spec: Some(PodSpec {
-                    topology_spread_constraints: Some(vec![TopologySpreadConstraint {
-                        max_skew,
-                        topology_key: labels::ZONE.to_owned(),
-                        when_unsatisfiable: "DoNotSchedule".to_owned(),
-                        label_selector: Some(LabelSelector {
-                            match_labels: Some([("app".to_owned(), app.to_owned())].into()),
-                            ..LabelSelector::default()
-                        }),
-                        ..TopologySpreadConstraint::default()
-                    }]),
-                    ..PodSpec::default()
-                }),
+                spec: Some(
+                    PodSpec {
+                        topology_spread_constraints: Some(vec![TopologySpreadConstraint {
+                            max_skew,
+                            topology_key: labels::ZONE.to_owned(),
+                            when_unsatisfiable: "DoNotSchedule".to_owned(),
+                            label_selector: Some(LabelSelector {
+                                match_labels: Some([("app".to_owned(), app.to_owned())].into()),
+                                ..LabelSelector::default()
+                            }),
+                            ..TopologySpreadConstraint::default()
+                        }]),
+                        ..PodSpec::default()
+                    }
+                    .into(),
+                ),
                 status: None,
             })
             .expect("valid spread");
