@@ -13,7 +13,8 @@
 //! pass, since the API server guarantees their shape. Pods decode straight into
 //! [`SlimPod`], which names only the fields the daemon reads, so the rest of a Pod is never
 //! built. Every decoded object then loses what no reader of the store looks at
-//! (`managedFields`; of Pods and Nodes, see [`Slim`]) before the store keeps it.
+//! (`managedFields`, kubectl's last-applied annotation; of Nodes, see [`Slim`]) before the
+//! store keeps it.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -43,43 +44,34 @@ pub trait WireFormat: Resource<DynamicType = ()> + Sized {
     fn decode(wire: Self::Wire) -> Result<Self, Box<Undecodable>>;
 }
 
-/// Drops what no reader of the store looks at: `metadata.managedFields` (the API server's
-/// field-ownership record, often larger than the rest of a Pod on a real cluster; `None` is
-/// "unchanged" should an object from the store ever be written back), then what
+/// Drops what no reader of the store looks at, of every kind: `metadata.managedFields` (the API
+/// server's field-ownership record, often larger than the rest of a Pod on a real cluster;
+/// `None` is "unchanged" should an object from the store ever be written back) and kubectl's
+/// last-applied annotation (the whole object again, as last applied); then what
 /// [`Slim::slim`] drops of the kind. Every write re-reads the object from the API server
 /// before patching it (`KubeClusterApi::update`), so nothing dropped here is written back.
 fn strip<K: Resource + Slim>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
+    let metadata = object.meta_mut();
+    metadata.managed_fields = None;
+    if let Some(annotations) = metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
     object.slim();
 }
 
-/// The annotation `kubectl apply` leaves: the whole object as last applied, often the largest
-/// field of a real cluster's Pod.
+/// The annotation `kubectl apply` leaves on any kind it applied.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// The fields of a kind that no reader of the store looks at, dropped as each object arrives:
-/// a daemon's memory on a real cluster is mostly its copy of every Pod.
+/// The fields of a kind that no reader of the store looks at, dropped as each object arrives.
+/// Pods need nothing here: they decode as [`SlimPod`], which has only the fields read.
 pub trait Slim {
     fn slim(&mut self) {}
-}
-
-/// A Pod arrives as a [`SlimPod`], decoded with only the fields the daemon reads; of those, it
-/// drops kubectl's last-applied annotation (the whole object again, as last applied).
-impl Slim for SlimPod {
-    fn slim(&mut self) {
-        if let Some(annotations) = self.metadata.annotations.as_mut() {
-            annotations.remove(LAST_APPLIED);
-        }
-    }
 }
 
 /// A Node drops the images its kubelet lists (dozens of names and sizes on a real node) and
 /// its volume lists (the daemon reads `VolumeAttachments` instead).
 impl Slim for Node {
     fn slim(&mut self) {
-        if let Some(annotations) = self.metadata.annotations.as_mut() {
-            annotations.remove(LAST_APPLIED);
-        }
         if let Some(status) = self.status.as_mut() {
             status.images = None;
             status.volumes_in_use = None;
@@ -88,6 +80,7 @@ impl Slim for Node {
     }
 }
 
+impl Slim for SlimPod {}
 impl Slim for DaemonSet {}
 impl Slim for PodDisruptionBudget {}
 impl Slim for VolumeAttachment {}
@@ -374,7 +367,8 @@ mod tests {
         let wire: Lenient<NodePool> = serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodePool",
-            "metadata": {"name": "default", "managedFields": managed()},
+            "metadata": {"name": "default", "managedFields": managed(),
+                         "annotations": {LAST_APPLIED: "{}", "team": "a"}},
             "spec": {"template": {"spec": {
                 "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
                 "requirements": [],
@@ -383,5 +377,8 @@ mod tests {
         .unwrap();
         let pool = NodePool::decode(wire).unwrap();
         assert_eq!(pool.metadata.managed_fields, None);
+        let annotations = pool.metadata.annotations.unwrap();
+        assert!(!annotations.contains_key(LAST_APPLIED), "{annotations:?}");
+        assert_eq!(annotations["team"], "a");
     }
 }

@@ -184,15 +184,14 @@ impl MirroredClusterApi {
     /// node (the old one when it went).
     pub fn sync_pod(&self, namespace: &str, name: &str) {
         let previous = self.view.pod(namespace, name);
-        let new = self
-            .api
-            .shared_pod(namespace, name)
-            .map(|pod| Arc::new(SlimPod::from(&*pod)));
-        if resource_version(new.as_deref()) == resource_version(previous.as_deref())
-            && new.is_some() == previous.is_some()
+        let fake = self.api.shared_pod(namespace, name);
+        if resource_version(fake.as_deref()) == resource_version(previous.as_deref())
+            && fake.is_some() == previous.is_some()
         {
             return;
         }
+        // Only a changed pod is converted to the view's slim form.
+        let new = fake.map(|pod| Arc::new(SlimPod::from(&*pod)));
         let node_name = new
             .as_deref()
             .or(previous.as_deref())

@@ -288,14 +288,7 @@ impl From<Pod> for SlimPod {
 
 impl From<&Pod> for SlimPod {
     fn from(pod: &Pod) -> Self {
-        Self {
-            metadata: pod.metadata.clone(),
-            spec: pod
-                .spec
-                .as_ref()
-                .map(|spec| SlimPodSpec::from(spec.clone())),
-            status: pod.status.as_ref().map(|s| SlimPodStatus::from(s.clone())),
-        }
+        Self::from(pod.clone())
     }
 }
 
