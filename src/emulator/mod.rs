@@ -84,11 +84,14 @@ pub use server::{KUBECONFIG_NAME, LoopbackServer, kubeconfig_for};
 use api::Shared;
 use faults::RequestLog;
 use kinds::{Behavior, Kinds};
-use store::Store;
+use store::{Retention, Store};
 
-/// Watch events kept per kind by default: enough for a watcher to fall a few seconds behind a
-/// busy simulation without a re-list.
+/// Watch events kept per kind by default at most: enough for a watcher to fall a few seconds
+/// behind a busy simulation without a re-list.
 pub const DEFAULT_HISTORY_LIMIT: usize = 10_000;
+/// Watch events kept per kind by default once every open watch has read them: what a watch that
+/// reconnects (after its timeout, or a dropped connection) resumes from.
+pub const DEFAULT_HISTORY_READ_LIMIT: usize = 1_000;
 /// Idle time before a watch with bookmarks gets one (the real server sends them about once a
 /// minute; sooner keeps resume points fresh in short tests).
 pub const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(10);
@@ -104,8 +107,10 @@ pub type Clock = Arc<dyn Fn() -> jiff::Timestamp + Send + Sync>;
 /// How an emulator behaves.
 #[derive(Clone)]
 pub struct EmulatorConfig {
-    /// Watch events kept per kind; a watch resuming from before them gets 410 Gone.
+    /// Watch events kept per kind at most; a watch resuming from before them gets 410 Gone.
     pub history_limit: usize,
+    /// Watch events kept per kind once every open watch has read them (at most `history_limit`).
+    pub history_read_limit: usize,
     /// Idle time before a bookmark on watches that allow them.
     pub bookmark_interval: Duration,
     /// When true, deleting a pod bound to a node only marks it (deletionTimestamp and grace
@@ -127,6 +132,7 @@ impl fmt::Debug for EmulatorConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EmulatorConfig")
             .field("history_limit", &self.history_limit)
+            .field("history_read_limit", &self.history_read_limit)
             .field("bookmark_interval", &self.bookmark_interval)
             .field("graceful_pod_deletion", &self.graceful_pod_deletion)
             .field("request_log_capacity", &self.request_log_capacity)
@@ -140,6 +146,7 @@ impl Default for EmulatorConfig {
     fn default() -> Self {
         Self {
             history_limit: DEFAULT_HISTORY_LIMIT,
+            history_read_limit: DEFAULT_HISTORY_READ_LIMIT,
             bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
             graceful_pod_deletion: false,
             request_log_capacity: DEFAULT_REQUEST_LOG,
@@ -214,7 +221,11 @@ impl Emulator {
     /// An emulator with `config`, holding the initial namespaces and our CRDs.
     pub fn with_config(config: EmulatorConfig) -> Result<Self, EmulatorError> {
         let kinds = Kinds::new();
-        let store = Store::new(&kinds, config.history_limit, config.seed);
+        let retention = Retention {
+            limit: config.history_limit,
+            read: config.history_read_limit,
+        };
+        let store = Store::new(&kinds, retention, config.seed);
         let shared = Arc::new(Shared {
             store,
             validator: Validator::new()?,

@@ -7,11 +7,16 @@
 //! read-modify-write, run inside [`Store::write`]) is short and serialized; lists and watches read
 //! in parallel. Each write bumps the kind's `tokio::sync::watch` channel to wake its watchers.
 //!
-//! The history of a kind keeps its last `history_limit` events. A watch resuming before the
-//! oldest retained event (the kind's `floor`) gets 410 Gone, as from a compacted etcd.
+//! The history of a kind keeps the events an open watch has yet to read and, past those, its
+//! last [`Retention::read`] events for watches that resume later (a reconnect after a timeout),
+//! never more than [`Retention::limit`]. Each open watch registers its position
+//! ([`Store::follow`]), so while every watcher keeps up the history stays short however busy the
+//! kind is, the way kube-apiserver's watch cache keeps only recent events. A watch resuming before
+//! the oldest retained event (the kind's `floor`) gets 410 Gone, as from a compacted etcd.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -111,6 +116,26 @@ pub(crate) struct HistoryEvent {
     pub previous: Option<Arc<StoredObject>>,
 }
 
+/// How many events a kind's history keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Retention {
+    /// At most this many, however far behind a watcher is.
+    pub limit: usize,
+    /// This many once every open watch has read them.
+    pub read: usize,
+}
+
+/// Where an open watch has read a kind's history up to; the history keeps what follows it.
+#[derive(Debug)]
+pub(crate) struct ReadPosition(Arc<AtomicU64>);
+
+impl ReadPosition {
+    /// The watch has read every event up to `rv`.
+    pub fn advance(&self, rv: u64) {
+        self.0.fetch_max(rv, Ordering::Relaxed);
+    }
+}
+
 /// A watch asked for events older than the retained history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TooOld {
@@ -121,6 +146,8 @@ struct KindState {
     behavior: Behavior,
     objects: BTreeMap<ObjectKey, Arc<StoredObject>>,
     history: VecDeque<HistoryEvent>,
+    /// The positions of open watches; a dropped watch leaves a dead entry, pruned on use.
+    readers: Vec<Weak<AtomicU64>>,
     /// Every event with a resourceVersion above `floor` is in `history`.
     floor: u64,
     notify: watch::Sender<u64>,
@@ -135,13 +162,13 @@ struct Inner {
 /// The object store shared by every request.
 pub(crate) struct Store {
     inner: RwLock<Inner>,
-    history_limit: usize,
+    retention: Retention,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
-            .field("history_limit", &self.history_limit)
+            .field("retention", &self.retention)
             .finish_non_exhaustive()
     }
 }
@@ -154,17 +181,18 @@ pub(crate) struct View<'a> {
 /// Read-write access inside [`Store::write`].
 pub(crate) struct Txn<'a> {
     inner: &'a mut Inner,
-    history_limit: usize,
+    retention: Retention,
 }
 
 impl Store {
-    pub fn new(kinds: &Kinds, history_limit: usize, seed: u64) -> Self {
+    pub fn new(kinds: &Kinds, retention: Retention, seed: u64) -> Self {
         let states = kinds
             .iter()
             .map(|(_, kind)| KindState {
                 behavior: kind.behavior,
                 objects: BTreeMap::new(),
                 history: VecDeque::new(),
+                readers: Vec::new(),
                 floor: 0,
                 notify: watch::channel(0).0,
             })
@@ -176,7 +204,10 @@ impl Store {
                 // Zero would stay zero under xorshift.
                 rng: seed | 1,
             }),
-            history_limit: history_limit.max(1),
+            retention: Retention {
+                limit: retention.limit.max(1),
+                read: retention.read.clamp(1, retention.limit.max(1)),
+            },
         }
     }
 
@@ -199,7 +230,7 @@ impl Store {
         let mut guard = self.write_guard();
         let mut txn = Txn {
             inner: &mut guard,
-            history_limit: self.history_limit,
+            retention: self.retention,
         };
         f(&mut txn)
     }
@@ -220,6 +251,18 @@ impl Store {
     /// A receiver that changes whenever `kind` gets an event.
     pub fn subscribe(&self, kind: KindId) -> watch::Receiver<u64> {
         self.read_guard().kinds[kind].notify.subscribe()
+    }
+
+    /// Registers an open watch of `kind` that has read up to `from` (the latest resourceVersion
+    /// when `None`): the history keeps every later event until the position advances past it or
+    /// is dropped (or the kind reaches its limit).
+    pub fn follow(&self, kind: KindId, from: Option<u64>) -> ReadPosition {
+        let mut guard = self.write_guard();
+        let position = Arc::new(AtomicU64::new(from.unwrap_or(guard.rv)));
+        let readers = &mut guard.kinds[kind].readers;
+        readers.retain(|r| r.strong_count() > 0);
+        readers.push(Arc::downgrade(&position));
+        ReadPosition(position)
     }
 
     /// Drops every kind's history: watches resuming from any earlier resourceVersion get 410.
@@ -411,19 +454,40 @@ impl Txn<'_> {
         object: &Arc<StoredObject>,
         previous: Option<Arc<StoredObject>>,
     ) {
-        let limit = self.history_limit;
         let state = &mut self.inner.kinds[kind];
         state.history.push_back(HistoryEvent {
             event_type,
             object: Arc::clone(object),
             previous,
         });
-        while state.history.len() > limit {
-            if let Some(evicted) = state.history.pop_front() {
-                state.floor = evicted.object.rv;
-            }
-        }
+        state.trim(self.retention);
         state.notify.send_replace(object.rv);
+    }
+}
+
+impl KindState {
+    /// Drops the oldest events beyond the limit, and beyond `read` those every open watch has read.
+    fn trim(&mut self, retention: Retention) {
+        if self.history.len() <= retention.read {
+            return;
+        }
+        self.readers.retain(|r| r.strong_count() > 0);
+        let read_by_all = self
+            .readers
+            .iter()
+            .filter_map(Weak::upgrade)
+            .map(|p| p.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(u64::MAX);
+        while let Some(oldest) = self.history.front() {
+            let over_limit = self.history.len() > retention.limit;
+            let read = self.history.len() > retention.read && oldest.object.rv <= read_by_all;
+            if !(over_limit || read) {
+                break;
+            }
+            self.floor = oldest.object.rv;
+            self.history.pop_front();
+        }
     }
 }
 
@@ -444,11 +508,69 @@ mod tests {
         json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": name, "namespace": "a" } })
     }
 
+    /// Keeps `limit` events whether or not they were read.
+    fn keep(limit: usize) -> Retention {
+        Retention { limit, read: limit }
+    }
+
+    fn add(store: &Store, kind: KindId, names: std::ops::Range<u32>) -> u64 {
+        let mut rv = 0;
+        for i in names {
+            let name = format!("p{i}");
+            rv = store
+                .write(|t| {
+                    t.put(
+                        kind,
+                        ObjectKey::new("a", &name),
+                        pod(&name),
+                        EventType::Added,
+                    )
+                })
+                .rv;
+        }
+        rv
+    }
+
+    fn retained(store: &Store, kind: KindId) -> usize {
+        store.read(|v| v.inner.kinds[kind].history.len())
+    }
+
+    #[test]
+    fn history_keeps_what_an_open_watch_has_yet_to_read_up_to_the_limit() {
+        let kinds = Kinds::new();
+        let pods = kinds.find("", "v1", "pods").unwrap();
+        let store = Store::new(&kinds, Retention { limit: 8, read: 2 }, 1);
+        // Nobody watching: only the last `read` events stay.
+        let start = add(&store, pods, 0..5);
+        assert_eq!(retained(&store, pods), 2);
+        // A watch that has read up to `start` holds everything after it...
+        let behind = store.follow(pods, None);
+        let read_up_to = add(&store, pods, 5..11);
+        assert_eq!(retained(&store, pods), 6);
+        store.read(|v| assert_eq!(v.events_since(pods, start, 100).unwrap().len(), 6));
+        // ...but not beyond the limit.
+        add(&store, pods, 11..14);
+        assert_eq!(retained(&store, pods), 8);
+        store.read(|v| assert!(v.events_since(pods, start, 100).is_err()));
+        // Once it has read them, the next write trims to `read`.
+        behind.advance(read_up_to + 3);
+        add(&store, pods, 14..15);
+        assert_eq!(retained(&store, pods), 2);
+        // A watch that goes away without reading releases what it held.
+        drop(behind);
+        let laggard = store.follow(pods, None);
+        add(&store, pods, 15..19);
+        assert_eq!(retained(&store, pods), 4);
+        drop(laggard);
+        add(&store, pods, 19..20);
+        assert_eq!(retained(&store, pods), 2);
+    }
+
     #[test]
     fn every_write_gets_a_higher_resource_version_written_into_the_object() {
         let kinds = Kinds::new();
         let pods = kinds.find("", "v1", "pods").unwrap();
-        let store = Store::new(&kinds, 10, 1);
+        let store = Store::new(&kinds, keep(10), 1);
         let first =
             store.write(|t| t.put(pods, ObjectKey::new("a", "x"), pod("x"), EventType::Added));
         let second =
@@ -464,7 +586,7 @@ mod tests {
     fn history_beyond_the_limit_makes_old_resource_versions_too_old() {
         let kinds = Kinds::new();
         let pods = kinds.find("", "v1", "pods").unwrap();
-        let store = Store::new(&kinds, 2, 1);
+        let store = Store::new(&kinds, keep(2), 1);
         for name in ["a", "b", "c"] {
             store.write(|t| t.put(pods, ObjectKey::new("a", name), pod(name), EventType::Added));
         }
@@ -479,7 +601,7 @@ mod tests {
     fn namespaced_ranges_list_only_that_namespace_in_name_order() {
         let kinds = Kinds::new();
         let pods = kinds.find("", "v1", "pods").unwrap();
-        let store = Store::new(&kinds, 10, 1);
+        let store = Store::new(&kinds, keep(10), 1);
         for (ns, name) in [("b", "z"), ("a", "y"), ("b", "a"), ("c", "a")] {
             store.write(|t| t.put(pods, ObjectKey::new(ns, name), pod(name), EventType::Added));
         }
@@ -495,7 +617,7 @@ mod tests {
     fn a_write_that_keeps_the_labels_shares_the_live_index_and_is_counted_once() {
         let kinds = Kinds::new();
         let pods = kinds.find("", "v1", "pods").unwrap();
-        let store = Store::new(&kinds, 10, 1);
+        let store = Store::new(&kinds, keep(10), 1);
         let labelled = |phase: &str, app: &str| {
             let mut pod = pod("x");
             pod["metadata"]["labels"] = json!({ "app": app });

@@ -23,7 +23,7 @@ use super::api::{ListOptions, Shared, Target};
 use super::body::EmulatorBody;
 use super::kinds::KindId;
 use super::status::ApiError;
-use super::store::{EventType, HistoryEvent, StoredObject};
+use super::store::{EventType, HistoryEvent, ReadPosition, StoredObject};
 
 /// Events read from the history per wake-up; bounds one chunk of the response.
 const BATCH: usize = 512;
@@ -55,6 +55,8 @@ struct State {
     request: WatchRequest,
     storage: KindId,
     cursor: u64,
+    /// `cursor`, shared with the store so the history keeps what this watch has yet to read.
+    position: ReadPosition,
     changes: watch::Receiver<u64>,
     epoch: watch::Receiver<u64>,
     deadline: Instant,
@@ -68,6 +70,14 @@ pub(crate) fn start(shared: Arc<Shared>, request: WatchRequest) -> Result<Emulat
     let changes = shared.store.subscribe(storage);
     let epoch = shared.watch_epoch.subscribe();
     let timeout = request.timeout.unwrap_or(DEFAULT_TIMEOUT);
+    // Registered before the initial list, so nothing after it is dropped before the watch reads.
+    let position = shared.store.follow(
+        storage,
+        match request.start {
+            Start::After(rv) if !request.send_initial_events => Some(rv),
+            _ => None,
+        },
+    );
     let (cursor, pending) = match request.start {
         Start::After(rv) if !request.send_initial_events => (rv, None),
         _ => {
@@ -93,11 +103,13 @@ pub(crate) fn start(shared: Arc<Shared>, request: WatchRequest) -> Result<Emulat
             (rv, (!chunk.is_empty()).then(|| Bytes::from(chunk)))
         }
     };
+    position.advance(cursor);
     let state = State {
         shared,
         request,
         storage,
         cursor,
+        position,
         changes,
         epoch,
         deadline: Instant::now() + timeout,
@@ -109,6 +121,13 @@ pub(crate) fn start(shared: Arc<Shared>, request: WatchRequest) -> Result<Emulat
         Some((chunk, state))
     });
     Ok(EmulatorBody::Stream(stream.boxed()))
+}
+
+impl State {
+    fn advance(&mut self, rv: u64) {
+        self.cursor = self.cursor.max(rv);
+        self.position.advance(self.cursor);
+    }
 }
 
 fn write_event(out: &mut Vec<u8>, event_type: &str, object: &[u8]) {
@@ -212,7 +231,7 @@ async fn next_chunk(state: &mut State) -> Option<Bytes> {
                     }
                 }
                 if let Some(last) = events.last() {
-                    state.cursor = last.object.rv;
+                    state.advance(last.object.rv);
                 }
                 if !out.is_empty() {
                     return Some(Bytes::from(out));
@@ -231,7 +250,7 @@ async fn next_chunk(state: &mut State) -> Option<Bytes> {
                     () = tokio::time::sleep_until(state.deadline) => return None,
                     () = tokio::time::sleep(bookmark_interval), if bookmarks => {
                         // Nothing of this kind happened up to `latest`: resuming there is safe.
-                        state.cursor = state.cursor.max(latest);
+                        state.advance(latest);
                         let mut out = Vec::new();
                         write_bookmark(&mut out, &state.shared, state.request.target.kind, state.cursor, false);
                         return Some(Bytes::from(out));

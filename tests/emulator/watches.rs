@@ -101,6 +101,53 @@ async fn a_watch_from_a_compacted_resource_version_gets_410_gone() {
     );
 }
 
+#[tokio::test]
+async fn an_open_watch_keeps_the_history_it_has_yet_to_read_and_releases_it_when_closed() {
+    let config = EmulatorConfig {
+        history_limit: 100,
+        history_read_limit: 1,
+        ..EmulatorConfig::default()
+    };
+    let (_emulator, client) = cluster_with(config);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let first = create_pod(&client, "p0", json!({})).await;
+    let from = first.resource_version().unwrap();
+    let unread = pods.watch(&WatchParams::default(), &from).await.unwrap();
+    for i in 1..5 {
+        create_pod(&client, &format!("p{i}"), json!({})).await;
+    }
+    // Nobody read p1..p4 yet, so a second watch from the same point still gets them all.
+    let mut second = pods
+        .watch(&WatchParams::default(), &from)
+        .await
+        .unwrap()
+        .boxed();
+    let events: Vec<String> = next_events(&mut second, 4)
+        .await
+        .iter()
+        .map(describe)
+        .collect();
+    assert_eq!(events, ["ADDED p1", "ADDED p2", "ADDED p3", "ADDED p4"]);
+    drop((unread, second));
+    // Closed, they hold nothing: the next write trims the history to its last event.
+    let mut gone = false;
+    for i in 5..100 {
+        create_pod(&client, &format!("p{i}"), json!({})).await;
+        let mut stream = pods
+            .watch(&WatchParams::default(), &from)
+            .await
+            .unwrap()
+            .boxed();
+        if matches!(&next_events(&mut stream, 1).await[0], WatchEvent::Error(e) if e.code == 410) {
+            gone = true;
+            break;
+        }
+        // The server side of a dropped watch ends when the connection notices.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gone, "the closed watches still hold the history");
+}
+
 /// Drives a reflector stream until the watcher finishes a (re-)list.
 async fn until_listed<S>(stream: &mut S)
 where
