@@ -708,6 +708,30 @@ async fn a_launch_error_sets_launched_unknown_and_retries_with_backoff() {
 }
 
 #[actix::test]
+async fn launches_beyond_the_limit_wait_for_a_slot() {
+    tokio::time::pause();
+    let start = tokio::time::Instant::now();
+    let h = Harness::start_with_launch_limit(2);
+    h.cloud.set_create_latency(Duration::from_secs(10));
+    for name in ["a", "b", "c", "d", "e"] {
+        h.add_nodeclaim(nodeclaim(&format!("default-{name}"), json!({})));
+    }
+    h.settle().await;
+    // Two at a time, each 10 s long: 2, 4, then all 5 answered.
+    for (after, answered) in [(9, 0), (11, 2), (21, 4), (31, 5)] {
+        h.advance(Duration::from_secs(after).saturating_sub(start.elapsed()))
+            .await;
+        assert_eq!(h.cloud.creates().len(), answered, "after {after} s");
+    }
+    for name in ["a", "b", "c", "d", "e"] {
+        assert_eq!(
+            h.condition(&format!("default-{name}"), "Launched"),
+            Some(("True".into(), "Launched".into()))
+        );
+    }
+}
+
+#[actix::test]
 async fn nodepool_status_counts_the_resources_of_its_nodeclaims() {
     tokio::time::pause();
     let h = Harness::start();

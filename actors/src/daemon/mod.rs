@@ -61,7 +61,9 @@ use crate::garbage_collection::{
 };
 use crate::interruption::{InterruptionActor, InterruptionDeps, InterruptionMetrics};
 use crate::metrics::Metrics;
-use crate::nodeclaim::{LaunchCache, NodeClaimActor, NodeClaimDeps, PodEvents};
+use crate::nodeclaim::{
+    LaunchCache, MAX_CONCURRENT_LAUNCHES, NodeClaimActor, NodeClaimDeps, PodEvents,
+};
 use crate::nodeclass::{NodeClassActor, NodeClassDeps};
 use crate::nodepool::NodePoolActor;
 use crate::ports::cluster_view::ClusterView;
@@ -111,6 +113,8 @@ pub struct StartOptions {
     /// The Provisioner solves on the actors' thread (`ProvisionerDeps::solving_inline`), so a
     /// simulation replays exactly.
     pub inline_solve: bool,
+    /// NodeClaim launches in flight at most ([`MAX_CONCURRENT_LAUNCHES`]).
+    pub launch_limit: usize,
 }
 
 impl Default for StartOptions {
@@ -118,6 +122,7 @@ impl Default for StartOptions {
         Self {
             nodeclass_actors: true,
             inline_solve: false,
+            launch_limit: MAX_CONCURRENT_LAUNCHES,
         }
     }
 }
@@ -139,7 +144,7 @@ impl Daemon {
         registry: &mut Registry,
         options: StartOptions,
     ) -> Result<Self, SpawnError> {
-        let launches = Arc::new(LaunchCache::new());
+        let launches = Arc::new(LaunchCache::with_limit(options.launch_limit));
         let pod_events = Arc::new(PodEvents::new());
         let park_events = |object| {
             parking::park_events(object, Arc::clone(&deps.cluster), Arc::clone(&deps.view))

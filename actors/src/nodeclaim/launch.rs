@@ -1,6 +1,11 @@
 //! Launching a NodeClaim's instance: the launch-result cache, the launch group that lets a
 //! restarted daemon find what its predecessor launched, and what a launch writes back.
 //!
+//! [`LaunchCache`] also bounds the launches in flight at [`MAX_CONCURRENT_LAUNCHES`] (Karpenter's
+//! NodeClaim lifecycle controller reconciles at most 1,000 NodeClaims at once): a scale-up of
+//! 5,000 NodeClaims launches them in waves, batched as before, instead of holding 5,000
+//! `CloudProvider::create` calls and their instance-type lists at once.
+//!
 //! [`LaunchCache`] remembers, per NodeClaim UID, a launch in flight and its outcome for one
 //! minute (Karpenter's launch cache). It is shared by every NodeClaimActor incarnation (it lives
 //! in the family's deps), so an actor that crashes between `CloudProvider::create` and writing
@@ -53,6 +58,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use crate::ports::cloud_provider::CloudProviderError;
@@ -62,6 +68,9 @@ use karpenter_core::domain::requirements::Requirements;
 
 /// How long a launch outcome is remembered (Karpenter's launch cache TTL).
 pub const LAUNCH_CACHE_TTL: Duration = Duration::from_mins(1);
+/// Launches in flight at most (Karpenter's NodeClaim lifecycle controller's
+/// `MaxConcurrentReconciles`).
+pub const MAX_CONCURRENT_LAUNCHES: usize = 1_000;
 /// Longest launch error message written to the `Launched` condition (Karpenter truncates at
 /// 300 characters).
 pub const MAX_LAUNCH_MESSAGE: usize = 300;
@@ -84,10 +93,17 @@ struct Entry {
     expires: Option<Instant>,
 }
 
-/// Launch outcomes by NodeClaim UID, kept for [`LAUNCH_CACHE_TTL`].
-#[derive(Debug, Default)]
+/// Launch outcomes by NodeClaim UID, kept for [`LAUNCH_CACHE_TTL`], and the launches' slots.
+#[derive(Debug)]
 pub struct LaunchCache {
     entries: Mutex<Entries>,
+    slots: Semaphore,
+}
+
+impl Default for LaunchCache {
+    fn default() -> Self {
+        Self::with_limit(MAX_CONCURRENT_LAUNCHES)
+    }
 }
 
 /// The entries, and the finished ones in the order they expire (the TTL is fixed, so that is
@@ -103,6 +119,21 @@ impl LaunchCache {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A cache that lets at most `limit` launches run at once (at least one).
+    #[must_use]
+    pub fn with_limit(limit: usize) -> Self {
+        Self {
+            entries: Mutex::default(),
+            slots: Semaphore::new(limit.max(1)),
+        }
+    }
+
+    /// Waits for one of the launch slots; the launch runs while the permit lives. `None` only
+    /// if the slots were closed, which nothing does.
+    pub async fn slot(&self) -> Option<SemaphorePermit<'_>> {
+        self.slots.acquire().await.ok()
     }
 
     fn lock(&self) -> MutexGuard<'_, Entries> {

@@ -360,6 +360,7 @@ impl NodeClaimActor {
             return;
         }
         let cloud: Arc<dyn CloudProvider> = Arc::clone(&self.deps.cloud);
+        let launches = Arc::clone(&self.launches);
         let mut guard = LaunchGuard {
             launches: Arc::clone(&self.launches),
             uid,
@@ -367,7 +368,9 @@ impl NodeClaimActor {
             finished: false,
         };
         ctx.spawn_task(async move {
+            let slot = launches.slot().await;
             let outcome = cloud.create(&nodeclaim).await;
+            drop(slot);
             guard.finish(outcome);
         });
     }

@@ -88,7 +88,7 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 pub use consolidatable::PodEvents;
-pub use launch::{LaunchCache, LaunchState};
+pub use launch::{LaunchCache, LaunchState, MAX_CONCURRENT_LAUNCHES};
 
 use crate::deps::Deps;
 use crate::ports::cloud_provider::CloudProviderError;

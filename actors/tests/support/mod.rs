@@ -165,7 +165,35 @@ impl Harness {
         Self::build(None, settings)
     }
 
+    /// Like [`Harness::start`], with at most `limit` launches in flight.
+    pub fn start_with_launch_limit(limit: usize) -> Self {
+        Self::build_with(
+            None,
+            karpenter_config::Settings::default(),
+            StartOptions {
+                launch_limit: limit,
+                ..Self::options()
+            },
+        )
+    }
+
+    /// These tests write the classes' status themselves.
+    fn options() -> StartOptions {
+        StartOptions {
+            nodeclass_actors: false,
+            ..StartOptions::default()
+        }
+    }
+
     fn build(faults: Option<FaultPlan>, settings: karpenter_config::Settings) -> Self {
+        Self::build_with(faults, settings, Self::options())
+    }
+
+    fn build_with(
+        faults: Option<FaultPlan>,
+        settings: karpenter_config::Settings,
+        options: StartOptions,
+    ) -> Self {
         let clock = Arc::new(PausedClock::new(start_time()));
         let api = Arc::new(FakeClusterApi::new());
         api.set_now(clock.now());
@@ -202,19 +230,8 @@ impl Harness {
             },
         );
         let root = kit.root(GroupSpec::one_for_one("root")).unwrap();
-        let daemon = Rc::new(
-            Daemon::start_with(
-                (*root).clone(),
-                deps,
-                &mut registry,
-                // These tests write the classes' status themselves.
-                StartOptions {
-                    nodeclass_actors: false,
-                    ..StartOptions::default()
-                },
-            )
-            .unwrap(),
-        );
+        let daemon =
+            Rc::new(Daemon::start_with((*root).clone(), deps, &mut registry, options).unwrap());
         let pump = Rc::clone(&daemon);
         tokio::task::spawn_local(async move {
             while let Some(change) = receiver.recv().await {
