@@ -14,7 +14,7 @@
 //! kind is, the way kube-apiserver's watch cache keeps only recent events. A watch resuming before
 //! the oldest retained event (the kind's `floor`) gets 410 Gone, as from a compacted etcd.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
@@ -59,33 +59,73 @@ impl StoredObject {
         serde_json::from_slice(&self.json).unwrap_or(Value::Null)
     }
 
-    /// Heap bytes this version holds: itself, its JSON, its key and its selector index.
-    pub fn heap_bytes(&self) -> usize {
-        self.own_bytes() + self.index_bytes()
-    }
-
-    /// Heap bytes of this version but its selector index (which versions may share).
+    /// Heap bytes of this version but its selector index (which versions and objects share).
     fn own_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
             + self.json.len()
             + self.key.namespace.len()
             + self.key.name.len()
     }
+}
 
-    /// Heap bytes of the labels and fields index.
-    fn index_bytes(&self) -> usize {
-        let labels: usize = self
-            .labels
-            .iter()
-            .map(|(k, v)| std::mem::size_of::<(Box<str>, Box<str>)>() + k.len() + v.len())
-            .sum();
-        let fields: usize = self
-            .fields
-            .iter()
-            .map(|(_, v)| std::mem::size_of::<(&str, Box<str>)>() + v.len())
-            .sum();
-        labels + fields
+/// Heap bytes of a labels index.
+fn labels_bytes(labels: &Labels) -> usize {
+    labels
+        .iter()
+        .map(|(k, v)| std::mem::size_of::<(Box<str>, Box<str>)>() + k.len() + v.len())
+        .sum()
+}
+
+/// Heap bytes of a fields index.
+fn fields_bytes(fields: &Fields) -> usize {
+    fields
+        .iter()
+        .map(|(_, v)| std::mem::size_of::<(&str, Box<str>)>() + v.len())
+        .sum()
+}
+
+/// One copy of each distinct selector index: the pods of a workload carry the same labels,
+/// and the pods on a node in a phase the same fields, so they share one each.
+#[derive(Default)]
+struct Indexes {
+    labels: HashSet<Labels>,
+    fields: HashSet<Fields>,
+    /// Sweep unused entries when the sets reach this size.
+    sweep_at: usize,
+}
+
+/// First size at which [`Indexes`] drops entries no object holds any more.
+const FIRST_INDEX_SWEEP: usize = 1_024;
+
+impl Indexes {
+    fn labels(&mut self, fresh: Labels) -> Labels {
+        self.sweep();
+        intern(&mut self.labels, fresh)
     }
+
+    fn fields(&mut self, fresh: Fields) -> Fields {
+        self.sweep();
+        intern(&mut self.fields, fresh)
+    }
+
+    /// Drops the entries only the sets hold, once they have doubled since the last sweep.
+    fn sweep(&mut self) {
+        if self.labels.len() + self.fields.len() < self.sweep_at.max(FIRST_INDEX_SWEEP) {
+            return;
+        }
+        self.labels.retain(|l| Arc::strong_count(l) > 1);
+        self.fields.retain(|f| Arc::strong_count(f) > 1);
+        self.sweep_at = (self.labels.len() + self.fields.len()) * 2;
+    }
+}
+
+/// The held index equal to `fresh`, or `fresh`, now held.
+fn intern<T: Eq + std::hash::Hash + ?Sized>(set: &mut HashSet<Arc<T>>, fresh: Arc<T>) -> Arc<T> {
+    if let Some(held) = set.get(&*fresh) {
+        return Arc::clone(held);
+    }
+    set.insert(Arc::clone(&fresh));
+    fresh
 }
 
 /// The type of a watch event.
@@ -155,6 +195,7 @@ struct KindState {
 
 struct Inner {
     rv: u64,
+    indexes: Indexes,
     kinds: Vec<KindState>,
     rng: u64,
 }
@@ -200,6 +241,7 @@ impl Store {
         Self {
             inner: RwLock::new(Inner {
                 rv: 0,
+                indexes: Indexes::default(),
                 kinds: states,
                 // Zero would stay zero under xorshift.
                 rng: seed | 1,
@@ -313,30 +355,35 @@ impl View<'_> {
         Ok(state.history.range(start..).take(max).cloned().collect())
     }
 
-    /// Bytes held by objects and history, and object counts, per kind.
+    /// Bytes held by objects and history, and object counts, per kind. An index several
+    /// versions or objects share counts once, with the first that holds it (objects first).
     pub fn footprint(&self) -> Vec<(usize, usize, usize)> {
         self.inner
             .kinds
             .iter()
             .map(|state| {
-                let objects: usize = state.objects.values().map(|o| o.heap_bytes()).sum();
+                let mut seen = HashSet::new();
+                let mut bytes = |version: &StoredObject| {
+                    let labels = seen
+                        .insert(Arc::as_ptr(&version.labels).cast::<()>())
+                        .then(|| labels_bytes(&version.labels));
+                    let fields = seen
+                        .insert(Arc::as_ptr(&version.fields).cast::<()>())
+                        .then(|| fields_bytes(&version.fields));
+                    version.own_bytes() + labels.unwrap_or(0) + fields.unwrap_or(0)
+                };
+                let objects: usize = state.objects.values().map(|o| bytes(o)).sum();
                 let history: usize = state
                     .history
                     .iter()
-                    .map(|e| {
-                        let old = &e.object;
-                        match state.objects.get(&old.key) {
-                            // The live version itself: counted above.
-                            Some(live) if Arc::ptr_eq(live, old) => 0,
-                            Some(live)
-                                if Arc::ptr_eq(&live.labels, &old.labels)
-                                    && Arc::ptr_eq(&live.fields, &old.fields) =>
-                            {
-                                old.own_bytes()
-                            }
-                            _ => old.heap_bytes(),
-                        }
+                    .filter(|e| {
+                        // The live version itself is counted above.
+                        state
+                            .objects
+                            .get(&e.object.key)
+                            .is_none_or(|live| !Arc::ptr_eq(live, &e.object))
                     })
+                    .map(|e| bytes(&e.object))
                     .sum();
                 (state.objects.len(), objects, history)
             })
@@ -431,13 +478,12 @@ impl Txn<'_> {
                 .unwrap_or_default()
                 .into_boxed_slice(),
         );
-        // Most writes change neither: the new version shares the live one's index.
-        let live = self.inner.kinds[kind].objects.get(&key);
-        let labels = shared(selector::extract_labels(object), live.map(|l| &l.labels));
-        let fields = shared(
-            selector::extract_fields(behavior, object),
-            live.map(|l| &l.fields),
-        );
+        // Most writes change neither, and most objects share theirs with others.
+        let labels = self.inner.indexes.labels(selector::extract_labels(object));
+        let fields = self
+            .inner
+            .indexes
+            .fields(selector::extract_fields(behavior, object));
         Arc::new(StoredObject {
             key,
             rv,
@@ -491,14 +537,6 @@ impl KindState {
     }
 }
 
-/// `fresh`, or `live` when they are equal.
-fn shared<T: PartialEq + ?Sized>(fresh: Arc<T>, live: Option<&Arc<T>>) -> Arc<T> {
-    match live {
-        Some(live) if **live == *fresh => Arc::clone(live),
-        _ => fresh,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -506,6 +544,10 @@ mod tests {
 
     fn pod(name: &str) -> Value {
         json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": name, "namespace": "a" } })
+    }
+
+    fn pod_value(name: &str) -> Value {
+        pod(name)
     }
 
     /// Keeps `limit` events whether or not they were read.
@@ -645,14 +687,65 @@ mod tests {
         assert!(Arc::ptr_eq(&second.labels, &third.labels));
         assert!(Arc::ptr_eq(&second.fields, &third.fields));
         // The live version counts in full; an older one in history counts its own bytes, and
-        // its index unless it is the live version's.
+        // only the index the live version does not share.
         let (objects, object_bytes, history_bytes) = store.footprint()[pods];
         assert_eq!(objects, 1);
-        assert_eq!(object_bytes, third.heap_bytes());
-        assert_eq!(history_bytes, first.heap_bytes() + second.own_bytes());
-        assert!(second.own_bytes() < second.heap_bytes());
+        let index = labels_bytes(&third.labels) + fields_bytes(&third.fields);
+        assert!(index > 0);
+        assert_eq!(object_bytes, third.own_bytes() + index);
+        assert_eq!(
+            history_bytes,
+            first.own_bytes() + fields_bytes(&first.fields) + second.own_bytes()
+        );
         let fourth = put("Running", "db");
         assert!(!Arc::ptr_eq(&third.labels, &fourth.labels));
         assert_eq!(&*fourth.labels, &[("app".into(), "db".into())]);
+    }
+
+    #[test]
+    fn objects_with_equal_labels_and_fields_share_one_index_counted_once() {
+        let kinds = Kinds::new();
+        let pods = kinds.find("", "v1", "pods").unwrap();
+        let store = Store::new(&kinds, keep(1), 1);
+        let put = |name: &str, node: &str| {
+            let mut pod = pod(name);
+            pod["metadata"]["labels"] = json!({ "app": "web", "tier": "front" });
+            pod["spec"] = json!({ "nodeName": node });
+            store.write(|t| t.put(pods, ObjectKey::new("a", name), pod, EventType::Added))
+        };
+        let (a, b, c) = (put("a", "n1"), put("b", "n1"), put("c", "n2"));
+        assert!(Arc::ptr_eq(&a.labels, &b.labels) && Arc::ptr_eq(&a.labels, &c.labels));
+        assert!(Arc::ptr_eq(&a.fields, &b.fields));
+        assert!(!Arc::ptr_eq(&a.fields, &c.fields), "on another node");
+        let (_, object_bytes, _) = store.footprint()[pods];
+        assert_eq!(
+            object_bytes,
+            a.own_bytes()
+                + b.own_bytes()
+                + c.own_bytes()
+                + labels_bytes(&a.labels)
+                + fields_bytes(&a.fields)
+                + fields_bytes(&c.fields)
+        );
+    }
+
+    #[test]
+    fn an_index_no_object_holds_is_dropped_when_the_sets_have_grown() {
+        let kinds = Kinds::new();
+        let pods = kinds.find("", "v1", "pods").unwrap();
+        let store = Store::new(&kinds, keep(1), 1);
+        for i in 0..3 * FIRST_INDEX_SWEEP {
+            let name = format!("p{i}");
+            let mut pod = pod(&name);
+            pod["metadata"]["labels"] = json!({ "app": name });
+            store.write(|t| t.put(pods, ObjectKey::new("a", &name), pod, EventType::Added));
+            // Each pod replaces the last, so only the newest labels are in use.
+            if i > 0 {
+                let gone = format!("p{}", i - 1);
+                store.write(|t| t.remove(pods, &ObjectKey::new("a", &gone), pod_value(&gone)));
+            }
+        }
+        let held = store.read(|v| v.inner.indexes.labels.len());
+        assert!(held < FIRST_INDEX_SWEEP, "{held} label sets held");
     }
 }
