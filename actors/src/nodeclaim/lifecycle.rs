@@ -337,6 +337,10 @@ impl NodeClaimActor {
                 self.launch_not_before = None;
                 Ok(Step::Continue(written, None))
             }
+            // Written already; this NodeClaim is an older copy the view has yet to replace.
+            Some(LaunchState::Recorded(_)) => {
+                Ok(Step::Continue(nodeclaim, Some(LAUNCH_CHECK_INTERVAL)))
+            }
             Some(LaunchState::InFlight | LaunchState::Failed(_)) => {
                 ctx.set_state("launching");
                 Ok(Step::Continue(nodeclaim, Some(LAUNCH_CHECK_INTERVAL)))
@@ -404,6 +408,7 @@ impl NodeClaimActor {
         };
         let written = self.write_status("writing the launch", &change).await?;
         if written.is_some() {
+            self.launches.recorded(&uid(&nodeclaim));
             let labels = created.metadata.labels.clone().unwrap_or_default();
             let status = created.status.as_ref();
             tracing::info!(

@@ -134,6 +134,10 @@ impl NodeClaimActor {
         let _ = self.launches.take_failure(&uid);
         match self.launches.get(&uid) {
             Some(LaunchState::InFlight) => return Ok(Some(LAUNCH_CHECK_INTERVAL)),
+            // The provider id is written; wait for the view to show it.
+            Some(LaunchState::Recorded(_)) if provider_id(&nodeclaim).is_none() => {
+                return Ok(Some(LAUNCH_CHECK_INTERVAL));
+            }
             Some(LaunchState::Launched(created)) if provider_id(&nodeclaim).is_none() => {
                 match self.record_launch(&nodeclaim, &created).await? {
                     Some(written) => nodeclaim = written,
