@@ -27,7 +27,8 @@ use karpenter_actors::ports::cluster_view::{ChangeMark, ClusterView};
 use karpenter_core::apis::SlimPod;
 use karpenter_core::domain::resources::{Resources, pod_requests};
 use karpenter_core::domain::scheduling::{
-    BoundPod, ExistingNode, Options, Plan, SchedulingPod, Snapshot, solve, taints_from_api,
+    BoundPod, ExistingNode, NodeLabels, Options, Plan, SchedulingPod, Snapshot, solve,
+    taints_from_api,
 };
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt as _};
@@ -151,7 +152,7 @@ pub fn is_schedulable(node: &Node) -> bool {
 }
 
 /// A node as the scheduler core takes it, with the pods on it (and those assumed there).
-pub(crate) fn existing_node(node: &Node, pods: &[Arc<SlimPod>]) -> ExistingNode {
+pub(crate) fn existing_node(node: &Arc<Node>, pods: &[Arc<SlimPod>]) -> ExistingNode {
     let status = node.status.clone().unwrap_or_default();
     let allocatable =
         Resources::from_list(&status.allocatable.unwrap_or_default()).unwrap_or_default();
@@ -178,7 +179,7 @@ pub(crate) fn existing_node(node: &Node, pods: &[Arc<SlimPod>]) -> ExistingNode 
         .unwrap_or_default();
     ExistingNode {
         name: node.name_any(),
-        labels: node.labels().clone(),
+        labels: NodeLabels::node(Arc::clone(node)),
         taints,
         allocatable,
         requested,

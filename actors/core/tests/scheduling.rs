@@ -337,7 +337,8 @@ fn existing_node(name: &str, zone: &str, cpu: i64) -> ExistingNode {
             (ZONE, zone),
             (INSTANCE_TYPE, "c-existing"),
             (CAPACITY_TYPE, "on-demand"),
-        ]),
+        ])
+        .into(),
         allocatable: Resources::core(cpu * 1000, 2 * cpu * GI, 110),
         capacity: Resources::core(cpu * 1000, 2 * cpu * GI, 110),
         initialized: true,

@@ -43,8 +43,8 @@ pub use karpenter_core::domain::pods::{NotProvisionable, provisionable};
 use karpenter_core::domain::pods::{is_terminal, owned_by};
 use karpenter_core::domain::resources::{Resources, pod_requests};
 use karpenter_core::domain::scheduling::{
-    BoundPod, ExistingNode, NodePoolInput, SchedulingPod, Snapshot, daemon_requests_for_node,
-    scheduling_taints, taints_from_api,
+    BoundPod, ExistingNode, NodeLabels, NodePoolInput, SchedulingPod, Snapshot,
+    daemon_requests_for_node, scheduling_taints, taints_from_api,
 };
 
 use super::explain::PoolVerdict;
@@ -211,7 +211,7 @@ pub(crate) struct StateRef {
     /// The Node's name once it has one, else the NodeClaim's.
     pub name: String,
     /// The Node's labels once registered, else the NodeClaim's.
-    pub labels: BTreeMap<String, String>,
+    pub labels: NodeLabels,
     /// Karpenter's `Initialized()` (unmanaged nodes count as initialized).
     pub initialized: bool,
     /// Being deleted, its instance terminating, or tainted `karpenter.sh/disrupted`.
@@ -264,15 +264,16 @@ impl StateNode<'_> {
             .unwrap_or_default()
     }
 
-    fn labels(&self) -> BTreeMap<String, String> {
-        let from_claim = || {
-            self.claim
-                .and_then(|c| c.metadata.labels.clone())
-                .unwrap_or_default()
+    /// The labels, read in place: the Node's once registered, else the NodeClaim's.
+    fn labels(&self) -> NodeLabels {
+        let copied = |labels: Option<&BTreeMap<String, String>>| {
+            NodeLabels::from(labels.cloned().unwrap_or_default())
         };
-        match self.node {
-            Some(node) if self.registered() => node.metadata.labels.clone().unwrap_or_default(),
-            _ => from_claim(),
+        match (self.node, self.arcs) {
+            (Some(_), (Some(node), _)) if self.registered() => NodeLabels::node(Arc::clone(node)),
+            (Some(node), _) if self.registered() => copied(node.metadata.labels.as_ref()),
+            (_, (_, Some(claim))) => NodeLabels::claim(Arc::clone(claim)),
+            _ => copied(self.claim.and_then(|c| c.metadata.labels.as_ref())),
         }
     }
 

@@ -8,7 +8,7 @@
 //! read the Kubernetes objects so that the rules about them (which pods count as active,
 //! reschedulable, evictable; which PDBs fully block) live here, next to the decisions.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use crate::apis::labels;
 use crate::apis::nodepool::Disruption;
 use crate::apis::taints::{Taint, TaintEffect};
 use crate::domain::instance_type::InstanceType;
+use crate::domain::scheduling::NodeLabels;
 use crate::domain::scheduling::{
     LabelSelector, PodError, PreferencePolicy, SchedulingPod, Snapshot,
 };
@@ -232,7 +233,7 @@ pub struct StateNode {
     /// A Node exists.
     pub has_node: bool,
     /// The Node's labels once registered, else the NodeClaim's.
-    pub labels: BTreeMap<String, String>,
+    pub labels: NodeLabels,
     /// Karpenter's `Initialized()`: managed and labelled `karpenter.sh/initialized=true`
     /// (unmanaged nodes count as initialized).
     pub initialized: bool,

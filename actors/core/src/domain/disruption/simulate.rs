@@ -394,7 +394,7 @@ impl<'a> Simulator<'a> {
                     taints: node.taints.clone(),
                     ghost: ExistingNode {
                         name: format!("disruption-simulation-class-{next}"),
-                        labels: class_labels,
+                        labels: class_labels.into(),
                         taints: node.taints.clone(),
                         // Negative room keeps the ghost closed even for pods requesting
                         // nothing.
@@ -1477,7 +1477,7 @@ fn existing_copy(
 ) -> ExistingNode {
     ExistingNode {
         name: node.name.clone(),
-        labels,
+        labels: labels.into(),
         taints: node.taints.clone(),
         allocatable: node.allocatable.clone(),
         requested: node.requested.clone(),

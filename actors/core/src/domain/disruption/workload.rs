@@ -492,7 +492,7 @@ impl Cluster {
             } else {
                 existing.push(ExistingNode {
                     name: spec.name.clone(),
-                    labels: labels.clone(),
+                    labels: labels.clone().into(),
                     taints: Vec::new(),
                     allocatable: spec.instance_type.allocatable().clone(),
                     requested: spec.requested(),
@@ -516,7 +516,7 @@ impl Cluster {
                     instance_terminating: false,
                 }),
                 has_node: spec.has_node,
-                labels,
+                labels: labels.into(),
                 initialized: spec.initialized,
                 ready: spec.ready,
                 marked_for_deletion: spec.marked_for_deletion,

@@ -12,6 +12,7 @@ use crate::domain::instance_type::InstanceType;
 use crate::domain::requirements::{AllowUndefined, Requirement, RequirementError, Requirements};
 use crate::domain::resources::{ResourceError, ResourceLimits, Resources};
 
+use super::node_labels::NodeLabels;
 use super::pod::{BoundPod, HostPort, SchedulingPod, Toleration, first_untolerated};
 
 /// A NodePool that could not be read.
@@ -267,7 +268,7 @@ pub fn daemon_requests_for_node(
 #[derive(Debug, Clone, Default)]
 pub struct ExistingNode {
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    pub labels: NodeLabels,
     /// The taints that matter for scheduling: for a node Karpenter is still initializing,
     /// without its startup taints and the known ephemeral taints.
     pub taints: Vec<Taint>,

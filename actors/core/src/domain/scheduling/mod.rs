@@ -25,6 +25,7 @@ mod bitset;
 mod bound;
 mod explain;
 mod input;
+mod node_labels;
 mod plan;
 mod pod;
 mod selector;
@@ -38,6 +39,7 @@ pub use input::{
     ExistingNode, NodePoolError, NodePoolInput, Snapshot, daemon_requests_for_node,
     scheduling_taints,
 };
+pub use node_labels::NodeLabels;
 pub use plan::{
     CostReport, ExistingPlacement, InstanceTypeChecks, NewNodeClaim, Placement, Plan, PodFailure,
     PoolReason, Reason, TopologyRule, cost_report,
