@@ -1,11 +1,12 @@
 //! The `ClusterApi` adapter over kube-rs, against the emulator.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter::emulator::{Emulator, FaultRule, Verb};
-use karpenter::kube::cluster_api::KubeClusterApi;
+use karpenter::kube::cluster_api::{KubeClusterApi, WRITES_IN_FLIGHT};
 use karpenter_actors::ports::cluster::{
     ClusterApi, ClusterError, ClusterEvent, Deletion, EventType, Eviction, ObjectKind,
 };
@@ -73,6 +74,38 @@ async fn a_status_update_retries_through_conflicts() {
         .filter(|r| r.verb == Verb::Patch)
         .count();
     assert_eq!(patches, 3, "two conflicts, then the write");
+}
+
+#[tokio::test(start_paused = true)]
+async fn updates_beyond_the_in_flight_limit_wait_for_a_slot() {
+    let emulator = Emulator::new().unwrap();
+    let (api, _client) = adapter(&emulator);
+    let count = WRITES_IN_FLIGHT * 2;
+    for i in 0..count {
+        api.create_nodeclaim(&nodeclaim(&format!("c{i}"), &[]))
+            .await
+            .unwrap();
+    }
+    // Every read takes a second (on tokio's paused clock).
+    emulator.faults().inject(
+        FaultRule::delay(Duration::from_secs(1))
+            .on(Verb::Get)
+            .resource("nodeclaims"),
+    );
+    let started = tokio::time::Instant::now();
+    let set =
+        |status: &mut karpenter_core::apis::NodeClaimStatus| status.node_name = Some("n1".into());
+    let writes = (0..count).map(|i| {
+        let api = api.clone();
+        async move {
+            api.update_nodeclaim_status(&format!("c{i}"), &set)
+                .await
+                .unwrap();
+        }
+    });
+    futures::future::join_all(writes).await;
+    // Unbounded, all reads would overlap in one second; the limit makes two waves of them.
+    assert_eq!(started.elapsed().as_secs(), 2);
 }
 
 #[tokio::test(start_paused = true)]
