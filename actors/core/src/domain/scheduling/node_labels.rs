@@ -158,7 +158,10 @@ mod tests {
         let from_node = NodeLabels::node(Arc::clone(&node));
         assert_eq!(*from_node, labels);
         assert!(
-            std::ptr::eq(&*from_node, node.metadata.labels.as_ref().unwrap()),
+            std::ptr::eq(
+                &raw const *from_node,
+                node.metadata.labels.as_ref().unwrap()
+            ),
             "read in place, not copied"
         );
         assert_eq!(*NodeLabels::claim(Arc::new(claim)), labels);
