@@ -14,6 +14,7 @@ mod support;
 
 use std::time::Duration;
 
+use karpenter_actors::messages::ClusterChange;
 use karpenter_actors::metrics::{FORCEFUL_TERMINATION, disruption_reason};
 use karpenter_actors::nodepool::GetNodePoolUsage;
 use karpenter_actors::ports::cloud_provider::{CloudProviderError, DriftReason};
@@ -318,6 +319,38 @@ async fn a_crash_between_launch_and_status_write_does_not_launch_a_second_instan
     assert_eq!(
         h.provider_id("default-a"),
         h.cloud.instances().keys().next().cloned()
+    );
+}
+
+#[actix::test]
+async fn a_view_behind_the_launch_write_does_not_launch_again() {
+    tokio::time::pause();
+    let h = Harness::start();
+    h.add_nodeclaim(nodeclaim("default-a", json!({})));
+    h.settle().await;
+    assert_eq!(
+        h.condition("default-a", "Launched"),
+        Some(("True".into(), "Launched".into()))
+    );
+    let written = h.nodeclaim("default-a").unwrap();
+    // The view falls behind: it shows the NodeClaim as it was before the launch was written.
+    let mut stale = written.clone();
+    stale.status = None;
+    h.view.put_nodeclaim(stale);
+    h.daemon.observe(&ClusterChange::NodeClaim {
+        name: "default-a".into(),
+        deleted: false,
+    });
+    let reads = h.api.calls_of(Operation::UpdateNodeClaimStatus).len();
+    h.advance(Duration::from_secs(10)).await;
+    assert_eq!(h.cloud.creates().len(), 1, "no second launch");
+    assert!(
+        h.api.calls_of(Operation::UpdateNodeClaimStatus).len() > reads,
+        "the written launch is read back from the API server"
+    );
+    assert_eq!(
+        h.provider_id("default-a"),
+        written.status.unwrap().provider_id
     );
 }
 

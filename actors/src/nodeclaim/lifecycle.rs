@@ -99,6 +99,13 @@ impl NodeClaimActor {
         self.written(what, result)
     }
 
+    /// The NodeClaim as the API server has it: an update that changes nothing writes nothing
+    /// and answers the object read. `None` when it is gone.
+    pub(super) async fn read_back(&self) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+        self.write_status("reading the NodeClaim back", &|_: &mut NodeClaimStatus| {})
+            .await
+    }
+
     /// Writes a metadata change; `None` when the NodeClaim is gone.
     pub(super) async fn write_nodeclaim(
         &self,
@@ -337,10 +344,15 @@ impl NodeClaimActor {
                 self.launch_not_before = None;
                 Ok(Step::Continue(written, None))
             }
-            // Written already; this NodeClaim is an older copy the view has yet to replace.
-            Some(LaunchState::Recorded(_)) => {
-                Ok(Step::Continue(nodeclaim, Some(LAUNCH_CHECK_INTERVAL)))
-            }
+            // Written already; this copy predates the write (the view lags): go on with the
+            // NodeClaim as the API server has it.
+            Some(LaunchState::Recorded(_)) => match self.read_back().await? {
+                Some(current) if is_true(&current, cond::LAUNCHED) => {
+                    Ok(Step::Continue(current, None))
+                }
+                Some(current) => Ok(Step::Continue(current, Some(LAUNCH_CHECK_INTERVAL))),
+                None => Ok(Step::Stop),
+            },
             Some(LaunchState::InFlight | LaunchState::Failed(_)) => {
                 ctx.set_state("launching");
                 Ok(Step::Continue(nodeclaim, Some(LAUNCH_CHECK_INTERVAL)))

@@ -134,9 +134,12 @@ impl NodeClaimActor {
         let _ = self.launches.take_failure(&uid);
         match self.launches.get(&uid) {
             Some(LaunchState::InFlight) => return Ok(Some(LAUNCH_CHECK_INTERVAL)),
-            // The provider id is written; wait for the view to show it.
+            // The provider id is written but this copy predates it: read it back.
             Some(LaunchState::Recorded(_)) if provider_id(&nodeclaim).is_none() => {
-                return Ok(Some(LAUNCH_CHECK_INTERVAL));
+                match self.read_back().await? {
+                    Some(current) => nodeclaim = current,
+                    None => return Ok(None),
+                }
             }
             Some(LaunchState::Launched(created)) if provider_id(&nodeclaim).is_none() => {
                 match self.record_launch(&nodeclaim, &created).await? {
