@@ -98,14 +98,13 @@ struct Indexes {
 const FIRST_INDEX_SWEEP: usize = 1_024;
 
 impl Indexes {
-    fn labels(&mut self, fresh: Labels) -> Labels {
+    /// The held indexes equal to `labels` and `fields` (or these, now held).
+    fn share(&mut self, labels: Labels, fields: Fields) -> (Labels, Fields) {
         self.sweep();
-        intern(&mut self.labels, fresh)
-    }
-
-    fn fields(&mut self, fresh: Fields) -> Fields {
-        self.sweep();
-        intern(&mut self.fields, fresh)
+        (
+            intern(&mut self.labels, labels),
+            intern(&mut self.fields, fields),
+        )
     }
 
     /// Drops the entries only the sets hold, once they have doubled since the last sweep.
@@ -479,11 +478,10 @@ impl Txn<'_> {
                 .into_boxed_slice(),
         );
         // Most writes change neither, and most objects share theirs with others.
-        let labels = self.inner.indexes.labels(selector::extract_labels(object));
-        let fields = self
-            .inner
-            .indexes
-            .fields(selector::extract_fields(behavior, object));
+        let (labels, fields) = self.inner.indexes.share(
+            selector::extract_labels(object),
+            selector::extract_fields(behavior, object),
+        );
         Arc::new(StoredObject {
             key,
             rv,

@@ -197,7 +197,8 @@ impl BoundFacts {
 struct StateNode<'a> {
     node: Option<&'a Node>,
     claim: Option<&'a NodeClaim>,
-    /// The shared objects behind `node` and `claim`, for [`StateRef`].
+    /// The shared objects behind `node` and `claim` (always both set or both unset), for
+    /// [`StateRef`] and the labels.
     arcs: (Option<&'a Arc<Node>>, Option<&'a Arc<NodeClaim>>),
 }
 
@@ -266,14 +267,10 @@ impl StateNode<'_> {
 
     /// The labels, read in place: the Node's once registered, else the NodeClaim's.
     fn labels(&self) -> NodeLabels {
-        let copied = |labels: Option<&BTreeMap<String, String>>| {
-            NodeLabels::from(labels.cloned().unwrap_or_default())
-        };
-        match (self.node, self.arcs) {
-            (Some(_), (Some(node), _)) if self.registered() => NodeLabels::node(Arc::clone(node)),
-            (Some(node), _) if self.registered() => copied(node.metadata.labels.as_ref()),
-            (_, (_, Some(claim))) => NodeLabels::claim(Arc::clone(claim)),
-            _ => copied(self.claim.and_then(|c| c.metadata.labels.as_ref())),
+        match self.arcs {
+            (Some(node), _) if self.registered() => NodeLabels::node(Arc::clone(node)),
+            (_, Some(claim)) => NodeLabels::claim(Arc::clone(claim)),
+            _ => NodeLabels::default(),
         }
     }
 
@@ -481,7 +478,7 @@ pub(super) fn has_work(view: &dyn ClusterView) -> bool {
         StateNode {
             node: Some(n.as_ref()),
             claim: None,
-            arcs: (None, None),
+            arcs: (Some(n), None),
         }
         .deleting()
     });
@@ -490,7 +487,7 @@ pub(super) fn has_work(view: &dyn ClusterView) -> bool {
             StateNode {
                 node: None,
                 claim: Some(c.as_ref()),
-                arcs: (None, None),
+                arcs: (None, Some(c)),
             }
             .deleting()
         })

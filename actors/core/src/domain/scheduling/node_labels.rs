@@ -131,16 +131,9 @@ impl Eq for NodeLabels {}
 mod tests {
     use super::*;
 
-    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
-
     #[test]
     fn each_source_reads_as_its_map_and_none_as_empty() {
-        let labels = map(&[("topology.kubernetes.io/zone", "z1")]);
+        let labels = BTreeMap::from([("topology.kubernetes.io/zone".to_owned(), "z1".to_owned())]);
         let mut node = Node::default();
         node.metadata.labels = Some(labels.clone());
         let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
