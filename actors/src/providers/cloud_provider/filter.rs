@@ -41,10 +41,15 @@ pub fn launch_candidates(
     requirements: &Requirements,
     requests: &Resources,
 ) -> Result<LaunchCandidates, MinValuesError> {
+    // A type's own instance-type label is its name: a name the requirements exclude can never
+    // be compatible, and checking the name first skips the full comparison for the hundreds of
+    // types a scheduled NodeClaim's instance-type list leaves out.
+    let named = requirements.get(labels::INSTANCE_TYPE);
     let compatible: Vec<Arc<InstanceType>> = instance_types
         .iter()
         .filter(|it| {
-            requirements.is_compatible(&it.requirements, AllowUndefined::WellKnown)
+            named.is_none_or(|allowed| allowed.has(&it.name))
+                && requirements.is_compatible(&it.requirements, AllowUndefined::WellKnown)
                 && it
                     .available_offerings()
                     .any(|o| o.is_compatible(requirements))
@@ -284,5 +289,40 @@ mod tests {
         let error =
             launch_candidates(&types, &too_many, &Resources::default()).expect_err("refused");
         assert_eq!((error.needed, error.available), (61, 60));
+    }
+
+    #[test]
+    fn the_instance_type_name_check_keeps_exactly_the_compatible_types() {
+        let types: Vec<Arc<InstanceType>> = ["m5.large", "m5.xlarge", "c5.large", "r5.large"]
+            .iter()
+            .map(|name| it(name, "large", 2, 0, both(0.04, 0.096)))
+            .collect();
+        let pick = ["m5.xlarge", "r5.large"];
+        let cases = [
+            (Operator::In, &pick[..]),
+            (Operator::NotIn, &pick[..]),
+            (Operator::Exists, &[][..]),
+            (Operator::DoesNotExist, &[][..]),
+        ];
+        for (operator, values) in cases {
+            let requirements = Requirements::from_requirements([Requirement::new(
+                INSTANCE_TYPE,
+                operator,
+                values,
+            )
+            .expect("valid")]);
+            let compatible: Vec<&str> = types
+                .iter()
+                .filter(|t| requirements.is_compatible(&t.requirements, AllowUndefined::WellKnown))
+                .map(|t| t.name.as_str())
+                .collect();
+            let mut kept = launch_candidates(&types, &requirements, &Resources::default())
+                .map(|c| names(&c).into_iter().map(str::to_owned).collect::<Vec<_>>())
+                .unwrap_or_default();
+            kept.sort();
+            let mut expected: Vec<String> = compatible.iter().map(|n| (*n).to_owned()).collect();
+            expected.sort();
+            assert_eq!(kept, expected, "{operator:?} {values:?}");
+        }
     }
 }
