@@ -733,6 +733,13 @@ impl Shared {
         }
         let mut merged = lifecycle::merge_update(kind, &old_value, new, subresource, applied);
         lifecycle::check_update(kind, &old_value, &merged)?;
+        set_meta(&mut merged, "resourceVersion", json!(old.rv.to_string()));
+        // An update that changes nothing is answered with the stored object before admission:
+        // what is stored was admitted, and the server ratchets unchanged values. (A budget's
+        // status is refreshed on every write, so its no-op writes go on.)
+        if kind.behavior != Behavior::PodDisruptionBudget && merged == old_value {
+            return Ok((Written::Stored(Arc::clone(old)), Vec::new()));
+        }
         let mut warnings = Vec::new();
         if let Behavior::Custom(crd_kind) = kind.behavior
             && self.admits_schemas()
@@ -751,7 +758,6 @@ impl Shared {
         if kind.behavior == Behavior::PodDisruptionBudget {
             self.refresh_budget_status(txn, &mut merged, &key.namespace, &now);
         }
-        set_meta(&mut merged, "resourceVersion", json!(old.rv.to_string()));
         if merged == old_value {
             return Ok((Written::Stored(Arc::clone(old)), warnings));
         }

@@ -157,3 +157,38 @@ async fn a_nodepool_with_an_empty_node_class_name_is_refused_as_karpenters_crd_r
         "{causes:?}"
     );
 }
+
+#[tokio::test]
+async fn an_update_that_changes_nothing_is_not_revalidated_but_a_change_is() {
+    // kube-apiserver ratchets unchanged values: a stored object that a stricter schema would
+    // refuse can still be written back unchanged.
+    let (emulator, client) = cluster();
+    let pools: Api<DynamicObject> = Api::all_with(client, &ApiResource::erase::<NodePool>(&()));
+    let mut document = nodepool_json("legacy");
+    document["spec"]["weight"] = json!(1000);
+    emulator.set_schema_admission(false);
+    let stored = pools
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(document).unwrap(),
+        )
+        .await
+        .unwrap();
+    emulator.set_schema_admission(true);
+    let same = json!({ "spec": { "weight": 1000 } });
+    let unchanged = pools
+        .patch("legacy", &PatchParams::default(), &Patch::Merge(&same))
+        .await
+        .expect("an unchanged object is written back");
+    assert_eq!(
+        unchanged.metadata.resource_version,
+        stored.metadata.resource_version
+    );
+    let labels = json!({ "metadata": { "labels": { "team": "a" } } });
+    let status = status_of(
+        pools
+            .patch("legacy", &PatchParams::default(), &Patch::Merge(&labels))
+            .await,
+    );
+    assert_eq!(status.code, 422, "a real change is validated: {status:?}");
+}
