@@ -5,7 +5,7 @@
 //!
 //! Each size runs in a child process of this bench, so its peak resident set is its own. Per
 //! size it prints: wall time, simulated seconds per wall second, peak RSS (`VmHWM`), the peak
-//! live heap (`pk heap`, counted over the binary's allocator, mimalloc), and the heap at the end
+//! live heap (`pk heap`, counted over the binary's allocator, jemalloc), and the heap at the end
 //! split by part:
 //!
 //! - `emulator`: the API emulator's stored objects and watch history (its own byte count);
@@ -39,7 +39,7 @@ use karpenter_actors::ports::cluster_view::ClusterView;
 
 /// The binary's allocator (src/main.rs), counted.
 #[global_allocator]
-static GLOBAL: Cap<mimalloc::MiMalloc> = Cap::new(mimalloc::MiMalloc, usize::MAX);
+static GLOBAL: Cap<tikv_jemallocator::Jemalloc> = Cap::new(tikv_jemallocator::Jemalloc, usize::MAX);
 
 const SCENARIO: &str = include_str!("../config/scenarios/scale.yaml");
 /// The scenario's own size: its one-per-node pods.

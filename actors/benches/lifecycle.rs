@@ -42,7 +42,7 @@ use support::{Harness, PodSpecBuilder, make_ready, nodeclaim, nodeclass, nodepoo
 /// glibc's malloc the per-unit cost grew with the heap (its bin searches and
 /// consolidation), a cost the daemon does not pay.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Whether the view shows the NodeClaim `Initialized` (an `Arc` read, no copy).
 fn initialized(h: &Harness, name: &str) -> bool {

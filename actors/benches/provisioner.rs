@@ -50,7 +50,7 @@ use prometheus_client::registry::Registry;
 /// glibc's malloc the per-unit cost grew with the heap (its bin searches and
 /// consolidation), a cost the daemon does not pay.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// How long to wait between status polls (real time): short beside the smallest case's run.
 const POLL: Duration = Duration::from_micros(250);
