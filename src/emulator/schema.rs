@@ -163,7 +163,11 @@ pub(crate) fn admit(
         apply_defaults(schema, object);
     }
     let mut causes: Vec<Cause> = Vec::new();
-    if let Outcome::Checked { violations, .. } = validator.validate(object) {
+    let outcome = match old {
+        Some(old) => validator.validate_update(object, old),
+        None => validator.validate(object),
+    };
+    if let Outcome::Checked { violations, .. } = outcome {
         causes.extend(violations.into_iter().map(|v| Cause {
             reason: if v.message == "Required value" {
                 "FieldValueRequired"

@@ -159,9 +159,9 @@ async fn a_nodepool_with_an_empty_node_class_name_is_refused_as_karpenters_crd_r
 }
 
 #[tokio::test]
-async fn an_update_that_changes_nothing_is_not_revalidated_but_a_change_is() {
-    // kube-apiserver ratchets unchanged values: a stored object that a stricter schema would
-    // refuse can still be written back unchanged.
+async fn an_update_ratchets_what_it_did_not_change_and_checks_what_it_did() {
+    // kube-apiserver ratchets unchanged values (CRDValidationRatcheting, on by default since
+    // 1.30): an object stored under an older schema can still be written where it did not change.
     let (emulator, client) = cluster();
     let pools: Api<DynamicObject> = Api::all_with(client, &ApiResource::erase::<NodePool>(&()));
     let mut document = nodepool_json("legacy");
@@ -185,10 +185,20 @@ async fn an_update_that_changes_nothing_is_not_revalidated_but_a_change_is() {
         stored.metadata.resource_version
     );
     let labels = json!({ "metadata": { "labels": { "team": "a" } } });
+    let relabelled = pools
+        .patch("legacy", &PatchParams::default(), &Patch::Merge(&labels))
+        .await
+        .expect("the unchanged invalid weight is ratcheted");
+    assert_ne!(
+        relabelled.metadata.resource_version,
+        stored.metadata.resource_version
+    );
+    let weight = json!({ "spec": { "weight": 2000 } });
     let status = status_of(
         pools
-            .patch("legacy", &PatchParams::default(), &Patch::Merge(&labels))
+            .patch("legacy", &PatchParams::default(), &Patch::Merge(&weight))
             .await,
     );
-    assert_eq!(status.code, 422, "a real change is validated: {status:?}");
+    assert_eq!(status.code, 422, "a changed value is checked: {status:?}");
+    assert_eq!(status.details.unwrap().causes[0].field, "spec.weight");
 }

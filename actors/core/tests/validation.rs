@@ -929,3 +929,31 @@ fn every_violation_of_a_document_is_reported_together() {
         );
     }
 }
+
+#[test]
+fn an_update_ratchets_schema_errors_only_where_the_value_did_not_change() {
+    let schema_errors = |outcome: Outcome| match outcome {
+        Outcome::Checked { violations, .. } => violations
+            .into_iter()
+            .map(|v| v.path)
+            .collect::<Vec<String>>(),
+        Outcome::Skipped { reason } => panic!("skipped: {reason}"),
+    };
+    let old = with_spec(nodepool(), "weight", json!(1000));
+    assert!(
+        schema_errors(VALIDATOR.validate(&old)).contains(&"spec.weight".to_owned()),
+        "the old document is invalid on its own"
+    );
+    let mut relabelled = old.clone();
+    relabelled["metadata"]["labels"] = json!({ "team": "a" });
+    assert!(
+        schema_errors(VALIDATOR.validate_update(&relabelled, &old)).is_empty(),
+        "an unchanged invalid weight is ratcheted"
+    );
+    let reweighted = with_spec(old.clone(), "weight", json!(2000));
+    assert_eq!(
+        schema_errors(VALIDATOR.validate_update(&reweighted, &old)),
+        ["spec.weight"],
+        "a changed weight is checked"
+    );
+}

@@ -90,6 +90,17 @@ impl Validator {
     /// Validates one parsed document (any kind; others are skipped).
     #[must_use]
     pub fn validate(&self, document: &Value) -> Outcome {
+        self.validate_with(document, None)
+    }
+
+    /// Validates `document` as an update of `old`: schema checks skip the values that did not
+    /// change ([`SchemaChecker::check_update`]); the rules see the whole object.
+    #[must_use]
+    pub fn validate_update(&self, document: &Value, old: &Value) -> Outcome {
+        self.validate_with(document, Some(old))
+    }
+
+    fn validate_with(&self, document: &Value, old: Option<&Value>) -> Outcome {
         let Some(object) = document.as_object() else {
             return Outcome::Skipped {
                 reason: "not a Kubernetes object (expected a mapping)".to_owned(),
@@ -141,7 +152,12 @@ impl Validator {
         }
         let mut pruned = document.clone();
         structural::prune_nulls(&mut pruned);
-        self.checker(kind).check(&pruned, &mut violations);
+        match old {
+            Some(old) => self
+                .checker(kind)
+                .check_update(&pruned, old, &mut violations),
+            None => self.checker(kind).check(&pruned, &mut violations),
+        }
         check_rules(kind, &pruned, &mut violations);
         Outcome::Checked {
             kind,

@@ -40,10 +40,35 @@ impl SchemaChecker {
 
     /// Every schema violation of `document`.
     pub fn check(&self, document: &Value, violations: &mut Violations) {
-        self.check_node(&self.schema, document, &FieldPath::root(), violations);
+        self.check_node(&self.schema, document, None, &FieldPath::root(), violations);
     }
 
-    fn check_node(&self, schema: &Value, value: &Value, path: &FieldPath, out: &mut Violations) {
+    /// The schema violations of `document` as an update of `old`, ratcheted as the API server
+    /// does (`CRDValidationRatcheting`, on by default since Kubernetes 1.30): a value equal to
+    /// the old one at the same path is not checked again, so an object stored under an older
+    /// schema can still be written where it did not change. Object fields correlate by name;
+    /// a list is compared whole.
+    pub fn check_update(&self, document: &Value, old: &Value, violations: &mut Violations) {
+        self.check_node(
+            &self.schema,
+            document,
+            Some(old),
+            &FieldPath::root(),
+            violations,
+        );
+    }
+
+    fn check_node(
+        &self,
+        schema: &Value,
+        value: &Value,
+        old: Option<&Value>,
+        path: &FieldPath,
+        out: &mut Violations,
+    ) {
+        if old == Some(value) {
+            return;
+        }
         if path.as_str() == "metadata" {
             check_metadata(value, path, out);
             return;
@@ -68,7 +93,10 @@ impl SchemaChecker {
         }
         self.check_scalar(schema, value, path, out);
         match value {
-            Value::Object(map) => self.check_object(schema, map, path, out),
+            Value::Object(map) => {
+                let old = old.and_then(Value::as_object);
+                self.check_object(schema, map, old, path, out);
+            }
             Value::Array(items) => self.check_array(schema, items, path, out),
             _ => {}
         }
@@ -138,6 +166,7 @@ impl SchemaChecker {
         &self,
         schema: &Value,
         map: &Map<String, Value>,
+        old: Option<&Map<String, Value>>,
         path: &FieldPath,
         out: &mut Violations,
     ) {
@@ -164,10 +193,11 @@ impl SchemaChecker {
             schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
         // Like the API server, a null in a non-nullable field counts as absent.
         for (name, child) in map.iter().filter(|(_, child)| !child.is_null()) {
+            let old_child = old.and_then(|o| o.get(name));
             if let Some(child_schema) = properties.and_then(|p| p.get(name)) {
-                self.check_node(child_schema, child, &path.child(name), out);
+                self.check_node(child_schema, child, old_child, &path.child(name), out);
             } else if let Some(value_schema) = additional {
-                self.check_node(value_schema, child, &path.key(name), out);
+                self.check_node(value_schema, child, old_child, &path.key(name), out);
             } else if !preserve && (properties.is_some() || path.as_str() == "<root>") {
                 out.add(&path.child(name), "unknown field");
             }
@@ -187,7 +217,7 @@ impl SchemaChecker {
         }
         if let Some(item_schema) = schema.get("items") {
             for (index, item) in items.iter().enumerate() {
-                self.check_node(item_schema, item, &path.index(index), out);
+                self.check_node(item_schema, item, None, &path.index(index), out);
             }
         }
     }
