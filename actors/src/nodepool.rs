@@ -23,7 +23,8 @@
 //! [`GetNodePoolUsage`] answers the pool's usage and remaining limits (the same pure functions
 //! the Provisioner can call on the view directly). Counts keep each NodeClaim's capacity
 //! between them ([`CapacityCache`]), so a recount reads again only the NodeClaims and Nodes that
-//! changed. The actor is a [`Reconciler`]: it stops when its NodePool is gone.
+//! changed, and a recount while the view's NodeClaims and Nodes did not change at all
+//! ([`ChangeMark`]) answers the last count without walking the pool. The actor is a [`Reconciler`]: it stops when its NodePool is gone.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +32,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::deps::Deps;
+use crate::messages::WatchedKind;
 use crate::ports::cluster::ClusterError;
+use crate::ports::cluster_view::ChangeMark;
 use crate::runtime::{
     Action, ActorCtx, ActorError, Backoff, Cause, Coalesce, ControllerId, Handles, Mail,
     ReconcileError, ReconcilePolicy, Reconciler, RestartPolicy, Start, Supervised,
@@ -118,6 +121,11 @@ pub struct NodePoolActor {
     recounted: Option<Instant>,
     /// Each NodeClaim's capacity as the last count read it.
     capacities: CapacityCache,
+    /// The last count, and the view's NodeClaim and Node change counts it was made at: while
+    /// neither kind changed, the pool's usage is the same and a recount (every
+    /// [`COUNTER_RESYNC`], a walk over all of the pool's NodeClaims) answers it again.
+    counted: Option<limits::NodePoolUsage>,
+    count_mark: ChangeMark<2>,
 }
 
 impl Supervised for NodePoolActor {
@@ -138,6 +146,8 @@ impl Supervised for NodePoolActor {
             deps: deps.clone(),
             recounted: None,
             capacities: CapacityCache::default(),
+            counted: None,
+            count_mark: ChangeMark::new([WatchedKind::NodeClaim, WatchedKind::Node]),
         })
     }
 
@@ -208,12 +218,21 @@ impl NodePoolActor {
     /// The pool's usage as the view shows it now: its live NodeClaims and their Nodes.
     fn usage(&mut self) -> limits::NodePoolUsage {
         let view = self.deps.view.as_ref();
+        let counts = self.count_mark.read(view);
+        if let Some(counted) = &self.counted
+            && self.count_mark.unchanged(counts)
+        {
+            return counted.clone();
+        }
         let nodeclaims = view.nodeclaims_of_nodepool(&self.name);
-        self.capacities.usage(
+        let usage = self.capacities.usage(
             nodeclaims.iter().map(AsRef::as_ref),
             |provider_id| view.node_by_provider_id(provider_id),
             &self.name,
-        )
+        );
+        self.counted = Some(usage.clone());
+        self.count_mark.mark(counts);
+        usage
     }
 }
 

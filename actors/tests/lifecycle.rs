@@ -14,6 +14,7 @@ mod support;
 
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use karpenter_actors::messages::ClusterChange;
 use karpenter_actors::metrics::{FORCEFUL_TERMINATION, disruption_reason};
 use karpenter_actors::nodepool::GetNodePoolUsage;
@@ -815,11 +816,25 @@ async fn nodepool_status_counts_the_resources_of_its_nodeclaims() {
     let remaining: Vec<(&str, i64)> = usage.remaining.iter().collect();
     assert_eq!(remaining, [("cpu", 6000), ("nodes", 3)]);
 
+    // Only a Node changes (no NodeClaim): the count is made again with the capacity it reports.
+    let node = h.register_node("default-a", &[], &[]);
+    h.advance(Duration::from_secs(6)).await;
+    h.edit_node(&node, |n| {
+        let capacity = n.status.as_mut().unwrap().capacity.as_mut().unwrap();
+        capacity.insert("cpu".into(), Quantity("3".into()));
+    });
+    h.advance(Duration::from_secs(6)).await;
+    let resources = h.api.nodepool(NODEPOOL).unwrap().status.unwrap().resources;
+    assert_eq!(
+        resources["cpu"].0, "5",
+        "the node's reported capacity counts"
+    );
+
     h.delete_nodeclaim("default-b").await;
     h.advance(Duration::from_secs(1)).await;
     let resources = h.api.nodepool(NODEPOOL).unwrap().status.unwrap().resources;
     assert_eq!(
-        resources["cpu"].0, "2",
+        resources["cpu"].0, "3",
         "a deleting NodeClaim no longer counts"
     );
     assert_eq!(resources["nodes"].0, "1");
