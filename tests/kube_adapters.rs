@@ -11,6 +11,8 @@
 
 #[path = "kube_adapters/cluster_api.rs"]
 mod cluster_api;
+#[path = "kube_adapters/events.rs"]
+mod events;
 #[path = "kube_adapters/ingress.rs"]
 mod ingress;
 #[path = "kube_adapters/leader.rs"]

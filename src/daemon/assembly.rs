@@ -433,13 +433,16 @@ impl DaemonAssembly {
         }
         let view: Arc<dyn ClusterView> = Arc::new(state.clone());
         let deps = |built: &BuiltCloud, gate: Option<&LeadershipGate>| {
-            let cluster: Arc<dyn ClusterApi> = Arc::new(KubeClusterApi::new(
-                client.clone(),
-                kube::runtime::events::Reporter {
-                    controller: EVENT_CONTROLLER.to_owned(),
-                    instance: Some(identity.clone()),
-                },
-            ));
+            let cluster: Arc<dyn ClusterApi> = Arc::new(
+                KubeClusterApi::new(
+                    client.clone(),
+                    kube::runtime::events::Reporter {
+                        controller: EVENT_CONTROLLER.to_owned(),
+                        instance: Some(identity.clone()),
+                    },
+                )
+                .with_clock(Arc::clone(&clock)),
+            );
             // Karpenter's call metrics around the cloud provider, inside the gate.
             let metered: Arc<dyn CloudProvider> = Arc::new(MeteredCloudProvider::new(
                 Arc::clone(&built.cloud),

@@ -5,7 +5,7 @@
 //! so the API server refuses it (409) when the object changed meanwhile; then they read and try
 //! again, up to [`CONFLICT_ATTEMPTS`] times (Karpenter uses client-go's `RetryOnConflict` the
 //! same way). Patching only the difference leaves fields our types do not know untouched.
-//! Status changes go to the `status` subresource. Events go through kube-runtime's [`Recorder`], which
+//! Status changes go to the `status` subresource. Events go through [`EventRecorder`], which
 //! turns repeats into an event series.
 
 use std::fmt;
@@ -15,6 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use karpenter_actors::ports::clock::{Clock, SystemClock};
 use karpenter_actors::ports::cluster::{
     Change, ClusterApi, ClusterError, ClusterEvent, Deletion, EventType, Eviction, FieldProblem,
     ObjectKind,
@@ -24,12 +25,14 @@ use karpenter_core::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
 };
 use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::{Api, Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
+
+use super::events::{EventRecorder, Occurrence};
 
 /// Field manager named in the patches this adapter sends.
 pub const FIELD_MANAGER: &str = "karpenter";
@@ -47,7 +50,7 @@ pub const WRITES_IN_FLIGHT: usize = 64;
 #[derive(Clone)]
 pub struct KubeClusterApi {
     client: Client,
-    recorder: Recorder,
+    events: EventRecorder,
     retry: RetryPolicy,
     /// Slots for updates in flight ([`WRITES_IN_FLIGHT`]), shared by the adapter's clones.
     writes: Arc<Semaphore>,
@@ -75,14 +78,25 @@ enum Attempt<T> {
 }
 
 impl KubeClusterApi {
-    /// An adapter publishing events as `reporter` (controller `karpenter`, instance the pod name).
+    /// An adapter publishing events as `reporter` (controller `karpenter`, instance the pod
+    /// name), stamped with the wall clock.
     #[must_use]
     pub fn new(client: Client, reporter: Reporter) -> Self {
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            events: EventRecorder::new(client.clone(), reporter, Arc::new(SystemClock)),
             client,
             retry: RetryPolicy::constant(CONFLICT_DELAY, CONFLICT_ATTEMPTS),
             writes: Arc::new(Semaphore::new(WRITES_IN_FLIGHT)),
+        }
+    }
+
+    /// The same adapter stamping events with `clock` (the daemon's: simulated time in a
+    /// simulation).
+    #[must_use]
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            events: self.events.with_clock(clock),
+            ..self
         }
     }
 
@@ -413,19 +427,20 @@ impl ClusterApi for KubeClusterApi {
     }
 
     async fn publish_event(&self, event: &ClusterEvent) -> Result<(), ClusterError> {
-        let published = Event {
+        let occurrence = Occurrence {
             type_: match event.type_ {
-                EventType::Normal => KubeEventType::Normal,
-                EventType::Warning => KubeEventType::Warning,
+                EventType::Normal => "Normal",
+                EventType::Warning => "Warning",
             },
-            reason: event.reason.clone(),
-            note: event.note.clone(),
-            action: event.action.clone(),
-            secondary: event.related.clone(),
+            reason: &event.reason,
+            action: &event.action,
+            note: event.note.as_deref(),
+            regarding: &event.regarding,
+            related: event.related.as_ref(),
         };
         let name = event.regarding.name.clone().unwrap_or_default();
-        self.recorder
-            .publish(&published, &event.regarding)
+        self.events
+            .publish(&occurrence)
             .await
             .map_err(|e| classify(ObjectKind::Event, &name, e))
     }

@@ -5,6 +5,8 @@
 //! - [`cluster_api`]: the `ClusterApi` port of `karpenter-actors` (every write the daemon makes:
 //!   NodeClaims, statuses with optimistic concurrency, node labels, taints and cordon,
 //!   evictions, pod deletion, events).
+//! - [`events`]: the event recorder behind `ClusterApi::publish_event` (series of repeats,
+//!   stamped with the daemon's clock).
 //! - [`leader`]: leader election on a Lease with Karpenter's timing, and the leadership gate
 //!   every write checks.
 //! - [`client`]: the daemon's two clients (rate-limited and gated; the lease's own) with
@@ -18,6 +20,7 @@
 
 pub mod client;
 pub mod cluster_api;
+pub mod events;
 pub mod ingress;
 pub mod leader;
 pub mod lenient;

@@ -407,7 +407,7 @@ impl FakeKubelet {
         };
         Self {
             nodes: Api::all(client.clone()),
-            cluster: KubeClusterApi::new(client.clone(), reporter),
+            cluster: KubeClusterApi::new(client.clone(), reporter).with_clock(Arc::clone(&clock)),
             client,
             machines: Machines::NodeClaims,
             view,
