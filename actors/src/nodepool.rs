@@ -24,7 +24,8 @@
 //! the Provisioner can call on the view directly). Counts keep each NodeClaim's capacity
 //! between them ([`CapacityCache`]), so a recount reads again only the NodeClaims and Nodes that
 //! changed, and a recount while the view's NodeClaims and Nodes did not change at all
-//! ([`ChangeMark`]) answers the last count without walking the pool. The actor is a [`Reconciler`]: it stops when its NodePool is gone.
+//! ([`ChangeMark`]) answers the last count without walking the pool. The actor is a
+//! [`Reconciler`]: it stops when its NodePool is gone.
 
 use std::sync::Arc;
 use std::time::Duration;
