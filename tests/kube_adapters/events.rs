@@ -37,15 +37,17 @@ fn node(name: &str) -> ObjectReference {
     }
 }
 
-fn occurrence<'a>(regarding: &'a ObjectReference, reason: &'a str) -> Occurrence<'a> {
-    Occurrence {
+/// Publishes a `Normal` event of `reason` about `regarding`; the emulator must take it.
+async fn publish(recorder: &EventRecorder, regarding: &ObjectReference, reason: &str) {
+    let occurrence = Occurrence {
         type_: "Normal",
         reason,
         action: "Disrupting",
         note: Some("a note"),
         regarding,
         related: None,
-    }
+    };
+    recorder.publish(&occurrence).await.unwrap();
 }
 
 async fn events(emulator: &Emulator) -> Vec<Event> {
@@ -61,15 +63,9 @@ async fn a_repeat_within_six_minutes_joins_the_series_at_the_clocks_time() {
     let (recorder, clock) = recorder(&emulator);
     let regarding = node("n1");
     let started = clock.now();
-    recorder
-        .publish(&occurrence(&regarding, "Unconsolidatable"))
-        .await
-        .unwrap();
+    publish(&recorder, &regarding, "Unconsolidatable").await;
     clock.advance(Duration::from_mins(5));
-    recorder
-        .publish(&occurrence(&regarding, "Unconsolidatable"))
-        .await
-        .unwrap();
+    publish(&recorder, &regarding, "Unconsolidatable").await;
 
     let stored = events(&emulator).await;
     assert_eq!(stored.len(), 1, "{stored:?}");
@@ -95,20 +91,11 @@ async fn a_repeat_after_six_minutes_is_a_new_event_and_the_old_series_is_forgott
     let (recorder, clock) = recorder(&emulator);
     let first = node("n1");
     let second = node("n2");
-    recorder
-        .publish(&occurrence(&first, "Unconsolidatable"))
-        .await
-        .unwrap();
-    recorder
-        .publish(&occurrence(&second, "Unconsolidatable"))
-        .await
-        .unwrap();
+    publish(&recorder, &first, "Unconsolidatable").await;
+    publish(&recorder, &second, "Unconsolidatable").await;
     assert_eq!(recorder.remembered(), 2);
     clock.advance(Duration::from_secs(361));
-    recorder
-        .publish(&occurrence(&first, "Unconsolidatable"))
-        .await
-        .unwrap();
+    publish(&recorder, &first, "Unconsolidatable").await;
 
     let stored = events(&emulator).await;
     assert_eq!(stored.len(), 3, "{stored:?}");
@@ -129,10 +116,7 @@ async fn events_at_the_same_instant_get_distinct_names() {
     let (recorder, _clock) = recorder(&emulator);
     let regarding = node("n1");
     for reason in ["Launched", "Registered", "Initialized"] {
-        recorder
-            .publish(&occurrence(&regarding, reason))
-            .await
-            .unwrap();
+        publish(&recorder, &regarding, reason).await;
     }
     let stored = events(&emulator).await;
     let reasons: Vec<_> = stored.iter().filter_map(|e| e.reason.as_deref()).collect();
