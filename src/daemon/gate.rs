@@ -118,6 +118,30 @@ impl ClusterApi for GatedClusterApi {
         self.inner.update_nodeclaim_status(name, change).await
     }
 
+    async fn update_nodeclaim_from(
+        &self,
+        known: &NodeClaim,
+        change: Change<'_, NodeClaim>,
+    ) -> Result<NodeClaim, ClusterError> {
+        self.check(
+            ObjectKind::NodeClaim,
+            known.metadata.name.as_deref().unwrap_or_default(),
+        )?;
+        self.inner.update_nodeclaim_from(known, change).await
+    }
+
+    async fn update_nodeclaim_status_from(
+        &self,
+        known: &NodeClaim,
+        change: Change<'_, NodeClaimStatus>,
+    ) -> Result<NodeClaim, ClusterError> {
+        self.check(
+            ObjectKind::NodeClaim,
+            known.metadata.name.as_deref().unwrap_or_default(),
+        )?;
+        self.inner.update_nodeclaim_status_from(known, change).await
+    }
+
     async fn update_nodepool(
         &self,
         name: &str,
@@ -161,6 +185,18 @@ impl ClusterApi for GatedClusterApi {
     ) -> Result<Node, ClusterError> {
         self.check(ObjectKind::Node, name)?;
         self.inner.update_node(name, change).await
+    }
+
+    async fn update_node_from(
+        &self,
+        known: &Node,
+        change: Change<'_, Node>,
+    ) -> Result<Node, ClusterError> {
+        self.check(
+            ObjectKind::Node,
+            known.metadata.name.as_deref().unwrap_or_default(),
+        )?;
+        self.inner.update_node_from(known, change).await
     }
 
     async fn delete_node(&self, name: &str) -> Result<Deletion, ClusterError> {

@@ -10,6 +10,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -100,22 +101,57 @@ impl KubeClusterApi {
         }
     }
 
-    /// Reads `name`, applies `change`, patches the difference with the read resourceVersion;
-    /// retries on conflict.
+    /// Applies `change` to `name` and patches the difference with the resourceVersion it was
+    /// computed from; retries on conflict. The first attempt starts from `known` (the caller's
+    /// copy, from the watch) when given, without a read: a change that leaves it as it is
+    /// writes nothing and answers it, and a stale copy costs one conflict, after which (as
+    /// without a copy) each attempt reads the object first.
     async fn update<K>(
         &self,
         api: &Api<K>,
         kind: ObjectKind,
         name: &str,
         part: Part,
+        known: Option<&K>,
         change: &(dyn Fn(&mut K) + Send + Sync),
     ) -> Result<K, ClusterError>
     where
         K: Resource + Clone + Serialize + DeserializeOwned + fmt::Debug,
     {
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        let send = |patch: Value| {
+            let params = &params;
+            async move {
+                let result = match part {
+                    Part::Main => api.patch(name, params, &Patch::Merge(&patch)).await,
+                    Part::Status => api.patch_status(name, params, &Patch::Merge(&patch)).await,
+                };
+                match result {
+                    Ok(updated) => Ok(Attempt::Done(updated)),
+                    Err(kube::Error::Api(status)) if status.reason == "Conflict" => {
+                        Ok(Attempt::Lost)
+                    }
+                    Err(error) => Err(classify(kind, name, error)),
+                }
+            }
+        };
+        let from_known = AtomicBool::new(known.is_some());
         let attempt = || async {
             // Never closed: `None` would only mean running without a slot.
             let _slot = self.writes.acquire().await.ok();
+            if let Some(known) = known.filter(|_| from_known.swap(false, Ordering::Relaxed)) {
+                let Some(patch) = change_patch(known, change) else {
+                    return Ok(Attempt::Done(known.clone()));
+                };
+                match send(patch).await? {
+                    // The copy was stale: read the object, at once.
+                    Attempt::Lost => {}
+                    done @ Attempt::Done(_) => return Ok(done),
+                }
+            }
             let current = api.get(name).await.map_err(|e| classify(kind, name, e))?;
             // Only the patch lives across the write's await: a burst of writes (every
             // NodeClaim of a 5,000-node cluster turning Consolidatable in the same second)
@@ -125,19 +161,7 @@ impl KubeClusterApi {
                 return Ok(Attempt::Done(current));
             };
             drop(current);
-            let params = PatchParams {
-                field_manager: Some(FIELD_MANAGER.to_owned()),
-                ..PatchParams::default()
-            };
-            let result = match part {
-                Part::Main => api.patch(name, &params, &Patch::Merge(&patch)).await,
-                Part::Status => api.patch_status(name, &params, &Patch::Merge(&patch)).await,
-            };
-            match result {
-                Ok(updated) => Ok(Attempt::Done(updated)),
-                Err(kube::Error::Api(status)) if status.reason == "Conflict" => Ok(Attempt::Lost),
-                Err(error) => Err(classify(kind, name, error)),
-            }
+            send(patch).await
         };
         let attempts = u32::try_from(self.retry.max_attempts.max(1)).unwrap_or(u32::MAX);
         self.retry
@@ -321,7 +345,7 @@ impl ClusterApi for KubeClusterApi {
         change: Change<'_, NodeClaim>,
     ) -> Result<NodeClaim, ClusterError> {
         let api = Api::all(self.client.clone());
-        self.update(&api, ObjectKind::NodeClaim, name, Part::Main, change)
+        self.update(&api, ObjectKind::NodeClaim, name, Part::Main, None, change)
             .await
     }
 
@@ -332,8 +356,52 @@ impl ClusterApi for KubeClusterApi {
     ) -> Result<NodeClaim, ClusterError> {
         let api = Api::all(self.client.clone());
         let whole = |claim: &mut NodeClaim| status_of(&mut claim.status, change);
-        self.update(&api, ObjectKind::NodeClaim, name, Part::Status, &whole)
-            .await
+        self.update(
+            &api,
+            ObjectKind::NodeClaim,
+            name,
+            Part::Status,
+            None,
+            &whole,
+        )
+        .await
+    }
+
+    async fn update_nodeclaim_from(
+        &self,
+        known: &NodeClaim,
+        change: Change<'_, NodeClaim>,
+    ) -> Result<NodeClaim, ClusterError> {
+        let api = Api::all(self.client.clone());
+        let name = known.metadata.name.as_deref().unwrap_or_default();
+        self.update(
+            &api,
+            ObjectKind::NodeClaim,
+            name,
+            Part::Main,
+            Some(known),
+            change,
+        )
+        .await
+    }
+
+    async fn update_nodeclaim_status_from(
+        &self,
+        known: &NodeClaim,
+        change: Change<'_, NodeClaimStatus>,
+    ) -> Result<NodeClaim, ClusterError> {
+        let api = Api::all(self.client.clone());
+        let name = known.metadata.name.as_deref().unwrap_or_default();
+        let whole = |claim: &mut NodeClaim| status_of(&mut claim.status, change);
+        self.update(
+            &api,
+            ObjectKind::NodeClaim,
+            name,
+            Part::Status,
+            Some(known),
+            &whole,
+        )
+        .await
     }
 
     async fn update_nodepool(
@@ -342,7 +410,7 @@ impl ClusterApi for KubeClusterApi {
         change: Change<'_, NodePool>,
     ) -> Result<NodePool, ClusterError> {
         let api = Api::all(self.client.clone());
-        self.update(&api, ObjectKind::NodePool, name, Part::Main, change)
+        self.update(&api, ObjectKind::NodePool, name, Part::Main, None, change)
             .await
     }
 
@@ -353,7 +421,7 @@ impl ClusterApi for KubeClusterApi {
     ) -> Result<NodePool, ClusterError> {
         let api = Api::all(self.client.clone());
         let whole = |pool: &mut NodePool| status_of(&mut pool.status, change);
-        self.update(&api, ObjectKind::NodePool, name, Part::Status, &whole)
+        self.update(&api, ObjectKind::NodePool, name, Part::Status, None, &whole)
             .await
     }
 
@@ -363,8 +431,15 @@ impl ClusterApi for KubeClusterApi {
         change: Change<'_, EC2NodeClass>,
     ) -> Result<EC2NodeClass, ClusterError> {
         let api = Api::all(self.client.clone());
-        self.update(&api, ObjectKind::EC2NodeClass, name, Part::Main, change)
-            .await
+        self.update(
+            &api,
+            ObjectKind::EC2NodeClass,
+            name,
+            Part::Main,
+            None,
+            change,
+        )
+        .await
     }
 
     async fn update_ec2nodeclass_status(
@@ -374,8 +449,15 @@ impl ClusterApi for KubeClusterApi {
     ) -> Result<EC2NodeClass, ClusterError> {
         let api = Api::all(self.client.clone());
         let whole = |class: &mut EC2NodeClass| status_of(&mut class.status, change);
-        self.update(&api, ObjectKind::EC2NodeClass, name, Part::Status, &whole)
-            .await
+        self.update(
+            &api,
+            ObjectKind::EC2NodeClass,
+            name,
+            Part::Status,
+            None,
+            &whole,
+        )
+        .await
     }
 
     async fn update_node(
@@ -384,8 +466,26 @@ impl ClusterApi for KubeClusterApi {
         change: Change<'_, Node>,
     ) -> Result<Node, ClusterError> {
         let api = Api::all(self.client.clone());
-        self.update(&api, ObjectKind::Node, name, Part::Main, change)
+        self.update(&api, ObjectKind::Node, name, Part::Main, None, change)
             .await
+    }
+
+    async fn update_node_from(
+        &self,
+        known: &Node,
+        change: Change<'_, Node>,
+    ) -> Result<Node, ClusterError> {
+        let api = Api::all(self.client.clone());
+        let name = known.metadata.name.as_deref().unwrap_or_default();
+        self.update(
+            &api,
+            ObjectKind::Node,
+            name,
+            Part::Main,
+            Some(known),
+            change,
+        )
+        .await
     }
 
     async fn delete_node(&self, name: &str) -> Result<Deletion, ClusterError> {

@@ -174,6 +174,72 @@ async fn an_unchanged_object_is_not_written() {
     assert!(emulator.requests().iter().all(|r| r.verb == Verb::Get));
 }
 
+/// The verbs and status codes of the requests since the last clear.
+fn calls(emulator: &Emulator) -> Vec<(Verb, u16)> {
+    emulator
+        .requests()
+        .iter()
+        .map(|r| (r.verb, r.code))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_update_from_a_current_copy_patches_without_reading() {
+    let emulator = Emulator::new().unwrap();
+    let (api, _client) = adapter(&emulator);
+    let created = api.create_nodeclaim(&nodeclaim("c1", &[])).await.unwrap();
+    emulator.clear_requests();
+    let set =
+        |status: &mut karpenter_core::apis::NodeClaimStatus| status.node_name = Some("n1".into());
+    let updated = api
+        .update_nodeclaim_status_from(&created, &set)
+        .await
+        .unwrap();
+    assert_eq!(updated.status.unwrap().node_name.as_deref(), Some("n1"));
+    assert_ne!(
+        updated.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    assert_eq!(calls(&emulator), [(Verb::Patch, 200)]);
+    // A change the copy already shows sends nothing and answers the copy.
+    emulator.clear_requests();
+    let same = api
+        .update_nodeclaim_from(&created, &|_: &mut NodeClaim| {})
+        .await
+        .unwrap();
+    assert_eq!(same, created);
+    assert!(calls(&emulator).is_empty());
+}
+
+#[tokio::test]
+async fn an_update_from_a_stale_copy_reads_and_applies_the_change_again() {
+    let emulator = Emulator::new().unwrap();
+    let (api, _client) = adapter(&emulator);
+    let stale = api.create_nodeclaim(&nodeclaim("c1", &[])).await.unwrap();
+    api.update_nodeclaim("c1", &|c: &mut NodeClaim| {
+        c.labels_mut().insert("a".into(), "1".into());
+    })
+    .await
+    .unwrap();
+    emulator.clear_requests();
+    let updated = api
+        .update_nodeclaim_from(&stale, &|c: &mut NodeClaim| {
+            c.labels_mut().insert("b".into(), "2".into());
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        updated.labels().len(),
+        2,
+        "the other writer's label is kept"
+    );
+    assert_eq!(
+        calls(&emulator),
+        [(Verb::Patch, 409), (Verb::Get, 200), (Verb::Patch, 200)],
+        "the stale copy's precondition fails once, then the fresh object is patched"
+    );
+}
+
 #[tokio::test]
 async fn an_invalid_nodeclaim_is_refused_with_its_field_paths() {
     let emulator = Emulator::new().unwrap();

@@ -82,7 +82,9 @@ impl NodeClaimActor {
             return Ok(Some(nodeclaim));
         }
         let change = |status: &mut NodeClaimStatus| status.last_pod_event_time = Some(Time(now));
-        let written = self.write_status("recording a pod event", &change).await;
+        let written = self
+            .write_status(&nodeclaim, "recording a pod event", &change)
+            .await;
         if written.is_err() {
             // The retry records it.
             self.pod_events.mark(&self.name);

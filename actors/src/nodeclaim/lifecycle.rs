@@ -85,35 +85,62 @@ pub(super) fn is_true(nodeclaim: &NodeClaim, kind: &str) -> bool {
 }
 
 impl NodeClaimActor {
-    /// Writes a status change; `None` when the NodeClaim is gone.
+    /// Writes a status change to `known` (the NodeClaim this reconcile has: no read unless it
+    /// turns out stale); `None` when the NodeClaim is gone.
     pub(super) async fn write_status(
         &self,
+        known: &NodeClaim,
         what: &'static str,
         change: Change<'_, NodeClaimStatus>,
     ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
         let result = self
             .deps
             .cluster
-            .update_nodeclaim_status(&self.name, change)
+            .update_nodeclaim_status_from(known, change)
             .await;
-        self.written(what, result)
+        self.written_from(known, what, result)
     }
 
     /// The NodeClaim as the API server has it: an update that changes nothing writes nothing
     /// and answers the object read. `None` when it is gone.
     pub(super) async fn read_back(&self) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
-        self.write_status("reading the NodeClaim back", &|_: &mut NodeClaimStatus| {})
-            .await
+        let result = self
+            .deps
+            .cluster
+            .update_nodeclaim_status(&self.name, &|_: &mut NodeClaimStatus| {})
+            .await;
+        self.written("reading the NodeClaim back", result)
     }
 
-    /// Writes a metadata change; `None` when the NodeClaim is gone.
+    /// Writes a metadata change to `known` (as [`Self::write_status`]); `None` when the
+    /// NodeClaim is gone.
     pub(super) async fn write_nodeclaim(
         &self,
+        known: &NodeClaim,
         what: &'static str,
         change: Change<'_, NodeClaim>,
     ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
-        let result = self.deps.cluster.update_nodeclaim(&self.name, change).await;
-        self.written(what, result)
+        let result = self.deps.cluster.update_nodeclaim_from(known, change).await;
+        self.written_from(known, what, result)
+    }
+
+    /// [`Self::written`] of a write to `known`, remembered until the view shows it.
+    fn written_from(
+        &self,
+        known: &NodeClaim,
+        what: &'static str,
+        result: Result<NodeClaim, ClusterError>,
+    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+        let written = self.written(what, result)?;
+        if let Some(written) = &written
+            && written.metadata.resource_version != known.metadata.resource_version
+        {
+            self.own_writes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .record(known, written);
+        }
+        Ok(written)
     }
 
     /// A write's outcome: the NodeClaim as written, `None` when it is gone, or the error.
@@ -152,7 +179,7 @@ impl NodeClaimActor {
         if nodeclaim.status.as_ref() == Some(&probe) {
             return Ok(Some(Arc::clone(nodeclaim)));
         }
-        self.write_status(what, &change).await
+        self.write_status(nodeclaim, what, &change).await
     }
 
     /// Deletes the NodeClaim (it then terminates through its finalizer).
@@ -317,7 +344,7 @@ impl NodeClaimActor {
                 finalizers.push(labels::TERMINATION_FINALIZER.to_owned());
             }
         };
-        self.write_nodeclaim("adding the termination finalizer", &add)
+        self.write_nodeclaim(&nodeclaim, "adding the termination finalizer", &add)
             .await
     }
 
@@ -404,7 +431,11 @@ impl NodeClaimActor {
             let change =
                 |nodeclaim: &mut NodeClaim| launch::apply_launch_metadata(nodeclaim, created);
             match self
-                .write_nodeclaim("writing the launched instance's labels", &change)
+                .write_nodeclaim(
+                    &nodeclaim,
+                    "writing the launched instance's labels",
+                    &change,
+                )
                 .await?
             {
                 Some(written) => nodeclaim = written,
@@ -418,7 +449,9 @@ impl NodeClaimActor {
             ConditionSet::new(&mut status.conditions, NODECLAIM_DEPENDENTS, facts, now)
                 .set_true(cond::LAUNCHED);
         };
-        let written = self.write_status("writing the launch", &change).await?;
+        let written = self
+            .write_status(&nodeclaim, "writing the launch", &change)
+            .await?;
         if written.is_some() {
             self.launches.recorded(&uid(&nodeclaim));
             let labels = created.metadata.labels.clone().unwrap_or_default();
@@ -558,7 +591,7 @@ impl NodeClaimActor {
         if probe != *node {
             let claim = Arc::clone(&nodeclaim);
             let change = move |node: &mut Node| registration::sync_node(node, &claim);
-            match self.deps.cluster.update_node(&node_name, &change).await {
+            match self.deps.cluster.update_node_from(&node, &change).await {
                 Ok(_) => {}
                 Err(ClusterError::NotFound { .. }) => return Ok(Step::Continue(nodeclaim, None)),
                 Err(source) => {
@@ -578,7 +611,7 @@ impl NodeClaimActor {
                 .set_true(cond::REGISTERED);
         };
         let Some(written) = self
-            .write_status("writing the registration", &change)
+            .write_status(&nodeclaim, "writing the registration", &change)
             .await?
         else {
             return Ok(Step::Stop);
@@ -627,7 +660,6 @@ impl NodeClaimActor {
                 .await?;
             return Ok(written.map_or(Step::Stop, |nc| Step::Continue(nc, None)));
         }
-        let node_name = node.metadata.name.clone().unwrap_or_default();
         let initialized = node
             .metadata
             .labels
@@ -641,7 +673,7 @@ impl NodeClaimActor {
                     .get_or_insert_default()
                     .insert(labels::INITIALIZED.to_owned(), "true".to_owned());
             };
-            match self.deps.cluster.update_node(&node_name, &change).await {
+            match self.deps.cluster.update_node_from(&node, &change).await {
                 Ok(_) => {}
                 Err(ClusterError::NotFound { .. }) => return Ok(Step::Continue(nodeclaim, None)),
                 Err(source) => {

@@ -241,6 +241,41 @@ pub struct NodeClaimActor {
     instance_gone: bool,
     /// The last cloud-side drift verdict and what it was decided on ([`drift::CloudDrift`]).
     cloud_drift: Option<drift::CloudDrift>,
+    /// This actor's writes the view may not show yet (written from `&self` steps).
+    own_writes: std::sync::Mutex<OwnWrites>,
+}
+
+/// The NodeClaim as this actor last wrote it, and the resourceVersions its writes replaced
+/// since the view last caught up. A reconcile woken before the watch brings a write back
+/// starts from the written copy instead of the view's older one, so its writes (which carry
+/// the copy's resourceVersion) do not fail on a stale precondition.
+#[derive(Debug, Default)]
+struct OwnWrites {
+    latest: Option<Arc<NodeClaim>>,
+    replaced: Vec<String>,
+}
+
+impl OwnWrites {
+    /// `written` replaced the version `from`.
+    fn record(&mut self, from: &NodeClaim, written: &Arc<NodeClaim>) {
+        if let Some(rv) = from.metadata.resource_version.as_ref() {
+            self.replaced.push(rv.clone());
+        }
+        self.latest = Some(Arc::clone(written));
+    }
+
+    /// The newer of the view's copy and this actor's last write: the write when the view's
+    /// copy is one the writes replaced; else the view's (it has caught up, or another writer
+    /// came after), and the record is dropped.
+    fn newest(&mut self, seen: Arc<NodeClaim>) -> Arc<NodeClaim> {
+        if let (Some(latest), Some(rv)) = (&self.latest, &seen.metadata.resource_version)
+            && self.replaced.contains(rv)
+        {
+            return Arc::clone(latest);
+        }
+        *self = Self::default();
+        seen
+    }
 }
 
 /// What this actor has counted and logged already.
@@ -294,6 +329,7 @@ impl Supervised for NodeClaimActor {
             reported: Reported::default(),
             instance_gone: false,
             cloud_drift: None,
+            own_writes: std::sync::Mutex::default(),
         })
     }
 
@@ -315,7 +351,13 @@ impl Reconciler for NodeClaimActor {
     };
 
     fn fetch(&self, key: &str) -> Option<Arc<NodeClaim>> {
-        self.deps.view.nodeclaim(key)
+        let seen = self.deps.view.nodeclaim(key)?;
+        Some(
+            self.own_writes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .newest(seen),
+        )
     }
 
     async fn reconcile(
@@ -421,5 +463,46 @@ impl NodeClaimActor {
         self.reported = Reported::default();
         self.instance_gone = false;
         self.cloud_drift = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(rv: &str) -> Arc<NodeClaim> {
+        let nodeclaim = serde_json::json!({
+            "metadata": { "name": "c1", "resourceVersion": rv },
+            "spec": { "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" } },
+        });
+        Arc::new(serde_json::from_value(nodeclaim).expect("a NodeClaim"))
+    }
+
+    fn rv(nodeclaim: &NodeClaim) -> &str {
+        nodeclaim
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_view_behind_this_actors_writes_yields_the_last_write() {
+        let mut own = OwnWrites::default();
+        own.record(&at("1"), &at("2"));
+        own.record(&at("2"), &at("3"));
+        assert_eq!(rv(&own.newest(at("1"))), "3", "two writes behind");
+        assert_eq!(rv(&own.newest(at("2"))), "3", "one write behind");
+        assert_eq!(rv(&own.newest(at("3"))), "3", "caught up");
+        // Caught up: the record is gone, so an old copy is taken as it is.
+        assert_eq!(rv(&own.newest(at("1"))), "1");
+    }
+
+    #[test]
+    fn another_writers_version_is_taken_from_the_view() {
+        let mut own = OwnWrites::default();
+        own.record(&at("1"), &at("2"));
+        assert_eq!(rv(&own.newest(at("7"))), "7");
+        assert!(own.latest.is_none() && own.replaced.is_empty());
     }
 }

@@ -178,6 +178,7 @@ impl NodeClaimActor {
         };
         let written = self
             .write_nodeclaim(
+                &nodeclaim,
                 "annotating the termination time of an unhealthy node",
                 &change,
             )

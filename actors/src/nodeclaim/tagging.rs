@@ -90,7 +90,7 @@ impl NodeClaimActor {
             }
         };
         let Some(written) = self
-            .write_nodeclaim("annotating the instance tagged", &annotate)
+            .write_nodeclaim(&nodeclaim, "annotating the instance tagged", &annotate)
             .await?
         else {
             return Ok(Step::Stop);

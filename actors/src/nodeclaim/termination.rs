@@ -209,7 +209,7 @@ impl NodeClaimActor {
                 .or_insert_with(|| value.clone());
         };
         let written = self
-            .write_nodeclaim("annotating the termination time", &change)
+            .write_nodeclaim(&nodeclaim, "annotating the termination time", &change)
             .await?;
         if let Some(written) = &written {
             tracing::info!(
@@ -567,9 +567,8 @@ impl NodeClaimActor {
 
     /// Removes our finalizer from the node (the instance is gone or unreachable).
     async fn release_node(&mut self, node: &Node) -> Result<(), NodeClaimError> {
-        let node_name = node.metadata.name.clone().unwrap_or_default();
         let change = |node: &mut Node| remove_finalizer(&mut node.metadata.finalizers);
-        match self.deps.cluster.update_node(&node_name, &change).await {
+        match self.deps.cluster.update_node_from(node, &change).await {
             Ok(_) => {}
             Err(ClusterError::NotFound { .. }) => return Ok(()),
             Err(source) => {
@@ -612,7 +611,7 @@ impl NodeClaimActor {
         let change =
             |nodeclaim: &mut NodeClaim| remove_finalizer(&mut nodeclaim.metadata.finalizers);
         if self
-            .write_nodeclaim("removing the termination finalizer", &change)
+            .write_nodeclaim(nodeclaim, "removing the termination finalizer", &change)
             .await?
             .is_none()
             || std::mem::replace(&mut self.reported.nodeclaim_released, true)

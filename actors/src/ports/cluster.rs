@@ -8,6 +8,11 @@
 //! must be a function of the object it gets ("add this finalizer", "set this condition"), never
 //! of a copy the caller read earlier.
 //!
+//! The `*_from` variants take the caller's copy (from the watch) as the first attempt's
+//! object, saving the read, as Karpenter patches the objects of its informer cache: a change
+//! that leaves the copy as it is writes nothing, and a stale copy fails its resourceVersion
+//! precondition once and falls back to reading. Their default is the plain update.
+//!
 //! The production adapter is `karpenter::kube::cluster_api::KubeClusterApi`; tests use
 //! `crate::testing::FakeClusterApi`, which keeps objects in memory, records every call and fails
 //! on demand (`crate::testing::MirroredClusterApi` also copies its writes into a
@@ -209,6 +214,26 @@ pub trait ClusterApi: Send + Sync + fmt::Debug {
         change: Change<'_, NodeClaimStatus>,
     ) -> Result<NodeClaim, ClusterError>;
 
+    /// [`ClusterApi::update_nodeclaim`] starting from `known` (see the module docs).
+    async fn update_nodeclaim_from(
+        &self,
+        known: &NodeClaim,
+        change: Change<'_, NodeClaim>,
+    ) -> Result<NodeClaim, ClusterError> {
+        self.update_nodeclaim(known.metadata.name.as_deref().unwrap_or_default(), change)
+            .await
+    }
+
+    /// [`ClusterApi::update_nodeclaim_status`] starting from `known` (see the module docs).
+    async fn update_nodeclaim_status_from(
+        &self,
+        known: &NodeClaim,
+        change: Change<'_, NodeClaimStatus>,
+    ) -> Result<NodeClaim, ClusterError> {
+        self.update_nodeclaim_status(known.metadata.name.as_deref().unwrap_or_default(), change)
+            .await
+    }
+
     /// Changes a NodePool's metadata (the `karpenter.sh/nodepool-hash` annotations).
     async fn update_nodepool(
         &self,
@@ -240,6 +265,16 @@ pub trait ClusterApi: Send + Sync + fmt::Debug {
     /// Changes a Node (labels, taints, `spec.unschedulable`, finalizers, annotations).
     async fn update_node(&self, name: &str, change: Change<'_, Node>)
     -> Result<Node, ClusterError>;
+
+    /// [`ClusterApi::update_node`] starting from `known` (see the module docs).
+    async fn update_node_from(
+        &self,
+        known: &Node,
+        change: Change<'_, Node>,
+    ) -> Result<Node, ClusterError> {
+        self.update_node(known.metadata.name.as_deref().unwrap_or_default(), change)
+            .await
+    }
 
     /// Deletes a Node object.
     async fn delete_node(&self, name: &str) -> Result<Deletion, ClusterError>;
