@@ -473,7 +473,10 @@ mod tests {
     fn at(rv: &str) -> Arc<NodeClaim> {
         let nodeclaim = serde_json::json!({
             "metadata": { "name": "c1", "resourceVersion": rv },
-            "spec": { "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" } },
+            "spec": {
+                "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
+                "requirements": [],
+            },
         });
         Arc::new(serde_json::from_value(nodeclaim).expect("a NodeClaim"))
     }
