@@ -6,8 +6,10 @@
 //! Flow: the daemon routes every change of the NodeClaim, of its Node (by provider id), of its
 //! NodePool and of that pool's `EC2NodeClass`, the pod events on its node and the changes of the
 //! pods on a draining node to the actor as [`Reconcile`](crate::messages::Reconcile); the
-//! actor re-reads the NodeClaim from the `ClusterView` and takes the next steps, writing through
-//! `ClusterApi` and `CloudProvider`:
+//! actor re-reads the NodeClaim from the `ClusterView` (or takes its own last write, while the
+//! view still shows the version that write replaced) and takes the next steps, writing through
+//! `ClusterApi` and `CloudProvider`. Writes start from that copy, without a read (the `*_from`
+//! updates of `ClusterApi`):
 //!
 //! 1. **finalizer**: `karpenter.sh/termination` is added before anything is launched, so an
 //!    instance can never outlive its NodeClaim unnoticed;
