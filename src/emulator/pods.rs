@@ -11,7 +11,38 @@ use super::kinds::Behavior;
 use super::lifecycle::{self, meta_str};
 use super::status::{self, ApiError};
 use super::store::{EventType, ObjectKey, StoredObject, Txn, View};
-use super::strategic;
+
+/// Sets `PodScheduled=True` as the API server's binding does: the condition is replaced
+/// whole, so the scheduler's earlier `Unschedulable` reason and message go with it; its
+/// transition time stays if it was already true.
+fn set_scheduled(pod: &mut Value, now: &str) {
+    let mut scheduled =
+        json!({ "type": "PodScheduled", "status": "True", "lastTransitionTime": now });
+    if !pod["status"].is_object() {
+        pod["status"] = json!({});
+    }
+    let status = &mut pod["status"];
+    if !status["conditions"].is_array() {
+        status["conditions"] = json!([]);
+    }
+    let Some(conditions) = status["conditions"].as_array_mut() else {
+        return;
+    };
+    match conditions
+        .iter_mut()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some("PodScheduled"))
+    {
+        Some(old) => {
+            if old.get("status").and_then(Value::as_str) == Some("True")
+                && let Some(since) = old.get("lastTransitionTime")
+            {
+                scheduled["lastTransitionTime"] = since.clone();
+            }
+            *old = scheduled;
+        }
+        None => conditions.push(scheduled),
+    }
+}
 
 impl Shared {
     /// `pods/binding`: assigns the pod to a node once.
@@ -46,14 +77,7 @@ impl Shared {
                 return Err(ApiError::conflict(kind, &key.name, "pod is being deleted"));
             }
             pod["spec"]["nodeName"] = json!(node);
-            let scheduled =
-                json!({ "type": "PodScheduled", "status": "True", "lastTransitionTime": now });
-            strategic::apply(
-                Behavior::Pod,
-                &mut pod,
-                &json!({ "status": { "conditions": [scheduled] } }),
-            )
-            .map_err(|error| ApiError::internal(error.to_string()))?;
+            set_scheduled(&mut pod, &now);
             let stored = txn.put(kind.storage, key.clone(), pod, EventType::Modified);
             self.after_pod_write(txn, &key.namespace, Some(&old.labels), Some(&stored.labels));
             Ok(())

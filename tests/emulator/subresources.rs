@@ -95,6 +95,64 @@ async fn a_pod_is_bound_once() {
     assert_eq!(status_of(again).code, 409);
 }
 
+#[tokio::test]
+async fn binding_replaces_the_schedulers_unschedulable_condition() {
+    let (_emulator, client) = cluster();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    create_pod(&client, "web", json!({})).await;
+    let unschedulable = json!({ "status": { "conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/3 nodes are available", "lastTransitionTime": "2025-01-01T00:00:00Z",
+    }] } });
+    pods.patch_status(
+        "web",
+        &kube::api::PatchParams::default(),
+        &Patch::Merge(&unschedulable),
+    )
+    .await
+    .unwrap();
+    let bind = json!({ "apiVersion": "v1", "kind": "Binding", "metadata": { "name": "web" }, "target": { "kind": "Node", "name": "n1" } });
+    pods.create_subresource::<_, serde_json::Value>(
+        "binding",
+        "web",
+        &PostParams::default(),
+        &bind,
+    )
+    .await
+    .unwrap();
+    let conditions = pods
+        .get("web")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .conditions
+        .unwrap();
+    let scheduled: Vec<_> = conditions
+        .iter()
+        .filter(|c| c.type_ == "PodScheduled")
+        .collect();
+    assert_eq!(scheduled.len(), 1, "{conditions:?}");
+    assert_eq!(scheduled[0].status, "True");
+    assert_eq!(
+        scheduled[0].reason, None,
+        "the Unschedulable reason is gone"
+    );
+    assert_eq!(
+        scheduled[0].message, None,
+        "the scheduler's message is gone"
+    );
+    assert_ne!(
+        scheduled[0]
+            .last_transition_time
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .as_deref(),
+        Some("2025-01-01T00:00:00Z"),
+        "the condition changed status, so it has a new transition time"
+    );
+}
+
 /// A running, ready pod labelled `app=web`.
 async fn ready_pod(client: &Client, name: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
