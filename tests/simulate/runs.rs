@@ -55,3 +55,28 @@ fn a_chaos_plan_can_crash_the_create_fleet_batcher_and_every_pod_still_runs() {
     assert_eq!(report.pods.pending_at_end, 0, "{:?}", report.pods);
     assert_eq!(report.pods.running_at_end, 12);
 }
+
+#[test]
+fn a_pod_no_pool_can_fit_is_reported_with_karpenters_latest_event_about_it() {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/scenarios/small.yaml");
+    let text = std::fs::read_to_string(path)
+        .unwrap()
+        .replace(
+            "workloads:\n",
+            "workloads:\n  - name: huge\n    requests: {cpu: \"1000\"}\n    steps:\n      - {at: 0s, replicas: 2}\n",
+        );
+    let report = scenario::run(
+        LoadedScenario::from_yaml(&text, None).unwrap(),
+        RunOptions::quiet(),
+    )
+    .unwrap();
+    let pods = &report.pods;
+    assert_eq!(pods.pending_at_end, 2, "{pods:?}");
+    let (reason, count) = pods.pending_reasons.iter().next().unwrap();
+    assert_eq!(*count, 2, "{:?}", pods.pending_reasons);
+    assert!(
+        reason.starts_with("FailedScheduling: "),
+        "the reason is Karpenter's event, not the scheduler's condition: {reason}"
+    );
+}

@@ -409,44 +409,25 @@ impl<'a> Sim<'a> {
     }
 
     /// The last word on each pending pod: Karpenter's latest event about it, else the
-    /// scheduler's condition.
+    /// scheduler's condition. Events are read only when a pod is pending, a page at a time,
+    /// keeping only those about pending pods (a 5k-node run has tens of thousands).
     async fn pending_pods(&self) -> Vec<PendingPod> {
-        let events: Api<Event> = Api::all(self.client.clone());
-        let mut latest: BTreeMap<(String, String), (String, String)> = BTreeMap::new();
-        if let Ok(list) = events.list(&kube::api::ListParams::default()).await {
-            for event in list.items {
-                let involved = &event.involved_object;
-                if involved.kind.as_deref() != Some("Pod") {
-                    continue;
-                }
-                let key = (
-                    involved.namespace.clone().unwrap_or_default(),
-                    involved.name.clone().unwrap_or_default(),
-                );
-                let stamp = event
-                    .last_timestamp
-                    .as_ref()
-                    .map(|t| t.0.to_string())
-                    .or_else(|| event.event_time.as_ref().map(|t| t.0.to_string()))
-                    .unwrap_or_default();
-                let text = format!(
-                    "{}: {}",
-                    event.reason.unwrap_or_default(),
-                    event.message.unwrap_or_default()
-                );
-                match latest.get(&key) {
-                    Some((previous, _)) if *previous > stamp => {}
-                    _ => {
-                        latest.insert(key, (stamp, text));
-                    }
-                }
-            }
-        }
-        let mut pending: Vec<PendingPod> = self
+        let pending: Vec<Arc<SlimPod>> = self
             .view
             .pods()
-            .iter()
+            .into_iter()
             .filter(|p| p.labels().contains_key(APP_LABEL) && binder::is_pending(p))
+            .collect();
+        if pending.is_empty() {
+            return Vec::new();
+        }
+        let keys: BTreeSet<(String, String)> = pending
+            .iter()
+            .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
+            .collect();
+        let latest = self.latest_pod_events(&keys).await;
+        let mut pending: Vec<PendingPod> = pending
+            .iter()
             .map(|p| {
                 let key = (p.namespace().unwrap_or_default(), p.name_any());
                 let reason = latest.get(&key).map_or_else(
@@ -467,6 +448,57 @@ impl<'a> Sim<'a> {
             .collect();
         pending.sort_by(|a, b| a.pod.cmp(&b.pod));
         pending
+    }
+
+    /// The latest event (its time, then `reason: message`) about each pod of `pods`.
+    async fn latest_pod_events(
+        &self,
+        pods: &BTreeSet<(String, String)>,
+    ) -> BTreeMap<(String, String), (String, String)> {
+        const PAGE: u32 = 500;
+        let events: Api<Event> = Api::all(self.client.clone());
+        let mut latest: BTreeMap<(String, String), (String, String)> = BTreeMap::new();
+        let mut params = kube::api::ListParams::default().limit(PAGE);
+        loop {
+            let Ok(list) = events.list(&params).await else {
+                break;
+            };
+            for event in list.items {
+                let involved = &event.involved_object;
+                if involved.kind.as_deref() != Some("Pod") {
+                    continue;
+                }
+                let key = (
+                    involved.namespace.clone().unwrap_or_default(),
+                    involved.name.clone().unwrap_or_default(),
+                );
+                if !pods.contains(&key) {
+                    continue;
+                }
+                let stamp = event
+                    .last_timestamp
+                    .as_ref()
+                    .map(|t| t.0.to_string())
+                    .or_else(|| event.event_time.as_ref().map(|t| t.0.to_string()))
+                    .unwrap_or_default();
+                let text = format!(
+                    "{}: {}",
+                    event.reason.unwrap_or_default(),
+                    event.message.unwrap_or_default()
+                );
+                match latest.get(&key) {
+                    Some((previous, _)) if *previous > stamp => {}
+                    _ => {
+                        latest.insert(key, (stamp, text));
+                    }
+                }
+            }
+            match list.metadata.continue_.filter(|token| !token.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        latest
     }
 
     pub(super) async fn report(
