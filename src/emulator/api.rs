@@ -580,7 +580,8 @@ impl Shared {
             {
                 return Err(ApiError::stale(kind, &key.name));
             }
-            self.update_in(txn, target, &key, &old, object, options, false)
+            let old_value = old.value();
+            self.update_in(txn, target, &old, &old_value, object, options, false)
         })?;
         Ok(self.reply(target.kind, 200, &written, warnings))
     }
@@ -638,10 +639,12 @@ impl Shared {
                     self.create_in(txn, target.kind, &key.namespace, object, options)?;
                 return Ok((201, written, warnings));
             };
-            let mut object = old.value();
-            if kind.behavior == Behavior::EventsV1 {
-                object = events::from_core(&object);
-            }
+            let old_value = old.value();
+            let mut object = if kind.behavior == Behavior::EventsV1 {
+                events::from_core(&old_value)
+            } else {
+                old_value.clone()
+            };
             match patch_type {
                 PatchType::Merge | PatchType::Json | PatchType::Strategic => {
                     apply_patch(patch_type, kind.behavior, &mut object, &patch)?;
@@ -670,8 +673,8 @@ impl Shared {
             let (written, warnings) = self.update_in(
                 txn,
                 target,
-                &key,
                 &old,
+                &old_value,
                 object,
                 options,
                 patch_type == PatchType::Apply,
@@ -705,7 +708,8 @@ impl Shared {
         })
     }
 
-    /// Stores `new` over `old` (already checked against its resourceVersion).
+    /// Stores `new` over `old` (already checked against its resourceVersion). `old_value` is
+    /// `old` parsed: the callers have read it already, and parsing is much of a write's cost.
     #[expect(
         clippy::too_many_arguments,
         reason = "the update's inputs; grouped at the two call sites"
@@ -714,14 +718,14 @@ impl Shared {
         &self,
         txn: &mut Txn<'_>,
         target: &Target,
-        key: &ObjectKey,
         old: &Arc<StoredObject>,
+        old_value: &Value,
         new: Value,
         options: &WriteOptions,
         applied: bool,
     ) -> Result<(Written, Vec<String>), ApiError> {
         let kind = self.kind(target.kind);
-        let old_value = old.value();
+        let key = &old.key;
         let subresource = target.subresource.as_deref();
         if let Some(sub) = subresource
             && (sub != "status" || !kind.status_subresource)
@@ -731,13 +735,13 @@ impl Shared {
                 kind.plural
             )));
         }
-        let mut merged = lifecycle::merge_update(kind, &old_value, new, subresource, applied);
-        lifecycle::check_update(kind, &old_value, &merged)?;
+        let mut merged = lifecycle::merge_update(kind, old_value, new, subresource, applied);
+        lifecycle::check_update(kind, old_value, &merged)?;
         set_meta(&mut merged, "resourceVersion", json!(old.rv.to_string()));
         // An update that changes nothing is answered with the stored object before admission:
         // what is stored was admitted, and the server ratchets unchanged values. (A budget's
         // status is refreshed on every write, so its no-op writes go on.)
-        if kind.behavior != Behavior::PodDisruptionBudget && merged == old_value {
+        if kind.behavior != Behavior::PodDisruptionBudget && merged == *old_value {
             return Ok((Written::Stored(Arc::clone(old)), Vec::new()));
         }
         let mut warnings = Vec::new();
@@ -749,16 +753,16 @@ impl Shared {
                 kind,
                 crd_kind,
                 &mut merged,
-                Some(&old_value),
+                Some(old_value),
                 options.field_validation,
             )?;
         }
-        lifecycle::bump_generation(&old_value, &mut merged);
+        lifecycle::bump_generation(old_value, &mut merged);
         let now = self.now();
         if kind.behavior == Behavior::PodDisruptionBudget {
             self.refresh_budget_status(txn, &mut merged, &key.namespace, &now);
         }
-        if merged == old_value {
+        if merged == *old_value {
             return Ok((Written::Stored(Arc::clone(old)), warnings));
         }
         if options.dry_run {
