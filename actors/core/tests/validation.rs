@@ -957,3 +957,33 @@ fn an_update_ratchets_schema_errors_only_where_the_value_did_not_change() {
         "a changed weight is checked"
     );
 }
+
+#[test]
+fn an_update_ratchets_rule_errors_while_the_spec_is_unchanged() {
+    let paths = |outcome: Outcome| match outcome {
+        Outcome::Checked { violations, .. } => violations
+            .into_iter()
+            .map(|v| v.path)
+            .collect::<Vec<String>>(),
+        Outcome::Skipped { reason } => panic!("skipped: {reason}"),
+    };
+    let old = with_budget(json!({ "nodes": "1", "schedule": "@daily" }));
+    let rule = "spec.disruption.budgets[0].duration".to_owned();
+    assert!(
+        paths(VALIDATOR.validate(&old)).contains(&rule),
+        "the old document breaks a rule on its own"
+    );
+    let mut status_write = old.clone();
+    status_write["status"] = json!({ "resources": { "nodes": "3" } });
+    assert!(
+        paths(VALIDATOR.validate_update(&status_write, &old)).is_empty(),
+        "an unchanged spec is not checked again"
+    );
+    let mut reweighted = old.clone();
+    reweighted["spec"]["weight"] = json!(10);
+    assert_eq!(
+        paths(VALIDATOR.validate_update(&reweighted, &old)),
+        [rule],
+        "a changed spec runs the rules on the whole spec"
+    );
+}

@@ -93,8 +93,11 @@ impl Validator {
         self.validate_with(document, None)
     }
 
-    /// Validates `document` as an update of `old`: schema checks skip the values that did not
-    /// change ([`SchemaChecker::check_update`]); the rules see the whole object.
+    /// Validates `document` as an update of `old`, ratcheted as the API server does: schema
+    /// checks skip the values that did not change ([`SchemaChecker::check_update`]), and the
+    /// rules (all on the spec) are not run again when the spec did not change, as
+    /// `CRDValidationRatcheting` does for `x-kubernetes-validations` on unchanged values. A
+    /// status or metadata write therefore costs no spec decoding.
     #[must_use]
     pub fn validate_update(&self, document: &Value, old: &Value) -> Outcome {
         self.validate_with(document, Some(old))
@@ -158,7 +161,10 @@ impl Validator {
                 .check_update(&pruned, old, &mut violations),
             None => self.checker(kind).check(&pruned, &mut violations),
         }
-        check_rules(kind, &pruned, &mut violations);
+        let spec_unchanged = old.is_some_and(|old| old.get("spec") == document.get("spec"));
+        if !spec_unchanged {
+            check_rules(kind, &pruned, &mut violations);
+        }
         Outcome::Checked {
             kind,
             name,
