@@ -116,7 +116,7 @@ impl KubeClusterApi {
         change: &(dyn Fn(&mut K) + Send + Sync),
     ) -> Result<K, ClusterError>
     where
-        K: Resource + Clone + Serialize + DeserializeOwned + fmt::Debug,
+        K: Resource + Clone + PatchParts + Serialize + DeserializeOwned + fmt::Debug,
     {
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
@@ -216,21 +216,60 @@ fn still_held(meta: &ObjectMeta) -> bool {
 /// on a fresh read); `None` when the change leaves it as it is.
 fn change_patch<K>(current: &K, change: &(dyn Fn(&mut K) + Send + Sync)) -> Option<Value>
 where
-    K: Resource + Clone + Serialize,
+    K: Resource + Clone + PatchParts,
 {
     let mut next = current.clone();
     change(&mut next);
-    let before = serde_json::to_value(current).unwrap_or(Value::Null);
-    let after = serde_json::to_value(&next).unwrap_or(Value::Null);
-    if before == after {
+    let mut patch = current.changed_parts(&next);
+    if patch.is_empty() {
         return None;
     }
-    let mut patch = merge_diff(&before, &after);
-    if let Value::Object(map) = &mut patch {
-        let metadata = map.entry("metadata").or_insert_with(|| json!({}));
-        metadata["resourceVersion"] = json!(current.meta().resource_version);
+    let metadata = patch.entry("metadata").or_insert_with(|| json!({}));
+    metadata["resourceVersion"] = json!(current.meta().resource_version);
+    Some(Value::Object(patch))
+}
+
+/// The objects this adapter updates, patched part by part: the top-level parts (`metadata`,
+/// `spec`, `status`) are compared as typed values first, and only a changed part is turned
+/// into JSON and diffed. A status write thus never serializes a NodeClaim's spec (its
+/// instance-type list is most of it), twice per write as a whole-object diff would.
+trait PatchParts {
+    /// The merge patch of each part that differs from `next`'s.
+    fn changed_parts(&self, next: &Self) -> Map<String, Value>;
+}
+
+macro_rules! patch_parts {
+    ($($type:ty),* $(,)?) => {$(
+        impl PatchParts for $type {
+            fn changed_parts(&self, next: &Self) -> Map<String, Value> {
+                let mut patch = Map::new();
+                part_patch(&mut patch, "metadata", &self.metadata, &next.metadata);
+                part_patch(&mut patch, "spec", &self.spec, &next.spec);
+                part_patch(&mut patch, "status", &self.status, &next.status);
+                patch
+            }
+        }
+    )*};
+}
+
+patch_parts!(NodeClaim, NodePool, EC2NodeClass, Node);
+
+/// Adds to `patch` the merge patch of part `name` from `before` to `after`, if they differ as
+/// JSON (a part that goes away is `null`).
+fn part_patch<T: Serialize + PartialEq>(
+    patch: &mut Map<String, Value>,
+    name: &str,
+    before: &T,
+    after: &T,
+) {
+    if before == after {
+        return;
     }
-    Some(patch)
+    let before = serde_json::to_value(before).unwrap_or(Value::Null);
+    let after = serde_json::to_value(after).unwrap_or(Value::Null);
+    if before != after {
+        patch.insert(name.to_owned(), merge_diff(&before, &after));
+    }
 }
 
 /// A JSON merge patch turning `old` into `new`: changed and added fields, removed ones as null.
@@ -583,6 +622,33 @@ mod tests {
                 .insert("a".into(), "1".into());
         };
         assert_eq!(change_patch(&node, &same), None);
+    }
+
+    #[test]
+    fn a_status_change_patches_only_the_status_and_a_removed_part_is_null() {
+        let claim: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": { "name": "c", "resourceVersion": "7", "labels": { "a": "1" } },
+            "spec": {
+                "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d" },
+                "requirements": [{ "key": "k", "operator": "In", "values": ["x", "y"] }],
+            },
+            "status": { "nodeName": "n1", "imageID": "ami-1" },
+        }))
+        .unwrap();
+        let rename = |c: &mut NodeClaim| {
+            c.status.get_or_insert_default().node_name = Some("n2".into());
+        };
+        assert_eq!(
+            change_patch(&claim, &rename),
+            Some(json!({ "metadata": { "resourceVersion": "7" }, "status": { "nodeName": "n2" } }))
+        );
+        let clear = |c: &mut NodeClaim| c.status = None;
+        assert_eq!(
+            change_patch(&claim, &clear),
+            Some(json!({ "metadata": { "resourceVersion": "7" }, "status": null }))
+        );
     }
 
     #[test]
