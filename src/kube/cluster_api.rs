@@ -1,10 +1,12 @@
 //! [`KubeClusterApi`]: the [`ClusterApi`] port over kube-rs.
 //!
-//! Updates (at most [`WRITES_IN_FLIGHT`] at once) read the object, apply the caller's change,
-//! and send a JSON merge patch of the difference carrying the read `metadata.resourceVersion`,
-//! so the API server refuses it (409) when the object changed meanwhile; then they read and try
-//! again, up to [`CONFLICT_ATTEMPTS`] times (Karpenter uses client-go's `RetryOnConflict` the
-//! same way). Patching only the difference leaves fields our types do not know untouched.
+//! Updates (at most [`WRITES_IN_FLIGHT`] at once) apply the caller's change to its own copy
+//! (the `*_from` methods) or to the object read, and send a JSON merge patch of the difference
+//! carrying that copy's `metadata.resourceVersion`, so the API server refuses it (409) when the
+//! object changed meanwhile; then they read and try again, up to [`CONFLICT_ATTEMPTS`] times
+//! (Karpenter uses client-go's `RetryOnConflict` the same way). Patching only the difference
+//! leaves fields our types do not know untouched; the difference is computed part by part
+//! ([`PatchParts`]), so an unchanged spec is never serialized.
 //! Status changes go to the `status` subresource. Events go through [`EventRecorder`], which
 //! turns repeats into an event series.
 
