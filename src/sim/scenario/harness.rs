@@ -13,7 +13,7 @@
 //! Which instances an event hits is chosen in the seed's order ([`seeded_order`]), so runs
 //! replay.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,10 +27,10 @@ use karpenter_actors::ports::cluster_view::ClusterView;
 use karpenter_actors::ports::ec2::InstanceState;
 use karpenter_actors::providers::pricing::is_estimated_price;
 use karpenter_config::format_go_duration;
-use karpenter_core::apis::SlimPod;
+use karpenter_core::apis::{SharedPodSpec, SlimPod};
 use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::scheduling::{
-    CostLowerBound, NodePoolInput, SchedulingPod, cost_lower_bound,
+    CostLowerBound, NodePoolInput, PodShape, SchedulingPod, cost_lower_bound_of_shapes,
 };
 use kube::{Api, Client, ResourceExt as _};
 
@@ -64,17 +64,20 @@ fn seeded_order(seed: u64, salt: &str, mut ids: Vec<String>) -> Vec<String> {
 /// the instance types and offerings its NodePools and its own constraints allow (see
 /// [`cost_lower_bound`]); `None` when the NodePools' instance types cannot be read.
 async fn lower_bound(view: &dyn ClusterView, cloud: &dyn CloudProvider) -> Option<CostLowerBound> {
-    let mut pods: Vec<SchedulingPod> = view
-        .pods()
+    let all = view.pods();
+    let mut pods: Vec<&SlimPod> = all
         .iter()
+        .map(|p| &**p)
         .filter(|p| p.labels().contains_key(APP_LABEL) && p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| SchedulingPod::from_pod(p).ok())
         .collect();
     if pods.is_empty() {
         return Some(CostLowerBound::default());
     }
     // Pods in name order, so the sums add up in the same order on every run.
-    pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    pods.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
+    let shapes = pod_shapes(&pods);
     let mut pools = view.nodepools();
     pools.sort_by_key(|p| p.name_any());
     let mut inputs = Vec::new();
@@ -82,7 +85,36 @@ async fn lower_bound(view: &dyn ClusterView, cloud: &dyn CloudProvider) -> Optio
         let types = cloud.instance_types(&pool).await.ok()?;
         inputs.push(NodePoolInput::from_node_pool(&pool, types.to_vec()).ok()?);
     }
-    Some(cost_lower_bound(&pods, &inputs))
+    Some(cost_lower_bound_of_shapes(
+        shapes.iter().map(|shape| &**shape),
+        &inputs,
+    ))
+}
+
+/// The scheduling shape of each pod that converts, in order. A shape depends only on the pod's
+/// spec (shared among pods with an equal one), namespace and labels, so a workload's pods are
+/// converted once: the bound runs every progress line over every pod of the cluster.
+fn pod_shapes(pods: &[&SlimPod]) -> Vec<Arc<PodShape>> {
+    type ShapeKey<'a> = (
+        *const SharedPodSpec,
+        Option<&'a str>,
+        Option<&'a BTreeMap<String, String>>,
+    );
+    let mut converted: HashMap<ShapeKey<'_>, Option<Arc<PodShape>>> = HashMap::new();
+    pods.iter()
+        .filter_map(|pod| {
+            let spec = pod.spec.as_ref()?;
+            let key = (
+                Arc::as_ptr(&spec.shared),
+                pod.metadata.namespace.as_deref(),
+                pod.metadata.labels.as_ref(),
+            );
+            converted
+                .entry(key)
+                .or_insert_with(|| SchedulingPod::from_pod(pod).ok().map(|p| p.shape))
+                .clone()
+        })
+        .collect()
 }
 
 /// $/h of the instances EC2 bills now (pending and running).
@@ -592,4 +624,39 @@ fn nodepool_of(instance: &karpenter_actors::ports::ec2::Instance) -> Option<&str
 
 fn share_of(share: Share, candidates: usize) -> usize {
     share.of(candidates)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, app: &str, cpu: &str) -> SlimPod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name, "namespace": "default", "labels": { APP_LABEL: app } },
+            "spec": { "containers": [{ "name": "c", "resources": { "requests": { "cpu": cpu } } }] },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn pod_shapes_are_each_pods_own_conversion_made_once_per_spec_and_labels() {
+        let pods = [
+            pod("a-1", "a", "1"),
+            pod("a-2", "a", "1"),
+            pod("b-1", "b", "1"),
+            pod("c-1", "a", "2"),
+        ];
+        let refs: Vec<&SlimPod> = pods.iter().collect();
+        let shapes = pod_shapes(&refs);
+        assert_eq!(shapes.len(), pods.len());
+        for (pod, shape) in pods.iter().zip(&shapes) {
+            assert_eq!(**shape, *SchedulingPod::from_pod(pod).unwrap().shape);
+        }
+        assert!(
+            Arc::ptr_eq(&shapes[0], &shapes[1]),
+            "one workload, one conversion"
+        );
+        assert_ne!(shapes[0], shapes[2], "other labels, another shape");
+        assert_ne!(shapes[0], shapes[3], "another spec, another shape");
+    }
 }

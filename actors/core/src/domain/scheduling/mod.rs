@@ -34,7 +34,7 @@ mod topology;
 mod type_cache;
 pub mod workload;
 
-pub use bound::{CostLowerBound, cost_lower_bound};
+pub use bound::{CostLowerBound, cost_lower_bound, cost_lower_bound_of_shapes};
 pub use input::{
     ExistingNode, NodePoolError, NodePoolInput, Snapshot, daemon_requests_for_node,
     scheduling_taints,

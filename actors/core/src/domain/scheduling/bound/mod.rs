@@ -85,19 +85,29 @@ pub fn cost_lower_bound<'a>(
     pods: impl IntoIterator<Item = &'a SchedulingPod>,
     node_pools: &[NodePoolInput],
 ) -> CostLowerBound {
+    cost_lower_bound_of_shapes(pods.into_iter().map(|pod| &*pod.shape), node_pools)
+}
+
+/// [`cost_lower_bound`] of the pods' shapes (all it reads of a pod), one per pod in the pods'
+/// order: a caller that has the shapes (shared among a workload's pods) need not build pods.
+#[must_use]
+pub fn cost_lower_bound_of_shapes<'a>(
+    shapes: impl IntoIterator<Item = &'a PodShape>,
+    node_pools: &[NodePoolInput],
+) -> CostLowerBound {
     let mut index: FxHashMap<Constraints<'a>, usize> = FxHashMap::default();
     let mut groups: Vec<(Constraints<'a>, Vec<&'a PodShape>)> = Vec::new();
     let mut label_sets = LabelSets::default();
-    for pod in pods {
+    for shape in shapes {
         *label_sets
-            .entry((&pod.shape.namespace, &pod.shape.labels))
+            .entry((&shape.namespace, &shape.labels))
             .or_default() += 1;
-        let key = Constraints::of(&pod.shape);
+        let key = Constraints::of(shape);
         if let Some(group) = index.get(&key) {
-            groups[*group].1.push(&pod.shape);
+            groups[*group].1.push(shape);
         } else {
             index.insert(key, groups.len());
-            groups.push((key, vec![&pod.shape]));
+            groups.push((key, vec![shape]));
         }
     }
     let pools: Vec<(&NodePoolInput, Requirements)> = node_pools
