@@ -80,6 +80,16 @@ pub(super) fn condition<'a>(
         .and_then(|s| condition_set::find(&s.conditions, kind))
 }
 
+/// Condition `kind` unknown because the NodeClaim's node has not registered (Karpenter's
+/// `NodeNotFound`).
+fn node_not_found(set: &mut ConditionSet<'_>, kind: &str) {
+    set.set_unknown_with_reason(
+        kind,
+        cond::REASON_NODE_NOT_FOUND,
+        "Node not registered with cluster",
+    );
+}
+
 pub(super) fn is_true(nodeclaim: &NodeClaim, kind: &str) -> bool {
     condition(nodeclaim, kind).is_some_and(|c| c.status == ConditionStatus::True)
 }
@@ -444,10 +454,22 @@ impl NodeClaimActor {
         }
         let facts = status_facts(&nodeclaim);
         let now = self.now();
+        // Karpenter's lifecycle reconcile runs registration right after the launch and patches
+        // the status once: a node that has not registered yet is `NodeNotFound` in the same
+        // write (the registration step then finds nothing to change).
+        let unregistered = created
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .is_some_and(|id| self.deps.view.nodes_by_provider_id(id).is_empty());
         let change = |status: &mut NodeClaimStatus| {
             launch::apply_launch_status(status, created);
-            ConditionSet::new(&mut status.conditions, NODECLAIM_DEPENDENTS, facts, now)
-                .set_true(cond::LAUNCHED);
+            let mut set =
+                ConditionSet::new(&mut status.conditions, NODECLAIM_DEPENDENTS, facts, now);
+            set.set_true(cond::LAUNCHED);
+            if unregistered {
+                node_not_found(&mut set, cond::REGISTERED);
+            }
         };
         let written = self
             .write_status(&nodeclaim, "writing the launch", &change)
@@ -548,11 +570,7 @@ impl NodeClaimActor {
             NodeLookup::NotFound => {
                 let written = self
                     .set_conditions(&nodeclaim, "writing the registration", &|set| {
-                        set.set_unknown_with_reason(
-                            cond::REGISTERED,
-                            cond::REASON_NODE_NOT_FOUND,
-                            "Node not registered with cluster",
-                        );
+                        node_not_found(set, cond::REGISTERED);
                     })
                     .await?;
                 return Ok(written.map_or(Step::Stop, |nc| Step::Continue(nc, None)));
@@ -643,11 +661,7 @@ impl NodeClaimActor {
         let Some(node) = self.node_of(&nodeclaim) else {
             let written = self
                 .set_conditions(&nodeclaim, "writing the initialization", &|set| {
-                    set.set_unknown_with_reason(
-                        cond::INITIALIZED,
-                        cond::REASON_NODE_NOT_FOUND,
-                        "Node not registered with cluster",
-                    );
+                    node_not_found(set, cond::INITIALIZED);
                 })
                 .await?;
             return Ok(written.map_or(Step::Stop, |nc| Step::Continue(nc, None)));
