@@ -211,6 +211,39 @@ async fn a_requirement_the_nodeclaim_no_longer_meets_drifts_it_until_the_pool_al
 }
 
 #[actix::test]
+async fn a_nodeclaim_relabelled_out_of_its_pools_requirements_drifts_though_the_pool_did_not_change()
+ {
+    tokio::time::pause();
+    let h = cluster().await;
+    edit_pool(&h, |pool| {
+        pool.spec.template.spec.requirements = vec![
+            serde_json::from_value(json!({
+                "key": labels::CAPACITY_TYPE, "operator": "In",
+                "values": [labels::CAPACITY_TYPE_ON_DEMAND],
+            }))
+            .unwrap(),
+        ];
+    })
+    .await;
+    ready_nodeclaim(&h, "default-a", json!({})).await;
+    assert_eq!(drifted(&h, "default-a"), None);
+
+    // The same pool object; only the NodeClaim's labels move (a verdict kept by the pool alone
+    // would miss it).
+    let mut claim = h.nodeclaim("default-a").unwrap();
+    claim.metadata.labels.get_or_insert_default().insert(
+        labels::CAPACITY_TYPE.into(),
+        labels::CAPACITY_TYPE_SPOT.into(),
+    );
+    h.add_nodeclaim(claim);
+    h.settle().await;
+    assert_eq!(
+        drifted(&h, "default-a"),
+        Some(drifted_by("RequirementsDrifted"))
+    );
+}
+
+#[actix::test]
 async fn an_instance_type_gone_from_the_pool_drifts_the_nodeclaim_at_the_next_recheck() {
     tokio::time::pause();
     let h = cluster().await;

@@ -243,6 +243,9 @@ pub struct NodeClaimActor {
     instance_gone: bool,
     /// The last cloud-side drift verdict and what it was decided on ([`drift::CloudDrift`]).
     cloud_drift: Option<drift::CloudDrift>,
+    /// The last requirements-drift verdict and what it was decided on
+    /// ([`drift::RequirementsDrift`]).
+    requirements_drift: Option<drift::RequirementsDrift>,
     /// This actor's writes the view may not show yet (written from `&self` steps).
     own_writes: std::sync::Mutex<OwnWrites>,
 }
@@ -331,6 +334,7 @@ impl Supervised for NodeClaimActor {
             reported: Reported::default(),
             instance_gone: false,
             cloud_drift: None,
+            requirements_drift: None,
             own_writes: std::sync::Mutex::default(),
         })
     }
@@ -465,6 +469,7 @@ impl NodeClaimActor {
         self.reported = Reported::default();
         self.instance_gone = false;
         self.cloud_drift = None;
+        self.requirements_drift = None;
     }
 }
 

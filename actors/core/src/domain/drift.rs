@@ -19,8 +19,10 @@
 //!    offerings (available or not) matches its zone and capacity type.
 //!
 //! [`static_drift`] runs the first two, which need no cloud call; the NodeClaim actor
-//! (`actors/src/nodeclaim/drift.rs`) then asks for the pool's instance types, calls
-//! [`instance_type_not_found`], asks the cloud provider, and writes the `Drifted` condition.
+//! (`actors/src/nodeclaim/drift.rs`) runs them itself ([`nodepool_hash_drifted`], then
+//! [`requirements_drifted`], whose verdict it keeps while neither side changes), then asks for
+//! the pool's instance types, calls [`instance_type_not_found`], asks the cloud provider, and
+//! writes the `Drifted` condition.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
