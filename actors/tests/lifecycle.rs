@@ -60,35 +60,6 @@ fn server_error(kind: ObjectKind, name: &str) -> ClusterError {
 }
 
 #[actix::test]
-async fn the_launch_and_the_missing_node_are_one_status_write() {
-    tokio::time::pause();
-    let h = Harness::start();
-    h.add_nodeclass(nodeclass(Some(true)));
-    h.add_nodepool(nodepool(NODEPOOL, json!({})));
-    h.add_nodeclaim(nodeclaim("default-a", json!({})));
-    h.settle().await;
-
-    assert_eq!(
-        h.condition("default-a", "Launched"),
-        Some(("True".into(), "Launched".into()))
-    );
-    assert_eq!(
-        h.condition("default-a", "Registered"),
-        Some(("Unknown".into(), "NodeNotFound".into()))
-    );
-    let status_writes = h
-        .api
-        .calls_of(Operation::UpdateNodeClaimStatus)
-        .into_iter()
-        .filter(|c| matches!(c, ClusterCall::UpdateNodeClaimStatus { name } if name == "default-a"))
-        .count();
-    assert_eq!(
-        status_writes, 1,
-        "Karpenter patches the launch and the registration's NodeNotFound in one write"
-    );
-}
-
-#[actix::test]
 async fn a_nodeclaim_launches_registers_and_initializes_into_a_ready_node() {
     tokio::time::pause();
     let h = Harness::start();
@@ -125,6 +96,16 @@ async fn a_nodeclaim_launches_registers_and_initializes_into_a_ready_node() {
     assert_eq!(
         h.condition("default-a", "Registered"),
         Some(("Unknown".into(), "NodeNotFound".into()))
+    );
+    let status_writes = h
+        .api
+        .calls_of(Operation::UpdateNodeClaimStatus)
+        .into_iter()
+        .filter(|c| matches!(c, ClusterCall::UpdateNodeClaimStatus { name } if name == "default-a"))
+        .count();
+    assert_eq!(
+        status_writes, 1,
+        "Karpenter patches the launch and the registration's NodeNotFound in one write"
     );
 
     let node = h.register_node("default-a", &[], &[]);

@@ -930,15 +930,17 @@ fn every_violation_of_a_document_is_reported_together() {
     }
 }
 
+/// The paths of an outcome's violations.
+fn violation_paths(outcome: Outcome) -> Vec<String> {
+    match outcome {
+        Outcome::Checked { violations, .. } => violations.into_iter().map(|v| v.path).collect(),
+        Outcome::Skipped { reason } => panic!("skipped: {reason}"),
+    }
+}
+
 #[test]
 fn an_update_ratchets_schema_errors_only_where_the_value_did_not_change() {
-    let schema_errors = |outcome: Outcome| match outcome {
-        Outcome::Checked { violations, .. } => violations
-            .into_iter()
-            .map(|v| v.path)
-            .collect::<Vec<String>>(),
-        Outcome::Skipped { reason } => panic!("skipped: {reason}"),
-    };
+    let schema_errors = violation_paths;
     let old = with_spec(nodepool(), "weight", json!(1000));
     assert!(
         schema_errors(VALIDATOR.validate(&old)).contains(&"spec.weight".to_owned()),
@@ -960,13 +962,7 @@ fn an_update_ratchets_schema_errors_only_where_the_value_did_not_change() {
 
 #[test]
 fn an_update_ratchets_rule_errors_while_the_spec_is_unchanged() {
-    let paths = |outcome: Outcome| match outcome {
-        Outcome::Checked { violations, .. } => violations
-            .into_iter()
-            .map(|v| v.path)
-            .collect::<Vec<String>>(),
-        Outcome::Skipped { reason } => panic!("skipped: {reason}"),
-    };
+    let paths = violation_paths;
     let old = with_budget(json!({ "nodes": "1", "schedule": "@daily" }));
     let rule = "spec.disruption.budgets[0].duration".to_owned();
     assert!(
