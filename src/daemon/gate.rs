@@ -26,7 +26,7 @@ use karpenter_actors::ports::cloud_provider::{
     CloudProvider, CloudProviderError, DriftReason, InstanceTypes, RepairPolicy,
 };
 use karpenter_actors::ports::cluster::{
-    Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, ObjectKind,
+    Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction, ObjectKind, name_of,
 };
 use karpenter_actors::ports::ec2::{
     AvailabilityZone, CreateFleetRequest, CreateFleetResponse, CreateLaunchTemplateRequest,
@@ -123,10 +123,7 @@ impl ClusterApi for GatedClusterApi {
         known: &NodeClaim,
         change: Change<'_, NodeClaim>,
     ) -> Result<NodeClaim, ClusterError> {
-        self.check(
-            ObjectKind::NodeClaim,
-            known.metadata.name.as_deref().unwrap_or_default(),
-        )?;
+        self.check(ObjectKind::NodeClaim, name_of(&known.metadata))?;
         self.inner.update_nodeclaim_from(known, change).await
     }
 
@@ -135,10 +132,7 @@ impl ClusterApi for GatedClusterApi {
         known: &NodeClaim,
         change: Change<'_, NodeClaimStatus>,
     ) -> Result<NodeClaim, ClusterError> {
-        self.check(
-            ObjectKind::NodeClaim,
-            known.metadata.name.as_deref().unwrap_or_default(),
-        )?;
+        self.check(ObjectKind::NodeClaim, name_of(&known.metadata))?;
         self.inner.update_nodeclaim_status_from(known, change).await
     }
 
@@ -192,10 +186,7 @@ impl ClusterApi for GatedClusterApi {
         known: &Node,
         change: Change<'_, Node>,
     ) -> Result<Node, ClusterError> {
-        self.check(
-            ObjectKind::Node,
-            known.metadata.name.as_deref().unwrap_or_default(),
-        )?;
+        self.check(ObjectKind::Node, name_of(&known.metadata))?;
         self.inner.update_node_from(known, change).await
     }
 

@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_actors::ports::clock::{Clock, SystemClock};
 use karpenter_actors::ports::cluster::{
     Change, ClusterApi, ClusterError, ClusterEvent, Deletion, EventType, Eviction, FieldProblem,
-    ObjectKind,
+    ObjectKind, name_of,
 };
 use karpenter_actors::retry::RetryPolicy;
 use karpenter_core::apis::{
@@ -180,6 +180,27 @@ impl KubeClusterApi {
                 },
                 |error: &ClusterError| matches!(error, ClusterError::Conflict { .. }),
             )
+            .await
+    }
+
+    /// [`Self::update`] of the cluster-scoped object `known` is a copy of, starting from it.
+    async fn update_from<K>(
+        &self,
+        kind: ObjectKind,
+        part: Part,
+        known: &K,
+        change: &(dyn Fn(&mut K) + Send + Sync),
+    ) -> Result<K, ClusterError>
+    where
+        K: Resource<DynamicType = ()>
+            + Clone
+            + PatchParts
+            + Serialize
+            + DeserializeOwned
+            + fmt::Debug,
+    {
+        let api = Api::all(self.client.clone());
+        self.update(&api, kind, name_of(known.meta()), part, Some(known), change)
             .await
     }
 
@@ -413,17 +434,8 @@ impl ClusterApi for KubeClusterApi {
         known: &NodeClaim,
         change: Change<'_, NodeClaim>,
     ) -> Result<NodeClaim, ClusterError> {
-        let api = Api::all(self.client.clone());
-        let name = known.metadata.name.as_deref().unwrap_or_default();
-        self.update(
-            &api,
-            ObjectKind::NodeClaim,
-            name,
-            Part::Main,
-            Some(known),
-            change,
-        )
-        .await
+        self.update_from(ObjectKind::NodeClaim, Part::Main, known, change)
+            .await
     }
 
     async fn update_nodeclaim_status_from(
@@ -431,18 +443,9 @@ impl ClusterApi for KubeClusterApi {
         known: &NodeClaim,
         change: Change<'_, NodeClaimStatus>,
     ) -> Result<NodeClaim, ClusterError> {
-        let api = Api::all(self.client.clone());
-        let name = known.metadata.name.as_deref().unwrap_or_default();
         let whole = |claim: &mut NodeClaim| status_of(&mut claim.status, change);
-        self.update(
-            &api,
-            ObjectKind::NodeClaim,
-            name,
-            Part::Status,
-            Some(known),
-            &whole,
-        )
-        .await
+        self.update_from(ObjectKind::NodeClaim, Part::Status, known, &whole)
+            .await
     }
 
     async fn update_nodepool(
@@ -516,17 +519,8 @@ impl ClusterApi for KubeClusterApi {
         known: &Node,
         change: Change<'_, Node>,
     ) -> Result<Node, ClusterError> {
-        let api = Api::all(self.client.clone());
-        let name = known.metadata.name.as_deref().unwrap_or_default();
-        self.update(
-            &api,
-            ObjectKind::Node,
-            name,
-            Part::Main,
-            Some(known),
-            change,
-        )
-        .await
+        self.update_from(ObjectKind::Node, Part::Main, known, change)
+            .await
     }
 
     async fn delete_node(&self, name: &str) -> Result<Deletion, ClusterError> {

@@ -23,10 +23,18 @@ use std::fmt;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use karpenter_core::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
 };
+
+/// The name a `*_from` update writes to: the caller's copy's (empty when it has none, which
+/// the API server answers as not found).
+#[must_use]
+pub fn name_of(meta: &ObjectMeta) -> &str {
+    meta.name.as_deref().unwrap_or_default()
+}
 
 /// A change applied to the current version of an object; may run more than once.
 pub type Change<'a, T> = &'a (dyn Fn(&mut T) + Send + Sync);
@@ -220,7 +228,7 @@ pub trait ClusterApi: Send + Sync + fmt::Debug {
         known: &NodeClaim,
         change: Change<'_, NodeClaim>,
     ) -> Result<NodeClaim, ClusterError> {
-        self.update_nodeclaim(known.metadata.name.as_deref().unwrap_or_default(), change)
+        self.update_nodeclaim(name_of(&known.metadata), change)
             .await
     }
 
@@ -230,7 +238,7 @@ pub trait ClusterApi: Send + Sync + fmt::Debug {
         known: &NodeClaim,
         change: Change<'_, NodeClaimStatus>,
     ) -> Result<NodeClaim, ClusterError> {
-        self.update_nodeclaim_status(known.metadata.name.as_deref().unwrap_or_default(), change)
+        self.update_nodeclaim_status(name_of(&known.metadata), change)
             .await
     }
 
@@ -272,8 +280,7 @@ pub trait ClusterApi: Send + Sync + fmt::Debug {
         known: &Node,
         change: Change<'_, Node>,
     ) -> Result<Node, ClusterError> {
-        self.update_node(known.metadata.name.as_deref().unwrap_or_default(), change)
-            .await
+        self.update_node(name_of(&known.metadata), change).await
     }
 
     /// Deletes a Node object.
