@@ -180,13 +180,22 @@ fn child(size: u64) {
         // Minute by minute, so a child run by hand (`--child SIZE`) shows on stderr where the
         // wall time and the peak heap go.
         let mut minute = 0;
+        let requests = |simulation: &Simulation| -> u64 {
+            simulation
+                .emulator()
+                .request_counts()
+                .iter()
+                .map(|c| c.count)
+                .sum()
+        };
         while simulation.advance(std::time::Duration::from_mins(1)).await {
             minute += 1;
             eprintln!(
-                "size {size} at {minute:>2} min: wall {:>6.1} s, heap {:>5.0} MB, peak heap {:>5.0} MB",
+                "size {size} at {minute:>2} min: wall {:>6.1} s, heap {:>5.0} MB, peak heap {:>5.0} MB, API requests {:>7}",
                 started.elapsed().as_secs_f64(),
                 mb(live_heap()),
                 mb(GLOBAL.max_allocated()),
+                requests(&simulation),
             );
         }
         let wall = started.elapsed().as_secs_f64();
@@ -207,9 +216,19 @@ fn child(size: u64) {
             .collect();
         let view = view_heap(simulation.view().as_ref());
         let heap = live_heap();
+        let simulation_requests = simulation.emulator().request_counts();
         let report = simulation.finish().await;
         let pods = &report.pods;
         println!("size {size}, emulator by kind: {}", by_kind.join("; "));
+        let busiest: Vec<String> = simulation_requests
+            .iter()
+            .take(8)
+            .map(|c| {
+                let sub = if c.subresource.is_empty() { String::new() } else { format!("/{}", c.subresource) };
+                format!("{} {}{sub} {}", c.verb, c.resource, c.count)
+            })
+            .collect();
+        println!("size {size}, API requests served: {}", busiest.join("; "));
         assert_eq!(
             pods.pending_at_end, 0,
             "size {size}: pods left pending: {:?}",

@@ -3,10 +3,11 @@
 //!
 //! The request handler asks [`Faults::check`] before doing anything; a matching rule delays the
 //! request (tokio time, so a paused clock skips it) and may answer with its error instead. Rules
-//! can be limited to a number of matches or to a seeded share of them. Every request is appended to the [`RequestLog`] with
-//! its verb, resource and response code.
+//! can be limited to a number of matches or to a seeded share of them. Every request is appended
+//! to the [`RequestLog`] with its verb, resource and response code, and counted there per verb,
+//! resource and subresource for the whole run (the log itself keeps only the latest).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -315,11 +316,27 @@ pub struct RequestRecord {
     pub code: u16,
 }
 
-/// The most recent requests, bounded so a long simulation does not grow without limit.
+/// How many requests of one verb, resource and subresource the emulator served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestCount {
+    pub verb: Verb,
+    /// The resource plural (empty for discovery).
+    pub resource: String,
+    /// The subresource (empty for the object itself).
+    pub subresource: String,
+    pub count: u64,
+}
+
+/// What [`RequestLog`] counts by: the verb's name (its order), resource, subresource.
+type CountKey = (&'static str, String, String);
+
+/// The most recent requests, bounded so a long simulation does not grow without limit, and
+/// the count of every request served, per verb, resource and subresource.
 #[derive(Debug)]
 pub(crate) struct RequestLog {
     capacity: usize,
     records: Mutex<VecDeque<RequestRecord>>,
+    counts: Mutex<BTreeMap<CountKey, (Verb, u64)>>,
 }
 
 impl RequestLog {
@@ -327,10 +344,20 @@ impl RequestLog {
         Self {
             capacity,
             records: Mutex::new(VecDeque::new()),
+            counts: Mutex::new(BTreeMap::new()),
         }
     }
 
     pub fn push(&self, record: RequestRecord) {
+        {
+            let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+            let key = (
+                record.verb.as_str(),
+                record.resource.clone().unwrap_or_default(),
+                record.subresource.clone().unwrap_or_default(),
+            );
+            counts.entry(key).or_insert((record.verb, 0)).1 += 1;
+        }
         if self.capacity == 0 {
             return;
         }
@@ -356,6 +383,23 @@ impl RequestLog {
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
     }
+
+    /// Every verb, resource and subresource served so far with its count, most requested
+    /// first (ties by verb, resource, subresource).
+    pub fn counts(&self) -> Vec<RequestCount> {
+        let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut counts: Vec<RequestCount> = counts
+            .iter()
+            .map(|((_, resource, subresource), (verb, count))| RequestCount {
+                verb: *verb,
+                resource: resource.clone(),
+                subresource: subresource.clone(),
+                count: *count,
+            })
+            .collect();
+        counts.sort_by_key(|c| std::cmp::Reverse(c.count));
+        counts
+    }
 }
 
 #[cfg(test)]
@@ -374,6 +418,31 @@ mod tests {
             subresource: None,
             code: 0,
         }
+    }
+
+    #[test]
+    fn the_log_counts_every_request_though_it_keeps_only_the_latest() {
+        let log = RequestLog::new(1);
+        log.push(request(Verb::List, "pods"));
+        log.push(request(Verb::Get, "nodes"));
+        log.push(request(Verb::List, "pods"));
+        let mut status = request(Verb::Patch, "pods");
+        status.subresource = Some("status".into());
+        log.push(status);
+        assert_eq!(log.snapshot().len(), 1);
+        let counts = log.counts();
+        let counted: Vec<(Verb, &str, &str, u64)> = counts
+            .iter()
+            .map(|c| (c.verb, &*c.resource, &*c.subresource, c.count))
+            .collect();
+        assert_eq!(
+            counted,
+            vec![
+                (Verb::List, "pods", "", 2),
+                (Verb::Get, "nodes", "", 1),
+                (Verb::Patch, "pods", "status", 1),
+            ]
+        );
     }
 
     #[test]

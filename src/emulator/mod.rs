@@ -77,7 +77,7 @@ use karpenter_core::apis::validation::structural::BadPattern;
 use serde_json::json;
 
 pub use body::EmulatorBody;
-pub use faults::{FaultRule, Faults, InjectedError, RequestRecord, Verb};
+pub use faults::{FaultRule, Faults, InjectedError, RequestCount, RequestRecord, Verb};
 pub use http::EmulatorService;
 pub use server::{KUBECONFIG_NAME, LoopbackServer, kubeconfig_for};
 
@@ -307,6 +307,13 @@ impl Emulator {
     #[must_use]
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.shared.log.snapshot()
+    }
+
+    /// How many requests of each verb, resource and subresource were served since the start
+    /// (not emptied by [`Self::clear_requests`]), most requested first.
+    #[must_use]
+    pub fn request_counts(&self) -> Vec<RequestCount> {
+        self.shared.log.counts()
     }
 
     /// Empties the request log.
