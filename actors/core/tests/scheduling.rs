@@ -905,6 +905,33 @@ fn zonal_spread_keeps_the_skew() {
     assert_eq!(counts.len(), 3);
 }
 
+/// Existing pods count one by one, however many share a node and labels (a disruption
+/// simulation's ghost node carries thousands): 4 in one zone and 2 in another leave the six
+/// new pods to even the three zones out at four each.
+#[test]
+fn zonal_spread_counts_every_existing_pod_of_a_node() {
+    let web = |name: &str| {
+        pod(name)
+            .label("app", "web")
+            .spread(ZONE, 1, &[("app", "web")])
+    };
+    let mut full_a = existing_node("full-a", "test-zone-1", 1);
+    full_a.pods = (0..4).map(|i| web(&format!("a{i}")).bound()).collect();
+    let mut full_b = existing_node("full-b", "test-zone-2", 1);
+    full_b.pods = (0..2).map(|i| web(&format!("b{i}")).bound()).collect();
+    for node in [&mut full_a, &mut full_b] {
+        node.requested = node.allocatable.clone();
+    }
+    let pods: Vec<PodBuilder> = (0..6).map(|i| web(&format!("p{i}"))).collect();
+    let mut s = snapshot(&pods, vec![node_pool("default")]);
+    s.existing_nodes = vec![full_a, full_b];
+    let plan = run(&s);
+    assert_eq!(
+        zone_counts(&s, &plan),
+        BTreeMap::from([("test-zone-2".to_owned(), 2), ("test-zone-3".to_owned(), 4)])
+    );
+}
+
 #[test]
 fn hostname_spread_puts_one_selected_pod_per_node() {
     let pods: Vec<PodBuilder> = (0..4)

@@ -288,12 +288,12 @@ impl Group {
         self.nonzero.is_empty()
     }
 
-    /// Counts one more selected pod in a domain (registering it).
-    pub fn record(&mut self, domain: usize) {
+    /// Counts `pods` more selected pods in a domain (registering it).
+    pub fn record(&mut self, domain: usize, pods: u32) {
         if self.counts.len() <= domain {
             self.counts.resize(domain + 1, 0);
         }
-        self.counts[domain] += 1;
+        self.counts[domain] += pods;
         self.nonzero.insert(domain);
         if self.table.is_some() {
             self.registered.insert(domain);
@@ -450,9 +450,9 @@ mod tests {
             },
             3,
         );
-        g.record(0);
-        g.record(0);
-        g.record(1);
+        g.record(0, 1);
+        g.record(0, 1);
+        g.record(1, 1);
         let allowance = g.allowance(0, true, None, true);
         let Allowance::Domains { set, .. } = &allowance else {
             panic!("domains expected");
@@ -476,7 +476,7 @@ mod tests {
             3,
         );
         for d in 0..3 {
-            g.record(d);
+            g.record(d, 1);
         }
         // All three zones hold one pod; with fewer than 4 domains the minimum counts as 0, so
         // a fourth pod cannot go anywhere (1 + 1 - 0 > 1).
@@ -497,7 +497,7 @@ mod tests {
             g.allowance(0, false, None, true),
             Allowance::Impossible { .. }
         ));
-        g.record(2);
+        g.record(2, 1);
         let Allowance::Domains { set, pick, .. } = g.allowance(0, false, None, true) else {
             panic!("domains expected");
         };
@@ -507,7 +507,7 @@ mod tests {
     #[test]
     fn anti_affinity_allows_only_empty_domains() {
         let mut g = group(GroupKind::AntiAffinity, 3);
-        g.record(1);
+        g.record(1, 1);
         let Allowance::Domains { set, .. } = g.allowance(0, true, None, true) else {
             panic!("domains expected");
         };

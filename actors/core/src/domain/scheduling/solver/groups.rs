@@ -159,9 +159,9 @@ impl Solver<'_> {
                 continue;
             }
             let slots = self.label_sets[set].2.clone();
-            for slot in slots {
+            for (slot, pods) in slots {
                 if self.filter_matches(&key, slot) {
-                    self.record_slot_domains(id, slot, false);
+                    self.record_pods_domains(id, slot, false, pods);
                 }
             }
         }
@@ -238,8 +238,19 @@ impl Solver<'_> {
     /// the slot's class allows (all of them for anti-affinity and inverse groups, only a single
     /// one for spread and affinity).
     pub(super) fn record_slot_domains(&mut self, group: usize, slot: usize, all_values: bool) {
+        self.record_pods_domains(group, slot, all_values, 1);
+    }
+
+    /// [`Self::record_slot_domains`] of `pods` pods on the slot at once.
+    pub(super) fn record_pods_domains(
+        &mut self,
+        group: usize,
+        slot: usize,
+        all_values: bool,
+        pods: u32,
+    ) {
         let Some(table) = self.groups[group].table else {
-            self.groups[group].record(slot);
+            self.groups[group].record(slot, pods);
             return;
         };
         let class = self.slots[slot].class;
@@ -260,13 +271,13 @@ impl Solver<'_> {
         {
             self.ensure_class_domains(class, table);
             for domain in self.class_domains[&(class, table)].iter() {
-                self.groups[group].record(domain);
+                self.groups[group].record(domain, pods);
             }
         } else {
             let values: Vec<Arc<str>> = requirement.values().to_vec();
             for value in values {
                 let domain = self.tables[table].intern(&value);
-                self.groups[group].record(domain);
+                self.groups[group].record(domain, pods);
             }
         }
     }

@@ -231,15 +231,33 @@ impl Solver<'_> {
             daemon.clamp_negative_to_zero();
             let capacity = node.allocatable.minus(&node.requested).minus(&daemon);
             let slot = self.slots.len();
+            // The pods of a workload share their labels' `Arc` and sit side by side, so the
+            // previous pod's set is checked before any hashing.
+            let mut previous: Option<usize> = None;
             for pod in node.pods.iter().filter(|p| p.counts_for_topology) {
-                let key = (pod.namespace.clone(), pod.labels.clone());
-                let next = self.label_sets.len();
-                let entry = *label_sets.entry(key).or_insert(next);
-                if entry == next {
-                    self.label_sets
-                        .push((pod.namespace.clone(), pod.labels.clone(), Vec::new()));
+                let same = previous.filter(|set| {
+                    let (namespace, labels, _) = &self.label_sets[*set];
+                    Arc::ptr_eq(labels, &pod.labels) && *namespace == pod.namespace
+                });
+                let entry = same.unwrap_or_else(|| {
+                    let next = self.label_sets.len();
+                    let key = (pod.namespace.clone(), pod.labels.clone());
+                    let entry = *label_sets.entry(key).or_insert(next);
+                    if entry == next {
+                        self.label_sets.push((
+                            pod.namespace.clone(),
+                            pod.labels.clone(),
+                            Vec::new(),
+                        ));
+                    }
+                    entry
+                });
+                previous = Some(entry);
+                let slots = &mut self.label_sets[entry].2;
+                match slots.last_mut() {
+                    Some((last, pods)) if *last == slot => *pods += 1,
+                    _ => slots.push((slot, 1)),
                 }
-                self.label_sets[entry].2.push(slot);
             }
             self.slots.push(Slot {
                 kind: SlotKind::Existing(index),
