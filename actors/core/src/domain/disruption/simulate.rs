@@ -53,6 +53,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -196,9 +197,13 @@ struct AntiGroup {
 /// Indexes of the existing pods for topology relevance.
 #[derive(Debug, Default)]
 struct TopologyIndex {
-    /// Pods counted for topology by (namespace, label key, label value).
-    by_label: FxHashMap<(String, String, String), Vec<PodRef>>,
-    by_namespace: FxHashMap<String, Vec<PodRef>>,
+    /// Pods counted for topology by (namespace, label key, label value): an index into
+    /// `lists`.
+    by_label: FxHashMap<(String, String, String), usize>,
+    /// Pods counted for topology by namespace: an index into `lists`.
+    by_namespace: FxHashMap<String, usize>,
+    /// The pod lists, each in snapshot order.
+    lists: Vec<Vec<PodRef>>,
     anti: Vec<AntiGroup>,
     /// The anti-affinity groups of each pod that has some.
     anti_of: FxHashMap<PodRef, Vec<usize>>,
@@ -262,12 +267,40 @@ fn free_room(node: &ExistingNode) -> Resources {
     node.allocatable.minus(&node.requested).minus(&daemon)
 }
 
-type ClassKey = (
-    Vec<(String, String)>,
-    Vec<(String, Option<String>, TaintEffect)>,
-    bool,
-    bool,
-);
+/// A node's labels but the hostname: what its class is named by.
+fn class_labels(node: &ExistingNode) -> impl Iterator<Item = (&String, &String)> {
+    node.labels
+        .iter()
+        .filter(|(k, _)| k.as_str() != labels::HOSTNAME)
+}
+
+/// The hash of a node's class: its labels but the hostname, its taints (key, value, effect)
+/// and its flags. Hashed in place: a round builds the classes of every node, and copying
+/// about 40 labels per node was most of a round's preparation.
+fn class_hash(node: &ExistingNode) -> u64 {
+    let mut hasher = rustc_hash::FxHasher::default();
+    for (key, value) in class_labels(node) {
+        key.hash(&mut hasher);
+        value.hash(&mut hasher);
+    }
+    for taint in &node.taints {
+        (&taint.key, &taint.value, taint.effect).hash(&mut hasher);
+    }
+    (node.registered, node.initialized).hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Whether two nodes are of one class (see [`class_hash`]).
+fn same_class(a: &ExistingNode, b: &ExistingNode) -> bool {
+    a.registered == b.registered
+        && a.initialized == b.initialized
+        && a.taints.len() == b.taints.len()
+        && a.taints
+            .iter()
+            .zip(&b.taints)
+            .all(|(x, y)| x.key == y.key && x.value == y.value && x.effect == y.effect)
+        && class_labels(a).eq(class_labels(b))
+}
 
 impl<'a> Simulator<'a> {
     /// Prepares the simulations of one round.
@@ -359,30 +392,21 @@ impl<'a> Simulator<'a> {
         free: &[Resources],
         pool_of: &[Option<usize>],
     ) -> (Vec<usize>, Vec<Class>) {
-        let mut index: FxHashMap<ClassKey, usize> = FxHashMap::default();
+        // Classes by hash, each with its first node to compare with.
+        let mut index: FxHashMap<u64, Vec<usize>> = FxHashMap::default();
         let mut classes: Vec<Class> = Vec::new();
         let mut class_of = vec![0; nodes.len()];
         for (i, node) in nodes.iter().enumerate() {
-            let key: ClassKey = (
-                node.labels
-                    .iter()
-                    .filter(|(k, _)| k.as_str() != labels::HOSTNAME)
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-                node.taints
-                    .iter()
-                    .map(|t| (t.key.clone(), t.value.clone(), t.effect))
-                    .collect(),
-                node.registered,
-                node.initialized,
-            );
             let next = classes.len();
-            let class = *index.entry(key).or_insert(next);
+            let same_hash = index.entry(class_hash(node)).or_default();
+            let found = same_hash
+                .iter()
+                .copied()
+                .find(|c| same_class(&nodes[classes[*c].by_index[0]], node));
+            let class = found.unwrap_or(next);
             if class == next {
-                let class_labels: BTreeMap<String, String> = node
-                    .labels
-                    .iter()
-                    .filter(|(k, _)| k.as_str() != labels::HOSTNAME)
+                same_hash.push(next);
+                let class_labels: BTreeMap<String, String> = class_labels(node)
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
                 classes.push(Class {
@@ -1106,7 +1130,7 @@ impl<'a> Simulator<'a> {
                 let anchor = terms
                     .iter()
                     .find(|t| t.operator == SelectorOperator::In && t.values.len() == 1);
-                let candidates = match anchor {
+                let list = match anchor {
                     Some(term) => index.by_label.get(&(
                         namespace.to_owned(),
                         term.key.clone(),
@@ -1114,6 +1138,7 @@ impl<'a> Simulator<'a> {
                     )),
                     None => index.by_namespace.get(namespace),
                 };
+                let candidates = list.map(|list| &index.lists[*list]);
                 for (node, pod) in candidates.into_iter().flatten() {
                     let bound = &snapshot.existing_nodes[*node].pods[*pod];
                     if selector.matches(&bound.labels) {
@@ -1154,22 +1179,48 @@ impl<'a> Simulator<'a> {
             let mut index = TopologyIndex::default();
             let mut group_ids: FxHashMap<(Vec<String>, LabelSelector, Arc<str>), usize> =
                 FxHashMap::default();
+            // The lists of the previous pod's namespace and labels: the pods of a workload
+            // share their labels' `Arc` and mostly sit side by side, so their lists are found
+            // once per run of them rather than once per pod and label.
+            let mut previous: Option<(&BoundPod, usize, Vec<usize>)> = None;
+            let TopologyIndex {
+                by_label,
+                by_namespace,
+                lists,
+                anti,
+                anti_of,
+            } = &mut index;
+            let new_list = |lists: &mut Vec<Vec<PodRef>>| {
+                lists.push(Vec::new());
+                lists.len() - 1
+            };
             for (n, node) in snapshot.existing_nodes.iter().enumerate() {
                 for (p, pod) in node.pods.iter().enumerate() {
                     if !pod.counts_for_topology {
                         continue;
                     }
-                    index
-                        .by_namespace
-                        .entry(pod.namespace.clone())
-                        .or_default()
-                        .push((n, p));
-                    for (key, value) in pod.labels.iter() {
-                        index
-                            .by_label
-                            .entry((pod.namespace.clone(), key.clone(), value.clone()))
-                            .or_default()
-                            .push((n, p));
+                    let same = previous.as_ref().is_some_and(|(last, _, _)| {
+                        Arc::ptr_eq(&last.labels, &pod.labels) && last.namespace == pod.namespace
+                    });
+                    if !same {
+                        let namespace_list = *by_namespace
+                            .entry(pod.namespace.clone())
+                            .or_insert_with(|| new_list(lists));
+                        let label_lists = pod
+                            .labels
+                            .iter()
+                            .map(|(key, value)| {
+                                let key = (pod.namespace.clone(), key.clone(), value.clone());
+                                *by_label.entry(key).or_insert_with(|| new_list(lists))
+                            })
+                            .collect();
+                        previous = Some((pod, namespace_list, label_lists));
+                    }
+                    if let Some((_, namespace_list, label_lists)) = &previous {
+                        lists[*namespace_list].push((n, p));
+                        for list in label_lists {
+                            lists[*list].push((n, p));
+                        }
                     }
                     for term in &pod.anti_affinity {
                         let key = (
@@ -1177,10 +1228,10 @@ impl<'a> Simulator<'a> {
                             term.selector.clone(),
                             Arc::from(labels::normalize(&term.topology_key)),
                         );
-                        let next = index.anti.len();
+                        let next = anti.len();
                         let id = *group_ids.entry(key.clone()).or_insert(next);
                         if id == next {
-                            index.anti.push(AntiGroup {
+                            anti.push(AntiGroup {
                                 namespaces: key.0,
                                 selector: key.1,
                                 hostname: &*key.2 == labels::HOSTNAME,
@@ -1188,8 +1239,8 @@ impl<'a> Simulator<'a> {
                                 pods: Vec::new(),
                             });
                         }
-                        index.anti[id].pods.push((n, p));
-                        index.anti_of.entry((n, p)).or_default().push(id);
+                        anti[id].pods.push((n, p));
+                        anti_of.entry((n, p)).or_default().push(id);
                     }
                 }
             }
@@ -1582,5 +1633,54 @@ fn restrict_pool(pool: &NodePoolInput) -> NodePoolInput {
     NodePoolInput {
         instance_types: types,
         ..pool.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, zone: &str) -> ExistingNode {
+        ExistingNode {
+            name: name.to_owned(),
+            labels: BTreeMap::from([
+                (labels::HOSTNAME.to_owned(), name.to_owned()),
+                (labels::ZONE.to_owned(), zone.to_owned()),
+            ])
+            .into(),
+            registered: true,
+            initialized: true,
+            ..ExistingNode::default()
+        }
+    }
+
+    fn taint(key: &str) -> Taint {
+        Taint {
+            key: key.to_owned(),
+            value: None,
+            effect: TaintEffect::NoSchedule,
+            time_added: None,
+        }
+    }
+
+    /// Nodes share a class when all but their hostnames agree: labels, taints and flags.
+    #[test]
+    fn a_class_is_the_labels_but_the_hostname_the_taints_and_the_flags() {
+        let mut nodes: Vec<ExistingNode> = ["a", "b", "c", "d", "e", "f"]
+            .iter()
+            .map(|name| node(name, "zone-1"))
+            .collect();
+        nodes[2].labels = node("c", "zone-2").labels;
+        nodes[3].taints = vec![taint("dedicated")];
+        nodes[4].taints = vec![taint("dedicated")];
+        nodes[5].initialized = false;
+        let order: Vec<usize> = (0..nodes.len()).collect();
+        let free = vec![Resources::default(); nodes.len()];
+        let pools = vec![None; nodes.len()];
+        let (class_of, classes) = Simulator::classes(&nodes, &order, &free, &pools);
+        assert_eq!(class_of, vec![0, 0, 1, 2, 2, 3]);
+        assert_eq!(classes.len(), 4);
+        assert_eq!(classes[2].taints, vec![taint("dedicated")]);
+        assert!(!classes[0].ghost.labels.contains_key(labels::HOSTNAME));
     }
 }
