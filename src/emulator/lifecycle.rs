@@ -200,6 +200,9 @@ pub(crate) fn merge_update(
     keep_managed_fields: bool,
 ) -> Value {
     let mut merged = match subresource {
+        // `new` is mostly `old` with a changed status (a status patch is applied to the stored
+        // object): then it is the answer as it is, without a copy of `old`.
+        Some("status") if !keep_managed_fields && all_but_status_equal(old, &new) => return new,
         Some("status") => {
             let mut merged = old.clone();
             if let Value::Object(map) = &mut merged {
@@ -266,6 +269,22 @@ fn spec_part(object: &Value) -> Vec<(&String, &Value)> {
         .unwrap_or_default()
 }
 
+/// Whether two objects agree on everything but their status.
+fn all_but_status_equal(a: &Value, b: &Value) -> bool {
+    match (a.as_object(), b.as_object()) {
+        (Some(a), Some(b)) => {
+            let rest = |map: &'_ serde_json::Map<String, Value>| {
+                map.len() - usize::from(map.contains_key("status"))
+            };
+            rest(a) == rest(b)
+                && a.iter()
+                    .filter(|(k, _)| k.as_str() != "status")
+                    .all(|(k, v)| b.get(k) == Some(v))
+        }
+        _ => false,
+    }
+}
+
 /// Bumps `metadata.generation` when the spec part changed.
 pub(crate) fn bump_generation(old: &Value, new: &mut Value) {
     if spec_part(old) != spec_part(new) {
@@ -296,7 +315,10 @@ pub(crate) fn check_update(kind: &ResourceKind, old: &Value, new: &Value) -> Res
             ));
         }
     }
-    if kind.behavior == Behavior::Pod && masked_pod_spec(old) != masked_pod_spec(new) {
+    if kind.behavior == Behavior::Pod
+        && old.get("spec") != new.get("spec")
+        && masked_pod_spec(old) != masked_pod_spec(new)
+    {
         return Err(ApiError::invalid(
             kind,
             name,
@@ -360,6 +382,29 @@ mod tests {
         assert_eq!(merged["metadata"]["labels"]["a"], "1");
         assert!(merged["spec"].get("unschedulable").is_none());
         assert_eq!(merged["status"]["phase"], "Running");
+    }
+
+    #[test]
+    fn a_status_update_that_changes_only_the_status_is_taken_as_it_is() {
+        let node = kind("nodes");
+        let old = json!({ "metadata": { "name": "n" }, "spec": { "a": 1 }, "status": { "phase": "Pending" } });
+        let new = json!({ "metadata": { "name": "n" }, "spec": { "a": 1 }, "status": { "phase": "Running" } });
+        assert_eq!(
+            merge_update(&node, &old, new.clone(), Some("status"), false),
+            new
+        );
+        let cleared = json!({ "metadata": { "name": "n" }, "spec": { "a": 1 } });
+        let merged = merge_update(&node, &old, cleared, Some("status"), false);
+        assert!(merged.get("status").is_none());
+        assert_eq!(merged["spec"]["a"], 1);
+        // One more field than `old` outside the status is not taken.
+        let extra =
+            json!({ "metadata": { "name": "n" }, "spec": { "a": 1 }, "extra": true, "status": {} });
+        assert!(
+            merge_update(&node, &old, extra, Some("status"), false)
+                .get("extra")
+                .is_none()
+        );
     }
 
     #[test]
