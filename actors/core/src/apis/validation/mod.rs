@@ -153,8 +153,14 @@ impl Validator {
                 violations: violations.into_vec(),
             };
         }
-        let mut pruned = document.clone();
-        structural::prune_nulls(&mut pruned);
+        // Most writes carry no null field: then the document is checked as it is, uncopied.
+        let pruned = if structural::has_null_fields(document) {
+            let mut pruned = document.clone();
+            structural::prune_nulls(&mut pruned);
+            std::borrow::Cow::Owned(pruned)
+        } else {
+            std::borrow::Cow::Borrowed(document)
+        };
         match old {
             Some(old) => self
                 .checker(kind)

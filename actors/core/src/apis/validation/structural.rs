@@ -224,6 +224,18 @@ impl SchemaChecker {
 }
 
 /// Removes null-valued fields, as the API server prunes them before storing an object.
+/// Whether [`prune_nulls`] would remove anything: a field anywhere set to `null`.
+#[must_use]
+pub fn has_null_fields(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => map
+            .values()
+            .any(|child| child.is_null() || has_null_fields(child)),
+        Value::Array(items) => items.iter().any(has_null_fields),
+        _ => false,
+    }
+}
+
 pub fn prune_nulls(value: &mut Value) {
     match value {
         Value::Object(map) => {
@@ -404,5 +416,31 @@ pub fn dns_subdomain_problem(name: &str) -> Option<String> {
             "is not a valid DNS subdomain: lowercase alphanumerics, '-' and '.', starting and ending with an alphanumeric"
                 .to_owned(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// `has_null_fields` says whether `prune_nulls` would change a document.
+    #[test]
+    fn a_null_field_at_any_depth_is_found_and_a_null_list_item_is_not() {
+        let documents = [
+            json!({ "spec": { "a": 1, "b": [{ "c": "x" }] } }),
+            json!({ "spec": { "a": null } }),
+            json!({ "spec": { "b": [{ "c": null }] } }),
+            json!({ "spec": { "b": [null, 1] } }),
+            json!({ "status": null }),
+        ];
+        let found: Vec<bool> = documents.iter().map(has_null_fields).collect();
+        assert_eq!(found, [false, true, true, false, true]);
+        for document in documents {
+            let mut pruned = document.clone();
+            prune_nulls(&mut pruned);
+            assert_eq!(pruned != document, has_null_fields(&document), "{document}");
+        }
     }
 }
