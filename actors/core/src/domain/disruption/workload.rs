@@ -23,6 +23,7 @@ use rustc_hash::FxHashMap;
 use crate::apis::duration::NillableDuration;
 use crate::apis::labels;
 use crate::apis::nodepool::{Budget, ConsolidationPolicy, Disruption};
+use crate::apis::taints::{Taint, TaintEffect};
 use crate::apis::{SharedPodSpec, SlimContainer, SlimPod, SlimPodSpec};
 use crate::domain::instance_type::InstanceType;
 use crate::domain::requirements::{Requirement, Requirements};
@@ -319,6 +320,8 @@ pub struct NodeSpec {
     pub zone: String,
     pub pods: Vec<NodePod>,
     pub extra_labels: BTreeMap<String, String>,
+    /// The node's taints (none by default).
+    pub taints: Vec<Taint>,
     /// A NodeClaim exists.
     pub managed: bool,
     /// A Node exists.
@@ -352,6 +355,7 @@ impl NodeSpec {
             zone: ZONES[0].to_owned(),
             pods: Vec::new(),
             extra_labels: BTreeMap::new(),
+            taints: Vec::new(),
             managed: true,
             has_node: true,
             initialized: true,
@@ -365,6 +369,18 @@ impl NodeSpec {
             expire_after: None,
             termination_grace_period: None,
         }
+    }
+
+    /// Adds a `NoSchedule` taint with this key.
+    #[must_use]
+    pub fn taint(mut self, key: &str) -> Self {
+        self.taints.push(Taint {
+            key: key.to_owned(),
+            value: None,
+            effect: TaintEffect::NoSchedule,
+            time_added: None,
+        });
+        self
     }
 
     #[must_use]
@@ -493,7 +509,7 @@ impl Cluster {
                 existing.push(ExistingNode {
                     name: spec.name.clone(),
                     labels: labels.clone().into(),
-                    taints: Vec::new(),
+                    taints: spec.taints.clone(),
                     allocatable: spec.instance_type.allocatable().clone(),
                     requested: spec.requested(),
                     pending_daemon_overhead: Resources::default(),
