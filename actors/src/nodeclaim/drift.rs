@@ -4,8 +4,9 @@
 //!
 //! Flow: every reconcile of a NodeClaim whose NodePool exists decides. Not `Launched=True`:
 //! the condition is removed and nothing is rechecked. Otherwise the reason, first hit wins:
-//! the NodePool's own checks that need no cloud call (those of
-//! [`karpenter_core::domain::drift::static_drift`]: `NodePoolDrifted`, `RequirementsDrifted`),
+//! the NodePool's own checks that need no cloud call
+//! ([`karpenter_core::domain::drift::static_drift_with`]: `NodePoolDrifted`,
+//! `RequirementsDrifted`),
 //! then `InstanceTypeNotFound` against `CloudProvider::instance_types` of the pool, then
 //! `CloudProvider::is_drifted` (`NodeClassDrift`, `AMIDrift`, `SecurityGroupDrift`,
 //! `SubnetDrift`, `CapacityReservationDrift`). Drifted: `Drifted=True` with the reason as
@@ -42,9 +43,11 @@ use crate::ports::cloud_provider::CloudProviderError;
 use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::conditions::nodeclaim as cond;
 use karpenter_core::apis::labels;
+use karpenter_core::apis::requirements::NodePoolRequirement;
 use karpenter_core::domain::drift::{
-    NodePoolDrift, instance_type_not_found, nodepool_hash_drifted, requirements_drifted,
+    NodePoolDrift, instance_type_not_found, requirements_drifted, static_drift_with,
 };
+use karpenter_core::domain::requirements::RequirementError;
 
 /// How often a launched NodeClaim's drift is decided again without an event (Karpenter's
 /// requeue, sized to the cloud provider's cache TTLs).
@@ -159,14 +162,19 @@ impl NodeClaimActor {
         nodepool: &Arc<karpenter_core::apis::NodePool>,
         nodeclaim: &NodeClaim,
     ) -> Result<(Option<&'static str>, Duration), CloudProviderError> {
-        if nodepool_hash_drifted(&nodepool.metadata, &nodeclaim.metadata) {
-            return Ok((Some(NodePoolDrift::NodePoolDrifted.as_str()), DRIFT_RECHECK));
-        }
-        if self.requirements_drifted(nodepool, nodeclaim) {
-            return Ok((
-                Some(NodePoolDrift::RequirementsDrifted.as_str()),
-                DRIFT_RECHECK,
-            ));
+        let requirements = |pool_requirements: &[NodePoolRequirement], labels: &_| {
+            self.requirements_drifted(nodepool, pool_requirements, labels)
+        };
+        match static_drift_with(nodepool, nodeclaim, requirements) {
+            Ok(Some(reason)) => return Ok((Some(reason.as_str()), DRIFT_RECHECK)),
+            Ok(None) => {}
+            // Validation marks such a pool not ready; the other checks still apply.
+            Err(error) => {
+                tracing::debug!(
+                    error = logs::err(&error),
+                    "nodepool requirements do not parse; skipping requirements drift"
+                );
+            }
         }
         let class = self
             .deps
@@ -200,41 +208,28 @@ impl NodeClaimActor {
         Ok((reason, DRIFT_RECHECK))
     }
 
-    /// Karpenter's `RequirementsDrifted` (the second of
-    /// [`karpenter_core::domain::drift::static_drift`]'s checks), from the last verdict while
-    /// neither side changed.
+    /// Karpenter's `RequirementsDrifted` of `nodepool`'s requirements against the NodeClaim's
+    /// labels, from the last verdict while neither side changed.
     fn requirements_drifted(
         &mut self,
         nodepool: &Arc<karpenter_core::apis::NodePool>,
-        nodeclaim: &NodeClaim,
-    ) -> bool {
-        let empty = BTreeMap::new();
-        let claim_labels = nodeclaim.metadata.labels.as_ref().unwrap_or(&empty);
+        pool_requirements: &[NodePoolRequirement],
+        claim_labels: &BTreeMap<String, String>,
+    ) -> Result<bool, RequirementError> {
         let labels = labels_hash(claim_labels);
         if let Some(memo) = &self.requirements_drift
             && Arc::ptr_eq(&memo.pool, nodepool)
             && memo.labels == labels
         {
-            return memo.drifted;
+            return Ok(memo.drifted);
         }
-        match requirements_drifted(&nodepool.spec.template.spec.requirements, claim_labels) {
-            Ok(drifted) => {
-                self.requirements_drift = Some(RequirementsDrift {
-                    pool: Arc::clone(nodepool),
-                    labels,
-                    drifted,
-                });
-                drifted
-            }
-            // Validation marks such a pool not ready; the other checks still apply.
-            Err(error) => {
-                tracing::debug!(
-                    error = logs::err(&error),
-                    "nodepool requirements do not parse; skipping requirements drift"
-                );
-                false
-            }
-        }
+        let drifted = requirements_drifted(pool_requirements, claim_labels)?;
+        self.requirements_drift = Some(RequirementsDrift {
+            pool: Arc::clone(nodepool),
+            labels,
+            drifted,
+        });
+        Ok(drifted)
     }
 
     /// `InstanceTypeNotFound` against the pool's instance types, then the cloud provider's

@@ -19,9 +19,8 @@
 //!    offerings (available or not) matches its zone and capacity type.
 //!
 //! [`static_drift`] runs the first two, which need no cloud call; the NodeClaim actor
-//! (`actors/src/nodeclaim/drift.rs`) runs them itself ([`nodepool_hash_drifted`], then
-//! [`requirements_drifted`], whose verdict it keeps while neither side changes), then asks for
-//! the pool's instance types, calls [`instance_type_not_found`], asks the cloud provider, and
+//! (`actors/src/nodeclaim/drift.rs`) runs them through [`static_drift_with`], keeping the
+//! requirements verdict while neither side changes, then asks for the pool's instance types, calls [`instance_type_not_found`], asks the cloud provider, and
 //! writes the `Drifted` condition.
 
 use std::collections::BTreeMap;
@@ -128,12 +127,25 @@ pub fn static_drift(
     nodepool: &NodePool,
     nodeclaim: &NodeClaim,
 ) -> Result<Option<NodePoolDrift>, RequirementError> {
+    static_drift_with(nodepool, nodeclaim, requirements_drifted)
+}
+
+/// [`static_drift`] with the requirements check given: called with the pool's requirements and
+/// the NodeClaim's labels, only when the hash has not drifted (a caller may keep verdicts).
+pub fn static_drift_with(
+    nodepool: &NodePool,
+    nodeclaim: &NodeClaim,
+    requirements: impl FnOnce(
+        &[NodePoolRequirement],
+        &BTreeMap<String, String>,
+    ) -> Result<bool, RequirementError>,
+) -> Result<Option<NodePoolDrift>, RequirementError> {
     if nodepool_hash_drifted(&nodepool.metadata, &nodeclaim.metadata) {
         return Ok(Some(NodePoolDrift::NodePoolDrifted));
     }
     let empty = BTreeMap::new();
     let claim_labels = nodeclaim.metadata.labels.as_ref().unwrap_or(&empty);
-    let drifted = requirements_drifted(&nodepool.spec.template.spec.requirements, claim_labels)?;
+    let drifted = requirements(&nodepool.spec.template.spec.requirements, claim_labels)?;
     Ok(drifted.then_some(NodePoolDrift::RequirementsDrifted))
 }
 
