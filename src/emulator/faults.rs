@@ -16,7 +16,7 @@ use std::time::Duration;
 use karpenter_core::draw::unit_draw;
 
 /// What a request does, as Kubernetes names it (RBAC verbs, plus discovery).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Verb {
     Get,
     List,
@@ -327,8 +327,8 @@ pub struct RequestCount {
     pub count: u64,
 }
 
-/// What [`RequestLog`] counts by: the verb's name (its order), resource, subresource.
-type CountKey = (&'static str, String, String);
+/// What [`RequestLog`] counts by: verb, resource, subresource.
+type CountKey = (Verb, String, String);
 
 /// The most recent requests, bounded so a long simulation does not grow without limit, and
 /// the count of every request served, per verb, resource and subresource.
@@ -336,7 +336,7 @@ type CountKey = (&'static str, String, String);
 pub(crate) struct RequestLog {
     capacity: usize,
     records: Mutex<VecDeque<RequestRecord>>,
-    counts: Mutex<BTreeMap<CountKey, (Verb, u64)>>,
+    counts: Mutex<BTreeMap<CountKey, u64>>,
 }
 
 impl RequestLog {
@@ -352,11 +352,11 @@ impl RequestLog {
         {
             let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
             let key = (
-                record.verb.as_str(),
+                record.verb,
                 record.resource.clone().unwrap_or_default(),
                 record.subresource.clone().unwrap_or_default(),
             );
-            counts.entry(key).or_insert((record.verb, 0)).1 += 1;
+            *counts.entry(key).or_default() += 1;
         }
         if self.capacity == 0 {
             return;
@@ -385,12 +385,12 @@ impl RequestLog {
     }
 
     /// Every verb, resource and subresource served so far with its count, most requested
-    /// first (ties by verb, resource, subresource).
+    /// first (ties in the verbs' order, then by resource and subresource).
     pub fn counts(&self) -> Vec<RequestCount> {
         let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         let mut counts: Vec<RequestCount> = counts
             .iter()
-            .map(|((_, resource, subresource), (verb, count))| RequestCount {
+            .map(|((verb, resource, subresource), count)| RequestCount {
                 verb: *verb,
                 resource: resource.clone(),
                 subresource: subresource.clone(),
