@@ -35,7 +35,6 @@ use std::time::Duration;
 use futures::{FutureExt as _, StreamExt as _};
 use karpenter_actors::cluster_index::Indexed;
 use karpenter_actors::metrics::ClusterStateMetrics;
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, Resource};
@@ -45,6 +44,7 @@ use tokio::time::Instant;
 
 use super::lenient::{Undecodable, WireFormat};
 use super::state::{self, ClusterState, KindWriter, StateWriters};
+use super::store::{Applied, KindStore};
 
 /// A change of one object, as its owner hears of it.
 #[derive(Debug, Clone)]
@@ -416,7 +416,7 @@ impl ClusterIngress {
 async fn supervise<K: Watched>(
     api: Api<K::Wire>,
     mut writer: KindWriter<K>,
-    reader: Store<K>,
+    reader: KindStore<K>,
     sinks: Sinks<K>,
     observers: Observers<'_>,
     config: watcher::Config,
@@ -470,17 +470,16 @@ where
 /// is no longer what the cluster holds). `None`: nothing for the store.
 fn decoded<K: Watched>(
     event: watcher::Event<K::Wire>,
-    reader: &Store<K>,
+    reader: &KindStore<K>,
     skipped: &mut Option<Box<Undecodable>>,
 ) -> Option<watcher::Event<K>> {
     let mut held = |bad: Box<Undecodable>| {
-        let name = bad.metadata.name.clone().unwrap_or_default();
-        let key = match &bad.metadata.namespace {
-            Some(namespace) => ObjectRef::<K>::new(&name).within(namespace),
-            None => ObjectRef::<K>::new(&name),
-        };
+        let held = reader.get(
+            bad.metadata.namespace.as_deref(),
+            bad.metadata.name.as_deref().unwrap_or_default(),
+        );
         *skipped = Some(bad);
-        reader.get(&key)
+        held
     };
     match event {
         watcher::Event::Init => Some(watcher::Event::Init),
@@ -594,7 +593,7 @@ struct Observers<'a> {
 async fn follow<K: Watched>(
     api: Api<K::Wire>,
     writer: &mut KindWriter<K>,
-    reader: &Store<K>,
+    reader: &KindStore<K>,
     sinks: &Sinks<K>,
     observers: Observers<'_>,
     config: watcher::Config,
@@ -624,39 +623,24 @@ async fn follow<K: Watched>(
                 if let Some(skipped) = skipped {
                     report_undecodable::<K>(&client, skipped, observers, &mut reported).await;
                 }
-                // The version this event replaces, read before the store takes it.
-                let previous = match &event {
-                    watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
-                        reader.get(&ObjectRef::from_obj(object))
-                    }
-                    watcher::Event::Init | watcher::Event::InitDone | watcher::Event::Delete(_) => {
-                        None
-                    }
-                };
-                writer.apply(&event);
+                let applied = writer.apply(event);
                 counters.events.fetch_add(1, Ordering::Relaxed);
-                match event {
-                    watcher::Event::Init => before_relist = reader.state(),
-                    watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
-                        // The store's copy (this task is its only writer): a subscriber's
-                        // backlog shares it rather than holding a second one.
-                        let object = reader
-                            .get(&ObjectRef::from_obj(&object))
-                            .unwrap_or_else(|| Arc::new(object));
+                match applied {
+                    Applied::RelistStarted => before_relist = reader.state(),
+                    // The store's own `Arc` (this task is its only writer): a subscriber's
+                    // backlog shares it rather than holding a second copy.
+                    Applied::Stored { object, previous } => {
                         deliver(sinks, counters, &Observed::Applied { object, previous });
                     }
-                    watcher::Event::Delete(object) => {
-                        deliver(sinks, counters, &Observed::Deleted(Arc::new(object)));
+                    Applied::Deleted(object) => {
+                        deliver(sinks, counters, &Observed::Deleted(object));
                     }
-                    watcher::Event::InitDone => {
+                    Applied::Relisted => {
                         counters.relists.fetch_add(1, Ordering::Relaxed);
-                        let present: HashSet<ObjectRef<K>> = reader
-                            .state()
-                            .iter()
-                            .map(|o| ObjectRef::from_obj(o.as_ref()))
-                            .collect();
                         for gone in std::mem::take(&mut before_relist) {
-                            if !present.contains(&ObjectRef::from_obj(gone.as_ref())) {
+                            let meta = gone.meta();
+                            let name = meta.name.as_deref().unwrap_or_default();
+                            if reader.get(meta.namespace.as_deref(), name).is_none() {
                                 deliver(sinks, counters, &Observed::Deleted(gone));
                             }
                         }

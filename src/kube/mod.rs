@@ -1,7 +1,8 @@
 //! The Kubernetes adapters: how the daemon reads and writes the cluster through kube-rs.
 //!
-//! - [`ingress`]: watchers and reflectors keep the [`state::ClusterState`] store (one writer,
-//!   many readers) and route each change to the owners subscribed to its kind.
+//! - [`ingress`]: watchers keep the [`state::ClusterState`] store (one writer, many readers;
+//!   each kind's objects in a [`store::KindStore`]) and route each change to the owners
+//!   subscribed to its kind.
 //! - [`cluster_api`]: the `ClusterApi` port of `karpenter-actors` (every write the daemon makes:
 //!   NodeClaims, statuses with optimistic concurrency, node labels, taints and cordon,
 //!   evictions, pod deletion, events).
@@ -25,6 +26,7 @@ pub mod ingress;
 pub mod leader;
 pub mod lenient;
 pub mod state;
+pub mod store;
 pub mod version;
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! The cluster-state store: one kube-runtime reflector [`Store`] per watched kind, each with its
+//! The cluster-state store: one [`KindStore`] per watched kind, each with its
 //! [`KindIndex`] (NodeClaims and Nodes by provider id, NodeClaims by NodePool, Pods and
 //! `VolumeAttachments` by node).
 //! The [`StateWriters`] (not cloneable, one [`KindWriter`] per kind) go to the ingress, the only
@@ -6,9 +6,10 @@
 //! hold no lock once they return, so nothing is held across an `.await`.
 //!
 //! ```text
-//! watch event --> KindWriter::apply --> Store (reflector Writer: insert, remove, re-list swap)
+//! watch event --> KindWriter::apply --> KindStore (insert, remove, re-list swap)
 //!                                   \-> KindIndex (the same event, right after the store)
-//! lookup by field: index -> keys -> Store::get -> field re-checked (a stale entry is "not found")
+//!                                   \-> Applied (the stored Arc, for the change routed on)
+//! lookup by field: index -> keys -> KindStore::get -> field re-checked (a stale entry is "not found")
 //! ```
 //!
 //! The kinds come from [`karpenter_actors::for_each_watched_kind!`], the one list of them.
@@ -25,7 +26,8 @@ use karpenter_actors::cluster_index::{
 use karpenter_core::apis::SlimPod;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 use kube::Resource;
-use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+
+use super::store::{Applied, KindStore};
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
@@ -49,7 +51,7 @@ pub struct StoreClosed;
 /// The writing half of one kind: its store's reflector writer and its index, fed the same
 /// events in the same order.
 pub struct KindWriter<K: Resource<DynamicType = ()> + Clone + 'static> {
-    store: Writer<K>,
+    store: KindStore<K>,
     index: SharedIndex<K>,
     /// Bumped after every applied event ([`ClusterState::changes`]).
     changes: Arc<AtomicU64>,
@@ -61,16 +63,18 @@ impl<K> KindWriter<K>
 where
     K: Resource<DynamicType = ()> + Indexed + Clone + 'static,
 {
-    /// Applies one watch event to the store, then to the index. A reader in between meets
-    /// index entries that the store no longer backs; lookups re-check them.
-    pub fn apply(&mut self, event: &watcher::Event<K>) {
-        self.store.apply_watcher_event(event);
-        let event = match event {
-            watcher::Event::Apply(object) => IndexEvent::Apply(object),
-            watcher::Event::Delete(object) => IndexEvent::Delete(object),
-            watcher::Event::Init => IndexEvent::RelistStarted,
-            watcher::Event::InitApply(object) => IndexEvent::RelistApply(object),
-            watcher::Event::InitDone => IndexEvent::RelistDone,
+    /// Applies one watch event to the store (which takes its object), then to the index, and
+    /// says what changed. A reader in between meets index entries that the store no longer
+    /// backs; lookups re-check them.
+    pub fn apply(&mut self, event: watcher::Event<K>) -> Applied<K> {
+        let listing = matches!(event, watcher::Event::InitApply(_));
+        let applied = self.store.apply(event);
+        let event = match &applied {
+            Applied::Stored { object, .. } if listing => IndexEvent::RelistApply(object.as_ref()),
+            Applied::Stored { object, .. } => IndexEvent::Apply(object.as_ref()),
+            Applied::Deleted(object) => IndexEvent::Delete(object.as_ref()),
+            Applied::RelistStarted => IndexEvent::RelistStarted,
+            Applied::Relisted => IndexEvent::RelistDone,
         };
         let done = matches!(event, IndexEvent::RelistDone);
         self.index
@@ -81,6 +85,7 @@ where
         if done && !std::mem::replace(&mut self.listed, true) {
             self.synced.send_modify(|listed| *listed += 1);
         }
+        applied
     }
 }
 
@@ -90,12 +95,10 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> std::fmt::Debug for KindWr
     }
 }
 
-/// The store key of an index key (`namespace/name` or `name`).
-fn object_ref<K: Resource<DynamicType = ()>>(key: &str) -> ObjectRef<K> {
-    match split_key(key) {
-        (Some(namespace), name) => ObjectRef::new(name).within(namespace),
-        (None, name) => ObjectRef::new(name),
-    }
+/// The object of an index key (`namespace/name` or `name`).
+fn by_key<K: Resource<DynamicType = ()>>(store: &KindStore<K>, key: &str) -> Option<Arc<K>> {
+    let (namespace, name) = split_key(key);
+    store.get(namespace, name)
 }
 
 fn read<K>(index: &SharedIndex<K>) -> RwLockReadGuard<'_, KindIndex<K>> {
@@ -104,7 +107,7 @@ fn read<K>(index: &SharedIndex<K>) -> RwLockReadGuard<'_, KindIndex<K>> {
 
 /// The store and the index of one kind, found by type.
 trait StateKind: Resource<DynamicType = ()> + Indexed + Clone + 'static {
-    fn parts(state: &ClusterState) -> (&Store<Self>, &SharedIndex<Self>);
+    fn parts(state: &ClusterState) -> (&KindStore<Self>, &SharedIndex<Self>);
 }
 
 macro_rules! cluster_state {
@@ -112,7 +115,7 @@ macro_rules! cluster_state {
         /// Read access to every watched kind.
         #[derive(Clone)]
         pub struct ClusterState {
-            $(pub $field: Store<$type>,)*
+            $(pub $field: KindStore<$type>,)*
             indexes: Indexes,
             changes: Changes,
             synced: SyncCount,
@@ -143,7 +146,7 @@ macro_rules! cluster_state {
         }
 
         $(impl StateKind for $type {
-            fn parts(state: &ClusterState) -> (&Store<Self>, &SharedIndex<Self>) {
+            fn parts(state: &ClusterState) -> (&KindStore<Self>, &SharedIndex<Self>) {
                 (&state.$field, &state.indexes.$field)
             }
         })*
@@ -154,10 +157,10 @@ macro_rules! cluster_state {
             let synced: SyncCount = Arc::new(watch::channel(0).0);
             let changes = Changes::default();
             $(let $field = {
-                let (store, writer) = reflector::store();
+                let store = KindStore::default();
                 let index: SharedIndex<$type> = Arc::default();
-                (store, KindWriter {
-                    store: writer,
+                (store.clone(), KindWriter {
+                    store,
                     index,
                     changes: Arc::clone(&changes.$field),
                     synced: Arc::clone(&synced),
@@ -224,38 +227,38 @@ impl ClusterState {
     /// The objects of `K` whose `field` is `value`, in key order, from the index.
     fn find<K: StateKind>(&self, field: &Field<K>, value: &str) -> Vec<Arc<K>> {
         let (store, index) = K::parts(self);
-        read(index).find(field, value, |key| store.get(&object_ref(key)))
+        read(index).find(field, value, |key| by_key(store, key))
     }
 
     /// The first (by key) object of `K` whose `field` is `value`, from the index.
     fn find_first<K: StateKind>(&self, field: &Field<K>, value: &str) -> Option<Arc<K>> {
         let (store, index) = K::parts(self);
-        read(index).find_first(field, value, |key| store.get(&object_ref(key)))
+        read(index).find_first(field, value, |key| by_key(store, key))
     }
 
     #[must_use]
     pub fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.nodes.get(&ObjectRef::new(name))
+        self.nodes.get(None, name)
     }
 
     #[must_use]
     pub fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>> {
-        self.nodeclaims.get(&ObjectRef::new(name))
+        self.nodeclaims.get(None, name)
     }
 
     #[must_use]
     pub fn nodepool(&self, name: &str) -> Option<Arc<NodePool>> {
-        self.nodepools.get(&ObjectRef::new(name))
+        self.nodepools.get(None, name)
     }
 
     #[must_use]
     pub fn ec2nodeclass(&self, name: &str) -> Option<Arc<EC2NodeClass>> {
-        self.ec2nodeclasses.get(&ObjectRef::new(name))
+        self.ec2nodeclasses.get(None, name)
     }
 
     #[must_use]
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<SlimPod>> {
-        self.pods.get(&ObjectRef::new(name).within(namespace))
+        self.pods.get(Some(namespace), name)
     }
 
     /// The node with this provider ID (the API server cannot select nodes by it); the first
@@ -297,7 +300,7 @@ impl ClusterState {
 
     #[must_use]
     pub fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
-        self.pvcs.get(&ObjectRef::new(name).within(namespace))
+        self.pvcs.get(Some(namespace), name)
     }
 }
 
@@ -381,16 +384,16 @@ mod tests {
         let (state, mut writers) = new();
         writers
             .nodes
-            .apply(&watcher::Event::Apply(node("n1", "aws:///a/i-1")));
+            .apply(watcher::Event::Apply(node("n1", "aws:///a/i-1")));
         assert!(state.node_by_provider_id("aws:///a/i-1").is_some());
-        writers.nodes.apply(&watcher::Event::Init);
+        writers.nodes.apply(watcher::Event::Init);
         writers
             .nodes
-            .apply(&watcher::Event::InitApply(node("n2", "aws:///a/i-2")));
+            .apply(watcher::Event::InitApply(node("n2", "aws:///a/i-2")));
         // Until the list is done, both the store and the index show the old state.
         assert!(state.node_by_provider_id("aws:///a/i-1").is_some());
         assert!(state.node_by_provider_id("aws:///a/i-2").is_none());
-        writers.nodes.apply(&watcher::Event::InitDone);
+        writers.nodes.apply(watcher::Event::InitDone);
         assert!(state.node_by_provider_id("aws:///a/i-1").is_none());
         assert_eq!(
             state
@@ -406,12 +409,12 @@ mod tests {
         let (state, mut writers) = new();
         writers
             .nodes
-            .apply(&watcher::Event::Apply(node("n1", "aws:///a/i-1")));
+            .apply(watcher::Event::Apply(node("n1", "aws:///a/i-1")));
         // The store hears of the change, the index not yet (a reader between the two).
         writers
             .nodes
             .store
-            .apply_watcher_event(&watcher::Event::Apply(node("n1", "aws:///a/i-9")));
+            .apply(watcher::Event::Apply(node("n1", "aws:///a/i-9")));
         assert!(state.node_by_provider_id("aws:///a/i-1").is_none());
     }
 
@@ -431,11 +434,11 @@ mod tests {
                     assert!(!state.is_synced());
                     // A probe polling the readiness meanwhile takes no wake-up from the waiters.
                     let _ = futures::FutureExt::now_or_never(state.wait_until_ready());
-                    writers.$field.apply(&watcher::Event::Init);
-                    writers.$field.apply(&watcher::Event::InitDone);
+                    writers.$field.apply(watcher::Event::Init);
+                    writers.$field.apply(watcher::Event::InitDone);
                     // A second list of the same kind does not count twice.
-                    writers.$field.apply(&watcher::Event::Init);
-                    writers.$field.apply(&watcher::Event::InitDone);
+                    writers.$field.apply(watcher::Event::Init);
+                    writers.$field.apply(watcher::Event::InitDone);
                 )*
             };
         }
