@@ -674,6 +674,61 @@ async fn instances_launch_pending_run_and_terminate_through_the_batchers() {
     assert!(env.instances.list().await.unwrap().is_empty());
 }
 
+/// The simulation's kubelet skips its pass and the bill is reused while kwok's generation
+/// stays the same: every change either reads must move it, and nothing else may.
+#[actix::test]
+async fn kwoks_generation_and_bill_follow_every_launch_settle_and_termination() {
+    tokio::time::pause();
+    let env = EnvBuilder::new().build().await;
+    let start = env.kwok.generation();
+    assert!(
+        env.kwok.billed_per_hour().abs() < f64::EPSILON,
+        "nothing runs yet"
+    );
+    let launched = env
+        .instances
+        .create(&env.launch("bill", &[CapacityType::OnDemand], GENERAL))
+        .await
+        .unwrap();
+    let pending = env.kwok.generation();
+    assert_ne!(pending, start, "a launch is a change");
+    let bill = env.kwok.billed_per_hour();
+    assert!(bill > 0.0, "a pending instance is billed");
+    assert_eq!(env.kwok.generation(), pending, "reading changes nothing");
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let running = env.kwok.generation();
+    assert_ne!(running, pending, "settling to Running is a change");
+    assert!((env.kwok.billed_per_hour() - bill).abs() < 1e-12);
+    env.instances
+        .create_tags(
+            &launched.id,
+            &Tags::from([("Name".to_owned(), "node-1".to_owned())]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(env.kwok.generation(), running, "tags change no state");
+    env.instances.delete(&launched.id).await.unwrap();
+    let shutting = env.kwok.generation();
+    assert_ne!(shutting, running, "a termination is a change");
+    assert!(
+        env.kwok.billed_per_hour().abs() < f64::EPSILON,
+        "a shutting-down instance is no longer billed (the kept bill is not reused)"
+    );
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    assert_ne!(
+        env.kwok.generation(),
+        shutting,
+        "settling to Terminated is a change"
+    );
+    let settled = env.kwok.generation();
+    env.kwok.set_spot_price("m5.large", &env.zone(0), 0.031);
+    assert_ne!(
+        env.kwok.generation(),
+        settled,
+        "a fixed spot price is a change"
+    );
+}
+
 #[actix::test]
 async fn spot_interruptions_reach_the_interruption_queue() {
     tokio::time::pause();

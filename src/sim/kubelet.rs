@@ -151,6 +151,9 @@ pub struct FakeKubelet {
     start_mark: (ChangeMark<2>, usize),
     /// Pods and nodes as of the last complete orphan collection.
     orphan_mark: ChangeMark<2>,
+    /// kwok's instance generation when the last pass found no machine with anything to do:
+    /// until it changes (or a node is failed) there is none, and the pass is skipped.
+    quiet_at: Option<u64>,
 }
 
 impl std::fmt::Debug for FakeKubelet {
@@ -418,6 +421,7 @@ impl FakeKubelet {
             resolved: BTreeMap::new(),
             start_mark: (ChangeMark::new([WatchedKind::Pod, WatchedKind::Node]), 0),
             orphan_mark: ChangeMark::new([WatchedKind::Pod, WatchedKind::Node]),
+            quiet_at: None,
         }
     }
 
@@ -430,19 +434,28 @@ impl FakeKubelet {
 
     /// Every machine now: kwok's instances, or one running instance per NodeClaim with a
     /// provider id plus a terminated one for each tracked instance whose NodeClaim is gone.
-    fn machines(&self) -> Vec<Instance> {
+    fn machines(&mut self) -> Vec<Instance> {
         match &self.machines {
-            // Only the instances with something to do are copied.
-            Machines::Kwok(ec2) => ec2.instances_where(|instance| {
-                let tracked = self.tracked.get(&instance.id);
-                match instance.state {
-                    InstanceState::Running => tracked.is_none_or(|t| !t.settled()),
-                    InstanceState::ShuttingDown | InstanceState::Terminated => {
-                        tracked.is_some_and(|t| !t.deleted)
-                    }
-                    _ => false,
+            // Only the instances with something to do are copied; none while kwok's instances
+            // and the tracked ones stay as they were when the last pass found none.
+            Machines::Kwok(ec2) => {
+                let generation = ec2.generation();
+                if self.quiet_at == Some(generation) {
+                    return Vec::new();
                 }
-            }),
+                let busy = ec2.instances_where(|instance| {
+                    let tracked = self.tracked.get(&instance.id);
+                    match instance.state {
+                        InstanceState::Running => tracked.is_none_or(|t| !t.settled()),
+                        InstanceState::ShuttingDown | InstanceState::Terminated => {
+                            tracked.is_some_and(|t| !t.deleted)
+                        }
+                        _ => false,
+                    }
+                });
+                self.quiet_at = busy.is_empty().then_some(generation);
+                busy
+            }
             Machines::NodeClaims => {
                 let mut claims: Vec<Instance> = self
                     .view
@@ -493,6 +506,7 @@ impl FakeKubelet {
             Some(t) if t.registered_at.is_some() && !t.deleted && !t.failed => {
                 t.failed = true;
                 t.ready_at = None;
+                self.quiet_at = None;
                 true
             }
             _ => false,

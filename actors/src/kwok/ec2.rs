@@ -144,18 +144,37 @@ struct State {
     ice: Option<(u64, f64)>,
     fleet_calls: u64,
     ice_answers: usize,
-    spot_prices: HashMap<(String, String), f64>,
+    /// Fixed spot prices by instance type, then zone (looked up by `&str` for every spot
+    /// instance each time the bill is read).
+    spot_prices: HashMap<String, HashMap<String, f64>>,
     /// [`KwokEc2::withdraw_spot_price`]: offerings `DescribeSpotPriceHistory` no longer lists.
     withdrawn_spot_prices: HashSet<(String, String)>,
     /// The `StartTime` of every `DescribeSpotPriceHistory` call, in order.
     spot_history_starts: Vec<Option<Timestamp>>,
     next_id: u64,
+    /// Bumped when an instance is launched or changes state, or a spot price is fixed
+    /// ([`KwokEc2::generation`]).
+    generation: u64,
+    /// The earliest `settles_at` of an instance still pending or shutting down: `settle`
+    /// walks the instances only once it has passed.
+    settle_due: Option<Instant>,
+    /// The bill at a generation ([`KwokEc2::billed_per_hour`]).
+    bill: Option<(u64, f64)>,
 }
 
 impl State {
     fn id(&mut self, prefix: &str) -> String {
         self.next_id += 1;
         format!("{prefix}-{:017x}", self.next_id)
+    }
+
+    /// An instance was launched or started shutting down; it settles at `settles_at`.
+    fn transition(&mut self, settles_at: Instant) {
+        self.generation += 1;
+        self.settle_due = Some(
+            self.settle_due
+                .map_or(settles_at, |due| due.min(settles_at)),
+        );
     }
 }
 
@@ -399,7 +418,13 @@ impl KwokEc2 {
         let mut state = self.lock();
         let key = (instance_type.to_owned(), zone.to_owned());
         state.withdrawn_spot_prices.remove(&key);
-        state.spot_prices.insert(key, price);
+        let (instance_type, zone) = key;
+        state.generation += 1;
+        state
+            .spot_prices
+            .entry(instance_type)
+            .or_default()
+            .insert(zone, price);
     }
 
     /// `DescribeSpotPriceHistory` stops listing the offering (its price still applies to
@@ -497,14 +522,21 @@ impl KwokEc2 {
     #[must_use]
     pub fn billed_per_hour(&self) -> f64 {
         self.settle();
-        let state = self.lock();
-        state
+        let mut state = self.lock();
+        if let Some((generation, bill)) = state.bill
+            && generation == state.generation
+        {
+            return bill;
+        }
+        let bill = state
             .instances
             .values()
             .map(|i| &i.instance)
             .filter(|i| matches!(i.state, InstanceState::Pending | InstanceState::Running))
             .filter_map(|i| self.price(&state, &i.instance_type, &i.zone, i.capacity_type))
-            .sum()
+            .sum();
+        state.bill = Some((state.generation, bill));
+        bill
     }
 
     fn price(
@@ -519,7 +551,8 @@ impl KwokEc2 {
             CapacityType::OnDemand | CapacityType::Reserved => on_demand,
             CapacityType::Spot => state
                 .spot_prices
-                .get(&(instance_type.to_owned(), zone.to_owned()))
+                .get(instance_type)
+                .and_then(|zones| zones.get(zone))
                 .copied()
                 .unwrap_or(on_demand * spot_discount(instance_type, zone)),
         })
@@ -534,15 +567,43 @@ impl KwokEc2 {
     /// Moves instances whose transition completed to their next state.
     fn settle(&self) {
         let now = Instant::now();
-        for entry in self.lock().instances.values_mut() {
+        let mut state = self.lock();
+        if state.settle_due.is_none_or(|due| due > now) {
+            return;
+        }
+        let mut due: Option<Instant> = None;
+        let mut changed = false;
+        for entry in state.instances.values_mut() {
+            let moving = matches!(
+                entry.instance.state,
+                InstanceState::Pending | InstanceState::ShuttingDown
+            );
+            if !moving {
+                continue;
+            }
             if entry.settles_at <= now {
                 entry.instance.state = match entry.instance.state {
                     InstanceState::Pending => InstanceState::Running,
-                    InstanceState::ShuttingDown => InstanceState::Terminated,
-                    other => other,
+                    _ => InstanceState::Terminated,
                 };
+                changed = true;
+            } else {
+                due = Some(due.map_or(entry.settles_at, |d| d.min(entry.settles_at)));
             }
         }
+        state.settle_due = due;
+        if changed {
+            state.generation += 1;
+        }
+    }
+
+    /// A number that changes whenever an instance is launched or changes state (settled to
+    /// now) or a spot price is fixed: a reader that acts on instance states skips its pass
+    /// while it stays the same.
+    #[must_use]
+    pub fn generation(&self) -> u64 {
+        self.settle();
+        self.lock().generation
     }
 
     fn launch(
@@ -592,13 +653,15 @@ impl KwokEc2 {
             capacity_reservation_id: None,
             tags: instance_tags,
         };
+        let settles_at = Instant::now() + self.config.launch_latency;
         state.instances.insert(
             id,
             KwokInstance {
                 instance: instance.clone(),
-                settles_at: Instant::now() + self.config.launch_latency,
+                settles_at,
             },
         );
+        state.transition(settles_at);
         instance
     }
 
@@ -785,6 +848,7 @@ impl KwokEc2 {
             {
                 entry.instance.state = InstanceState::ShuttingDown;
                 entry.settles_at = settles_at;
+                state.transition(settles_at);
                 true
             }
             _ => false,
@@ -1229,6 +1293,9 @@ impl Ec2Api for KwokEc2 {
                     current_state: entry.instance.state,
                 });
             }
+        }
+        if !freed.is_empty() {
+            state.transition(settles_at);
         }
         for key in freed {
             if let Some(left) = state.pools.get_mut(&key) {
