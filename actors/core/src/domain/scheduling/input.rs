@@ -246,7 +246,9 @@ pub fn daemon_requests_for_node(
     taints: &[Taint],
     daemons: &[SchedulingPod],
 ) -> Resources {
-    let node = Requirements::from_labels(labels);
+    // Built at the first DaemonSet that tolerates the node: most clusters' builds meet nodes
+    // no DaemonSet needs them for (none at all, or tainted nodes).
+    let mut node: Option<Requirements> = None;
     let mut total = Resources::default();
     for daemon in daemons {
         let shape = &daemon.shape;
@@ -257,6 +259,7 @@ pub fn daemon_requests_for_node(
         if let Some(first) = shape.required_terms.first() {
             strict.add_all(first);
         }
+        let node = node.get_or_insert_with(|| Requirements::from_labels(labels));
         if node.is_compatible(&strict, AllowUndefined::None) {
             total.add(&shape.requests);
         }

@@ -142,7 +142,12 @@ impl Solver<'_> {
 
     pub(super) fn topology_keys(&self) -> Vec<Arc<str>> {
         let mut keys: Vec<Arc<str>> = Vec::new();
+        // Called for every bound pod's anti-affinity term (thousands of hostname terms at
+        // scale), so the common answers come before the deprecated-key lookup.
         let mut add = |key: &str| {
+            if key == labels::HOSTNAME || keys.iter().any(|k| &**k == key) {
+                return;
+            }
             let key = labels::normalize(key);
             if key != labels::HOSTNAME && !keys.iter().any(|k| &**k == key) {
                 keys.push(Arc::from(key));
