@@ -7,7 +7,7 @@
 //! families and forget the pods the view no longer holds. Shared through
 //! [`crate::metrics::Metrics::pod_times`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::jiff::Timestamp;
@@ -70,9 +70,9 @@ impl PodSchedulingTimes {
         self.table().get(key).copied()
     }
 
-    /// Forgets every pod not in `live`.
-    pub fn retain(&self, live: &HashSet<String>) {
-        self.table().retain(|key, _| live.contains(key));
+    /// Forgets every pod whose key (`namespace/name`) `live` refuses.
+    pub fn retain(&self, live: impl Fn(&str) -> bool) {
+        self.table().retain(|key, _| live(key));
     }
 }
 
@@ -91,7 +91,9 @@ mod tests {
         times.schedulable("ns/a", at(30));
         times.schedulable("ns/a", at(40));
         assert_eq!(times.get("ns/a").unwrap().schedulable, Some(at(30)));
-        times.retain(&HashSet::new());
+        times.ack("ns/b", at(50));
+        times.retain(|key| key == "ns/b");
         assert!(times.get("ns/a").is_none());
+        assert_eq!(times.get("ns/b").unwrap().acked, at(50));
     }
 }
