@@ -239,6 +239,14 @@ impl Env {
         }
     }
 
+    /// Tags an instance with its node's name, as the NodeClaim's registration does.
+    async fn name_instance(&self, id: &str) {
+        self.instances
+            .create_tags(id, &Tags::from([("Name".to_owned(), "node-1".to_owned())]))
+            .await
+            .unwrap();
+    }
+
     fn zone(&self, index: usize) -> String {
         self.subnets.keys().nth(index).unwrap().clone()
     }
@@ -648,13 +656,7 @@ async fn instances_launch_pending_run_and_terminate_through_the_batchers() {
     );
     assert_eq!(env.instances.list().await.unwrap().len(), 1);
 
-    env.instances
-        .create_tags(
-            &launched.id,
-            &Tags::from([("Name".to_owned(), "node-1".to_owned())]),
-        )
-        .await
-        .unwrap();
+    env.name_instance(&launched.id).await;
     env.instances.delete(&launched.id).await.unwrap();
     assert_eq!(
         env.instances.get(&launched.id).await.unwrap().state,
@@ -699,13 +701,7 @@ async fn kwoks_generation_and_bill_follow_every_launch_settle_and_termination() 
     let running = env.kwok.generation();
     assert_ne!(running, pending, "settling to Running is a change");
     assert!((env.kwok.billed_per_hour() - bill).abs() < 1e-12);
-    env.instances
-        .create_tags(
-            &launched.id,
-            &Tags::from([("Name".to_owned(), "node-1".to_owned())]),
-        )
-        .await
-        .unwrap();
+    env.name_instance(&launched.id).await;
     assert_eq!(env.kwok.generation(), running, "tags change no state");
     env.instances.delete(&launched.id).await.unwrap();
     let shutting = env.kwok.generation();
