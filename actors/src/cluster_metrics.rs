@@ -671,6 +671,10 @@ impl ClusterMetrics {
     }
 
     /// The pod histograms, and with `series` the pod gauges.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "Karpenter's pod metrics controller in one pass: follow, observe, prune"
+    )]
     fn refresh_pods(&self, view: &dyn ClusterView, now: Timestamp, series: bool) {
         let pods = view.pods();
         let mut states = Vec::with_capacity(if series { pods.len() } else { 0 });
