@@ -26,10 +26,10 @@ use karpenter_actors::cluster_index::{
 use karpenter_core::apis::SlimPod;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 use kube::Resource;
-
-use super::store::{Applied, KindStore};
 use kube::runtime::watcher;
 use tokio::sync::watch;
+
+use super::store::{Applied, KindStore};
 
 /// The index of one kind, shared by its writer and every reader.
 type SharedIndex<K> = Arc<RwLock<KindIndex<K>>>;
@@ -48,8 +48,8 @@ const KINDS: usize = karpenter_actors::messages::WatchedKind::ALL.len();
 #[error("the cluster store closed before every kind was listed")]
 pub struct StoreClosed;
 
-/// The writing half of one kind: its store's reflector writer and its index, fed the same
-/// events in the same order.
+/// The writing half of one kind: its store and its index, fed the same events in the same
+/// order.
 pub struct KindWriter<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: KindStore<K>,
     index: SharedIndex<K>,
