@@ -237,7 +237,7 @@ impl Shared {
             let converted = events::from_core(&object.value());
             Bytes::from(serde_json::to_vec(&converted).unwrap_or_default())
         } else {
-            object.json.clone()
+            object.json()
         }
     }
 
@@ -396,7 +396,7 @@ impl Shared {
     pub fn list(&self, target: &Target, options: &ListOptions) -> Result<Reply, ApiError> {
         let kind = self.kind(target.kind);
         let (items, rv, next) = self.list_items(target, options)?;
-        let size: usize = items.iter().map(|i| i.json.len() + 1).sum();
+        let size: usize = items.iter().map(|i| i.json_len() + 1).sum();
         let mut body = Vec::with_capacity(size + 256);
         let mut metadata = json!({ "resourceVersion": rv.to_string() });
         if let Some(token) = next {

@@ -229,20 +229,18 @@ mod tests {
     use super::*;
     use crate::emulator::kinds::Behavior;
     use crate::emulator::store::ObjectKey;
-    use bytes::Bytes;
 
     fn pod(name: &str, ready: bool) -> Arc<StoredObject> {
         let value = json!({
             "metadata": { "name": name, "labels": { "app": "web" } },
             "status": { "phase": "Running", "conditions": [{ "type": "Ready", "status": if ready { "True" } else { "False" } }] },
         });
-        Arc::new(StoredObject {
-            key: ObjectKey::new("default", name),
-            rv: 1,
-            json: Bytes::from(value.to_string()),
-            labels: selector::extract_labels(&value),
-            fields: selector::extract_fields(Behavior::Pod, &value),
-        })
+        Arc::new(StoredObject::of(
+            ObjectKey::new("default", name),
+            1,
+            Behavior::Pod,
+            &value,
+        ))
     }
 
     #[test]

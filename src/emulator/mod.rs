@@ -51,6 +51,7 @@ mod http;
 mod kinds;
 mod lifecycle;
 mod openapi;
+mod packed;
 #[cfg(test)]
 mod patch_props;
 mod pods;

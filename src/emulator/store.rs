@@ -1,9 +1,9 @@
 //! The emulator's storage: objects per kind, a global monotonic resourceVersion, and a bounded
 //! history of watch events per kind.
 //!
-//! Objects are kept serialized ([`StoredObject::json`]) next to the index selectors need
-//! (labels, selectable fields), so a list concatenates bytes and a watch event is written once
-//! and shared by every watcher. One `RwLock` guards everything: a write (the handler's
+//! Objects are kept serialized ([`StoredObject::json`], compressed against a dictionary of their
+//! kind: [`super::packed`]) next to the index selectors need (labels, selectable fields), so a
+//! list concatenates bytes and a watch event is written once and shared by every watcher. One `RwLock` guards everything: a write (the handler's
 //! read-modify-write, run inside [`Store::write`]) is short and serialized; lists and watches read
 //! in parallel. Each write bumps the kind's `tokio::sync::watch` channel to wake its watchers.
 //!
@@ -23,6 +23,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::kinds::{Behavior, KindId, Kinds};
+use super::packed::{Packed, Packer};
 use super::selector::{self, Fields, Labels};
 
 /// Where an object lives: namespace (empty for cluster-scoped) and name. Ordered as the API
@@ -47,22 +48,44 @@ impl ObjectKey {
 pub(crate) struct StoredObject {
     pub key: ObjectKey,
     pub rv: u64,
-    /// The object as JSON, with `metadata.resourceVersion` set to `rv`.
-    pub json: Bytes,
+    /// The object as JSON, with `metadata.resourceVersion` set to `rv` ([`Self::json`]).
+    packed: Packed,
     pub labels: Labels,
     pub fields: Fields,
 }
 
 impl StoredObject {
+    /// A version as stored, made outside a store (for tests of what reads one).
+    #[cfg(test)]
+    pub fn of(key: ObjectKey, rv: u64, behavior: Behavior, value: &Value) -> Self {
+        Self {
+            key,
+            rv,
+            packed: Packed::Plain(Bytes::from(value.to_string())),
+            labels: selector::extract_labels(value),
+            fields: selector::extract_fields(behavior, value),
+        }
+    }
+
+    /// The object as JSON, with `metadata.resourceVersion` set to `rv`.
+    pub fn json(&self) -> Bytes {
+        self.packed.bytes()
+    }
+
+    /// The length of [`Self::json`].
+    pub fn json_len(&self) -> usize {
+        self.packed.len()
+    }
+
     /// The object parsed back into a value.
     pub fn value(&self) -> Value {
-        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+        serde_json::from_slice(&self.json()).unwrap_or(Value::Null)
     }
 
     /// Heap bytes of this version but its selector index (which versions and objects share).
     fn own_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
-            + self.json.len()
+            + self.packed.stored_len()
             + self.key.namespace.len()
             + self.key.name.len()
     }
@@ -98,13 +121,13 @@ struct Indexes {
 const FIRST_INDEX_SWEEP: usize = 1_024;
 
 impl Indexes {
-    /// The held indexes equal to `labels` and `fields` (or these, now held).
-    fn share(&mut self, labels: Labels, fields: Fields) -> (Labels, Fields) {
+    /// The held indexes equal to `labels` and `fields` (or these, now held), and whether
+    /// `labels` was new.
+    fn share(&mut self, labels: Labels, fields: Fields) -> (Labels, Fields, bool) {
         self.sweep();
-        (
-            intern(&mut self.labels, labels),
-            intern(&mut self.fields, fields),
-        )
+        let (labels, new_labels) = intern(&mut self.labels, labels);
+        let (fields, _) = intern(&mut self.fields, fields);
+        (labels, fields, new_labels)
     }
 
     /// Drops the entries only the sets hold, once they have doubled since the last sweep.
@@ -118,13 +141,16 @@ impl Indexes {
     }
 }
 
-/// The held index equal to `fresh`, or `fresh`, now held.
-fn intern<T: Eq + std::hash::Hash + ?Sized>(set: &mut HashSet<Arc<T>>, fresh: Arc<T>) -> Arc<T> {
+/// The held index equal to `fresh`, or `fresh`, now held (then `true`).
+fn intern<T: Eq + std::hash::Hash + ?Sized>(
+    set: &mut HashSet<Arc<T>>,
+    fresh: Arc<T>,
+) -> (Arc<T>, bool) {
     if let Some(held) = set.get(&*fresh) {
-        return Arc::clone(held);
+        return (Arc::clone(held), false);
     }
     set.insert(Arc::clone(&fresh));
-    fresh
+    (fresh, true)
 }
 
 /// The type of a watch event.
@@ -185,6 +211,8 @@ struct KindState {
     behavior: Behavior,
     objects: BTreeMap<ObjectKey, Arc<StoredObject>>,
     history: VecDeque<HistoryEvent>,
+    /// Compresses the kind's objects against a dictionary of its own.
+    packer: Packer,
     /// The positions of open watches; a dropped watch leaves a dead entry, pruned on use.
     readers: Vec<Weak<AtomicU64>>,
     /// Every event with a resourceVersion above `floor` is in `history`.
@@ -232,6 +260,7 @@ impl Store {
                 behavior: kind.behavior,
                 objects: BTreeMap::new(),
                 history: VecDeque::new(),
+                packer: Packer::default(),
                 readers: Vec::new(),
                 floor: 0,
                 notify: watch::channel(0).0,
@@ -354,8 +383,9 @@ impl View<'_> {
         Ok(state.history.range(start..).take(max).cloned().collect())
     }
 
-    /// Bytes held by objects and history, and object counts, per kind. An index several
-    /// versions or objects share counts once, with the first that holds it (objects first).
+    /// Bytes held by objects and history, and object counts, per kind. An index or a
+    /// compression dictionary several versions or objects share counts once, with the first that
+    /// holds it (objects first); the kind's dictionary samples count with its objects.
     pub fn footprint(&self) -> Vec<(usize, usize, usize)> {
         self.inner
             .kinds
@@ -369,9 +399,18 @@ impl View<'_> {
                     let fields = seen
                         .insert(Arc::as_ptr(&version.fields).cast::<()>())
                         .then(|| fields_bytes(&version.fields));
-                    version.own_bytes() + labels.unwrap_or(0) + fields.unwrap_or(0)
+                    let dictionary = version
+                        .packed
+                        .dictionary()
+                        .filter(|(at, _)| seen.insert(*at))
+                        .map(|(_, size)| size);
+                    version.own_bytes()
+                        + labels.unwrap_or(0)
+                        + fields.unwrap_or(0)
+                        + dictionary.unwrap_or(0)
                 };
-                let objects: usize = state.objects.values().map(|o| bytes(o)).sum();
+                let objects: usize = state.packer.held_bytes()
+                    + state.objects.values().map(|o| bytes(o)).sum::<usize>();
                 let history: usize = state
                     .history
                     .iter()
@@ -470,22 +509,18 @@ impl Txn<'_> {
             metadata.insert("resourceVersion".into(), Value::String(rv.to_string()));
         }
         let behavior = self.inner.kinds[kind].behavior;
-        // Exactly sized: `to_vec` leaves up to half its buffer spare, and the stored bytes live
-        // as long as the object and its history entries.
-        let json = Bytes::from(
-            serde_json::to_vec(object)
-                .unwrap_or_default()
-                .into_boxed_slice(),
-        );
+        let json = serde_json::to_vec(object).unwrap_or_default();
         // Most writes change neither, and most objects share theirs with others.
-        let (labels, fields) = self.inner.indexes.share(
+        let (labels, fields, new_labels) = self.inner.indexes.share(
             selector::extract_labels(object),
             selector::extract_fields(behavior, object),
         );
+        let packer = &mut self.inner.kinds[kind].packer;
+        packer.learn(&json, new_labels);
         Arc::new(StoredObject {
             key,
             rv,
-            json,
+            packed: packer.pack(json),
             labels,
             fields,
         })
@@ -690,10 +725,20 @@ mod tests {
         assert_eq!(objects, 1);
         let index = labels_bytes(&third.labels) + fields_bytes(&third.fields);
         assert!(index > 0);
-        assert_eq!(object_bytes, third.own_bytes() + index);
+        let mut seen = HashSet::new();
+        assert_eq!(
+            object_bytes,
+            third.own_bytes()
+                + index
+                + held_bytes(&store, pods)
+                + dictionary_bytes(&mut seen, &[&third])
+        );
         assert_eq!(
             history_bytes,
-            first.own_bytes() + fields_bytes(&first.fields) + second.own_bytes()
+            first.own_bytes()
+                + fields_bytes(&first.fields)
+                + second.own_bytes()
+                + dictionary_bytes(&mut seen, &[&first, &second])
         );
         let fourth = put("Running", "db");
         assert!(!Arc::ptr_eq(&third.labels, &fourth.labels));
@@ -724,7 +769,55 @@ mod tests {
                 + labels_bytes(&a.labels)
                 + fields_bytes(&a.fields)
                 + fields_bytes(&c.fields)
+                + held_bytes(&store, pods)
+                + dictionary_bytes(&mut HashSet::new(), &[&a, &b, &c])
         );
+    }
+
+    /// The kind's dictionary samples and encoder.
+    fn held_bytes(store: &Store, kind: KindId) -> usize {
+        let held = store.read(|v| v.inner.kinds[kind].packer.held_bytes());
+        assert!(held > 0);
+        held
+    }
+
+    /// The dictionaries the versions need, each once over every call with one `seen`.
+    fn dictionary_bytes(seen: &mut HashSet<*const ()>, versions: &[&StoredObject]) -> usize {
+        versions
+            .iter()
+            .filter_map(|v| v.packed.dictionary())
+            .filter(|(at, _)| seen.insert(*at))
+            .map(|(_, size)| size)
+            .sum()
+    }
+
+    #[test]
+    fn stored_objects_read_back_as_written_whether_packed_or_not() {
+        let kinds = Kinds::new();
+        let pods = kinds.find("", "v1", "pods").unwrap();
+        let store = Store::new(&kinds, keep(10), 1);
+        let written: Vec<Arc<StoredObject>> = (0..20)
+            .map(|i| {
+                let name = format!("web-{i}");
+                let mut pod = pod(&name);
+                pod["metadata"]["labels"] = json!({ "app": "web" });
+                pod["spec"] = json!({ "nodeName": format!("node-{}", i % 3) });
+                store.write(|t| t.put(pods, ObjectKey::new("a", &name), pod, EventType::Added))
+            })
+            .collect();
+        // Each is packed against a dictionary that holds the first pods (itself among them).
+        assert!(written.iter().all(|w| w.packed.dictionary().is_some()));
+        assert!(written[19].packed.stored_len() * 2 < written[19].json_len());
+        for (i, version) in written.iter().enumerate() {
+            let value = version.value();
+            assert_eq!(value["metadata"]["name"], json!(format!("web-{i}")));
+            assert_eq!(
+                value["metadata"]["resourceVersion"],
+                json!(version.rv.to_string())
+            );
+            assert_eq!(value["spec"]["nodeName"], json!(format!("node-{}", i % 3)));
+            assert_eq!(version.json().len(), version.json_len());
+        }
     }
 
     #[test]
