@@ -25,6 +25,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Deref;
+use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
@@ -177,40 +178,45 @@ pub fn split_key(key: &str) -> (Option<&str>, &str) {
 }
 
 /// One field's index: value -> keys of the objects that have it, and key -> value to move an
-/// object when its value changes.
+/// object when its value changes. A key is allocated once for both maps, and a value once for
+/// every object that has it (the pods of a node share its name).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct FieldIndex {
-    keys_by_value: FxHashMap<String, BTreeSet<String>>,
-    value_by_key: FxHashMap<String, String>,
+    keys_by_value: FxHashMap<Arc<str>, BTreeSet<Arc<str>>>,
+    value_by_key: FxHashMap<Arc<str>, Arc<str>>,
 }
 
 impl FieldIndex {
     /// Files `key` under `value` (nowhere for `None`), moving it from its old value.
     fn set(&mut self, key: &str, value: Option<&str>) {
         // Most changes leave the indexed fields alone: nothing to allocate then.
-        if self.value_by_key.get(key).map(String::as_str) == value {
+        if self.value_by_key.get(key).map(|v| &**v) == value {
             return;
         }
-        self.remove(key);
+        let key = self.remove(key).unwrap_or_else(|| Arc::from(key));
         if let Some(value) = value {
+            let value = match self.keys_by_value.get_key_value(value) {
+                Some((held, _)) => Arc::clone(held),
+                None => Arc::from(value),
+            };
             self.keys_by_value
-                .entry(value.to_owned())
+                .entry(Arc::clone(&value))
                 .or_default()
-                .insert(key.to_owned());
-            self.value_by_key.insert(key.to_owned(), value.to_owned());
+                .insert(Arc::clone(&key));
+            self.value_by_key.insert(key, value);
         }
     }
 
-    fn remove(&mut self, key: &str) {
-        let Some(old) = self.value_by_key.remove(key) else {
-            return;
-        };
+    /// Unfiles `key`; its shared name, for a caller that files it again.
+    fn remove(&mut self, key: &str) -> Option<Arc<str>> {
+        let (key, old) = self.value_by_key.remove_entry(key)?;
         if let Some(keys) = self.keys_by_value.get_mut(&old) {
-            keys.remove(key);
+            keys.remove(&key);
             if keys.is_empty() {
                 self.keys_by_value.remove(&old);
             }
         }
+        Some(key)
     }
 }
 
@@ -324,7 +330,7 @@ impl<K: Indexed> KindIndex<K> {
             .and_then(|index| index.keys_by_value.get(value))
             .into_iter()
             .flatten()
-            .map(String::as_str)
+            .map(|key| &**key)
     }
 
     /// The objects whose `field` is `value`, in key order: each candidate of the index
@@ -428,6 +434,41 @@ mod tests {
         );
         index.apply(IndexEvent::Delete(&pod("web", Some("n1"))));
         assert_eq!(index.keys(&POD_NODE_NAME, "n1").count(), 0);
+    }
+
+    #[test]
+    fn the_pods_of_a_node_share_its_name_and_a_moved_pod_keeps_its_key() {
+        let mut index = KindIndex::<Pod>::new();
+        for name in ["a", "b", "c"] {
+            index.apply(IndexEvent::Apply(&pod(name, Some("n1"))));
+        }
+        let field = &index.live[POD_NODE_NAME.position];
+        let values: Vec<&Arc<str>> = field.value_by_key.values().collect();
+        assert_eq!(values.len(), 3);
+        assert!(values.iter().all(|v| Arc::ptr_eq(v, values[0])));
+        let key_before = Arc::clone(field.value_by_key.get_key_value("default/a").unwrap().0);
+        index.apply(IndexEvent::Apply(&pod("a", Some("n2"))));
+        let field = &index.live[POD_NODE_NAME.position];
+        let (key_after, node) = field.value_by_key.get_key_value("default/a").unwrap();
+        assert!(Arc::ptr_eq(&key_before, key_after));
+        assert_eq!(&**node, "n2");
+        assert!(
+            field.keys_by_value["n2"]
+                .iter()
+                .all(|k| Arc::ptr_eq(k, key_after))
+        );
+        assert_eq!(
+            index.keys(&POD_NODE_NAME, "n1").collect::<Vec<_>>(),
+            ["default/b", "default/c"]
+        );
+        for name in ["b", "c"] {
+            index.apply(IndexEvent::Delete(&pod(name, Some("n1"))));
+        }
+        assert!(
+            !index.live[POD_NODE_NAME.position]
+                .keys_by_value
+                .contains_key("n1")
+        );
     }
 
     #[test]
