@@ -15,16 +15,17 @@
 //! A pod's `resourceVersion` changes with every write (the API server's and the emulator's
 //! rule), so (uid, resourceVersion) names one content. A pod without either (a hand-made test
 //! object) is converted every time and not kept. The cache holds no `Pod`: only the key and
-//! the value, so a pod replaced in the view is not kept alive here.
-
-use std::collections::HashMap;
+//! the value, so a pod replaced in the view is not kept alive here. It keeps the key small: a
+//! uid in the API server's form (a lowercase UUID) as its 128 bits, a decimal resourceVersion
+//! (etcd's revision) as a number, any other text as it is.
 
 use karpenter_core::apis::SlimPod;
+use rustc_hash::FxHashMap;
 
 /// Conversions of pods to `T`, kept while the pods do not change.
 #[derive(Debug)]
 pub struct PodCache<T> {
-    entries: HashMap<String, Kept<T>>,
+    entries: FxHashMap<Uid, Kept<T>>,
     /// The current run, stamped on every entry it reads.
     run: u64,
     hits: u64,
@@ -33,15 +34,74 @@ pub struct PodCache<T> {
 
 #[derive(Debug)]
 struct Kept<T> {
-    resource_version: String,
+    resource_version: Version,
     value: T,
     run: u64,
+}
+
+/// A pod's uid: a lowercase UUID as its two halves, any other text as it is. Each text has
+/// one form, so two uids are equal exactly when their texts are.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Uid {
+    Uuid([u64; 2]),
+    Text(Box<str>),
+}
+
+impl Uid {
+    fn of(text: &str) -> Self {
+        parse_uuid(text).map_or_else(|| Self::Text(text.into()), Self::Uuid)
+    }
+}
+
+/// `8-4-4-4-12` lowercase hex digits, as two 64-bit halves.
+fn parse_uuid(text: &str) -> Option<[u64; 2]> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 36 || [8, 13, 18, 23].iter().any(|&at| bytes[at] != b'-') {
+        return None;
+    }
+    let mut value: u128 = 0;
+    for (at, &byte) in bytes.iter().enumerate() {
+        if matches!(at, 8 | 13 | 18 | 23) {
+            continue;
+        }
+        let digit = match byte {
+            b'0'..=b'9' => byte - b'0',
+            b'a'..=b'f' => byte - b'a' + 10,
+            _ => return None,
+        };
+        value = (value << 4) | u128::from(digit);
+    }
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the two halves of the 128 bits, each truncated on purpose"
+    )]
+    Some([(value >> 64) as u64, value as u64])
+}
+
+/// A resourceVersion: a decimal number without leading zeros as the number, any other text as
+/// it is (equal exactly when the texts are).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Version {
+    Number(u64),
+    Text(Box<str>),
+}
+
+impl Version {
+    fn of(text: &str) -> Self {
+        let canonical = !text.is_empty()
+            && text.bytes().all(|b| b.is_ascii_digit())
+            && (text == "0" || !text.starts_with('0'));
+        match text.parse() {
+            Ok(number) if canonical => Self::Number(number),
+            _ => Self::Text(text.into()),
+        }
+    }
 }
 
 impl<T> Default for PodCache<T> {
     fn default() -> Self {
         Self {
-            entries: HashMap::new(),
+            entries: FxHashMap::default(),
             run: 0,
             hits: 0,
             misses: 0,
@@ -61,7 +121,8 @@ impl<T: Clone> PodCache<T> {
             return convert(pod);
         };
         let run = self.run;
-        if let Some(kept) = self.entries.get_mut(uid)
+        let (uid, version) = (Uid::of(uid), Version::of(version));
+        if let Some(kept) = self.entries.get_mut(&uid)
             && kept.resource_version == version
         {
             self.hits += 1;
@@ -71,9 +132,9 @@ impl<T: Clone> PodCache<T> {
         self.misses += 1;
         let value = convert(pod);
         self.entries.insert(
-            uid.to_owned(),
+            uid,
             Kept {
-                resource_version: version.to_owned(),
+                resource_version: version,
                 value: value.clone(),
                 run,
             },
@@ -165,6 +226,33 @@ mod tests {
         }
         assert_eq!(calls.get(), 2);
         assert_eq!(cache.counts(), (2, 2));
+    }
+
+    #[test]
+    fn uids_and_versions_are_equal_exactly_when_their_texts_are() {
+        let uuid = "013ad24e-60ea-4be7-ab1a-ebfce469b6d0";
+        assert!(matches!(Uid::of(uuid), Uid::Uuid(_)));
+        assert_eq!(Uid::of(uuid), Uid::of(uuid));
+        for other in [
+            "013ad24e-60ea-4be7-ab1a-ebfce469b6d1",
+            "013AD24E-60EA-4BE7-AB1A-EBFCE469B6D0",
+            "013ad24e60ea-4be7-ab1a-ebfce469b6d0-",
+            "u1",
+        ] {
+            assert_ne!(Uid::of(uuid), Uid::of(other), "{other}");
+            assert_eq!(Uid::of(other), Uid::of(other), "{other}");
+        }
+        assert!(matches!(Version::of("12345"), Version::Number(12345)));
+        assert!(matches!(Version::of("0"), Version::Number(0)));
+        for (a, b) in [
+            ("7", "07"),
+            ("1", "1a"),
+            ("18446744073709551616", "0"),
+            ("", "0"),
+        ] {
+            assert_ne!(Version::of(a), Version::of(b), "{a} {b}");
+            assert_eq!(Version::of(a), Version::of(a), "{a}");
+        }
     }
 
     #[test]
