@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::kinds::ResourceKind;
-use super::selector::{self, LabelSelector, POD_CONTROLLER, POD_DELETING, POD_READY};
+use super::selector::{self, LabelSelector, POD_CONTROLLER, POD_DELETING, POD_READY, Text};
 use super::status::{ApiError, Cause};
 use super::store::StoredObject;
 
@@ -28,7 +28,7 @@ pub(crate) struct Budget {
 }
 
 /// Whether `pdb` selects a pod with these labels.
-pub(crate) fn selects(pdb: &Value, labels: &[(Box<str>, Box<str>)]) -> bool {
+pub(crate) fn selects(pdb: &Value, labels: &[(Text, Text)]) -> bool {
     pdb.pointer("/spec/selector")
         .and_then(LabelSelector::from_object)
         .is_some_and(|s| s.matches(labels))

@@ -9,6 +9,7 @@ use super::api::{DeleteOptions, Reply, Shared, Target, parse_body};
 use super::disruption;
 use super::kinds::Behavior;
 use super::lifecycle::{self, meta_str};
+use super::selector::Text;
 use super::status::{self, ApiError};
 use super::store::{EventType, ObjectKey, StoredObject, Txn, View};
 
@@ -145,8 +146,8 @@ impl Shared {
         &self,
         txn: &mut Txn<'_>,
         namespace: &str,
-        before: Option<&[(Box<str>, Box<str>)]>,
-        after: Option<&[(Box<str>, Box<str>)]>,
+        before: Option<&[(Text, Text)]>,
+        after: Option<&[(Text, Text)]>,
     ) {
         let Some(pdb_kind) = self.kinds.by_behavior(Behavior::PodDisruptionBudget) else {
             return;

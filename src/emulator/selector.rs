@@ -12,11 +12,15 @@ use serde_json::Value;
 
 use super::kinds::Behavior;
 
+/// A label's key or value, or a field's value: the store keeps one copy of each text its
+/// indexes hold (every Node carries the same label keys, and mostly the same values).
+pub(crate) type Text = Arc<str>;
+
 /// Labels of an object, sorted by key.
-pub(crate) type Labels = Arc<[(Box<str>, Box<str>)]>;
+pub(crate) type Labels = Arc<[(Text, Text)]>;
 
 /// The selectable field values of an object, by field name.
-pub(crate) type Fields = Arc<[(&'static str, Box<str>)]>;
+pub(crate) type Fields = Arc<[(&'static str, Text)]>;
 
 /// One requirement of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +44,7 @@ pub(crate) struct LabelSelector(Vec<LabelRequirement>);
 #[error("unable to parse requirement: {0}")]
 pub(crate) struct SelectorError(pub String);
 
-fn lookup<'a>(labels: &'a [(Box<str>, Box<str>)], key: &str) -> Option<&'a str> {
+fn lookup<'a>(labels: &'a [(Text, Text)], key: &str) -> Option<&'a str> {
     labels
         .binary_search_by(|(k, _)| k.as_ref().cmp(key))
         .ok()
@@ -48,7 +52,7 @@ fn lookup<'a>(labels: &'a [(Box<str>, Box<str>)], key: &str) -> Option<&'a str> 
 }
 
 impl LabelRequirement {
-    fn matches(&self, labels: &[(Box<str>, Box<str>)]) -> bool {
+    fn matches(&self, labels: &[(Text, Text)]) -> bool {
         match self {
             Self::Exists(key) => lookup(labels, key).is_some(),
             Self::DoesNotExist(key) => lookup(labels, key).is_none(),
@@ -136,7 +140,7 @@ impl LabelSelector {
         Some(Self(requirements))
     }
 
-    pub fn matches(&self, labels: &[(Box<str>, Box<str>)]) -> bool {
+    pub fn matches(&self, labels: &[(Text, Text)]) -> bool {
         self.0.iter().all(|r| r.matches(labels))
     }
 }
@@ -325,12 +329,7 @@ impl FieldSelector {
     }
 
     /// Whether the object with `name`, `namespace` and kind-specific `fields` matches.
-    pub fn matches(
-        &self,
-        name: &str,
-        namespace: &str,
-        fields: &[(&'static str, Box<str>)],
-    ) -> bool {
+    pub fn matches(&self, name: &str, namespace: &str, fields: &[(&'static str, Text)]) -> bool {
         self.0.iter().all(|r| {
             let actual = match r.field.as_str() {
                 "metadata.name" => name,
@@ -405,14 +404,14 @@ fn canonical_field(behavior: Behavior, field: &str) -> &str {
 
 /// The selectable field values of an object of `behavior` (beyond name and namespace).
 pub(crate) fn extract_fields(behavior: Behavior, object: &Value) -> Fields {
-    let text = |pointer: &str| -> Box<str> {
+    let text = |pointer: &str| -> Text {
         match object.pointer(pointer) {
             Some(Value::String(s)) => s.as_str().into(),
             Some(Value::Bool(b)) => b.to_string().into(),
             _ => "".into(),
         }
     };
-    let fields: Vec<(&'static str, Box<str>)> = match behavior {
+    let fields: Vec<(&'static str, Text)> = match behavior {
         Behavior::Pod => vec![
             ("spec.nodeName", text("/spec/nodeName")),
             ("spec.restartPolicy", text("/spec/restartPolicy")),
@@ -483,7 +482,7 @@ pub(crate) const POD_DELETING: &str = "emulator.deleting";
 /// Index entry of a Pod: its controller as `Kind/name` (empty without one).
 pub(crate) const POD_CONTROLLER: &str = "emulator.controller";
 
-fn controller_of(object: &Value) -> Box<str> {
+fn controller_of(object: &Value) -> Text {
     object
         .pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
@@ -501,7 +500,7 @@ fn controller_of(object: &Value) -> Box<str> {
         )
 }
 
-fn bool_text(value: bool) -> Box<str> {
+fn bool_text(value: bool) -> Text {
     if value { "true".into() } else { "false".into() }
 }
 
@@ -516,7 +515,7 @@ fn pod_ready(pod: &Value) -> bool {
 }
 
 /// The value of an indexed field.
-pub(crate) fn field<'a>(fields: &'a [(&'static str, Box<str>)], name: &str) -> &'a str {
+pub(crate) fn field<'a>(fields: &'a [(&'static str, Text)], name: &str) -> &'a str {
     fields
         .iter()
         .find(|(f, _)| *f == name)
@@ -525,7 +524,7 @@ pub(crate) fn field<'a>(fields: &'a [(&'static str, Box<str>)], name: &str) -> &
 
 /// The labels of an object, sorted by key.
 pub(crate) fn extract_labels(object: &Value) -> Labels {
-    let mut labels: Vec<(Box<str>, Box<str>)> = object
+    let mut labels: Vec<(Text, Text)> = object
         .pointer("/metadata/labels")
         .and_then(Value::as_object)
         .map(|map| {
@@ -748,7 +747,7 @@ mod props {
                 _ => values[f].as_str(),
             };
             let expected = terms.iter().all(|(f, v, equal)| (actual(*f) == v) == *equal);
-            let fields: Vec<(&'static str, Box<str>)> = supported
+            let fields: Vec<(&'static str, Text)> = supported
                 .iter()
                 .enumerate()
                 .skip(2)

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 
 use super::kinds::{Behavior, KindId, Kinds};
 use super::packed::{Packed, Packer};
-use super::selector::{self, Fields, Labels};
+use super::selector::{self, Fields, Labels, Text};
 
 /// Where an object lives: namespace (empty for cluster-scoped) and name. Ordered as the API
 /// server lists: by namespace, then name.
@@ -91,28 +91,41 @@ impl StoredObject {
     }
 }
 
-/// Heap bytes of a labels index.
-fn labels_bytes(labels: &Labels) -> usize {
+/// Heap bytes of a labels index: its entries, and each text `seen` does not hold yet.
+fn labels_bytes(labels: &Labels, seen: &mut HashSet<*const ()>) -> usize {
     labels
         .iter()
-        .map(|(k, v)| std::mem::size_of::<(Box<str>, Box<str>)>() + k.len() + v.len())
+        .map(|(k, v)| {
+            std::mem::size_of::<(Text, Text)>() + text_bytes(k, seen) + text_bytes(v, seen)
+        })
         .sum()
 }
 
-/// Heap bytes of a fields index.
-fn fields_bytes(fields: &Fields) -> usize {
+/// Heap bytes of a fields index: its entries, and each text `seen` does not hold yet.
+fn fields_bytes(fields: &Fields, seen: &mut HashSet<*const ()>) -> usize {
     fields
         .iter()
-        .map(|(_, v)| std::mem::size_of::<(&str, Box<str>)>() + v.len())
+        .map(|(_, v)| std::mem::size_of::<(&str, Text)>() + text_bytes(v, seen))
         .sum()
+}
+
+/// An index's text, counted once (its bytes and the `Arc`'s two counts).
+fn text_bytes(text: &Text, seen: &mut HashSet<*const ()>) -> usize {
+    if seen.insert(Arc::as_ptr(text).cast::<()>()) {
+        text.len() + 2 * std::mem::size_of::<usize>()
+    } else {
+        0
+    }
 }
 
 /// One copy of each distinct selector index: the pods of a workload carry the same labels,
-/// and the pods on a node in a phase the same fields, so they share one each.
+/// and the pods on a node in a phase the same fields, so they share one each. A new index's
+/// texts are shared with every other index's (Nodes differ in a few labels of two dozen).
 #[derive(Default)]
 struct Indexes {
     labels: HashSet<Labels>,
     fields: HashSet<Fields>,
+    texts: HashSet<Text>,
     /// Sweep unused entries when the sets reach this size.
     sweep_at: usize,
 }
@@ -125,9 +138,34 @@ impl Indexes {
     /// `labels` was new.
     fn share(&mut self, labels: Labels, fields: Fields) -> (Labels, Fields, bool) {
         self.sweep();
-        let (labels, new_labels) = intern(&mut self.labels, labels);
-        let (fields, _) = intern(&mut self.fields, fields);
+        let new_labels = !self.labels.contains(&*labels);
+        let labels = if new_labels {
+            let labels: Labels = labels
+                .iter()
+                .map(|(k, v)| (self.text(k), self.text(v)))
+                .collect();
+            self.labels.insert(Arc::clone(&labels));
+            labels
+        } else {
+            intern(&mut self.labels, labels).0
+        };
+        let fields = if self.fields.contains(&*fields) {
+            intern(&mut self.fields, fields).0
+        } else {
+            let fields: Fields = fields.iter().map(|(f, v)| (*f, self.text(v))).collect();
+            self.fields.insert(Arc::clone(&fields));
+            fields
+        };
         (labels, fields, new_labels)
+    }
+
+    /// The held text equal to `text` (or `text`, now held).
+    fn text(&mut self, text: &Text) -> Text {
+        if let Some(held) = self.texts.get(&**text) {
+            return Arc::clone(held);
+        }
+        self.texts.insert(Arc::clone(text));
+        Arc::clone(text)
     }
 
     /// Drops the entries only the sets hold, once they have doubled since the last sweep.
@@ -137,6 +175,7 @@ impl Indexes {
         }
         self.labels.retain(|l| Arc::strong_count(l) > 1);
         self.fields.retain(|f| Arc::strong_count(f) > 1);
+        self.texts.retain(|t| Arc::strong_count(t) > 1);
         self.sweep_at = (self.labels.len() + self.fields.len()) * 2;
     }
 }
@@ -383,49 +422,48 @@ impl View<'_> {
         Ok(state.history.range(start..).take(max).cloned().collect())
     }
 
-    /// Bytes held by objects and history, and object counts, per kind. An index or a
-    /// compression dictionary several versions or objects share counts once, with the first that
-    /// holds it (objects first); the kind's dictionary samples count with its objects.
+    /// Bytes held by objects and history, and object counts, per kind. An index, an index's
+    /// text or a compression dictionary several versions or objects share counts once, with the
+    /// first that holds it (kinds in order, objects before history); the kind's dictionary
+    /// samples count with its objects.
     pub fn footprint(&self) -> Vec<(usize, usize, usize)> {
-        self.inner
-            .kinds
-            .iter()
-            .map(|state| {
-                let mut seen = HashSet::new();
-                let mut bytes = |version: &StoredObject| {
-                    let labels = seen
-                        .insert(Arc::as_ptr(&version.labels).cast::<()>())
-                        .then(|| labels_bytes(&version.labels));
-                    let fields = seen
-                        .insert(Arc::as_ptr(&version.fields).cast::<()>())
-                        .then(|| fields_bytes(&version.fields));
-                    let dictionary = version
-                        .packed
-                        .dictionary()
-                        .filter(|(at, _)| seen.insert(*at))
-                        .map(|(_, size)| size);
-                    version.own_bytes()
-                        + labels.unwrap_or(0)
-                        + fields.unwrap_or(0)
-                        + dictionary.unwrap_or(0)
-                };
-                let objects: usize = state.packer.held_bytes()
-                    + state.objects.values().map(|o| bytes(o)).sum::<usize>();
-                let history: usize = state
-                    .history
-                    .iter()
-                    .filter(|e| {
-                        // The live version itself is counted above.
-                        state
-                            .objects
-                            .get(&e.object.key)
-                            .is_none_or(|live| !Arc::ptr_eq(live, &e.object))
-                    })
-                    .map(|e| bytes(&e.object))
-                    .sum();
-                (state.objects.len(), objects, history)
-            })
-            .collect()
+        let mut seen = HashSet::new();
+        let mut bytes = |version: &StoredObject| {
+            let labels = seen
+                .insert(Arc::as_ptr(&version.labels).cast::<()>())
+                .then(|| labels_bytes(&version.labels, &mut seen));
+            let fields = seen
+                .insert(Arc::as_ptr(&version.fields).cast::<()>())
+                .then(|| fields_bytes(&version.fields, &mut seen));
+            let dictionary = version
+                .packed
+                .dictionary()
+                .filter(|(at, _)| seen.insert(*at))
+                .map(|(_, size)| size);
+            version.own_bytes()
+                + labels.unwrap_or(0)
+                + fields.unwrap_or(0)
+                + dictionary.unwrap_or(0)
+        };
+        let mut footprint = Vec::with_capacity(self.inner.kinds.len());
+        for state in &self.inner.kinds {
+            let objects: usize =
+                state.packer.held_bytes() + state.objects.values().map(|o| bytes(o)).sum::<usize>();
+            let history: usize = state
+                .history
+                .iter()
+                .filter(|e| {
+                    // The live version itself is counted above.
+                    state
+                        .objects
+                        .get(&e.object.key)
+                        .is_none_or(|live| !Arc::ptr_eq(live, &e.object))
+                })
+                .map(|e| bytes(&e.object))
+                .sum();
+            footprint.push((state.objects.len(), objects, history));
+        }
+        footprint
     }
 }
 
@@ -723,9 +761,9 @@ mod tests {
         // only the index the live version does not share.
         let (objects, object_bytes, history_bytes) = store.footprint()[pods];
         assert_eq!(objects, 1);
-        let index = labels_bytes(&third.labels) + fields_bytes(&third.fields);
-        assert!(index > 0);
         let mut seen = HashSet::new();
+        let index = labels_bytes(&third.labels, &mut seen) + fields_bytes(&third.fields, &mut seen);
+        assert!(index > 0);
         assert_eq!(
             object_bytes,
             third.own_bytes()
@@ -736,7 +774,7 @@ mod tests {
         assert_eq!(
             history_bytes,
             first.own_bytes()
-                + fields_bytes(&first.fields)
+                + fields_bytes(&first.fields, &mut seen)
                 + second.own_bytes()
                 + dictionary_bytes(&mut seen, &[&first, &second])
         );
@@ -761,17 +799,21 @@ mod tests {
         assert!(Arc::ptr_eq(&a.fields, &b.fields));
         assert!(!Arc::ptr_eq(&a.fields, &c.fields), "on another node");
         let (_, object_bytes, _) = store.footprint()[pods];
+        let mut seen = HashSet::new();
         assert_eq!(
             object_bytes,
             a.own_bytes()
                 + b.own_bytes()
                 + c.own_bytes()
-                + labels_bytes(&a.labels)
-                + fields_bytes(&a.fields)
-                + fields_bytes(&c.fields)
+                + labels_bytes(&a.labels, &mut seen)
+                + fields_bytes(&a.fields, &mut seen)
+                + fields_bytes(&c.fields, &mut seen)
                 + held_bytes(&store, pods)
-                + dictionary_bytes(&mut HashSet::new(), &[&a, &b, &c])
+                + dictionary_bytes(&mut seen, &[&a, &b, &c])
         );
+        // The two field sets share every text but the node's name.
+        assert!(Arc::ptr_eq(&a.fields[1].1, &c.fields[1].1), "restartPolicy");
+        assert!(!Arc::ptr_eq(&a.fields[0].1, &c.fields[0].1), "nodeName");
     }
 
     /// The kind's dictionary samples and encoder.
