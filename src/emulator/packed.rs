@@ -220,9 +220,9 @@ mod tests {
     fn without_a_dictionary_the_json_is_kept_as_it_is() {
         let mut packer = Packer::default();
         let json = pod("web-0", "node-a");
-        let packed = packer.pack(json.clone());
-        assert!(matches!(packed, Packed::Plain(_)));
-        assert_eq!(packed.bytes(), json);
+        let stored = packer.pack(json.clone());
+        assert!(matches!(stored, Packed::Plain(_)));
+        assert_eq!(stored.bytes(), json);
     }
 
     #[test]
@@ -230,15 +230,15 @@ mod tests {
         let mut packer = Packer::default();
         packer.learn(&pod("web-0", "node-a"), true);
         let json = pod("web-1", "node-b");
-        let packed = packer.pack(json.clone());
-        assert!(matches!(packed, Packed::Zstd { .. }), "{packed:?}");
+        let stored = packer.pack(json.clone());
+        assert!(matches!(stored, Packed::Zstd { .. }), "{stored:?}");
         assert!(
-            packed.stored_len() * 4 < json.len(),
+            stored.stored_len() * 4 < json.len(),
             "{} of {}",
-            packed.stored_len(),
+            stored.stored_len(),
             json.len()
         );
-        assert_eq!(packed.bytes(), json);
+        assert_eq!(stored.bytes(), json);
     }
 
     #[test]
