@@ -7,10 +7,10 @@
 //! was 130 MB of the process's heap; packed, it is a few tens.
 //!
 //! ```text
-//! store.stamp(json) --> Packer::learn(json)   (a sample of a new shape while the samples are small:
-//!                   |                           the dictionary is rebuilt from the samples)
+//! store.stamp(json) --> Packer::learn(json)  (a sample of a new shape while the samples are
+//!                   |                          small: the dictionary is rebuilt from them)
 //!                   --> Packer::pack(json) --> Packed::Zstd(frame, the dictionary it needs)
-//!                                          \-> Packed::Plain(json)  (no dictionary yet, or no gain)
+//!                                          \-> Packed::Plain(json)  (no dictionary, no gain)
 //! read (render, value) --> Packed::bytes() --> the JSON, decompressed with the frame's dictionary
 //! ```
 //!
@@ -209,8 +209,9 @@ mod tests {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"},
                          "uid": format!("uid-of-{name}")},
-            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
-                     "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}]},
+            "spec": {"nodeName": node, "containers": [{
+                "name": "app", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}]},
             "status": {"phase": "Running"}
         }))
         .unwrap()

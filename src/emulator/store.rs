@@ -3,9 +3,10 @@
 //!
 //! Objects are kept serialized ([`StoredObject::json`], compressed against a dictionary of their
 //! kind: [`super::packed`]) next to the index selectors need (labels, selectable fields), so a
-//! list concatenates bytes and a watch event is written once and shared by every watcher. One `RwLock` guards everything: a write (the handler's
-//! read-modify-write, run inside [`Store::write`]) is short and serialized; lists and watches read
-//! in parallel. Each write bumps the kind's `tokio::sync::watch` channel to wake its watchers.
+//! list concatenates bytes and a watch event is written once and shared by every watcher. One
+//! `RwLock` guards everything: a write (the handler's read-modify-write, run inside
+//! [`Store::write`]) is short and serialized; lists and watches read in parallel. Each write
+//! bumps the kind's `tokio::sync::watch` channel to wake its watchers.
 //!
 //! The history of a kind keeps the events an open watch has yet to read and, past those, its
 //! last [`Retention::read`] events for watches that resume later (a reconnect after a timeout),
@@ -136,36 +137,33 @@ const FIRST_INDEX_SWEEP: usize = 1_024;
 impl Indexes {
     /// The held indexes equal to `labels` and `fields` (or these, now held), and whether
     /// `labels` was new.
-    fn share(&mut self, labels: Labels, fields: Fields) -> (Labels, Fields, bool) {
+    fn share(
+        &mut self,
+        labels: &[(Text, Text)],
+        fields: &[(&'static str, Text)],
+    ) -> (Labels, Fields, bool) {
         self.sweep();
-        let new_labels = !self.labels.contains(&*labels);
-        let labels = if new_labels {
+        let (labels, new_labels) = if let Some(held) = self.labels.get(labels) {
+            (Arc::clone(held), false)
+        } else {
             let labels: Labels = labels
                 .iter()
                 .map(|(k, v)| (self.text(k), self.text(v)))
                 .collect();
-            self.labels.insert(Arc::clone(&labels));
-            labels
-        } else {
-            intern(&mut self.labels, labels).0
+            (intern(&mut self.labels, labels), true)
         };
-        let fields = if self.fields.contains(&*fields) {
-            intern(&mut self.fields, fields).0
+        let fields = if let Some(held) = self.fields.get(fields) {
+            Arc::clone(held)
         } else {
             let fields: Fields = fields.iter().map(|(f, v)| (*f, self.text(v))).collect();
-            self.fields.insert(Arc::clone(&fields));
-            fields
+            intern(&mut self.fields, fields)
         };
         (labels, fields, new_labels)
     }
 
     /// The held text equal to `text` (or `text`, now held).
     fn text(&mut self, text: &Text) -> Text {
-        if let Some(held) = self.texts.get(&**text) {
-            return Arc::clone(held);
-        }
-        self.texts.insert(Arc::clone(text));
-        Arc::clone(text)
+        intern(&mut self.texts, Arc::clone(text))
     }
 
     /// Drops the entries only the sets hold, once they have doubled since the last sweep.
@@ -180,16 +178,13 @@ impl Indexes {
     }
 }
 
-/// The held index equal to `fresh`, or `fresh`, now held (then `true`).
-fn intern<T: Eq + std::hash::Hash + ?Sized>(
-    set: &mut HashSet<Arc<T>>,
-    fresh: Arc<T>,
-) -> (Arc<T>, bool) {
+/// The held value equal to `fresh`, or `fresh`, now held.
+fn intern<T: Eq + std::hash::Hash + ?Sized>(set: &mut HashSet<Arc<T>>, fresh: Arc<T>) -> Arc<T> {
     if let Some(held) = set.get(&*fresh) {
-        return (Arc::clone(held), false);
+        return Arc::clone(held);
     }
     set.insert(Arc::clone(&fresh));
-    (fresh, true)
+    fresh
 }
 
 /// The type of a watch event.
@@ -550,8 +545,8 @@ impl Txn<'_> {
         let json = serde_json::to_vec(object).unwrap_or_default();
         // Most writes change neither, and most objects share theirs with others.
         let (labels, fields, new_labels) = self.inner.indexes.share(
-            selector::extract_labels(object),
-            selector::extract_fields(behavior, object),
+            &selector::extract_labels(object),
+            &selector::extract_fields(behavior, object),
         );
         let packer = &mut self.inner.kinds[kind].packer;
         packer.learn(&json, new_labels);
