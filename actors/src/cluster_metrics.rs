@@ -800,13 +800,13 @@ impl ClusterMetrics {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{NodeStatus, PodCondition, ResourceRequirements};
+    use k8s_openapi::api::core::v1::{NodeStatus, ResourceRequirements};
     // The view's slim types, under the names the literals below use.
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
     use karpenter_core::apis::NodePool;
     use karpenter_core::apis::{
         SharedPodSpec as PodSpec, SlimContainer as Container, SlimPod as Pod,
-        SlimPodStatus as PodStatus,
+        SlimPodCondition as PodCondition, SlimPodStatus as PodStatus,
     };
 
     use super::*;

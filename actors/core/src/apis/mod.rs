@@ -27,4 +27,6 @@ pub mod validation;
 pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
-pub use pod::{SharedPodSpec, SlimContainer, SlimPod, SlimPodSpec, SlimPodStatus, SlimVolume};
+pub use pod::{
+    SharedPodSpec, SlimContainer, SlimPod, SlimPodCondition, SlimPodSpec, SlimPodStatus, SlimVolume,
+};

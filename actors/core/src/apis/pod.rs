@@ -19,10 +19,12 @@
 //! gates), drain (priority, grace period, tolerations), volume detachment (claims) and the
 //! simulated scheduler (`schedulerName`) read; of each container its name, resources, ports
 //! and restart policy (sidecars); of the status its phase, the conditions it reads
-//! ([`KEPT_CONDITIONS`]), nominated node and start time. A write never starts from a
+//! ([`KEPT_CONDITIONS`]: type, status, reason and transition time, as [`SlimPodCondition`]),
+//! nominated node and start time. A write never starts from a
 //! `SlimPod`: the daemon's writes re-read the Pod from the API server, so nothing it drops is
 //! ever written back.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::ops::{Deref, DerefMut};
@@ -233,17 +235,81 @@ pub struct SlimPodStatus {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "kept_conditions"
     )]
-    pub conditions: Option<Vec<PodCondition>>,
+    pub conditions: Option<Vec<SlimPodCondition>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nominated_node_name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
 }
 
+/// A pod condition with what its readers look at: type, status, reason and when it turned.
+/// The type, the status and the common reasons are the program's own strings, so a pod's two
+/// kept conditions allocate nothing beyond their list of 96-byte entries (a k8s-openapi
+/// `PodCondition` is 160 bytes with four or five strings of its own); the message is dropped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct SlimPodCondition {
+    #[serde(rename = "type", deserialize_with = "known_type")]
+    pub type_: Cow<'static, str>,
+    #[serde(deserialize_with = "known_status")]
+    pub status: Cow<'static, str>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "known_reason"
+    )]
+    pub reason: Option<Cow<'static, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+}
+
+/// The statuses a condition takes.
+const STATUSES: [&str; 3] = ["True", "False", "Unknown"];
+/// The reasons kube-scheduler and the kubelet give the kept conditions most often.
+const REASONS: [&str; 5] = [
+    "Unschedulable",
+    "SchedulerError",
+    "ContainersNotReady",
+    "PodCompleted",
+    "PodFailed",
+];
+
+/// `text` as the entry of `known` it equals, else as it is.
+fn known(text: String, known: &[&'static str]) -> Cow<'static, str> {
+    known
+        .iter()
+        .find(|k| **k == text)
+        .map_or(Cow::Owned(text), |k| Cow::Borrowed(*k))
+}
+
+fn known_type<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Cow<'static, str>, D::Error> {
+    String::deserialize(d).map(|t| known(t, &KEPT_CONDITIONS))
+}
+
+fn known_status<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Cow<'static, str>, D::Error> {
+    String::deserialize(d).map(|t| known(t, &STATUSES))
+}
+
+fn known_reason<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Cow<'static, str>>, D::Error> {
+    Option::<String>::deserialize(d).map(|r| r.map(|r| known(r, &REASONS)))
+}
+
+impl From<PodCondition> for SlimPodCondition {
+    fn from(condition: PodCondition) -> Self {
+        Self {
+            type_: known(condition.type_, &KEPT_CONDITIONS),
+            status: known(condition.status, &STATUSES),
+            reason: condition.reason.map(|r| known(r, &REASONS)),
+            last_transition_time: condition.last_transition_time,
+        }
+    }
+}
+
 /// The conditions of [`KEPT_CONDITIONS`], in their order.
-fn keep_conditions(conditions: Option<Vec<PodCondition>>) -> Option<Vec<PodCondition>> {
+fn keep_conditions(conditions: Option<Vec<SlimPodCondition>>) -> Option<Vec<SlimPodCondition>> {
     conditions.map(|mut conditions| {
-        conditions.retain(|c| KEPT_CONDITIONS.contains(&c.type_.as_str()));
+        conditions.retain(|c| KEPT_CONDITIONS.contains(&c.type_.as_ref()));
         conditions.shrink_to_fit();
         conditions
     })
@@ -251,8 +317,8 @@ fn keep_conditions(conditions: Option<Vec<PodCondition>>) -> Option<Vec<PodCondi
 
 fn kept_conditions<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
-) -> Result<Option<Vec<PodCondition>>, D::Error> {
-    Option::<Vec<PodCondition>>::deserialize(deserializer).map(keep_conditions)
+) -> Result<Option<Vec<SlimPodCondition>>, D::Error> {
+    Option::<Vec<SlimPodCondition>>::deserialize(deserializer).map(keep_conditions)
 }
 
 impl k8s_openapi::Resource for SlimPod {
@@ -345,7 +411,11 @@ impl From<PodStatus> for SlimPodStatus {
     fn from(status: PodStatus) -> Self {
         Self {
             phase: status.phase,
-            conditions: keep_conditions(status.conditions),
+            conditions: keep_conditions(
+                status
+                    .conditions
+                    .map(|c| c.into_iter().map(SlimPodCondition::from).collect()),
+            ),
             nominated_node_name: status.nominated_node_name,
             start_time: status.start_time,
         }
@@ -504,6 +574,44 @@ mod tests {
         assert!(json["spec"]["volumes"][1].get("projected").is_none());
         assert!(json["status"].get("containerStatuses").is_none());
         assert!(json["status"].get("podIP").is_none());
+    }
+
+    #[test]
+    fn kept_conditions_use_the_programs_strings_and_drop_the_message() {
+        let status: SlimPodStatus = serde_json::from_value(serde_json::json!({"conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": "0/3 nodes are available: 3 Insufficient cpu."},
+            {"type": "Initialized", "status": "True"},
+            {"type": "Ready", "status": "False", "reason": "SomethingNew"},
+        ]}))
+        .unwrap();
+        let conditions = status.conditions.unwrap();
+        assert_eq!(conditions.len(), 2, "{conditions:?}");
+        let scheduled = &conditions[0];
+        assert!(matches!(scheduled.type_, Cow::Borrowed("PodScheduled")));
+        assert!(matches!(scheduled.status, Cow::Borrowed("False")));
+        assert!(matches!(
+            scheduled.reason,
+            Some(Cow::Borrowed("Unschedulable"))
+        ));
+        assert_eq!(conditions[1].type_, "Ready");
+        assert_eq!(conditions[1].reason.as_deref(), Some("SomethingNew"));
+        let json = serde_json::to_value(scheduled).unwrap();
+        assert_eq!(json["type"], "PodScheduled");
+        assert!(json.get("message").is_none(), "{json}");
+        // From a k8s-openapi condition too, at under two thirds of its size.
+        let converted = SlimPodCondition::from(PodCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..PodCondition::default()
+        });
+        assert!(matches!(converted.status, Cow::Borrowed("True")));
+        assert!(
+            std::mem::size_of::<SlimPodCondition>() * 3 < std::mem::size_of::<PodCondition>() * 2,
+            "{} B against {} B",
+            std::mem::size_of::<SlimPodCondition>(),
+            std::mem::size_of::<PodCondition>()
+        );
     }
 
     #[test]
