@@ -197,6 +197,10 @@ impl CloudProvider for MeteredCloudProvider {
         self.timed("List", self.inner.list()).await
     }
 
+    async fn list_brief(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
+        self.timed("List", self.inner.list_brief()).await
+    }
+
     async fn instance_types(
         &self,
         nodepool: &NodePool,

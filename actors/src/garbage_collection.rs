@@ -2,12 +2,12 @@
 //! (reference 2.1 `nodeclaim.garbagecollection`, 2.2 `instance.garbagecollection`).
 //!
 //! - **Instances** ([`CollectInstances`]): instances tagged for this cluster
-//!   (`CloudProvider::list`) that no NodeClaim names as its provider id, launched over
-//!   [`INSTANCE_GRACE`] ago, are terminated and their Node (if any) deleted. Runs every
-//!   [`INSTANCE_SWEEP_FAST`] for the first [`FAST_SWEEPS`] successful sweeps after start (leaks
-//!   from a crash are found quickly), then every [`INSTANCE_SWEEP`]. Instances the NodeClaim
-//!   actors launched within the last minute (the shared launch cache) are never taken for
-//!   leaks, even before their NodeClaim's status names them.
+//!   (`CloudProvider::list_brief`: the list without labels or resources) that no NodeClaim names as
+//!   its provider id, launched over [`INSTANCE_GRACE`] ago, are terminated and their Node (if any)
+//!   deleted. Runs every [`INSTANCE_SWEEP_FAST`] for the first [`FAST_SWEEPS`] successful sweeps
+//!   after start (leaks from a crash are found quickly), then every [`INSTANCE_SWEEP`]. Instances
+//!   the NodeClaim actors launched within the last minute (the shared launch cache) are never taken
+//!   for leaks, even before their NodeClaim's status names them.
 //! - **NodeClaims** ([`CollectNodeClaims`]): registered NodeClaims whose instance is gone from
 //!   the cloud's list and whose Node is not `Ready` are deleted
 //!   (`karpenter_nodeclaims_disrupted_total{reason="garbage_collected"}`); every
@@ -243,7 +243,7 @@ impl GarbageCollectorActor {
         let instances = self
             .deps
             .cloud
-            .list()
+            .list_brief()
             .await
             .map_err(|e| GarbageCollectionError::List(Box::new(e)))?;
         let known: HashSet<String> = self
@@ -346,7 +346,7 @@ impl GarbageCollectorActor {
         let instances = self
             .deps
             .cloud
-            .list()
+            .list_brief()
             .await
             .map_err(|e| GarbageCollectionError::List(Box::new(e)))?;
         Ok(instances

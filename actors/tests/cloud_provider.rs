@@ -560,6 +560,25 @@ async fn delete_get_and_list_follow_the_instances() {
             .iter()
             .all(|c| c.metadata.creation_timestamp.is_some())
     );
+    // The garbage collector's brief list: the same instances, names, launch times and launch
+    // groups, without the labels and resources hydration adds.
+    let brief = env.cloud.list_brief().await.unwrap();
+    assert_eq!(brief.len(), listed.len());
+    for full in &listed {
+        let short = brief
+            .iter()
+            .find(|c| provider_id(c) == provider_id(full))
+            .unwrap();
+        assert_eq!(short.metadata.name, full.metadata.name);
+        assert_eq!(
+            short.metadata.creation_timestamp,
+            full.metadata.creation_timestamp
+        );
+        assert_eq!(short.metadata.annotations, full.metadata.annotations);
+        assert_eq!(short.metadata.deletion_timestamp, None);
+        assert!(short.metadata.labels.is_none());
+        assert!(short.status.as_ref().unwrap().capacity.is_empty());
+    }
 
     let got = env.cloud.get(&provider_id(&a)).await.unwrap();
     assert_eq!(label(&got, labels::ZONE), env.zone(0));
@@ -585,6 +604,9 @@ async fn delete_get_and_list_follow_the_instances() {
     assert_eq!(state(&env), InstanceState::ShuttingDown);
     let shutting_down = env.cloud.get(&provider_id(&a)).await.unwrap();
     assert!(shutting_down.metadata.deletion_timestamp.is_some());
+    let brief = env.cloud.list_brief().await.unwrap();
+    let brief_a = brief.iter().find(|c| provider_id(c) == provider_id(&a));
+    assert!(brief_a.unwrap().metadata.deletion_timestamp.is_some());
     env.cloud.delete(&a).await.unwrap();
     assert_eq!(env.kwok.faults().count("TerminateInstances"), 1);
     tokio::time::sleep(LAUNCH_LATENCY).await;

@@ -260,6 +260,10 @@ impl CloudProvider for GatedCloudProvider {
         self.inner.list().await
     }
 
+    async fn list_brief(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
+        self.inner.list_brief().await
+    }
+
     fn node_registered(&self, nodeclaim: &NodeClaim, node: &Node) {
         self.inner.node_registered(nodeclaim, node);
     }

@@ -188,9 +188,38 @@ impl AwsCloudProvider {
             .flat_map(|types| types.iter())
             .find(|it| it.name == instance.instance_type)
             .cloned();
-        let class_name = instance.tags.get(labels::TAG_EC2NODECLASS).cloned();
-        let nodeclass = class_name.as_deref().and_then(|n| self.nodeclass(n));
-        let mut nodeclaim = NodeClaim {
+        let nodeclass = instance
+            .tags
+            .get(labels::TAG_EC2NODECLASS)
+            .and_then(|n| self.nodeclass(n));
+        let mut nodeclaim = self.instance_brief(instance);
+        let facts = InstanceFacts {
+            id: &instance.id,
+            zone: &instance.zone,
+            image_id: Some(&instance.image_id),
+            capacity_type: capacity_type_of(instance, self.reserved_capacity),
+            nodepool: nodepool_name.map(String::as_str),
+            efa: false,
+            reservation_id: instance.capacity_reservation_id.as_deref(),
+        };
+        hydrate(
+            &mut nodeclaim,
+            &facts,
+            instance_type.as_deref(),
+            nodeclass.as_deref(),
+        );
+        Ok(nodeclaim)
+    }
+
+    /// An instance as the garbage collector reads it (`CloudProvider::list_brief`): its
+    /// NodeClaim's name, launch group, launch and deletion times, class and provider id,
+    /// without the labels, image and resources its instance type gives (hydration).
+    pub(super) fn instance_brief(&self, instance: &Instance) -> NodeClaim {
+        let class_name = instance
+            .tags
+            .get(labels::TAG_EC2NODECLASS)
+            .map_or("", String::as_str);
+        NodeClaim {
             metadata: ObjectMeta {
                 name: instance.tags.get(labels::TAG_NODECLAIM).cloned(),
                 // The launch group the instance was launched for, so the garbage collector
@@ -212,27 +241,14 @@ impl AwsCloudProvider {
                 startup_taints: Vec::new(),
                 requirements: Vec::new(),
                 resources: karpenter_core::apis::nodeclaim::ResourceRequirements::default(),
-                node_class_ref: NodeClassReference::ec2(class_name.as_deref().unwrap_or_default()),
+                node_class_ref: NodeClassReference::ec2(class_name),
                 termination_grace_period: None,
                 expire_after: karpenter_core::apis::nodeclaim::default_expire_after(),
             },
-            status: None,
-        };
-        let facts = InstanceFacts {
-            id: &instance.id,
-            zone: &instance.zone,
-            image_id: Some(&instance.image_id),
-            capacity_type: capacity_type_of(instance, self.reserved_capacity),
-            nodepool: nodepool_name.map(String::as_str),
-            efa: false,
-            reservation_id: instance.capacity_reservation_id.as_deref(),
-        };
-        hydrate(
-            &mut nodeclaim,
-            &facts,
-            instance_type.as_deref(),
-            nodeclass.as_deref(),
-        );
-        Ok(nodeclaim)
+            status: Some(NodeClaimStatus {
+                provider_id: Some(provider_id(&instance.zone, &instance.id)),
+                ..NodeClaimStatus::default()
+            }),
+        }
     }
 }

@@ -442,6 +442,14 @@ impl CloudProvider for AwsCloudProvider {
             .collect()
     }
 
+    async fn list_brief(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
+        let instances = self.providers.instances.list().await.map_err(not_found)?;
+        Ok(instances
+            .iter()
+            .map(|instance| self.instance_brief(instance))
+            .collect())
+    }
+
     async fn instance_types(
         &self,
         nodepool: &NodePool,
