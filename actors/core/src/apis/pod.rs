@@ -281,18 +281,64 @@ fn known(text: String, known: &[&'static str]) -> Cow<'static, str> {
         .map_or(Cow::Owned(text), |k| Cow::Borrowed(*k))
 }
 
+/// Reads a string as the entry of its table it equals (no allocation), else as it is.
+struct Known(&'static [&'static str]);
+
+impl serde::de::Visitor<'_> for Known {
+    type Value = Cow<'static, str>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+        Ok(self
+            .0
+            .iter()
+            .find(|k| **k == text)
+            .map_or_else(|| Cow::Owned(text.to_owned()), |k| Cow::Borrowed(*k)))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Self::Value, E> {
+        Ok(known(text, self.0))
+    }
+}
+
+/// An optional string read as [`Known`] reads one.
+struct MaybeKnown(&'static [&'static str]);
+
+impl<'de> serde::de::Visitor<'de> for MaybeKnown {
+    type Value = Option<Cow<'static, str>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a string or null")
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(Known(self.0)).map(Some)
+    }
+}
+
 fn known_type<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Cow<'static, str>, D::Error> {
-    String::deserialize(d).map(|t| known(t, &KEPT_CONDITIONS))
+    d.deserialize_str(Known(&KEPT_CONDITIONS))
 }
 
 fn known_status<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Cow<'static, str>, D::Error> {
-    String::deserialize(d).map(|t| known(t, &STATUSES))
+    d.deserialize_str(Known(&STATUSES))
 }
 
 fn known_reason<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Cow<'static, str>>, D::Error> {
-    Option::<String>::deserialize(d).map(|r| r.map(|r| known(r, &REASONS)))
+    d.deserialize_option(MaybeKnown(&REASONS))
 }
 
 impl From<PodCondition> for SlimPodCondition {
@@ -599,6 +645,18 @@ mod tests {
         let json = serde_json::to_value(scheduled).unwrap();
         assert_eq!(json["type"], "PodScheduled");
         assert!(json.get("message").is_none(), "{json}");
+        // From JSON text (strings read in place) too, a null reason read as none.
+        let from_text: SlimPodCondition = serde_json::from_str(
+            r#"{"type": "Ready", "status": "True", "reason": null, "message": "x"}"#,
+        )
+        .unwrap();
+        assert!(matches!(from_text.type_, Cow::Borrowed("Ready")));
+        assert!(matches!(from_text.status, Cow::Borrowed("True")));
+        assert_eq!(from_text.reason, None);
+        let reasoned: SlimPodCondition =
+            serde_json::from_str(r#"{"type": "Ready", "status": "False", "reason": "PodFailed"}"#)
+                .unwrap();
+        assert!(matches!(reasoned.reason, Some(Cow::Borrowed("PodFailed"))));
         // From a k8s-openapi condition too, at under two thirds of its size.
         let converted = SlimPodCondition::from(PodCondition {
             type_: "Ready".into(),
