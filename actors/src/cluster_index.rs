@@ -63,7 +63,15 @@ impl<K> fmt::Debug for Field<K> {
 pub trait Indexed: Sized + 'static {
     /// Every indexed field, each at its `position`; empty for kinds looked up by name only.
     const FIELDS: &'static [Field<Self>];
-    fn metadata(&self) -> &ObjectMeta;
+
+    /// The object's namespace (`None` for a cluster-scoped kind) and name.
+    fn names(&self) -> (Option<&str>, &str);
+
+    /// Its key in the index and the stores: `namespace/name`, or `name`.
+    fn key(&self) -> String {
+        let (namespace, name) = self.names();
+        join_key(namespace, name)
+    }
 }
 
 /// `status.providerID` of a NodeClaim.
@@ -108,24 +116,35 @@ pub const VOLUME_ATTACHMENT_NODE_NAME: Field<VolumeAttachment> = Field {
     value: |attachment| Some(attachment.spec.node_name.as_str()),
 };
 
+/// An object's namespace and name, read from its `metadata` (an `ObjectMeta`, or a pod's
+/// `PodMeta`, whose fields have the same names).
+macro_rules! names {
+    ($object:expr) => {
+        (
+            $object.metadata.namespace.as_deref(),
+            $object.metadata.name.as_deref().unwrap_or_default(),
+        )
+    };
+}
+
 impl Indexed for NodeClaim {
     const FIELDS: &'static [Field<Self>] = &[NODECLAIM_PROVIDER_ID, NODECLAIM_NODEPOOL];
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
+    fn names(&self) -> (Option<&str>, &str) {
+        names!(self)
     }
 }
 
 impl Indexed for Node {
     const FIELDS: &'static [Field<Self>] = &[NODE_PROVIDER_ID];
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
+    fn names(&self) -> (Option<&str>, &str) {
+        names!(self)
     }
 }
 
 impl Indexed for SlimPod {
     const FIELDS: &'static [Field<Self>] = &[POD_NODE_NAME];
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
+    fn names(&self) -> (Option<&str>, &str) {
+        names!(self)
     }
 }
 
@@ -133,8 +152,8 @@ macro_rules! looked_up_by_name_only {
     ($($type:ty),*) => {
         $(impl Indexed for $type {
             const FIELDS: &'static [Field<Self>] = &[];
-            fn metadata(&self) -> &ObjectMeta {
-                &self.metadata
+            fn names(&self) -> (Option<&str>, &str) {
+                names!(self)
             }
         })*
     };
@@ -142,8 +161,8 @@ macro_rules! looked_up_by_name_only {
 
 impl Indexed for VolumeAttachment {
     const FIELDS: &'static [Field<Self>] = &[VOLUME_ATTACHMENT_NODE_NAME];
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
+    fn names(&self) -> (Option<&str>, &str) {
+        names!(self)
     }
 }
 
@@ -160,8 +179,16 @@ looked_up_by_name_only!(
 /// for a cluster-scoped object.
 #[must_use]
 pub fn object_key(metadata: &ObjectMeta) -> String {
-    let name = metadata.name.as_deref().unwrap_or_default();
-    match &metadata.namespace {
+    join_key(
+        metadata.namespace.as_deref(),
+        metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+/// The key of `name` in `namespace` (see [`object_key`]).
+#[must_use]
+pub fn join_key(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
         Some(namespace) => format!("{namespace}/{name}"),
         None => name.to_owned(),
     }
@@ -293,14 +320,14 @@ impl<K: Indexed> KindIndex<K> {
         }
         match event {
             IndexEvent::Apply(object) => {
-                fill(&mut self.live, &object_key(object.metadata()), object);
+                fill(&mut self.live, &object.key(), object);
             }
-            IndexEvent::Delete(object) => self.remove(&object_key(object.metadata())),
+            IndexEvent::Delete(object) => self.remove(&object.key()),
             // A list that restarts before it completes starts over, as the store's buffer does.
             IndexEvent::RelistStarted => self.relisting = Some(empty::<K>()),
             IndexEvent::RelistApply(object) => {
                 let fields = self.relisting.get_or_insert_with(empty::<K>);
-                fill(fields, &object_key(object.metadata()), object);
+                fill(fields, &object.key(), object);
             }
             IndexEvent::RelistDone => self.live = self.relisting.take().unwrap_or_else(empty::<K>),
         }
@@ -396,7 +423,8 @@ mod tests {
                 name: Some(name.to_owned()),
                 namespace: Some("default".to_owned()),
                 ..ObjectMeta::default()
-            },
+            }
+            .into(),
             spec: Some(
                 PodSpec {
                     node_name: node.map(str::to_owned),

@@ -867,7 +867,8 @@ mod tests {
                     ..OwnerReference::default()
                 }]),
                 ..ObjectMeta::default()
-            },
+            }
+            .into(),
             spec: Some(
                 PodSpec {
                     node_name: Some(node.into()),

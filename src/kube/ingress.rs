@@ -273,15 +273,7 @@ karpenter_actors::for_each_watched_kind!(per_kind);
 
 /// A kind the ingress watches.
 pub trait Watched:
-    Resource<DynamicType = ()>
-    + WireFormat
-    + Indexed
-    + Clone
-    + DeserializeOwned
-    + fmt::Debug
-    + Send
-    + Sync
-    + 'static
+    WireFormat + Indexed + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static
 {
     #[doc(hidden)]
     fn subscribers(subscribers: &mut Subscribers) -> &mut Sinks<Self>;
@@ -519,7 +511,7 @@ async fn report_undecodable<K: Watched>(
     if !reported.insert(version) {
         return;
     }
-    let kind = K::kind(&()).into_owned();
+    let kind = K::Wire::kind(&()).into_owned();
     let name = meta.name.clone().unwrap_or_default();
     observers
         .counters
@@ -547,7 +539,7 @@ async fn report_undecodable<K: Watched>(
             ..Default::default()
         },
         involved_object: k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some(K::api_version(&()).into_owned()),
+            api_version: Some(K::Wire::api_version(&()).into_owned()),
             kind: Some(kind.clone()),
             name: Some(name.clone()),
             namespace: meta.namespace.clone(),
@@ -601,7 +593,7 @@ async fn follow<K: Watched>(
     let Observers {
         counters, health, ..
     } = observers;
-    let kind = K::kind(&());
+    let kind = K::Wire::kind(&());
     let plural = K::plural_name();
     let client = api.clone().into_client();
     let mut reported: HashSet<(String, String)> = HashSet::new();
@@ -638,9 +630,8 @@ async fn follow<K: Watched>(
                     Applied::Relisted => {
                         counters.relists.fetch_add(1, Ordering::Relaxed);
                         for gone in std::mem::take(&mut before_relist) {
-                            let meta = gone.meta();
-                            let name = meta.name.as_deref().unwrap_or_default();
-                            if reader.get(meta.namespace.as_deref(), name).is_none() {
+                            let (namespace, name) = gone.names();
+                            if reader.get(namespace, name).is_none() {
                                 deliver(sinks, counters, &Observed::Deleted(gone));
                             }
                         }

@@ -10,9 +10,9 @@
 //!
 //! Karpenter's own custom kinds travel as [`Lenient`] (JSON first, then the typed object, so a
 //! decode error belongs to one object); the built-in kinds decode as they are, with no second
-//! pass, since the API server guarantees their shape. Pods decode straight into
-//! [`SlimPod`], which names only the fields the daemon reads, so the rest of a Pod is never
-//! built. Every decoded object then loses what no reader of the store looks at
+//! pass, since the API server guarantees their shape. Pods decode straight into a
+//! [`WirePod`], which names only the fields the daemon reads, so the rest of a Pod is never
+//! built, and becomes a [`SlimPod`], whose metadata it shares with its workload's pods. Every decoded object then loses what no reader of the store looks at
 //! (`managedFields`, kubectl's last-applied annotation; of Nodes, see [`Slim`]) before the
 //! store keeps it.
 
@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, SlimPod};
+use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, SlimPod, WirePod};
 use kube::Resource;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer};
@@ -37,7 +37,7 @@ pub struct Undecodable {
 }
 
 /// How a watched kind travels on the wire and becomes the typed object.
-pub trait WireFormat: Resource<DynamicType = ()> + Sized {
+pub trait WireFormat: Sized {
     type Wire: Resource<DynamicType = ()> + DeserializeOwned + Clone + fmt::Debug + Send + Sync;
 
     /// The typed object, or why this one cannot be read.
@@ -90,18 +90,10 @@ impl Slim for Node {
 }
 
 /// A pod's only lists outside its shared spec are its owner references and finalizers (its
-/// conditions are sized as they are filtered): shrinking those two is all a clone would do, at
-/// a fraction of the cost on the busiest watch.
-impl Slim for SlimPod {
-    fn compact(&mut self) {
-        let metadata = &mut self.metadata;
-        if let Some(owners) = metadata.owner_references.as_mut() {
-            owners.shrink_to_fit();
-        }
-        if let Some(finalizers) = metadata.finalizers.as_mut() {
-            finalizers.shrink_to_fit();
-        }
-    }
+/// conditions are sized as they are filtered), which becoming a [`SlimPod`] sizes: there is
+/// nothing for a clone to give back, on the busiest watch.
+impl Slim for WirePod {
+    fn compact(&mut self) {}
 }
 impl Slim for DaemonSet {}
 impl Slim for PodDisruptionBudget {}
@@ -124,9 +116,18 @@ macro_rules! strict {
     };
 }
 
+/// A pod becomes a [`SlimPod`], its metadata shared with its workload's pods.
+impl WireFormat for SlimPod {
+    type Wire = WirePod;
+
+    fn decode(mut wire: WirePod) -> Result<Self, Box<Undecodable>> {
+        strip(&mut wire);
+        Ok(Self::from(wire))
+    }
+}
+
 strict!(
     Node,
-    SlimPod,
     DaemonSet,
     PodDisruptionBudget,
     VolumeAttachment,
@@ -373,7 +374,7 @@ mod tests {
 
     #[test]
     fn built_in_and_custom_kinds_are_stored_without_managed_fields() {
-        let pod: Pod = serde_json::from_value(serde_json::json!({
+        let pod: WirePod = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"},
@@ -382,9 +383,10 @@ mod tests {
         }))
         .unwrap();
         assert!(pod.metadata.managed_fields.is_some());
-        let pod = SlimPod::decode(SlimPod::from(pod)).unwrap();
-        assert_eq!(pod.metadata.managed_fields, None);
-        assert_eq!(pod.metadata.labels.unwrap()["app"], "web");
+        let pod = SlimPod::decode(pod).unwrap();
+        let kept = serde_json::to_value(&pod).unwrap();
+        assert!(kept["metadata"].get("managedFields").is_none(), "{kept}");
+        assert_eq!(pod.metadata.labels.as_ref().unwrap()["app"], "web");
 
         let wire: Lenient<NodePool> = serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1",

@@ -25,7 +25,6 @@ use karpenter_actors::cluster_index::{
 };
 use karpenter_core::apis::SlimPod;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
-use kube::Resource;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
@@ -50,7 +49,7 @@ pub struct StoreClosed;
 
 /// The writing half of one kind: its store and its index, fed the same events in the same
 /// order.
-pub struct KindWriter<K: Resource<DynamicType = ()> + Clone + 'static> {
+pub struct KindWriter<K: Indexed + Clone + 'static> {
     store: KindStore<K>,
     index: SharedIndex<K>,
     /// Bumped after every applied event ([`ClusterState::changes`]).
@@ -61,7 +60,7 @@ pub struct KindWriter<K: Resource<DynamicType = ()> + Clone + 'static> {
 
 impl<K> KindWriter<K>
 where
-    K: Resource<DynamicType = ()> + Indexed + Clone + 'static,
+    K: Indexed + Clone + 'static,
 {
     /// Applies one watch event to the store (which takes its object), then to the index, and
     /// says what changed. A reader in between meets index entries that the store no longer
@@ -89,14 +88,14 @@ where
     }
 }
 
-impl<K: Resource<DynamicType = ()> + Clone + 'static> std::fmt::Debug for KindWriter<K> {
+impl<K: Indexed + Clone + 'static> std::fmt::Debug for KindWriter<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KindWriter").finish_non_exhaustive()
     }
 }
 
 /// The object of an index key (`namespace/name` or `name`).
-fn by_key<K: Resource<DynamicType = ()>>(store: &KindStore<K>, key: &str) -> Option<Arc<K>> {
+fn by_key<K: Indexed>(store: &KindStore<K>, key: &str) -> Option<Arc<K>> {
     let (namespace, name) = split_key(key);
     store.get(namespace, name)
 }
@@ -106,7 +105,7 @@ fn read<K>(index: &SharedIndex<K>) -> RwLockReadGuard<'_, KindIndex<K>> {
 }
 
 /// The store and the index of one kind, found by type.
-trait StateKind: Resource<DynamicType = ()> + Indexed + Clone + 'static {
+trait StateKind: Indexed + Clone + 'static {
     fn parts(state: &ClusterState) -> (&KindStore<Self>, &SharedIndex<Self>);
 }
 

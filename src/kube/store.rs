@@ -20,7 +20,7 @@
 use std::collections::hash_map::Entry;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use kube::Resource;
+use karpenter_actors::cluster_index::Indexed;
 use kube::runtime::watcher;
 use rustc_hash::FxHashMap;
 
@@ -80,12 +80,9 @@ pub enum Applied<K> {
     Relisted,
 }
 
-fn names_of<K: Resource>(object: &K) -> (String, String) {
-    let meta = object.meta();
-    (
-        meta.namespace.clone().unwrap_or_default(),
-        meta.name.clone().unwrap_or_default(),
-    )
+fn names_of<K: Indexed>(object: &K) -> (String, String) {
+    let (namespace, name) = object.names();
+    (namespace.unwrap_or_default().to_owned(), name.to_owned())
 }
 
 /// Inserts `object` under its namespace and name; the object it replaced, if any.
@@ -106,7 +103,7 @@ fn insert<K>(
     }
 }
 
-impl<K: Resource> KindStore<K> {
+impl<K: Indexed> KindStore<K> {
     fn read(&self) -> RwLockReadGuard<'_, Inner<K>> {
         self.inner.read().unwrap_or_else(PoisonError::into_inner)
     }
@@ -200,7 +197,7 @@ impl<K: Resource> KindStore<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::Pod;
+    use karpenter_core::apis::SlimPod as Pod;
 
     fn pod(namespace: &str, name: &str, version: &str) -> Pod {
         let mut pod = Pod::default();

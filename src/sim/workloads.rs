@@ -36,7 +36,7 @@ use karpenter_core::apis::SlimPod;
 use karpenter_core::domain::resources::parse_resource;
 use karpenter_core::domain::scheduling::SchedulingPod;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt as _};
+use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 

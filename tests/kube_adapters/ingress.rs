@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use karpenter::daemon::ChangeFeed;
 use karpenter::emulator::{Emulator, FaultRule, Verb};
 use karpenter::kube::ingress::{ClusterIngress, Observed, WATCH_FAILING_LIMIT};
+use karpenter_actors::cluster_index::Indexed;
 use karpenter_actors::messages::ClusterChange;
 use karpenter_actors::ports::cluster_view::ClusterView as _;
 use karpenter_core::apis::NodeClaim;
@@ -33,7 +34,7 @@ fn node(name: &str) -> Node {
 
 /// Receives until `done` accepts the accumulated names (event-driven; the timeout only guards
 /// against a hang).
-async fn until<K: kube::Resource>(
+async fn until<K: Indexed>(
     receiver: &mut mpsc::Receiver<Observed<K>>,
     names: &mut BTreeSet<String>,
     done: impl Fn(&BTreeSet<String>) -> bool,
@@ -42,10 +43,10 @@ async fn until<K: kube::Resource>(
         while !done(names) {
             match receiver.recv().await.expect("the ingress stopped") {
                 Observed::Applied { object, .. } => {
-                    names.insert(object.meta().name.clone().unwrap());
+                    names.insert(object.names().1.to_owned());
                 }
                 Observed::Deleted(object) => {
-                    names.remove(object.meta().name.as_deref().unwrap());
+                    names.remove(object.names().1);
                 }
                 Observed::Relisted => {}
             }
@@ -186,8 +187,8 @@ fn nodeclaim(name: &str) -> NodeClaim {
     claim
 }
 
-fn name_of<K: kube::Resource>(object: Option<std::sync::Arc<K>>) -> Option<String> {
-    object.map(|o| o.meta().name.clone().unwrap_or_default())
+fn name_of<K: Indexed>(object: Option<std::sync::Arc<K>>) -> Option<String> {
+    object.map(|o| o.names().1.to_owned())
 }
 
 #[tokio::test(start_paused = true)]

@@ -43,7 +43,8 @@ fn web_pod(i: usize) -> SlimPod {
             namespace: Some("default".to_owned()),
             labels: Some(app.clone().into()),
             ..ObjectMeta::default()
-        },
+        }
+        .into(),
         spec: Some(
             SharedPodSpec {
                 containers: vec![SlimContainer {

@@ -291,7 +291,8 @@ mod tests {
                         .then(|| [(labels::DO_NOT_DISRUPT.to_owned(), "true".to_owned())].into()),
                     deletion_timestamp: self.deleted.map(Time),
                     ..ObjectMeta::default()
-                },
+                }
+                .into(),
                 spec: Some(
                     PodSpec {
                         priority_class_name: self.critical.then(|| "system-node-critical".into()),

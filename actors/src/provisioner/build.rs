@@ -426,7 +426,7 @@ fn daemon_pods(
                     (pod.metadata.clone(), pod_spec)
                 }
                 None => (
-                    spec.template.metadata.clone().unwrap_or_default(),
+                    spec.template.metadata.clone().unwrap_or_default().into(),
                     spec.template.spec.clone().map(SlimPodSpec::from),
                 ),
             };

@@ -12,7 +12,7 @@ use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
 
 use crate::cluster_index::{
     Field, Indexed, KindIndex, NODE_PROVIDER_ID, NODECLAIM_NODEPOOL, NODECLAIM_PROVIDER_ID,
-    POD_NODE_NAME, VOLUME_ATTACHMENT_NODE_NAME, object_key,
+    POD_NODE_NAME, VOLUME_ATTACHMENT_NODE_NAME,
 };
 use crate::ports::cluster_view::ClusterView;
 
@@ -45,7 +45,7 @@ impl<K: Indexed> Default for Stored<K> {
 
 impl<K: Indexed> Stored<K> {
     fn put(&mut self, object: Arc<K>) {
-        let key = object_key(object.metadata());
+        let key = object.key();
         self.index.insert(&key, &object);
         self.objects.insert(key, object);
         self.changes += 1;

@@ -185,9 +185,13 @@ impl MirroredClusterApi {
     pub fn sync_pod(&self, namespace: &str, name: &str) {
         let previous = self.view.pod(namespace, name);
         let fake = self.api.shared_pod(namespace, name);
-        if resource_version(fake.as_deref()) == resource_version(previous.as_deref())
-            && fake.is_some() == previous.is_some()
-        {
+        let fake_version = fake
+            .as_deref()
+            .and_then(|p| p.metadata.resource_version.as_ref());
+        let previous_version = previous
+            .as_deref()
+            .and_then(|p| p.metadata.resource_version.as_ref());
+        if fake_version == previous_version && fake.is_some() == previous.is_some() {
             return;
         }
         // Only a changed pod is converted to the view's slim form.

@@ -19,6 +19,7 @@ pub mod labels;
 pub mod nodeclaim;
 pub mod nodepool;
 pub mod pod;
+pub mod pod_meta;
 pub mod requirements;
 pub mod schema;
 pub mod taints;
@@ -30,3 +31,4 @@ pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
 pub use pod::{
     SharedPodSpec, SlimContainer, SlimPod, SlimPodCondition, SlimPodSpec, SlimPodStatus, SlimVolume,
 };
+pub use pod_meta::{PodMeta, SharedPodMeta, WirePod};

@@ -9,12 +9,13 @@
 //! unchanged.
 //!
 //! ```text
-//! watch (JSON Pod) -> serde -> SlimPod -> the view's store -> scheduling, disruption, drain,
-//!                                                            metrics, the simulation
+//! watch (JSON Pod) -> serde -> WirePod -> SlimPod -> the view's store -> scheduling,
+//!                                                    disruption, drain, metrics, the simulation
 //! k8s-openapi Pod (tests, DaemonSet templates) -> From -> SlimPod
 //! ```
 //!
-//! What it keeps: all of the metadata (less `managedFields`, dropped by the watch); of the
+//! What it keeps: the metadata as a [`PodMeta`] (less `managedFields`; the labels,
+//! annotations, owners and namespace shared with the workload's other pods); of the
 //! spec, what scheduling (requests, selectors, affinity, tolerations, spread, host ports,
 //! gates), drain (priority, grace period, tolerations), volume detachment (claims) and the
 //! simulated scheduler (`schedulerName`) read; of each container its name, resources, ports
@@ -36,16 +37,17 @@ use k8s_openapi::api::core::v1::{
     TopologySpreadConstraint, Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
+use super::pod_meta::PodMeta;
 use crate::domain::interner::Interner;
 
 /// A Pod with the fields the daemon reads (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SlimPod {
-    pub metadata: ObjectMeta,
+    pub metadata: PodMeta,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec: Option<SlimPodSpec>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -367,31 +369,10 @@ fn kept_conditions<'de, D: serde::Deserializer<'de>>(
     Option::<Vec<SlimPodCondition>>::deserialize(deserializer).map(keep_conditions)
 }
 
-impl k8s_openapi::Resource for SlimPod {
-    const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = <Pod as k8s_openapi::Resource>::Scope;
-}
-
-impl k8s_openapi::Metadata for SlimPod {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
 impl From<Pod> for SlimPod {
     fn from(pod: Pod) -> Self {
         Self {
-            metadata: pod.metadata,
+            metadata: pod.metadata.into(),
             spec: pod.spec.map(SlimPodSpec::from),
             status: pod.status.map(SlimPodStatus::from),
         }
@@ -707,13 +688,5 @@ mod tests {
             "node-a",
             "the node is written back in its place"
         );
-    }
-
-    #[test]
-    fn it_is_addressed_as_a_v1_pod() {
-        use kube_core::Resource;
-        assert_eq!(SlimPod::kind(&()), "Pod");
-        assert_eq!(SlimPod::api_version(&()), "v1");
-        assert_eq!(SlimPod::plural(&()), "pods");
     }
 }

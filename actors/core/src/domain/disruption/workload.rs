@@ -54,7 +54,8 @@ impl PodBuilder {
                 namespace: Some("default".to_owned()),
                 uid: Some(format!("uid-{name}")),
                 ..ObjectMeta::default()
-            },
+            }
+            .into(),
             spec: Some(
                 SharedPodSpec {
                     containers: vec![SlimContainer {

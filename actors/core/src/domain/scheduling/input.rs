@@ -333,7 +333,8 @@ mod tests {
             metadata: ObjectMeta {
                 name: Some(format!("ds-{cpu}")),
                 ..ObjectMeta::default()
-            },
+            }
+            .into(),
             spec: Some(
                 PodSpec {
                     containers: vec![Container {

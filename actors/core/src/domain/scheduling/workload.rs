@@ -178,7 +178,8 @@ pub fn pod(
             uid: Some(uid),
             labels: Some(labels),
             ..ObjectMeta::default()
-        },
+        }
+        .into(),
         spec: Some(
             SharedPodSpec {
                 containers: vec![SlimContainer {

@@ -374,7 +374,8 @@ mod tests {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),
                 ..ObjectMeta::default()
-            },
+            }
+            .into(),
             spec: Some(
                 PodSpec {
                     containers: vec![Container {
@@ -732,7 +733,8 @@ mod tests {
                 metadata: ObjectMeta {
                     name: Some(name.to_owned()),
                     ..ObjectMeta::default()
-                },
+                }
+                .into(),
                 spec: Some(
                     PodSpec {
                         topology_spread_constraints: Some(vec![TopologySpreadConstraint {
