@@ -270,7 +270,7 @@ fn blocking_pdb<'a>(pod: &NodePod, pdbs: &'a [Pdb], fully: bool) -> Option<&'a P
         return None;
     }
     for pdb in pdbs {
-        if pdb.namespace != pod.pod.namespace || !pdb.selector.matches(&pod.pod.shape.labels) {
+        if *pdb.namespace != *pod.pod.namespace || !pdb.selector.matches(&pod.pod.shape.labels) {
             continue;
         }
         if pdb.always_allow_unhealthy && pod.not_ready {

@@ -199,9 +199,9 @@ struct AntiGroup {
 struct TopologyIndex {
     /// Pods counted for topology by (namespace, label key, label value): an index into
     /// `lists`.
-    by_label: FxHashMap<(String, String, String), usize>,
+    by_label: FxHashMap<(Arc<str>, String, String), usize>,
     /// Pods counted for topology by namespace: an index into `lists`.
-    by_namespace: FxHashMap<String, usize>,
+    by_namespace: FxHashMap<Arc<str>, usize>,
     /// The pod lists, each in snapshot order.
     lists: Vec<Vec<PodRef>>,
     anti: Vec<AntiGroup>,
@@ -1132,7 +1132,7 @@ impl<'a> Simulator<'a> {
                     .find(|t| t.operator == SelectorOperator::In && t.values.len() == 1);
                 let list = match anchor {
                     Some(term) => index.by_label.get(&(
-                        namespace.to_owned(),
+                        Arc::from(namespace),
                         term.key.clone(),
                         term.values[0].clone(),
                     )),
@@ -1166,7 +1166,10 @@ impl<'a> Simulator<'a> {
             return false;
         }
         relevant.selectors.iter().any(|s| {
-            s.namespaces.binary_search(&pod.namespace).is_ok() && s.selector.matches(&pod.labels)
+            s.namespaces
+                .binary_search_by(|n| n.as_str().cmp(&pod.namespace))
+                .is_ok()
+                && s.selector.matches(&pod.labels)
         }) || topology
             .anti_of
             .get(&(node, index))

@@ -459,9 +459,9 @@ fn preferred_terms_of(terms: Option<&Vec<WeightedPodAffinityTerm>>) -> Vec<Affin
 /// A pending pod the scheduler places.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchedulingPod {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+    pub uid: Arc<str>,
     pub created: Option<Time>,
     pub shape: Arc<PodShape>,
 }
@@ -523,9 +523,9 @@ impl SchedulingPod {
             labels,
         };
         Ok(Self {
-            namespace,
-            name,
-            uid: metadata.uid.clone().unwrap_or_default(),
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: metadata.uid.as_deref().unwrap_or_default().into(),
             created: metadata.creation_timestamp.clone(),
             shape: SHAPES.intern(shape),
         })
@@ -565,8 +565,8 @@ impl SchedulingPod {
 /// A pod already bound to a node, as topology counting and host ports see it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BoundPod {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
     /// Shared with every pod of equal labels.
     pub labels: Arc<BTreeMap<String, String>>,
     /// Required anti-affinity terms: pods they select must stay out of this pod's domains.
@@ -590,9 +590,10 @@ impl BoundPod {
             namespace: pod
                 .metadata
                 .namespace
-                .clone()
-                .unwrap_or_else(|| "default".to_owned()),
-            name: pod.metadata.name.clone().unwrap_or_default(),
+                .as_deref()
+                .unwrap_or("default")
+                .into(),
+            name: pod.metadata.name.as_deref().unwrap_or_default().into(),
             labels: intern_labels(pod.metadata.labels.as_ref()),
             anti_affinity: spec
                 .and_then(|s| s.affinity.as_ref())
@@ -657,7 +658,7 @@ mod tests {
         let second = SchedulingPod::from_pod(&other).unwrap();
         let bigger = SchedulingPod::from_pod(&pod(spec("500m"))).unwrap();
         assert!(Arc::ptr_eq(&first.shape, &second.shape));
-        assert_eq!(second.name, "q");
+        assert_eq!(&*second.name, "q");
         assert!(!Arc::ptr_eq(&first.shape, &bigger.shape));
         assert_ne!(first.shape.requests, bigger.shape.requests);
     }

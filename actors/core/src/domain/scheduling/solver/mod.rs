@@ -132,7 +132,7 @@ pub(super) struct Variant {
 /// Existing pods of one namespace and equal (shared) labels, and the slots they are on with
 /// how many of them each holds (a ghost node of a disruption simulation can stand for
 /// thousands).
-type LabelSet = (String, Arc<BTreeMap<String, String>>, Vec<(usize, u32)>);
+type LabelSet = (Arc<str>, Arc<BTreeMap<String, String>>, Vec<(usize, u32)>);
 
 /// The variant one relaxation step further, once computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

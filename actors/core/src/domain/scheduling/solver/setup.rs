@@ -223,10 +223,11 @@ impl Solver<'_> {
     }
 
     pub(super) fn init_existing_slots(&mut self) {
+        /// A namespace and a label set, shared by the pods of a workload.
+        type LabelSetKey = (Arc<str>, Arc<BTreeMap<String, String>>);
         let nodes = &self.snapshot.existing_nodes;
         let order = super::super::existing_node_order(nodes);
-        let mut label_sets: FxHashMap<(String, Arc<BTreeMap<String, String>>), usize> =
-            FxHashMap::default();
+        let mut label_sets: FxHashMap<LabelSetKey, usize> = FxHashMap::default();
         for index in order {
             let node = &nodes[index];
             let class_reqs = without_hostname(&Requirements::from_labels(&node.labels));
