@@ -12,9 +12,9 @@
 //! decode error belongs to one object); the built-in kinds decode as they are, with no second
 //! pass, since the API server guarantees their shape. Pods decode straight into a
 //! [`WirePod`], which names only the fields the daemon reads, so the rest of a Pod is never
-//! built, and becomes a [`SlimPod`], whose metadata it shares with its workload's pods. Every decoded object then loses what no reader of the store looks at
-//! (`managedFields`, kubectl's last-applied annotation; of Nodes, see [`Slim`]) before the
-//! store keeps it.
+//! built, and become a [`SlimPod`], whose metadata is shared with its workload's pods. Every
+//! decoded object then loses what no reader of the store looks at (`managedFields`, kubectl's
+//! last-applied annotation; of Nodes, see [`Slim`]) before the store keeps it.
 
 use std::borrow::Cow;
 use std::fmt;
