@@ -77,14 +77,22 @@ pub trait Slim: Clone {
     }
 }
 
-/// A Node drops the images its kubelet lists (dozens of names and sizes on a real node) and
-/// its volume lists (the daemon reads `VolumeAttachments` instead).
+/// A Node drops the images its kubelet lists (dozens of names and sizes on a real node), its
+/// volume lists (the daemon reads `VolumeAttachments` instead) and the kubelet's account of
+/// itself that nothing in the daemon reads: addresses, system info (versions, boot and machine
+/// ids), daemon endpoints, config source, runtime handlers and features.
 impl Slim for Node {
     fn slim(&mut self) {
         if let Some(status) = self.status.as_mut() {
             status.images = None;
             status.volumes_in_use = None;
             status.volumes_attached = None;
+            status.addresses = None;
+            status.node_info = None;
+            status.daemon_endpoints = None;
+            status.config = None;
+            status.runtime_handlers = None;
+            status.features = None;
         }
     }
 }
@@ -301,7 +309,7 @@ mod tests {
     }
 
     #[test]
-    fn a_node_drops_its_image_and_volume_lists() {
+    fn a_node_drops_its_image_and_volume_lists_and_the_kubelets_account_of_itself() {
         let node: Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "n", "labels": {"karpenter.sh/nodepool": "default"}},
             "spec": {"providerID": "aws:///us-west-2a/i-1", "taints": [{"key": "k", "effect": "NoSchedule"}]},
@@ -311,6 +319,13 @@ mod tests {
                 "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320_000}],
                 "volumesInUse": ["kubernetes.io/csi/ebs.csi.aws.com^vol-1"],
                 "volumesAttached": [{"name": "kubernetes.io/csi/ebs.csi.aws.com^vol-1", "devicePath": ""}],
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                "nodeInfo": {"architecture": "arm64", "bootID": "b", "containerRuntimeVersion": "containerd://2.0",
+                    "kernelVersion": "6.1", "kubeProxyVersion": "", "kubeletVersion": "v1.33.0",
+                    "machineID": "m", "operatingSystem": "linux", "osImage": "Amazon Linux 2023", "systemUUID": "u"},
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                "runtimeHandlers": [{"name": "runc", "features": {"recursiveReadOnlyMounts": true}}],
+                "features": {"supplementalGroupsPolicy": true},
             },
         }))
         .unwrap();
@@ -320,6 +335,18 @@ mod tests {
             status.images.is_none()
                 && status.volumes_in_use.is_none()
                 && status.volumes_attached.is_none()
+        );
+        let original = node.status.as_ref().unwrap();
+        assert!(original.node_info.is_some() && original.runtime_handlers.is_some());
+        assert_eq!(
+            (
+                &status.addresses,
+                &status.node_info,
+                &status.daemon_endpoints,
+                &status.runtime_handlers,
+                &status.features,
+            ),
+            (&None, &None, &None, &None, &None)
         );
         assert_eq!(
             status.allocatable,
