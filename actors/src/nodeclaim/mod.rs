@@ -400,9 +400,9 @@ impl Reconciler for NodeClaimActor {
         let next = if nodeclaim.metadata.deletion_timestamp.is_some() {
             // Pods leaving a node that goes away move nothing consolidation would look at.
             self.pod_events.take(&self.name);
-            self.finalize(ctx, nodeclaim).instrument(context).await?
+            Box::pin(self.finalize(ctx, nodeclaim).instrument(context)).await?
         } else {
-            self.lifecycle(ctx, nodeclaim).instrument(context).await?
+            Box::pin(self.lifecycle(ctx, nodeclaim).instrument(context)).await?
         };
         Ok(Action::from(next))
     }
