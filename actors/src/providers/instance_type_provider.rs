@@ -450,7 +450,7 @@ impl InstanceTypeProvider {
 /// The requirements of each (zone, capacity type) offering, built once per list with shared
 /// strings and cloned into every instance type's offerings.
 struct OfferingTemplates<'z> {
-    by_zone: BTreeMap<(&'z str, CapacityType), Requirements>,
+    by_zone: BTreeMap<(&'z str, CapacityType), Arc<Requirements>>,
 }
 
 impl<'z> OfferingTemplates<'z> {
@@ -472,7 +472,7 @@ impl<'z> OfferingTemplates<'z> {
                 }
                 by_zone.insert(
                     (zone.as_str(), capacity_type),
-                    Requirements::from_requirements(requirements),
+                    Arc::new(Requirements::from_requirements(requirements)),
                 );
             }
         }
