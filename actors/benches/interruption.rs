@@ -104,7 +104,7 @@ fn actor_batch(c: &mut Criterion) {
             NodeClaimSpec {
                 taints: vec![],
                 startup_taints: vec![],
-                requirements: vec![],
+                requirements: karpenter_core::apis::nodeclaim::SharedRequirements::default(),
                 resources: karpenter_core::apis::nodeclaim::ResourceRequirements::default(),
                 node_class_ref: NodeClassReference::ec2("default"),
                 termination_grace_period: None,

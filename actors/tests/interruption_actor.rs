@@ -59,7 +59,7 @@ fn nodeclaim(name: &str, instance_id: &str, capacity_type: &str) -> NodeClaim {
         NodeClaimSpec {
             taints: vec![],
             startup_taints: vec![],
-            requirements: vec![],
+            requirements: karpenter_core::apis::nodeclaim::SharedRequirements::default(),
             resources: karpenter_core::apis::nodeclaim::ResourceRequirements::default(),
             node_class_ref: NodeClassReference::ec2("default"),
             termination_grace_period: None,

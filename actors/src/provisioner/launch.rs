@@ -166,7 +166,7 @@ pub(super) fn nodeclaim_object(
         spec: NodeClaimSpec {
             taints: template.spec.taints.clone(),
             startup_taints: template.spec.startup_taints.clone(),
-            requirements: requirements.to_api(),
+            requirements: requirements.to_api().into(),
             resources: ResourceRequirements {
                 requests: requests.to_list(),
             },

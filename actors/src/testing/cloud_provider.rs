@@ -27,7 +27,9 @@ use crate::ports::cloud_provider::{
 };
 use karpenter_core::apis::labels;
 use karpenter_core::apis::nodeclaim::NodeClaimStatus;
-use karpenter_core::apis::nodeclaim::{NodeClaim, NodeClaimSpec, NodeClassReference};
+use karpenter_core::apis::nodeclaim::{
+    NodeClaim, NodeClaimSpec, NodeClassReference, SharedRequirements,
+};
 use karpenter_core::apis::nodepool::NodePool;
 use karpenter_core::apis::requirements::Operator;
 use karpenter_core::domain::instance_type::InstanceType;
@@ -322,7 +324,7 @@ impl FakeCloudProvider {
             NodeClaimSpec {
                 taints: Vec::new(),
                 startup_taints: Vec::new(),
-                requirements: Vec::new(),
+                requirements: SharedRequirements::default(),
                 resources: karpenter_core::apis::nodeclaim::ResourceRequirements::default(),
                 node_class_ref: NodeClassReference::ec2("default"),
                 termination_grace_period: None,

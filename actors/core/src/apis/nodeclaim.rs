@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::conditions::Condition;
 use super::duration::{KubeDuration, NillableDuration};
-use super::requirements::NodeClaimRequirement;
+pub use super::shared_requirements::SharedRequirements;
 use super::taints::Taint;
 
 /// Karpenter's default node lifetime.
@@ -115,9 +115,10 @@ pub struct NodeClaimSpec {
     /// Taints expected to be removed by a daemon shortly after startup; ignored for scheduling.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub startup_taints: Vec<Taint>,
+    // Shared with the NodeClaims whose list is equal (the doc line below is the CRD's).
     /// Constraints on the instance (type, zone, capacity type, any label).
     #[schemars(transform = super::requirements::requirements_list_rules)]
-    pub requirements: Vec<NodeClaimRequirement>,
+    pub requirements: SharedRequirements,
     /// Resources the node must have room for.
     #[serde(default, skip_serializing_if = "ResourceRequirements::is_empty")]
     pub resources: ResourceRequirements,

@@ -13,7 +13,7 @@ use crate::nodeclaim::launch::LAUNCH_GROUP;
 use crate::ports::cloud_provider::{CloudProviderError, InstanceTypes};
 use crate::ports::ec2::{Instance, InstanceState};
 use karpenter_core::apis::nodeclaim::{
-    NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference,
+    NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference, SharedRequirements,
 };
 use karpenter_core::apis::{EC2NodeClass, labels};
 use karpenter_core::domain::instance_type::CapacityType;
@@ -239,7 +239,7 @@ impl AwsCloudProvider {
             spec: NodeClaimSpec {
                 taints: Vec::new(),
                 startup_taints: Vec::new(),
-                requirements: Vec::new(),
+                requirements: SharedRequirements::default(),
                 resources: karpenter_core::apis::nodeclaim::ResourceRequirements::default(),
                 node_class_ref: NodeClassReference::ec2(class_name),
                 termination_grace_period: None,
