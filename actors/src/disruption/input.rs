@@ -104,7 +104,7 @@ fn annotated_do_not_disrupt(
 fn state_node(
     state: &StateRef,
     context: &RoundContext<'_>,
-    cache: &mut PodCache<Option<NodePod>>,
+    cache: &mut PodCache<Option<Arc<NodePod>>>,
 ) -> StateNode {
     let claim = state.claim.as_deref();
     let node = state.node.as_deref();
@@ -125,7 +125,7 @@ fn state_node(
         .iter()
         .filter_map(|pod| {
             cache.get(pod, |pod| match NodePod::from_pod(pod) {
-                Ok(pod) => Some(pod),
+                Ok(pod) => Some(Arc::new(pod)),
                 Err(error) => {
                     tracing::debug!(
                         Node = %state.name,
@@ -226,7 +226,8 @@ pub(super) struct InputReuse {
 #[derive(Debug, Default)]
 struct Conversions {
     snapshot: Arc<Mutex<build::PodConversions>>,
-    node_pods: PodCache<Option<NodePod>>,
+    /// Shared with the rounds' inputs: a kept input holds 50,000 pods at 8 bytes each.
+    node_pods: PodCache<Option<Arc<NodePod>>>,
 }
 
 impl Default for InputReuse {

@@ -260,7 +260,7 @@ pub fn lifetime_remaining(node: &StateNode, now: Timestamp) -> f64 {
 /// pods included) times the lifetime remaining.
 #[must_use]
 pub fn disruption_cost(node: &StateNode, now: Timestamp) -> f64 {
-    node.pods.iter().map(eviction_cost).sum::<f64>() * lifetime_remaining(node, now)
+    node.pods.iter().map(|p| eviction_cost(p)).sum::<f64>() * lifetime_remaining(node, now)
 }
 
 /// The PDB that keeps a pod from being evicted, if any (Karpenter's `isEvictable` with the

@@ -248,7 +248,7 @@ pub struct StateNode {
     /// NodeClaim's).
     pub do_not_disrupt: bool,
     /// Every pod bound to the Node (DaemonSet, static and finished ones included).
-    pub pods: Vec<NodePod>,
+    pub pods: Vec<Arc<NodePod>>,
     /// Index of this node in [`DisruptionInput::scheduling`]'s `existing_nodes`; `None` when
     /// it is not there (marked for deletion).
     pub existing: Option<usize>,
@@ -275,7 +275,10 @@ impl StateNode {
 
     /// The pods that need a new home when it goes.
     pub fn reschedulable_pods(&self) -> impl Iterator<Item = &NodePod> + '_ {
-        self.pods.iter().filter(|p| p.is_reschedulable())
+        self.pods
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|p| p.is_reschedulable())
     }
 }
 

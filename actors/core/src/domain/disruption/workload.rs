@@ -490,12 +490,14 @@ impl Cluster {
         let mut deleting_pods = Vec::new();
         for spec in &self.nodes {
             let labels = spec.labels();
-            let pods: Vec<NodePod> = spec
+            let pods: Vec<Arc<NodePod>> = spec
                 .pods
                 .iter()
-                .map(|p| NodePod {
-                    pod: share(&p.pod),
-                    ..p.clone()
+                .map(|p| {
+                    Arc::new(NodePod {
+                        pod: share(&p.pod),
+                        ..p.clone()
+                    })
                 })
                 .collect();
             let index = if spec.marked_for_deletion {
