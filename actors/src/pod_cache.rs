@@ -8,7 +8,8 @@
 //!
 //! ```text
 //! run: begin --> get(pod) per pod: same uid and resourceVersion as last time -> the kept value
-//!                                  else -> convert, keep
+//!                                  else -> convert: equal to the kept value -> the kept value
+//!                                                   else -> the new one, kept
 //!      --> sweep: forget the pods this run did not read (deleted, or no longer asked for)
 //! ```
 //!
@@ -109,9 +110,11 @@ impl<T> Default for PodCache<T> {
     }
 }
 
-impl<T: Clone> PodCache<T> {
+impl<T: Clone + PartialEq> PodCache<T> {
     /// The pod's conversion: the kept one when the pod is the one it was made from, else
-    /// `convert(pod)` (kept for the next run).
+    /// `convert(pod)` (kept for the next run). A new version that converts to what the kept
+    /// one did (a status write the conversion does not read) keeps the earlier value, so the
+    /// snapshots still holding it and the next ones share it.
     pub fn get(&mut self, pod: &SlimPod, convert: impl FnOnce(&SlimPod) -> T) -> T {
         let (Some(uid), Some(version)) = (
             pod.metadata.uid.as_deref(),
@@ -131,6 +134,13 @@ impl<T: Clone> PodCache<T> {
         }
         self.misses += 1;
         let value = convert(pod);
+        if let Some(kept) = self.entries.get_mut(&uid)
+            && kept.value == value
+        {
+            kept.resource_version = version;
+            kept.run = run;
+            return kept.value.clone();
+        }
         self.entries.insert(
             uid,
             Kept {
@@ -226,6 +236,28 @@ mod tests {
         }
         assert_eq!(calls.get(), 2);
         assert_eq!(cache.counts(), (2, 2));
+    }
+
+    #[test]
+    fn a_new_version_converting_to_the_same_value_keeps_the_earlier_one() {
+        let mut cache: PodCache<std::sync::Arc<String>> = PodCache::default();
+        let convert = |pod: &Pod| std::sync::Arc::new(node_of(pod));
+        let first = cache.get(&pod(Some("u1"), Some("1"), "a"), convert);
+        // A status write: a new version the conversion does not tell apart.
+        let same = cache.get(&pod(Some("u1"), Some("2"), "a"), convert);
+        assert!(std::sync::Arc::ptr_eq(&first, &same));
+        // And that version is now the kept one: no conversion for it next time.
+        let calls = Cell::new(0);
+        let again = cache.get(&pod(Some("u1"), Some("2"), "a"), |pod| {
+            calls.set(calls.get() + 1);
+            convert(pod)
+        });
+        assert!(std::sync::Arc::ptr_eq(&first, &again));
+        assert_eq!(calls.get(), 0);
+        // Other content replaces it.
+        let moved = cache.get(&pod(Some("u1"), Some("3"), "b"), convert);
+        assert_eq!(*moved, "b");
+        assert!(!std::sync::Arc::ptr_eq(&first, &moved));
     }
 
     #[test]

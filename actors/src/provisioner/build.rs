@@ -173,7 +173,7 @@ impl PodConversions {
 }
 
 /// A bound pod as an existing node's snapshot reads it.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 struct BoundFacts {
     terminal: bool,
     /// `None` when a quantity does not parse (the pod then adds nothing to the node).
