@@ -22,7 +22,6 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_actors::messages::WatchedKind;
-use karpenter_actors::pod_cache::PodCache;
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cluster_view::{ChangeMark, ClusterView};
 use karpenter_core::apis::SlimPod;
@@ -66,9 +65,6 @@ pub struct FakeScheduler {
     /// until one of them changes.
     mark: ChangeMark<2>,
     last_inputs: Option<u64>,
-    /// The bound pods' conversions, kept between passes (a pass during a scale-up converted
-    /// every bound pod again: 11 MB of the 5,000-node run's peak).
-    bound: PodCache<Arc<BoundPod>>,
 }
 
 impl std::fmt::Debug for FakeScheduler {
@@ -155,13 +151,8 @@ pub fn is_schedulable(node: &Node) -> bool {
     ready && !cordoned && node.metadata.deletion_timestamp.is_none()
 }
 
-/// A node as the scheduler core takes it, with the pods on it (and those assumed there), each
-/// read through `bound`.
-pub(crate) fn existing_node(
-    node: &Arc<Node>,
-    pods: &[Arc<SlimPod>],
-    bound: &mut dyn FnMut(&SlimPod) -> Arc<BoundPod>,
-) -> ExistingNode {
+/// A node as the scheduler core takes it, with the pods on it (and those assumed there).
+pub(crate) fn existing_node(node: &Arc<Node>, pods: &[Arc<SlimPod>]) -> ExistingNode {
     let status = node.status.clone().unwrap_or_default();
     let allocatable =
         Resources::from_list(&status.allocatable.unwrap_or_default()).unwrap_or_default();
@@ -193,7 +184,10 @@ pub(crate) fn existing_node(
         allocatable,
         requested,
         capacity,
-        pods: pods.iter().map(|p| bound(p)).collect(),
+        pods: pods
+            .iter()
+            .map(|p| Arc::new(BoundPod::from_pod(p)))
+            .collect(),
         initialized: true,
         registered: true,
         ..ExistingNode::default()
@@ -210,7 +204,6 @@ impl FakeScheduler {
             assumed: BTreeMap::new(),
             mark: ChangeMark::new([WatchedKind::Pod, WatchedKind::Node]),
             last_inputs: None,
-            bound: PodCache::default(),
         }
     }
 
@@ -299,7 +292,7 @@ impl FakeScheduler {
     /// alongside in the same order, with the count of unreadable ones) and the nodes with the
     /// pods bound or assumed there.
     fn snapshot(
-        &mut self,
+        &self,
         pods: &[Arc<SlimPod>],
         pending: Vec<&Arc<SlimPod>>,
         nodes: &[Arc<Node>],
@@ -318,16 +311,10 @@ impl FakeScheduler {
                 by_node.entry(node.clone()).or_default().push(pod);
             }
         }
-        let cache = &mut self.bound;
-        let mut bound = |pod: &SlimPod| cache.get(pod, |pod| Arc::new(BoundPod::from_pod(pod)));
         let existing: Vec<ExistingNode> = nodes
             .iter()
-            .map(|n| {
-                let on_node = by_node.get(&n.name_any()).map_or(&[][..], Vec::as_slice);
-                existing_node(n, on_node, &mut bound)
-            })
+            .map(|n| existing_node(n, by_node.get(&n.name_any()).map_or(&[][..], Vec::as_slice)))
             .collect();
-        self.bound.sweep();
         let mut snapshot_pods = Vec::with_capacity(pending.len());
         let mut originals = Vec::with_capacity(pending.len());
         let mut unreadable = 0;

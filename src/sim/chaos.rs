@@ -37,7 +37,6 @@ use karpenter_actors::ports::ec2::InstanceState;
 use karpenter_actors::runtime::{ActorKit, FaultAction, FaultPlan, FaultRule};
 use karpenter_core::apis::condition_set::is_true;
 use karpenter_core::apis::conditions::nodeclaim::INITIALIZED;
-use karpenter_core::domain::scheduling::BoundPod;
 use karpenter_core::draw::unit_draw;
 use kube::ResourceExt as _;
 
@@ -499,8 +498,7 @@ fn describe_nodes(view: &dyn ClusterView) -> Vec<String> {
     view.nodes()
         .iter()
         .map(|node| {
-            let pods = view.pods_on_node(&node.name_any());
-            let weighed = existing_node(node, &pods, &mut |p| Arc::new(BoundPod::from_pod(p)));
+            let weighed = existing_node(node, &view.pods_on_node(&node.name_any()));
             let taints: Vec<String> = weighed
                 .taints
                 .iter()
