@@ -717,9 +717,9 @@ impl ClusterMetrics {
             if !followed {
                 continue;
             }
-            // The gauges' series are only made for a scrape: an observing pass during a
-            // scale-up of 50,000 pending pods made four copies of every pod's names (10 MB of
-            // the 5,000-node run's peak) to throw them away.
+            // The gauges' series are only made for a scrape: an observing pass made up to
+            // four copies of every pending pod's names (a scale-up has tens of thousands) to
+            // throw them away.
             let labels = series.then(|| PodLabels {
                 name: name.to_owned(),
                 namespace: namespace.to_owned(),
