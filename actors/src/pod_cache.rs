@@ -43,13 +43,13 @@ struct Kept<T> {
 /// A pod's uid: a lowercase UUID as its two halves, any other text as it is. Each text has
 /// one form, so two uids are equal exactly when their texts are.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Uid {
+pub(crate) enum Uid {
     Uuid([u64; 2]),
     Text(Box<str>),
 }
 
 impl Uid {
-    fn of(text: &str) -> Self {
+    pub(crate) fn of(text: &str) -> Self {
         parse_uuid(text).map_or_else(|| Self::Text(text.into()), Self::Uuid)
     }
 }
