@@ -787,6 +787,13 @@ impl ClusterMetrics {
         }
         seen.retain(|uid| live.contains(uid));
         started.retain(|uid| live.contains(uid));
+        // Once a scale-up's pods are bound and Ready the sets are nearly empty: give back the
+        // room they grew to (a hash set keeps it).
+        for set in [&mut *seen, &mut *started] {
+            if set.capacity() > 4 * set.len().max(256) {
+                set.shrink_to_fit();
+            }
+        }
         drop((seen, started));
         self.pod_times.retain(|key| {
             key.split_once('/')
