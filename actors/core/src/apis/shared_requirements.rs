@@ -42,12 +42,6 @@ impl From<Vec<NodeClaimRequirement>> for SharedRequirements {
     }
 }
 
-impl FromIterator<NodeClaimRequirement> for SharedRequirements {
-    fn from_iter<I: IntoIterator<Item = NodeClaimRequirement>>(items: I) -> Self {
-        Self::from(items.into_iter().collect::<Vec<_>>())
-    }
-}
-
 impl Deref for SharedRequirements {
     type Target = Vec<NodeClaimRequirement>;
 
@@ -61,15 +55,6 @@ impl Deref for SharedRequirements {
 impl DerefMut for SharedRequirements {
     fn deref_mut(&mut self) -> &mut Self::Target {
         Arc::make_mut(&mut self.0)
-    }
-}
-
-impl<'a> IntoIterator for &'a SharedRequirements {
-    type Item = &'a NodeClaimRequirement;
-    type IntoIter = std::slice::Iter<'a, NodeClaimRequirement>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
     }
 }
 
