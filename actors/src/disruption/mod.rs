@@ -1224,6 +1224,7 @@ impl Handles<ClusterChanged> for DisruptionActor {
         _: ClusterChanged,
         ctx: &mut ActorCtx<Self>,
     ) -> Result<(), ActorError> {
+        self.inputs.forget_stale(self.deps.deps.view.as_ref());
         // The memos follow the consolidation state each round reads, not every change.
         if self.deps.changes.take() {
             let since = self
