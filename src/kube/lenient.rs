@@ -74,7 +74,7 @@ const BTREE_NODE_ENTRIES: usize = 11;
 /// such a map is left with nodes about half full: a simulated Node's or NodeClaim's 21 to 23
 /// labels took three leaves and a root, where two leaves and a root hold them (each node 640
 /// bytes with the allocator's rounding; the 5,000-node scale run held 119,000 such nodes at
-/// its peak, most of them in the label maps of Nodes and NodeClaims). Collected from its
+/// its peak, most of them in the maps of watched Nodes and NodeClaims). Collected from its
 /// sorted entries at once (`FromIterator` builds in bulk), every node but the last two is
 /// full. The entries move; nothing is copied. A clone keeps the shape it is given, so
 /// [`Slim::compact`] keeps the map dense.
