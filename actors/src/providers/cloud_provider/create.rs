@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::filter::{LaunchCandidates, launch_candidates};
+use super::filter::LaunchCandidates;
 use super::hydrate::{InstanceFacts, hydrate, provider_id};
 use super::{AwsCloudProvider, readiness};
 use crate::nodeclaim::launch::{launch_group, launch_group_tag};
@@ -452,8 +452,15 @@ impl AwsCloudProvider {
         &self,
         nodeclass: &EC2NodeClass,
         nodeclaim: &NodeClaim,
-    ) -> Result<(Requirements, Resources, InstanceTypes, LaunchCandidates), CloudProviderError>
-    {
+    ) -> Result<
+        (
+            Requirements,
+            Resources,
+            InstanceTypes,
+            Arc<LaunchCandidates>,
+        ),
+        CloudProviderError,
+    > {
         let resolution_failed = |message: String| {
             create_error(
                 reasons::REASON_INSTANCE_TYPE_RESOLUTION_FAILED,
@@ -469,12 +476,17 @@ impl AwsCloudProvider {
             .instance_types
             .list_for(nodeclass)
             .map_err(|e| resolution_failed(e.to_string()))?;
-        let candidates = launch_candidates(&all, &requirements, &requests).map_err(|e| {
-            create_error(
-                reasons::REASON_INSTANCE_TYPE_FILTERING_FAILED,
-                format!("Error truncating instance types based on the passed-in requirements: {e}"),
-            )
-        })?;
+        let candidates = self
+            .candidates
+            .candidates(&all, &requirements, &requests)
+            .map_err(|e| {
+                create_error(
+                    reasons::REASON_INSTANCE_TYPE_FILTERING_FAILED,
+                    format!(
+                        "Error truncating instance types based on the passed-in requirements: {e}"
+                    ),
+                )
+            })?;
         if !candidates.rejected.is_empty() {
             tracing::debug!(
                 "instance-types" = %candidates.rejected.join(", "),

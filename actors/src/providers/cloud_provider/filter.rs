@@ -8,8 +8,16 @@
 //!    ones remain, and when both spot and on-demand could launch, spot types dearer than the
 //!    cheapest on-demand offering are dropped;
 //! 3. the 60 cheapest, refused when they no longer offer `minValues` distinct values.
+//!
+//! A launch burst asks this of thousands of NodeClaims that mostly share their requirements and
+//! requests (one per pod of a workload): [`CandidatesMemo`] keeps the last few answers, each
+//! with the identity of the instance type list it was computed from, so an unchanged question
+//! over the same list (the instance type provider hands out a new list whenever availability,
+//! prices or the class change) is answered without filtering the list again. Answers about a
+//! list the provider has let go are dropped, with the types they hold.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use karpenter_core::apis::labels;
 use karpenter_core::domain::instance_type::{
@@ -74,6 +82,68 @@ pub fn launch_candidates(
         instance_types,
         rejected: rejected.into_iter().map(|it| it.name.clone()).collect(),
     })
+}
+
+/// Answers [`CandidatesMemo`] keeps: enough for the distinct requirements of a burst (a
+/// workload's pods per zone and capacity type), few enough to compare against on every launch.
+const MEMOISED_ANSWERS: usize = 16;
+
+/// One remembered answer and the question it answers.
+#[derive(Debug)]
+struct Answer {
+    /// The list asked about, not kept alive by the memo (a list the provider replaced is
+    /// dropped with its types); while this is held, its address is not reused by another list.
+    instance_types: Weak<Vec<Arc<InstanceType>>>,
+    requirements: Requirements,
+    requests: Resources,
+    candidates: Result<Arc<LaunchCandidates>, MinValuesError>,
+}
+
+/// [`launch_candidates`] over a shared instance type list, remembering its last answers (see
+/// the module docs). The answer is the function's own: only asked again of the same list
+/// (by identity), requirements and requests.
+#[derive(Debug, Default)]
+pub struct CandidatesMemo {
+    answers: Mutex<VecDeque<Answer>>,
+}
+
+impl CandidatesMemo {
+    /// [`launch_candidates`] of `instance_types`, remembered.
+    ///
+    /// # Errors
+    ///
+    /// As [`launch_candidates`].
+    pub fn candidates(
+        &self,
+        instance_types: &Arc<Vec<Arc<InstanceType>>>,
+        requirements: &Requirements,
+        requests: &Resources,
+    ) -> Result<Arc<LaunchCandidates>, MinValuesError> {
+        let mut answers = self.answers.lock().unwrap_or_else(PoisonError::into_inner);
+        // A list nobody holds any more is never asked about again: its answers (and the types
+        // they hold) go.
+        answers.retain(|a| a.instance_types.strong_count() > 0);
+        if let Some(answer) = answers.iter().find(|a| {
+            std::ptr::eq(a.instance_types.as_ptr(), Arc::as_ptr(instance_types))
+                && a.requests == *requests
+                && a.requirements == *requirements
+        }) {
+            return answer.candidates.clone();
+        }
+        drop(answers);
+        let candidates = launch_candidates(instance_types, requirements, requests).map(Arc::new);
+        let mut answers = self.answers.lock().unwrap_or_else(PoisonError::into_inner);
+        if answers.len() >= MEMOISED_ANSWERS {
+            answers.pop_front();
+        }
+        answers.push_back(Answer {
+            instance_types: Arc::downgrade(instance_types),
+            requirements: requirements.clone(),
+            requests: requests.clone(),
+            candidates: candidates.clone(),
+        });
+        candidates
+    }
 }
 
 fn is_exotic(it: &InstanceType) -> bool {
@@ -324,5 +394,64 @@ mod tests {
             expected.sort();
             assert_eq!(kept, expected, "{operator:?} {values:?}");
         }
+    }
+
+    #[test]
+    fn the_memo_answers_as_the_function_and_only_the_same_question_over_the_same_list() {
+        let memo = CandidatesMemo::default();
+        let list = Arc::new(vec![
+            it("m5.large", "large", 2, 0, both(0.04, 0.096)),
+            it("m5.xlarge", "xlarge", 4, 0, both(0.08, 0.192)),
+        ]);
+        let none = Requirements::new();
+        let small = Resources::core(1000, GI, 1);
+        let first = memo.candidates(&list, &none, &small).expect("fits");
+        assert_eq!(
+            *first,
+            launch_candidates(&list, &none, &small).expect("fits")
+        );
+        let again = memo.candidates(&list, &none, &small).expect("fits");
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "the same question is remembered"
+        );
+
+        // Other requests: asked anew.
+        let large = Resources::core(3000, GI, 1);
+        assert_eq!(
+            names(&memo.candidates(&list, &none, &large).expect("fits")),
+            ["m5.xlarge"]
+        );
+        // Another list with the same types (as the provider hands out after availability
+        // changed): asked anew, and its answer is its own.
+        let only_small = Arc::new(vec![Arc::clone(&list[0])]);
+        assert_eq!(
+            names(&memo.candidates(&only_small, &none, &small).expect("fits")),
+            ["m5.large"]
+        );
+        let relisted = Arc::new(list.as_ref().clone());
+        let fresh = memo.candidates(&relisted, &none, &small).expect("fits");
+        assert!(!Arc::ptr_eq(&first, &fresh));
+        assert_eq!(*first, *fresh);
+    }
+
+    #[test]
+    fn the_memo_lets_go_of_the_answers_about_lists_nobody_holds() {
+        let memo = CandidatesMemo::default();
+        let none = Requirements::new();
+        let old = Arc::new(vec![it("m5.large", "large", 2, 0, both(0.04, 0.096))]);
+        memo.candidates(&old, &none, &Resources::default())
+            .expect("fits");
+        let old_type = Arc::downgrade(&old[0]);
+        drop(old);
+        let new = Arc::new(vec![it("m5.xlarge", "xlarge", 4, 0, both(0.08, 0.192))]);
+        memo.candidates(&new, &none, &Resources::default())
+            .expect("fits");
+        assert!(
+            old_type.upgrade().is_none(),
+            "the old list's types are let go"
+        );
+        let answers = memo.answers.lock().expect("not poisoned");
+        assert_eq!(answers.len(), 1);
     }
 }

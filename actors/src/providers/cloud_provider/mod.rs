@@ -207,6 +207,8 @@ pub struct AwsCloudProvider {
     clock: Arc<dyn Clock>,
     cluster_name: String,
     reserved_capacity: bool,
+    /// The launch candidates of recent NodeClaims' requirements (see [`filter`]).
+    candidates: filter::CandidatesMemo,
 }
 
 impl AwsCloudProvider {
@@ -224,6 +226,7 @@ impl AwsCloudProvider {
             clock,
             cluster_name: settings.cluster_name.clone(),
             reserved_capacity: settings.reserved_capacity,
+            candidates: filter::CandidatesMemo::default(),
         }
     }
 
