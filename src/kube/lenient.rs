@@ -8,9 +8,10 @@
 //!                                                     \-> Err(skip) -> metric, event, log
 //! ```
 //!
-//! Karpenter's own custom kinds travel as [`Lenient`] (JSON first, then the typed object, so a
-//! decode error belongs to one object); the built-in kinds decode as they are, with no second
-//! pass, since the API server guarantees their shape. Pods decode straight into a
+//! Karpenter's own custom kinds travel as [`Lenient`] (each object's text set aside, then
+//! decoded as the type, so a decode error belongs to one object and only such an object is
+//! read a second time, for its metadata); the built-in kinds decode as they are, since the API
+//! server guarantees their shape. Pods decode straight into a
 //! [`WirePod`], which names only the fields the daemon reads, so the rest of a Pod is never
 //! built, and become a [`SlimPod`], whose metadata is shared with its workload's pods. Every
 //! decoded object then loses what no reader of the store looks at (`managedFields`, kubectl's
@@ -172,12 +173,7 @@ macro_rules! lenient {
         $(impl WireFormat for $type {
             type Wire = Lenient<$type>;
             fn decode(wire: Self::Wire) -> Result<Self, Box<Undecodable>> {
-                let mut object = wire.object.map_err(|error| {
-                    Box::new(Undecodable {
-                        metadata: wire.metadata,
-                        error,
-                    })
-                })?;
+                let mut object = wire.object?;
                 strip(&mut object);
                 Ok(object)
             }
@@ -187,23 +183,41 @@ macro_rules! lenient {
 
 lenient!(NodeClaim, NodePool, EC2NodeClass);
 
-/// A custom object read leniently: its metadata always (or the decode of the whole event
-/// fails, as it would for any kind), the typed object if it decodes.
+/// A custom object read leniently: the typed object if it decodes, else its metadata (or the
+/// decode of the whole event fails, as it would for any kind) and why.
 #[derive(Debug, Clone)]
 pub struct Lenient<K> {
+    object: Result<K, Box<Undecodable>>,
+}
+
+/// Only the metadata of an object that did not decode as its type.
+#[derive(Deserialize)]
+struct MetadataOnly {
+    #[serde(default)]
     metadata: ObjectMeta,
-    object: Result<K, String>,
 }
 
 impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
+    /// The object's text is set aside as it is and decoded as the type; only when that fails
+    /// is it read again for its metadata. (Read first into a `serde_json::Value`, every
+    /// NodeClaim on the watch was built twice, map by map, and its metadata a third time.)
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = serde_json::Value::deserialize(deserializer)?;
-        let metadata = match value.get("metadata") {
-            Some(metadata) => ObjectMeta::deserialize(metadata).map_err(D::Error::custom)?,
-            None => ObjectMeta::default(),
-        };
-        let object = K::deserialize(value).map_err(|e| e.to_string());
-        Ok(Self { metadata, object })
+        let raw = Box::<serde_json::value::RawValue>::deserialize(deserializer)?;
+        let object = serde_json::from_str::<K>(raw.get()).map_err(|error| {
+            serde_json::from_str::<MetadataOnly>(raw.get()).map(|only| {
+                Box::new(Undecodable {
+                    metadata: only.metadata,
+                    error: error.to_string(),
+                })
+            })
+        });
+        match object {
+            Ok(object) => Ok(Self { object: Ok(object) }),
+            Err(Ok(undecodable)) => Ok(Self {
+                object: Err(undecodable),
+            }),
+            Err(Err(unreadable)) => Err(D::Error::custom(unreadable)),
+        }
     }
 }
 
@@ -224,10 +238,16 @@ impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
         K::plural(dt)
     }
     fn meta(&self) -> &ObjectMeta {
-        &self.metadata
+        match &self.object {
+            Ok(object) => object.meta(),
+            Err(undecodable) => &undecodable.metadata,
+        }
     }
     fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
+        match &mut self.object {
+            Ok(object) => object.meta_mut(),
+            Err(undecodable) => &mut undecodable.metadata,
+        }
     }
 }
 
@@ -393,6 +413,26 @@ mod tests {
         let skipped = NodePool::decode(wire).unwrap_err();
         assert_eq!(skipped.metadata.name.as_deref(), Some("future"));
         assert!(skipped.error.contains("invalid type"), "{}", skipped.error);
+    }
+
+    #[test]
+    fn custom_objects_decode_from_watch_text_and_an_unreadable_metadata_fails_the_event() {
+        let event = r#"{"type":"MODIFIED","object":{"apiVersion":"karpenter.sh/v1",
+            "kind":"NodePool","metadata":{"name":"next","resourceVersion":"9"},
+            "spec":{"template":{"spec":{"requirements":{"key":"zone"}}}}}}"#;
+        let event: kube::core::WatchEvent<Lenient<NodePool>> = serde_json::from_str(event).unwrap();
+        let kube::core::WatchEvent::Modified(wire) = event else {
+            panic!("a modification");
+        };
+        assert_eq!(wire.meta().resource_version.as_deref(), Some("9"));
+        let skipped = NodePool::decode(wire).unwrap_err();
+        assert_eq!(skipped.metadata.name.as_deref(), Some("next"));
+        assert!(skipped.error.contains("invalid type"), "{}", skipped.error);
+
+        let unreadable = r#"{"type":"ADDED","object":{"kind":"NodePool","metadata":{"name":7}}}"#;
+        let error = serde_json::from_str::<kube::core::WatchEvent<Lenient<NodePool>>>(unreadable)
+            .unwrap_err();
+        assert!(error.to_string().contains("invalid type"), "{error}");
     }
 
     #[test]
