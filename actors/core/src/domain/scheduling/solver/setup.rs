@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 
 use crate::apis::labels;
 use crate::apis::taints::{Taint, TaintEffect};
-use crate::domain::requirements::Requirements;
+use crate::domain::requirements::{Requirement, Requirements};
 use crate::domain::resources::Resources;
 
 use super::super::bitset::BitSet;
@@ -194,16 +194,9 @@ impl Solver<'_> {
             for (key, table) in &keys {
                 let pool_req = base.get(key);
                 for instance_type in &pool.types {
-                    let combined = match (pool_req, instance_type.requirements.get(key)) {
-                        (None, None) => continue,
-                        (Some(r), None) | (None, Some(r)) => r.clone(),
-                        (Some(a), Some(b)) => a.intersection(b),
-                    };
-                    if !combined.is_complement() {
-                        for value in combined.values() {
-                            self.tables[*table].offer(value, &taints);
-                        }
-                    }
+                    for_each_offered(pool_req, instance_type.requirements.get(key), |value| {
+                        self.tables[*table].offer(value, &taints);
+                    });
                 }
                 if let Some(r) = pool_req
                     && !r.is_complement()
@@ -397,6 +390,30 @@ impl Solver<'_> {
     }
 }
 
+/// Each value both requirements on a key allow, in order, when they allow finitely many: the
+/// values of Karpenter's intersection, without building it (every simulation offers every
+/// instance type's zones, so the intersections were much of a consolidation round's setup).
+fn for_each_offered(
+    pool: Option<&Requirement>,
+    offered: Option<&Requirement>,
+    mut f: impl FnMut(&str),
+) {
+    let (finite, other) = match (pool, offered) {
+        (None, None) => return,
+        (Some(only), None) | (None, Some(only)) => (only, None),
+        (Some(a), Some(b)) if !a.is_complement() => (a, Some(b)),
+        (Some(a), Some(b)) => (b, Some(a)),
+    };
+    if finite.is_complement() {
+        return;
+    }
+    finite
+        .values()
+        .iter()
+        .filter(|value| other.is_none_or(|other| finite.has(value) && other.has(value)))
+        .for_each(|value| f(value));
+}
+
 /// The labels other than the hostname, in order.
 fn but_hostname(labels: &BTreeMap<String, String>) -> impl Iterator<Item = (&String, &String)> {
     labels.iter().filter(|(key, _)| *key != labels::HOSTNAME)
@@ -427,6 +444,50 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect()
+    }
+
+    #[test]
+    fn the_values_offered_are_those_of_the_intersection() {
+        use crate::apis::requirements::Operator;
+        let zones = |operator, values: &[&str]| {
+            Requirement::new(labels::ZONE, operator, values).expect("valid")
+        };
+        let cases = [
+            zones(Operator::In, &["a", "b", "c"]),
+            zones(Operator::In, &["b", "d"]),
+            zones(Operator::In, &[]),
+            zones(Operator::NotIn, &["b"]),
+            zones(Operator::Exists, &[]),
+            zones(Operator::DoesNotExist, &[]),
+            Requirement::new("size", Operator::Gt, &["2"]).expect("valid"),
+            Requirement::new("size", Operator::In, &["1", "3", "5"]).expect("valid"),
+            Requirement::new("size", Operator::Lt, &["5"]).expect("valid"),
+        ];
+        let offered = |a: Option<&Requirement>, b: Option<&Requirement>| {
+            let mut out = Vec::new();
+            for_each_offered(a, b, |v| out.push(v.to_owned()));
+            out
+        };
+        let expected = |r: &Requirement| -> Vec<String> {
+            if r.is_complement() {
+                Vec::new()
+            } else {
+                r.values().iter().map(|v| v.to_string()).collect()
+            }
+        };
+        for a in &cases {
+            assert_eq!(offered(Some(a), None), expected(a), "{a:?}");
+            assert_eq!(offered(None, Some(a)), expected(a), "{a:?}");
+            for b in &cases {
+                let both = a.intersection(b);
+                assert_eq!(
+                    offered(Some(a), Some(b)),
+                    expected(&both),
+                    "{a:?} and {b:?}"
+                );
+            }
+        }
+        assert!(offered(None, None).is_empty());
     }
 
     #[test]
