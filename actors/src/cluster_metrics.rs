@@ -40,7 +40,8 @@
 //! | `karpenter_pods_provisioning_scheduling_undecided_time_seconds` | gauge | name, namespace (seen by the Provisioner, no decision yet: since seen) |
 //!
 //! The provisioning families read the Provisioner's times ([`crate::pod_times`], shared
-//! through [`crate::metrics::Metrics::pod_times`]); the table forgets pods the view lost.
+//! through [`crate::metrics::Metrics::pod_times`]); the table forgets a pod once it is Ready
+//! (as Karpenter's pod metrics controller clears its scheduling times) or gone.
 //!
 //! Node labels: `node_name`, `phase`, and one per well-known label (its name part lower-cased,
 //! `-` to `_`: `nodepool`, `zone`, `instance_type`, `instance_cpu`, ...), `""` when the node
@@ -693,7 +694,9 @@ impl ClusterMetrics {
         // Uids as their 128 bits and names borrowed from `pods`: at 50,000 pods this pass runs
         // every few seconds while anything changes, and neither set copies a string.
         let mut live: HashSet<Uid> = HashSet::with_capacity(pods.len());
-        let mut live_names: HashSet<(&str, &str)> = HashSet::with_capacity(pods.len());
+        // The pods whose Provisioner times are kept: those not Ready yet (Karpenter's pod
+        // metrics controller clears a pod's scheduling times once it is Ready).
+        let mut unready_names: HashSet<(&str, &str)> = HashSet::new();
         let mut undecided = Vec::new();
         let mut provisioning_unbound = Vec::new();
         let mut provisioning_unstarted = Vec::new();
@@ -715,7 +718,10 @@ impl ClusterMetrics {
             let pending = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending");
             let followed = pending || seen.contains(&uid) || started.contains(&uid);
             live.insert(uid.clone());
-            live_names.insert((namespace, name));
+            let ready = seconds_to_condition(pod, "Ready");
+            if ready.is_none() {
+                unready_names.insert((namespace, name));
+            }
             if !followed {
                 continue;
             }
@@ -764,7 +770,6 @@ impl ClusterMetrics {
                     self.provisioning_bound.observe(after);
                 }
             }
-            let ready = seconds_to_condition(pod, "Ready");
             let waiting_to_start = pending || (started.contains(&uid) && ready.is_none());
             if waiting_to_start {
                 if let Some(labels) = labels {
@@ -797,7 +802,7 @@ impl ClusterMetrics {
         drop((seen, started));
         self.pod_times.retain(|key| {
             key.split_once('/')
-                .is_some_and(|names| live_names.contains(&names))
+                .is_some_and(|names| unready_names.contains(&names))
         });
         if !series {
             return;
@@ -1074,10 +1079,22 @@ mod tests {
             assert!(text.contains(expected), "{expected} in\n{text}");
         }
         assert!(!text.contains("karpenter_pods_provisioning_unbound_time_seconds{"));
+        // Observed once Ready, its times are cleared as Karpenter clears them.
+        assert!(times.get("web/app").is_none(), "forgotten once Ready");
 
-        view.remove_pod("web/app");
+        // A pod not Ready yet keeps its times until it is gone.
+        times.ack("web/other", at(46));
+        let mut waiting = pod("other", "", false);
+        waiting.status = Some(PodStatus {
+            phase: Some("Pending".into()),
+            ..PodStatus::default()
+        });
+        view.put_slim_pod(waiting);
+        metrics.refresh(&view, at(47));
+        assert!(times.get("web/other").is_some(), "kept while pending");
+        view.remove_pod("web/other");
         metrics.refresh(&view, at(50));
-        assert!(times.get("web/app").is_none(), "forgotten with the pod");
+        assert!(times.get("web/other").is_none(), "forgotten with the pod");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! The Provisioner writes: [`PodSchedulingTimes::ack`] when a pod's change triggers it,
 //! [`PodSchedulingTimes::schedulable`] when a run nominates it or gives it a NodeClaim. The pod
 //! gauges (`crate::cluster_metrics`) read it for Karpenter's `karpenter_pods_provisioning_*`
-//! families and forget the pods the view no longer holds. Shared through
+//! families and forget each pod once it is Ready (Karpenter's pod metrics controller clears
+//! its scheduling times then) or gone. Shared through
 //! [`crate::metrics::Metrics::pod_times`].
 
 use std::collections::HashMap;
@@ -70,9 +71,14 @@ impl PodSchedulingTimes {
         self.table().get(key).copied()
     }
 
-    /// Forgets every pod whose key (`namespace/name`) `live` refuses.
-    pub fn retain(&self, live: impl Fn(&str) -> bool) {
-        self.table().retain(|key, _| live(key));
+    /// Forgets every pod whose key (`namespace/name`) `keep` refuses, and gives back the room
+    /// a scale-up's pods took once most are forgotten.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        let mut table = self.table();
+        table.retain(|key, _| keep(key));
+        if table.capacity() > 4 * table.len().max(256) {
+            table.shrink_to_fit();
+        }
     }
 }
 
