@@ -233,11 +233,12 @@ impl Shared {
 
     /// The object as the requested kind presents it (events.k8s.io converts from storage).
     pub fn render(&self, kind: KindId, object: &StoredObject) -> Bytes {
+        let json = self.store.json(object);
         if self.kind(kind).behavior == Behavior::EventsV1 {
-            let converted = events::from_core(&object.value());
-            Bytes::from(serde_json::to_vec(&converted).unwrap_or_default())
+            let core = serde_json::from_slice(&json).unwrap_or(Value::Null);
+            Bytes::from(serde_json::to_vec(&events::from_core(&core)).unwrap_or_default())
         } else {
-            object.json()
+            json
         }
     }
 
@@ -580,7 +581,7 @@ impl Shared {
             {
                 return Err(ApiError::stale(kind, &key.name));
             }
-            let old_value = old.value();
+            let old_value = txn.value(&old);
             self.update_in(txn, target, &old, &old_value, object, options, false)
         })?;
         Ok(self.reply(target.kind, 200, &written, warnings))
@@ -639,7 +640,7 @@ impl Shared {
                     self.create_in(txn, target.kind, &key.namespace, object, options)?;
                 return Ok((201, written, warnings));
             };
-            let old_value = old.value();
+            let old_value = txn.value(&old);
             let mut object = if kind.behavior == Behavior::EventsV1 {
                 events::from_core(&old_value)
             } else {

@@ -162,27 +162,27 @@ impl Packer {
 
     /// `json` compressed against the current dictionary, or as it is when there is none yet or
     /// compressing does not make it smaller.
-    pub fn pack(&mut self, json: Vec<u8>) -> Packed {
+    pub fn pack(&mut self, json: &Bytes) -> Packed {
         let (Some(dictionary), Ok(len)) = (&self.dictionary, u32::try_from(json.len())) else {
-            return plain(json);
+            return Packed::Plain(json.clone());
         };
         let context = match &mut self.context {
             Some(context) => context,
             empty => match CCtx::try_create() {
                 Some(context) => empty.insert(context),
-                None => return plain(json),
+                None => return Packed::Plain(json.clone()),
             },
         };
         let frame = &mut self.frame;
         frame.clear();
         frame.reserve(zstd_safe::compress_bound(json.len()));
-        match context.compress_using_cdict(frame, &json, &dictionary.encoder) {
+        match context.compress_using_cdict(frame, json, &dictionary.encoder) {
             Ok(written) if written < json.len() => Packed::Zstd {
                 frame: Box::from(frame.as_slice()),
                 len,
                 dictionary: Arc::clone(&dictionary.decoder),
             },
-            _ => plain(json),
+            _ => Packed::Plain(json.clone()),
         }
     }
 
@@ -195,33 +195,30 @@ impl Packer {
     }
 }
 
-/// Exactly sized: the stored bytes live as long as the object and its history entries.
-fn plain(json: Vec<u8>) -> Packed {
-    Packed::Plain(Bytes::from(json.into_boxed_slice()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn pod(name: &str, node: &str) -> Vec<u8> {
-        serde_json::to_vec(&serde_json::json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"},
-                         "uid": format!("uid-of-{name}")},
-            "spec": {"nodeName": node, "containers": [{
-                "name": "app", "image": "registry.k8s.io/pause:3.10",
-                "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}]},
-            "status": {"phase": "Running"}
-        }))
-        .unwrap()
+    fn pod(name: &str, node: &str) -> Bytes {
+        Bytes::from(
+            serde_json::to_vec(&serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"},
+                             "uid": format!("uid-of-{name}")},
+                "spec": {"nodeName": node, "containers": [{
+                    "name": "app", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}]},
+                "status": {"phase": "Running"}
+            }))
+            .unwrap(),
+        )
     }
 
     #[test]
     fn without_a_dictionary_the_json_is_kept_as_it_is() {
         let mut packer = Packer::default();
         let json = pod("web-0", "node-a");
-        let stored = packer.pack(json.clone());
+        let stored = packer.pack(&json);
         assert!(matches!(stored, Packed::Plain(_)));
         assert_eq!(stored.bytes(), json);
     }
@@ -231,7 +228,7 @@ mod tests {
         let mut packer = Packer::default();
         packer.learn(&pod("web-0", "node-a"), true);
         let json = pod("web-1", "node-b");
-        let stored = packer.pack(json.clone());
+        let stored = packer.pack(&json);
         assert!(matches!(stored, Packed::Zstd { .. }), "{stored:?}");
         assert!(
             stored.stored_len() * 4 < json.len(),
@@ -247,10 +244,10 @@ mod tests {
         let mut packer = Packer::default();
         packer.learn(&pod("web-0", "node-a"), true);
         let first = pod("web-1", "node-b");
-        let old = packer.pack(first.clone());
+        let old = packer.pack(&first);
         packer.learn(b"{\"kind\":\"Other\",\"spec\":{\"replicas\":3}}", true);
         let second = pod("web-2", "node-c");
-        let new = packer.pack(second.clone());
+        let new = packer.pack(&second);
         assert_eq!(old.bytes(), first);
         assert_eq!(new.bytes(), second);
     }

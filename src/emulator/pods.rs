@@ -62,7 +62,7 @@ impl Shared {
             let old = txn
                 .get(kind.storage, &key)
                 .ok_or_else(|| ApiError::not_found(kind, &key.name))?;
-            let mut pod = old.value();
+            let mut pod = txn.value(&old);
             if let Some(current) = pod
                 .pointer("/spec/nodeName")
                 .and_then(Value::as_str)

@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -265,6 +265,51 @@ struct Inner {
 pub(crate) struct Store {
     inner: RwLock<Inner>,
     retention: Retention,
+    /// Behind its own lock: read while a write holds `inner` (a deletion's reply).
+    recent: Mutex<RecentJson>,
+}
+
+/// The JSON of the latest writes as they were written, by resourceVersion: a write's reply and
+/// the watch events right after it read the object at once, and the stored copy is compressed
+/// (decompressing what was just compressed was a twentieth of a scale-up's time).
+struct RecentJson {
+    slots: Vec<Option<(u64, Bytes)>>,
+}
+
+/// Writes [`RecentJson`] remembers: more than the events a watch falls behind in a burst,
+/// at a few kilobytes each.
+const RECENT_JSON: usize = 256;
+
+/// The JSON of `object`, from `recent` when it is there.
+fn json_of(recent: &Mutex<RecentJson>, object: &StoredObject) -> Bytes {
+    let remembered = recent
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(object.rv);
+    remembered.unwrap_or_else(|| object.json())
+}
+
+impl RecentJson {
+    fn new() -> Self {
+        Self {
+            slots: vec![None; RECENT_JSON],
+        }
+    }
+
+    fn slot(rv: u64) -> usize {
+        usize::try_from(rv % RECENT_JSON as u64).unwrap_or_default()
+    }
+
+    fn remember(&mut self, rv: u64, json: Bytes) {
+        self.slots[Self::slot(rv)] = Some((rv, json));
+    }
+
+    fn get(&self, rv: u64) -> Option<Bytes> {
+        match &self.slots[Self::slot(rv)] {
+            Some((at, json)) if *at == rv => Some(json.clone()),
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -284,6 +329,7 @@ pub(crate) struct View<'a> {
 pub(crate) struct Txn<'a> {
     inner: &'a mut Inner,
     retention: Retention,
+    recent: &'a Mutex<RecentJson>,
 }
 
 impl Store {
@@ -312,7 +358,14 @@ impl Store {
                 limit: retention.limit.max(1),
                 read: retention.read.clamp(1, retention.limit.max(1)),
             },
+            recent: Mutex::new(RecentJson::new()),
         }
+    }
+
+    /// The JSON of a stored version: as written when it is one of the latest writes, else
+    /// unpacked.
+    pub fn json(&self, object: &StoredObject) -> Bytes {
+        json_of(&self.recent, object)
     }
 
     fn read_guard(&self) -> RwLockReadGuard<'_, Inner> {
@@ -335,6 +388,7 @@ impl Store {
         let mut txn = Txn {
             inner: &mut guard,
             retention: self.retention,
+            recent: &self.recent,
         };
         f(&mut txn)
     }
@@ -498,6 +552,12 @@ impl Txn<'_> {
         self.inner.kinds[kind].objects.get(key).cloned()
     }
 
+    /// A stored version parsed, from its JSON as written when it is one of the latest writes
+    /// ([`StoredObject::value`] unpacks it).
+    pub fn value(&self, object: &StoredObject) -> Value {
+        serde_json::from_slice(&json_of(self.recent, object)).unwrap_or(Value::Null)
+    }
+
     /// A pseudo-random number (seeded, so simulations replay).
     pub fn random(&mut self) -> u64 {
         let mut x = self.inner.rng;
@@ -542,7 +602,12 @@ impl Txn<'_> {
             metadata.insert("resourceVersion".into(), Value::String(rv.to_string()));
         }
         let behavior = self.inner.kinds[kind].behavior;
-        let json = serde_json::to_vec(object).unwrap_or_default();
+        // Exactly sized: a version kept as it is holds no spare room.
+        let json = Bytes::from(
+            serde_json::to_vec(object)
+                .unwrap_or_default()
+                .into_boxed_slice(),
+        );
         // Most writes change neither, and most objects share theirs with others.
         let (labels, fields, new_labels) = self.inner.indexes.share(
             &selector::extract_labels(object),
@@ -550,10 +615,15 @@ impl Txn<'_> {
         );
         let packer = &mut self.inner.kinds[kind].packer;
         packer.learn(&json, new_labels);
+        let packed = packer.pack(&json);
+        self.recent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remember(rv, json);
         Arc::new(StoredObject {
             key,
             rv,
-            packed: packer.pack(json),
+            packed,
             labels,
             fields,
         })
@@ -686,6 +756,37 @@ mod tests {
         assert!(second.rv > first.rv);
         assert_eq!(
             first.value()["metadata"]["resourceVersion"],
+            json!(first.rv.to_string())
+        );
+    }
+
+    #[test]
+    fn a_recent_write_is_served_as_written_and_an_older_one_unpacked_alike() {
+        let kinds = Kinds::new();
+        let pods = kinds.find("", "v1", "pods").unwrap();
+        let store = Store::new(&kinds, keep(10), 1);
+        let first =
+            store.write(|t| t.put(pods, ObjectKey::new("a", "x"), pod("x"), EventType::Added));
+        let remembered = store.json(&first);
+        assert_eq!(remembered, first.json());
+        assert_eq!(store.write(|t| t.value(&first)), first.value());
+        // Enough later writes that `first` is no longer among the remembered ones (and a
+        // dictionary is learned, so it is read back from its packed copy).
+        for i in 0..RECENT_JSON + 10 {
+            let name = format!("y{i}");
+            store.write(|t| {
+                t.put(
+                    pods,
+                    ObjectKey::new("a", &name),
+                    pod(&name),
+                    EventType::Added,
+                )
+            });
+        }
+        assert!(store.recent.lock().unwrap().get(first.rv).is_none());
+        assert_eq!(store.json(&first), remembered);
+        assert_eq!(
+            store.write(|t| t.value(&first))["metadata"]["resourceVersion"],
             json!(first.rv.to_string())
         );
     }
