@@ -615,18 +615,18 @@ impl Txn<'_> {
         );
         let packer = &mut self.inner.kinds[kind].packer;
         packer.learn(&json, new_labels);
-        let packed = packer.pack(&json);
+        let stored = Arc::new(StoredObject {
+            key,
+            rv,
+            packed: packer.pack(&json),
+            labels,
+            fields,
+        });
         self.recent
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remember(rv, json);
-        Arc::new(StoredObject {
-            key,
-            rv,
-            packed,
-            labels,
-            fields,
-        })
+        stored
     }
 
     fn record(

@@ -472,7 +472,7 @@ mod tests {
             if r.is_complement() {
                 Vec::new()
             } else {
-                r.values().iter().map(|v| v.to_string()).collect()
+                r.values().iter().map(ToString::to_string).collect()
             }
         };
         for a in &cases {
