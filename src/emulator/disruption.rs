@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::kinds::ResourceKind;
+use super::kinds::{Behavior, ResourceKind};
 use super::selector::{self, LabelSelector, POD_CONTROLLER, POD_DELETING, POD_READY, Text};
 use super::status::{ApiError, Cause};
 use super::store::StoredObject;
@@ -62,7 +62,7 @@ pub(crate) fn evaluate<'a>(
     if let Some(selector) = selector {
         for pod in pods.filter(|p| selector.matches(&p.labels)) {
             selected += 1;
-            match selector::field(&pod.fields, POD_CONTROLLER) {
+            match selector::field(Behavior::Pod, &pod.fields, POD_CONTROLLER) {
                 "" => uncontrolled += 1,
                 controller => {
                     if !controllers.contains(&controller) {
@@ -70,10 +70,10 @@ pub(crate) fn evaluate<'a>(
                     }
                 }
             }
-            let phase = selector::field(&pod.fields, "status.phase");
+            let phase = selector::field(Behavior::Pod, &pod.fields, "status.phase");
             if !matches!(phase, "Succeeded" | "Failed")
-                && selector::field(&pod.fields, POD_READY) == "true"
-                && selector::field(&pod.fields, POD_DELETING) != "true"
+                && selector::field(Behavior::Pod, &pod.fields, POD_READY) == "true"
+                && selector::field(Behavior::Pod, &pod.fields, POD_DELETING) != "true"
             {
                 healthy += 1;
             }
@@ -184,7 +184,7 @@ pub(crate) fn admit_eviction<'a>(
         }
     };
     let budget = evaluate(budget_value, pods, scale_of);
-    let healthy = selector::field(&pod.fields, POD_READY) == "true";
+    let healthy = selector::field(Behavior::Pod, &pod.fields, POD_READY) == "true";
     let permitted = if healthy {
         budget.allowed > 0
     } else {

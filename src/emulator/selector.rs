@@ -19,8 +19,10 @@ pub(crate) type Text = Arc<str>;
 /// Labels of an object, sorted by key.
 pub(crate) type Labels = Arc<[(Text, Text)]>;
 
-/// The selectable field values of an object, by field name.
-pub(crate) type Fields = Arc<[(&'static str, Text)]>;
+/// The indexed field values of an object, in the order [`indexed_fields`] names them for its
+/// kind: values only, since every object of a kind has the same names (at 50,000 pods, each
+/// with its own `status.podIP`, the names took half of 12 MB of field sets).
+pub(crate) type Fields = Arc<[Text]>;
 
 /// One requirement of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -289,6 +291,9 @@ impl Parser {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FieldRequirement {
     pub field: String,
+    /// Where `field` sits in the kind's [`indexed_fields`] (`None` for `metadata.name`,
+    /// `metadata.namespace`, and a field the kind supports but does not index).
+    position: Option<usize>,
     pub value: String,
     pub equal: bool,
 }
@@ -320,6 +325,7 @@ impl FieldSelector {
                 return Err(SelectorError(format!("field label not supported: {field}")));
             }
             requirements.push(FieldRequirement {
+                position: indexed_fields(behavior).iter().position(|f| *f == field),
                 field: field.to_owned(),
                 value: value.trim().to_owned(),
                 equal,
@@ -329,15 +335,16 @@ impl FieldSelector {
     }
 
     /// Whether the object with `name`, `namespace` and kind-specific `fields` matches.
-    pub fn matches(&self, name: &str, namespace: &str, fields: &[(&'static str, Text)]) -> bool {
+    /// `fields` are the object's indexed values, of the kind the selector was parsed for.
+    pub fn matches(&self, name: &str, namespace: &str, fields: &[Text]) -> bool {
         self.0.iter().all(|r| {
             let actual = match r.field.as_str() {
                 "metadata.name" => name,
                 "metadata.namespace" => namespace,
-                other => fields
-                    .iter()
-                    .find(|(f, _)| *f == other)
-                    .map_or("", |(_, v)| v.as_ref()),
+                _ => r
+                    .position
+                    .and_then(|at| fields.get(at))
+                    .map_or("", AsRef::as_ref),
             };
             (actual == r.value) == r.equal
         })
@@ -402,7 +409,46 @@ fn canonical_field(behavior: Behavior, field: &str) -> &str {
     }
 }
 
-/// The selectable field values of an object of `behavior` (beyond name and namespace).
+/// The fields the store indexes per object of `behavior`, in the order of its [`Fields`]: the
+/// selectable ones beyond name and namespace, and for Pods what PodDisruptionBudgets read.
+pub(crate) fn indexed_fields(behavior: Behavior) -> &'static [&'static str] {
+    match behavior {
+        Behavior::Pod => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+            // Not selectable (absent from `supported_fields`): indexed for PodDisruptionBudgets.
+            POD_READY,
+            POD_DELETING,
+            POD_CONTROLLER,
+        ],
+        Behavior::Node => &["spec.unschedulable"],
+        Behavior::Namespace => &["status.phase"],
+        // events.k8s.io objects are stored as core Events, their field names mapped onto the
+        // core ones ([`canonical_field`]).
+        Behavior::CoreEvent | Behavior::EventsV1 => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        _ => &[],
+    }
+}
+
+/// The indexed field values of an object of `behavior`, in [`indexed_fields`] order.
 pub(crate) fn extract_fields(behavior: Behavior, object: &Value) -> Fields {
     let text = |pointer: &str| -> Text {
         match object.pointer(pointer) {
@@ -411,67 +457,44 @@ pub(crate) fn extract_fields(behavior: Behavior, object: &Value) -> Fields {
             _ => "".into(),
         }
     };
-    let fields: Vec<(&'static str, Text)> = match behavior {
+    let or_false = |text: Text| if text.is_empty() { "false".into() } else { text };
+    let values: Vec<Text> = match behavior {
         Behavior::Pod => vec![
-            ("spec.nodeName", text("/spec/nodeName")),
-            ("spec.restartPolicy", text("/spec/restartPolicy")),
-            ("spec.schedulerName", text("/spec/schedulerName")),
-            ("spec.serviceAccountName", text("/spec/serviceAccountName")),
-            ("spec.hostNetwork", {
-                let v = text("/spec/hostNetwork");
-                if v.is_empty() { "false".into() } else { v }
-            }),
-            ("status.phase", text("/status/phase")),
-            ("status.podIP", text("/status/podIP")),
-            (
-                "status.nominatedNodeName",
-                text("/status/nominatedNodeName"),
+            text("/spec/nodeName"),
+            text("/spec/restartPolicy"),
+            text("/spec/schedulerName"),
+            text("/spec/serviceAccountName"),
+            or_false(text("/spec/hostNetwork")),
+            text("/status/phase"),
+            text("/status/podIP"),
+            text("/status/nominatedNodeName"),
+            bool_text(pod_ready(object)),
+            bool_text(
+                object
+                    .pointer("/metadata/deletionTimestamp")
+                    .is_some_and(|v| !v.is_null()),
             ),
-            // Not selectable (absent from `supported_fields`): indexed for PodDisruptionBudgets.
-            (POD_READY, bool_text(pod_ready(object))),
-            (
-                POD_DELETING,
-                bool_text(
-                    object
-                        .pointer("/metadata/deletionTimestamp")
-                        .is_some_and(|v| !v.is_null()),
-                ),
-            ),
-            (POD_CONTROLLER, controller_of(object)),
+            controller_of(object),
         ],
-        Behavior::Node => vec![("spec.unschedulable", {
-            let v = text("/spec/unschedulable");
-            if v.is_empty() { "false".into() } else { v }
-        })],
-        Behavior::Namespace => vec![("status.phase", text("/status/phase"))],
-        Behavior::CoreEvent => vec![
-            ("involvedObject.kind", text("/involvedObject/kind")),
-            (
-                "involvedObject.namespace",
-                text("/involvedObject/namespace"),
-            ),
-            ("involvedObject.name", text("/involvedObject/name")),
-            ("involvedObject.uid", text("/involvedObject/uid")),
-            (
-                "involvedObject.apiVersion",
-                text("/involvedObject/apiVersion"),
-            ),
-            (
-                "involvedObject.resourceVersion",
-                text("/involvedObject/resourceVersion"),
-            ),
-            (
-                "involvedObject.fieldPath",
-                text("/involvedObject/fieldPath"),
-            ),
-            ("reason", text("/reason")),
-            ("reportingComponent", text("/reportingComponent")),
-            ("source", text("/source/component")),
-            ("type", text("/type")),
+        Behavior::Node => vec![or_false(text("/spec/unschedulable"))],
+        Behavior::Namespace => vec![text("/status/phase")],
+        Behavior::CoreEvent | Behavior::EventsV1 => vec![
+            text("/involvedObject/kind"),
+            text("/involvedObject/namespace"),
+            text("/involvedObject/name"),
+            text("/involvedObject/uid"),
+            text("/involvedObject/apiVersion"),
+            text("/involvedObject/resourceVersion"),
+            text("/involvedObject/fieldPath"),
+            text("/reason"),
+            text("/reportingComponent"),
+            text("/source/component"),
+            text("/type"),
         ],
         _ => Vec::new(),
     };
-    fields.into()
+    debug_assert_eq!(values.len(), indexed_fields(behavior).len());
+    values.into()
 }
 
 /// Index entry of a Pod: whether its `Ready` condition is `True`.
@@ -514,12 +537,13 @@ fn pod_ready(pod: &Value) -> bool {
         })
 }
 
-/// The value of an indexed field.
-pub(crate) fn field<'a>(fields: &'a [(&'static str, Text)], name: &str) -> &'a str {
-    fields
+/// The value of the indexed field `name` of an object of `behavior` (empty if not indexed).
+pub(crate) fn field<'a>(behavior: Behavior, fields: &'a [Text], name: &str) -> &'a str {
+    indexed_fields(behavior)
         .iter()
-        .find(|(f, _)| *f == name)
-        .map_or("", |(_, v)| v.as_ref())
+        .position(|f| *f == name)
+        .and_then(|at| fields.get(at))
+        .map_or("", AsRef::as_ref)
 }
 
 /// The labels of an object, sorted by key.
@@ -595,6 +619,51 @@ mod tests {
         assert!(selector.matches("p", "default", &fields));
         let other = FieldSelector::parse("spec.nodeName=n2", Behavior::Pod).unwrap();
         assert!(!other.matches("p", "default", &fields));
+    }
+
+    #[test]
+    fn each_indexed_value_is_read_under_its_own_name() {
+        let pod = json!({
+            "metadata": {
+                "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "ownerReferences": [{ "kind": "ReplicaSet", "name": "web", "controller": true }],
+            },
+            "spec": { "nodeName": "n1", "restartPolicy": "Always", "schedulerName": "s" },
+            "status": {
+                "phase": "Running",
+                "podIP": "10.0.0.7",
+                "conditions": [{ "type": "Ready", "status": "True" }],
+            },
+        });
+        let fields = extract_fields(Behavior::Pod, &pod);
+        assert_eq!(fields.len(), indexed_fields(Behavior::Pod).len());
+        let read = |name| field(Behavior::Pod, &fields, name);
+        assert_eq!(read("spec.nodeName"), "n1");
+        assert_eq!(read("spec.schedulerName"), "s");
+        assert_eq!(read("spec.hostNetwork"), "false");
+        assert_eq!(read("status.podIP"), "10.0.0.7");
+        assert_eq!(read("status.nominatedNodeName"), "");
+        assert_eq!(read(POD_READY), "true");
+        assert_eq!(read(POD_DELETING), "true");
+        assert_eq!(read(POD_CONTROLLER), "ReplicaSet/web");
+        assert_eq!(read("no.such.field"), "");
+        let node = extract_fields(Behavior::Node, &json!({ "spec": { "unschedulable": true } }));
+        assert_eq!(field(Behavior::Node, &node, "spec.unschedulable"), "true");
+    }
+
+    #[test]
+    fn events_k8s_io_selectors_read_the_stored_core_event() {
+        // Stored as a core Event (the events.k8s.io kind's storage), selected by v1 names.
+        let event = json!({
+            "involvedObject": { "kind": "Pod", "name": "web-1", "namespace": "default" },
+            "reason": "Nominated",
+            "type": "Normal",
+        });
+        let fields = extract_fields(Behavior::CoreEvent, &event);
+        let v1 = |text| FieldSelector::parse(text, Behavior::EventsV1).unwrap();
+        assert!(v1("regarding.name=web-1,reason=Nominated").matches("e", "default", &fields));
+        assert!(!v1("regarding.name=web-2").matches("e", "default", &fields));
+        assert!(!v1("type=Warning").matches("e", "default", &fields));
     }
 }
 
@@ -747,11 +816,10 @@ mod props {
                 _ => values[f].as_str(),
             };
             let expected = terms.iter().all(|(f, v, equal)| (actual(*f) == v) == *equal);
-            let fields: Vec<(&'static str, Text)> = supported
+            let indexed = indexed_fields(Behavior::Pod);
+            let fields: Vec<Text> = indexed
                 .iter()
-                .enumerate()
-                .skip(2)
-                .map(|(i, f)| (*f, values[i].as_str().into()))
+                .map(|name| supported.iter().position(|f| f == name).map_or("", |i| values[i].as_str()).into())
                 .collect();
             prop_assert_eq!(selector.matches(&name, &namespace, &fields), expected, "{}", text);
         }

@@ -106,7 +106,7 @@ fn labels_bytes(labels: &Labels, seen: &mut HashSet<*const ()>) -> usize {
 fn fields_bytes(fields: &Fields, seen: &mut HashSet<*const ()>) -> usize {
     fields
         .iter()
-        .map(|(_, v)| std::mem::size_of::<(&str, Text)>() + text_bytes(v, seen))
+        .map(|v| std::mem::size_of::<Text>() + text_bytes(v, seen))
         .sum()
 }
 
@@ -140,7 +140,7 @@ impl Indexes {
     fn share(
         &mut self,
         labels: &[(Text, Text)],
-        fields: &[(&'static str, Text)],
+        fields: &[Text],
     ) -> (Labels, Fields, bool) {
         self.sweep();
         let (labels, new_labels) = if let Some(held) = self.labels.get(labels) {
@@ -155,7 +155,7 @@ impl Indexes {
         let fields = if let Some(held) = self.fields.get(fields) {
             Arc::clone(held)
         } else {
-            let fields: Fields = fields.iter().map(|(f, v)| (*f, self.text(v))).collect();
+            let fields: Fields = fields.iter().map(|v| self.text(v)).collect();
             intern(&mut self.fields, fields)
         };
         (labels, fields, new_labels)
@@ -908,8 +908,8 @@ mod tests {
                 + dictionary_bytes(&mut seen, &[&a, &b, &c])
         );
         // The two field sets share every text but the node's name.
-        assert!(Arc::ptr_eq(&a.fields[1].1, &c.fields[1].1), "restartPolicy");
-        assert!(!Arc::ptr_eq(&a.fields[0].1, &c.fields[0].1), "nodeName");
+        assert!(Arc::ptr_eq(&a.fields[1], &c.fields[1]), "restartPolicy");
+        assert!(!Arc::ptr_eq(&a.fields[0], &c.fields[0]), "nodeName");
     }
 
     /// The kind's dictionary samples and encoder.
