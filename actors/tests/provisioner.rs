@@ -211,8 +211,8 @@ fn in_flight(name: &str, pool: &str, cpu: &str) -> NodeClaim {
     .unwrap();
     claim.status = Some(NodeClaimStatus {
         provider_id: Some(format!("aws:///{}/i-{name}", ZONES[0])),
-        capacity: quantities(&[("cpu", cpu), ("memory", "16Gi"), ("pods", "110")]),
-        allocatable: quantities(&[("cpu", cpu), ("memory", "16Gi"), ("pods", "110")]),
+        capacity: quantities(&[("cpu", cpu), ("memory", "16Gi"), ("pods", "110")]).into(),
+        allocatable: quantities(&[("cpu", cpu), ("memory", "16Gi"), ("pods", "110")]).into(),
         ..NodeClaimStatus::default()
     });
     claim
@@ -362,8 +362,8 @@ impl Harness {
             let name = claim.metadata.name.clone().unwrap();
             claim.status = Some(NodeClaimStatus {
                 provider_id: Some(format!("aws:///{}/i-{name}", ZONES[0])),
-                capacity: it.capacity.to_list(),
-                allocatable: it.allocatable().to_list(),
+                capacity: it.capacity.to_list().into(),
+                allocatable: it.allocatable().to_list().into(),
                 ..NodeClaimStatus::default()
             });
             self.view.put_nodeclaim(claim);

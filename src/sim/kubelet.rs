@@ -264,12 +264,12 @@ pub fn node_for(
         .or_else(|| {
             claim
                 .and_then(|c| c.status.as_ref())
-                .map(|s| s.capacity.clone())
+                .map(|s| s.capacity.to_map())
         })
         .unwrap_or_default();
     let allocatable = claim
         .and_then(|c| c.status.as_ref())
-        .map(|s| s.allocatable.clone())
+        .map(|s| s.allocatable.to_map())
         .filter(|a| !a.is_empty())
         .or_else(|| resolved.map(|r| r.allocatable().to_list()))
         .unwrap_or_else(|| capacity.clone());
@@ -963,7 +963,7 @@ mod tests {
         labels_now.insert(labels::CAPACITY_TYPE.to_owned(), "on-demand".to_owned());
         launched.metadata.labels = Some(labels_now);
         if let Some(status) = launched.status.as_mut() {
-            status.capacity = [("cpu".to_owned(), Quantity("2".into()))].into();
+            status.capacity = BTreeMap::from([("cpu".to_owned(), Quantity("2".into()))]).into();
         }
         let instance = instance_of_nodeclaim(&launched, "us-west-2").unwrap();
         assert_eq!(instance.id, "i-0000000000000000a");

@@ -168,7 +168,7 @@ pub(super) fn nodeclaim_object(
             startup_taints: template.spec.startup_taints.clone(),
             requirements: requirements.to_api().into(),
             resources: ResourceRequirements {
-                requests: requests.to_list(),
+                requests: requests.to_list().into(),
             },
             node_class_ref: class.clone(),
             termination_grace_period: template.spec.termination_grace_period.clone(),

@@ -398,13 +398,13 @@ impl FakeCloudProvider {
                     ("memory", "8Gi"),
                     ("pods", "29"),
                     ("ephemeral-storage", "20Gi"),
-                ]),
+                ]).into(),
                 allocatable: quantities(&[
                     ("cpu", "1930m"),
                     ("memory", "7Gi"),
                     ("pods", "29"),
                     ("ephemeral-storage", "18Gi"),
-                ]),
+                ]).into(),
                 ..NodeClaimStatus::default()
             }),
         }

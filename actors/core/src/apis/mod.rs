@@ -22,7 +22,7 @@ pub mod pod;
 pub mod pod_meta;
 pub mod requirements;
 pub mod schema;
-pub mod shared_requirements;
+pub mod shared;
 pub mod taints;
 pub mod validation;
 

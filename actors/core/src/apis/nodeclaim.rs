@@ -1,9 +1,7 @@
 //! `karpenter.sh/v1` `NodeClaim`: a request for one node, created by the provisioner or the
 //! disruption controller and carried out by its `NodeClaimActor` (reference section 1.2).
 
-use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube_derive::CustomResource;
 use schemars::JsonSchema;
@@ -11,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::conditions::Condition;
 use super::duration::{KubeDuration, NillableDuration};
-pub use super::shared_requirements::SharedRequirements;
+pub use super::shared::{SharedRequirements, SharedResources};
 use super::taints::Taint;
 
 /// Karpenter's default node lifetime.
@@ -135,9 +133,9 @@ pub struct NodeClaimSpec {
 /// Resources the scheduled pods and daemonsets need.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ResourceRequirements {
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "SharedResources::is_empty")]
     #[schemars(schema_with = "crate::apis::schema::resource_list")]
-    pub requests: BTreeMap<String, Quantity>,
+    pub requests: SharedResources,
 }
 
 impl ResourceRequirements {
@@ -189,12 +187,12 @@ pub struct NodeClaimStatus {
     pub provider_id: Option<String>,
     #[serde(default, rename = "imageID", skip_serializing_if = "Option::is_none")]
     pub image_id: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "SharedResources::is_empty")]
     #[schemars(schema_with = "crate::apis::schema::resource_list")]
-    pub capacity: BTreeMap<String, Quantity>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capacity: SharedResources,
+    #[serde(default, skip_serializing_if = "SharedResources::is_empty")]
     #[schemars(schema_with = "crate::apis::schema::resource_list")]
-    pub allocatable: BTreeMap<String, Quantity>,
+    pub allocatable: SharedResources,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::apis::conditions::nodeclaim_conditions_schema")]
     pub conditions: Vec<Condition>,

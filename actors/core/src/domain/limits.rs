@@ -436,7 +436,7 @@ mod tests {
         };
         nodeclaim.status = Some(NodeClaimStatus {
             provider_id: Some(format!("aws:///zone/{name}")),
-            capacity: quantities(capacity),
+            capacity: quantities(capacity).into(),
             conditions,
             ..NodeClaimStatus::default()
         });
@@ -635,7 +635,7 @@ mod in_flight_tests {
         });
         if !capacity.is_empty() {
             claim.status = Some(NodeClaimStatus {
-                capacity: quantities(capacity),
+                capacity: quantities(capacity).into(),
                 ..NodeClaimStatus::default()
             });
         }

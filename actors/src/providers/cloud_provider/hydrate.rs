@@ -126,8 +126,8 @@ pub(super) fn hydrate(
     }
     if let Some(it) = instance_type {
         let (capacity, allocatable) = resource_lists(it, facts.efa);
-        status.capacity = capacity;
-        status.allocatable = allocatable;
+        status.capacity = capacity.into();
+        status.allocatable = allocatable.into();
     }
 }
 
