@@ -661,7 +661,6 @@ pub fn bound_pod(pod: &NodePod) -> BoundPod {
     let shape = &pod.pod.shape;
     BoundPod {
         namespace: pod.pod.namespace.clone(),
-        name: pod.pod.name.clone(),
         labels: shape.labels.clone(),
         anti_affinity: shape.anti_affinity.clone(),
         host_ports: shape.host_ports.clone(),
