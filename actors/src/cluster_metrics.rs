@@ -908,14 +908,14 @@ mod tests {
                 phase: Some("Running".into()),
                 conditions: Some(vec![
                     PodCondition {
-                        type_: "PodScheduled".into(),
-                        status: "True".into(),
+                        type_: karpenter_core::apis::PodConditionType::PodScheduled,
+                        status: karpenter_core::apis::PodConditionStatus::True,
                         last_transition_time: Some(Time(at(13))),
                         ..PodCondition::default()
                     },
                     PodCondition {
-                        type_: "Ready".into(),
-                        status: "True".into(),
+                        type_: karpenter_core::apis::PodConditionType::Ready,
+                        status: karpenter_core::apis::PodConditionStatus::True,
                         last_transition_time: Some(Time(at(40))),
                         ..PodCondition::default()
                     },

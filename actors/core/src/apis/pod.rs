@@ -245,23 +245,111 @@ pub struct SlimPodStatus {
 }
 
 /// A pod condition with what its readers look at: type, status, reason and when it turned.
-/// The type, the status and the common reasons are the program's own strings, so a pod's two
-/// kept conditions allocate nothing beyond their list of 96-byte entries (a k8s-openapi
-/// `PodCondition` is 160 bytes with four or five strings of its own); the message is dropped.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
+/// The type and the status are one byte each and the common reasons the program's own
+/// strings, so a pod's two kept conditions allocate nothing beyond their list of 56-byte
+/// entries (a k8s-openapi `PodCondition` is 160 bytes with four or five strings of its own;
+/// 50,000 pods held 9.6 MB of 96-byte entries with the type and status as strings); the
+/// message is dropped. The type and the status compare equal to their text
+/// (`c.type_ == "Ready"`), and serialize as it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SlimPodCondition {
-    #[serde(rename = "type", deserialize_with = "known_type")]
-    pub type_: Cow<'static, str>,
-    #[serde(deserialize_with = "known_status")]
-    pub status: Cow<'static, str>,
-    #[serde(
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "known_reason"
-    )]
+    #[serde(rename = "type")]
+    pub type_: PodConditionType,
+    pub status: PodConditionStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<Cow<'static, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
+}
+
+/// The types of [`KEPT_CONDITIONS`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+pub enum PodConditionType {
+    #[default]
+    PodScheduled,
+    Ready,
+}
+
+impl PodConditionType {
+    /// The kept type `text` names, if it names one.
+    #[must_use]
+    pub fn of(text: &str) -> Option<Self> {
+        match text {
+            "PodScheduled" => Some(Self::PodScheduled),
+            "Ready" => Some(Self::Ready),
+            _ => None,
+        }
+    }
+
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PodScheduled => "PodScheduled",
+            Self::Ready => "Ready",
+        }
+    }
+}
+
+/// A condition's status. The API's statuses are `True`, `False` and `Unknown`; any other
+/// text reads as `Unknown`, which no reader takes for either answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+pub enum PodConditionStatus {
+    True,
+    False,
+    #[default]
+    Unknown,
+}
+
+impl PodConditionStatus {
+    #[must_use]
+    pub fn of(text: &str) -> Self {
+        match text {
+            "True" => Self::True,
+            "False" => Self::False,
+            _ => Self::Unknown,
+        }
+    }
+
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::True => "True",
+            Self::False => "False",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
+macro_rules! compares_as_text {
+    ($($type:ty),*) => {
+        $(impl PartialEq<str> for $type {
+            fn eq(&self, text: &str) -> bool {
+                self.as_str() == text
+            }
+        }
+
+        impl PartialEq<&str> for $type {
+            fn eq(&self, text: &&str) -> bool {
+                self.as_str() == *text
+            }
+        })*
+    };
+}
+
+compares_as_text!(PodConditionType, PodConditionStatus);
+
+/// A pod condition as the watch reads it, before [`keep_conditions`] keeps the kept types.
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct WireCondition {
+    #[serde(rename = "type", deserialize_with = "known_type")]
+    type_: Cow<'static, str>,
+    #[serde(deserialize_with = "known_status")]
+    status: Cow<'static, str>,
+    #[serde(deserialize_with = "known_reason")]
+    reason: Option<Cow<'static, str>>,
+    last_transition_time: Option<Time>,
 }
 
 /// The statuses a condition takes.
@@ -343,30 +431,50 @@ fn known_reason<'de, D: serde::Deserializer<'de>>(
     d.deserialize_option(MaybeKnown(&REASONS))
 }
 
-impl From<PodCondition> for SlimPodCondition {
-    fn from(condition: PodCondition) -> Self {
-        Self {
-            type_: known(condition.type_, &KEPT_CONDITIONS),
-            status: known(condition.status, &STATUSES),
-            reason: condition.reason.map(|r| known(r, &REASONS)),
-            last_transition_time: condition.last_transition_time,
-        }
+impl SlimPodCondition {
+    /// The condition if its type is one of [`KEPT_CONDITIONS`].
+    fn kept(type_: &str, status: &str, reason: Option<Cow<'static, str>>, at: Option<Time>) -> Option<Self> {
+        Some(Self {
+            type_: PodConditionType::of(type_)?,
+            status: PodConditionStatus::of(status),
+            reason,
+            last_transition_time: at,
+        })
     }
 }
 
-/// The conditions of [`KEPT_CONDITIONS`], in their order.
-fn keep_conditions(conditions: Option<Vec<SlimPodCondition>>) -> Option<Vec<SlimPodCondition>> {
-    conditions.map(|mut conditions| {
-        conditions.retain(|c| KEPT_CONDITIONS.contains(&c.type_.as_ref()));
-        conditions.shrink_to_fit();
-        conditions
+/// A pod condition as read, kept if its type is kept.
+trait Keep {
+    fn keep(self) -> Option<SlimPodCondition>;
+}
+
+impl Keep for WireCondition {
+    fn keep(self) -> Option<SlimPodCondition> {
+        SlimPodCondition::kept(&self.type_, &self.status, self.reason, self.last_transition_time)
+    }
+}
+
+impl Keep for PodCondition {
+    fn keep(self) -> Option<SlimPodCondition> {
+        let reason = self.reason.map(|r| known(r, &REASONS));
+        SlimPodCondition::kept(&self.type_, &self.status, reason, self.last_transition_time)
+    }
+}
+
+/// The conditions of [`KEPT_CONDITIONS`], in the order they came, in a list of their size.
+fn keep_conditions<C: Keep>(conditions: Option<Vec<C>>) -> Option<Vec<SlimPodCondition>> {
+    conditions.map(|conditions| {
+        let mut kept: Vec<SlimPodCondition> =
+            conditions.into_iter().filter_map(Keep::keep).collect();
+        kept.shrink_to_fit();
+        kept
     })
 }
 
 fn kept_conditions<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<Vec<SlimPodCondition>>, D::Error> {
-    Option::<Vec<SlimPodCondition>>::deserialize(deserializer).map(keep_conditions)
+    Option::<Vec<WireCondition>>::deserialize(deserializer).map(keep_conditions)
 }
 
 impl From<Pod> for SlimPod {
@@ -438,11 +546,7 @@ impl From<PodStatus> for SlimPodStatus {
     fn from(status: PodStatus) -> Self {
         Self {
             phase: status.phase,
-            conditions: keep_conditions(
-                status
-                    .conditions
-                    .map(|c| c.into_iter().map(SlimPodCondition::from).collect()),
-            ),
+            conditions: keep_conditions(status.conditions),
             nominated_node_name: status.nominated_node_name,
             start_time: status.start_time,
         }
@@ -615,8 +719,9 @@ mod tests {
         let conditions = status.conditions.unwrap();
         assert_eq!(conditions.len(), 2, "{conditions:?}");
         let scheduled = &conditions[0];
-        assert!(matches!(scheduled.type_, Cow::Borrowed("PodScheduled")));
-        assert!(matches!(scheduled.status, Cow::Borrowed("False")));
+        assert_eq!(scheduled.type_, PodConditionType::PodScheduled);
+        assert_eq!(scheduled.status, PodConditionStatus::False);
+        assert!(scheduled.status == "False" && scheduled.type_ == "PodScheduled");
         assert!(matches!(
             scheduled.reason,
             Some(Cow::Borrowed("Unschedulable"))
@@ -625,28 +730,44 @@ mod tests {
         assert_eq!(conditions[1].reason.as_deref(), Some("SomethingNew"));
         let json = serde_json::to_value(scheduled).unwrap();
         assert_eq!(json["type"], "PodScheduled");
+        assert_eq!(json["status"], "False");
         assert!(json.get("message").is_none(), "{json}");
-        // From JSON text (strings read in place) too, a null reason read as none.
-        let from_text: SlimPodCondition = serde_json::from_str(
-            r#"{"type": "Ready", "status": "True", "reason": null, "message": "x"}"#,
+        // From JSON text (strings read in place) too, a null reason read as none, an unknown
+        // status as Unknown.
+        let from_text: SlimPodStatus = serde_json::from_str(
+            r#"{"conditions": [{"type": "Ready", "status": "True", "reason": null, "message": "x"},
+                {"type": "PodScheduled", "status": "Maybe", "reason": "PodFailed"}]}"#,
         )
         .unwrap();
-        assert!(matches!(from_text.type_, Cow::Borrowed("Ready")));
-        assert!(matches!(from_text.status, Cow::Borrowed("True")));
-        assert_eq!(from_text.reason, None);
-        let reasoned: SlimPodCondition =
-            serde_json::from_str(r#"{"type": "Ready", "status": "False", "reason": "PodFailed"}"#)
-                .unwrap();
-        assert!(matches!(reasoned.reason, Some(Cow::Borrowed("PodFailed"))));
-        // From a k8s-openapi condition too, at under two thirds of its size.
-        let converted = SlimPodCondition::from(PodCondition {
-            type_: "Ready".into(),
-            status: "True".into(),
-            ..PodCondition::default()
+        let from_text = from_text.conditions.unwrap();
+        assert_eq!(from_text[0].type_, PodConditionType::Ready);
+        assert_eq!(from_text[0].status, PodConditionStatus::True);
+        assert_eq!(from_text[0].reason, None);
+        assert_eq!(from_text[1].status, PodConditionStatus::Unknown);
+        assert!(matches!(from_text[1].reason, Some(Cow::Borrowed("PodFailed"))));
+        assert_eq!(from_text.capacity(), 2, "a list of its size");
+        // From a k8s-openapi condition too, at a third of its size; other types are dropped.
+        let converted = SlimPodStatus::from(k8s_openapi::api::core::v1::PodStatus {
+            conditions: Some(vec![
+                PodCondition {
+                    type_: "Initialized".into(),
+                    status: "True".into(),
+                    ..PodCondition::default()
+                },
+                PodCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    ..PodCondition::default()
+                },
+            ]),
+            ..Default::default()
         });
-        assert!(matches!(converted.status, Cow::Borrowed("True")));
+        let converted = converted.conditions.unwrap();
+        assert_eq!(converted.len(), 1);
+        assert_eq!(converted[0].type_, PodConditionType::Ready);
+        assert_eq!(converted[0].status, PodConditionStatus::True);
         assert!(
-            std::mem::size_of::<SlimPodCondition>() * 3 < std::mem::size_of::<PodCondition>() * 2,
+            std::mem::size_of::<SlimPodCondition>() * 2 < std::mem::size_of::<PodCondition>(),
             "{} B against {} B",
             std::mem::size_of::<SlimPodCondition>(),
             std::mem::size_of::<PodCondition>()
