@@ -457,7 +457,13 @@ pub(crate) fn extract_fields(behavior: Behavior, object: &Value) -> Fields {
             _ => "".into(),
         }
     };
-    let or_false = |text: Text| if text.is_empty() { "false".into() } else { text };
+    let or_false = |text: Text| {
+        if text.is_empty() {
+            "false".into()
+        } else {
+            text
+        }
+    };
     let values: Vec<Text> = match behavior {
         Behavior::Pod => vec![
             text("/spec/nodeName"),
@@ -647,7 +653,10 @@ mod tests {
         assert_eq!(read(POD_DELETING), "true");
         assert_eq!(read(POD_CONTROLLER), "ReplicaSet/web");
         assert_eq!(read("no.such.field"), "");
-        let node = extract_fields(Behavior::Node, &json!({ "spec": { "unschedulable": true } }));
+        let node = extract_fields(
+            Behavior::Node,
+            &json!({ "spec": { "unschedulable": true } }),
+        );
         assert_eq!(field(Behavior::Node, &node, "spec.unschedulable"), "true");
     }
 

@@ -137,11 +137,7 @@ const FIRST_INDEX_SWEEP: usize = 1_024;
 impl Indexes {
     /// The held indexes equal to `labels` and `fields` (or these, now held), and whether
     /// `labels` was new.
-    fn share(
-        &mut self,
-        labels: &[(Text, Text)],
-        fields: &[Text],
-    ) -> (Labels, Fields, bool) {
+    fn share(&mut self, labels: &[(Text, Text)], fields: &[Text]) -> (Labels, Fields, bool) {
         self.sweep();
         let (labels, new_labels) = if let Some(held) = self.labels.get(labels) {
             (Arc::clone(held), false)

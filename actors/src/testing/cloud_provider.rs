@@ -398,13 +398,15 @@ impl FakeCloudProvider {
                     ("memory", "8Gi"),
                     ("pods", "29"),
                     ("ephemeral-storage", "20Gi"),
-                ]).into(),
+                ])
+                .into(),
                 allocatable: quantities(&[
                     ("cpu", "1930m"),
                     ("memory", "7Gi"),
                     ("pods", "29"),
                     ("ephemeral-storage", "18Gi"),
-                ]).into(),
+                ])
+                .into(),
                 ..NodeClaimStatus::default()
             }),
         }

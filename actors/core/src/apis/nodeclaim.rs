@@ -1,7 +1,6 @@
 //! `karpenter.sh/v1` `NodeClaim`: a request for one node, created by the provisioner or the
 //! disruption controller and carried out by its `NodeClaimActor` (reference section 1.2).
 
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube_derive::CustomResource;
 use schemars::JsonSchema;

@@ -433,7 +433,12 @@ fn known_reason<'de, D: serde::Deserializer<'de>>(
 
 impl SlimPodCondition {
     /// The condition if its type is one of [`KEPT_CONDITIONS`].
-    fn kept(type_: &str, status: &str, reason: Option<Cow<'static, str>>, at: Option<Time>) -> Option<Self> {
+    fn kept(
+        type_: &str,
+        status: &str,
+        reason: Option<Cow<'static, str>>,
+        at: Option<Time>,
+    ) -> Option<Self> {
         Some(Self {
             type_: PodConditionType::of(type_)?,
             status: PodConditionStatus::of(status),
@@ -450,7 +455,12 @@ trait Keep {
 
 impl Keep for WireCondition {
     fn keep(self) -> Option<SlimPodCondition> {
-        SlimPodCondition::kept(&self.type_, &self.status, self.reason, self.last_transition_time)
+        SlimPodCondition::kept(
+            &self.type_,
+            &self.status,
+            self.reason,
+            self.last_transition_time,
+        )
     }
 }
 
@@ -744,7 +754,10 @@ mod tests {
         assert_eq!(from_text[0].status, PodConditionStatus::True);
         assert_eq!(from_text[0].reason, None);
         assert_eq!(from_text[1].status, PodConditionStatus::Unknown);
-        assert!(matches!(from_text[1].reason, Some(Cow::Borrowed("PodFailed"))));
+        assert!(matches!(
+            from_text[1].reason,
+            Some(Cow::Borrowed("PodFailed"))
+        ));
         assert_eq!(from_text.capacity(), 2, "a list of its size");
         // From a k8s-openapi condition too, at a third of its size; other types are dropped.
         let converted = SlimPodStatus::from(k8s_openapi::api::core::v1::PodStatus {

@@ -278,11 +278,16 @@ mod tests {
         assert!(Arc::ptr_eq(&first.capacity.0, &second.capacity.0));
         assert!(Arc::ptr_eq(&first.allocatable.0, &second.allocatable.0));
         assert!(!Arc::ptr_eq(&first.capacity.0, &first.allocatable.0));
-        assert_eq!(first.capacity, resources(&[("cpu", "2"), ("memory", "8Gi"), ("pods", "29")]));
+        assert_eq!(
+            first.capacity,
+            resources(&[("cpu", "2"), ("memory", "8Gi"), ("pods", "29")])
+        );
         assert_eq!(first.capacity.get("cpu"), Some(&Quantity("2".to_owned())));
 
         let mut changed = second.clone();
-        changed.capacity.insert("cpu".to_owned(), Quantity("4".to_owned()));
+        changed
+            .capacity
+            .insert("cpu".to_owned(), Quantity("4".to_owned()));
         assert_eq!(first.capacity.get("cpu"), Some(&Quantity("2".to_owned())));
         assert_eq!(changed.capacity.get("cpu"), Some(&Quantity("4".to_owned())));
         assert!(!Arc::ptr_eq(&first.capacity.0, &changed.capacity.0));
@@ -298,7 +303,11 @@ mod tests {
         );
         let empty = crate::apis::NodeClaimStatus::default();
         assert_eq!(serde_json::to_value(&empty).unwrap(), serde_json::json!({}));
-        assert!(SharedResources::from(plain.clone()) == plain);
-        assert!(SharedResources::default() != plain);
+        let (same, none) = (
+            SharedResources::from(plain.clone()),
+            SharedResources::default(),
+        );
+        assert!(same == plain);
+        assert!(none != plain);
     }
 }

@@ -673,6 +673,30 @@ mod tests {
     }
 
     #[test]
+    fn bound_pods_of_a_workload_are_held_once_and_others_apart() {
+        let bound = |name: &str, app: &str| {
+            let mut pod = pod(PodSpec {
+                node_name: Some("n1".to_owned()),
+                ..PodSpec::default()
+            });
+            pod.metadata.name = Some(name.to_owned());
+            pod.metadata.labels = Some(BTreeMap::from([("app".to_owned(), app.to_owned())]));
+            pod
+        };
+        let first = BoundPod::shared(&bound("web-1", "web"));
+        let second = BoundPod::shared(&bound("web-2", "web"));
+        let other = BoundPod::shared(&bound("db-1", "db"));
+        assert!(Arc::ptr_eq(&first, &second));
+        assert!(!Arc::ptr_eq(&first, &other));
+        assert!(first.counts_for_topology);
+        let mut going = bound("web-3", "web");
+        going.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        let going = BoundPod::shared(&going);
+        assert!(!going.counts_for_topology);
+        assert!(!Arc::ptr_eq(&first, &going));
+    }
+
+    #[test]
     fn tolerations_follow_kubernetes_matching() {
         let taint = Taint::new("gpu", Some("true"), TaintEffect::NoSchedule);
         let tol = |key: Option<&str>, op: &str, value: Option<&str>, effect: Option<&str>| {
