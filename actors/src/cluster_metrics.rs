@@ -909,13 +909,13 @@ mod tests {
                 conditions: Some(vec![
                     PodCondition {
                         type_: karpenter_core::apis::PodConditionType::PodScheduled,
-                        status: karpenter_core::apis::PodConditionStatus::True,
+                        status: karpenter_core::apis::conditions::ConditionStatus::True,
                         last_transition_time: Some(Time(at(13))),
                         ..PodCondition::default()
                     },
                     PodCondition {
                         type_: karpenter_core::apis::PodConditionType::Ready,
-                        status: karpenter_core::apis::PodConditionStatus::True,
+                        status: karpenter_core::apis::conditions::ConditionStatus::True,
                         last_transition_time: Some(Time(at(40))),
                         ..PodCondition::default()
                     },

@@ -4,7 +4,7 @@
 //!
 //! Label selectors: `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`, `k>1`,
 //! `k<1`, joined by commas. Field selectors: `f=v`, `f==v`, `f!=v`, joined by commas, on the
-//! fields each kind supports ([`supported_fields`]); others are rejected as the server does.
+//! fields each kind supports ([`is_supported`]); others are rejected as the server does.
 
 use std::sync::Arc;
 
@@ -305,7 +305,6 @@ pub(crate) struct FieldSelector(Vec<FieldRequirement>);
 impl FieldSelector {
     /// Parses `f=v,g!=w`, accepting only the fields `behavior` supports.
     pub fn parse(text: &str, behavior: Behavior) -> Result<Self, SelectorError> {
-        let supported = supported_fields(behavior);
         let mut requirements = Vec::new();
         for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             let (field, value, equal) = if let Some((f, v)) = term.split_once("!=") {
@@ -321,7 +320,7 @@ impl FieldSelector {
             };
             let field = field.trim();
             let field = canonical_field(behavior, field);
-            if !supported.contains(&field) {
+            if !is_supported(behavior, field) {
                 return Err(SelectorError(format!("field label not supported: {field}")));
             }
             requirements.push(FieldRequirement {
@@ -351,42 +350,16 @@ impl FieldSelector {
     }
 }
 
-/// The field selectors the API server supports per kind (besides `metadata.name` and
-/// `metadata.namespace`, supported everywhere). Nodes support only `spec.unschedulable`: a real
-/// server rejects `spec.providerID`, so the emulator does too (look nodes up by provider ID in
-/// the cluster-state store instead).
-pub(crate) fn supported_fields(behavior: Behavior) -> &'static [&'static str] {
-    match behavior {
-        Behavior::Pod => &[
-            "metadata.name",
-            "metadata.namespace",
-            "spec.nodeName",
-            "spec.restartPolicy",
-            "spec.schedulerName",
-            "spec.serviceAccountName",
-            "spec.hostNetwork",
-            "status.phase",
-            "status.podIP",
-            "status.nominatedNodeName",
-        ],
-        Behavior::Node => &["metadata.name", "spec.unschedulable"],
-        Behavior::Namespace => &["metadata.name", "status.phase"],
-        Behavior::CoreEvent | Behavior::EventsV1 => &[
-            "metadata.name",
-            "metadata.namespace",
-            "involvedObject.kind",
-            "involvedObject.namespace",
-            "involvedObject.name",
-            "involvedObject.uid",
-            "involvedObject.apiVersion",
-            "involvedObject.resourceVersion",
-            "involvedObject.fieldPath",
-            "reason",
-            "reportingComponent",
-            "source",
-            "type",
-        ],
-        _ => &["metadata.name", "metadata.namespace"],
+/// Whether a field selector may name `field` on objects of `behavior`, as the API server
+/// decides: `metadata.name` everywhere, `metadata.namespace` but on the cluster-scoped built-in
+/// kinds, and the kind's [`indexed_fields`] but the emulator's own. Nodes support only
+/// `spec.unschedulable`: a real server rejects `spec.providerID`, so the emulator does too (look
+/// nodes up by provider ID in the cluster-state store instead).
+pub(crate) fn is_supported(behavior: Behavior, field: &str) -> bool {
+    match field {
+        "metadata.name" => true,
+        "metadata.namespace" => !matches!(behavior, Behavior::Node | Behavior::Namespace),
+        _ => !field.starts_with(EMULATOR_FIELD) && indexed_fields(behavior).contains(&field),
     }
 }
 
@@ -422,7 +395,7 @@ pub(crate) fn indexed_fields(behavior: Behavior) -> &'static [&'static str] {
             "status.phase",
             "status.podIP",
             "status.nominatedNodeName",
-            // Not selectable (absent from `supported_fields`): indexed for PodDisruptionBudgets.
+            // Not selectable (the emulator's own): indexed for PodDisruptionBudgets.
             POD_READY,
             POD_DELETING,
             POD_CONTROLLER,
@@ -502,6 +475,9 @@ pub(crate) fn extract_fields(behavior: Behavior, object: &Value) -> Fields {
     debug_assert_eq!(values.len(), indexed_fields(behavior).len());
     values.into()
 }
+
+/// The prefix of the fields the emulator indexes for itself, which no selector may name.
+const EMULATOR_FIELD: &str = "emulator.";
 
 /// Index entry of a Pod: whether its `Ready` condition is `True`.
 pub(crate) const POD_READY: &str = "emulator.ready";
@@ -614,6 +590,11 @@ mod tests {
         let error = FieldSelector::parse("spec.providerID=aws:///x", Behavior::Node).unwrap_err();
         assert_eq!(error.0, "field label not supported: spec.providerID");
         assert!(FieldSelector::parse("spec.unschedulable=true", Behavior::Node).is_ok());
+        assert!(FieldSelector::parse("metadata.namespace=a", Behavior::Namespace).is_err());
+        assert!(FieldSelector::parse("metadata.namespace=a", Behavior::Pod).is_ok());
+        assert!(FieldSelector::parse("status.podIP=10.0.0.1", Behavior::Pod).is_ok());
+        let internal = format!("{POD_READY}=true");
+        assert!(FieldSelector::parse(&internal, Behavior::Pod).is_err());
     }
 
     #[test]
@@ -685,6 +666,15 @@ mod props {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// Every field a selector may name on objects of `behavior`.
+    fn supported_fields(behavior: Behavior) -> Vec<&'static str> {
+        ["metadata.name", "metadata.namespace"]
+            .into_iter()
+            .chain(indexed_fields(behavior).iter().copied())
+            .filter(|field| is_supported(behavior, field))
+            .collect()
+    }
 
     /// One generated label requirement, as the evaluator below reads it.
     #[derive(Debug, Clone)]

@@ -22,14 +22,26 @@ pub struct Condition {
 }
 
 /// `True`, `False` or `Unknown`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ConditionStatus {
     True,
     False,
+    #[default]
     Unknown,
 }
 
 impl ConditionStatus {
+    /// The status `text` names; any other text reads as `Unknown`, which no reader takes for
+    /// either answer (a pod condition's status as the watch reads it).
+    #[must_use]
+    pub fn of(text: &str) -> Self {
+        match text {
+            "True" => Self::True,
+            "False" => Self::False,
+            _ => Self::Unknown,
+        }
+    }
+
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {

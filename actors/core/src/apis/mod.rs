@@ -30,7 +30,7 @@ pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
 pub use pod::{
-    PodConditionStatus, PodConditionType, SharedPodSpec, SlimContainer, SlimPod, SlimPodCondition,
-    SlimPodSpec, SlimPodStatus, SlimVolume,
+    PodConditionType, SharedPodSpec, SlimContainer, SlimPod, SlimPodCondition, SlimPodSpec,
+    SlimPodStatus, SlimVolume,
 };
 pub use pod_meta::{PodMeta, SharedPodMeta, WirePod};

@@ -40,6 +40,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
+use super::conditions::ConditionStatus;
 use super::pod_meta::PodMeta;
 use crate::domain::interner::Interner;
 
@@ -256,7 +257,7 @@ pub struct SlimPodStatus {
 pub struct SlimPodCondition {
     #[serde(rename = "type")]
     pub type_: PodConditionType,
-    pub status: PodConditionStatus,
+    pub status: ConditionStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<Cow<'static, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -291,36 +292,6 @@ impl PodConditionType {
     }
 }
 
-/// A condition's status. The API's statuses are `True`, `False` and `Unknown`; any other
-/// text reads as `Unknown`, which no reader takes for either answer.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
-pub enum PodConditionStatus {
-    True,
-    False,
-    #[default]
-    Unknown,
-}
-
-impl PodConditionStatus {
-    #[must_use]
-    pub fn of(text: &str) -> Self {
-        match text {
-            "True" => Self::True,
-            "False" => Self::False,
-            _ => Self::Unknown,
-        }
-    }
-
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::True => "True",
-            Self::False => "False",
-            Self::Unknown => "Unknown",
-        }
-    }
-}
-
 macro_rules! compares_as_text {
     ($($type:ty),*) => {
         $(impl PartialEq<str> for $type {
@@ -337,7 +308,7 @@ macro_rules! compares_as_text {
     };
 }
 
-compares_as_text!(PodConditionType, PodConditionStatus);
+compares_as_text!(PodConditionType, ConditionStatus);
 
 /// A pod condition as the watch reads it, before [`keep_conditions`] keeps the kept types.
 #[derive(Default, Deserialize)]
@@ -441,7 +412,7 @@ impl SlimPodCondition {
     ) -> Option<Self> {
         Some(Self {
             type_: PodConditionType::of(type_)?,
-            status: PodConditionStatus::of(status),
+            status: ConditionStatus::of(status),
             reason,
             last_transition_time: at,
         })
@@ -730,7 +701,7 @@ mod tests {
         assert_eq!(conditions.len(), 2, "{conditions:?}");
         let scheduled = &conditions[0];
         assert_eq!(scheduled.type_, PodConditionType::PodScheduled);
-        assert_eq!(scheduled.status, PodConditionStatus::False);
+        assert_eq!(scheduled.status, ConditionStatus::False);
         assert!(scheduled.status == "False" && scheduled.type_ == "PodScheduled");
         assert!(matches!(
             scheduled.reason,
@@ -751,9 +722,9 @@ mod tests {
         .unwrap();
         let from_text = from_text.conditions.unwrap();
         assert_eq!(from_text[0].type_, PodConditionType::Ready);
-        assert_eq!(from_text[0].status, PodConditionStatus::True);
+        assert_eq!(from_text[0].status, ConditionStatus::True);
         assert_eq!(from_text[0].reason, None);
-        assert_eq!(from_text[1].status, PodConditionStatus::Unknown);
+        assert_eq!(from_text[1].status, ConditionStatus::Unknown);
         assert!(matches!(
             from_text[1].reason,
             Some(Cow::Borrowed("PodFailed"))
@@ -778,7 +749,7 @@ mod tests {
         let converted = converted.conditions.unwrap();
         assert_eq!(converted.len(), 1);
         assert_eq!(converted[0].type_, PodConditionType::Ready);
-        assert_eq!(converted[0].status, PodConditionStatus::True);
+        assert_eq!(converted[0].status, ConditionStatus::True);
         assert!(
             std::mem::size_of::<SlimPodCondition>() * 2 < std::mem::size_of::<PodCondition>(),
             "{} B against {} B",
