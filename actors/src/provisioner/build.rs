@@ -174,8 +174,9 @@ impl PodConversions {
 }
 
 /// A bound pod as an existing node's snapshot reads it: equal for the pods of a workload in
-/// one state, so held once per distinct value ([`BOUND_FACTS`]); the Provisioner and the
-/// disruption actor each keep one per bound pod between runs (50,000 at the scale run).
+/// one state, so held once per distinct value ([`BOUND_FACTS`], its `BoundPod` with it); the
+/// Provisioner and the disruption actor each keep one per bound pod between runs (50,000 at
+/// the scale run).
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct BoundFacts {
     terminal: bool,
@@ -191,7 +192,7 @@ impl BoundFacts {
             terminal: is_terminal(pod).is_some(),
             requests: pod.spec.as_ref().and_then(|spec| pod_requests(spec).ok()),
             daemon: is_daemon_pod(pod),
-            pod: BoundPod::shared(pod),
+            pod: Arc::new(BoundPod::from_pod(pod)),
         })
     }
 }
@@ -716,4 +717,45 @@ fn node_pool_input(
     )?;
     input.limits = held;
     Ok(input)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{Pod, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    use super::*;
+
+    fn bound(name: &str, app: &str) -> SlimPod {
+        SlimPod::from(Pod {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some("ns".to_owned()),
+                labels: Some(BTreeMap::from([("app".to_owned(), app.to_owned())])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some("n1".to_owned()),
+                ..PodSpec::default()
+            }),
+            status: None,
+        })
+    }
+
+    #[test]
+    fn bound_pods_of_a_workload_are_held_once_and_others_apart() {
+        let first = BoundFacts::of(&bound("web-1", "web"));
+        let second = BoundFacts::of(&bound("web-2", "web"));
+        let other = BoundFacts::of(&bound("db-1", "db"));
+        assert!(Arc::ptr_eq(&first, &second));
+        assert!(Arc::ptr_eq(&first.pod, &second.pod));
+        assert!(!Arc::ptr_eq(&first, &other));
+        assert!(!Arc::ptr_eq(&first.pod, &other.pod));
+        assert!(first.pod.counts_for_topology);
+        let mut going = bound("web-3", "web");
+        going.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        let going = BoundFacts::of(&going);
+        assert!(!going.pod.counts_for_topology);
+        assert!(!Arc::ptr_eq(&first.pod, &going.pod));
+    }
 }

@@ -168,12 +168,7 @@ impl From<BTreeMap<String, Quantity>> for SharedResources {
     }
 }
 
-impl FromIterator<(String, Quantity)> for SharedResources {
-    fn from_iter<I: IntoIterator<Item = (String, Quantity)>>(entries: I) -> Self {
-        Self::from(ResourceList(entries.into_iter().collect()))
-    }
-}
-
+/// Iterates as the map does (`for (name, quantity) in &status.capacity`).
 impl<'a> IntoIterator for &'a SharedResources {
     type Item = (&'a String, &'a Quantity);
     type IntoIter = std::collections::btree_map::Iter<'a, String, Quantity>;

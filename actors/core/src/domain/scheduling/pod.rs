@@ -563,8 +563,9 @@ impl SchedulingPod {
 }
 
 /// A pod already bound to a node, as topology counting and host ports see it. It names no
-/// pod: the pods of a workload in one state are equal, and [`BoundPod::shared`] holds them
-/// as one (at 50,000 bound pods a copy each was 8 MB of each actor that keeps them).
+/// pod: the pods of a workload in one state are equal, so a holder can keep one for them all
+/// (the Provisioner's bound-pod facts do; at 50,000 bound pods a copy each was 8 MB of each
+/// actor that keeps them).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BoundPod {
     pub namespace: Arc<str>,
@@ -577,16 +578,7 @@ pub struct BoundPod {
     pub counts_for_topology: bool,
 }
 
-/// Every bound pod read, once per distinct value.
-static BOUND_PODS: Interner<BoundPod> = Interner::new();
-
 impl BoundPod {
-    /// Reads a bound pod, shared with every equal one.
-    #[must_use]
-    pub fn shared(pod: &SlimPod) -> Arc<Self> {
-        BOUND_PODS.intern(Self::from_pod(pod))
-    }
-
     /// Reads a bound pod.
     #[must_use]
     pub fn from_pod(pod: &SlimPod) -> Self {
@@ -670,30 +662,6 @@ mod tests {
         assert_eq!(&*second.name, "q");
         assert!(!Arc::ptr_eq(&first.shape, &bigger.shape));
         assert_ne!(first.shape.requests, bigger.shape.requests);
-    }
-
-    #[test]
-    fn bound_pods_of_a_workload_are_held_once_and_others_apart() {
-        let bound = |name: &str, app: &str| {
-            let mut pod = pod(PodSpec {
-                node_name: Some("n1".to_owned()),
-                ..PodSpec::default()
-            });
-            pod.metadata.name = Some(name.to_owned());
-            pod.metadata.labels = Some(BTreeMap::from([("app".to_owned(), app.to_owned())]));
-            pod
-        };
-        let first = BoundPod::shared(&bound("web-1", "web"));
-        let second = BoundPod::shared(&bound("web-2", "web"));
-        let other = BoundPod::shared(&bound("db-1", "db"));
-        assert!(Arc::ptr_eq(&first, &second));
-        assert!(!Arc::ptr_eq(&first, &other));
-        assert!(first.counts_for_topology);
-        let mut going = bound("web-3", "web");
-        going.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
-        let going = BoundPod::shared(&going);
-        assert!(!going.counts_for_topology);
-        assert!(!Arc::ptr_eq(&first, &going));
     }
 
     #[test]
