@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::Node;
 use karpenter_core::apis::EC2NodeClass;
+use karpenter_core::apis::SlimNode;
 use karpenter_core::apis::nodeclaim::NodeClaim;
 use karpenter_core::apis::nodepool::NodePool;
 use karpenter_core::domain::tags::Tags;
@@ -234,7 +234,7 @@ impl CloudProvider for MeteredCloudProvider {
         self.inner.tag_instance(nodeclaim, tags).await
     }
 
-    fn node_registered(&self, nodeclaim: &NodeClaim, node: &Node) {
+    fn node_registered(&self, nodeclaim: &NodeClaim, node: &SlimNode) {
         self.inner.node_registered(nodeclaim, node);
     }
 

@@ -28,12 +28,12 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_core::apis::SlimPod;
-use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
+use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, SlimNode, labels};
 use rustc_hash::FxHashMap;
 
 /// A field of `K` that objects are looked up by.
@@ -96,7 +96,7 @@ pub const NODECLAIM_NODEPOOL: Field<NodeClaim> = Field {
 };
 
 /// `spec.providerID` of a Node.
-pub const NODE_PROVIDER_ID: Field<Node> = Field {
+pub const NODE_PROVIDER_ID: Field<SlimNode> = Field {
     name: "spec.providerID",
     position: 0,
     value: |node| node.spec.as_ref()?.provider_id.as_deref(),
@@ -134,7 +134,7 @@ impl Indexed for NodeClaim {
     }
 }
 
-impl Indexed for Node {
+impl Indexed for SlimNode {
     const FIELDS: &'static [Field<Self>] = &[NODE_PROVIDER_ID];
     fn names(&self) -> (Option<&str>, &str) {
         names!(self)
@@ -398,7 +398,7 @@ mod tests {
 
     use k8s_openapi::api::core::v1::NodeSpec;
     // The view's slim types, under the names the literals below use.
-    use karpenter_core::apis::{SharedPodSpec as PodSpec, SlimPod as Pod};
+    use karpenter_core::apis::{SharedPodSpec as PodSpec, SlimNode as Node, SlimPod as Pod};
     use proptest::prelude::*;
 
     use super::*;

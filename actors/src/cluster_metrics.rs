@@ -56,11 +56,11 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
-use karpenter_core::apis::SlimPod;
 use karpenter_core::apis::labels;
+use karpenter_core::apis::shared::ResourceList;
+use karpenter_core::apis::{SlimNode, SlimPod};
 use karpenter_core::domain::resources::{CPU, Resources, pod_limits, pod_requests};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -128,7 +128,7 @@ fn value_of(name: &str, amount: i64) -> f64 {
 
 /// The node's metric labels (without `resource_type`).
 #[must_use]
-pub fn node_labels(node: &Node) -> DynamicLabels {
+pub fn node_labels(node: &SlimNode) -> DynamicLabels {
     let own = node.metadata.labels.as_ref();
     let mut out: DynamicLabels = vec![
         (
@@ -189,7 +189,7 @@ fn limits_of(pod: &SlimPod) -> Resources {
         .unwrap_or_default()
 }
 
-fn list_of(list: Option<&BTreeMap<String, Quantity>>) -> Resources {
+fn list_of(list: Option<&ResourceList>) -> Resources {
     list.and_then(|l| Resources::from_list(l).ok())
         .unwrap_or_default()
 }
@@ -214,8 +214,8 @@ pub fn node_figures(view: &dyn ClusterView, now: Timestamp) -> Vec<NodeFigures> 
         .iter()
         .map(|node| {
             let status = node.status.as_ref();
-            let allocatable = list_of(status.and_then(|s| s.allocatable.as_ref()));
-            let capacity = list_of(status.and_then(|s| s.capacity.as_ref()));
+            let allocatable = list_of(status.and_then(|s| s.allocatable.as_deref()));
+            let capacity = list_of(status.and_then(|s| s.capacity.as_deref()));
             let mut overhead = capacity.minus(&allocatable);
             overhead.clamp_negative_to_zero();
             let mut figures = NodeFigures {
@@ -269,7 +269,7 @@ pub fn cluster_utilization(nodes: &[NodeFigures]) -> BTreeMap<String, f64> {
 
 /// `pod` as Karpenter's `karpenter_pods_state` labels it, with its node's labels.
 #[must_use]
-pub fn pod_state_labels(pod: &SlimPod, node: Option<&Node>) -> DynamicLabels {
+pub fn pod_state_labels(pod: &SlimPod, node: Option<&SlimNode>) -> DynamicLabels {
     let node_label = |key: &str| {
         node.and_then(|n| n.metadata.labels.as_ref())
             .and_then(|l| l.get(key))
@@ -819,7 +819,7 @@ impl ClusterMetrics {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{NodeStatus, ResourceRequirements};
+    use k8s_openapi::api::core::v1::{Node, NodeStatus, ResourceRequirements};
     // The view's slim types, under the names the literals below use.
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
     use karpenter_core::apis::NodePool;
@@ -842,8 +842,8 @@ mod tests {
         Timestamp::from_second(1_700_000_000 + seconds).unwrap()
     }
 
-    fn node(name: &str) -> Node {
-        Node {
+    fn node(name: &str) -> SlimNode {
+        SlimNode::from(Node {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 creation_timestamp: Some(Time(at(0))),
@@ -868,7 +868,7 @@ mod tests {
                 ..NodeStatus::default()
             }),
             ..Node::default()
-        }
+        })
     }
 
     fn pod(name: &str, node: &str, daemon: bool) -> Pod {

@@ -39,6 +39,7 @@ use crate::ports::cluster::{ClusterError, Deletion};
 use crate::runtime::{
     ActorCtx, ActorError, ControllerId, Handles, Mail, RestartPolicy, Supervised,
 };
+use karpenter_core::apis::SlimNode;
 use karpenter_core::apis::condition_set;
 use karpenter_core::apis::conditions::nodeclaim as cond;
 use karpenter_core::apis::labels;
@@ -91,7 +92,7 @@ impl Mail for ReleaseOrphanNodes {
 
 /// Whether a Node is being deleted and still held by our finalizer.
 #[must_use]
-pub fn is_held_in_deletion(node: &Node) -> bool {
+pub fn is_held_in_deletion(node: &SlimNode) -> bool {
     node.metadata.deletion_timestamp.is_some()
         && node
             .metadata
@@ -320,7 +321,7 @@ impl GarbageCollectorActor {
     /// Deletes a leaked instance's Node. Its instance is terminated and no NodeClaim owns it,
     /// so nothing is left to drain: our finalizer is removed too, or the Node would wait for
     /// an owner that does not exist.
-    async fn delete_node(&self, node: &Node) -> Result<(), GarbageCollectionError> {
+    async fn delete_node(&self, node: &SlimNode) -> Result<(), GarbageCollectionError> {
         let name = node.metadata.name.clone().unwrap_or_default();
         let error = |what, source| GarbageCollectionError::Write {
             what,
@@ -424,7 +425,7 @@ impl GarbageCollectorActor {
         if !self.deps.view.is_synced() {
             return Ok(0);
         }
-        let orphans: Vec<Arc<Node>> = self
+        let orphans: Vec<Arc<SlimNode>> = self
             .deps
             .view
             .nodes()

@@ -101,9 +101,11 @@ macro_rules! for_each_watched_kind {
 /// The object types of [`for_each_watched_kind!`], under the names its rows use.
 pub mod watched {
     pub use k8s_openapi::api::apps::v1::DaemonSet;
-    pub use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+    pub use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
     pub use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     pub use k8s_openapi::api::storage::v1::VolumeAttachment;
+    /// Nodes too ([`SlimNode`](karpenter_core::apis::SlimNode)).
+    pub use karpenter_core::apis::SlimNode as Node;
     /// Pods are watched slim: the fields the daemon reads, decoded straight from the watch.
     pub use karpenter_core::apis::SlimPod as Pod;
     pub use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};

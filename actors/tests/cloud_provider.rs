@@ -928,7 +928,7 @@ async fn offering_gauges_carry_every_offerings_price_and_availability() {
 }
 
 /// The node a launched NodeClaim registers as, reporting `memory` of capacity.
-fn registered_node(claim: &NodeClaim, memory: &str) -> k8s_openapi::api::core::v1::Node {
+fn registered_node(claim: &NodeClaim, memory: &str) -> karpenter_core::apis::SlimNode {
     serde_json::from_value(json!({
         "metadata": {"name": "n1", "labels": claim.metadata.labels.clone()},
         "status": {"capacity": {"cpu": "2", "memory": memory}},

@@ -964,7 +964,7 @@ impl CloudProvider for UnusedCloud {
     ) -> Result<(), CloudProviderError> {
         unimplemented!("not used by the NodeClassActor")
     }
-    fn node_registered(&self, _: &NodeClaim, _: &k8s_openapi::api::core::v1::Node) {}
+    fn node_registered(&self, _: &NodeClaim, _: &karpenter_core::apis::SlimNode) {}
 
     fn repair_policies(&self) -> std::borrow::Cow<'static, [RepairPolicy]> {
         std::borrow::Cow::Borrowed(&[])

@@ -18,15 +18,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use karpenter_actors::daemon::{Daemon, StartOptions};
 use karpenter_actors::deps::Deps;
 use karpenter_actors::messages::{ClusterChange, WatchedKind, WatchedType};
 use karpenter_actors::runtime::{ActorKit, GroupRef, GroupSpec, RootGroup, SpawnError};
-use karpenter_core::apis::SlimPod;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::apis::{SlimNode, SlimPod};
 use karpenter_core::domain::pods::{PodChange, is_pod_event, provisionable};
 use kube::ResourceExt as _;
 use prometheus_client::registry::Registry;
@@ -90,7 +90,7 @@ impl Routed for SlimPod {
     }
 }
 
-impl Routed for Node {
+impl Routed for SlimNode {
     fn change(&self, seen: Seen<'_, Self>) -> ClusterChange {
         let deleted = seen.is_deleted();
         ClusterChange::Node {
@@ -479,10 +479,10 @@ mod tests {
     #[test]
     fn a_relist_names_its_kind() {
         assert_eq!(
-            change_of::<Node>(&Observed::Relisted),
+            change_of::<SlimNode>(&Observed::Relisted),
             ClusterChange::Relisted(WatchedKind::Node)
         );
-        let mut node = Node::default();
+        let mut node = SlimNode::default();
         node.metadata.name = Some("n1".into());
         node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
             provider_id: Some("aws:///us-west-2a/i-1".into()),

@@ -39,6 +39,7 @@ use karpenter_actors::ports::iam::{IamApi, InstanceProfile};
 use karpenter_actors::ports::sqs::{ReceiveRequest, SqsApi, SqsMessage};
 use karpenter_core::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
+    SlimNode,
 };
 
 use crate::kube::leader::LeadershipGate;
@@ -183,7 +184,7 @@ impl ClusterApi for GatedClusterApi {
 
     async fn update_node_from(
         &self,
-        known: &Node,
+        known: &SlimNode,
         change: Change<'_, Node>,
     ) -> Result<Node, ClusterError> {
         self.check(ObjectKind::Node, name_of(&known.metadata))?;
@@ -264,7 +265,7 @@ impl CloudProvider for GatedCloudProvider {
         self.inner.list_brief().await
     }
 
-    fn node_registered(&self, nodeclaim: &NodeClaim, node: &Node) {
+    fn node_registered(&self, nodeclaim: &NodeClaim, node: &SlimNode) {
         self.inner.node_registered(nodeclaim, node);
     }
 

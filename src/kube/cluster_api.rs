@@ -26,6 +26,7 @@ use karpenter_actors::ports::cluster::{
 use karpenter_actors::retry::RetryPolicy;
 use karpenter_core::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
+    SlimNode,
 };
 use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::Reporter;
@@ -565,10 +566,12 @@ impl ClusterApi for KubeClusterApi {
 
     async fn update_node_from(
         &self,
-        known: &Node,
+        known: &SlimNode,
         change: Change<'_, Node>,
     ) -> Result<Node, ClusterError> {
-        self.update_from(ObjectKind::Node, Part::Main, known, change)
+        // The patch is the change's difference, so what the slim copy lacks is never sent.
+        let known = Node::from(known.clone());
+        self.update_from(ObjectKind::Node, Part::Main, &known, change)
             .await
     }
 

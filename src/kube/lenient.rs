@@ -13,20 +13,21 @@
 //! read a second time, for its metadata); the built-in kinds decode as they are, since the API
 //! server guarantees their shape. Pods decode straight into a
 //! [`WirePod`], which names only the fields the daemon reads, so the rest of a Pod is never
-//! built, and become a [`SlimPod`], whose metadata is shared with its workload's pods. Every
-//! decoded object then loses what no reader of the store looks at (`managedFields`, kubectl's
-//! last-applied annotation; of Nodes, see [`Slim`]) before the store keeps it.
+//! built, and become a [`SlimPod`], whose metadata is shared with its workload's pods; Nodes
+//! decode straight into a [`SlimNode`] (its capacity and allocatable shared with every node of
+//! equal ones). Every decoded object then loses what no reader of the store looks at
+//! (`managedFields`, kubectl's last-applied annotation) before the store keeps it.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, SlimPod, WirePod};
+use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, SlimNode, SlimPod, WirePod};
 use kube::Resource;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer};
@@ -102,25 +103,8 @@ pub trait Slim: Clone {
     }
 }
 
-/// A Node drops the images its kubelet lists (dozens of names and sizes on a real node), its
-/// volume lists (the daemon reads `VolumeAttachments` instead) and the kubelet's account of
-/// itself that nothing in the daemon reads: addresses, system info (versions, boot and machine
-/// ids), daemon endpoints, config source, runtime handlers and features.
-impl Slim for Node {
-    fn slim(&mut self) {
-        if let Some(status) = self.status.as_mut() {
-            status.images = None;
-            status.volumes_in_use = None;
-            status.volumes_attached = None;
-            status.addresses = None;
-            status.node_info = None;
-            status.daemon_endpoints = None;
-            status.config = None;
-            status.runtime_handlers = None;
-            status.features = None;
-        }
-    }
-}
+/// A Node decodes as a [`SlimNode`], which never reads what the daemon does not.
+impl Slim for SlimNode {}
 
 /// A pod's only lists outside its shared spec are its owner references and finalizers (its
 /// conditions are sized as they are filtered), which becoming a [`SlimPod`] sizes: there is
@@ -160,7 +144,7 @@ impl WireFormat for SlimPod {
 }
 
 strict!(
-    Node,
+    SlimNode,
     DaemonSet,
     PodDisruptionBudget,
     VolumeAttachment,
@@ -353,9 +337,10 @@ mod tests {
     }
 
     #[test]
-    fn a_node_drops_its_image_and_volume_lists_and_the_kubelets_account_of_itself() {
-        let node: Node = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "n", "labels": {"karpenter.sh/nodepool": "default"}},
+    fn a_node_keeps_what_the_daemon_reads_and_never_decodes_the_kubelets_account_of_itself() {
+        let json = serde_json::json!({
+            "metadata": {"name": "n", "labels": {"karpenter.sh/nodepool": "default"},
+                         "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
             "spec": {"providerID": "aws:///us-west-2a/i-1", "taints": [{"key": "k", "effect": "NoSchedule"}]},
             "status": {
                 "capacity": {"cpu": "4"}, "allocatable": {"cpu": "3900m"},
@@ -371,34 +356,27 @@ mod tests {
                 "runtimeHandlers": [{"name": "runc", "features": {"recursiveReadOnlyMounts": true}}],
                 "features": {"supplementalGroupsPolicy": true},
             },
-        }))
-        .unwrap();
-        let slim = Node::decode(node.clone()).unwrap();
+        });
+        let whole: k8s_openapi::api::core::v1::Node = serde_json::from_value(json.clone()).unwrap();
+        let wire: SlimNode = serde_json::from_value(json).unwrap();
+        let slim = SlimNode::decode(wire).unwrap();
+        assert!(slim.metadata.managed_fields.is_none());
         let status = slim.status.as_ref().unwrap();
-        assert!(
-            status.images.is_none()
-                && status.volumes_in_use.is_none()
-                && status.volumes_attached.is_none()
-        );
-        let original = node.status.as_ref().unwrap();
-        assert!(original.node_info.is_some() && original.runtime_handlers.is_some());
+        let original = whole.status.as_ref().unwrap();
         assert_eq!(
-            (
-                &status.addresses,
-                &status.node_info,
-                &status.daemon_endpoints,
-                &status.runtime_handlers,
-                &status.features,
-            ),
-            (&None, &None, &None, &None, &None)
+            status.capacity.as_ref().unwrap(),
+            original.capacity.as_ref().unwrap()
         );
         assert_eq!(
-            status.allocatable,
-            node.status.as_ref().unwrap().allocatable
+            status.allocatable.as_ref().unwrap(),
+            original.allocatable.as_ref().unwrap()
         );
-        assert_eq!(status.conditions, node.status.as_ref().unwrap().conditions);
-        assert_eq!(slim.spec, node.spec);
-        assert_eq!(slim.metadata.labels, node.metadata.labels);
+        assert_eq!(status.conditions, original.conditions);
+        assert_eq!(slim.spec, whole.spec);
+        assert_eq!(slim.metadata.labels, whole.metadata.labels);
+        let kept = serde_json::to_value(&slim).unwrap();
+        let kept_status: Vec<&String> = kept["status"].as_object().unwrap().keys().collect();
+        assert_eq!(kept_status, ["allocatable", "capacity", "conditions"]);
     }
 
     #[test]

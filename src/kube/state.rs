@@ -17,14 +17,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use karpenter_actors::cluster_index::{
     Field, IndexEvent, Indexed, KindIndex, NODE_PROVIDER_ID, NODECLAIM_NODEPOOL,
     NODECLAIM_PROVIDER_ID, POD_NODE_NAME, VOLUME_ATTACHMENT_NODE_NAME, split_key,
 };
-use karpenter_core::apis::SlimPod;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::apis::{SlimNode, SlimPod};
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
@@ -236,7 +236,7 @@ impl ClusterState {
     }
 
     #[must_use]
-    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+    pub fn node(&self, name: &str) -> Option<Arc<SlimNode>> {
         self.nodes.get(None, name)
     }
 
@@ -263,13 +263,13 @@ impl ClusterState {
     /// The node with this provider ID (the API server cannot select nodes by it); the first
     /// by name when several have it.
     #[must_use]
-    pub fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
+    pub fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<SlimNode>> {
         self.find_first(&NODE_PROVIDER_ID, provider_id)
     }
 
     /// Every node with this provider ID, by name.
     #[must_use]
-    pub fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Arc<Node>> {
+    pub fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Arc<SlimNode>> {
         self.find(&NODE_PROVIDER_ID, provider_id)
     }
 
@@ -334,13 +334,13 @@ impl karpenter_actors::ports::cluster_view::ClusterView for ClusterState {
     fn ec2nodeclass(&self, name: &str) -> Option<Arc<EC2NodeClass>> {
         ClusterState::ec2nodeclass(self, name)
     }
-    fn node(&self, name: &str) -> Option<Arc<Node>> {
+    fn node(&self, name: &str) -> Option<Arc<SlimNode>> {
         ClusterState::node(self, name)
     }
-    fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
+    fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<SlimNode>> {
         ClusterState::node_by_provider_id(self, provider_id)
     }
-    fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Arc<Node>> {
+    fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Arc<SlimNode>> {
         ClusterState::nodes_by_provider_id(self, provider_id)
     }
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<SlimPod>> {
@@ -368,8 +368,8 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::NodeSpec;
 
-    fn node(name: &str, provider_id: &str) -> Node {
-        let mut node = Node::default();
+    fn node(name: &str, provider_id: &str) -> SlimNode {
+        let mut node = SlimNode::default();
         node.metadata.name = Some(name.into());
         node.spec = Some(NodeSpec {
             provider_id: Some(provider_id.into()),

@@ -20,11 +20,11 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use karpenter_actors::messages::WatchedKind;
 use karpenter_actors::ports::clock::Clock;
 use karpenter_actors::ports::cluster_view::{ChangeMark, ClusterView};
-use karpenter_core::apis::SlimPod;
+use karpenter_core::apis::{SlimNode, SlimPod};
 use karpenter_core::domain::resources::{Resources, pod_requests};
 use karpenter_core::domain::scheduling::{
     BoundPod, ExistingNode, NodeLabels, Options, Plan, SchedulingPod, Snapshot, solve,
@@ -137,7 +137,7 @@ pub fn is_marked_unschedulable(pod: &SlimPod) -> bool {
 
 /// Whether a node takes new pods: Ready, not cordoned, not deleting.
 #[must_use]
-pub fn is_schedulable(node: &Node) -> bool {
+pub fn is_schedulable(node: &SlimNode) -> bool {
     let ready = node
         .status
         .as_ref()
@@ -152,7 +152,7 @@ pub fn is_schedulable(node: &Node) -> bool {
 }
 
 /// A node as the scheduler core takes it, with the pods on it (and those assumed there).
-pub(crate) fn existing_node(node: &Arc<Node>, pods: &[Arc<SlimPod>]) -> ExistingNode {
+pub(crate) fn existing_node(node: &Arc<SlimNode>, pods: &[Arc<SlimPod>]) -> ExistingNode {
     let status = node.status.clone().unwrap_or_default();
     let allocatable =
         Resources::from_list(&status.allocatable.unwrap_or_default()).unwrap_or_default();
@@ -257,7 +257,7 @@ impl FakeScheduler {
                 .cmp(&created(b))
                 .then_with(|| key_ref(a).cmp(&key_ref(b)))
         });
-        let mut nodes: Vec<Arc<Node>> = self
+        let mut nodes: Vec<Arc<SlimNode>> = self
             .view
             .nodes()
             .into_iter()
@@ -295,7 +295,7 @@ impl FakeScheduler {
         &self,
         pods: &[Arc<SlimPod>],
         pending: Vec<&Arc<SlimPod>>,
-        nodes: &[Arc<Node>],
+        nodes: &[Arc<SlimNode>],
     ) -> (Snapshot, Vec<Arc<SlimPod>>, usize) {
         let mut by_node: BTreeMap<String, Vec<Arc<SlimPod>>> = BTreeMap::new();
         for pod in pods {
@@ -384,7 +384,7 @@ impl FakeScheduler {
         }
     }
 
-    fn fingerprint(pending: &[&Arc<SlimPod>], nodes: &[Arc<Node>], pods: usize) -> u64 {
+    fn fingerprint(pending: &[&Arc<SlimPod>], nodes: &[Arc<SlimNode>], pods: usize) -> u64 {
         let mut hasher = DefaultHasher::new();
         pods.hash(&mut hasher);
         for pod in pending {

@@ -14,7 +14,7 @@ use karpenter_actors::cluster_index::Indexed;
 use karpenter_actors::messages::ClusterChange;
 use karpenter_actors::ports::cluster_view::ClusterView as _;
 use karpenter_core::apis::NodeClaim;
-use karpenter_core::apis::SlimPod;
+use karpenter_core::apis::{SlimNode, SlimPod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt as _};
 use serde_json::json;
@@ -77,7 +77,7 @@ async fn the_store_and_subscribers_converge_after_watch_errors_and_restarts() {
     let state = ingress.state();
     let counters = ingress.counters();
     let mut pod_changes = ingress.channel::<SlimPod>(1024);
-    let mut node_changes = ingress.channel::<Node>(1024);
+    let mut node_changes = ingress.channel::<SlimNode>(1024);
     let task = tokio::spawn(ingress.run());
     state.wait_until_ready().await.unwrap();
     let mut pod_names = BTreeSet::new();
@@ -248,7 +248,7 @@ async fn a_deleted_node_leaves_the_provider_id_index() {
     let nodes: Api<Node> = Api::all(client.clone());
     let mut ingress = ClusterIngress::new(client);
     let state = ingress.state();
-    let mut changes = ingress.channel::<Node>(1024);
+    let mut changes = ingress.channel::<SlimNode>(1024);
     let task = tokio::spawn(ingress.run());
     state.wait_until_ready().await.unwrap();
     nodes
@@ -278,7 +278,7 @@ async fn a_relist_after_the_history_is_compacted_rebuilds_the_index() {
     let mut ingress = ClusterIngress::new(client);
     let state = ingress.state();
     let counters = ingress.counters();
-    let mut changes = ingress.channel::<Node>(1024);
+    let mut changes = ingress.channel::<SlimNode>(1024);
     let task = tokio::spawn(ingress.run());
     state.wait_until_ready().await.unwrap();
     assert!(state.node_by_provider_id("aws:///zone/i-n1").is_some());
@@ -511,7 +511,7 @@ async fn a_watch_that_panics_is_restarted_with_a_fresh_list_and_the_other_kinds_
         panicked: std::sync::Arc::default(),
     });
     let mut pod_changes = ingress.channel::<SlimPod>(1024);
-    let mut node_changes = ingress.channel::<Node>(1024);
+    let mut node_changes = ingress.channel::<SlimNode>(1024);
     let task = tokio::spawn(ingress.run());
     state.wait_until_ready().await.unwrap();
     pods.create(&PostParams::default(), &pod("poison"))
@@ -554,7 +554,7 @@ async fn a_watch_that_keeps_failing_fails_its_check_by_name_and_recovers() {
     let mut ingress = ClusterIngress::new(client);
     let state = ingress.state();
     let health = ingress.health();
-    let mut node_changes = ingress.channel::<Node>(1024);
+    let mut node_changes = ingress.channel::<SlimNode>(1024);
     let task = tokio::spawn(ingress.run());
     state.wait_until_ready().await.unwrap();
     // The API server refuses every watch and list of nodes from now on.

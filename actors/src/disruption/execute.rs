@@ -26,7 +26,7 @@ fn disrupted_taint() -> Taint {
 }
 
 /// Whether a Node carries the disrupted taint.
-pub(super) fn has_disrupted_taint(node: &k8s_openapi::api::core::v1::Node) -> bool {
+pub(super) fn has_disrupted_taint(node: &karpenter_core::apis::SlimNode) -> bool {
     node.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())

@@ -7,7 +7,6 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, TryLockError};
 
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::messages::WatchedKind;
@@ -17,7 +16,7 @@ use crate::ports::cluster_view::{ChangeMark, ClusterView};
 use crate::provisioner::build::{self, StateRef, UsablePool};
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as cond};
 use karpenter_core::apis::labels;
-use karpenter_core::apis::{NodeClaim, NodePool};
+use karpenter_core::apis::{NodeClaim, NodePool, SlimNode};
 use karpenter_core::domain::disruption::{
     DisruptionInput, DisruptionOptions, Memos, NodeClaimFacts, NodePod, Pdb, PoolInput, StateNode,
 };
@@ -83,7 +82,7 @@ fn claim_facts(claim: &NodeClaim) -> NodeClaimFacts {
     }
 }
 
-fn node_ready(node: &Node) -> bool {
+fn node_ready(node: &SlimNode) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -428,7 +427,7 @@ mod tests {
     use super::*;
     use crate::testing::MemoryClusterView;
 
-    fn node(name: &str) -> Node {
+    fn node(name: &str) -> SlimNode {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
             "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}},

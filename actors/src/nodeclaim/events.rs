@@ -2,13 +2,14 @@
 //! messages (core `pkg/events/reason.go`, `nodeclaim/lifecycle/events.go`,
 //! `node/termination/terminator/events`, `node/health/events.go`).
 
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 
 use super::drain::PodKey;
 use super::launch::truncate;
 use crate::ports::cluster::{ClusterEvent, EventType};
 use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::SlimNode;
 
 /// Event reasons (Karpenter's).
 pub mod reason {
@@ -33,7 +34,7 @@ fn nodeclaim_ref(nodeclaim: &NodeClaim) -> ObjectReference {
     }
 }
 
-fn node_ref(node: &Node) -> ObjectReference {
+fn node_ref(node: &SlimNode) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".to_owned()),
         kind: Some("Node".to_owned()),
@@ -142,7 +143,7 @@ pub fn nodeclaim_grace_period_expiring(nodeclaim: &NodeClaim, deadline: &str) ->
 
 /// The node's pods will be deleted by `deadline`.
 #[must_use]
-pub fn node_grace_period_expiring(node: &Node, deadline: &str) -> ClusterEvent {
+pub fn node_grace_period_expiring(node: &SlimNode, deadline: &str) -> ClusterEvent {
     event(
         node_ref(node),
         EventType::Warning,
@@ -154,7 +155,7 @@ pub fn node_grace_period_expiring(node: &Node, deadline: &str) -> ClusterEvent {
 
 /// The node could not be drained yet.
 #[must_use]
-pub fn failed_draining(node: &Node, why: &str) -> ClusterEvent {
+pub fn failed_draining(node: &SlimNode, why: &str) -> ClusterEvent {
     event(
         node_ref(node),
         EventType::Warning,
@@ -198,7 +199,7 @@ pub fn pod_deleted_for_grace_period(
 /// Node Repair would replace the node, but too many nodes of its pool (or of the cluster, for a
 /// NodeClaim without a pool) are unhealthy.
 #[must_use]
-pub fn node_repair_blocked(node: &Node, why: &str) -> ClusterEvent {
+pub fn node_repair_blocked(node: &SlimNode, why: &str) -> ClusterEvent {
     event(
         node_ref(node),
         EventType::Warning,

@@ -4,9 +4,10 @@
 //! in the node's allocatable (device plugins register extended resources late). Then the
 //! NodeClaimActor labels the node `karpenter.sh/initialized=true` and sets `Initialized`.
 
-use k8s_openapi::api::core::v1::{Node, Taint as ApiTaint};
+use k8s_openapi::api::core::v1::Taint as ApiTaint;
 
 use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::SlimNode;
 use karpenter_core::apis::conditions::nodeclaim as reasons;
 use karpenter_core::apis::labels;
 use karpenter_core::domain::resources::parse_resource;
@@ -29,7 +30,7 @@ pub const KNOWN_EPHEMERAL_TAINTS: [(&str, &str); 4] = [
 
 /// Whether the node's `Ready` condition is `True`.
 #[must_use]
-pub fn is_ready(node: &Node) -> bool {
+pub fn is_ready(node: &SlimNode) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -37,7 +38,7 @@ pub fn is_ready(node: &Node) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
-fn node_taints(node: &Node) -> &[ApiTaint] {
+fn node_taints(node: &SlimNode) -> &[ApiTaint] {
     node.spec
         .as_ref()
         .and_then(|s| s.taints.as_deref())
@@ -54,7 +55,7 @@ pub fn format_taint(taint: &ApiTaint) -> String {
 }
 
 /// `Ok` when the node is initialized, else why not.
-pub fn check(node: &Node, nodeclaim: &NodeClaim) -> Result<(), NotInitialized> {
+pub fn check(node: &SlimNode, nodeclaim: &NodeClaim) -> Result<(), NotInitialized> {
     if !is_ready(node) {
         return Err(NotInitialized {
             reason: reasons::REASON_NODE_NOT_READY,
@@ -102,7 +103,7 @@ pub fn check(node: &Node, nodeclaim: &NodeClaim) -> Result<(), NotInitialized> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
+    use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use std::collections::BTreeMap;
 
@@ -120,8 +121,8 @@ mod tests {
         .unwrap()
     }
 
-    fn node(ready: bool, taints: &[(&str, &str)], gpus: &str) -> Node {
-        Node {
+    fn node(ready: bool, taints: &[(&str, &str)], gpus: &str) -> SlimNode {
+        SlimNode::from(Node {
             spec: Some(NodeSpec {
                 taints: Some(
                     taints
@@ -148,7 +149,7 @@ mod tests {
                 ..NodeStatus::default()
             }),
             ..Node::default()
-        }
+        })
     }
 
     #[test]

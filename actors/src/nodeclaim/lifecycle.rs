@@ -30,7 +30,7 @@ use karpenter_core::apis::condition_set::{
 };
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as cond, nodepool as pool_cond};
 use karpenter_core::apis::labels;
-use karpenter_core::apis::{NodeClaim, NodeClaimStatus, NodePoolStatus};
+use karpenter_core::apis::{NodeClaim, NodeClaimStatus, NodePoolStatus, SlimNode};
 
 /// What a step leaves for the next.
 pub(super) enum Step {
@@ -217,7 +217,7 @@ impl NodeClaimActor {
     }
 
     /// The Node of a NodeClaim, by provider id.
-    pub(super) fn node_of(&self, nodeclaim: &NodeClaim) -> Option<Arc<Node>> {
+    pub(super) fn node_of(&self, nodeclaim: &NodeClaim) -> Option<Arc<SlimNode>> {
         provider_id(nodeclaim).and_then(|id| self.deps.view.node_by_provider_id(id))
     }
 
@@ -615,10 +615,12 @@ impl NodeClaimActor {
                 .await;
         }
         let mut probe = (*node).clone();
-        registration::sync_node(&mut probe, &nodeclaim);
+        registration::sync_node(&mut probe.metadata, &mut probe.spec, &nodeclaim);
         if probe != *node {
             let claim = Arc::clone(&nodeclaim);
-            let change = move |node: &mut Node| registration::sync_node(node, &claim);
+            let change = move |node: &mut Node| {
+                registration::sync_node(&mut node.metadata, &mut node.spec, &claim);
+            };
             match self.deps.cluster.update_node_from(&node, &change).await {
                 Ok(_) => {}
                 Err(ClusterError::NotFound { .. }) => return Ok(Step::Continue(nodeclaim, None)),

@@ -14,26 +14,26 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Taint as ApiTaint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::api::core::v1::{NodeSpec, Taint as ApiTaint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
-use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::labels;
 use karpenter_core::apis::taints::Taint;
+use karpenter_core::apis::{NodeClaim, SlimNode};
 
 /// What looking up a NodeClaim's Node found.
 #[derive(Debug, Clone)]
 pub enum NodeLookup {
     NotFound,
-    Found(Arc<Node>),
+    Found(Arc<SlimNode>),
     /// More than one Node claims the provider id: an invariant violation.
     Multiple(usize),
 }
 
 /// The Nodes whose `spec.providerID` is `provider_id`.
 #[must_use]
-pub fn matching_nodes(nodes: &[Arc<Node>], provider_id: &str) -> NodeLookup {
+pub fn matching_nodes(nodes: &[Arc<SlimNode>], provider_id: &str) -> NodeLookup {
     let mut found = nodes
         .iter()
         .filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id));
@@ -51,7 +51,7 @@ fn matches(node_taint: &ApiTaint, key: &str, effect: &str) -> bool {
 
 /// Whether the node still carries the `karpenter.sh/unregistered:NoExecute` taint.
 #[must_use]
-pub fn has_unregistered_taint(node: &Node) -> bool {
+pub fn has_unregistered_taint(node: &SlimNode) -> bool {
     node.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
@@ -64,7 +64,7 @@ pub fn has_unregistered_taint(node: &Node) -> bool {
 
 /// Whether Karpenter has synced the node before (it carries the registered label).
 #[must_use]
-pub fn is_registered(node: &Node) -> bool {
+pub fn is_registered(node: &SlimNode) -> bool {
     node.metadata
         .labels
         .as_ref()
@@ -73,17 +73,18 @@ pub fn is_registered(node: &Node) -> bool {
 
 /// Whether the node asks Karpenter to leave its taints alone.
 #[must_use]
-pub fn skips_taint_sync(node: &Node) -> bool {
-    node.metadata
+pub fn skips_taint_sync(metadata: &ObjectMeta) -> bool {
+    metadata
         .labels
         .as_ref()
         .and_then(|l| l.get(labels::DO_NOT_SYNC_TAINTS))
         .is_some_and(|v| v == "true")
 }
 
-/// Adds the NodeClaim's ownership, taints, annotations and labels to the node.
-pub fn sync_node(node: &mut Node, nodeclaim: &NodeClaim) {
-    let finalizers = node.metadata.finalizers.get_or_insert_default();
+/// Adds the NodeClaim's ownership, taints, annotations and labels to a node's metadata and
+/// spec (a Node being written, or a copy of the view's to tell whether a write is needed).
+pub fn sync_node(metadata: &mut ObjectMeta, spec: &mut Option<NodeSpec>, nodeclaim: &NodeClaim) {
+    let finalizers = metadata.finalizers.get_or_insert_default();
     if !finalizers
         .iter()
         .any(|f| f == labels::TERMINATION_FINALIZER)
@@ -91,7 +92,7 @@ pub fn sync_node(node: &mut Node, nodeclaim: &NodeClaim) {
         finalizers.push(labels::TERMINATION_FINALIZER.to_owned());
     }
     let uid = nodeclaim.metadata.uid.clone().unwrap_or_default();
-    let owners = node.metadata.owner_references.get_or_insert_default();
+    let owners = metadata.owner_references.get_or_insert_default();
     if !owners.iter().any(|o| o.uid == uid) {
         owners.push(OwnerReference {
             api_version: NodeClaim::api_version(&()).into_owned(),
@@ -102,8 +103,8 @@ pub fn sync_node(node: &mut Node, nodeclaim: &NodeClaim) {
             controller: None,
         });
     }
-    let sync_taints = !skips_taint_sync(node);
-    let spec = node.spec.get_or_insert_default();
+    let sync_taints = !skips_taint_sync(metadata);
+    let spec = spec.get_or_insert_default();
     let mut taints = spec.taints.take().unwrap_or_default();
     if sync_taints {
         for taint in nodeclaim
@@ -120,12 +121,12 @@ pub fn sync_node(node: &mut Node, nodeclaim: &NodeClaim) {
     if let Some(annotations) = &nodeclaim.metadata.annotations
         && !annotations.is_empty()
     {
-        node.metadata
+        metadata
             .annotations
             .get_or_insert_default()
             .extend(annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
-    let node_labels = node.metadata.labels.get_or_insert_default();
+    let node_labels = metadata.labels.get_or_insert_default();
     if let Some(claimed) = &nodeclaim.metadata.labels {
         node_labels.extend(claimed.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
@@ -170,8 +171,8 @@ mod tests {
         nodeclaim
     }
 
-    fn node(labels: &[(&str, &str)], taints: &[(&str, &str)]) -> Node {
-        Node {
+    fn node(labels: &[(&str, &str)], taints: &[(&str, &str)]) -> SlimNode {
+        SlimNode {
             metadata: ObjectMeta {
                 name: Some("ip-10-0-0-1".into()),
                 labels: Some(
@@ -200,7 +201,7 @@ mod tests {
         }
     }
 
-    fn taint_keys(node: &Node) -> Vec<String> {
+    fn taint_keys(node: &SlimNode) -> Vec<String> {
         node.spec
             .as_ref()
             .and_then(|s| s.taints.as_ref())
@@ -211,7 +212,7 @@ mod tests {
     #[test]
     fn a_synced_node_is_owned_labelled_tainted_and_unblocked() {
         let mut node = node(&[], &[(labels::UNREGISTERED_TAINT, "NoExecute")]);
-        sync_node(&mut node, &nodeclaim());
+        sync_node(&mut node.metadata, &mut node.spec, &nodeclaim());
         assert_eq!(
             node.metadata.finalizers.as_deref(),
             Some(&[labels::TERMINATION_FINALIZER.to_owned()][..])
@@ -230,7 +231,7 @@ mod tests {
             "123"
         );
         let again = node.clone();
-        sync_node(&mut node, &nodeclaim());
+        sync_node(&mut node.metadata, &mut node.spec, &nodeclaim());
         assert_eq!(node, again, "syncing twice changes nothing");
     }
 
@@ -243,7 +244,7 @@ mod tests {
                 (labels::UNREGISTERED_TAINT, "NoExecute"),
             ],
         );
-        sync_node(&mut node, &nodeclaim());
+        sync_node(&mut node.metadata, &mut node.spec, &nodeclaim());
         assert_eq!(taint_keys(&node), ["kubelet-set"]);
         assert!(!has_unregistered_taint(&node));
         assert!(is_registered(&node));

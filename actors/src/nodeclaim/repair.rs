@@ -15,7 +15,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
@@ -25,6 +24,7 @@ use super::{NodeClaimActor, NodeClaimError, events};
 use crate::metrics::{UnhealthyDisruptedLabels, disruption_reason};
 use crate::runtime::ActorCtx;
 use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::SlimNode;
 use karpenter_core::apis::labels;
 use karpenter_core::domain::repair::{
     self, ALLOWED_UNHEALTHY_PERCENT, Decision, RepairPolicy, Unhealthy,
@@ -40,7 +40,7 @@ pub const REPAIR_BLOCKED_EVENT_INTERVAL: Duration = Duration::from_mins(15);
 /// cannot be told from a partial list of nodes.
 const UNSYNCED_RECHECK: Duration = Duration::from_secs(1);
 
-fn node_label<'a>(node: &'a Node, key: &str) -> &'a str {
+fn node_label<'a>(node: &'a SlimNode, key: &str) -> &'a str {
     node.metadata
         .labels
         .as_ref()
@@ -136,7 +136,7 @@ impl NodeClaimActor {
     /// more per NodeClaim and NodePool); here only a node that is itself due for repair gets
     /// it, once per interval: the event then says "this node would be replaced now", and a
     /// healthy node of a degraded pool is not flagged.
-    async fn report_repair_blocked(&mut self, node: &Node, why: &str) {
+    async fn report_repair_blocked(&mut self, node: &SlimNode, why: &str) {
         let now = Instant::now();
         if self
             .last_repair_blocked_event
@@ -194,7 +194,7 @@ impl NodeClaimActor {
 
     /// The log line and the two counters of a repair (Karpenter labels both by the Node's pool
     /// and capacity type).
-    fn count_repair(&self, nodeclaim: &NodeClaim, node: &Node, unhealthy: &Unhealthy) {
+    fn count_repair(&self, nodeclaim: &NodeClaim, node: &SlimNode, unhealthy: &Unhealthy) {
         tracing::debug!(
             condition = unhealthy.policy.condition_type,
             "deleting unhealthy node"

@@ -27,6 +27,7 @@ use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::cluster::{ClusterError, Deletion, Eviction};
 use crate::runtime::ActorCtx;
 use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::SlimNode;
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as cond};
 use karpenter_core::apis::labels;
 
@@ -55,7 +56,7 @@ fn http_code(error: &ClusterError) -> u16 {
     }
 }
 
-fn is_tainted(node: &Node) -> bool {
+fn is_tainted(node: &SlimNode) -> bool {
     let tainted = node
         .spec
         .as_ref()
@@ -269,7 +270,7 @@ impl NodeClaimActor {
     async fn terminate_node(
         &mut self,
         nodeclaim: &Arc<NodeClaim>,
-        node: &Node,
+        node: &SlimNode,
         termination_time: Option<Timestamp>,
     ) -> Result<NodeProgress, NodeClaimError> {
         let node_name = node.metadata.name.clone().unwrap_or_default();
@@ -396,7 +397,7 @@ impl NodeClaimActor {
     async fn carry_out(
         &mut self,
         nodeclaim: &NodeClaim,
-        node: &Node,
+        node: &SlimNode,
         plan: &DrainPlan,
         termination_time: Option<Timestamp>,
     ) -> Result<Next, NodeClaimError> {
@@ -493,7 +494,7 @@ impl NodeClaimActor {
         Ok(retry)
     }
 
-    async fn note_blocked_eviction(&mut self, node: &Node, pod: &PodKey, message: &str) {
+    async fn note_blocked_eviction(&mut self, node: &SlimNode, pod: &PodKey, message: &str) {
         tracing::debug!(
             Pod = %format_args!("{}/{}", pod.namespace, pod.name),
             message,
@@ -508,7 +509,7 @@ impl NodeClaimActor {
         }
     }
 
-    async fn report_drain_blocked(&mut self, node: &Node, plan: &DrainPlan) {
+    async fn report_drain_blocked(&mut self, node: &SlimNode, plan: &DrainPlan) {
         if self.drain_event_due() {
             let why = if plan.do_not_disrupt > 0 {
                 format!(
@@ -566,7 +567,7 @@ impl NodeClaimActor {
     }
 
     /// Removes our finalizer from the node (the instance is gone or unreachable).
-    async fn release_node(&mut self, node: &Node) -> Result<(), NodeClaimError> {
+    async fn release_node(&mut self, node: &SlimNode) -> Result<(), NodeClaimError> {
         let change = |node: &mut Node| remove_finalizer(&mut node.metadata.finalizers);
         match self.deps.cluster.update_node_from(node, &change).await {
             Ok(_) => {}
@@ -651,7 +652,7 @@ mod tests {
             ..ApiTaint::default()
         }]);
         taint_for_termination(&mut node);
-        assert!(is_tainted(&node));
+        assert!(is_tainted(&SlimNode::from(node.clone())));
         assert_eq!(node.spec.unwrap().taints.unwrap().len(), 1);
     }
 

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::aws_error::AwsError;
-use k8s_openapi::api::core::v1::Node;
 use karpenter_core::apis::EC2NodeClass;
+use karpenter_core::apis::SlimNode;
 use karpenter_core::apis::nodeclaim::NodeClaim;
 use karpenter_core::apis::nodepool::NodePool;
 use karpenter_core::domain::instance_type::InstanceType;
@@ -138,7 +138,7 @@ pub trait CloudProvider: Send + Sync + std::fmt::Debug {
     /// (the AWS provider records its memory capacity for the next launches of its type, as
     /// Karpenter's `providers.instancetype.capacity` controller). No default: a decorator that
     /// forgot to pass it on would silently stop the learning.
-    fn node_registered(&self, nodeclaim: &NodeClaim, node: &Node);
+    fn node_registered(&self, nodeclaim: &NodeClaim, node: &SlimNode);
     /// The node conditions that make Node Repair replace a node (empty: no repair).
     fn repair_policies(&self) -> Cow<'static, [RepairPolicy]>;
     fn name(&self) -> &'static str;

@@ -27,6 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use karpenter_core::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
+    SlimNode,
 };
 
 /// The name a `*_from` update writes to: the caller's copy's (empty when it has none, which
@@ -277,7 +278,7 @@ pub trait ClusterApi: Send + Sync + fmt::Debug {
     /// [`ClusterApi::update_node`] starting from `known` (see the module docs).
     async fn update_node_from(
         &self,
-        known: &Node,
+        known: &SlimNode,
         change: Change<'_, Node>,
     ) -> Result<Node, ClusterError> {
         self.update_node(name_of(&known.metadata), change).await

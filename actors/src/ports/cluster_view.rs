@@ -9,12 +9,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use karpenter_core::apis::SlimPod;
 
-use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, SlimNode};
 
 use crate::cluster_index::{NODE_PROVIDER_ID, NODECLAIM_NODEPOOL, VOLUME_ATTACHMENT_NODE_NAME};
 
@@ -83,15 +83,15 @@ pub trait ClusterView: Send + Sync + fmt::Debug {
     fn nodepool(&self, name: &str) -> Option<Arc<NodePool>>;
     fn ec2nodeclasses(&self) -> Vec<Arc<EC2NodeClass>>;
     fn ec2nodeclass(&self, name: &str) -> Option<Arc<EC2NodeClass>>;
-    fn nodes(&self) -> Vec<Arc<Node>>;
-    fn node(&self, name: &str) -> Option<Arc<Node>>;
+    fn nodes(&self) -> Vec<Arc<SlimNode>>;
+    fn node(&self, name: &str) -> Option<Arc<SlimNode>>;
     /// The node whose `spec.providerID` is this (the API server cannot select nodes by it).
-    fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>>;
+    fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<SlimNode>>;
     /// Every node whose `spec.providerID` is this, in name order (more than one breaks the
     /// invariant registration checks). Both implementations answer from an index; this
     /// default scans.
-    fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Arc<Node>> {
-        let mut nodes: Vec<Arc<Node>> = self
+    fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Arc<SlimNode>> {
+        let mut nodes: Vec<Arc<SlimNode>> = self
             .nodes()
             .into_iter()
             .filter(|node| NODE_PROVIDER_ID.value(node) == Some(provider_id))

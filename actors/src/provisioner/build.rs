@@ -26,9 +26,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PodSpec};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use karpenter_core::apis::{SlimPod, SlimPodSpec};
+use k8s_openapi::api::core::v1::PodSpec;
+use karpenter_core::apis::shared::ResourceList;
+use karpenter_core::apis::{SlimNode, SlimPod, SlimPodSpec};
 
 use crate::pod_cache::PodCache;
 use crate::ports::cloud_provider::InstanceTypes;
@@ -202,11 +202,11 @@ static BOUND_FACTS: Interner<BoundFacts> = Interner::new();
 
 /// A Node, its NodeClaim, or both (Karpenter's `StateNode`).
 struct StateNode<'a> {
-    node: Option<&'a Node>,
+    node: Option<&'a SlimNode>,
     claim: Option<&'a NodeClaim>,
     /// The shared objects behind `node` and `claim` (always both set or both unset), for
     /// [`StateRef`] and the labels.
-    arcs: (Option<&'a Arc<Node>>, Option<&'a Arc<NodeClaim>>),
+    arcs: (Option<&'a Arc<SlimNode>>, Option<&'a Arc<NodeClaim>>),
 }
 
 /// A state node of the snapshot, as the disruption actor reads it: the objects, the pods bound
@@ -214,7 +214,7 @@ struct StateNode<'a> {
 /// (`None` when it is being deleted or disrupted).
 #[derive(Debug, Clone)]
 pub(crate) struct StateRef {
-    pub node: Option<Arc<Node>>,
+    pub node: Option<Arc<SlimNode>>,
     pub claim: Option<Arc<NodeClaim>>,
     /// The Node's name once it has one, else the NodeClaim's.
     pub name: String,
@@ -229,13 +229,13 @@ pub(crate) struct StateRef {
     pub pods: Vec<Arc<SlimPod>>,
 }
 
-fn label_is_true(node: Option<&Node>, key: &str) -> bool {
+fn label_is_true(node: Option<&SlimNode>, key: &str) -> bool {
     node.and_then(|n| n.metadata.labels.as_ref())
         .and_then(|l| l.get(key))
         .is_some_and(|v| v == "true")
 }
 
-fn quantities(list: Option<&BTreeMap<String, Quantity>>) -> Resources {
+fn quantities(list: Option<&ResourceList>) -> Resources {
     list.and_then(|l| Resources::from_list(l).ok())
         .unwrap_or_default()
 }
@@ -318,9 +318,9 @@ impl StateNode<'_> {
         let node = self.node.map(|n| {
             let status = n.status.as_ref();
             let list = if allocatable {
-                status.and_then(|s| s.allocatable.as_ref())
+                status.and_then(|s| s.allocatable.as_deref())
             } else {
-                status.and_then(|s| s.capacity.as_ref())
+                status.and_then(|s| s.capacity.as_deref())
             };
             quantities(list)
         });
@@ -374,7 +374,7 @@ impl StateNode<'_> {
 /// Whether the node carries Karpenter's `karpenter.sh/disrupted:NoSchedule` taint (a
 /// `provisioner.trigger.node` trigger).
 #[must_use]
-pub fn is_disrupted(node: &Node) -> bool {
+pub fn is_disrupted(node: &SlimNode) -> bool {
     node.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
@@ -502,10 +502,10 @@ pub(super) fn has_work(view: &dyn ClusterView) -> bool {
 
 /// Pairs NodeClaims with their Nodes by provider id: one state per launched NodeClaim (with its
 /// Node once registered), then one per Node no NodeClaim claims.
-fn pair<'a>(nodes: &'a [Arc<Node>], claims: &'a [Arc<NodeClaim>]) -> Vec<StateNode<'a>> {
+fn pair<'a>(nodes: &'a [Arc<SlimNode>], claims: &'a [Arc<NodeClaim>]) -> Vec<StateNode<'a>> {
     let mut paired: HashSet<String> = HashSet::new();
     let mut states: Vec<StateNode<'_>> = Vec::new();
-    let mut node_by_provider: BTreeMap<&str, &Arc<Node>> = BTreeMap::new();
+    let mut node_by_provider: BTreeMap<&str, &Arc<SlimNode>> = BTreeMap::new();
     for node in nodes {
         if let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) {
             node_by_provider.insert(id, node);

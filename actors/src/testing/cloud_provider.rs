@@ -15,7 +15,6 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
@@ -25,6 +24,7 @@ use crate::ports::cloud_provider::{
     AWS_REPAIR_POLICIES, CloudProvider, CloudProviderError, DriftReason, InstanceTypes,
     RepairPolicy,
 };
+use karpenter_core::apis::SlimNode;
 use karpenter_core::apis::labels;
 use karpenter_core::apis::nodeclaim::NodeClaimStatus;
 use karpenter_core::apis::nodeclaim::{
@@ -603,7 +603,7 @@ impl CloudProvider for FakeCloudProvider {
         Ok(())
     }
 
-    fn node_registered(&self, nodeclaim: &NodeClaim, node: &Node) {
+    fn node_registered(&self, nodeclaim: &NodeClaim, node: &SlimNode) {
         // A notification: recorded, never failed.
         self.lock().calls.push(CloudCall::NodeRegistered {
             nodeclaim: nodeclaim.metadata.name.clone().unwrap_or_default(),

@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use karpenter_core::apis::SlimPod;
-use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, SlimNode};
 
 use crate::cluster_index::{
     Field, Indexed, KindIndex, NODE_PROVIDER_ID, NODECLAIM_NODEPOOL, NODECLAIM_PROVIDER_ID,
@@ -176,7 +176,12 @@ impl MemoryClusterView {
         remove_ec2nodeclass,
         EC2NodeClass
     );
-    memory_kind!(put_node, put_shared_node, remove_node, Node);
+    memory_kind!(put_slim_node, put_shared_node, remove_node, SlimNode);
+
+    /// Adds or replaces a node, given whole (kept slim, as the watch keeps it) or slim.
+    pub fn put_node(&self, node: impl Into<SlimNode>) {
+        self.put_slim_node(node.into());
+    }
     memory_kind!(put_slim_pod, put_shared_pod, remove_pod, SlimPod);
 
     /// Adds or replaces a pod given whole, kept slim as the watch keeps it.
@@ -234,13 +239,13 @@ impl ClusterView for MemoryClusterView {
     fn ec2nodeclass(&self, name: &str) -> Option<Arc<EC2NodeClass>> {
         self.read().ec2nodeclasses.get(name)
     }
-    fn node(&self, name: &str) -> Option<Arc<Node>> {
+    fn node(&self, name: &str) -> Option<Arc<SlimNode>> {
         self.read().nodes.get(name)
     }
-    fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
+    fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<SlimNode>> {
         self.read().nodes.find_first(&NODE_PROVIDER_ID, provider_id)
     }
-    fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Arc<Node>> {
+    fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Arc<SlimNode>> {
         self.read().nodes.find(&NODE_PROVIDER_ID, provider_id)
     }
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<SlimPod>> {
@@ -269,7 +274,7 @@ mod tests {
     #[test]
     fn memory_view_finds_nodes_by_provider_id_and_pods_by_node() {
         let view = MemoryClusterView::new();
-        let mut node = Node::default();
+        let mut node = SlimNode::default();
         node.metadata.name = Some("n1".into());
         node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
             provider_id: Some("aws:///us-west-2a/i-1".into()),

@@ -19,7 +19,8 @@ use crate::ports::clock::Clock;
 use crate::ports::cluster::{Change, ClusterApi, ClusterError, ClusterEvent, Deletion, Eviction};
 use crate::ports::cluster_view::ClusterView as _;
 use karpenter_core::apis::{
-    EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus, SlimPod,
+    EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
+    SlimNode, SlimPod,
 };
 use karpenter_core::domain::pods::{PodChange, is_pod_event};
 
@@ -159,10 +160,12 @@ impl MirroredClusterApi {
     /// provider id (the old one when it went).
     pub fn sync_node(&self, name: &str) {
         let previous = self.view.node(name);
-        let new = self.api.shared_node(name);
-        if resource_version(new.as_deref()) == resource_version(previous.as_deref()) {
+        let fake = self.api.shared_node(name);
+        if resource_version(fake.as_deref()) == resource_version(previous.as_deref()) {
             return;
         }
+        // Only a changed node is converted to the view's slim form.
+        let new = fake.map(|node| Arc::new(SlimNode::from(Node::clone(&node))));
         let provider_id = new
             .as_deref()
             .or(previous.as_deref())

@@ -7,8 +7,8 @@
 //! emits carries the same patterns, enums, bounds and CEL rules so a real API server enforces
 //! what [`validation`] checks.
 //!
-//! [`pod`] is not a CRD: [`SlimPod`] is the built-in `v1` Pod as the daemon watches and keeps it,
-//! with only the fields it reads.
+//! [`pod`] and [`node`] are not CRDs: [`SlimPod`] and [`SlimNode`] are the built-in `v1` Pod and
+//! Node as the daemon watches and keeps them, with only the fields it reads.
 
 pub mod condition_set;
 pub mod conditions;
@@ -16,6 +16,7 @@ pub mod crd;
 pub mod duration;
 pub mod ec2nodeclass;
 pub mod labels;
+pub mod node;
 pub mod nodeclaim;
 pub mod nodepool;
 pub mod pod;
@@ -27,6 +28,7 @@ pub mod taints;
 pub mod validation;
 
 pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
+pub use node::{SlimNode, SlimNodeStatus};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
 pub use pod::{

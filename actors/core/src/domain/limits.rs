@@ -22,7 +22,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::resources::{
@@ -33,7 +32,7 @@ use crate::apis::condition_set;
 use crate::apis::conditions::nodeclaim as conditions;
 use crate::apis::labels;
 use crate::apis::requirements::Operator;
-use crate::apis::{NodeClaim, NodePool};
+use crate::apis::{NodeClaim, NodePool, SlimNode};
 use crate::domain::instance_type::InstanceType;
 
 /// The resources `status.resources` always lists, zero when the pool runs nothing (Karpenter's
@@ -87,7 +86,7 @@ pub struct NodePoolUsage {
 /// A NodeClaim's capacity as cluster state counts it (see the module docs).
 pub fn nodeclaim_capacity(
     nodeclaim: &NodeClaim,
-    node: Option<&Node>,
+    node: Option<&SlimNode>,
 ) -> Result<Resources, LimitsError> {
     let name = nodeclaim.metadata.name.clone().unwrap_or_default();
     let claimed = match &nodeclaim.status {
@@ -106,7 +105,7 @@ pub fn nodeclaim_capacity(
         .status
         .as_ref()
         .and_then(|s| s.capacity.as_ref())
-        .map(Resources::from_list)
+        .map(|list| Resources::from_list(list))
         .transpose()
         .map_err(|source| LimitsError::NodeCapacity {
             node: node.metadata.name.clone().unwrap_or_default(),
@@ -148,7 +147,7 @@ fn counts_for(nodeclaim: &NodeClaim, nodepool: &str) -> bool {
 /// Sums the pool's NodeClaims, finding their Nodes with `node_for` (by provider id).
 pub fn usage_of<'a>(
     nodeclaims: impl IntoIterator<Item = &'a NodeClaim>,
-    node_for: impl Fn(&str) -> Option<Arc<Node>>,
+    node_for: impl Fn(&str) -> Option<Arc<SlimNode>>,
     nodepool: &str,
 ) -> NodePoolUsage {
     sum_usage(nodeclaims, node_for, nodepool, |claim, node| {
@@ -160,9 +159,9 @@ pub fn usage_of<'a>(
 /// capacity counts nothing, not even a node).
 fn sum_usage<'a>(
     nodeclaims: impl IntoIterator<Item = &'a NodeClaim>,
-    node_for: impl Fn(&str) -> Option<Arc<Node>>,
+    node_for: impl Fn(&str) -> Option<Arc<SlimNode>>,
     nodepool: &str,
-    mut capacity_of: impl FnMut(&NodeClaim, Option<&Node>) -> Result<Resources, LimitsError>,
+    mut capacity_of: impl FnMut(&NodeClaim, Option<&SlimNode>) -> Result<Resources, LimitsError>,
 ) -> NodePoolUsage {
     let mut usage = NodePoolUsage::default();
     for nodeclaim in nodeclaims.into_iter().filter(|nc| counts_for(nc, nodepool)) {
@@ -211,7 +210,7 @@ impl CapacityCache {
     pub fn usage<'a>(
         &mut self,
         nodeclaims: impl IntoIterator<Item = &'a NodeClaim>,
-        node_for: impl Fn(&str) -> Option<Arc<Node>>,
+        node_for: impl Fn(&str) -> Option<Arc<SlimNode>>,
         nodepool: &str,
     ) -> NodePoolUsage {
         let usage = sum_usage(nodeclaims, node_for, nodepool, |claim, node| {
@@ -224,7 +223,7 @@ impl CapacityCache {
     fn capacity(
         &mut self,
         nodeclaim: &NodeClaim,
-        node: Option<&Node>,
+        node: Option<&SlimNode>,
     ) -> Result<Resources, LimitsError> {
         self.reads += 1;
         let (Some(name), Some(version)) = (
@@ -404,7 +403,7 @@ mod tests {
     use super::*;
     use crate::apis::NodeClaimStatus;
     use crate::apis::conditions::{Condition, ConditionStatus};
-    use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
+    use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use k8s_openapi::jiff::Timestamp;
 
@@ -443,8 +442,8 @@ mod tests {
         nodeclaim
     }
 
-    fn node(provider_id: &str, capacity: &[(&str, &str)]) -> Arc<Node> {
-        Arc::new(Node {
+    fn node(provider_id: &str, capacity: &[(&str, &str)]) -> Arc<SlimNode> {
+        Arc::new(SlimNode::from(Node {
             metadata: ObjectMeta {
                 name: Some(provider_id.to_owned()),
                 ..ObjectMeta::default()
@@ -457,7 +456,7 @@ mod tests {
                 capacity: Some(quantities(capacity)),
                 ..NodeStatus::default()
             }),
-        })
+        }))
     }
 
     #[test]
@@ -515,7 +514,7 @@ mod tests {
         };
         let a = versioned(claim("a", "default", &[("cpu", "4")], true), "1");
         let b = versioned(claim("b", "default", &[("cpu", "2")], false), "1");
-        let mut node_a = Node::clone(&node("aws:///zone/a", &[("cpu", "3")]));
+        let mut node_a = SlimNode::clone(&node("aws:///zone/a", &[("cpu", "3")]));
         node_a.metadata.resource_version = Some("7".to_owned());
         let nodes = std::cell::RefCell::new(vec![Arc::new(node_a)]);
         let node_for = |pid: &str| {
@@ -537,8 +536,8 @@ mod tests {
         assert_eq!(cache.usage([&a, &b], node_for, "default"), first);
         assert_eq!(cache.counts(), (2, 4));
         // A's node reports more: a is read again, b is not.
-        let mut grown = Node::clone(&nodes.borrow()[0]);
-        grown.status.as_mut().unwrap().capacity = Some(quantities(&[("cpu", "4")]));
+        let mut grown = SlimNode::clone(&nodes.borrow()[0]);
+        grown.status.as_mut().unwrap().capacity = Some(quantities(&[("cpu", "4")]).into());
         grown.metadata.resource_version = Some("8".to_owned());
         nodes.borrow_mut()[0] = Arc::new(grown);
         let after_node = cache.usage([&a, &b], node_for, "default");

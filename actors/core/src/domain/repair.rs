@@ -13,8 +13,10 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use k8s_openapi::api::core::v1::NodeCondition;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::apis::SlimNode;
 
 /// A node condition that, held for `toleration`, makes Node Repair replace the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +99,7 @@ pub enum Decision {
     Due(Unhealthy),
 }
 
-fn condition<'a>(node: &'a Node, kind: &str) -> Option<&'a NodeCondition> {
+fn condition<'a>(node: &'a SlimNode, kind: &str) -> Option<&'a NodeCondition> {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -105,14 +107,14 @@ fn condition<'a>(node: &'a Node, kind: &str) -> Option<&'a NodeCondition> {
 }
 
 /// The condition of `node` that `policy` matches, if any.
-fn matching<'a>(node: &'a Node, policy: &RepairPolicy) -> Option<&'a NodeCondition> {
+fn matching<'a>(node: &'a SlimNode, policy: &RepairPolicy) -> Option<&'a NodeCondition> {
     condition(node, policy.condition_type).filter(|c| c.status == policy.condition_status)
 }
 
 /// Whether any policy matches one of the node's conditions, however recently it turned (the
 /// pool health count, Karpenter's `areNodesHealthy`).
 #[must_use]
-pub fn is_unhealthy(node: &Node, policies: &[RepairPolicy]) -> bool {
+pub fn is_unhealthy(node: &SlimNode, policies: &[RepairPolicy]) -> bool {
     policies.iter().any(|p| matching(node, p).is_some())
 }
 
@@ -125,7 +127,7 @@ pub fn is_unhealthy(node: &Node, policies: &[RepairPolicy]) -> bool {
 /// second ago with `Ready=False`; the kubelet always sets the time, so only hand-written nodes
 /// see the difference.
 #[must_use]
-pub fn decide(node: &Node, policies: &[RepairPolicy], now: Timestamp) -> Decision {
+pub fn decide(node: &SlimNode, policies: &[RepairPolicy], now: Timestamp) -> Decision {
     let created = node
         .metadata
         .creation_timestamp
@@ -170,7 +172,7 @@ pub fn allowed_unhealthy(total: usize) -> usize {
 /// are at most [`allowed_unhealthy`] of them. The node being repaired counts too.
 #[must_use]
 pub fn is_healthy<'a>(
-    nodes: impl IntoIterator<Item = &'a Node>,
+    nodes: impl IntoIterator<Item = &'a SlimNode>,
     policies: &[RepairPolicy],
 ) -> bool {
     let (total, unhealthy) = nodes.into_iter().fold((0, 0), |(total, unhealthy), node| {
@@ -210,7 +212,7 @@ pub fn snake_case(kind: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::NodeStatus;
+    use k8s_openapi::api::core::v1::{Node, NodeStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn at(text: &str) -> Timestamp {
@@ -219,8 +221,8 @@ mod tests {
 
     const SINCE: &str = "2025-06-01T12:00:00Z";
 
-    fn node(conditions: &[(&str, &str, &str)]) -> Node {
-        Node {
+    fn node(conditions: &[(&str, &str, &str)]) -> SlimNode {
+        SlimNode::from(Node {
             status: Some(NodeStatus {
                 conditions: Some(
                     conditions
@@ -236,7 +238,7 @@ mod tests {
                 ..NodeStatus::default()
             }),
             ..Node::default()
-        }
+        })
     }
 
     fn after(minutes: i64, seconds: i64) -> Timestamp {
@@ -374,7 +376,7 @@ mod tests {
         let healthy = node(&[("Ready", "True", SINCE)]);
         // Unhealthy by policy even while still tolerated: it counts against the pool.
         let unhealthy = node(&[("Ready", "False", "2025-06-01T12:29:00Z")]);
-        let pool = |bad: usize, total: usize| -> Vec<Node> {
+        let pool = |bad: usize, total: usize| -> Vec<SlimNode> {
             (0..total)
                 .map(|i| {
                     if i < bad {

@@ -48,11 +48,10 @@ use crate::ports::cloud_provider::{
 use crate::ports::cluster_view::ClusterView;
 use crate::ports::ec2::{Ec2Api, Instance};
 use crate::ports::pricing::PricingApi;
-use k8s_openapi::api::core::v1::Node;
 use karpenter_core::apis::conditions::ConditionStatus;
 use karpenter_core::apis::nodeclaim::{NodeClaim, provider_id};
 use karpenter_core::apis::nodepool::NodePool;
-use karpenter_core::apis::{EC2NodeClass, labels};
+use karpenter_core::apis::{EC2NodeClass, SlimNode, labels};
 use karpenter_core::domain::instance_type::InstanceType;
 use karpenter_core::domain::requirements::{AllowUndefined, Requirements};
 use karpenter_core::domain::resources;
@@ -257,7 +256,7 @@ impl AwsCloudProvider {
     /// Records the memory capacity a registered node reports for its type, when the NodeClaim
     /// runs the AMI its class maps that type to now (Karpenter's
     /// `UpdateInstanceTypeCapacityFromNode`).
-    fn discover_capacity(&self, nodeclaim: &NodeClaim, node: &Node) {
+    fn discover_capacity(&self, nodeclaim: &NodeClaim, node: &SlimNode) {
         let node_labels = node.metadata.labels.clone().unwrap_or_default();
         let Some(instance_type) = node_labels.get(labels::INSTANCE_TYPE) else {
             return;
@@ -474,7 +473,7 @@ impl CloudProvider for AwsCloudProvider {
         self.validation_choice(nodeclass, validation::validation_launches)
     }
 
-    fn node_registered(&self, nodeclaim: &NodeClaim, node: &Node) {
+    fn node_registered(&self, nodeclaim: &NodeClaim, node: &SlimNode) {
         self.discover_capacity(nodeclaim, node);
     }
 

@@ -13,8 +13,7 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
-
+use crate::apis::SlimNode;
 use crate::apis::nodeclaim::NodeClaim;
 
 /// The labels of no object.
@@ -24,7 +23,7 @@ static NONE: BTreeMap<String, String> = BTreeMap::new();
 #[derive(Clone)]
 enum Shared {
     /// The registered Node.
-    Node(Arc<Node>),
+    Node(Arc<SlimNode>),
     /// The NodeClaim, before its Node registers.
     Claim(Arc<NodeClaim>),
 }
@@ -42,7 +41,7 @@ pub struct NodeLabels {
 impl NodeLabels {
     /// The labels of a registered Node.
     #[must_use]
-    pub fn node(node: Arc<Node>) -> Self {
+    pub fn node(node: Arc<SlimNode>) -> Self {
         Self {
             shared: Some(Shared::Node(node)),
             owned: None,
@@ -134,7 +133,7 @@ mod tests {
     #[test]
     fn each_source_reads_as_its_map_and_none_as_empty() {
         let labels = BTreeMap::from([("topology.kubernetes.io/zone".to_owned(), "z1".to_owned())]);
-        let mut node = Node::default();
+        let mut node = SlimNode::default();
         node.metadata.labels = Some(labels.clone());
         let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1",
@@ -160,7 +159,7 @@ mod tests {
         assert_eq!(*NodeLabels::claim(Arc::new(claim)), labels);
         assert_eq!(*NodeLabels::from(labels.clone()), labels);
         assert!(NodeLabels::default().is_empty());
-        assert!(NodeLabels::node(Arc::new(Node::default())).is_empty());
+        assert!(NodeLabels::node(Arc::new(SlimNode::default())).is_empty());
         assert_eq!(NodeLabels::from(labels.clone()), from_node);
         // A change copies: the Node keeps its labels.
         let mut changed = from_node.clone();
