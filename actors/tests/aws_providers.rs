@@ -22,7 +22,7 @@ use karpenter_actors::kwok::sqs::KwokSqs;
 use karpenter_actors::nodeclaim::launch::LAUNCH_GROUP;
 use karpenter_actors::ports::aws_error::{AwsError, AwsErrorClass, AwsService};
 use karpenter_actors::ports::clock::{Clock, ManualClock};
-use karpenter_actors::ports::ec2::Instance;
+use karpenter_actors::ports::ec2::{DescribeInstancesRequest, Filter, Instance};
 use karpenter_actors::ports::ec2::{Ec2Api, FleetLaunchTemplateConfig, InstanceState, Tags};
 use karpenter_actors::ports::eventbridge::EventBridgeApi;
 use karpenter_actors::ports::sqs::{ReceiveRequest, SqsApi};
@@ -779,6 +779,53 @@ async fn spot_interruptions_reach_the_interruption_queue() {
         .await
         .unwrap();
     assert!(empty.is_empty());
+}
+
+/// kwok answers a describe by instance ids as EC2 does: each named instance once (a repeated
+/// id too), in id order, the filters still applied, and an unknown id refused.
+#[actix::test]
+async fn kwok_describes_named_instances_once_each_with_the_filters_applied() {
+    tokio::time::pause();
+    let env = EnvBuilder::new().build().await;
+    let mut request = env
+        .instances
+        .fleet_request(&env.grouped("describe"))
+        .unwrap();
+    request.total_target_capacity = 3;
+    env.kwok.create_fleet(&request).await.unwrap();
+    let mut ids: Vec<String> = env.kwok.instances().iter().map(|i| i.id.clone()).collect();
+    ids.sort();
+    assert_eq!(ids.len(), 3);
+    let describe = |instance_ids: Vec<String>, filters: Vec<Filter>| {
+        let kwok = Arc::clone(&env.kwok);
+        async move {
+            kwok.describe_instances(&DescribeInstancesRequest {
+                instance_ids,
+                filters,
+            })
+            .await
+        }
+    };
+    let named = |found: Vec<Instance>| found.into_iter().map(|i| i.id).collect::<Vec<_>>();
+
+    let found = describe(vec![ids[2].clone(), ids[0].clone(), ids[2].clone()], vec![])
+        .await
+        .unwrap();
+    assert_eq!(named(found), [ids[0].clone(), ids[2].clone()]);
+    let all = describe(vec![], vec![]).await.unwrap();
+    assert_eq!(named(all), ids);
+    let filtered = describe(
+        vec![ids[1].clone()],
+        vec![Filter {
+            name: "instance-state-name".into(),
+            values: vec!["terminated".into()],
+        }],
+    )
+    .await
+    .unwrap();
+    assert!(filtered.is_empty(), "{filtered:?}");
+    let missing = describe(vec!["i-0000000000000missing".into()], vec![]).await;
+    assert!(missing.is_err());
 }
 
 #[actix::test]
