@@ -59,7 +59,6 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
 use karpenter_core::apis::labels;
-use karpenter_core::apis::shared::ResourceList;
 use karpenter_core::apis::{SlimNode, SlimPod};
 use karpenter_core::domain::resources::{CPU, Resources, pod_limits, pod_requests};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -189,11 +188,6 @@ fn limits_of(pod: &SlimPod) -> Resources {
         .unwrap_or_default()
 }
 
-fn list_of(list: Option<&ResourceList>) -> Resources {
-    list.and_then(|l| Resources::from_list(l).ok())
-        .unwrap_or_default()
-}
-
 /// One node's figures.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeFigures {
@@ -214,8 +208,9 @@ pub fn node_figures(view: &dyn ClusterView, now: Timestamp) -> Vec<NodeFigures> 
         .iter()
         .map(|node| {
             let status = node.status.as_ref();
-            let allocatable = list_of(status.and_then(|s| s.allocatable.as_deref()));
-            let capacity = list_of(status.and_then(|s| s.capacity.as_deref()));
+            let allocatable =
+                Resources::from_list_or_zero(status.and_then(|s| s.allocatable.as_deref()));
+            let capacity = Resources::from_list_or_zero(status.and_then(|s| s.capacity.as_deref()));
             let mut overhead = capacity.minus(&allocatable);
             overhead.clamp_negative_to_zero();
             let mut figures = NodeFigures {

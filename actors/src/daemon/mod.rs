@@ -663,7 +663,7 @@ impl Daemon {
                 .deps
                 .view
                 .node(name)
-                .is_some_and(|node| crate::provisioner::is_disrupted(&node)) =>
+                .is_some_and(|node| node.is_disrupted()) =>
             {
                 Triggered::by(TriggerSource::NodeDisrupted)
             }

@@ -25,17 +25,6 @@ fn disrupted_taint() -> Taint {
     }
 }
 
-/// Whether a Node carries the disrupted taint.
-pub(super) fn has_disrupted_taint(node: &karpenter_core::apis::SlimNode) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| {
-            t.iter()
-                .any(|t| t.key == labels::DISRUPTED_TAINT && t.effect == "NoSchedule")
-        })
-}
-
 fn ignore_not_found<T>(result: Result<T, ClusterError>) -> Result<(), ClusterError> {
     match result {
         Ok(_) | Err(ClusterError::NotFound { .. }) => Ok(()),
@@ -80,12 +69,7 @@ impl DisruptionDeps {
     /// Removes the taint (when the Node has it) and the `DisruptionReason` condition (when the
     /// NodeClaim has it). Idempotent.
     pub(super) async fn unmark(&self, node: &str, node_claim: &str) -> Result<(), DisruptionError> {
-        if self
-            .deps
-            .view
-            .node(node)
-            .is_some_and(|n| has_disrupted_taint(&n))
-        {
+        if self.deps.view.node(node).is_some_and(|n| n.is_disrupted()) {
             let remove = [labels::DISRUPTED_TAINT.to_owned()];
             ignore_not_found(self.deps.cluster.taint_node(node, &[], &remove).await)
                 .map_err(|source| DisruptionError::write("untainting node", node, source))?;

@@ -564,7 +564,7 @@ impl DisruptionActor {
             };
             if queued.contains(name)
                 || node.metadata.deletion_timestamp.is_some()
-                || !execute::has_disrupted_taint(&node)
+                || !node.is_disrupted()
             {
                 continue;
             }

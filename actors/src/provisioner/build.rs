@@ -27,7 +27,6 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::PodSpec;
-use karpenter_core::apis::shared::ResourceList;
 use karpenter_core::apis::{SlimNode, SlimPod, SlimPodSpec};
 
 use crate::pod_cache::PodCache;
@@ -235,11 +234,6 @@ fn label_is_true(node: Option<&SlimNode>, key: &str) -> bool {
         .is_some_and(|v| v == "true")
 }
 
-fn quantities(list: Option<&ResourceList>) -> Resources {
-    list.and_then(|l| Resources::from_list(l).ok())
-        .unwrap_or_default()
-}
-
 /// The node's figure with zero entries filled in from the NodeClaim's (a node still starting
 /// reports zeros for resources its device plugins have not registered yet).
 fn overlay(node: Resources, claim: &Resources) -> Resources {
@@ -322,10 +316,10 @@ impl StateNode<'_> {
             } else {
                 status.and_then(|s| s.capacity.as_deref())
             };
-            quantities(list)
+            Resources::from_list_or_zero(list)
         });
         let claim = self.claim.and_then(|c| c.status.as_ref()).map(|s| {
-            quantities(Some(if allocatable {
+            Resources::from_list_or_zero(Some(if allocatable {
                 &s.allocatable
             } else {
                 &s.capacity
@@ -369,20 +363,6 @@ impl StateNode<'_> {
             .iter()
             .any(|t| t.key == labels::DISRUPTED_TAINT && t.effect == TaintEffect::NoSchedule)
     }
-}
-
-/// Whether the node carries Karpenter's `karpenter.sh/disrupted:NoSchedule` taint (a
-/// `provisioner.trigger.node` trigger).
-#[must_use]
-pub fn is_disrupted(node: &SlimNode) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|taints| {
-            taints
-                .iter()
-                .any(|t| t.key == labels::DISRUPTED_TAINT && t.effect == "NoSchedule")
-        })
 }
 
 fn is_daemon_pod(pod: &SlimPod) -> bool {

@@ -49,7 +49,7 @@ use crate::ports::cluster_view::ClusterView;
 use crate::runtime::{ActorCtx, ActorError, ControllerId, Handles, Mail, Supervised};
 use karpenter_core::domain::scheduling::{Options, Plan, Snapshot};
 
-pub use build::{NotProvisionable, is_disrupted, provisionable};
+pub use build::{NotProvisionable, provisionable};
 pub use events::{FAILED_SCHEDULING, MAX_EVENTS_PER_RUN, NO_COMPATIBLE_INSTANCE_TYPES, NOMINATED};
 pub use explain::{Decision, PodDecision, PodExplanation, PodState, PoolVerdict, render};
 pub use launch::NameGenerator;

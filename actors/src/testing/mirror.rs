@@ -165,7 +165,7 @@ impl MirroredClusterApi {
             return;
         }
         // Only a changed node is converted to the view's slim form.
-        let new = fake.map(|node| Arc::new(SlimNode::from(Node::clone(&node))));
+        let new = fake.map(|node| Arc::new(SlimNode::from(&*node)));
         let provider_id = new
             .as_deref()
             .or(previous.as_deref())

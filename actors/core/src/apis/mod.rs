@@ -10,6 +10,34 @@
 //! [`pod`] and [`node`] are not CRDs: [`SlimPod`] and [`SlimNode`] are the built-in `v1` Pod and
 //! Node as the daemon watches and keeps them, with only the fields it reads.
 
+/// Implements `k8s_openapi::Resource` and `Metadata` for a slim form of a built-in kind: it is
+/// served, listed and watched as `$kind` (its `metadata` is an `ObjectMeta`).
+macro_rules! served_as {
+    ($slim:ty, $kind:ty) => {
+        impl k8s_openapi::Resource for $slim {
+            const API_VERSION: &'static str = <$kind as k8s_openapi::Resource>::API_VERSION;
+            const GROUP: &'static str = <$kind as k8s_openapi::Resource>::GROUP;
+            const KIND: &'static str = <$kind as k8s_openapi::Resource>::KIND;
+            const VERSION: &'static str = <$kind as k8s_openapi::Resource>::VERSION;
+            const URL_PATH_SEGMENT: &'static str =
+                <$kind as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+            type Scope = <$kind as k8s_openapi::Resource>::Scope;
+        }
+
+        impl k8s_openapi::Metadata for $slim {
+            type Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+            fn metadata(&self) -> &Self::Ty {
+                &self.metadata
+            }
+
+            fn metadata_mut(&mut self) -> &mut Self::Ty {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
 pub mod condition_set;
 pub mod conditions;
 pub mod crd;

@@ -39,6 +39,22 @@ pub struct SlimNode {
     pub status: Option<SlimNodeStatus>,
 }
 
+impl SlimNode {
+    /// Whether the node carries Karpenter's `karpenter.sh/disrupted:NoSchedule` taint (a
+    /// disruption is taking it down).
+    #[must_use]
+    pub fn is_disrupted(&self) -> bool {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|taints| {
+                taints
+                    .iter()
+                    .any(|t| t.key == super::labels::DISRUPTED_TAINT && t.effect == "NoSchedule")
+            })
+    }
+}
+
 /// The status fields of [`SlimNode`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
@@ -59,6 +75,23 @@ impl From<Node> for SlimNode {
             metadata: node.metadata,
             spec: node.spec,
             status: node.status.map(SlimNodeStatus::from),
+        }
+    }
+}
+
+/// Clones only what a `SlimNode` keeps (a whole Node's status carries its images and system
+/// info, most of its size).
+impl From<&Node> for SlimNode {
+    fn from(node: &Node) -> Self {
+        Self {
+            metadata: node.metadata.clone(),
+            spec: node.spec.clone(),
+            status: node.status.as_ref().map(|status| SlimNodeStatus {
+                capacity: status.capacity.clone().map(SharedResources::from),
+                allocatable: status.allocatable.clone().map(SharedResources::from),
+                conditions: status.conditions.clone(),
+                phase: status.phase.clone(),
+            }),
         }
     }
 }
@@ -91,26 +124,7 @@ impl From<SlimNode> for Node {
     }
 }
 
-impl k8s_openapi::Resource for SlimNode {
-    const API_VERSION: &'static str = <Node as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Node as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Node as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Node as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Node as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = <Node as k8s_openapi::Resource>::Scope;
-}
-
-impl k8s_openapi::Metadata for SlimNode {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+served_as!(SlimNode, Node);
 
 #[cfg(test)]
 mod tests {

@@ -165,26 +165,7 @@ impl From<WirePod> for SlimPod {
     }
 }
 
-impl k8s_openapi::Resource for WirePod {
-    const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = <Pod as k8s_openapi::Resource>::Scope;
-}
-
-impl k8s_openapi::Metadata for WirePod {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+served_as!(WirePod, Pod);
 
 /// What `kube::ResourceExt` answers of a `Pod`, answered of a [`SlimPod`].
 impl SlimPod {

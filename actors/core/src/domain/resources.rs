@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::apis::shared::ResourceList;
 use crate::apis::{SharedPodSpec, SlimContainer};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -375,6 +376,13 @@ impl Resources {
     /// Reads a Kubernetes resource list (`corev1.ResourceList`).
     pub fn from_list(list: &BTreeMap<String, Quantity>) -> Result<Self, ResourceError> {
         Self::read(list, false)
+    }
+
+    /// A status' resource list as a figure: a list missing or unreadable counts as nothing.
+    #[must_use]
+    pub fn from_list_or_zero(list: Option<&ResourceList>) -> Self {
+        list.and_then(|l| Self::from_list(l).ok())
+            .unwrap_or_default()
     }
 
     /// Requests as a fit compares them: like [`Resources::from_list`], but a positive quantity
