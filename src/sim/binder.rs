@@ -33,6 +33,7 @@ use karpenter_core::domain::scheduling::{
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt as _};
 use serde_json::json;
+use super::writes;
 
 /// The scheduler name pods get by default, the only one this binder serves.
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
@@ -424,7 +425,6 @@ impl FakeScheduler {
     }
 
     async fn mark_unschedulable(&self, (namespace, name): &PodKey, message: &str) -> bool {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let patch = json!({ "status": { "conditions": [{
             "type": "PodScheduled",
             "status": "False",
@@ -432,15 +432,16 @@ impl FakeScheduler {
             "message": message,
             "lastTransitionTime": self.clock.now(),
         }]}});
-        match api
-            .patch_status(
-                name,
-                &PatchParams::apply(FIELD_MANAGER),
-                &Patch::Strategic(&patch),
-            )
-            .await
+        match writes::patch_pod_status(
+            &self.client,
+            namespace,
+            name,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Strategic(&patch),
+        )
+        .await
         {
-            Ok(_) => true,
+            Ok(()) => true,
             Err(kube::Error::Api(status)) if status.code == 404 => true,
             Err(error) => {
                 tracing::debug!(%error, %namespace, %name, "marking the pod unschedulable failed");

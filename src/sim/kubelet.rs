@@ -63,6 +63,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::kube::cluster_api::KubeClusterApi;
+use crate::sim::writes;
 
 /// The kubelet version the fake nodes report (the emulator's Kubernetes version).
 pub const KUBELET_VERSION: &str = "v1.33.0";
@@ -787,7 +788,6 @@ impl FakeKubelet {
         }
         to_start.sort();
         for (namespace, name) in to_start {
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
             let now = self.now();
             let patch = json!({ "status": {
                 "phase": "Running",
@@ -798,15 +798,16 @@ impl FakeKubelet {
                     { "type": "Ready", "status": "True", "lastTransitionTime": now },
                 ],
             }});
-            match api
-                .patch_status(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER),
-                    &Patch::Strategic(&patch),
-                )
-                .await
+            match writes::patch_pod_status(
+                &self.client,
+                &namespace,
+                &name,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Strategic(&patch),
+            )
+            .await
             {
-                Ok(_) => step.pods_started += 1,
+                Ok(()) => step.pods_started += 1,
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
                 Err(error) => {
                     tracing::debug!(%error, %namespace, %name, "starting the pod failed");

@@ -11,6 +11,7 @@
 //!   workloads Deployments as the ReplicaSet controller runs them -> pods
 //!   kubelet   instances -> Nodes (registration, Ready, startup taints), pods Running
 //!   binder    the kube-scheduler: pods -> bindings on Ready nodes, or Unschedulable
+//!   writes    the pod writes of the three above, whose replies they do not decode
 //!   report    what a run measured -> table or JSON
 //!   chaos     a scenario under seeded faults (actors, AWS, API server, restarts) and the
 //!             proofs checked after it
@@ -30,3 +31,4 @@ pub mod report;
 pub mod scenario;
 pub mod workloads;
 pub mod world;
+mod writes;

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::sim::scenario::file::{ScaleStep, ScenarioError, Workload};
+use crate::sim::writes;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::{
     Affinity, Container, Pod, PodSpec, PodTemplateSpec, ResourceRequirements, Toleration,
@@ -490,9 +491,8 @@ impl Workloads {
         self.next_index[index] += 1;
         let mut pod = template.pod.clone();
         pod.metadata.name = Some(name.clone());
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &template.namespace);
-        match api.create(&PostParams::default(), &pod).await {
-            Ok(_) => {
+        match writes::create_pod(&self.client, &template.namespace, &pod).await {
+            Ok(()) => {
                 step.created
                     .push((template.namespace.clone(), name.clone()));
                 self.lineages[index].created(name);
