@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use crate::sim::writes;
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_actors::messages::WatchedKind;
 use karpenter_actors::ports::clock::Clock;
@@ -33,7 +34,6 @@ use karpenter_core::domain::scheduling::{
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt as _};
 use serde_json::json;
-use super::writes;
 
 /// The scheduler name pods get by default, the only one this binder serves.
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
