@@ -74,6 +74,10 @@ pub const ON_DEMAND_ALLOCATION_STRATEGY: &str = "lowest-price";
 /// How long a NodeClaim's launch, and the instance it holds, are remembered: the NodeClaim
 /// actor retries within minutes, and by then the provider id is on the NodeClaim.
 pub const LAUNCH_LEDGER_TTL: Duration = Duration::from_hours(1);
+/// How often the book drops what is past [`LAUNCH_LEDGER_TTL`]: a sweep reads every entry, so
+/// one per launch made a scale-up of `n` launches cost `n²` (an entry may outlive the TTL by
+/// this much).
+const LEDGER_SWEEP_EVERY: Duration = Duration::from_mins(1);
 /// How many client tokens one launch tries when EC2 refuses them (see the module docs).
 pub const TOKEN_ATTEMPTS: u32 = 3;
 /// States of instances Karpenter still manages.
@@ -257,11 +261,21 @@ struct Book {
     fleets: HashMap<String, (FleetCount, Instant)>,
     /// Launch group tags that may have orphans.
     suspect: HashSet<String>,
+    /// When [`Book::prune`] last swept.
+    swept: Option<Instant>,
 }
 
 impl Book {
-    /// Drops what is older than [`LAUNCH_LEDGER_TTL`] (groups with a fleet in flight stay).
+    /// Drops what is older than [`LAUNCH_LEDGER_TTL`] (groups with a fleet in flight stay),
+    /// at most once per [`LEDGER_SWEEP_EVERY`].
     fn prune(&mut self, now: Instant) {
+        if self
+            .swept
+            .is_some_and(|at| now.duration_since(at) < LEDGER_SWEEP_EVERY)
+        {
+            return;
+        }
+        self.swept = Some(now);
         let fresh = |at: &Instant| now.duration_since(*at) < LAUNCH_LEDGER_TTL;
         self.nodeclaims.retain(|_, launch| fresh(&launch.at));
         self.held.retain(|_, (_, at)| fresh(at));
@@ -1111,6 +1125,37 @@ mod tests {
             tags: Tags::new(),
             context: None,
             dry_run: false,
+        }
+    }
+
+    fn launched(id: &str) -> LaunchedInstance {
+        LaunchedInstance {
+            id: id.into(),
+            instance_type: "m5.large".into(),
+            zone: "us-west-2a".into(),
+            subnet_id: "subnet-a".into(),
+            capacity_type: CapacityType::OnDemand,
+            image_id: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_book_forgets_holds_past_the_ttl_sweeping_at_most_once_a_minute() {
+        let half_a_minute = LEDGER_SWEEP_EVERY / 2;
+        let mut book = Book::default();
+        book.record("uid-a", &launched("i-a"));
+        tokio::time::advance(LAUNCH_LEDGER_TTL - half_a_minute).await;
+        book.record("uid-x", &launched("i-x"));
+        assert_eq!(book.holder("i-a"), Some("uid-a"), "within the TTL: kept");
+        tokio::time::advance(half_a_minute).await;
+        // Past the TTL, but the last sweep was half a minute ago: none yet.
+        book.record("uid-b", &launched("i-b"));
+        assert_eq!(book.holder("i-a"), Some("uid-a"));
+        tokio::time::advance(LEDGER_SWEEP_EVERY).await;
+        book.record("uid-c", &launched("i-c"));
+        assert_eq!(book.holder("i-a"), None, "past the TTL: swept");
+        for (id, uid) in [("i-x", "uid-x"), ("i-b", "uid-b"), ("i-c", "uid-c")] {
+            assert_eq!(book.holder(id), Some(uid), "{id} is within the TTL");
         }
     }
 
