@@ -234,15 +234,16 @@ pub struct BudgetMapping {
     remaining: BTreeMap<String, i64>,
 }
 
-impl BudgetMapping {
-    /// Counts the nodes of every pool and evaluates its budgets for `reason`.
+/// Per NodePool, its nodes that budgets count and how many of them are disrupting already:
+/// the same for every method of a round, so a round counts once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolCounts(BTreeMap<String, (usize, usize)>);
+
+impl PoolCounts {
+    /// Counts the initialized nodes of every pool (instances terminating apart), and those not
+    /// ready or marked for deletion among them.
     #[must_use]
-    pub fn build(
-        nodes: &[StateNode],
-        pools: &[PoolInput],
-        reason: DisruptionReason,
-        now: Timestamp,
-    ) -> Self {
+    pub fn of(nodes: &[StateNode]) -> Self {
         let mut counts: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
         for node in nodes {
             let Some(claim) = &node.node_claim else {
@@ -260,9 +261,38 @@ impl BudgetMapping {
                 entry.1 += 1;
             }
         }
+        Self(
+            counts
+                .into_iter()
+                .map(|(pool, count)| (pool.to_owned(), count))
+                .collect(),
+        )
+    }
+}
+
+impl BudgetMapping {
+    /// Counts the nodes of every pool and evaluates its budgets for `reason`.
+    #[must_use]
+    pub fn build(
+        nodes: &[StateNode],
+        pools: &[PoolInput],
+        reason: DisruptionReason,
+        now: Timestamp,
+    ) -> Self {
+        Self::from_counts(&PoolCounts::of(nodes), pools, reason, now)
+    }
+
+    /// Evaluates every pool's budgets for `reason` over nodes counted already.
+    #[must_use]
+    pub fn from_counts(
+        counts: &PoolCounts,
+        pools: &[PoolInput],
+        reason: DisruptionReason,
+        now: Timestamp,
+    ) -> Self {
         let mut mapping = Self::default();
         for pool in pools {
-            let (count, disrupting) = counts.get(pool.name.as_str()).copied().unwrap_or_default();
+            let (count, disrupting) = counts.0.get(pool.name.as_str()).copied().unwrap_or_default();
             let allowance = allowed_disruptions(&pool.disruption.budgets, reason, count, now);
             let disrupting_i64 = i64::try_from(disrupting).unwrap_or(i64::MAX);
             let available = allowance.allowed.saturating_sub(disrupting_i64).max(0);

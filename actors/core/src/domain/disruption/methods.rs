@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use crate::domain::scheduling::{NewNodeClaim, Placement};
 
-use super::budgets::{BudgetMapping, sanity_check};
+use super::budgets::{BudgetMapping, PoolCounts, sanity_check};
 use super::candidates::{self, Candidate, Candidates};
 use super::consolidation::{self, Consolidation, candidate_price, sentence};
 use super::input::DisruptionInput;
@@ -21,6 +21,8 @@ pub(super) struct Round<'a> {
     pub input: &'a DisruptionInput,
     pub candidates: Candidates,
     pub sims: Sims<'a>,
+    /// The nodes each pool's budgets count, for every method of the round.
+    pub pool_counts: PoolCounts,
 }
 
 /// The round's simulator, made on first use.
@@ -38,6 +40,7 @@ impl<'a> Round<'a> {
                 input,
                 simulator: None,
             },
+            pool_counts: PoolCounts::of(&input.nodes),
         }
     }
 }
@@ -170,9 +173,10 @@ pub(super) fn event(candidate: &Candidate, reason: NodeEventReason, message: Str
 }
 
 /// The budget mapping for the method, recorded on the report.
-pub(super) fn budgets(input: &DisruptionInput, report: &mut MethodReport) -> BudgetMapping {
-    let mapping = BudgetMapping::build(
-        &input.nodes,
+pub(super) fn budgets(round: &Round<'_>, report: &mut MethodReport) -> BudgetMapping {
+    let input = round.input;
+    let mapping = BudgetMapping::from_counts(
+        &round.pool_counts,
         &input.pools,
         report.method.reason(),
         input.now,
@@ -287,7 +291,7 @@ fn emptiness(round: &mut Round<'_>, report: &mut MethodReport) -> Option<Command
     if eligible.is_empty() {
         return None;
     }
-    let mut mapping = budgets(input, report);
+    let mut mapping = budgets(round, report);
     if input.memos.emptiness {
         report.outcome = MethodOutcome::Memo;
         return None;
@@ -332,7 +336,7 @@ fn drift(round: &mut Round<'_>, report: &mut MethodReport) -> Option<Command> {
     if all.is_empty() {
         return None;
     }
-    let mapping = budgets(input, report);
+    let mapping = budgets(round, report);
     let mut ordered: Vec<&Candidate> = all.iter().collect();
     let since = |c: &Candidate| {
         input.nodes[c.node]
@@ -411,7 +415,7 @@ fn multi_node(
     if eligible.is_empty() {
         return Ok(None);
     }
-    let mut mapping = budgets(input, report);
+    let mut mapping = budgets(round, report);
     if input.memos.multi_node {
         report.outcome = MethodOutcome::Memo;
         return Ok(None);
@@ -532,7 +536,7 @@ fn single_node(round: &mut Round<'_>, report: &mut MethodReport) -> (Option<Comm
     if eligible.is_empty() {
         return (None, input.single_node_unseen_pools.clone());
     }
-    let mapping = budgets(input, report);
+    let mapping = budgets(round, report);
     if input.memos.single_node {
         report.outcome = MethodOutcome::Memo;
         return (None, input.single_node_unseen_pools.clone());

@@ -69,7 +69,7 @@ pub(super) fn repack(
     if eligible.is_empty() {
         return Ok(None);
     }
-    let mut mapping = budgets(input, report);
+    let mut mapping = budgets(round, report);
     if input.memos.repack {
         report.outcome = MethodOutcome::Memo;
         return Ok(None);
