@@ -11,6 +11,8 @@
 use std::cell::OnceCell;
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 use k8s_openapi::jiff::Timestamp;
 
 use crate::apis::labels;
@@ -347,6 +349,7 @@ fn node_blocker(node: &StateNode, input: &DisruptionInput) -> Result<usize, Bloc
 #[must_use]
 pub fn build(input: &DisruptionInput) -> Candidates {
     let mut out = Candidates::default();
+    let mut types = TypesByName::new(&input.pools);
     for (index, node) in input.nodes.iter().enumerate() {
         let reject = |blocker: Blocker| BlockedNode {
             node: node.name.clone(),
@@ -373,10 +376,41 @@ pub fn build(input: &DisruptionInput) -> Candidates {
                 continue;
             }
         }
-        out.all.push(candidate(input, index, pool, pod_block));
+        out.all.push(candidate(input, index, pool, pod_block, &mut types));
     }
     sort_by_cost(&mut out.all);
     out
+}
+
+/// Each pool's instance types by name, indexed on first use: a round looks up the type of
+/// every node, and a pool lists hundreds.
+struct TypesByName<'a> {
+    pools: &'a [PoolInput],
+    by_pool: Vec<Option<FxHashMap<&'a str, &'a Arc<InstanceType>>>>,
+}
+
+impl<'a> TypesByName<'a> {
+    fn new(pools: &'a [PoolInput]) -> Self {
+        Self {
+            pools,
+            by_pool: pools.iter().map(|_| None).collect(),
+        }
+    }
+
+    /// The pool's first instance type of this name.
+    fn get(&mut self, pool: usize, name: &str) -> Option<Arc<InstanceType>> {
+        let listed = &self.pools.get(pool)?.instance_types;
+        let by_name = self.by_pool.get_mut(pool)?.get_or_insert_with(|| {
+            let mut by_name = FxHashMap::default();
+            for instance_type in listed {
+                by_name
+                    .entry(instance_type.name.as_str())
+                    .or_insert(instance_type);
+            }
+            by_name
+        });
+        by_name.get(name).map(|t| Arc::clone(t))
+    }
 }
 
 /// A state node as a candidate, whatever its checks say (for simulating its removal).
@@ -385,7 +419,7 @@ pub(super) fn any_node(input: &DisruptionInput, index: usize) -> Candidate {
         .node_pool()
         .and_then(|p| input.pools.iter().position(|pool| pool.name == p))
         .unwrap_or(0);
-    candidate(input, index, pool, None)
+    candidate(input, index, pool, None, &mut TypesByName::new(&input.pools))
 }
 
 /// The candidate for a state node of a pool: its instance type by label in the pool's
@@ -395,12 +429,12 @@ fn candidate(
     index: usize,
     pool: usize,
     pod_block: Option<Blocker>,
+    types: &mut TypesByName<'_>,
 ) -> Candidate {
     let node = &input.nodes[index];
-    let pool_input = input.pools.get(pool);
-    let instance_type = node.label(labels::INSTANCE_TYPE).and_then(|name| {
-        pool_input.and_then(|p| p.instance_types.iter().find(|t| t.name == name).cloned())
-    });
+    let instance_type = node
+        .label(labels::INSTANCE_TYPE)
+        .and_then(|name| types.get(pool, name));
     Candidate {
         node: index,
         name: node.name.clone(),
