@@ -1144,7 +1144,7 @@ mod tests {
         let half_a_minute = LEDGER_SWEEP_EVERY / 2;
         let mut book = Book::default();
         book.record("uid-a", &launched("i-a"));
-        tokio::time::advance(LAUNCH_LEDGER_TTL - half_a_minute).await;
+        tokio::time::advance(LAUNCH_LEDGER_TTL.saturating_sub(half_a_minute)).await;
         book.record("uid-x", &launched("i-x"));
         assert_eq!(book.holder("i-a"), Some("uid-a"), "within the TTL: kept");
         tokio::time::advance(half_a_minute).await;

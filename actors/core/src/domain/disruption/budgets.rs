@@ -292,7 +292,11 @@ impl BudgetMapping {
     ) -> Self {
         let mut mapping = Self::default();
         for pool in pools {
-            let (count, disrupting) = counts.0.get(pool.name.as_str()).copied().unwrap_or_default();
+            let (count, disrupting) = counts
+                .0
+                .get(pool.name.as_str())
+                .copied()
+                .unwrap_or_default();
             let allowance = allowed_disruptions(&pool.disruption.budgets, reason, count, now);
             let disrupting_i64 = i64::try_from(disrupting).unwrap_or(i64::MAX);
             let available = allowance.allowed.saturating_sub(disrupting_i64).max(0);

@@ -376,7 +376,8 @@ pub fn build(input: &DisruptionInput) -> Candidates {
                 continue;
             }
         }
-        out.all.push(candidate(input, index, pool, pod_block, &mut types));
+        out.all
+            .push(candidate(input, index, pool, pod_block, &mut types));
     }
     sort_by_cost(&mut out.all);
     out
@@ -419,7 +420,13 @@ pub(super) fn any_node(input: &DisruptionInput, index: usize) -> Candidate {
         .node_pool()
         .and_then(|p| input.pools.iter().position(|pool| pool.name == p))
         .unwrap_or(0);
-    candidate(input, index, pool, None, &mut TypesByName::new(&input.pools))
+    candidate(
+        input,
+        index,
+        pool,
+        None,
+        &mut TypesByName::new(&input.pools),
+    )
 }
 
 /// The candidate for a state node of a pool: its instance type by label in the pool's
