@@ -790,7 +790,7 @@ impl ClusterMetrics {
         // Once a scale-up's pods are bound and Ready the sets are nearly empty: give back the
         // room they grew to (a hash set keeps it).
         for set in [&mut *seen, &mut *started] {
-            if set.capacity() > 4 * set.len().max(256) {
+            if crate::table_room::mostly_empty(set.capacity(), set.len()) {
                 set.shrink_to_fit();
             }
         }

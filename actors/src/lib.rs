@@ -27,6 +27,7 @@ pub mod provisioner;
 pub mod retry;
 pub mod runtime;
 pub mod summary;
+pub mod table_room;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod version;

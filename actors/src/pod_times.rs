@@ -76,7 +76,7 @@ impl PodSchedulingTimes {
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
         let mut table = self.table();
         table.retain(|key, _| keep(key));
-        if table.capacity() > 4 * table.len().max(256) {
+        if crate::table_room::mostly_empty(table.capacity(), table.len()) {
             table.shrink_to_fit();
         }
     }
