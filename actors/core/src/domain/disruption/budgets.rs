@@ -237,13 +237,13 @@ pub struct BudgetMapping {
 /// Per NodePool, its nodes that budgets count and how many of them are disrupting already:
 /// the same for every method of a round, so a round counts once.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PoolCounts(BTreeMap<String, (usize, usize)>);
+pub struct PoolCounts<'a>(BTreeMap<&'a str, (usize, usize)>);
 
-impl PoolCounts {
+impl<'a> PoolCounts<'a> {
     /// Counts the initialized nodes of every pool (instances terminating apart), and those not
     /// ready or marked for deletion among them.
     #[must_use]
-    pub fn of(nodes: &[StateNode]) -> Self {
+    pub fn of(nodes: &'a [StateNode]) -> Self {
         let mut counts: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
         for node in nodes {
             let Some(claim) = &node.node_claim else {
@@ -261,12 +261,7 @@ impl PoolCounts {
                 entry.1 += 1;
             }
         }
-        Self(
-            counts
-                .into_iter()
-                .map(|(pool, count)| (pool.to_owned(), count))
-                .collect(),
-        )
+        Self(counts)
     }
 }
 
@@ -285,7 +280,7 @@ impl BudgetMapping {
     /// Evaluates every pool's budgets for `reason` over nodes counted already.
     #[must_use]
     pub fn from_counts(
-        counts: &PoolCounts,
+        counts: &PoolCounts<'_>,
         pools: &[PoolInput],
         reason: DisruptionReason,
         now: Timestamp,

@@ -22,7 +22,7 @@ pub(super) struct Round<'a> {
     pub candidates: Candidates,
     pub sims: Sims<'a>,
     /// The nodes each pool's budgets count, for every method of the round.
-    pub pool_counts: PoolCounts,
+    pub pool_counts: PoolCounts<'a>,
 }
 
 /// The round's simulator, made on first use.

@@ -67,8 +67,8 @@ fn emptiness(command: &Command, fresh: &DisruptionInput) -> Validation {
     if still.is_empty() {
         return abandon(format!("{total} candidates are no longer valid"), total);
     }
-    let mut mapping = BudgetMapping::build(
-        &fresh.nodes,
+    let mut mapping = BudgetMapping::from_counts(
+        &round.pool_counts,
         &fresh.pools,
         command.method.reason(),
         fresh.now,
@@ -119,8 +119,8 @@ fn consolidation(command: &Command, fresh: &DisruptionInput) -> Validation {
             None => return abandon(format!("{total} candidates are no longer valid"), total),
         }
     }
-    let mut mapping = BudgetMapping::build(
-        &fresh.nodes,
+    let mut mapping = BudgetMapping::from_counts(
+        &round.pool_counts,
         &fresh.pools,
         command.method.reason(),
         fresh.now,
