@@ -31,9 +31,8 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_core::apis::SlimPod;
-use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, SlimNode, labels};
+use karpenter_core::apis::{EC2NodeClass, MetaFields, NodeClaim, NodePool, SlimNode, labels};
 use rustc_hash::FxHashMap;
 
 /// A field of `K` that objects are looked up by.
@@ -178,11 +177,8 @@ looked_up_by_name_only!(
 /// The key of an object in the index and in `MemoryClusterView`: `namespace/name`, or `name`
 /// for a cluster-scoped object.
 #[must_use]
-pub fn object_key(metadata: &ObjectMeta) -> String {
-    join_key(
-        metadata.namespace.as_deref(),
-        metadata.name.as_deref().unwrap_or_default(),
-    )
+pub fn object_key(metadata: &impl MetaFields) -> String {
+    join_key(metadata.namespace(), metadata.name().unwrap_or_default())
 }
 
 /// The key of `name` in `namespace` (see [`object_key`]).
@@ -397,6 +393,7 @@ mod tests {
     use std::sync::Arc;
 
     use k8s_openapi::api::core::v1::NodeSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     // The view's slim types, under the names the literals below use.
     use karpenter_core::apis::{SharedPodSpec as PodSpec, SlimNode as Node, SlimPod as Pod};
     use proptest::prelude::*;
@@ -441,7 +438,8 @@ mod tests {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),
                 ..ObjectMeta::default()
-            },
+            }
+            .into(),
             spec: Some(NodeSpec {
                 provider_id: provider_id.map(str::to_owned),
                 ..NodeSpec::default()

@@ -36,8 +36,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
+use karpenter_core::apis::MetaFields;
 use karpenter_core::apis::conditions::Condition;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -75,24 +75,19 @@ pub struct ObjectState {
 }
 
 impl ObjectState {
-    fn of(meta: &ObjectMeta, extra_keys: &[&'static str], conditions: Vec<ConditionState>) -> Self {
-        let labels = meta.labels.as_ref();
+    fn of(
+        meta: &impl MetaFields,
+        extra_keys: &[&'static str],
+        conditions: Vec<ConditionState>,
+    ) -> Self {
         Self {
-            name: meta.name.clone().unwrap_or_default(),
+            name: meta.name().unwrap_or_default().to_owned(),
             extra: extra_keys
                 .iter()
-                .map(|key| {
-                    (
-                        extra_label_name(key),
-                        labels
-                            .and_then(|l| l.get(*key))
-                            .map_or("", String::as_str)
-                            .into(),
-                    )
-                })
+                .map(|key| (extra_label_name(key), meta.label(key).unwrap_or("").into()))
                 .collect(),
             conditions,
-            deleting_since: meta.deletion_timestamp.as_ref().map(|t| t.0),
+            deleting_since: meta.deletion_timestamp().map(|t| t.0),
         }
     }
 }
@@ -400,7 +395,7 @@ impl ConditionMetrics {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
     use super::*;
     use crate::testing::MemoryClusterView;

@@ -187,7 +187,10 @@ impl ClusterApi for GatedClusterApi {
         known: &SlimNode,
         change: Change<'_, Node>,
     ) -> Result<Node, ClusterError> {
-        self.check(ObjectKind::Node, name_of(&known.metadata))?;
+        self.check(
+            ObjectKind::Node,
+            known.metadata.name.as_deref().unwrap_or_default(),
+        )?;
         self.inner.update_node_from(known, change).await
     }
 

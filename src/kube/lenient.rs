@@ -14,8 +14,8 @@
 //! server guarantees their shape. Pods decode straight into a
 //! [`WirePod`], which names only the fields the daemon reads, so the rest of a Pod is never
 //! built, and become a [`SlimPod`], whose metadata is shared with its workload's pods; Nodes
-//! decode straight into a [`SlimNode`] (its capacity and allocatable shared with every node of
-//! equal ones). Every decoded object then loses what no reader of the store looks at
+//! decode straight into a [`WireNode`] (its capacity and allocatable shared with every node of
+//! equal ones) and become a [`SlimNode`], whose labels and annotations are shared too. Every decoded object then loses what no reader of the store looks at
 //! (`managedFields`, kubectl's last-applied annotation) before the store keeps it.
 
 use std::borrow::Cow;
@@ -27,7 +27,9 @@ use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, SlimNode, SlimPod, WirePod};
+use karpenter_core::apis::{
+    EC2NodeClass, NodeClaim, NodePool, SlimNode, SlimPod, WireNode, WirePod,
+};
 use kube::Resource;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer};
@@ -103,8 +105,11 @@ pub trait Slim: Clone {
     }
 }
 
-/// A Node decodes as a [`SlimNode`], which never reads what the daemon does not.
-impl Slim for SlimNode {}
+/// A Node decodes as a [`WireNode`], which never reads what the daemon does not; its lists
+/// are sized as it becomes a [`SlimNode`].
+impl Slim for WireNode {
+    fn compact(&mut self) {}
+}
 
 /// A pod's only lists outside its shared spec are its owner references and finalizers (its
 /// conditions are sized as they are filtered), which becoming a [`SlimPod`] sizes: there is
@@ -143,8 +148,18 @@ impl WireFormat for SlimPod {
     }
 }
 
+/// A Node becomes a [`SlimNode`], its labels and annotations shared with every Node that has
+/// the same ones (but the hostname), its lists sized by a clone.
+impl WireFormat for SlimNode {
+    type Wire = WireNode;
+
+    fn decode(mut wire: WireNode) -> Result<Self, Box<Undecodable>> {
+        strip(&mut wire);
+        Ok(Self::from(wire).clone())
+    }
+}
+
 strict!(
-    SlimNode,
     DaemonSet,
     PodDisruptionBudget,
     VolumeAttachment,
@@ -358,9 +373,10 @@ mod tests {
             },
         });
         let whole: k8s_openapi::api::core::v1::Node = serde_json::from_value(json.clone()).unwrap();
-        let wire: SlimNode = serde_json::from_value(json).unwrap();
+        let wire: WireNode = serde_json::from_value(json).unwrap();
         let slim = SlimNode::decode(wire).unwrap();
-        assert!(slim.metadata.managed_fields.is_none());
+        let kept = serde_json::to_value(&slim).unwrap();
+        assert!(kept["metadata"].get("managedFields").is_none());
         let status = slim.status.as_ref().unwrap();
         let original = whole.status.as_ref().unwrap();
         assert_eq!(
@@ -373,8 +389,10 @@ mod tests {
         );
         assert_eq!(status.conditions, original.conditions);
         assert_eq!(slim.spec, whole.spec);
-        assert_eq!(slim.metadata.labels, whole.metadata.labels);
-        let kept = serde_json::to_value(&slim).unwrap();
+        assert_eq!(
+            slim.metadata.labels.unwrap(),
+            whole.metadata.labels.unwrap()
+        );
         let kept_status: Vec<&String> = kept["status"].as_object().unwrap().keys().collect();
         assert_eq!(kept_status, ["allocatable", "capacity", "conditions"]);
     }

@@ -32,7 +32,7 @@ use karpenter_core::domain::scheduling::{
     taints_from_api,
 };
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt as _};
+use kube::{Api, Client};
 use serde_json::json;
 
 /// The scheduler name pods get by default, the only one this binder serves.

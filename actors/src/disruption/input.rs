@@ -16,7 +16,7 @@ use crate::ports::cluster_view::{ChangeMark, ClusterView};
 use crate::provisioner::build::{self, StateRef, UsablePool};
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as cond};
 use karpenter_core::apis::labels;
-use karpenter_core::apis::{NodeClaim, NodePool, SlimNode};
+use karpenter_core::apis::{MetaFields, NodeClaim, NodePool, SlimNode};
 use karpenter_core::domain::disruption::{
     DisruptionInput, DisruptionOptions, Memos, NodeClaimFacts, NodePod, Pdb, PoolInput, StateNode,
 };
@@ -91,13 +91,8 @@ fn node_ready(node: &SlimNode) -> bool {
         .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
-fn annotated_do_not_disrupt(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> bool {
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(labels::DO_NOT_DISRUPT))
-        .is_some_and(|v| v == "true")
+fn annotated_do_not_disrupt(meta: &impl MetaFields) -> bool {
+    meta.annotation(labels::DO_NOT_DISRUPT) == Some("true")
 }
 
 fn state_node(

@@ -25,12 +25,13 @@ use crate::metrics::disruption_reason;
 use crate::ports::cloud_provider::{CloudProvider, CloudProviderError};
 use crate::ports::cluster::{Change, ClusterError};
 use crate::runtime::{ActorCtx, ActorRef};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_core::apis::condition_set::{
     self, ConditionSet, NODECLAIM_DEPENDENTS, NODEPOOL_DEPENDENTS, ObjectFacts,
 };
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as cond, nodepool as pool_cond};
 use karpenter_core::apis::labels;
-use karpenter_core::apis::{NodeClaim, NodeClaimStatus, NodePoolStatus, SlimNode};
+use karpenter_core::apis::{NodeClaim, NodeClaimStatus, NodeMeta, NodePoolStatus, SlimNode};
 
 /// What a step leaves for the next.
 pub(super) enum Step {
@@ -614,9 +615,9 @@ impl NodeClaimActor {
             self.publish(events::unregistered_taint_missing(&nodeclaim))
                 .await;
         }
-        let mut probe = (*node).clone();
-        registration::sync_node(&mut probe.metadata, &mut probe.spec, &nodeclaim);
-        if probe != *node {
+        let mut probe = (ObjectMeta::from(node.metadata.clone()), node.spec.clone());
+        registration::sync_node(&mut probe.0, &mut probe.1, &nodeclaim);
+        if NodeMeta::from(probe.0) != node.metadata || probe.1 != node.spec {
             let claim = Arc::clone(&nodeclaim);
             let change = move |node: &mut Node| {
                 registration::sync_node(&mut node.metadata, &mut node.spec, &claim);

@@ -84,7 +84,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 use tracing::Instrument as _;
@@ -100,9 +99,9 @@ use crate::runtime::{
     ReconcileError, ReconcilePolicy, Reconciler, RestartPolicy, Start, Supervised,
     reconcile_object,
 };
-use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::labels;
 use karpenter_core::apis::nodeclaim::provider_id;
+use karpenter_core::apis::{MetaFields, NodeClaim};
 
 /// A node must register within this window after its launch (Karpenter's `registrationTTL`).
 pub const REGISTRATION_TTL: Duration = Duration::from_mins(15);
@@ -425,10 +424,10 @@ pub fn is_managed(nodeclaim: &NodeClaim) -> bool {
     class.group == labels::AWS_GROUP && class.kind == "EC2NodeClass"
 }
 
-fn has_finalizer(meta: &ObjectMeta) -> bool {
-    meta.finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|f| f == labels::TERMINATION_FINALIZER))
+fn has_finalizer(meta: &impl MetaFields) -> bool {
+    meta.finalizers()
+        .iter()
+        .any(|f| f == labels::TERMINATION_FINALIZER)
 }
 
 fn label<'a>(nodeclaim: &'a NodeClaim, key: &str) -> &'a str {

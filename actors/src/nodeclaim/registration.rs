@@ -182,7 +182,8 @@ mod tests {
                         .collect::<BTreeMap<_, _>>(),
                 ),
                 ..ObjectMeta::default()
-            },
+            }
+            .into(),
             spec: Some(NodeSpec {
                 provider_id: Some("aws:///us-west-2a/i-1".into()),
                 taints: Some(
@@ -201,6 +202,13 @@ mod tests {
         }
     }
 
+    /// [`sync_node`] on a view's Node, as the lifecycle's probe runs it.
+    fn sync(node: &mut SlimNode, nodeclaim: &NodeClaim) {
+        let mut metadata = ObjectMeta::from(node.metadata.clone());
+        sync_node(&mut metadata, &mut node.spec, nodeclaim);
+        node.metadata = metadata.into();
+    }
+
     fn taint_keys(node: &SlimNode) -> Vec<String> {
         node.spec
             .as_ref()
@@ -212,7 +220,7 @@ mod tests {
     #[test]
     fn a_synced_node_is_owned_labelled_tainted_and_unblocked() {
         let mut node = node(&[], &[(labels::UNREGISTERED_TAINT, "NoExecute")]);
-        sync_node(&mut node.metadata, &mut node.spec, &nodeclaim());
+        sync(&mut node, &nodeclaim());
         assert_eq!(
             node.metadata.finalizers.as_deref(),
             Some(&[labels::TERMINATION_FINALIZER.to_owned()][..])
@@ -224,14 +232,19 @@ mod tests {
         );
         assert_eq!(taint_keys(&node), ["dedicated", "shared", "cni-not-ready"]);
         let node_labels = node.metadata.labels.as_ref().unwrap();
-        assert_eq!(node_labels[labels::REGISTERED], "true");
-        assert_eq!(node_labels["team"], "a");
+        assert_eq!(node_labels.get(labels::REGISTERED).unwrap(), "true");
+        assert_eq!(node_labels.get("team").unwrap(), "a");
         assert_eq!(
-            node.metadata.annotations.as_ref().unwrap()["karpenter.sh/nodepool-hash"],
+            node.metadata
+                .annotations
+                .as_ref()
+                .unwrap()
+                .get("karpenter.sh/nodepool-hash")
+                .unwrap(),
             "123"
         );
         let again = node.clone();
-        sync_node(&mut node.metadata, &mut node.spec, &nodeclaim());
+        sync(&mut node, &nodeclaim());
         assert_eq!(node, again, "syncing twice changes nothing");
     }
 
@@ -244,7 +257,7 @@ mod tests {
                 (labels::UNREGISTERED_TAINT, "NoExecute"),
             ],
         );
-        sync_node(&mut node.metadata, &mut node.spec, &nodeclaim());
+        sync(&mut node, &nodeclaim());
         assert_eq!(taint_keys(&node), ["kubelet-set"]);
         assert!(!has_unregistered_taint(&node));
         assert!(is_registered(&node));

@@ -281,7 +281,8 @@ pub trait ClusterApi: Send + Sync + fmt::Debug {
         known: &SlimNode,
         change: Change<'_, Node>,
     ) -> Result<Node, ClusterError> {
-        self.update_node(name_of(&known.metadata), change).await
+        let name = known.metadata.name.as_deref().unwrap_or_default();
+        self.update_node(name, change).await
     }
 
     /// Deletes a Node object.

@@ -161,7 +161,14 @@ impl MirroredClusterApi {
     pub fn sync_node(&self, name: &str) {
         let previous = self.view.node(name);
         let fake = self.api.shared_node(name);
-        if resource_version(fake.as_deref()) == resource_version(previous.as_deref()) {
+        let versions = (
+            fake.as_ref()
+                .and_then(|n| n.metadata.resource_version.as_deref()),
+            previous
+                .as_ref()
+                .and_then(|n| n.metadata.resource_version.as_deref()),
+        );
+        if versions.0 == versions.1 {
             return;
         }
         // Only a changed node is converted to the view's slim form.

@@ -43,6 +43,7 @@ pub mod conditions;
 pub mod crd;
 pub mod duration;
 pub mod ec2nodeclass;
+pub mod label_map;
 pub mod labels;
 pub mod node;
 pub mod nodeclaim;
@@ -56,7 +57,8 @@ pub mod taints;
 pub mod validation;
 
 pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
-pub use node::{SlimNode, SlimNodeStatus};
+pub use label_map::LabelMap;
+pub use node::{MetaFields, NodeMeta, SlimNode, SlimNodeStatus, WireNode};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
 pub use pod::{

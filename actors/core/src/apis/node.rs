@@ -10,36 +10,186 @@
 //! two resource lists are [`SharedResources`], held once per distinct list as a NodeClaim's
 //! are.
 //!
+//! Its metadata is a [`NodeMeta`]: `ObjectMeta`'s fields, but the labels and annotations are
+//! [`LabelMap`]s, which share every entry but the hostname with the Nodes that have the same
+//! ones (a Node's 24 labels and 4 annotations were 4 KB of its 5 KB). A `NodeMeta` is not an
+//! `ObjectMeta`, so a `SlimNode` is not a `kube::Resource`: the watch reads a [`WireNode`]
+//! (the same fields with a whole `ObjectMeta`), which becomes a `SlimNode` before anything
+//! keeps it, as a pod's [`WirePod`](super::WirePod) does. [`MetaFields`] reads the few fields
+//! that code shared between kinds looks at, of either.
+//!
 //! ```text
-//! watch (JSON Node) -> serde -> SlimNode (capacity, allocatable interned) -> the view's store
+//! watch (JSON Node) -> serde -> WireNode (capacity, allocatable interned)
+//!                   -> SlimNode (labels, annotations shared) -> the view's store
 //!                                                      -> registration, scheduling, disruption,
 //!                                                         metrics, the simulation
 //! k8s-openapi Node (writes' answers, tests) -> From -> SlimNode
 //! ```
 //!
 //! What is not kept (never decoded): the kubelet's images, volumes, addresses, system info,
-//! daemon endpoints, config, runtime handlers and features. A write never starts from a
-//! `SlimNode`: the daemon's writes re-read the Node from the API server, so nothing it drops is
-//! ever written back.
+//! daemon endpoints, config, runtime handlers and features, and `managedFields`. A write
+//! never starts from a `SlimNode`: the daemon's writes re-read the Node from the API server,
+//! so nothing it drops is ever written back.
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Serialize};
 
+use super::label_map::LabelMap;
 use super::shared::SharedResources;
 
 /// A Node with the fields the daemon reads (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SlimNode {
-    pub metadata: ObjectMeta,
+    pub metadata: NodeMeta,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec: Option<NodeSpec>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<SlimNodeStatus>,
 }
 
+/// A Node's metadata: `ObjectMeta`'s fields with their names and types, but the labels and
+/// the annotations, which are [`LabelMap`]s shared with every Node that has the same ones (the
+/// hostname label its own), and `managedFields`, which is not kept.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeMeta {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub generation: Option<i64>,
+    pub creation_timestamp: Option<Time>,
+    pub deletion_timestamp: Option<Time>,
+    pub deletion_grace_period_seconds: Option<i64>,
+    pub finalizers: Option<Vec<String>>,
+    pub owner_references: Option<Vec<OwnerReference>>,
+    pub labels: Option<LabelMap>,
+    pub annotations: Option<LabelMap>,
+}
+
+impl From<ObjectMeta> for NodeMeta {
+    fn from(meta: ObjectMeta) -> Self {
+        Self {
+            name: meta.name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            generation: meta.generation,
+            creation_timestamp: meta.creation_timestamp,
+            deletion_timestamp: meta.deletion_timestamp,
+            deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
+            finalizers: meta.finalizers,
+            owner_references: meta.owner_references,
+            labels: meta.labels.map(LabelMap::from),
+            annotations: meta.annotations.map(LabelMap::from),
+        }
+    }
+}
+
+impl From<NodeMeta> for ObjectMeta {
+    fn from(meta: NodeMeta) -> Self {
+        Self {
+            name: meta.name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            generation: meta.generation,
+            creation_timestamp: meta.creation_timestamp,
+            deletion_timestamp: meta.deletion_timestamp,
+            deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
+            finalizers: meta.finalizers,
+            owner_references: meta.owner_references,
+            labels: meta.labels.as_ref().map(LabelMap::to_map),
+            annotations: meta.annotations.as_ref().map(LabelMap::to_map),
+            ..Self::default()
+        }
+    }
+}
+
+/// Read and written as an `ObjectMeta`.
+impl<'de> Deserialize<'de> for NodeMeta {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        ObjectMeta::deserialize(deserializer).map(Self::from)
+    }
+}
+
+impl Serialize for NodeMeta {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        ObjectMeta::from(self.clone()).serialize(serializer)
+    }
+}
+
+/// The metadata fields read of more than one kind, of an `ObjectMeta` or a Node's
+/// [`NodeMeta`] alike.
+pub trait MetaFields {
+    fn finalizers(&self) -> &[String];
+    fn annotation(&self, key: &str) -> Option<&str>;
+    fn label(&self, key: &str) -> Option<&str>;
+    fn name(&self) -> Option<&str>;
+    fn namespace(&self) -> Option<&str>;
+    fn deletion_timestamp(&self) -> Option<&Time>;
+}
+
+impl MetaFields for ObjectMeta {
+    fn finalizers(&self) -> &[String] {
+        self.finalizers.as_deref().unwrap_or_default()
+    }
+
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.as_ref()?.get(key).map(String::as_str)
+    }
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.as_ref()?.get(key).map(String::as_str)
+    }
+
+    fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    fn deletion_timestamp(&self) -> Option<&Time> {
+        self.deletion_timestamp.as_ref()
+    }
+}
+
+impl MetaFields for NodeMeta {
+    fn finalizers(&self) -> &[String] {
+        self.finalizers.as_deref().unwrap_or_default()
+    }
+
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.as_ref()?.get(key).map(String::as_str)
+    }
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.as_ref()?.get(key).map(String::as_str)
+    }
+
+    fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    fn deletion_timestamp(&self) -> Option<&Time> {
+        self.deletion_timestamp.as_ref()
+    }
+}
+
 impl SlimNode {
+    /// Its name (what `kube::ResourceExt::name_any` answers of a Node).
+    #[must_use]
+    pub fn name_any(&self) -> String {
+        self.metadata.name.clone().unwrap_or_default()
+    }
+
     /// Whether the node carries Karpenter's `karpenter.sh/disrupted:NoSchedule` taint (a
     /// disruption is taking it down).
     #[must_use]
@@ -52,6 +202,29 @@ impl SlimNode {
                     .iter()
                     .any(|t| t.key == super::labels::DISRUPTED_TAINT && t.effect == "NoSchedule")
             })
+    }
+}
+
+/// A Node as the watch reads it: [`SlimNode`]'s fields with a whole `ObjectMeta`, so kube's
+/// watcher, which tracks `metadata.resourceVersion` through `kube::Resource`, can read it. It
+/// becomes a [`SlimNode`] before anything keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WireNode {
+    pub metadata: ObjectMeta,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<NodeSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<SlimNodeStatus>,
+}
+
+impl From<WireNode> for SlimNode {
+    fn from(node: WireNode) -> Self {
+        Self {
+            metadata: node.metadata.into(),
+            spec: node.spec,
+            status: node.status,
+        }
     }
 }
 
@@ -72,7 +245,7 @@ pub struct SlimNodeStatus {
 impl From<Node> for SlimNode {
     fn from(node: Node) -> Self {
         Self {
-            metadata: node.metadata,
+            metadata: node.metadata.into(),
             spec: node.spec,
             status: node.status.map(SlimNodeStatus::from),
         }
@@ -84,7 +257,7 @@ impl From<Node> for SlimNode {
 impl From<&Node> for SlimNode {
     fn from(node: &Node) -> Self {
         Self {
-            metadata: node.metadata.clone(),
+            metadata: node.metadata.clone().into(),
             spec: node.spec.clone(),
             status: node.status.as_ref().map(|status| SlimNodeStatus {
                 capacity: status.capacity.clone().map(SharedResources::from),
@@ -111,7 +284,7 @@ impl From<NodeStatus> for SlimNodeStatus {
 impl From<SlimNode> for Node {
     fn from(node: SlimNode) -> Self {
         Self {
-            metadata: node.metadata,
+            metadata: node.metadata.into(),
             spec: node.spec,
             status: node.status.map(|status| NodeStatus {
                 capacity: status.capacity.map(|list| list.to_map()),
@@ -124,7 +297,7 @@ impl From<SlimNode> for Node {
     }
 }
 
-served_as!(SlimNode, Node);
+served_as!(WireNode, Node);
 
 #[cfg(test)]
 mod tests {
@@ -160,7 +333,12 @@ mod tests {
         let node: SlimNode = serde_json::from_value(node_json("a", "4")).unwrap();
         assert_eq!(node.metadata.name.as_deref(), Some("a"));
         assert_eq!(
-            node.metadata.labels.as_ref().unwrap()["kubernetes.io/hostname"],
+            node.metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .get("kubernetes.io/hostname")
+                .unwrap(),
             "a"
         );
         let spec = node.spec.as_ref().unwrap();

@@ -64,8 +64,8 @@ use crate::domain::instance_type::InstanceType;
 use crate::domain::requirements::{AllowUndefined, Requirements};
 use crate::domain::resources::{NODES, Resources, approx_f64};
 use crate::domain::scheduling::{
-    self, BoundPod, ExistingNode, LabelSelector, NewNodeClaim, NodePoolInput, Options, Placement,
-    Plan, PodShape, ReservedOfferingMode, SchedulingPod, SelectorOperator, Snapshot,
+    self, BoundPod, ExistingNode, LabelSelector, NewNodeClaim, NodeLabels, NodePoolInput, Options,
+    Placement, Plan, PodShape, ReservedOfferingMode, SchedulingPod, SelectorOperator, Snapshot,
     SpreadConstraint, Toleration, TypeCache, first_untolerated,
 };
 
@@ -1073,7 +1073,7 @@ impl<'a> Simulator<'a> {
             let mut lists: BTreeMap<String, Vec<PodRef>> = BTreeMap::new();
             for pod in pods {
                 let class = &self.classes[self.class_of[pod.0]];
-                if let Some(domain) = class.ghost.labels.get(&*shifted.key) {
+                if let Some(domain) = class.ghost.labels.get(&shifted.key) {
                     lists.entry(domain.clone()).or_default().push(pod);
                 }
             }
@@ -1114,7 +1114,7 @@ impl<'a> Simulator<'a> {
                 }
             }
             for node in &snapshot.existing_nodes {
-                if let Some(value) = node.labels.get(&**key) {
+                if let Some(value) = node.labels.get(key) {
                     values.insert(value.clone());
                 }
             }
@@ -1517,10 +1517,7 @@ fn label_keys(shapes: &[Arc<PodShape>], relevant: Option<&Relevant>) -> FxHashSe
 }
 
 /// The labels whose (normalized) keys are among `keys`.
-fn trimmed(
-    labels: &BTreeMap<String, String>,
-    keys: &FxHashSet<Arc<str>>,
-) -> BTreeMap<String, String> {
+fn trimmed(labels: &NodeLabels, keys: &FxHashSet<Arc<str>>) -> BTreeMap<String, String> {
     labels
         .iter()
         .filter(|(k, _)| keys.contains(labels::normalize(k)))

@@ -241,8 +241,8 @@ pub fn scheduling_taints(
 /// whose tolerations and strict requirements fit the node); subtract what the node's running
 /// DaemonSet pods already request to get [`ExistingNode::pending_daemon_overhead`].
 #[must_use]
-pub fn daemon_requests_for_node(
-    labels: &BTreeMap<String, String>,
+pub fn daemon_requests_for_node<'a>(
+    labels: impl IntoIterator<Item = (&'a String, &'a String)> + Copy,
     taints: &[Taint],
     daemons: &[SchedulingPod],
 ) -> Resources {

@@ -415,11 +415,15 @@ fn for_each_offered(
 }
 
 /// The labels other than the hostname, in order.
-fn but_hostname(labels: &BTreeMap<String, String>) -> impl Iterator<Item = (&String, &String)> {
-    labels.iter().filter(|(key, _)| *key != labels::HOSTNAME)
+fn but_hostname<'a>(
+    labels: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> impl Iterator<Item = (&'a String, &'a String)> {
+    labels
+        .into_iter()
+        .filter(|(key, _)| *key != labels::HOSTNAME)
 }
 
-fn hash_but_hostname(labels: &BTreeMap<String, String>) -> u64 {
+fn hash_but_hostname<'a>(labels: impl IntoIterator<Item = (&'a String, &'a String)>) -> u64 {
     let mut hasher = rustc_hash::FxHasher::default();
     for entry in but_hostname(labels) {
         entry.hash(&mut hasher);
@@ -427,7 +431,10 @@ fn hash_but_hostname(labels: &BTreeMap<String, String>) -> u64 {
     hasher.finish()
 }
 
-fn same_but_hostname(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> bool {
+fn same_but_hostname<'a>(
+    a: impl IntoIterator<Item = (&'a String, &'a String)>,
+    b: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> bool {
     but_hostname(a).eq(but_hostname(b))
 }
 
