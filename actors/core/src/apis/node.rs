@@ -68,42 +68,37 @@ pub struct NodeMeta {
     pub annotations: Option<LabelMap>,
 }
 
+/// The one kind of metadata built from the other: every field both have moved, the labels
+/// and annotations converted by `$map`, the rest (of an `ObjectMeta`) from `$rest`.
+macro_rules! moved_meta {
+    ($meta:ident, $map:expr $(, $rest:expr)?) => {
+        Self {
+            name: $meta.name,
+            namespace: $meta.namespace,
+            uid: $meta.uid,
+            resource_version: $meta.resource_version,
+            generation: $meta.generation,
+            creation_timestamp: $meta.creation_timestamp,
+            deletion_timestamp: $meta.deletion_timestamp,
+            deletion_grace_period_seconds: $meta.deletion_grace_period_seconds,
+            finalizers: $meta.finalizers,
+            owner_references: $meta.owner_references,
+            labels: $meta.labels.map($map),
+            annotations: $meta.annotations.map($map),
+            $(..$rest)?
+        }
+    };
+}
+
 impl From<ObjectMeta> for NodeMeta {
     fn from(meta: ObjectMeta) -> Self {
-        Self {
-            name: meta.name,
-            namespace: meta.namespace,
-            uid: meta.uid,
-            resource_version: meta.resource_version,
-            generation: meta.generation,
-            creation_timestamp: meta.creation_timestamp,
-            deletion_timestamp: meta.deletion_timestamp,
-            deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
-            finalizers: meta.finalizers,
-            owner_references: meta.owner_references,
-            labels: meta.labels.map(LabelMap::from),
-            annotations: meta.annotations.map(LabelMap::from),
-        }
+        moved_meta!(meta, LabelMap::from)
     }
 }
 
 impl From<NodeMeta> for ObjectMeta {
     fn from(meta: NodeMeta) -> Self {
-        Self {
-            name: meta.name,
-            namespace: meta.namespace,
-            uid: meta.uid,
-            resource_version: meta.resource_version,
-            generation: meta.generation,
-            creation_timestamp: meta.creation_timestamp,
-            deletion_timestamp: meta.deletion_timestamp,
-            deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
-            finalizers: meta.finalizers,
-            owner_references: meta.owner_references,
-            labels: meta.labels.as_ref().map(LabelMap::to_map),
-            annotations: meta.annotations.as_ref().map(LabelMap::to_map),
-            ..Self::default()
-        }
+        moved_meta!(meta, |map: LabelMap| map.to_map(), Self::default())
     }
 }
 
@@ -131,57 +126,38 @@ pub trait MetaFields {
     fn deletion_timestamp(&self) -> Option<&Time>;
 }
 
-impl MetaFields for ObjectMeta {
-    fn finalizers(&self) -> &[String] {
-        self.finalizers.as_deref().unwrap_or_default()
-    }
+/// The same field names on both, so one body reads either.
+macro_rules! meta_fields {
+    ($($meta:ty),*) => {
+        $(impl MetaFields for $meta {
+            fn finalizers(&self) -> &[String] {
+                self.finalizers.as_deref().unwrap_or_default()
+            }
 
-    fn annotation(&self, key: &str) -> Option<&str> {
-        self.annotations.as_ref()?.get(key).map(String::as_str)
-    }
+            fn annotation(&self, key: &str) -> Option<&str> {
+                self.annotations.as_ref()?.get(key).map(String::as_str)
+            }
 
-    fn label(&self, key: &str) -> Option<&str> {
-        self.labels.as_ref()?.get(key).map(String::as_str)
-    }
+            fn label(&self, key: &str) -> Option<&str> {
+                self.labels.as_ref()?.get(key).map(String::as_str)
+            }
 
-    fn name(&self) -> Option<&str> {
-        self.name.as_deref()
-    }
+            fn name(&self) -> Option<&str> {
+                self.name.as_deref()
+            }
 
-    fn namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
-    }
+            fn namespace(&self) -> Option<&str> {
+                self.namespace.as_deref()
+            }
 
-    fn deletion_timestamp(&self) -> Option<&Time> {
-        self.deletion_timestamp.as_ref()
-    }
+            fn deletion_timestamp(&self) -> Option<&Time> {
+                self.deletion_timestamp.as_ref()
+            }
+        })*
+    };
 }
 
-impl MetaFields for NodeMeta {
-    fn finalizers(&self) -> &[String] {
-        self.finalizers.as_deref().unwrap_or_default()
-    }
-
-    fn annotation(&self, key: &str) -> Option<&str> {
-        self.annotations.as_ref()?.get(key).map(String::as_str)
-    }
-
-    fn label(&self, key: &str) -> Option<&str> {
-        self.labels.as_ref()?.get(key).map(String::as_str)
-    }
-
-    fn name(&self) -> Option<&str> {
-        self.name.as_deref()
-    }
-
-    fn namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
-    }
-
-    fn deletion_timestamp(&self) -> Option<&Time> {
-        self.deletion_timestamp.as_ref()
-    }
-}
+meta_fields!(ObjectMeta, NodeMeta);
 
 impl SlimNode {
     /// Its name (what `kube::ResourceExt::name_any` answers of a Node).
