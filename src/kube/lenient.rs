@@ -15,8 +15,9 @@
 //! [`WirePod`], which names only the fields the daemon reads, so the rest of a Pod is never
 //! built, and become a [`SlimPod`], whose metadata is shared with its workload's pods; Nodes
 //! decode straight into a [`WireNode`] (its capacity and allocatable shared with every node of
-//! equal ones) and become a [`SlimNode`], whose labels and annotations are shared too. Every decoded object then loses what no reader of the store looks at
-//! (`managedFields`, kubectl's last-applied annotation) before the store keeps it.
+//! equal ones) and become a [`SlimNode`], whose labels and annotations are shared too. Every
+//! decoded object then loses what no reader of the store looks at (`managedFields`, kubectl's
+//! last-applied annotation) before the store keeps it.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

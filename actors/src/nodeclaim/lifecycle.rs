@@ -615,9 +615,10 @@ impl NodeClaimActor {
             self.publish(events::unregistered_taint_missing(&nodeclaim))
                 .await;
         }
-        let mut probe = (ObjectMeta::from(node.metadata.clone()), node.spec.clone());
-        registration::sync_node(&mut probe.0, &mut probe.1, &nodeclaim);
-        if NodeMeta::from(probe.0) != node.metadata || probe.1 != node.spec {
+        // A probe of the view's Node, as a written Node's metadata, to tell whether a write is due.
+        let (mut metadata, mut spec) = (ObjectMeta::from(node.metadata.clone()), node.spec.clone());
+        registration::sync_node(&mut metadata, &mut spec, &nodeclaim);
+        if NodeMeta::from(metadata) != node.metadata || spec != node.spec {
             let claim = Arc::clone(&nodeclaim);
             let change = move |node: &mut Node| {
                 registration::sync_node(&mut node.metadata, &mut node.spec, &claim);

@@ -349,6 +349,35 @@ mod tests {
     }
 
     #[test]
+    fn nodes_alike_but_for_their_hostname_share_their_labels_and_annotations() {
+        let with_pool = |name: &str, pool: &str| {
+            let mut json = node_json(name, "4");
+            json["metadata"]["labels"]["karpenter.sh/nodepool"] = pool.into();
+            json["metadata"]["annotations"] =
+                serde_json::json!({"karpenter.sh/nodepool-hash": "1"});
+            serde_json::from_value::<SlimNode>(json).unwrap()
+        };
+        let (a, b, other) = (
+            with_pool("a", "default"),
+            with_pool("b", "default"),
+            with_pool("c", "batch"),
+        );
+        let labels = |node: &SlimNode| node.metadata.labels.clone().unwrap();
+        assert!(labels(&a).shares_with(&labels(&b)));
+        assert!(!labels(&a).shares_with(&labels(&other)));
+        assert_eq!(labels(&a).get("kubernetes.io/hostname").unwrap(), "a");
+        assert_eq!(labels(&b).get("kubernetes.io/hostname").unwrap(), "b");
+        let annotations = |node: &SlimNode| node.metadata.annotations.clone().unwrap();
+        assert!(annotations(&a).shares_with(&annotations(&other)));
+        let written = serde_json::to_value(&a).unwrap();
+        assert_eq!(written["metadata"]["labels"]["kubernetes.io/hostname"], "a");
+        assert_eq!(
+            written["metadata"]["labels"]["karpenter.sh/nodepool"],
+            "default"
+        );
+    }
+
+    #[test]
     fn converts_from_and_to_a_whole_node_keeping_what_it_reads() {
         let whole: Node = serde_json::from_value(node_json("a", "4")).unwrap();
         let slim = SlimNode::from(whole.clone());
