@@ -78,10 +78,6 @@ impl LabelMap {
         }
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &String> {
-        self.iter().map(|(k, _)| k)
-    }
-
     /// The map it stands for, as a map of its own.
     #[must_use]
     pub fn to_map(&self) -> BTreeMap<String, String> {
@@ -105,28 +101,15 @@ impl LabelMap {
 
 impl From<BTreeMap<String, String>> for LabelMap {
     fn from(mut map: BTreeMap<String, String>) -> Self {
-        let own: Box<[(String, String)]> = OWN_KEYS
+        let mut own: Vec<(String, String)> = OWN_KEYS
             .iter()
             .filter_map(|key| map.remove_entry(*key))
-            .collect::<BTreeMap<_, _>>()
-            .into_iter()
             .collect();
+        own.sort_unstable();
         Self {
             shared: SHARED.intern(map),
-            own,
+            own: own.into_boxed_slice(),
         }
-    }
-}
-
-impl<const N: usize> From<[(String, String); N]> for LabelMap {
-    fn from(pairs: [(String, String); N]) -> Self {
-        BTreeMap::from(pairs).into()
-    }
-}
-
-impl FromIterator<(String, String)> for LabelMap {
-    fn from_iter<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Self {
-        pairs.into_iter().collect::<BTreeMap<_, _>>().into()
     }
 }
 

@@ -127,10 +127,6 @@ impl NodeLabels {
         }
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &String> {
-        self.iter().map(|(key, _)| key)
-    }
-
     #[must_use]
     pub fn len(&self) -> usize {
         match self.source() {
@@ -152,7 +148,7 @@ impl NodeLabels {
     }
 
     /// The labels to change: copied into a map of their own first.
-    pub fn to_mut(&mut self) -> &mut BTreeMap<String, String> {
+    fn to_mut(&mut self) -> &mut BTreeMap<String, String> {
         if self.owned.is_none() {
             self.owned = Some(Arc::new(self.to_map()));
             self.shared = None;
