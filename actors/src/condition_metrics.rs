@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use k8s_openapi::jiff::Timestamp;
 use karpenter_core::apis::MetaFields;
 use karpenter_core::apis::conditions::Condition;
+use karpenter_core::domain::interner::Interner;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -56,19 +57,29 @@ const NODE_EXTRA: &[&str] = &[
     "karpenter.sh/initialized",
 ];
 
+/// The words of the snapshots (condition types, statuses and reasons, extra label values):
+/// a few dozen distinct ones, shared by the tens of thousands of conditions a 5,000-node
+/// cluster's NodeClaims and Nodes hold between two passes.
+static WORDS: Interner<str> = Interner::new();
+
+fn word(text: &str) -> Arc<str> {
+    WORDS.share(text)
+}
+
 /// One condition as the metrics see it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConditionState {
-    pub type_: String,
-    pub status: String,
-    pub reason: String,
+    pub type_: Arc<str>,
+    pub status: Arc<str>,
+    pub reason: Arc<str>,
     pub since: Option<Timestamp>,
 }
 
 /// One object as the metrics see it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ObjectState {
-    pub name: String,
+    /// Also the key of the last pass's snapshot, which shares it.
+    pub name: Arc<str>,
     pub extra: DynamicLabels,
     pub conditions: Vec<ConditionState>,
     pub deleting_since: Option<Timestamp>,
@@ -81,10 +92,10 @@ impl ObjectState {
         conditions: Vec<ConditionState>,
     ) -> Self {
         Self {
-            name: meta.name().unwrap_or_default().to_owned(),
+            name: Arc::from(meta.name().unwrap_or_default()),
             extra: extra_keys
                 .iter()
-                .map(|key| (extra_label_name(key), meta.label(key).unwrap_or("").into()))
+                .map(|key| (extra_label_name(key), word(meta.label(key).unwrap_or(""))))
                 .collect(),
             conditions,
             deleting_since: meta.deletion_timestamp().map(|t| t.0),
@@ -106,9 +117,9 @@ fn karpenter_conditions(conditions: &[Condition]) -> Vec<ConditionState> {
     conditions
         .iter()
         .map(|c| ConditionState {
-            type_: c.type_.clone(),
-            status: c.status.as_str().to_owned(),
-            reason: c.reason.clone(),
+            type_: word(&c.type_),
+            status: word(c.status.as_str()),
+            reason: word(&c.reason),
             since: Some(c.last_transition_time.0),
         })
         .collect()
@@ -135,9 +146,12 @@ fn seconds_between(from: Timestamp, to: Timestamp) -> f64 {
     to.duration_since(from).as_secs_f64().max(0.0)
 }
 
-fn with(base: &[(&'static str, &str)], extra: &DynamicLabels) -> DynamicLabels {
-    base.iter()
-        .map(|(key, value)| (*key, Arc::from(*value)))
+fn with<const N: usize>(
+    base: [(&'static str, &Arc<str>); N],
+    extra: &DynamicLabels,
+) -> DynamicLabels {
+    base.into_iter()
+        .map(|(key, value)| (key, Arc::clone(value)))
         .chain(extra.iter().cloned())
         .collect()
 }
@@ -156,7 +170,7 @@ struct KindFamilies {
     termination_current: StoreGauge<DynamicLabels>,
     termination_duration: Family<DynamicLabels, Histogram, fn() -> Histogram>,
     /// The last refresh's objects by name; `None` before the first refresh.
-    last: Mutex<Option<BTreeMap<String, ObjectState>>>,
+    last: Mutex<Option<BTreeMap<Arc<str>, ObjectState>>>,
 }
 
 impl KindFamilies {
@@ -213,13 +227,14 @@ impl KindFamilies {
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
         let first = last.is_none();
         let previous = last.take().unwrap_or_default();
+        let no_namespace = word("");
         for object in &objects {
             let seen_before = previous.get(&object.name);
             for condition in &object.conditions {
                 if series {
                     let labels = with(
-                        &[
-                            ("namespace", ""),
+                        [
+                            ("namespace", &no_namespace),
                             ("name", &object.name),
                             ("type", &condition.type_),
                             ("status", &condition.status),
@@ -244,7 +259,7 @@ impl KindFamilies {
                 }
                 self.transitions
                     .get_or_create(&with(
-                        &[
+                        [
                             ("type", &condition.type_),
                             ("status", &condition.status),
                             ("reason", &condition.reason),
@@ -257,7 +272,7 @@ impl KindFamilies {
                 {
                     self.transition_seconds
                         .get_or_create(&with(
-                            &[("type", &condition.type_), ("status", &before.status)],
+                            [("type", &condition.type_), ("status", &before.status)],
                             &object.extra,
                         ))
                         .observe(seconds_between(from, to));
@@ -267,14 +282,17 @@ impl KindFamilies {
                 && series
             {
                 terminating.push((
-                    with(&[("namespace", ""), ("name", &object.name)], &object.extra),
+                    with(
+                        [("namespace", &no_namespace), ("name", &object.name)],
+                        &object.extra,
+                    ),
                     seconds_between(since, now),
                 ));
             }
         }
-        let present: BTreeMap<String, ObjectState> = objects
+        let present: BTreeMap<Arc<str>, ObjectState> = objects
             .into_iter()
-            .map(|object| (object.name.clone(), object))
+            .map(|object| (Arc::clone(&object.name), object))
             .collect();
         for (name, gone) in &previous {
             if let Some(since) = gone.deleting_since
@@ -375,9 +393,9 @@ impl ConditionMetrics {
                             conditions
                                 .iter()
                                 .map(|c| ConditionState {
-                                    type_: c.type_.clone(),
-                                    status: c.status.clone(),
-                                    reason: c.reason.clone().unwrap_or_default(),
+                                    type_: word(&c.type_),
+                                    status: word(&c.status),
+                                    reason: word(c.reason.as_deref().unwrap_or_default()),
                                     since: c.last_transition_time.as_ref().map(|t| t.0),
                                 })
                                 .collect()

@@ -8,11 +8,15 @@
 //!               --> none                         --> Arc::new(value), held for the next caller
 //! ```
 //!
+//! [`Interner::share`] takes a borrowed value (a `str`, a slice) and copies it only when no
+//! equal one is held.
+//!
 //! An interner holds its values strongly; when its set has doubled since the last sweep it
 //! drops the values nobody else holds, so it stays within twice the live distinct values at an
 //! amortized constant cost per call. Values are immutable behind their `Arc`, so sharing is
 //! invisible to readers.
 
+use std::borrow::Borrow;
 use std::collections::HashSet;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -24,23 +28,23 @@ const FIRST_SWEEP_AT: usize = 1_024;
 
 /// A set of shared values (see the module docs).
 #[derive(Debug)]
-pub struct Interner<T> {
+pub struct Interner<T: ?Sized> {
     state: Mutex<State<T>>,
 }
 
 #[derive(Debug)]
-struct State<T> {
+struct State<T: ?Sized> {
     values: HashSet<Arc<T>, FxBuildHasher>,
     sweep_at: usize,
 }
 
-impl<T: Hash + Eq> Default for Interner<T> {
+impl<T: ?Sized + Hash + Eq> Default for Interner<T> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<T: Hash + Eq> Interner<T> {
+impl<T: ?Sized + Hash + Eq> Interner<T> {
     /// An empty interner (usable in a `static`).
     #[must_use]
     pub const fn new() -> Self {
@@ -52,17 +56,25 @@ impl<T: Hash + Eq> Interner<T> {
         }
     }
 
-    /// The held value equal to `value`, or `value` itself, now held.
-    pub fn intern(&self, value: T) -> Arc<T> {
+    /// The held value equal to `value`, or a copy of it, now held.
+    pub fn share(&self, value: &T) -> Arc<T>
+    where
+        for<'a> Arc<T>: From<&'a T>,
+    {
+        self.held_or(value, Arc::from)
+    }
+
+    /// The held value equal to `value`, or `make(value)` (an equal one), now held.
+    fn held_or<V: Borrow<T>>(&self, value: V, make: impl FnOnce(V) -> Arc<T>) -> Arc<T> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(held) = state.values.get(&value) {
+        if let Some(held) = state.values.get(value.borrow()) {
             return Arc::clone(held);
         }
         if state.values.len() >= state.sweep_at {
             state.values.retain(|held| Arc::strong_count(held) > 1);
             state.sweep_at = (state.values.len() * 2).max(FIRST_SWEEP_AT);
         }
-        let value = Arc::new(value);
+        let value = make(value);
         state.values.insert(Arc::clone(&value));
         value
     }
@@ -84,6 +96,13 @@ impl<T: Hash + Eq> Interner<T> {
     }
 }
 
+impl<T: Hash + Eq> Interner<T> {
+    /// The held value equal to `value`, or `value` itself, now held.
+    pub fn intern(&self, value: T) -> Arc<T> {
+        self.held_or(value, Arc::new)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +116,17 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &b));
         assert!(!Arc::ptr_eq(&a, &c));
         assert_eq!(interner.len(), 2);
+    }
+
+    #[test]
+    fn a_borrowed_value_is_copied_only_when_none_equal_is_held() {
+        let interner: Interner<str> = Interner::new();
+        let a = interner.share("Ready");
+        let b = interner.share(&String::from("Ready"));
+        let c = interner.share("Launched");
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!((&*a, interner.len()), ("Ready", 2));
     }
 
     #[test]
