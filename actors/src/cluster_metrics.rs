@@ -695,6 +695,8 @@ impl ClusterMetrics {
         let mut undecided = Vec::new();
         let mut provisioning_unbound = Vec::new();
         let mut provisioning_unstarted = Vec::new();
+        // The Provisioner's key of each followed pod (`namespace/name`), written in one buffer.
+        let mut key = String::new();
         for pod in &pods {
             if series {
                 let node = pod
@@ -735,7 +737,9 @@ impl ClusterMetrics {
                     now.duration_since(created.0).as_secs_f64().max(0.0)
                 });
             // The Provisioner's times (Karpenter's acks and schedulable times), by key.
-            let times = self.pod_times.get(&format!("{namespace}/{name}"));
+            key.clear();
+            key.extend([namespace, "/", name]);
+            let times = self.pod_times.get(&key);
             let schedulable = times.and_then(|t| t.schedulable);
             let since = |at: Timestamp| now.duration_since(at).as_secs_f64().max(0.0);
             // `seconds` after creation, measured from the schedulable time instead.
