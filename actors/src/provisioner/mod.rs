@@ -481,7 +481,12 @@ impl ProvisionerActor {
         let run = report.summary.run;
         let pending = report.summary.pods;
         if report.summary.error.is_none() {
-            let mut decisions = HashMap::with_capacity(report.decisions.len());
+            // This run's decisions replace the last run's in the same table: a scale-up's runs
+            // each decide tens of thousands of pods, and a new table filled beside the old one
+            // held both at once.
+            let decisions = &mut self.decisions;
+            decisions.clear();
+            decisions.reserve(report.decisions.len());
             let decided_at: Arc<str> = report.decided_at.into();
             for (key, decision) in &report.decisions {
                 if let Some(seen) = self.acks.remove(&**key) {
@@ -506,7 +511,9 @@ impl ProvisionerActor {
                 .metrics
                 .pod_times
                 .schedulable_all(placed.map(|(key, _)| &**key), self.deps.clock.now());
-            self.decisions = decisions;
+            if crate::table_room::mostly_empty(self.decisions.capacity(), self.decisions.len()) {
+                self.decisions.shrink_to_fit();
+            }
             self.skipped_pools = report.skipped_pools;
         }
         self.acks
