@@ -125,8 +125,9 @@ fn node(i: usize, view: &MemoryClusterView, factory: &mut PodFactory) {
         }),
     });
     for mut pod in factory.diverse(2) {
-        pod.metadata.name = Some(format!("{name}-{}", pod.metadata.name.unwrap_or_default()));
-        pod.spec.as_mut().unwrap().node_name = Some(name.clone());
+        pod.metadata.name =
+            Some(format!("{name}-{}", pod.metadata.name.unwrap_or_default()).into());
+        pod.spec.as_mut().unwrap().node_name = Some(name.as_str().into());
         view.put_slim_pod(pod);
     }
 }

@@ -193,8 +193,8 @@ mod tests {
 
     fn pod(uid: Option<&str>, version: Option<&str>, node: &str) -> Pod {
         let mut pod = Pod::default();
-        pod.metadata.uid = uid.map(str::to_owned);
-        pod.metadata.resource_version = version.map(str::to_owned);
+        pod.metadata.uid = uid.map(Box::from);
+        pod.metadata.resource_version = version.map(Box::from);
         pod.spec = Some(
             karpenter_core::apis::SharedPodSpec {
                 node_name: Some(node.to_owned()),
@@ -208,8 +208,9 @@ mod tests {
     fn node_of(pod: &Pod) -> String {
         pod.spec
             .as_ref()
-            .and_then(|s| s.node_name.clone())
+            .and_then(|s| s.node_name.as_deref())
             .unwrap_or_default()
+            .to_owned()
     }
 
     /// A conversion to the pod's node name that counts its calls.

@@ -82,7 +82,10 @@ impl Routed for SlimPod {
         ClusterChange::Pod {
             namespace: self.namespace().unwrap_or_default(),
             name: self.name_any(),
-            node_name: self.spec.as_ref().and_then(|s| s.node_name.clone()),
+            node_name: self
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref().map(str::to_owned)),
             pending: !deleted && provisionable(self).is_ok(),
             pod_event: is_pod_event(pod_change),
             deleted,

@@ -208,7 +208,7 @@ mod tests {
     }
 
     fn version(pod: Option<Arc<Pod>>) -> Option<String> {
-        pod.and_then(|p| p.metadata.resource_version.clone())
+        pod.and_then(|p| p.metadata.resource_version.as_deref().map(str::to_owned))
     }
 
     #[test]
@@ -274,7 +274,7 @@ mod tests {
         let mut names: Vec<String> = store
             .state()
             .iter()
-            .filter_map(|p| p.metadata.name.clone())
+            .filter_map(|p| p.metadata.name.as_deref().map(str::to_owned))
             .collect();
         names.sort();
         assert_eq!(names, ["kept", "new"]);

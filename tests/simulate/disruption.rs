@@ -121,7 +121,8 @@ fn the_consolidation_scenario_waits_for_the_budget_window_the_do_not_disrupt_pod
                         .as_deref()
                         .is_some_and(|n| n.starts_with(prefix))
                 })
-                .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+                .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()))
+                .map(str::to_owned)
                 .collect()
         };
         let pinned = node_of("pinned-0");

@@ -123,7 +123,7 @@ fn existing_nodes(count: usize) -> Vec<ExistingNode> {
 fn pod_on_node(pod: &SlimPod) -> Arc<BoundPod> {
     let mut pod = pod.clone();
     if let Some(spec) = &mut pod.spec {
-        spec.node_name = Some("node".to_owned());
+        spec.node_name = Some("node".into());
     }
     Arc::new(BoundPod::from_pod(&pod))
 }

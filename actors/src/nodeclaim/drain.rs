@@ -46,8 +46,8 @@ impl PodKey {
     pub fn of(pod: &SlimPod) -> Self {
         Self {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            name: pod.metadata.name.clone().unwrap_or_default(),
-            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            name: pod.metadata.name.as_deref().unwrap_or_default().to_owned(),
+            uid: pod.metadata.uid.as_deref().unwrap_or_default().to_owned(),
         }
     }
 }

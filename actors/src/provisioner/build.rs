@@ -111,8 +111,8 @@ impl PodRef {
                 .namespace
                 .clone()
                 .unwrap_or_else(|| "default".to_owned()),
-            name: pod.metadata.name.clone().unwrap_or_default(),
-            uid: pod.metadata.uid.clone(),
+            name: pod.metadata.name.as_deref().unwrap_or_default().to_owned(),
+            uid: pod.metadata.uid.as_deref().map(str::to_owned),
         }
     }
 }
@@ -418,7 +418,7 @@ fn daemon_pods(
                 ),
             };
             metadata.namespace.clone_from(&ds.metadata.namespace);
-            metadata.name.clone_from(&ds.metadata.name);
+            metadata.name = ds.metadata.name.as_deref().map(Box::from);
             let pod = SlimPod {
                 metadata,
                 spec: pod_spec,

@@ -197,10 +197,10 @@ impl MirroredClusterApi {
         let fake = self.api.shared_pod(namespace, name);
         let fake_version = fake
             .as_deref()
-            .and_then(|p| p.metadata.resource_version.as_ref());
+            .and_then(|p| p.metadata.resource_version.as_deref());
         let previous_version = previous
             .as_deref()
-            .and_then(|p| p.metadata.resource_version.as_ref());
+            .and_then(|p| p.metadata.resource_version.as_deref());
         if fake_version == previous_version && fake.is_some() == previous.is_some() {
             return;
         }
@@ -210,7 +210,7 @@ impl MirroredClusterApi {
             .as_deref()
             .or(previous.as_deref())
             .and_then(|p| p.spec.as_ref())
-            .and_then(|s| s.node_name.clone());
+            .and_then(|s| s.node_name.as_deref().map(str::to_owned));
         let deleted = new.is_none();
         let pod_event = match (previous.as_deref(), new.as_ref()) {
             (None, Some(new)) => is_pod_event(PodChange::Created(new)),

@@ -172,7 +172,7 @@ mod tests {
         Pod {
             spec: Some(PodSpec::default().into()),
             status: Some(PodStatus {
-                phase: Some("Pending".to_owned()),
+                phase: Some("Pending".into()),
                 ..PodStatus::default()
             }),
             ..Pod::default()
@@ -223,7 +223,7 @@ mod tests {
         );
         let mut finished = pending();
         finished.status = Some(PodStatus {
-            phase: Some("Succeeded".to_owned()),
+            phase: Some("Succeeded".into()),
             ..PodStatus::default()
         });
         assert_eq!(
@@ -245,7 +245,7 @@ mod tests {
         );
         let mut nominated = pending();
         nominated.status = Some(PodStatus {
-            nominated_node_name: Some("n2".to_owned()),
+            nominated_node_name: Some("n2".into()),
             ..PodStatus::default()
         });
         assert_eq!(
@@ -281,7 +281,7 @@ mod tests {
             .into(),
         );
         pod.status = Some(PodStatus {
-            phase: Some("Running".to_owned()),
+            phase: Some("Running".into()),
             ..PodStatus::default()
         });
         pod
@@ -309,12 +309,12 @@ mod tests {
     fn a_bound_pod_finishing_is_a_pod_event_and_stays_one_only_once() {
         let mut succeeded = on("n1");
         succeeded.status = Some(PodStatus {
-            phase: Some("Succeeded".to_owned()),
+            phase: Some("Succeeded".into()),
             ..PodStatus::default()
         });
         let mut failed = on("n1");
         failed.status = Some(PodStatus {
-            phase: Some("Failed".to_owned()),
+            phase: Some("Failed".into()),
             ..PodStatus::default()
         });
         assert!(updated(&on("n1"), &succeeded));
@@ -340,7 +340,7 @@ mod tests {
         assert!(!is_pod_event(PodChange::Deleted(&pending())));
         let mut finished_unbound = pending();
         finished_unbound.status = Some(PodStatus {
-            phase: Some("Failed".to_owned()),
+            phase: Some("Failed".into()),
             ..PodStatus::default()
         });
         assert!(

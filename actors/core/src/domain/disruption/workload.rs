@@ -141,7 +141,7 @@ impl PodBuilder {
     /// Phase `Succeeded`.
     #[must_use]
     pub fn finished(mut self) -> Self {
-        self.0.status.get_or_insert_with(Default::default).phase = Some("Succeeded".to_owned());
+        self.0.status.get_or_insert_with(Default::default).phase = Some("Succeeded".into());
         self
     }
 

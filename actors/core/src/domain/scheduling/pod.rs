@@ -654,7 +654,7 @@ mod tests {
             ..PodSpec::default()
         };
         let mut other = pod(spec("250m"));
-        other.metadata.name = Some("q".to_owned());
+        other.metadata.name = Some("q".into());
         let first = SchedulingPod::from_pod(&pod(spec("250m"))).unwrap();
         let second = SchedulingPod::from_pod(&other).unwrap();
         let bigger = SchedulingPod::from_pod(&pod(spec("500m"))).unwrap();
