@@ -92,28 +92,34 @@ pub(super) fn pod_key(pod: &SlimPod) -> String {
     )
 }
 
-/// A pod of the snapshot, to address events and decisions.
+/// A pod of the snapshot, to address events and decisions: its key and the view's pod itself,
+/// whose namespace, name and uid it reads (a run of a scale-up holds one per pending pod, and
+/// copies of the three strings were about 170 bytes each of them).
 #[derive(Debug, Clone)]
 pub(crate) struct PodRef {
     /// `namespace/name`, shared by the run's decision and the actor's tables.
     pub key: Arc<str>,
-    pub namespace: String,
-    pub name: String,
-    pub uid: Option<String>,
+    pod: Arc<SlimPod>,
 }
 
 impl PodRef {
-    fn of(pod: &SlimPod) -> Self {
+    pub(crate) fn of(pod: &Arc<SlimPod>) -> Self {
         Self {
             key: pod_key(pod).into(),
-            namespace: pod
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".to_owned()),
-            name: pod.metadata.name.as_deref().unwrap_or_default().to_owned(),
-            uid: pod.metadata.uid.as_deref().map(str::to_owned),
+            pod: Arc::clone(pod),
         }
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.pod.metadata.namespace.as_deref().unwrap_or("default")
+    }
+
+    pub fn name(&self) -> &str {
+        self.pod.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn uid(&self) -> Option<&str> {
+        self.pod.metadata.uid.as_deref()
     }
 }
 

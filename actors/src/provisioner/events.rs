@@ -48,9 +48,9 @@ fn pod_reference(pod: &PodRef) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".to_owned()),
         kind: Some("Pod".to_owned()),
-        namespace: Some(pod.namespace.clone()),
-        name: Some(pod.name.clone()),
-        uid: pod.uid.clone(),
+        namespace: Some(pod.namespace().to_owned()),
+        name: Some(pod.name().to_owned()),
+        uid: pod.uid().map(str::to_owned),
         ..ObjectReference::default()
     }
 }
@@ -246,15 +246,16 @@ impl EventGate {
 
 #[cfg(test)]
 mod tests {
+    use karpenter_core::apis::SlimPod;
+
     use super::*;
 
     fn pod(name: &str) -> PodRef {
-        PodRef {
-            key: format!("default/{name}").into(),
-            namespace: "default".to_owned(),
-            name: name.to_owned(),
-            uid: Some(format!("uid-{name}")),
-        }
+        let mut pod = SlimPod::default();
+        pod.metadata.name = Some(name.into());
+        pod.metadata.namespace = Some("default".to_owned());
+        pod.metadata.uid = Some(format!("uid-{name}").into());
+        PodRef::of(&Arc::new(pod))
     }
 
     #[test]
