@@ -93,8 +93,8 @@ pub(super) fn pod_key(pod: &SlimPod) -> String {
 }
 
 /// A pod of the snapshot, to address events and decisions: its key and the view's pod itself,
-/// whose namespace, name and uid it reads (a run of a scale-up holds one per pending pod, and
-/// copies of the three strings were about 170 bytes each of them).
+/// whose namespace, name and uid it reads (a scale-up's run holds one per pending pod; each
+/// had copies of those three strings).
 #[derive(Debug, Clone)]
 pub(crate) struct PodRef {
     /// `namespace/name`, shared by the run's decision and the actor's tables.
