@@ -37,13 +37,12 @@ struct Stored {
 /// No place found yet.
 const UNDECIDED: i64 = i64::MIN;
 
-/// A time as kept: exact from 1677 to 2262, clamped outside.
+/// A time as kept: exact from 1677 to 2262, clamped outside (never [`UNDECIDED`]).
 fn nanos(at: Timestamp) -> i64 {
-    i64::try_from(at.as_nanosecond()).unwrap_or(if at.as_nanosecond() < 0 {
-        UNDECIDED + 1
-    } else {
-        i64::MAX
-    })
+    let kept = at
+        .as_nanosecond()
+        .clamp(i128::from(UNDECIDED) + 1, i128::from(i64::MAX));
+    i64::try_from(kept).unwrap_or(i64::MAX)
 }
 
 fn time(nanos: i64) -> Timestamp {
