@@ -16,7 +16,7 @@
 //! did not change (same pending pods, same nodes at the same resourceVersions) skips the solve.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -40,8 +40,55 @@ pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 /// Field manager of the binder's writes.
 const FIELD_MANAGER: &str = "default-scheduler";
 
-/// `namespace/name`.
-pub type PodKey = (String, String);
+/// A pod's `namespace/name`, allocated once and shared (not copied) by every table that
+/// follows the pod: the pass's targets, the assumed bindings, the tick's bound pods and the
+/// report's creation times. At a 50,000-pod scale-up each of those held its own two strings
+/// per pod, together more than the pods' own metadata in the daemon's view.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodKey {
+    joined: Arc<str>,
+    /// Where the name starts in `joined` (after the `/`).
+    name_at: usize,
+}
+
+impl PodKey {
+    #[must_use]
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self {
+            joined: format!("{namespace}/{name}").into(),
+            name_at: namespace.len() + 1,
+        }
+    }
+
+    #[must_use]
+    pub fn namespace(&self) -> &str {
+        &self.joined[..self.name_at - 1]
+    }
+
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.joined[self.name_at..]
+    }
+}
+
+/// By namespace, then name (not by the joined text, where `a-b/x` would sort before `a/x`).
+impl Ord for PodKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.namespace(), self.name()).cmp(&(other.namespace(), other.name()))
+    }
+}
+
+impl PartialOrd for PodKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::fmt::Display for PodKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.joined)
+    }
+}
 
 /// What one tick did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -61,7 +108,8 @@ pub struct FakeScheduler {
     client: Client,
     view: Arc<dyn ClusterView>,
     clock: Arc<dyn Clock>,
-    assumed: BTreeMap<PodKey, String>,
+    /// Bindings made but not yet seen, with the node (one name shared by its pods).
+    assumed: BTreeMap<PodKey, Arc<str>>,
     /// Pods and nodes as of the last pass that completed without errors: nothing to do
     /// until one of them changes.
     mark: ChangeMark<2>,
@@ -78,7 +126,7 @@ impl std::fmt::Debug for FakeScheduler {
 
 fn key_of(pod: &SlimPod) -> PodKey {
     let (namespace, name) = key_ref(pod);
-    (namespace.to_owned(), name.to_owned())
+    PodKey::new(namespace, name)
 }
 
 /// [`key_of`] borrowed from the pod: what a pass over every pod compares and hashes.
@@ -237,9 +285,8 @@ impl FakeScheduler {
                 .filter(|p| node_of(p).is_none())
                 .map(|p| key_ref(p))
                 .collect();
-            self.assumed.retain(|(namespace, name), _| {
-                unbound.contains(&(namespace.as_str(), name.as_str()))
-            });
+            self.assumed
+                .retain(|key, _| unbound.contains(&(key.namespace(), key.name())));
         }
 
         let mut pending: Vec<&Arc<SlimPod>> = pods
@@ -308,8 +355,8 @@ impl FakeScheduler {
             }
         }
         for (key, node) in &self.assumed {
-            if let Some(pod) = self.view.pod(&key.0, &key.1) {
-                by_node.entry(node.clone()).or_default().push(pod);
+            if let Some(pod) = self.view.pod(key.namespace(), key.name()) {
+                by_node.entry(node.to_string()).or_default().push(pod);
             }
         }
         let existing: Vec<ExistingNode> = nodes
@@ -349,29 +396,30 @@ impl FakeScheduler {
         node_count: usize,
         step: &mut BinderStep,
     ) {
-        let mut placed: BTreeSet<usize> = BTreeSet::new();
-        let mut bindings: Vec<(usize, String)> = plan
-            .existing
-            .iter()
-            .flat_map(|e| e.pods.iter().map(|p| (*p, e.node_name.clone())))
-            .collect();
-        bindings.sort();
+        let mut placed = vec![false; targets.len()];
+        // Sorted by pod: the bindings go out in the snapshot's order. Each node's name is
+        // shared by the assumptions of its pods.
+        let mut bindings: Vec<(usize, Arc<str>)> = Vec::new();
+        for existing in &plan.existing {
+            let node: Arc<str> = existing.node_name.as_str().into();
+            bindings.extend(existing.pods.iter().map(|p| (*p, Arc::clone(&node))));
+        }
+        bindings.sort_unstable_by_key(|(index, _)| *index);
         for (index, node) in bindings {
             let Some((key, _)) = targets.get(index) else {
                 continue;
             };
-            placed.insert(index);
+            placed[index] = true;
             match self.bind(key, &node).await {
                 Ok(()) => {
-                    let key = key.clone();
                     self.assumed.insert(key.clone(), node);
-                    step.bound.push(key);
+                    step.bound.push(key.clone());
                 }
                 Err(()) => step.errors += 1,
             }
         }
         for (index, (key, marked)) in targets.iter().enumerate() {
-            if placed.contains(&index) || *marked {
+            if placed[index] || *marked {
                 continue;
             }
             let message = format!(
@@ -399,7 +447,8 @@ impl FakeScheduler {
         hasher.finish()
     }
 
-    async fn bind(&self, (namespace, name): &PodKey, node: &str) -> Result<(), ()> {
+    async fn bind(&self, key: &PodKey, node: &str) -> Result<(), ()> {
+        let (namespace, name) = (key.namespace(), key.name());
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let binding = json!({
             "apiVersion": "v1",
@@ -424,7 +473,8 @@ impl FakeScheduler {
         }
     }
 
-    async fn mark_unschedulable(&self, (namespace, name): &PodKey, message: &str) -> bool {
+    async fn mark_unschedulable(&self, key: &PodKey, message: &str) -> bool {
+        let (namespace, name) = (key.namespace(), key.name());
         let patch = json!({ "status": { "conditions": [{
             "type": "PodScheduled",
             "status": "False",

@@ -889,7 +889,7 @@ karpenter_nodeclaims_unhealthy_disrupted_total{condition=\"ready\",nodepool=\"a\
     #[test]
     fn time_to_schedule_runs_from_creation_to_binding() {
         let mut recorder = Recorder::default();
-        let pod = ("default".to_owned(), "web-0".to_owned());
+        let pod = PodKey::new("default", "web-0");
         recorder.created(std::slice::from_ref(&pod), Duration::from_secs(10));
         recorder.bound(std::slice::from_ref(&pod), Duration::from_secs(55));
         assert_eq!(recorder.latencies(), [Duration::from_secs(45)]);

@@ -493,8 +493,7 @@ impl Workloads {
         pod.metadata.name = Some(name.clone());
         match writes::create_pod(&self.client, &template.namespace, &pod).await {
             Ok(()) => {
-                step.created
-                    .push((template.namespace.clone(), name.clone()));
+                step.created.push(PodKey::new(&template.namespace, &name));
                 self.lineages[index].created(name);
                 true
             }
@@ -513,7 +512,7 @@ impl Workloads {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
         match api.delete(&name, &DeleteParams::default()).await {
             Ok(_) => {
-                step.deleted.push((namespace, name));
+                step.deleted.push(PodKey::new(&namespace, &name));
                 true
             }
             Err(kube::Error::Api(status)) if status.code == 404 => false,
