@@ -424,7 +424,7 @@ fn daemon_pods(
                 ),
             };
             metadata.namespace.clone_from(&ds.metadata.namespace);
-            metadata.name = ds.metadata.name.as_deref().map(Box::from);
+            metadata.name = ds.metadata.name.as_deref().map(Arc::from);
             let pod = SlimPod {
                 metadata,
                 spec: pod_spec,

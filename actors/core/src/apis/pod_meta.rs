@@ -39,8 +39,8 @@ use crate::domain::interner::Interner;
 /// A pod's metadata: its own fields here, the workload's behind [`Deref`] (module docs).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PodMeta {
-    pub name: Option<Box<str>>,
-    pub uid: Option<Box<str>>,
+    pub name: Option<Arc<str>>,
+    pub uid: Option<Arc<str>>,
     pub resource_version: Option<Box<str>>,
     pub creation_timestamp: Option<Time>,
     pub deletion_timestamp: Option<Time>,
@@ -95,8 +95,8 @@ impl DerefMut for PodMeta {
 impl From<ObjectMeta> for PodMeta {
     fn from(meta: ObjectMeta) -> Self {
         Self {
-            name: meta.name.map(Box::from),
-            uid: meta.uid.map(Box::from),
+            name: meta.name.map(Arc::from),
+            uid: meta.uid.map(Arc::from),
             resource_version: meta.resource_version.map(Box::from),
             creation_timestamp: meta.creation_timestamp,
             deletion_timestamp: meta.deletion_timestamp,
@@ -117,8 +117,8 @@ impl From<PodMeta> for ObjectMeta {
     fn from(meta: PodMeta) -> Self {
         let shared = Arc::unwrap_or_clone(meta.shared);
         Self {
-            name: meta.name.map(String::from),
-            uid: meta.uid.map(String::from),
+            name: meta.name.as_deref().map(str::to_owned),
+            uid: meta.uid.as_deref().map(str::to_owned),
             resource_version: meta.resource_version.map(String::from),
             creation_timestamp: meta.creation_timestamp,
             deletion_timestamp: meta.deletion_timestamp,
