@@ -66,6 +66,12 @@ pub trait Indexed: Sized + 'static {
     /// The object's namespace (`None` for a cluster-scoped kind) and name.
     fn names(&self) -> (Option<&str>, &str);
 
+    /// Its name as a shared string, for a store that keys objects by name: a copy by default,
+    /// the object's own for a kind that holds its name as one (a pod).
+    fn shared_name(&self) -> Arc<str> {
+        Arc::from(self.names().1)
+    }
+
     /// Its key in the index and the stores: `namespace/name`, or `name`.
     fn key(&self) -> String {
         let (namespace, name) = self.names();
@@ -144,6 +150,10 @@ impl Indexed for SlimPod {
     const FIELDS: &'static [Field<Self>] = &[POD_NODE_NAME];
     fn names(&self) -> (Option<&str>, &str) {
         names!(self)
+    }
+
+    fn shared_name(&self) -> Arc<str> {
+        self.metadata.name.clone().unwrap_or_default()
     }
 }
 

@@ -5,8 +5,9 @@
 //! the event by reference), keys it by an `ObjectRef` holding copies of the name, namespace,
 //! uid and resourceVersion, and each lookup builds such a key. At 50,000 pods that was a copy
 //! of every pod per event and a few hundred bytes per stored pod. This store takes the decoded
-//! object by value, keys it by namespace then name (looked up by `&str`), and hands the
-//! applied `Arc` back so the change routed to the actors shares it.
+//! object by value, keys it by namespace then name (looked up by `&str`; a pod's key is its own
+//! name, shared, not a copy), and hands the applied `Arc` back so the change routed to the
+//! actors shares it.
 //!
 //! ```text
 //! watch event --> KindStore::apply (by value) --> Apply/InitApply: Arc<K> in, Arc<K> out
@@ -17,7 +18,6 @@
 //! A re-list fills a buffer that replaces the objects at its end, as kube's reflector does, so
 //! readers see the old state until the new one is whole.
 
-use std::collections::hash_map::Entry;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use karpenter_actors::cluster_index::Indexed;
@@ -25,7 +25,7 @@ use kube::runtime::watcher;
 use rustc_hash::FxHashMap;
 
 /// Objects by name within one namespace (`""` for cluster-scoped kinds).
-type Names<K> = FxHashMap<String, Arc<K>>;
+type Names<K> = FxHashMap<Arc<str>, Arc<K>>;
 /// Objects by namespace, then name.
 type Objects<K> = FxHashMap<String, Names<K>>;
 
@@ -80,27 +80,21 @@ pub enum Applied<K> {
     Relisted,
 }
 
-fn names_of<K: Indexed>(object: &K) -> (String, String) {
+/// Inserts `object` under its namespace and name; the object it replaced, if any. The key is
+/// the new object's shared name, so a pod's key never holds an old version's name alive.
+fn insert<K: Indexed>(objects: &mut Objects<K>, len: &mut usize, object: Arc<K>) -> Option<Arc<K>> {
     let (namespace, name) = object.names();
-    (namespace.unwrap_or_default().to_owned(), name.to_owned())
-}
-
-/// Inserts `object` under its namespace and name; the object it replaced, if any.
-fn insert<K>(
-    objects: &mut Objects<K>,
-    len: &mut usize,
-    (namespace, name): (String, String),
-    object: Arc<K>,
-) -> Option<Arc<K>> {
-    let names = objects.entry(namespace).or_default();
-    match names.entry(name) {
-        Entry::Occupied(mut held) => Some(std::mem::replace(held.get_mut(), object)),
-        Entry::Vacant(slot) => {
-            slot.insert(object);
-            *len += 1;
-            None
-        }
+    let namespace = namespace.unwrap_or_default();
+    let names = match objects.get_mut(namespace) {
+        Some(names) => names,
+        None => objects.entry(namespace.to_owned()).or_default(),
+    };
+    let previous = names.remove(name);
+    if previous.is_none() {
+        *len += 1;
     }
+    names.insert(object.shared_name(), object);
+    previous
 }
 
 impl<K: Indexed> KindStore<K> {
@@ -151,31 +145,31 @@ impl<K: Indexed> KindStore<K> {
         let inner = &mut *inner;
         match event {
             watcher::Event::Apply(object) => {
-                let key = names_of(&object);
                 let object = Arc::new(object);
-                let previous = insert(&mut inner.objects, &mut inner.len, key, Arc::clone(&object));
+                let previous = insert(&mut inner.objects, &mut inner.len, Arc::clone(&object));
                 Applied::Stored { object, previous }
             }
             watcher::Event::InitApply(object) => {
-                let key = names_of(&object);
-                let object = Arc::new(object);
+                let (namespace, name) = object.names();
                 let previous = inner
                     .objects
-                    .get(&key.0)
-                    .and_then(|names| names.get(&key.1))
+                    .get(namespace.unwrap_or_default())
+                    .and_then(|names| names.get(name))
                     .cloned();
+                let object = Arc::new(object);
                 let (listed, len) = inner.relist.get_or_insert_with(Default::default);
-                insert(listed, len, key, Arc::clone(&object));
+                insert(listed, len, Arc::clone(&object));
                 Applied::Stored { object, previous }
             }
             watcher::Event::Delete(object) => {
-                let (namespace, name) = names_of(&object);
-                if let Some(names) = inner.objects.get_mut(&namespace)
-                    && names.remove(&name).is_some()
+                let (namespace, name) = object.names();
+                let namespace = namespace.unwrap_or_default();
+                if let Some(names) = inner.objects.get_mut(namespace)
+                    && names.remove(name).is_some()
                 {
                     inner.len -= 1;
                     if names.is_empty() {
-                        inner.objects.remove(&namespace);
+                        inner.objects.remove(namespace);
                     }
                 }
                 Applied::Deleted(Arc::new(object))
@@ -241,6 +235,19 @@ mod tests {
         // Deleting what is not there changes nothing.
         store.apply(watcher::Event::Delete(pod("a", "p", "3")));
         assert_eq!(store.len(), 0);
+    }
+
+    #[test]
+    fn a_pods_key_is_its_current_versions_own_name_not_a_copy() {
+        let store = KindStore::<Pod>::default();
+        store.apply(watcher::Event::Apply(pod("ns", "web-0", "1")));
+        store.apply(watcher::Event::Apply(pod("ns", "web-0", "2")));
+        let inner = store.read();
+        assert_eq!(inner.len, 1);
+        let (key, held) = inner.objects["ns"].iter().next().expect("the pod is stored");
+        let name = held.metadata.name.as_ref().expect("the pod has a name");
+        assert_eq!(held.metadata.resource_version.as_deref(), Some("2"));
+        assert!(Arc::ptr_eq(key, name), "the key is the stored version's own name");
     }
 
     #[test]

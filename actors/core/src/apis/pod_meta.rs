@@ -16,11 +16,13 @@
 //! The fields keep `ObjectMeta`'s names and (but for the boxed ones below) types, the shared ones
 //! read through `Deref`, so `pod.metadata.labels.as_ref()` reads as on an `ObjectMeta`; a write
 //! through `DerefMut` copies the shared part first. The pod's own strings and its finalizers are
-//! boxed slices (`Option<Box<str>>`, `Option<Box<[String]>>`: they never grow once decoded, and 8
-//! bytes less each, with the spec's node name and the status's phase and nominated node, keep a
-//! `SlimPod` in its `Arc` within the allocator's 256-byte class instead of the 320-byte one); they
-//! read as strings through `as_deref()` as the `ObjectMeta` ones do. What is not kept:
-//! `managedFields`, `selfLink`, `generation` (a pod has none). A `SlimPod` is not a
+//! boxed slices: they never grow once decoded, and 8 bytes less each, with the spec's node name
+//! and the status's phase and nominated node, keep a `SlimPod` in its `Arc` within the
+//! allocator's 256-byte class instead of the 320-byte one. The name and uid are `Arc<str>`, which
+//! the scheduler's conversion of the pod (kept per pod by the Provisioner and the disruption
+//! actor) shares instead of copying; the resourceVersion is a `Box<str>`, the finalizers a
+//! `Box<[String]>`. All read as strings through `as_deref()` as the `ObjectMeta` ones do. What is
+//! not kept: `managedFields`, `selfLink`, `generation` (a pod has none). A `SlimPod` is not a
 //! `kube::Resource` (it has no `ObjectMeta` to lend); [`WirePod`] is the one the watch and kube's
 //! API types are built on.
 
