@@ -193,7 +193,7 @@ mod tests {
 
     fn pod(uid: Option<&str>, version: Option<&str>, node: &str) -> Pod {
         let mut pod = Pod::default();
-        pod.metadata.uid = uid.map(Box::from);
+        pod.metadata.uid = uid.map(std::sync::Arc::from);
         pod.metadata.resource_version = version.map(Box::from);
         pod.spec = Some(
             karpenter_core::apis::SharedPodSpec {
