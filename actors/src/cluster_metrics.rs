@@ -1038,7 +1038,7 @@ mod tests {
             ..PodStatus::default()
         });
         view.put_slim_pod(queued);
-        times.ack("web/app", at(11));
+        times.ack(&"web/app".into(), at(11));
         metrics.refresh(&view, at(15));
         let text = text_of(&registry);
         assert!(
@@ -1082,7 +1082,7 @@ mod tests {
         assert!(times.get("web/app").is_none(), "forgotten once Ready");
 
         // A pod not Ready yet keeps its times until it is gone.
-        times.ack("web/other", at(46));
+        times.ack(&"web/other".into(), at(46));
         let mut waiting = pod("other", "", false);
         waiting.status = Some(PodStatus {
             phase: Some("Pending".into()),

@@ -9,8 +9,9 @@
 //! [`crate::metrics::Metrics::pod_times`].
 //!
 //! A scale-up holds an entry per pending pod (50,000 in the 5,000-node scale run), so an
-//! entry is kept small: its key a `Box<str>` and its times nanoseconds ([`Stored`]), 32 bytes
-//! a slot where a `String` and two `Timestamp`s took 64.
+//! entry is kept small: its key an `Arc<str>` (the one the Provisioner's own ack holds, shared)
+//! and its times nanoseconds ([`Stored`]), 32 bytes a slot where a `String` and two
+//! `Timestamp`s took 64.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -60,19 +61,20 @@ impl From<Stored> for PodTimes {
 
 /// The shared table; clones share it.
 #[derive(Debug, Clone, Default)]
-pub struct PodSchedulingTimes(Arc<Mutex<HashMap<Box<str>, Stored>>>);
+pub struct PodSchedulingTimes(Arc<Mutex<HashMap<Arc<str>, Stored>>>);
 
 impl PodSchedulingTimes {
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Stored>> {
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Stored>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The pod `key` was seen pending at `now` (kept if seen before).
-    pub fn ack(&self, key: &str, now: Timestamp) {
+    /// The pod `key` was seen pending at `now` (kept if seen before). The key is shared, not
+    /// copied: the Provisioner keeps the same one while the pod waits for its run.
+    pub fn ack(&self, key: &Arc<str>, now: Timestamp) {
         let mut table = self.table();
-        if !table.contains_key(key) {
+        if !table.contains_key(&**key) {
             table.insert(
-                key.into(),
+                Arc::clone(key),
                 Stored {
                     acked: nanos(now),
                     schedulable: UNDECIDED,
@@ -135,8 +137,8 @@ mod tests {
     fn the_first_ack_and_the_first_place_are_kept() {
         let times = PodSchedulingTimes::default();
         let at = |s: i64| Timestamp::from_second(s).unwrap();
-        times.ack("ns/a", at(10));
-        times.ack("ns/a", at(20));
+        times.ack(&"ns/a".into(), at(10));
+        times.ack(&"ns/a".into(), at(20));
         assert_eq!(times.get("ns/a").unwrap().acked, at(10));
         assert_eq!(times.get("ns/a").unwrap().schedulable, None);
         times.schedulable("ns/a", at(30));
@@ -152,9 +154,19 @@ mod tests {
             }),
             "kept to the nanosecond"
         );
-        times.ack("ns/b", at(50));
+        times.ack(&"ns/b".into(), at(50));
         times.retain(|key| key == "ns/b");
         assert!(times.get("ns/a").is_none());
         assert_eq!(times.get("ns/b").unwrap().acked, at(50));
+    }
+
+    #[test]
+    fn an_ack_shares_the_callers_key() {
+        let times = PodSchedulingTimes::default();
+        let key: Arc<str> = "ns/a".into();
+        times.ack(&key, Timestamp::from_second(10).unwrap());
+        assert_eq!(Arc::strong_count(&key), 2, "the table holds the same key");
+        times.ack(&key, Timestamp::from_second(20).unwrap());
+        assert_eq!(Arc::strong_count(&key), 2, "a second ack keeps the first");
     }
 }

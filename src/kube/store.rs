@@ -244,10 +244,16 @@ mod tests {
         store.apply(watcher::Event::Apply(pod("ns", "web-0", "2")));
         let inner = store.read();
         assert_eq!(inner.len, 1);
-        let (key, held) = inner.objects["ns"].iter().next().expect("the pod is stored");
+        let (key, held) = inner.objects["ns"]
+            .iter()
+            .next()
+            .expect("the pod is stored");
         let name = held.metadata.name.as_ref().expect("the pod has a name");
         assert_eq!(held.metadata.resource_version.as_deref(), Some("2"));
-        assert!(Arc::ptr_eq(key, name), "the key is the stored version's own name");
+        assert!(
+            Arc::ptr_eq(key, name),
+            "the key is the stored version's own name"
+        );
     }
 
     #[test]

@@ -380,7 +380,7 @@ pub struct ProvisionerActor {
     skipped_pools: Vec<PoolVerdict>,
     last_run: Option<RunSummary>,
     /// When each pending pod was first seen, until its first decision.
-    acks: HashMap<String, Instant>,
+    acks: HashMap<Arc<str>, Instant>,
     requeue_armed: bool,
 }
 
@@ -567,8 +567,9 @@ impl Handles<Triggered> for ProvisionerActor {
             self.requeue_armed = false;
         }
         if let Some((namespace, name)) = &message.pod {
-            let key = format!("{namespace}/{name}");
-            if !self.decisions.contains_key(key.as_str()) {
+            // One key for the pod's ack and its scheduling times.
+            let key: Arc<str> = format!("{namespace}/{name}").into();
+            if !self.decisions.contains_key(&*key) {
                 self.deps.metrics.pod_times.ack(&key, self.deps.clock.now());
                 self.acks.entry(key).or_insert_with(Instant::now);
             }
