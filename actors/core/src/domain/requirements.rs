@@ -545,13 +545,18 @@ impl Requirements {
         Self::default()
     }
 
-    /// Requirements built by adding each of `requirements` in turn.
+    /// Requirements built by adding each of `requirements` in turn, held without spare room
+    /// (an instance type's 25 grew to room for 32; a catalogue holds hundreds of types).
     #[must_use]
     pub fn from_requirements(requirements: impl IntoIterator<Item = Requirement>) -> Self {
-        let mut out = Self::new();
+        let requirements = requirements.into_iter();
+        let mut out = Self {
+            entries: Vec::with_capacity(requirements.size_hint().0),
+        };
         for requirement in requirements {
             out.add(requirement);
         }
+        out.entries.shrink_to_fit();
         out
     }
 
@@ -910,6 +915,18 @@ mod tests {
     }
 
     use Operator::{DoesNotExist, Exists, Gt, In, Lt, NotIn};
+
+    #[test]
+    fn built_requirements_hold_no_spare_room() {
+        let keys: Vec<String> = (0..25).map(|i| format!("example.com/key-{i}")).collect();
+        let built = Requirements::from_requirements(
+            keys.iter()
+                .map(|k| req(k, Exists, &[]))
+                .chain([req("example.com/key-0", Exists, &[])]),
+        );
+        assert_eq!(built.entries.len(), 25, "a repeated key merges");
+        assert_eq!(built.entries.capacity(), 25);
+    }
 
     #[test]
     fn intersections_follow_karpenter_table() {
