@@ -84,12 +84,6 @@ impl PartialOrd for PodKey {
     }
 }
 
-impl std::fmt::Display for PodKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.joined)
-    }
-}
-
 /// What one tick did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BinderStep {
@@ -498,5 +492,25 @@ impl FakeScheduler {
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PodKey;
+
+    #[test]
+    fn a_pod_key_reads_back_its_parts_and_sorts_by_namespace_then_name() {
+        let key = PodKey::new("team-a", "web-0");
+        assert_eq!((key.namespace(), key.name()), ("team-a", "web-0"));
+        let mut keys = [
+            PodKey::new("a-b", "x"),
+            PodKey::new("a", "y"),
+            PodKey::new("a", "x"),
+        ];
+        keys.sort();
+        let order: Vec<(&str, &str)> = keys.iter().map(|k| (k.namespace(), k.name())).collect();
+        assert_eq!(order, [("a", "x"), ("a", "y"), ("a-b", "x")]);
+        assert_eq!(key.clone(), key, "a clone is the same key");
     }
 }
