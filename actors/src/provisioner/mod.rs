@@ -567,9 +567,14 @@ impl Handles<Triggered> for ProvisionerActor {
             self.requeue_armed = false;
         }
         if let Some((namespace, name)) = &message.pod {
-            // One key for the pod's ack and its scheduling times.
-            let key: Arc<str> = format!("{namespace}/{name}").into();
-            if !self.decisions.contains_key(&*key) {
+            let key = format!("{namespace}/{name}");
+            if !self.decisions.contains_key(key.as_str()) {
+                // One key for the pod's ack and its scheduling times, made shared only the
+                // first time (a pending pod triggers on each of its changes).
+                let key: Arc<str> = match self.acks.get_key_value(key.as_str()) {
+                    Some((held, _)) => Arc::clone(held),
+                    None => key.into(),
+                };
                 self.deps.metrics.pod_times.ack(&key, self.deps.clock.now());
                 self.acks.entry(key).or_insert_with(Instant::now);
             }
