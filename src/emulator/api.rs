@@ -377,6 +377,7 @@ impl Shared {
                         &object.key.name,
                         &object.key.namespace,
                         &object.fields,
+                        || object.value(),
                     )
                 {
                     continue;

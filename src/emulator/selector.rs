@@ -21,7 +21,9 @@ pub(crate) type Labels = Arc<[(Text, Text)]>;
 
 /// The indexed field values of an object, in the order [`indexed_fields`] names them for its
 /// kind: values only, since every object of a kind has the same names (at 50,000 pods, each
-/// with its own `status.podIP`, the names took half of 12 MB of field sets).
+/// with its own `status.podIP`, the names took half of 12 MB of field sets). The values an
+/// object nearly always has its own of are not indexed ([`read_from_object`]), so objects
+/// share their sets: the pods of a node, the events of one reason.
 pub(crate) type Fields = Arc<[Text]>;
 
 /// One requirement of a label selector.
@@ -294,6 +296,8 @@ pub(crate) struct FieldRequirement {
     /// Where `field` sits in the kind's [`indexed_fields`] (`None` for `metadata.name`,
     /// `metadata.namespace`, and a field the kind supports but does not index).
     position: Option<usize>,
+    /// The JSON pointer of a field read from the object itself ([`read_from_object`]).
+    pointer: Option<String>,
     pub value: String,
     pub equal: bool,
 }
@@ -325,6 +329,9 @@ impl FieldSelector {
             }
             requirements.push(FieldRequirement {
                 position: indexed_fields(behavior).iter().position(|f| *f == field),
+                pointer: read_from_object(behavior)
+                    .contains(&field)
+                    .then(|| format!("/{}", field.replace('.', "/"))),
                 field: field.to_owned(),
                 value: value.trim().to_owned(),
                 equal,
@@ -334,12 +341,27 @@ impl FieldSelector {
     }
 
     /// Whether the object with `name`, `namespace` and kind-specific `fields` matches.
-    /// `fields` are the object's indexed values, of the kind the selector was parsed for.
-    pub fn matches(&self, name: &str, namespace: &str, fields: &[Text]) -> bool {
+    /// `fields` are the object's indexed values, of the kind the selector was parsed for;
+    /// `object` gives the whole object, parsed only if a requirement reads a field from it.
+    pub fn matches(
+        &self,
+        name: &str,
+        namespace: &str,
+        fields: &[Text],
+        object: impl FnOnce() -> Value,
+    ) -> bool {
+        let mut object = Some(object);
+        let parsed = std::cell::OnceCell::new();
         self.0.iter().all(|r| {
-            let actual = match r.field.as_str() {
-                "metadata.name" => name,
-                "metadata.namespace" => namespace,
+            let read;
+            let actual = match (r.field.as_str(), &r.pointer) {
+                ("metadata.name", _) => name,
+                ("metadata.namespace", _) => namespace,
+                (_, Some(pointer)) => {
+                    let whole = parsed.get_or_init(|| object.take().map_or(Value::Null, |f| f()));
+                    read = text_at(whole, pointer);
+                    &*read
+                }
                 _ => r
                     .position
                     .and_then(|at| fields.get(at))
@@ -359,7 +381,28 @@ pub(crate) fn is_supported(behavior: Behavior, field: &str) -> bool {
     match field {
         "metadata.name" => true,
         "metadata.namespace" => !matches!(behavior, Behavior::Node | Behavior::Namespace),
-        _ => !field.starts_with(EMULATOR_FIELD) && indexed_fields(behavior).contains(&field),
+        _ => {
+            !field.starts_with(EMULATOR_FIELD)
+                && (indexed_fields(behavior).contains(&field)
+                    || read_from_object(behavior).contains(&field))
+        }
+    }
+}
+
+/// The selectable fields of `behavior` that nearly every object has its own value of (a pod's
+/// IP; the name, uid and resourceVersion of the object an Event is about). They stay out of
+/// the shared [`Fields`] (indexed, each pod's IP made every pod's set its own: 50,000 sets of
+/// 11 values, about 10 MB), and a selector that names one reads it from the object, which
+/// only a kubectl-style lookup does.
+fn read_from_object(behavior: Behavior) -> &'static [&'static str] {
+    match behavior {
+        Behavior::Pod => &["status.podIP"],
+        Behavior::CoreEvent | Behavior::EventsV1 => &[
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.resourceVersion",
+        ],
+        _ => &[],
     }
 }
 
@@ -393,7 +436,6 @@ pub(crate) fn indexed_fields(behavior: Behavior) -> &'static [&'static str] {
             "spec.serviceAccountName",
             "spec.hostNetwork",
             "status.phase",
-            "status.podIP",
             "status.nominatedNodeName",
             // Not selectable (the emulator's own): indexed for PodDisruptionBudgets.
             POD_READY,
@@ -407,10 +449,7 @@ pub(crate) fn indexed_fields(behavior: Behavior) -> &'static [&'static str] {
         Behavior::CoreEvent | Behavior::EventsV1 => &[
             "involvedObject.kind",
             "involvedObject.namespace",
-            "involvedObject.name",
-            "involvedObject.uid",
             "involvedObject.apiVersion",
-            "involvedObject.resourceVersion",
             "involvedObject.fieldPath",
             "reason",
             "reportingComponent",
@@ -423,13 +462,7 @@ pub(crate) fn indexed_fields(behavior: Behavior) -> &'static [&'static str] {
 
 /// The indexed field values of an object of `behavior`, in [`indexed_fields`] order.
 pub(crate) fn extract_fields(behavior: Behavior, object: &Value) -> Fields {
-    let text = |pointer: &str| -> Text {
-        match object.pointer(pointer) {
-            Some(Value::String(s)) => s.as_str().into(),
-            Some(Value::Bool(b)) => b.to_string().into(),
-            _ => "".into(),
-        }
-    };
+    let text = |pointer: &str| text_at(object, pointer);
     let or_false = |text: Text| {
         if text.is_empty() {
             "false".into()
@@ -445,7 +478,6 @@ pub(crate) fn extract_fields(behavior: Behavior, object: &Value) -> Fields {
             text("/spec/serviceAccountName"),
             or_false(text("/spec/hostNetwork")),
             text("/status/phase"),
-            text("/status/podIP"),
             text("/status/nominatedNodeName"),
             bool_text(pod_ready(object)),
             bool_text(
@@ -460,10 +492,7 @@ pub(crate) fn extract_fields(behavior: Behavior, object: &Value) -> Fields {
         Behavior::CoreEvent | Behavior::EventsV1 => vec![
             text("/involvedObject/kind"),
             text("/involvedObject/namespace"),
-            text("/involvedObject/name"),
-            text("/involvedObject/uid"),
             text("/involvedObject/apiVersion"),
-            text("/involvedObject/resourceVersion"),
             text("/involvedObject/fieldPath"),
             text("/reason"),
             text("/reportingComponent"),
@@ -474,6 +503,15 @@ pub(crate) fn extract_fields(behavior: Behavior, object: &Value) -> Fields {
     };
     debug_assert_eq!(values.len(), indexed_fields(behavior).len());
     values.into()
+}
+
+/// The text of the field at `pointer` in `object`, as a selector compares it.
+fn text_at(object: &Value, pointer: &str) -> Text {
+    match object.pointer(pointer) {
+        Some(Value::String(s)) => s.as_str().into(),
+        Some(Value::Bool(b)) => b.to_string().into(),
+        _ => "".into(),
+    }
 }
 
 /// The prefix of the fields the emulator indexes for itself, which no selector may name.
@@ -603,9 +641,9 @@ mod tests {
         let fields = extract_fields(Behavior::Pod, &pod);
         let selector =
             FieldSelector::parse("spec.nodeName=n1,status.phase!=Failed", Behavior::Pod).unwrap();
-        assert!(selector.matches("p", "default", &fields));
+        assert!(selector.matches("p", "default", &fields, || pod.clone()));
         let other = FieldSelector::parse("spec.nodeName=n2", Behavior::Pod).unwrap();
-        assert!(!other.matches("p", "default", &fields));
+        assert!(!other.matches("p", "default", &fields, || pod.clone()));
     }
 
     #[test]
@@ -628,7 +666,7 @@ mod tests {
         assert_eq!(read("spec.nodeName"), "n1");
         assert_eq!(read("spec.schedulerName"), "s");
         assert_eq!(read("spec.hostNetwork"), "false");
-        assert_eq!(read("status.podIP"), "10.0.0.7");
+        assert_eq!(read("status.podIP"), "", "read from the pod, not indexed");
         assert_eq!(read("status.nominatedNodeName"), "");
         assert_eq!(read(POD_READY), "true");
         assert_eq!(read(POD_DELETING), "true");
@@ -642,6 +680,49 @@ mod tests {
     }
 
     #[test]
+    fn a_field_nearly_every_object_has_its_own_of_is_read_from_the_object() {
+        let pod = |ip: &str| json!({ "spec": { "nodeName": "n1" }, "status": { "podIP": ip } });
+        let (a, b) = (pod("10.0.0.1"), pod("10.0.0.2"));
+        let fields = extract_fields(Behavior::Pod, &a);
+        assert_eq!(
+            fields,
+            extract_fields(Behavior::Pod, &b),
+            "one set for both"
+        );
+        let by_ip =
+            FieldSelector::parse("status.podIP=10.0.0.1,spec.nodeName=n1", Behavior::Pod).unwrap();
+        let parsed = std::cell::Cell::new(0);
+        let read = |pod: &Value| {
+            parsed.set(parsed.get() + 1);
+            pod.clone()
+        };
+        assert!(by_ip.matches("a", "default", &fields, || read(&a)));
+        assert!(!by_ip.matches("b", "default", &fields, || read(&b)));
+        let not_ip = FieldSelector::parse("status.podIP!=10.0.0.1", Behavior::Pod).unwrap();
+        assert!(not_ip.matches("b", "default", &fields, || read(&b)));
+        assert_eq!(parsed.get(), 3, "once per match that reads the pod");
+        let by_node = FieldSelector::parse("spec.nodeName=n1", Behavior::Pod).unwrap();
+        assert!(by_node.matches("a", "default", &fields, || read(&a)));
+        assert_eq!(
+            parsed.get(),
+            3,
+            "a selector of indexed fields does not parse the pod"
+        );
+
+        let event = |name: &str, uid: &str| json!({ "involvedObject": { "kind": "Pod", "name": name, "uid": uid, "resourceVersion": "7" }, "reason": "Nominated" });
+        let (first, second) = (event("web-1", "u1"), event("web-2", "u2"));
+        let fields = extract_fields(Behavior::CoreEvent, &first);
+        assert_eq!(fields, extract_fields(Behavior::CoreEvent, &second));
+        let about = FieldSelector::parse(
+            "involvedObject.name=web-2,involvedObject.uid=u2,involvedObject.resourceVersion=7",
+            Behavior::CoreEvent,
+        )
+        .unwrap();
+        assert!(!about.matches("e1", "default", &fields, || first.clone()));
+        assert!(about.matches("e2", "default", &fields, || second.clone()));
+    }
+
+    #[test]
     fn events_k8s_io_selectors_read_the_stored_core_event() {
         // Stored as a core Event (the events.k8s.io kind's storage), selected by v1 names.
         let event = json!({
@@ -651,9 +732,14 @@ mod tests {
         });
         let fields = extract_fields(Behavior::CoreEvent, &event);
         let v1 = |text| FieldSelector::parse(text, Behavior::EventsV1).unwrap();
-        assert!(v1("regarding.name=web-1,reason=Nominated").matches("e", "default", &fields));
-        assert!(!v1("regarding.name=web-2").matches("e", "default", &fields));
-        assert!(!v1("type=Warning").matches("e", "default", &fields));
+        assert!(v1("regarding.name=web-1,reason=Nominated").matches(
+            "e",
+            "default",
+            &fields,
+            || event.clone()
+        ));
+        assert!(!v1("regarding.name=web-2").matches("e", "default", &fields, || event.clone()));
+        assert!(!v1("type=Warning").matches("e", "default", &fields, || event.clone()));
     }
 }
 
@@ -672,6 +758,7 @@ mod props {
         ["metadata.name", "metadata.namespace"]
             .into_iter()
             .chain(indexed_fields(behavior).iter().copied())
+            .chain(read_from_object(behavior).iter().copied())
             .filter(|field| is_supported(behavior, field))
             .collect()
     }
@@ -775,7 +862,7 @@ mod props {
         ) {
             let _ = FieldSelector::parse(&text, BEHAVIORS[behavior]);
             if let Ok(selector) = FieldSelector::parse(&picked, BEHAVIORS[behavior]) {
-                let _ = selector.matches("n", "ns", &[]);
+                let _ = selector.matches("n", "ns", &[], || Value::Null);
             }
         }
 
@@ -820,7 +907,17 @@ mod props {
                 .iter()
                 .map(|name| supported.iter().position(|f| f == name).map_or("", |i| values[i].as_str()).into())
                 .collect();
-            prop_assert_eq!(selector.matches(&name, &namespace, &fields), expected, "{}", text);
+            // The fields read from the object, at their paths in it.
+            let mut object = serde_json::json!({});
+            for field in read_from_object(Behavior::Pod) {
+                let at = supported.iter().position(|f| f == field).unwrap();
+                let mut place = &mut object;
+                for part in field.split('.') {
+                    place = &mut place[part];
+                }
+                *place = serde_json::json!(values[at]);
+            }
+            prop_assert_eq!(selector.matches(&name, &namespace, &fields, || object.clone()), expected, "{}", text);
         }
     }
 }

@@ -158,9 +158,12 @@ fn matches(state: &State, object: &StoredObject) -> bool {
         .as_deref()
         .is_none_or(|ns| *object.key.namespace == *ns)
         && list.labels.matches(&object.labels)
-        && list
-            .fields
-            .matches(&object.key.name, &object.key.namespace, &object.fields)
+        && list.fields.matches(
+            &object.key.name,
+            &object.key.namespace,
+            &object.fields,
+            || object.value(),
+        )
 }
 
 /// The event type a filtered watcher sees for `event`, if any.
