@@ -210,60 +210,77 @@ pub fn split_key(key: &str) -> (Option<&str>, &str) {
     }
 }
 
-/// One field's index: value -> keys of the objects that have it, and key -> value to move an
-/// object when its value changes. A key is allocated once for both maps, and a value once for
-/// every object that has it (the pods of a node share its name).
+/// One field's index: value -> keys of the objects that have it. A key is allocated once, and
+/// a value once for every object that has it (the pods of a node share its name). An object
+/// moves from the value of the version its store held before (the store hands it over), so
+/// the index keeps no map back from key to value (at 50,000 bound pods, one more table of
+/// 50,000 entries).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct FieldIndex {
     keys_by_value: FxHashMap<Arc<str>, BTreeSet<Arc<str>>>,
-    value_by_key: FxHashMap<Arc<str>, Arc<str>>,
 }
 
 impl FieldIndex {
-    /// Files `key` under `value` (nowhere for `None`), moving it from its old value.
-    fn set(&mut self, key: &str, value: Option<&str>) {
+    /// Moves the object with `key` (made only if it moves) from `old` to `new` (`None`:
+    /// nowhere).
+    fn set(&mut self, key: impl FnOnce() -> String, old: Option<&str>, new: Option<&str>) {
         // Most changes leave the indexed fields alone: nothing to allocate then.
-        if self.value_by_key.get(key).map(|v| &**v) == value {
+        if old == new {
             return;
         }
-        let key = self.remove(key).unwrap_or_else(|| Arc::from(key));
-        if let Some(value) = value {
-            let value = match self.keys_by_value.get_key_value(value) {
-                Some((held, _)) => Arc::clone(held),
-                None => Arc::from(value),
-            };
-            self.keys_by_value
-                .entry(Arc::clone(&value))
-                .or_default()
-                .insert(Arc::clone(&key));
-            self.value_by_key.insert(key, value);
+        let key = key();
+        let key = old
+            .and_then(|old| self.remove(&key, old))
+            .unwrap_or_else(|| Arc::from(key));
+        if let Some(value) = new {
+            match self.keys_by_value.get_mut(value) {
+                Some(keys) => {
+                    keys.insert(key);
+                }
+                None => {
+                    self.keys_by_value
+                        .insert(Arc::from(value), BTreeSet::from([key]));
+                }
+            }
         }
     }
 
-    /// Unfiles `key`; its shared name, for a caller that files it again.
-    fn remove(&mut self, key: &str) -> Option<Arc<str>> {
-        let (key, old) = self.value_by_key.remove_entry(key)?;
-        if let Some(keys) = self.keys_by_value.get_mut(&old) {
-            keys.remove(&key);
-            if keys.is_empty() {
-                self.keys_by_value.remove(&old);
-            }
+    /// Unfiles `key` from `value`; its shared name, for a caller that files it again.
+    fn remove(&mut self, key: &str, value: &str) -> Option<Arc<str>> {
+        let keys = self.keys_by_value.get_mut(value)?;
+        let key = keys.take(key);
+        if keys.is_empty() {
+            self.keys_by_value.remove(value);
         }
-        Some(key)
+        key
+    }
+
+    /// How many objects are filed.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.keys_by_value.values().map(BTreeSet::len).sum()
     }
 }
 
 /// What the index hears: the store's events, named as kube-runtime's watcher names them.
 #[derive(Debug)]
 pub enum IndexEvent<'a, K> {
-    /// An object was created or changed.
-    Apply(&'a K),
-    /// An object was deleted.
+    /// An object was created or changed: its new version, and the version its store held
+    /// before (which the index filed it by).
+    Apply {
+        object: &'a K,
+        previous: Option<&'a K>,
+    },
+    /// An object was deleted: the version its store held (or the event's, if it held none).
     Delete(&'a K),
     /// A (re-)list began: the objects that follow replace the whole kind at `RelistDone`.
     RelistStarted,
-    /// One object of the list.
-    RelistApply(&'a K),
+    /// One object of the list, and the version the same list gave before (if it named the
+    /// object twice).
+    RelistApply {
+        object: &'a K,
+        previous: Option<&'a K>,
+    },
     /// The list is complete: it replaces the index.
     RelistDone,
 }
@@ -289,8 +306,8 @@ impl<K> fmt::Debug for KindIndex<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KindIndex")
             .field(
-                "keys",
-                &self.live.first().map_or(0, |i| i.value_by_key.len()),
+                "values",
+                &self.live.first().map_or(0, |i| i.keys_by_value.len()),
             )
             .field("relisting", &self.relisting.is_some())
             .finish()
@@ -303,9 +320,16 @@ impl<K: Indexed> Default for KindIndex<K> {
     }
 }
 
-fn fill<K: Indexed>(fields: &mut [FieldIndex], key: &str, object: &K) {
+/// Moves `object` (with `key`) from where `previous` was filed, field by field.
+fn fill<K: Indexed>(
+    fields: &mut [FieldIndex],
+    key: impl Fn() -> String,
+    object: &K,
+    previous: Option<&K>,
+) {
     for (index, field) in fields.iter_mut().zip(K::FIELDS) {
-        index.set(key, field.value(object));
+        let old = previous.and_then(|previous| field.value(previous));
+        index.set(&key, old, field.value(object));
     }
 }
 
@@ -325,29 +349,31 @@ impl<K: Indexed> KindIndex<K> {
             return;
         }
         match event {
-            IndexEvent::Apply(object) => {
-                fill(&mut self.live, &object.key(), object);
+            IndexEvent::Apply { object, previous } => {
+                fill(&mut self.live, || object.key(), object, previous);
             }
-            IndexEvent::Delete(object) => self.remove(&object.key()),
+            IndexEvent::Delete(object) => self.remove(&object.key(), object),
             // A list that restarts before it completes starts over, as the store's buffer does.
             IndexEvent::RelistStarted => self.relisting = Some(empty::<K>()),
-            IndexEvent::RelistApply(object) => {
+            IndexEvent::RelistApply { object, previous } => {
                 let fields = self.relisting.get_or_insert_with(empty::<K>);
-                fill(fields, &object.key(), object);
+                fill(fields, || object.key(), object, previous);
             }
             IndexEvent::RelistDone => self.live = self.relisting.take().unwrap_or_else(empty::<K>),
         }
     }
 
-    /// Files the object stored under `key` (an in-memory store's put).
-    pub fn insert(&mut self, key: &str, object: &K) {
-        fill(&mut self.live, key, object);
+    /// Files the object stored under `key` in place of `previous` (an in-memory store's put).
+    pub fn insert(&mut self, key: &str, object: &K, previous: Option<&K>) {
+        fill(&mut self.live, || key.to_owned(), object, previous);
     }
 
-    /// Forgets the object stored under `key`.
-    pub fn remove(&mut self, key: &str) {
-        for index in &mut self.live {
-            index.remove(key);
+    /// Forgets `object`, stored under `key` (the version its store held).
+    pub fn remove(&mut self, key: &str, object: &K) {
+        for (index, field) in self.live.iter_mut().zip(K::FIELDS) {
+            if let Some(value) = field.value(object) {
+                index.remove(key, value);
+            }
         }
     }
 
@@ -461,38 +487,49 @@ mod tests {
     #[test]
     fn a_pod_that_binds_moves_from_nowhere_to_its_node() {
         let mut index = KindIndex::<Pod>::new();
-        index.apply(IndexEvent::Apply(&pod("web", None)));
+        let (unbound, bound) = (pod("web", None), pod("web", Some("n1")));
+        index.apply(IndexEvent::Apply {
+            object: &unbound,
+            previous: None,
+        });
         assert_eq!(index.keys(&POD_NODE_NAME, "n1").count(), 0);
-        index.apply(IndexEvent::Apply(&pod("web", Some("n1"))));
+        index.apply(IndexEvent::Apply {
+            object: &bound,
+            previous: Some(&unbound),
+        });
         assert_eq!(
             index.keys(&POD_NODE_NAME, "n1").collect::<Vec<_>>(),
             ["default/web"]
         );
-        index.apply(IndexEvent::Delete(&pod("web", Some("n1"))));
+        index.apply(IndexEvent::Delete(&bound));
         assert_eq!(index.keys(&POD_NODE_NAME, "n1").count(), 0);
+        assert_eq!(index.live[POD_NODE_NAME.position].len(), 0);
     }
 
     #[test]
     fn the_pods_of_a_node_share_its_name_and_a_moved_pod_keeps_its_key() {
         let mut index = KindIndex::<Pod>::new();
         for name in ["a", "b", "c"] {
-            index.apply(IndexEvent::Apply(&pod(name, Some("n1"))));
+            index.apply(IndexEvent::Apply {
+                object: &pod(name, Some("n1")),
+                previous: None,
+            });
         }
         let field = &index.live[POD_NODE_NAME.position];
-        let values: Vec<&Arc<str>> = field.value_by_key.values().collect();
-        assert_eq!(values.len(), 3);
-        assert!(values.iter().all(|v| Arc::ptr_eq(v, values[0])));
-        let key_before = Arc::clone(field.value_by_key.get_key_value("default/a").unwrap().0);
-        index.apply(IndexEvent::Apply(&pod("a", Some("n2"))));
+        assert_eq!(field.keys_by_value.len(), 1, "one value for the three");
+        assert_eq!(field.len(), 3);
+        let key_before = Arc::clone(field.keys_by_value["n1"].get("default/a").unwrap());
+        index.apply(IndexEvent::Apply {
+            object: &pod("a", Some("n2")),
+            previous: Some(&pod("a", Some("n1"))),
+        });
         let field = &index.live[POD_NODE_NAME.position];
-        let (key_after, node) = field.value_by_key.get_key_value("default/a").unwrap();
-        assert!(Arc::ptr_eq(&key_before, key_after));
-        assert_eq!(&**node, "n2");
+        let key_after = field.keys_by_value["n2"].get("default/a").unwrap();
         assert!(
-            field.keys_by_value["n2"]
-                .iter()
-                .all(|k| Arc::ptr_eq(k, key_after))
+            Arc::ptr_eq(&key_before, key_after),
+            "the moved pod keeps its key"
         );
+        assert_eq!(field.len(), 3);
         assert_eq!(
             index.keys(&POD_NODE_NAME, "n1").collect::<Vec<_>>(),
             ["default/b", "default/c"]
@@ -510,7 +547,10 @@ mod tests {
     #[test]
     fn a_stale_entry_is_not_found_rather_than_a_wrong_object() {
         let mut index = KindIndex::<Node>::new();
-        index.apply(IndexEvent::Apply(&node("n1", Some("i-1"))));
+        index.apply(IndexEvent::Apply {
+            object: &node("n1", Some("i-1")),
+            previous: None,
+        });
         // The store moved on (n1 now has another provider id) before the index heard of it.
         let store = BTreeMap::from([("n1".to_owned(), Arc::new(node("n1", Some("i-2"))))]);
         let get = |key: &str| store.get(key).cloned();
@@ -521,9 +561,15 @@ mod tests {
     #[test]
     fn lookups_read_the_old_index_until_the_relist_is_done() {
         let mut index = KindIndex::<Node>::new();
-        index.apply(IndexEvent::Apply(&node("n1", Some("i-1"))));
+        index.apply(IndexEvent::Apply {
+            object: &node("n1", Some("i-1")),
+            previous: None,
+        });
         index.apply(IndexEvent::RelistStarted);
-        index.apply(IndexEvent::RelistApply(&node("n2", Some("i-2"))));
+        index.apply(IndexEvent::RelistApply {
+            object: &node("n2", Some("i-2")),
+            previous: None,
+        });
         assert_eq!(index.keys(&NODE_PROVIDER_ID, "i-1").count(), 1);
         assert_eq!(index.keys(&NODE_PROVIDER_ID, "i-2").count(), 0);
         index.apply(IndexEvent::RelistDone);
@@ -576,13 +622,15 @@ mod tests {
                 match step {
                     Step::Apply(n, i) => {
                         let object = named(n, i);
-                        store.live.insert(object_key(&object.metadata), object.clone());
-                        index.apply(IndexEvent::Apply(&object));
+                        let previous = store.live.insert(object_key(&object.metadata), object.clone());
+                        index.apply(IndexEvent::Apply { object: &object, previous: previous.as_ref() });
                     }
                     Step::Delete(n) => {
+                        // The event's last state may differ from the stored one; the store
+                        // hands the index the version it held.
                         let object = named(n, None);
-                        store.live.remove(&object_key(&object.metadata));
-                        index.apply(IndexEvent::Delete(&object));
+                        let held = store.live.remove(&object_key(&object.metadata));
+                        index.apply(IndexEvent::Delete(held.as_ref().unwrap_or(&object)));
                     }
                     Step::RelistStarted => {
                         store.buffer.clear();
@@ -590,8 +638,8 @@ mod tests {
                     }
                     Step::RelistApply(n, i) => {
                         let object = named(n, i);
-                        store.buffer.insert(object_key(&object.metadata), object.clone());
-                        index.apply(IndexEvent::RelistApply(&object));
+                        let previous = store.buffer.insert(object_key(&object.metadata), object.clone());
+                        index.apply(IndexEvent::RelistApply { object: &object, previous: previous.as_ref() });
                     }
                     Step::RelistDone => {
                         store.live = std::mem::take(&mut store.buffer);

@@ -621,10 +621,12 @@ async fn follow<K: Watched>(
                     Applied::RelistStarted => before_relist = reader.state(),
                     // The store's own `Arc` (this task is its only writer): a subscriber's
                     // backlog shares it rather than holding a second copy.
-                    Applied::Stored { object, previous } => {
+                    Applied::Stored {
+                        object, previous, ..
+                    } => {
                         deliver(sinks, counters, &Observed::Applied { object, previous });
                     }
-                    Applied::Deleted(object) => {
+                    Applied::Deleted { object, .. } => {
                         deliver(sinks, counters, &Observed::Deleted(object));
                     }
                     Applied::Relisted => {

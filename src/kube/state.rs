@@ -69,9 +69,23 @@ where
         let listing = matches!(event, watcher::Event::InitApply(_));
         let applied = self.store.apply(event);
         let event = match &applied {
-            Applied::Stored { object, .. } if listing => IndexEvent::RelistApply(object.as_ref()),
-            Applied::Stored { object, .. } => IndexEvent::Apply(object.as_ref()),
-            Applied::Deleted(object) => IndexEvent::Delete(object.as_ref()),
+            Applied::Stored {
+                object,
+                listed_before,
+                ..
+            } if listing => IndexEvent::RelistApply {
+                object: object.as_ref(),
+                previous: listed_before.as_deref(),
+            },
+            Applied::Stored {
+                object, previous, ..
+            } => IndexEvent::Apply {
+                object: object.as_ref(),
+                previous: previous.as_deref(),
+            },
+            Applied::Deleted { object, held } => {
+                IndexEvent::Delete(held.as_deref().unwrap_or(object.as_ref()))
+            }
             Applied::RelistStarted => IndexEvent::RelistStarted,
             Applied::Relisted => IndexEvent::RelistDone,
         };

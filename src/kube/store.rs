@@ -71,9 +71,15 @@ pub enum Applied<K> {
     Stored {
         object: Arc<K>,
         previous: Option<Arc<K>>,
+        /// During a re-list, the version the same list gave before (a list that names an
+        /// object twice), which the re-list's index filed it by.
+        listed_before: Option<Arc<K>>,
     },
-    /// An object deleted: the event's last known state.
-    Deleted(Arc<K>),
+    /// An object deleted: the event's last known state, and the version the store held.
+    Deleted {
+        object: Arc<K>,
+        held: Option<Arc<K>>,
+    },
     /// A re-list started.
     RelistStarted,
     /// A re-list ended: the store now holds exactly what it listed.
@@ -147,7 +153,11 @@ impl<K: Indexed> KindStore<K> {
             watcher::Event::Apply(object) => {
                 let object = Arc::new(object);
                 let previous = insert(&mut inner.objects, &mut inner.len, Arc::clone(&object));
-                Applied::Stored { object, previous }
+                Applied::Stored {
+                    object,
+                    previous,
+                    listed_before: None,
+                }
             }
             watcher::Event::InitApply(object) => {
                 let (namespace, name) = object.names();
@@ -158,21 +168,30 @@ impl<K: Indexed> KindStore<K> {
                     .cloned();
                 let object = Arc::new(object);
                 let (listed, len) = inner.relist.get_or_insert_with(Default::default);
-                insert(listed, len, Arc::clone(&object));
-                Applied::Stored { object, previous }
+                let listed_before = insert(listed, len, Arc::clone(&object));
+                Applied::Stored {
+                    object,
+                    previous,
+                    listed_before,
+                }
             }
             watcher::Event::Delete(object) => {
                 let (namespace, name) = object.names();
                 let namespace = namespace.unwrap_or_default();
-                if let Some(names) = inner.objects.get_mut(namespace)
-                    && names.remove(name).is_some()
-                {
-                    inner.len -= 1;
+                let mut held = None;
+                if let Some(names) = inner.objects.get_mut(namespace) {
+                    held = names.remove(name);
+                    if held.is_some() {
+                        inner.len -= 1;
+                    }
                     if names.is_empty() {
                         inner.objects.remove(namespace);
                     }
                 }
-                Applied::Deleted(Arc::new(object))
+                Applied::Deleted {
+                    object: Arc::new(object),
+                    held,
+                }
             }
             watcher::Event::Init => {
                 inner.relist = Some(Default::default());
@@ -208,8 +227,9 @@ mod tests {
     #[test]
     fn an_applied_object_is_found_by_namespace_and_name_and_shared_with_the_change() {
         let store = KindStore::default();
-        let Applied::Stored { object, previous } =
-            store.apply(watcher::Event::Apply(pod("a", "p", "1")))
+        let Applied::Stored {
+            object, previous, ..
+        } = store.apply(watcher::Event::Apply(pod("a", "p", "1")))
         else {
             panic!("an apply stores");
         };
@@ -262,8 +282,9 @@ mod tests {
         store.apply(watcher::Event::Apply(pod("a", "kept", "1")));
         store.apply(watcher::Event::Apply(pod("a", "gone", "1")));
         store.apply(watcher::Event::Init);
-        let Applied::Stored { object, previous } =
-            store.apply(watcher::Event::InitApply(pod("a", "kept", "2")))
+        let Applied::Stored {
+            object, previous, ..
+        } = store.apply(watcher::Event::InitApply(pod("a", "kept", "2")))
         else {
             panic!("a listed object is stored");
         };

@@ -46,14 +46,15 @@ impl<K: Indexed> Default for Stored<K> {
 impl<K: Indexed> Stored<K> {
     fn put(&mut self, object: Arc<K>) {
         let key = object.key();
-        self.index.insert(&key, &object);
+        let previous = self.objects.get(&key);
+        self.index.insert(&key, &object, previous.map(|p| &**p));
         self.objects.insert(key, object);
         self.changes += 1;
     }
 
     fn remove(&mut self, key: &str) {
-        self.index.remove(key);
-        if self.objects.remove(key).is_some() {
+        if let Some(held) = self.objects.remove(key) {
+            self.index.remove(key, &held);
             self.changes += 1;
         }
     }
