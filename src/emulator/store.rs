@@ -28,11 +28,12 @@ use super::packed::{Packed, Packer};
 use super::selector::{self, Fields, Labels, Text};
 
 /// Where an object lives: namespace (empty for cluster-scoped) and name. Ordered as the API
-/// server lists: by namespace, then name.
+/// server lists: by namespace, then name. A stored key shares its strings: the store's map and
+/// every version of the object hold one name, and the objects of a namespace one namespace.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct ObjectKey {
-    pub namespace: Box<str>,
-    pub name: Box<str>,
+    pub namespace: Text,
+    pub name: Text,
 }
 
 impl ObjectKey {
@@ -83,12 +84,10 @@ impl StoredObject {
         serde_json::from_slice(&self.json()).unwrap_or(Value::Null)
     }
 
-    /// Heap bytes of this version but its selector index (which versions and objects share).
+    /// Heap bytes of this version but its selector index (which versions and objects share)
+    /// and its namespace (which the objects in it share): its name counts with each version.
     fn own_bytes(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + self.packed.stored_len()
-            + self.key.namespace.len()
-            + self.key.name.len()
+        std::mem::size_of::<Self>() + self.packed.stored_len() + self.key.name.len()
     }
 }
 
@@ -527,7 +526,7 @@ fn range<'s>(
     };
     match namespace {
         Some(ns) => {
-            let ns: Box<str> = ns.into();
+            let ns: Text = ns.into();
             Box::new(
                 objects
                     .range((lower, Bound::Unbounded))
@@ -573,6 +572,14 @@ impl Txn<'_> {
         mut object: Value,
         event_type: EventType,
     ) -> Arc<StoredObject> {
+        // The key the map holds for the object, or this one with its namespace shared.
+        let key = match self.inner.kinds[kind].objects.get_key_value(&key) {
+            Some((held, _)) => held.clone(),
+            None => ObjectKey {
+                namespace: self.inner.indexes.text(&key.namespace),
+                name: key.name,
+            },
+        };
         let stored = self.stamp(kind, key, &mut object);
         let state = &mut self.inner.kinds[kind];
         let previous = state
@@ -585,8 +592,12 @@ impl Txn<'_> {
     /// Removes the object; `last` is its final state, carried by the DELETED event under a new
     /// resourceVersion.
     pub fn remove(&mut self, kind: KindId, key: &ObjectKey, mut last: Value) -> Arc<StoredObject> {
-        let stored = self.stamp(kind, key.clone(), &mut last);
-        let previous = self.inner.kinds[kind].objects.remove(key);
+        let previous = self.inner.kinds[kind].objects.remove_entry(key);
+        let held = previous
+            .as_ref()
+            .map_or_else(|| key.clone(), |(held, _)| held.clone());
+        let stored = self.stamp(kind, held, &mut last);
+        let previous = previous.map(|(_, object)| object);
         self.record(kind, EventType::Deleted, &stored, previous);
         stored
     }
@@ -738,6 +749,33 @@ mod tests {
         drop(laggard);
         add(&store, pods, 19..20);
         assert_eq!(retained(&store, pods), 2);
+    }
+
+    #[test]
+    fn every_version_of_an_object_shares_its_name_and_a_namespace_is_held_once() {
+        let kinds = Kinds::new();
+        let pods = kinds.find("", "v1", "pods").unwrap();
+        let store = Store::new(&kinds, keep(10), 1);
+        let put = |name: &str, event| {
+            store.write(|t| t.put(pods, ObjectKey::new("a", name), pod(name), event))
+        };
+        let first = put("x", EventType::Added);
+        let second = put("x", EventType::Modified);
+        let other = put("y", EventType::Added);
+        assert!(Arc::ptr_eq(&first.key.name, &second.key.name));
+        assert!(Arc::ptr_eq(&first.key.namespace, &other.key.namespace));
+        let deleted = store.write(|t| t.remove(pods, &ObjectKey::new("a", "x"), pod("x")));
+        assert!(Arc::ptr_eq(&first.key.name, &deleted.key.name));
+        store.read(|v| {
+            let (held, _) = v.inner.kinds[pods]
+                .objects
+                .get_key_value(&ObjectKey::new("a", "y"))
+                .unwrap();
+            assert!(
+                Arc::ptr_eq(&held.name, &other.key.name),
+                "the map's key too"
+            );
+        });
     }
 
     #[test]
