@@ -118,8 +118,9 @@ struct RememberedFleet {
     expires: Instant,
 }
 
-/// 128 bits of a request's hash: two SipHashes of it, each keyed by its own prefix. Two
-/// different requests under one token share a fingerprint with a chance of about 2^-128.
+/// 128 bits of a request's hash: two 64-bit `DefaultHasher` digests of it, each salted with
+/// its own first byte. Two different requests under one token share a fingerprint with a
+/// chance of about 2^-128.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Fingerprint(u64, u64);
 
