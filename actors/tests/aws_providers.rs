@@ -687,6 +687,11 @@ async fn kwoks_generation_and_bill_follow_every_launch_settle_and_termination() 
         env.kwok.billed_per_hour().abs() < f64::EPSILON,
         "nothing runs yet"
     );
+    assert_eq!(
+        format!("{:.2}", env.kwok.billed_per_hour()),
+        "0.00",
+        "an empty bill is +0, not -0"
+    );
     let launched = env
         .instances
         .create(&env.launch("bill", &[CapacityType::OnDemand], GENERAL))

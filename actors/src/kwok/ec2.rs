@@ -554,7 +554,8 @@ impl KwokEc2 {
             .map(|i| &i.instance)
             .filter(|i| matches!(i.state, InstanceState::Pending | InstanceState::Running))
             .filter_map(|i| self.price(&state, &i.instance_type, &i.zone, i.capacity_type))
-            .sum();
+            // From +0.0: `sum` of no f64 is -0.0, which a report prints as `$-0.00/h`.
+            .fold(0.0, |total, price| total + price);
         state.bill = Some((state.generation, bill));
         bill
     }
