@@ -350,16 +350,14 @@ impl FieldSelector {
         fields: &[Text],
         object: impl FnOnce() -> Value,
     ) -> bool {
-        let mut object = Some(object);
-        let parsed = std::cell::OnceCell::new();
+        let whole = std::cell::LazyCell::new(object);
         self.0.iter().all(|r| {
             let read;
             let actual = match (r.field.as_str(), &r.pointer) {
                 ("metadata.name", _) => name,
                 ("metadata.namespace", _) => namespace,
                 (_, Some(pointer)) => {
-                    let whole = parsed.get_or_init(|| object.take().map_or(Value::Null, |f| f()));
-                    read = text_at(whole, pointer);
+                    read = text_at(&whole, pointer);
                     &*read
                 }
                 _ => r
