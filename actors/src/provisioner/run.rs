@@ -6,8 +6,9 @@
 //!
 //! After the solve the work is per NodeClaim where it can be: the pods of one NodeClaim (or
 //! existing node) share one [`Decision`] and one nomination note, the events are built only
-//! for those the gate lets through, and the snapshot and the plan are freed on the blocking pool
-//! rather than before the report (as Go's collector frees Karpenter's in the background).
+//! for those the gate lets through, and the snapshot (once the decision is logged, before the
+//! launches) and the plan (after them) are freed on the blocking pool rather than before the
+//! report (as Go's collector frees Karpenter's in the background).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -270,7 +271,7 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64, tasks: Tasks) -> RunRe
     } else {
         tokio::time::timeout(SOLVE_TIMEOUT, tasks.blocking(work)).await
     };
-    let (built, plan, (build_micros, solve_micros)) = match outcome_of_solve {
+    let (mut built, plan, (build_micros, solve_micros)) = match outcome_of_solve {
         Ok(Ok(done)) => done,
         Ok(Err(error)) => {
             tracing::error!(error = logs::err(&error), "the scheduling solve failed");
@@ -294,25 +295,34 @@ pub(super) async fn run(deps: &ProvisionerDeps, run: u64, tasks: Tasks) -> RunRe
     };
     left_out.extend(built.skipped_pools.iter().cloned());
     log_decision(&built, &plan, run_started.elapsed());
+    // Nothing after this reads the snapshot (each pod's conversion, every existing node with
+    // its pods): freed now rather than after the launches, which take many turns of the
+    // runtime while the cluster goes on.
+    free_beside(tasks, std::mem::take(&mut built.snapshot));
     let deciding = WallInstant::now();
     let (mut summary, decisions) = decide(deps, run, tasks, &built, &plan, &types_by_pool).await;
     summary.build_micros = build_micros;
     summary.solve_micros = solve_micros;
     summary.decide_micros = micros(deciding.elapsed());
-    // The snapshot and the plan hold an object per pod: freeing them is not the report's
-    // business, so it happens beside the actor.
-    tasks.spawn(async move {
-        let freed = tasks.blocking(move || drop((built, plan))).await;
-        if let Err(error) = freed {
-            tracing::debug!(error = logs::err(&error), "freeing a run's snapshot failed");
-        }
-    });
+    // The plan and the pods' references hold an object per pod.
+    free_beside(tasks, (built, plan));
     RunReport {
         summary,
         decided_at,
         decisions,
         skipped_pools: left_out,
     }
+}
+
+/// Drops `value` (a run's snapshot or plan: an object per pod) on the blocking pool: freeing
+/// them is not the report's business, so it happens beside the actor.
+fn free_beside<T: Send + 'static>(tasks: Tasks, value: T) {
+    tasks.spawn(async move {
+        let freed = tasks.blocking(move || drop(value)).await;
+        if let Err(error) = freed {
+            tracing::debug!(error = logs::err(&error), "freeing a run's snapshot failed");
+        }
+    });
 }
 
 /// What the run does with the plan: nominations, NodeClaims, events, and each pod's decision.
