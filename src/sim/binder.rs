@@ -323,8 +323,8 @@ impl FakeScheduler {
             .iter()
             .map(|pod| (key_of(pod), is_marked_unschedulable(pod)))
             .collect();
-        // Nor the snapshot (every node with its pods converted): the bindings take many turns
-        // of the runtime, and it was about 3 MB of the 5,000-node run's peak.
+        // Nor the snapshot (every node with its pods converted), which the bindings do not
+        // read: they take many turns of the runtime, while the rest of the cluster goes on.
         let existing_nodes = snapshot.existing_nodes.len();
         drop((originals, pods, nodes, snapshot));
         self.carry_out(&plan, &targets, existing_nodes, step).await;
