@@ -115,7 +115,7 @@ fn actor_batch(c: &mut Criterion) {
             provider_id: Some(format!("aws:///us-west-2a/i-{:017x}", i * 10)),
             ..NodeClaimStatus::default()
         });
-        view.put_nodeclaim(claim);
+        view.put_nodeclaim(&claim);
     }
     let bodies = bodies(NODECLAIMS * 10);
     let url = system

@@ -32,7 +32,7 @@ use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use karpenter_core::apis::SlimPod;
-use karpenter_core::apis::{EC2NodeClass, MetaFields, NodeClaim, NodePool, SlimNode, labels};
+use karpenter_core::apis::{EC2NodeClass, MetaFields, NodePool, SlimNode, SlimNodeClaim, labels};
 use rustc_hash::FxHashMap;
 
 /// A field of `K` that objects are looked up by.
@@ -80,14 +80,14 @@ pub trait Indexed: Sized + 'static {
 }
 
 /// `status.providerID` of a NodeClaim.
-pub const NODECLAIM_PROVIDER_ID: Field<NodeClaim> = Field {
+pub const NODECLAIM_PROVIDER_ID: Field<SlimNodeClaim> = Field {
     name: "status.providerID",
     position: 0,
     value: |claim| claim.status.as_ref()?.provider_id.as_deref(),
 };
 
 /// The `karpenter.sh/nodepool` label of a NodeClaim.
-pub const NODECLAIM_NODEPOOL: Field<NodeClaim> = Field {
+pub const NODECLAIM_NODEPOOL: Field<SlimNodeClaim> = Field {
     name: "metadata.labels[karpenter.sh/nodepool]",
     position: 1,
     value: |claim| {
@@ -132,7 +132,7 @@ macro_rules! names {
     };
 }
 
-impl Indexed for NodeClaim {
+impl Indexed for SlimNodeClaim {
     const FIELDS: &'static [Field<Self>] = &[NODECLAIM_PROVIDER_ID, NODECLAIM_NODEPOOL];
     fn names(&self) -> (Option<&str>, &str) {
         names!(self)
@@ -444,7 +444,7 @@ mod tests {
 
     #[test]
     fn every_field_sits_at_its_position() {
-        fields_sit_at_their_positions::<NodeClaim>();
+        fields_sit_at_their_positions::<SlimNodeClaim>();
         fields_sit_at_their_positions::<Node>();
         fields_sit_at_their_positions::<Pod>();
         fields_sit_at_their_positions::<NodePool>();

@@ -126,18 +126,17 @@ fn karpenter_conditions(conditions: &[Condition]) -> Vec<ConditionState> {
 }
 
 /// Karpenter's own kinds (NodeClaims, NodePools, `EC2NodeClasses`): their status conditions.
-fn karpenter_objects<T: kube::Resource>(
+fn karpenter_objects<T, M: MetaFields>(
     objects: &[Arc<T>],
     extra_keys: &[&'static str],
-    conditions: impl Fn(&T) -> Option<&[Condition]>,
+    parts: impl Fn(&T) -> (&M, Option<&[Condition]>),
 ) -> Vec<ObjectState> {
     objects
         .iter()
         .map(|object| {
-            let conditions = conditions(object)
-                .map(karpenter_conditions)
-                .unwrap_or_default();
-            ObjectState::of(object.meta(), extra_keys, conditions)
+            let (meta, conditions) = parts(object);
+            let conditions = conditions.map(karpenter_conditions).unwrap_or_default();
+            ObjectState::of(meta, extra_keys, conditions)
         })
         .collect()
 }
@@ -362,21 +361,30 @@ impl ConditionMetrics {
     fn pass(&self, view: &dyn ClusterView, now: Timestamp, series: bool) {
         self.nodeclaim.refresh(
             karpenter_objects(&view.nodeclaims(), NODECLAIM_EXTRA, |c| {
-                c.status.as_ref().map(|s| s.conditions.as_slice())
+                (
+                    &c.metadata,
+                    c.status.as_ref().map(|s| s.conditions.as_slice()),
+                )
             }),
             now,
             series,
         );
         self.nodepool.refresh(
             karpenter_objects(&view.nodepools(), &[], |p| {
-                p.status.as_ref().map(|s| s.conditions.as_slice())
+                (
+                    &p.metadata,
+                    p.status.as_ref().map(|s| s.conditions.as_slice()),
+                )
             }),
             now,
             series,
         );
         self.ec2nodeclass.refresh(
             karpenter_objects(&view.ec2nodeclasses(), &[], |c| {
-                c.status.as_ref().map(|s| s.conditions.as_slice())
+                (
+                    &c.metadata,
+                    c.status.as_ref().map(|s| s.conditions.as_slice()),
+                )
             }),
             now,
             series,

@@ -262,7 +262,7 @@ impl GarbageCollectorActor {
             .nodeclaims()
             .iter()
             .filter(|nc| provider_id(nc).is_none() && nc.metadata.deletion_timestamp.is_none())
-            .map(|nc| launch_group(nc))
+            .map(launch_group)
             .collect();
         let now = self.deps.clock.now();
         let mut collected = 0;

@@ -106,9 +106,12 @@ pub mod watched {
     pub use k8s_openapi::api::storage::v1::VolumeAttachment;
     /// Nodes too ([`SlimNode`](karpenter_core::apis::SlimNode)).
     pub use karpenter_core::apis::SlimNode as Node;
+    /// NodeClaims too ([`SlimNodeClaim`](karpenter_core::apis::SlimNodeClaim)): their label
+    /// and annotation maps shared.
+    pub use karpenter_core::apis::SlimNodeClaim as NodeClaim;
     /// Pods are watched slim: the fields the daemon reads, decoded straight from the watch.
     pub use karpenter_core::apis::SlimPod as Pod;
-    pub use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
+    pub use karpenter_core::apis::{EC2NodeClass, NodePool};
 }
 
 macro_rules! watched_kind {

@@ -46,7 +46,7 @@ use karpenter_core::apis::conditions::{
 };
 use karpenter_core::apis::labels::{self, annotation};
 use karpenter_core::apis::validation::nodepool_violations;
-use karpenter_core::apis::{NodeClaim, NodePool, NodePoolStatus};
+use karpenter_core::apis::{NodeClaim, NodePool, NodePoolStatus, SlimNodeClaim};
 use karpenter_core::domain::limits::{self, CapacityCache, LimitsError};
 use karpenter_core::domain::nodepool_hash::{HASH_VERSION, template_hash};
 use karpenter_core::domain::resources::{ResourceLimits, Resources};
@@ -286,7 +286,7 @@ fn node_class_readiness(
 
 impl NodePoolActor {
     /// The pool's NodeClaims.
-    fn nodeclaims(&self) -> Vec<Arc<NodeClaim>> {
+    fn nodeclaims(&self) -> Vec<Arc<SlimNodeClaim>> {
         self.deps.view.nodeclaims_of_nodepool(&self.name)
     }
 

@@ -95,7 +95,7 @@ async fn harness(claims: &[NodeClaim]) -> Harness {
     let view = Arc::new(MemoryClusterView::new());
     for claim in claims {
         cluster.seed_nodeclaim(claim.clone());
-        view.put_nodeclaim(claim.clone());
+        view.put_nodeclaim(claim);
     }
     Harness {
         sqs,
@@ -404,7 +404,7 @@ async fn a_message_for_an_instance_an_unsynced_view_cannot_see_waits_for_the_syn
     // The first list arrives with the NodeClaim: the redelivered warning is acted on.
     let claim = nodeclaim("default-a", "i-0aaa", "spot");
     h.cluster.seed_nodeclaim(claim.clone());
-    h.view.put_nodeclaim(claim);
+    h.view.put_nodeclaim(&claim);
     h.view.set_synced(true);
     eventually("the redelivered message to be handled", || {
         h.metrics.deleted.get() == 1

@@ -191,7 +191,7 @@ impl World {
             Some(process) => process.mirror.sync_nodeclaim(name),
             None => self
                 .view
-                .put_shared_nodeclaim(self.api.shared_nodeclaim(name).unwrap()),
+                .put_nodeclaim(&self.api.shared_nodeclaim(name).unwrap()),
         }
     }
 
@@ -201,7 +201,7 @@ impl World {
         self.api.set_now(self.clock.now());
         self.api.delete_nodeclaim(name).await.unwrap();
         match self.api.shared_nodeclaim(name) {
-            Some(claim) => self.view.put_shared_nodeclaim(claim),
+            Some(claim) => self.view.put_nodeclaim(&claim),
             None => self.view.remove_nodeclaim(name),
         }
     }

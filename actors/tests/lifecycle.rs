@@ -347,7 +347,7 @@ async fn a_view_behind_the_launch_write_does_not_launch_again() {
     // The view falls behind: it shows the NodeClaim as it was before the launch was written.
     let mut stale = written.clone();
     stale.status = None;
-    h.view.put_nodeclaim(stale);
+    h.view.put_nodeclaim(&stale);
     h.daemon.observe(&ClusterChange::NodeClaim {
         name: "default-a".into(),
         deleted: false,

@@ -717,7 +717,7 @@ async fn a_karpenter_hash_version_restamps_nodeclaims_instead_of_drifting_them()
     let other = nodeclaim_for("other", "another-class", &karpenter);
     for claim in [fresh, drifted, other] {
         env.api.seed_nodeclaim(claim.clone());
-        env.view.put_nodeclaim(claim);
+        env.view.put_nodeclaim(&claim);
     }
     env.reconcile("default").await.unwrap();
 
@@ -770,7 +770,7 @@ async fn deletion_waits_for_nodeclaims_then_removes_profile_templates_and_finali
     }
     let claim = nodeclaim_for("default-abc12", "default", &serde_json::json!({}));
     env.api.seed_nodeclaim(claim.clone());
-    env.view.put_nodeclaim(claim);
+    env.view.put_nodeclaim(&claim);
 
     env.delete("default");
     env.reconcile("default").await.unwrap();
@@ -809,7 +809,7 @@ async fn deletion_waits_for_nodeclaims_then_removes_profile_templates_and_finali
     env.view.remove_nodeclaim("default-abc12");
     let unrelated = nodeclaim_for("unrelated", "other", &serde_json::json!({}));
     env.api.seed_nodeclaim(unrelated.clone());
-    env.view.put_nodeclaim(unrelated);
+    env.view.put_nodeclaim(&unrelated);
     env.reconcile("default").await.unwrap();
     assert!(
         env.iam
@@ -869,7 +869,7 @@ async fn a_deleting_class_keeps_its_profile_and_templates_until_the_view_has_syn
     // Synced, with the NodeClaim listed: the class waits for it as usual.
     let claim = nodeclaim_for("default-abc12", "default", &serde_json::json!({}));
     env.api.seed_nodeclaim(claim.clone());
-    env.view.put_nodeclaim(claim);
+    env.view.put_nodeclaim(&claim);
     env.view.set_synced(true);
     env.reconcile("default").await.unwrap();
     assert!(env.iam.get_instance_profile(&profile).await.is_ok());
@@ -1025,7 +1025,7 @@ async fn the_daemon_routes_class_changes_and_nodeclaim_deletions_to_the_class_ac
     // Deletion with a NodeClaim left: the class waits; the NodeClaim's deletion wakes it.
     let claim = nodeclaim_for("default-1", "default", &serde_json::json!({}));
     p.api.seed_nodeclaim(claim.clone());
-    p.view.put_nodeclaim(claim);
+    p.view.put_nodeclaim(&claim);
     let mut deleting = p.api.ec2nodeclass("default").unwrap();
     deleting.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
     p.api.seed_ec2nodeclass(deleting.clone());

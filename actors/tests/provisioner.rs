@@ -341,7 +341,7 @@ impl Harness {
     /// Copies the NodeClaims the fake API holds into the view (the watch's job).
     fn sync_claims(&self) {
         for claim in self.api.nodeclaims() {
-            self.view.put_nodeclaim(claim);
+            self.view.put_nodeclaim(&claim);
         }
     }
 
@@ -366,7 +366,7 @@ impl Harness {
                 allocatable: it.allocatable().to_list().into(),
                 ..NodeClaimStatus::default()
             });
-            self.view.put_nodeclaim(claim);
+            self.view.put_nodeclaim(&claim);
         }
     }
 
@@ -533,7 +533,7 @@ async fn pods_that_fit_existing_or_in_flight_nodes_are_nominated_not_provisioned
     // A NodeClaim launched for the pool, its node not registered yet.
     setup
         .view
-        .put_nodeclaim(in_flight("default-flite", "default", "8"));
+        .put_nodeclaim(&in_flight("default-flite", "default", "8"));
     let h = setup.start();
     h.add_pod(pod("small", "500m", "1Gi"));
     h.add_pod(pod("large", "4", "4Gi"));
@@ -609,7 +609,7 @@ async fn provisioning_waits_until_every_nodeclaim_has_launched() {
     setup.view.put_nodepool(nodepool("default"));
     let mut unlaunched = in_flight("default-wait1", "default", "8");
     unlaunched.status = None;
-    setup.view.put_nodeclaim(unlaunched);
+    setup.view.put_nodeclaim(&unlaunched);
     let h = setup.start();
     h.add_pod(pod("p", "1", "1Gi"));
     h.wait(Duration::from_secs(3)).await;
@@ -621,7 +621,7 @@ async fn provisioning_waits_until_every_nodeclaim_has_launched() {
     assert!(h.explain("p").await.provisioning_in_progress);
 
     h.view
-        .put_nodeclaim(in_flight("default-wait1", "default", "8"));
+        .put_nodeclaim(&in_flight("default-wait1", "default", "8"));
     h.wait(Duration::from_millis(1100)).await;
     assert_eq!(h.status().await.runs, 1);
     assert!(
@@ -645,7 +645,7 @@ async fn limits_are_rechecked_at_creation_and_never_exceeded() {
     let view = setup.view.clone();
     let solver: SolveFn = Arc::new(move |snapshot: &Snapshot, options: &Options| -> Plan {
         let plan = solve(snapshot, options);
-        view.put_nodeclaim(in_flight("default-other", "default", "16"));
+        view.put_nodeclaim(&in_flight("default-other", "default", "16"));
         plan
     });
     let setup = Setup {

@@ -52,7 +52,7 @@ use karpenter_config::Settings;
 use karpenter_core::domain::userdata::ClusterInfo;
 use karpenter_core::domain::version::KubernetesVersion;
 use kube::api::PostParams;
-use kube::{Api, Client, ResourceExt as _};
+use kube::{Api, Client};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -1194,14 +1194,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn shutdown_waits_for_unlaunched_nodeclaims_until_the_deadline() {
         let view = MemoryClusterView::new();
-        view.put_nodeclaim(claim("default-a", Some("aws:///us-west-2a/i-1")));
-        view.put_nodeclaim(claim("default-b", None));
+        view.put_nodeclaim(&claim("default-a", Some("aws:///us-west-2a/i-1")));
+        view.put_nodeclaim(&claim("default-b", None));
         assert_eq!(unlaunched_nodeclaims(&view), ["default-b"]);
         let start = tokio::time::Instant::now();
         let left = wait_for_launches(&view, Duration::from_secs(3)).await;
         assert_eq!(left, ["default-b"]);
         assert_eq!(start.elapsed(), Duration::from_secs(3));
-        view.put_nodeclaim(claim("default-b", Some("aws:///us-west-2b/i-2")));
+        view.put_nodeclaim(&claim("default-b", Some("aws:///us-west-2b/i-2")));
         assert!(
             wait_for_launches(&view, Duration::from_secs(3))
                 .await

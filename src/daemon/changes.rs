@@ -25,7 +25,7 @@ use karpenter_actors::daemon::{Daemon, StartOptions};
 use karpenter_actors::deps::Deps;
 use karpenter_actors::messages::{ClusterChange, WatchedKind, WatchedType};
 use karpenter_actors::runtime::{ActorKit, GroupRef, GroupSpec, RootGroup, SpawnError};
-use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::apis::{EC2NodeClass, NodePool, SlimNodeClaim};
 use karpenter_core::apis::{SlimNode, SlimPod};
 use karpenter_core::domain::pods::{PodChange, is_pod_event, provisionable};
 use kube::ResourceExt as _;
@@ -104,7 +104,7 @@ impl Routed for SlimNode {
     }
 }
 
-impl Routed for NodeClaim {
+impl Routed for SlimNodeClaim {
     fn change(&self, seen: Seen<'_, Self>) -> ClusterChange {
         let deleted = seen.is_deleted();
         ClusterChange::NodeClaim {

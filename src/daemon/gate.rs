@@ -39,7 +39,7 @@ use karpenter_actors::ports::iam::{IamApi, InstanceProfile};
 use karpenter_actors::ports::sqs::{ReceiveRequest, SqsApi, SqsMessage};
 use karpenter_core::apis::{
     EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
-    SlimNode,
+    SlimNode, SlimNodeClaim,
 };
 
 use crate::kube::leader::LeadershipGate;
@@ -121,7 +121,7 @@ impl ClusterApi for GatedClusterApi {
 
     async fn update_nodeclaim_from(
         &self,
-        known: &NodeClaim,
+        known: &SlimNodeClaim,
         change: Change<'_, NodeClaim>,
     ) -> Result<NodeClaim, ClusterError> {
         self.check(ObjectKind::NodeClaim, name_of(&known.metadata))?;
@@ -130,7 +130,7 @@ impl ClusterApi for GatedClusterApi {
 
     async fn update_nodeclaim_status_from(
         &self,
-        known: &NodeClaim,
+        known: &SlimNodeClaim,
         change: Change<'_, NodeClaimStatus>,
     ) -> Result<NodeClaim, ClusterError> {
         self.check(ObjectKind::NodeClaim, name_of(&known.metadata))?;

@@ -15,7 +15,8 @@
 //! [`WirePod`], which names only the fields the daemon reads, so the rest of a Pod is never
 //! built, and become a [`SlimPod`], whose metadata is shared with its workload's pods; Nodes
 //! decode straight into a [`WireNode`] (its capacity and allocatable shared with every node of
-//! equal ones) and become a [`SlimNode`], whose labels and annotations are shared too. Every
+//! equal ones) and become a [`SlimNode`], whose labels and annotations are shared too, as a
+//! NodeClaim's are once it becomes a [`SlimNodeClaim`]. Every
 //! decoded object then loses what no reader of the store looks at (`managedFields`, kubectl's
 //! last-applied annotation) before the store keeps it.
 
@@ -29,7 +30,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_core::apis::{
-    EC2NodeClass, NodeClaim, NodePool, SlimNode, SlimPod, WireNode, WirePod,
+    EC2NodeClass, NodeClaim, NodePool, SlimNode, SlimNodeClaim, SlimPod, WireNode, WirePod,
 };
 use kube::Resource;
 use serde::de::{DeserializeOwned, Error as _};
@@ -181,7 +182,19 @@ macro_rules! lenient {
     };
 }
 
-lenient!(NodeClaim, NodePool, EC2NodeClass);
+lenient!(NodePool, EC2NodeClass);
+
+/// A NodeClaim is read leniently and becomes a [`SlimNodeClaim`], its labels and annotations
+/// shared with every NodeClaim that has the same ones.
+impl WireFormat for SlimNodeClaim {
+    type Wire = Lenient<NodeClaim>;
+
+    fn decode(wire: Self::Wire) -> Result<Self, Box<Undecodable>> {
+        let mut object = wire.object?;
+        strip(&mut object);
+        Ok(Self::from(object))
+    }
+}
 
 /// A custom object read leniently: the typed object if it decodes, else its metadata (or the
 /// decode of the whole event fails, as it would for any kind) and why.

@@ -23,7 +23,7 @@ use karpenter_actors::cluster_index::{
     Field, IndexEvent, Indexed, KindIndex, NODE_PROVIDER_ID, NODECLAIM_NODEPOOL,
     NODECLAIM_PROVIDER_ID, POD_NODE_NAME, VOLUME_ATTACHMENT_NODE_NAME, split_key,
 };
-use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::apis::{EC2NodeClass, NodePool, SlimNodeClaim};
 use karpenter_core::apis::{SlimNode, SlimPod};
 use kube::runtime::watcher;
 use tokio::sync::watch;
@@ -255,7 +255,7 @@ impl ClusterState {
     }
 
     #[must_use]
-    pub fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>> {
+    pub fn nodeclaim(&self, name: &str) -> Option<Arc<SlimNodeClaim>> {
         self.nodeclaims.get(None, name)
     }
 
@@ -289,13 +289,13 @@ impl ClusterState {
 
     /// The NodeClaim whose status carries this provider ID.
     #[must_use]
-    pub fn nodeclaim_by_provider_id(&self, provider_id: &str) -> Option<Arc<NodeClaim>> {
+    pub fn nodeclaim_by_provider_id(&self, provider_id: &str) -> Option<Arc<SlimNodeClaim>> {
         self.find_first(&NODECLAIM_PROVIDER_ID, provider_id)
     }
 
     /// The NodeClaims labelled with this NodePool, by name.
     #[must_use]
-    pub fn nodeclaims_of_nodepool(&self, nodepool: &str) -> Vec<Arc<NodeClaim>> {
+    pub fn nodeclaims_of_nodepool(&self, nodepool: &str) -> Vec<Arc<SlimNodeClaim>> {
         self.find(&NODECLAIM_NODEPOOL, nodepool)
     }
 
@@ -333,13 +333,13 @@ macro_rules! store_lists {
 impl karpenter_actors::ports::cluster_view::ClusterView for ClusterState {
     karpenter_actors::for_each_watched_kind!(store_lists);
 
-    fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>> {
+    fn nodeclaim(&self, name: &str) -> Option<Arc<SlimNodeClaim>> {
         ClusterState::nodeclaim(self, name)
     }
-    fn nodeclaim_by_provider_id(&self, provider_id: &str) -> Option<Arc<NodeClaim>> {
+    fn nodeclaim_by_provider_id(&self, provider_id: &str) -> Option<Arc<SlimNodeClaim>> {
         ClusterState::nodeclaim_by_provider_id(self, provider_id)
     }
-    fn nodeclaims_of_nodepool(&self, nodepool: &str) -> Vec<Arc<NodeClaim>> {
+    fn nodeclaims_of_nodepool(&self, nodepool: &str) -> Vec<Arc<SlimNodeClaim>> {
         ClusterState::nodeclaims_of_nodepool(self, nodepool)
     }
     fn nodepool(&self, name: &str) -> Option<Arc<NodePool>> {

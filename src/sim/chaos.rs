@@ -38,7 +38,6 @@ use karpenter_actors::runtime::{ActorKit, FaultAction, FaultPlan, FaultRule};
 use karpenter_core::apis::condition_set::is_true;
 use karpenter_core::apis::conditions::nodeclaim::INITIALIZED;
 use karpenter_core::draw::unit_draw;
-use kube::ResourceExt as _;
 
 use super::report::Report;
 use super::scenario::{
@@ -307,7 +306,10 @@ impl Observer {
         for claim in sim.view().nodeclaims() {
             let name = claim.name_any();
             // A NodeClaim recreated with the same name is another NodeClaim.
-            let id = format!("{name}/{}", claim.uid().unwrap_or_default());
+            let id = format!(
+                "{name}/{}",
+                claim.metadata.uid.as_deref().unwrap_or_default()
+            );
             let status = claim.status.as_ref();
             if let Some(instance) = status
                 .and_then(|s| s.provider_id.as_deref())

@@ -55,10 +55,10 @@ use karpenter_actors::providers::instance_types::{
     LabelInterner, NodeClassSettings, Placement, ResolveSettings, resolve,
 };
 use karpenter_core::apis::labels;
-use karpenter_core::apis::{NodeClaim, SlimPod};
+use karpenter_core::apis::{LabelMap, SlimNodeClaim, SlimPod};
 use karpenter_core::domain::instance_type::{CapacityType, InstanceType};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt as _};
+use kube::{Api, Client};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -212,7 +212,7 @@ fn condition(status: &str, reason: &str, now: Time) -> NodeCondition {
 #[must_use]
 pub fn node_for(
     instance: &Instance,
-    claim: Option<&NodeClaim>,
+    claim: Option<&SlimNodeClaim>,
     resolved: Option<&InstanceType>,
     region: &str,
     now: Time,
@@ -237,8 +237,8 @@ pub fn node_for(
         labels::CAPACITY_TYPE.to_owned(),
         instance.capacity_type.as_str().to_owned(),
     );
-    if let Some(claim) = claim {
-        node_labels.extend(claim.labels().clone());
+    if let Some(labels) = claim.and_then(|claim| claim.metadata.labels.as_ref()) {
+        node_labels.extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
     node_labels.insert(labels::HOSTNAME.to_owned(), name.clone());
     node_labels.insert(
@@ -354,10 +354,11 @@ fn waiting_to_start(pod: &SlimPod) -> bool {
 /// resource-name host name (`i-0123.us-west-2.compute.internal`). `None` until the NodeClaim has
 /// both the provider id and its instance-type label (the kubelet's labels come from it).
 #[must_use]
-pub fn instance_of_nodeclaim(claim: &NodeClaim, region: &str) -> Option<Instance> {
+pub fn instance_of_nodeclaim(claim: &SlimNodeClaim, region: &str) -> Option<Instance> {
     let provider_id = claim.status.as_ref()?.provider_id.as_deref()?;
     let (zone, id) = parse_provider_id(provider_id).ok()?;
-    let claim_labels = claim.labels();
+    let empty = LabelMap::default();
+    let claim_labels = claim.metadata.labels.as_ref().unwrap_or(&empty);
     let instance_type = claim_labels
         .get(labels::INSTANCE_TYPE)
         .filter(|t| !t.is_empty())?
@@ -526,7 +527,7 @@ impl FakeKubelet {
 
     /// The instance's NodeClaim: by the view's provider-id index, else (a providerID written
     /// with another zone) by a scan matching the instance id alone.
-    fn claim_of(&self, instance: &Instance) -> Option<Arc<NodeClaim>> {
+    fn claim_of(&self, instance: &Instance) -> Option<Arc<SlimNodeClaim>> {
         if let Some(claim) = self
             .view
             .nodeclaim_by_provider_id(&provider_id(&instance.zone, &instance.id))
@@ -883,7 +884,7 @@ mod tests {
         }
     }
 
-    fn claim() -> NodeClaim {
+    fn claim() -> SlimNodeClaim {
         serde_json::from_value(json!({
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodeClaim",
@@ -959,7 +960,7 @@ mod tests {
     #[test]
     fn a_launched_nodeclaim_stands_for_its_instance_and_its_node_carries_its_capacity() {
         let mut launched = claim();
-        let mut labels_now = launched.labels().clone();
+        let mut labels_now = launched.metadata.labels.clone().unwrap_or_default();
         labels_now.insert(labels::INSTANCE_TYPE.to_owned(), "m5.large".to_owned());
         labels_now.insert(labels::CAPACITY_TYPE.to_owned(), "on-demand".to_owned());
         launched.metadata.labels = Some(labels_now);

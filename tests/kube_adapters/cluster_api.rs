@@ -10,8 +10,8 @@ use karpenter::kube::cluster_api::{KubeClusterApi, WRITES_IN_FLIGHT};
 use karpenter_actors::ports::cluster::{
     ClusterApi, ClusterError, ClusterEvent, Deletion, EventType, Eviction, ObjectKind,
 };
-use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::conditions::{Condition, ConditionStatus};
+use karpenter_core::apis::{NodeClaim, SlimNodeClaim};
 use kube::api::{ListParams, Patch, PostParams};
 use kube::runtime::events::Reporter;
 use kube::{Api, Client, Resource as _, ResourceExt as _};
@@ -188,13 +188,12 @@ async fn an_update_from_a_current_copy_patches_without_reading() {
     let emulator = Emulator::new().unwrap();
     let (api, _client) = adapter(&emulator);
     let created = api.create_nodeclaim(&nodeclaim("c1", &[])).await.unwrap();
+    // The copy the view keeps.
+    let kept = SlimNodeClaim::from(&created);
     emulator.clear_requests();
     let set =
         |status: &mut karpenter_core::apis::NodeClaimStatus| status.node_name = Some("n1".into());
-    let updated = api
-        .update_nodeclaim_status_from(&created, &set)
-        .await
-        .unwrap();
+    let updated = api.update_nodeclaim_status_from(&kept, &set).await.unwrap();
     assert_eq!(updated.status.unwrap().node_name.as_deref(), Some("n1"));
     assert_ne!(
         updated.metadata.resource_version,
@@ -204,7 +203,7 @@ async fn an_update_from_a_current_copy_patches_without_reading() {
     // A change the copy already shows sends nothing and answers the copy.
     emulator.clear_requests();
     let same = api
-        .update_nodeclaim_from(&created, &|_: &mut NodeClaim| {})
+        .update_nodeclaim_from(&kept, &|_: &mut NodeClaim| {})
         .await
         .unwrap();
     assert_eq!(
@@ -226,7 +225,7 @@ async fn an_update_from_a_stale_copy_reads_and_applies_the_change_again() {
     .unwrap();
     emulator.clear_requests();
     let updated = api
-        .update_nodeclaim_from(&stale, &|c: &mut NodeClaim| {
+        .update_nodeclaim_from(&SlimNodeClaim::from(stale), &|c: &mut NodeClaim| {
             c.labels_mut().insert("b".into(), "2".into());
         })
         .await

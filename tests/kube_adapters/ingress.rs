@@ -13,8 +13,7 @@ use karpenter::kube::ingress::{ClusterIngress, Observed, WATCH_FAILING_LIMIT};
 use karpenter_actors::cluster_index::Indexed;
 use karpenter_actors::messages::ClusterChange;
 use karpenter_actors::ports::cluster_view::ClusterView as _;
-use karpenter_core::apis::NodeClaim;
-use karpenter_core::apis::{SlimNode, SlimPod};
+use karpenter_core::apis::{NodeClaim, SlimNode, SlimNodeClaim, SlimPod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt as _};
 use serde_json::json;
@@ -198,7 +197,7 @@ async fn the_nodeclaim_index_follows_a_provider_id_that_appears_and_then_changes
     let claims: Api<NodeClaim> = Api::all(client.clone());
     let mut ingress = ClusterIngress::new(client);
     let state = ingress.state();
-    let mut changes = ingress.channel::<NodeClaim>(1024);
+    let mut changes = ingress.channel::<SlimNodeClaim>(1024);
     let task = tokio::spawn(ingress.run());
     state.wait_until_ready().await.unwrap();
     claims

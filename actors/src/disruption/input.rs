@@ -16,7 +16,7 @@ use crate::ports::cluster_view::{ChangeMark, ClusterView};
 use crate::provisioner::build::{self, StateRef, UsablePool};
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as cond};
 use karpenter_core::apis::labels;
-use karpenter_core::apis::{MetaFields, NodeClaim, NodePool, SlimNode};
+use karpenter_core::apis::{MetaFields, NodePool, SlimNode, SlimNodeClaim};
 use karpenter_core::domain::disruption::{
     DisruptionInput, DisruptionOptions, Memos, NodeClaimFacts, NodePod, Pdb, PoolInput, StateNode,
 };
@@ -46,7 +46,7 @@ pub(super) fn is_managed(pool: &NodePool) -> bool {
 }
 
 fn condition<'a>(
-    claim: &'a NodeClaim,
+    claim: &'a SlimNodeClaim,
     kind: &str,
 ) -> Option<&'a karpenter_core::apis::conditions::Condition> {
     claim
@@ -55,11 +55,11 @@ fn condition<'a>(
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == kind))
 }
 
-fn is_true(claim: &NodeClaim, kind: &str) -> bool {
+fn is_true(claim: &SlimNodeClaim, kind: &str) -> bool {
     condition(claim, kind).is_some_and(|c| c.status == ConditionStatus::True)
 }
 
-fn claim_facts(claim: &NodeClaim) -> NodeClaimFacts {
+fn claim_facts(claim: &SlimNodeClaim) -> NodeClaimFacts {
     NodeClaimFacts {
         name: claim.metadata.name.clone().unwrap_or_default(),
         created: claim

@@ -32,7 +32,7 @@ use crate::ports::cluster_view::ClusterView;
 use crate::ports::sqs::{INTERRUPTION_RECEIVE, SqsApi, SqsMessage};
 use crate::providers::unavailable::UnavailableOfferings;
 use crate::runtime::{ActorCtx, ActorError, ControllerId, Handles, Mail, Supervised};
-use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::SlimNodeClaim;
 use karpenter_core::apis::labels;
 use karpenter_core::domain::instance_type::CapacityType;
 use karpenter_core::domain::interruption::{Command, Event, Message, NodeClaimRef, Parser, plan};
@@ -439,7 +439,7 @@ fn object_reference(kind: &str, group: &str, name: &str) -> ObjectReference {
 }
 
 /// What interruption handling needs of a NodeClaim.
-fn reference(claim: &NodeClaim, rebalance_replace: bool) -> NodeClaimRef {
+fn reference(claim: &SlimNodeClaim, rebalance_replace: bool) -> NodeClaimRef {
     let label = |key: &str| {
         claim
             .metadata

@@ -24,7 +24,7 @@ use super::lifecycle::{Step, condition};
 use super::{NodeClaimActor, NodeClaimError, label};
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as cond};
 use karpenter_core::apis::labels;
-use karpenter_core::apis::{NodeClaim, NodeClaimStatus};
+use karpenter_core::apis::{NodeClaimStatus, SlimNodeClaim};
 use karpenter_core::domain::consolidatable::{self, Inputs, Verdict, pod_event_due};
 
 /// NodeClaims with a pod event that their actor has not recorded yet, by name. The daemon marks
@@ -59,7 +59,7 @@ impl PodEvents {
 }
 
 /// The stored `status.lastPodEventTime`.
-pub(super) fn last_pod_event(nodeclaim: &NodeClaim) -> Option<k8s_openapi::jiff::Timestamp> {
+pub(super) fn last_pod_event(nodeclaim: &SlimNodeClaim) -> Option<k8s_openapi::jiff::Timestamp> {
     nodeclaim
         .status
         .as_ref()
@@ -72,8 +72,8 @@ impl NodeClaimActor {
     /// than the dedupe window; `None` when the NodeClaim is gone.
     pub(super) async fn record_pod_event(
         &self,
-        nodeclaim: Arc<NodeClaim>,
-    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+        nodeclaim: Arc<SlimNodeClaim>,
+    ) -> Result<Option<Arc<SlimNodeClaim>>, NodeClaimError> {
         if !self.pod_events.take(&self.name) {
             return Ok(Some(nodeclaim));
         }
@@ -96,7 +96,7 @@ impl NodeClaimActor {
     /// initialization and the last pod event; asks to look again when the window ends.
     pub(super) async fn update_consolidatable(
         &self,
-        nodeclaim: Arc<NodeClaim>,
+        nodeclaim: Arc<SlimNodeClaim>,
     ) -> Result<Step, NodeClaimError> {
         // Without its NodePool there is nothing to decide by (Karpenter leaves it as it is).
         let Some(nodepool) = self.deps.view.nodepool(label(&nodeclaim, labels::NODEPOOL)) else {

@@ -30,7 +30,6 @@
 //! The daemon nudges the NodeClaims of a NodePool when it changes and those of an
 //! `EC2NodeClass`'s pools when the class changes, so a spec change is seen at once.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,10 +39,10 @@ use super::lifecycle::{Step, condition, is_true};
 use super::{NodeClaimActor, NodeClaimError, label};
 use crate::logs;
 use crate::ports::cloud_provider::CloudProviderError;
-use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::conditions::nodeclaim as cond;
 use karpenter_core::apis::labels;
 use karpenter_core::apis::requirements::NodePoolRequirement;
+use karpenter_core::apis::{LabelMap, SlimNodeClaim};
 use karpenter_core::domain::drift::{
     NodePoolDrift, instance_type_not_found, requirements_drifted, static_drift_with,
 };
@@ -78,7 +77,7 @@ pub(super) struct RequirementsDrift {
     drifted: bool,
 }
 
-fn labels_hash(labels: &BTreeMap<String, String>) -> u64 {
+fn labels_hash(labels: &LabelMap) -> u64 {
     use std::hash::BuildHasher;
     rustc_hash::FxBuildHasher.hash_one(labels)
 }
@@ -88,7 +87,7 @@ impl NodeClaimActor {
     /// launched.
     pub(super) async fn update_drifted(
         &mut self,
-        nodeclaim: Arc<NodeClaim>,
+        nodeclaim: Arc<SlimNodeClaim>,
     ) -> Result<Step, NodeClaimError> {
         // Without its NodePool there is nothing to compare with (Karpenter leaves it as it is).
         let Some(nodepool) = self.deps.view.nodepool(label(&nodeclaim, labels::NODEPOOL)) else {
@@ -145,8 +144,8 @@ impl NodeClaimActor {
 
     async fn clear_drifted(
         &self,
-        nodeclaim: &Arc<NodeClaim>,
-    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+        nodeclaim: &Arc<SlimNodeClaim>,
+    ) -> Result<Option<Arc<SlimNodeClaim>>, NodeClaimError> {
         self.set_conditions(nodeclaim, "removing the drifted condition", &|set| {
             set.clear(cond::DRIFTED);
         })
@@ -160,7 +159,7 @@ impl NodeClaimActor {
     async fn drift_reason(
         &mut self,
         nodepool: &Arc<karpenter_core::apis::NodePool>,
-        nodeclaim: &NodeClaim,
+        nodeclaim: &SlimNodeClaim,
     ) -> Result<(Option<&'static str>, Duration), CloudProviderError> {
         let requirements = |pool_requirements: &[NodePoolRequirement], labels: &_| {
             self.requirements_drifted(nodepool, pool_requirements, labels)
@@ -214,7 +213,7 @@ impl NodeClaimActor {
         &mut self,
         nodepool: &Arc<karpenter_core::apis::NodePool>,
         pool_requirements: &[NodePoolRequirement],
-        claim_labels: &BTreeMap<String, String>,
+        claim_labels: &LabelMap,
     ) -> Result<bool, RequirementError> {
         let labels = labels_hash(claim_labels);
         if let Some(memo) = &self.requirements_drift
@@ -237,10 +236,10 @@ impl NodeClaimActor {
     async fn cloud_drift_reason(
         &self,
         nodepool: &karpenter_core::apis::NodePool,
-        nodeclaim: &NodeClaim,
+        nodeclaim: &SlimNodeClaim,
     ) -> Result<Option<&'static str>, CloudProviderError> {
         let types = self.deps.cloud.instance_types(nodepool).await?;
-        let empty = BTreeMap::new();
+        let empty = LabelMap::default();
         let labels = nodeclaim.metadata.labels.as_ref().unwrap_or(&empty);
         if instance_type_not_found(&types, labels) {
             return Ok(Some(NodePoolDrift::InstanceTypeNotFound.as_str()));
@@ -248,7 +247,7 @@ impl NodeClaimActor {
         Ok(self
             .deps
             .cloud
-            .is_drifted(nodeclaim)
+            .is_drifted(&nodeclaim.to_nodeclaim())
             .await?
             .map(crate::ports::cloud_provider::DriftReason::as_str))
     }

@@ -8,8 +8,7 @@ use kube::Resource;
 use super::drain::PodKey;
 use super::launch::truncate;
 use crate::ports::cluster::{ClusterEvent, EventType};
-use karpenter_core::apis::NodeClaim;
-use karpenter_core::apis::SlimNode;
+use karpenter_core::apis::{NodeClaim, SlimNode, SlimNodeClaim};
 
 /// Event reasons (Karpenter's).
 pub mod reason {
@@ -24,7 +23,7 @@ pub mod reason {
     pub const DISRUPTION_TERMINATING: &str = crate::disruption::DISRUPTION_TERMINATING;
 }
 
-fn nodeclaim_ref(nodeclaim: &NodeClaim) -> ObjectReference {
+fn nodeclaim_ref(nodeclaim: &SlimNodeClaim) -> ObjectReference {
     ObjectReference {
         api_version: Some(NodeClaim::api_version(&()).into_owned()),
         kind: Some(NodeClaim::kind(&()).into_owned()),
@@ -72,13 +71,13 @@ fn event(
     }
 }
 
-fn name(nodeclaim: &NodeClaim) -> &str {
+fn name(nodeclaim: &SlimNodeClaim) -> &str {
     nodeclaim.metadata.name.as_deref().unwrap_or_default()
 }
 
 /// The launch found no capacity; the NodeClaim is deleted.
 #[must_use]
-pub fn insufficient_capacity(nodeclaim: &NodeClaim, error: &str) -> ClusterEvent {
+pub fn insufficient_capacity(nodeclaim: &SlimNodeClaim, error: &str) -> ClusterEvent {
     event(
         nodeclaim_ref(nodeclaim),
         EventType::Warning,
@@ -90,7 +89,7 @@ pub fn insufficient_capacity(nodeclaim: &NodeClaim, error: &str) -> ClusterEvent
 
 /// The launch found the `NodeClass` not ready; the NodeClaim is deleted.
 #[must_use]
-pub fn nodeclass_not_ready(nodeclaim: &NodeClaim, error: &str) -> ClusterEvent {
+pub fn nodeclass_not_ready(nodeclaim: &SlimNodeClaim, error: &str) -> ClusterEvent {
     event(
         nodeclaim_ref(nodeclaim),
         EventType::Warning,
@@ -104,7 +103,7 @@ pub fn nodeclass_not_ready(nodeclaim: &NodeClaim, error: &str) -> ClusterEvent {
 /// metric; this is our addition, worded as its disruption controller's `DisruptionTerminating`
 /// so that `kubectl get events` tells why the node goes away, whichever way it was disrupted.
 #[must_use]
-pub fn expired(nodeclaim: &NodeClaim) -> ClusterEvent {
+pub fn expired(nodeclaim: &SlimNodeClaim) -> ClusterEvent {
     event(
         nodeclaim_ref(nodeclaim),
         EventType::Normal,
@@ -116,7 +115,7 @@ pub fn expired(nodeclaim: &NodeClaim) -> ClusterEvent {
 
 /// The node registered without the `karpenter.sh/unregistered` taint.
 #[must_use]
-pub fn unregistered_taint_missing(nodeclaim: &NodeClaim) -> ClusterEvent {
+pub fn unregistered_taint_missing(nodeclaim: &SlimNodeClaim) -> ClusterEvent {
     event(
         nodeclaim_ref(nodeclaim),
         EventType::Warning,
@@ -131,7 +130,7 @@ pub fn unregistered_taint_missing(nodeclaim: &NodeClaim) -> ClusterEvent {
 
 /// The NodeClaim's pods will be deleted by `deadline`.
 #[must_use]
-pub fn nodeclaim_grace_period_expiring(nodeclaim: &NodeClaim, deadline: &str) -> ClusterEvent {
+pub fn nodeclaim_grace_period_expiring(nodeclaim: &SlimNodeClaim, deadline: &str) -> ClusterEvent {
     event(
         nodeclaim_ref(nodeclaim),
         EventType::Warning,

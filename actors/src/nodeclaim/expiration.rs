@@ -18,12 +18,12 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use super::lifecycle::{Step, until};
 use super::{NodeClaimActor, NodeClaimError, events, label};
 use crate::metrics::disruption_reason;
-use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::SlimNodeClaim;
 use karpenter_core::apis::labels;
 
 /// When the NodeClaim expires; `None` when it never does (`Never`, an `expireAfter` that does
 /// not parse, no creation time, or a deadline past the end of representable time).
-fn expires_at(nodeclaim: &NodeClaim) -> Option<Timestamp> {
+fn expires_at(nodeclaim: &SlimNodeClaim) -> Option<Timestamp> {
     let expire_after: Duration = match nodeclaim.spec.expire_after.get() {
         Ok(after) => after?,
         // Validation rejects it at admission; a NodeClaim that slipped through lives on.
@@ -43,7 +43,7 @@ impl NodeClaimActor {
     /// instant it does.
     pub(super) async fn expire(
         &mut self,
-        nodeclaim: Arc<NodeClaim>,
+        nodeclaim: Arc<SlimNodeClaim>,
     ) -> Result<Step, NodeClaimError> {
         let Some(deadline) = expires_at(&nodeclaim) else {
             return Ok(Step::Continue(nodeclaim, None));

@@ -6,10 +6,9 @@
 
 use k8s_openapi::api::core::v1::Taint as ApiTaint;
 
-use karpenter_core::apis::NodeClaim;
-use karpenter_core::apis::SlimNode;
 use karpenter_core::apis::conditions::nodeclaim as reasons;
 use karpenter_core::apis::labels;
+use karpenter_core::apis::{SlimNode, SlimNodeClaim};
 use karpenter_core::domain::resources::parse_resource;
 
 /// Why a node is not initialized yet: the `Initialized=Unknown` reason and message.
@@ -55,7 +54,7 @@ pub fn format_taint(taint: &ApiTaint) -> String {
 }
 
 /// `Ok` when the node is initialized, else why not.
-pub fn check(node: &SlimNode, nodeclaim: &NodeClaim) -> Result<(), NotInitialized> {
+pub fn check(node: &SlimNode, nodeclaim: &SlimNodeClaim) -> Result<(), NotInitialized> {
     if !is_ready(node) {
         return Err(NotInitialized {
             reason: reasons::REASON_NODE_NOT_READY,
@@ -107,7 +106,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use std::collections::BTreeMap;
 
-    fn nodeclaim() -> NodeClaim {
+    fn nodeclaim() -> SlimNodeClaim {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
             "metadata": { "name": "default-abc" },

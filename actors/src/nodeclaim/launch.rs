@@ -63,7 +63,7 @@ use tokio::time::Instant;
 
 use crate::ports::cloud_provider::CloudProviderError;
 use karpenter_core::apis::requirements::NodeClaimRequirement;
-use karpenter_core::apis::{NodeClaim, NodeClaimStatus};
+use karpenter_core::apis::{ClaimParts, MetaFields, NodeClaim, NodeClaimStatus};
 use karpenter_core::domain::requirements::Requirements;
 
 /// How long a launch outcome is remembered (Karpenter's launch cache TTL).
@@ -290,14 +290,12 @@ fn digest(text: &str) -> String {
 /// annotations, which the NodePool actor may re-stamp (the template hash) and registration
 /// writes onto the Node anyway.
 #[must_use]
-pub fn launch_group(nodeclaim: &NodeClaim) -> String {
+pub fn launch_group(nodeclaim: &impl ClaimParts) -> String {
     let nodepool = nodeclaim
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(karpenter_core::apis::labels::NODEPOOL))
-        .map_or("", String::as_str);
-    let spec = &nodeclaim.spec;
+        .claim_meta()
+        .label(karpenter_core::apis::labels::NODEPOOL)
+        .unwrap_or_default();
+    let spec = nodeclaim.claim_spec();
     let class = &spec.node_class_ref;
     let mut requirements: Vec<String> = spec
         .requirements

@@ -31,12 +31,14 @@ use karpenter_core::apis::condition_set::{
 };
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as cond, nodepool as pool_cond};
 use karpenter_core::apis::labels;
-use karpenter_core::apis::{NodeClaim, NodeClaimStatus, NodeMeta, NodePoolStatus, SlimNode};
+use karpenter_core::apis::{
+    NodeClaim, NodeClaimStatus, NodePoolStatus, SlimMeta, SlimNode, SlimNodeClaim,
+};
 
 /// What a step leaves for the next.
 pub(super) enum Step {
     /// Go on with this NodeClaim; look again after `Next`.
-    Continue(Arc<NodeClaim>, Next),
+    Continue(Arc<SlimNodeClaim>, Next),
     /// The NodeClaim was deleted (or vanished): nothing more to do in this reconcile.
     Stop,
 }
@@ -66,13 +68,13 @@ impl Drop for LaunchGuard {
     }
 }
 
-pub(super) fn status_facts(nodeclaim: &NodeClaim) -> ObjectFacts {
+pub(super) fn status_facts(nodeclaim: &SlimNodeClaim) -> ObjectFacts {
     ObjectFacts::of(&nodeclaim.metadata)
 }
 
 /// The NodeClaim's condition of this type, if any.
 pub(super) fn condition<'a>(
-    nodeclaim: &'a NodeClaim,
+    nodeclaim: &'a SlimNodeClaim,
     kind: &str,
 ) -> Option<&'a karpenter_core::apis::conditions::Condition> {
     nodeclaim
@@ -91,7 +93,7 @@ fn node_not_found(set: &mut ConditionSet<'_>, kind: &str) {
     );
 }
 
-pub(super) fn is_true(nodeclaim: &NodeClaim, kind: &str) -> bool {
+pub(super) fn is_true(nodeclaim: &SlimNodeClaim, kind: &str) -> bool {
     condition(nodeclaim, kind).is_some_and(|c| c.status == ConditionStatus::True)
 }
 
@@ -100,10 +102,10 @@ impl NodeClaimActor {
     /// turns out stale); `None` when the NodeClaim is gone.
     pub(super) async fn write_status(
         &self,
-        known: &NodeClaim,
+        known: &SlimNodeClaim,
         what: &'static str,
         change: Change<'_, NodeClaimStatus>,
-    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+    ) -> Result<Option<Arc<SlimNodeClaim>>, NodeClaimError> {
         let result = self
             .deps
             .cluster
@@ -114,7 +116,7 @@ impl NodeClaimActor {
 
     /// The NodeClaim as the API server has it: an update that changes nothing writes nothing
     /// and answers the object read. `None` when it is gone.
-    pub(super) async fn read_back(&self) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+    pub(super) async fn read_back(&self) -> Result<Option<Arc<SlimNodeClaim>>, NodeClaimError> {
         let result = self
             .deps
             .cluster
@@ -127,10 +129,10 @@ impl NodeClaimActor {
     /// NodeClaim is gone.
     pub(super) async fn write_nodeclaim(
         &self,
-        known: &NodeClaim,
+        known: &SlimNodeClaim,
         what: &'static str,
         change: Change<'_, NodeClaim>,
-    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+    ) -> Result<Option<Arc<SlimNodeClaim>>, NodeClaimError> {
         let result = self.deps.cluster.update_nodeclaim_from(known, change).await;
         self.written_from(known, what, result)
     }
@@ -138,10 +140,10 @@ impl NodeClaimActor {
     /// [`Self::written`] of a write to `known`, remembered until the view shows it.
     fn written_from(
         &self,
-        known: &NodeClaim,
+        known: &SlimNodeClaim,
         what: &'static str,
         result: Result<NodeClaim, ClusterError>,
-    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+    ) -> Result<Option<Arc<SlimNodeClaim>>, NodeClaimError> {
         let written = self.written(what, result)?;
         if let Some(written) = &written
             && written.metadata.resource_version != known.metadata.resource_version
@@ -159,9 +161,9 @@ impl NodeClaimActor {
         &self,
         what: &'static str,
         result: Result<NodeClaim, ClusterError>,
-    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+    ) -> Result<Option<Arc<SlimNodeClaim>>, NodeClaimError> {
         match result {
-            Ok(written) => Ok(Some(Arc::new(written))),
+            Ok(written) => Ok(Some(Arc::new(SlimNodeClaim::from(written)))),
             Err(ClusterError::NotFound { .. }) => Ok(None),
             Err(source) => Err(NodeClaimError::Write {
                 what,
@@ -174,10 +176,10 @@ impl NodeClaimActor {
     /// Sets conditions in one status write, if they change anything.
     pub(super) async fn set_conditions(
         &self,
-        nodeclaim: &Arc<NodeClaim>,
+        nodeclaim: &Arc<SlimNodeClaim>,
         what: &'static str,
         edit: &(dyn Fn(&mut ConditionSet<'_>) + Send + Sync),
-    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+    ) -> Result<Option<Arc<SlimNodeClaim>>, NodeClaimError> {
         let facts = status_facts(nodeclaim);
         let now = self.now();
         let change = |status: &mut NodeClaimStatus| {
@@ -218,7 +220,7 @@ impl NodeClaimActor {
     }
 
     /// The Node of a NodeClaim, by provider id.
-    pub(super) fn node_of(&self, nodeclaim: &NodeClaim) -> Option<Arc<SlimNode>> {
+    pub(super) fn node_of(&self, nodeclaim: &SlimNodeClaim) -> Option<Arc<SlimNode>> {
         provider_id(nodeclaim).and_then(|id| self.deps.view.node_by_provider_id(id))
     }
 
@@ -230,7 +232,7 @@ impl NodeClaimActor {
     pub(super) async fn lifecycle(
         &mut self,
         ctx: &mut ActorCtx<Self>,
-        nodeclaim: Arc<NodeClaim>,
+        nodeclaim: Arc<SlimNodeClaim>,
     ) -> Result<Next, NodeClaimError> {
         // A Node deleted out from under us takes its NodeClaim along (Karpenter's
         // node.termination deletes the NodeClaims of a deleting node).
@@ -307,10 +309,10 @@ impl NodeClaimActor {
     async fn after_launch(
         &mut self,
         ctx: &mut ActorCtx<Self>,
-        nodeclaim: Arc<NodeClaim>,
+        nodeclaim: Arc<SlimNodeClaim>,
         next: &mut Next,
         failure: &mut Option<NodeClaimError>,
-    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+    ) -> Result<Option<Arc<SlimNodeClaim>>, NodeClaimError> {
         let Step::Continue(nodeclaim, after) = Box::pin(self.register(ctx, nodeclaim)).await?
         else {
             return Ok(None);
@@ -351,8 +353,8 @@ impl NodeClaimActor {
     /// Adds the termination finalizer; `None` when the NodeClaim is gone.
     async fn ensure_finalizer(
         &self,
-        nodeclaim: Arc<NodeClaim>,
-    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+        nodeclaim: Arc<SlimNodeClaim>,
+    ) -> Result<Option<Arc<SlimNodeClaim>>, NodeClaimError> {
         if has_finalizer(&nodeclaim.metadata) {
             return Ok(Some(nodeclaim));
         }
@@ -372,7 +374,7 @@ impl NodeClaimActor {
     async fn launch(
         &mut self,
         ctx: &mut ActorCtx<Self>,
-        nodeclaim: Arc<NodeClaim>,
+        nodeclaim: Arc<SlimNodeClaim>,
     ) -> Result<Step, NodeClaimError> {
         if condition(&nodeclaim, cond::LAUNCHED)
             .is_some_and(|c| c.status != ConditionStatus::Unknown)
@@ -419,7 +421,7 @@ impl NodeClaimActor {
 
     /// Runs `CloudProvider::create` in a task beside the actor; the outcome goes to the launch
     /// cache and a [`LaunchCompleted`] to the actor.
-    fn start_launch(&self, ctx: &ActorCtx<Self>, nodeclaim: Arc<NodeClaim>, uid: String) {
+    fn start_launch(&self, ctx: &ActorCtx<Self>, nodeclaim: Arc<SlimNodeClaim>, uid: String) {
         if !self.launches.begin(&uid) {
             return;
         }
@@ -433,7 +435,7 @@ impl NodeClaimActor {
         };
         ctx.spawn_task(async move {
             let slot = launches.slot().await;
-            let outcome = cloud.create(&nodeclaim).await;
+            let outcome = cloud.create(&nodeclaim.to_nodeclaim()).await;
             drop(slot);
             guard.finish(outcome);
         });
@@ -442,13 +444,13 @@ impl NodeClaimActor {
     /// Writes what the launch returned and `Launched=True`.
     pub(super) async fn record_launch(
         &self,
-        nodeclaim: &Arc<NodeClaim>,
+        nodeclaim: &Arc<SlimNodeClaim>,
         created: &NodeClaim,
-    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+    ) -> Result<Option<Arc<SlimNodeClaim>>, NodeClaimError> {
         let mut nodeclaim = Arc::clone(nodeclaim);
-        let mut probe = (*nodeclaim).clone();
+        let mut probe = nodeclaim.to_nodeclaim();
         launch::apply_launch_metadata(&mut probe, created);
-        if probe.metadata != nodeclaim.metadata {
+        if SlimMeta::from(probe.metadata) != nodeclaim.metadata {
             let change =
                 |nodeclaim: &mut NodeClaim| launch::apply_launch_metadata(nodeclaim, created);
             match self
@@ -503,7 +505,7 @@ impl NodeClaimActor {
 
     async fn launch_failed(
         &mut self,
-        nodeclaim: &Arc<NodeClaim>,
+        nodeclaim: &Arc<SlimNodeClaim>,
         error: CloudProviderError,
     ) -> Result<Step, NodeClaimError> {
         let (event, reason) = match &error {
@@ -546,7 +548,7 @@ impl NodeClaimActor {
     /// A NodeClaim registered before this actor started (a daemon restart): the cloud provider
     /// learns from its node once, as Karpenter's capacity controller hydrates its cache from
     /// the registered nodes it lists at startup.
-    fn registered_before_start(&mut self, nodeclaim: &NodeClaim) {
+    fn registered_before_start(&mut self, nodeclaim: &SlimNodeClaim) {
         if std::mem::replace(&mut self.reported.registered, true) {
             return;
         }
@@ -556,14 +558,16 @@ impl NodeClaimActor {
             .and_then(|s| s.node_name.as_deref())
             .and_then(|name| self.deps.view.node(name))
         {
-            self.deps.cloud.node_registered(nodeclaim, &node);
+            self.deps
+                .cloud
+                .node_registered(&nodeclaim.to_nodeclaim(), &node);
         }
     }
 
     async fn register(
         &mut self,
         ctx: &mut ActorCtx<Self>,
-        nodeclaim: Arc<NodeClaim>,
+        nodeclaim: Arc<SlimNodeClaim>,
     ) -> Result<Step, NodeClaimError> {
         if is_true(&nodeclaim, cond::REGISTERED) {
             self.registered_before_start(&nodeclaim);
@@ -618,7 +622,7 @@ impl NodeClaimActor {
         // A probe of the view's Node, as a written Node's metadata, to tell whether a write is due.
         let (mut metadata, mut spec) = (ObjectMeta::from(node.metadata.clone()), node.spec.clone());
         registration::sync_node(&mut metadata, &mut spec, &nodeclaim);
-        if NodeMeta::from(metadata) != node.metadata || spec != node.spec {
+        if SlimMeta::from(metadata) != node.metadata || spec != node.spec {
             let claim = Arc::clone(&nodeclaim);
             let change = move |node: &mut Node| {
                 registration::sync_node(&mut node.metadata, &mut node.spec, &claim);
@@ -650,7 +654,9 @@ impl NodeClaimActor {
         };
         if !std::mem::replace(&mut self.reported.registered, true) {
             tracing::info!(Node = %node_name, "registered nodeclaim");
-            self.deps.cloud.node_registered(&written, &node);
+            self.deps
+                .cloud
+                .node_registered(&written.to_nodeclaim(), &node);
             self.deps
                 .metrics
                 .node_created(label(&written, labels::NODEPOOL));
@@ -662,7 +668,7 @@ impl NodeClaimActor {
     async fn initialize(
         &mut self,
         ctx: &mut ActorCtx<Self>,
-        nodeclaim: Arc<NodeClaim>,
+        nodeclaim: Arc<SlimNodeClaim>,
     ) -> Result<Step, NodeClaimError> {
         if !is_true(&nodeclaim, cond::REGISTERED) {
             return Ok(Step::Continue(nodeclaim, None));
@@ -732,14 +738,14 @@ impl NodeClaimActor {
 
     /// When the registration window of an unregistered NodeClaim started: its `Launched`
     /// condition's transition (the launch, or its creation while launching fails).
-    fn registration_window_start(&self, nodeclaim: &NodeClaim) -> Timestamp {
+    fn registration_window_start(&self, nodeclaim: &SlimNodeClaim) -> Timestamp {
         condition(nodeclaim, cond::LAUNCHED)
             .map(|c| c.last_transition_time.0)
             .or_else(|| nodeclaim.metadata.creation_timestamp.as_ref().map(|t| t.0))
             .unwrap_or_else(|| self.now())
     }
 
-    async fn liveness(&mut self, nodeclaim: &Arc<NodeClaim>) -> Result<Step, NodeClaimError> {
+    async fn liveness(&mut self, nodeclaim: &Arc<SlimNodeClaim>) -> Result<Step, NodeClaimError> {
         if is_true(nodeclaim, cond::REGISTERED) {
             return Ok(Step::Continue(Arc::clone(nodeclaim), None));
         }
@@ -767,7 +773,7 @@ impl NodeClaimActor {
     /// The NodePool's `NodeRegistrationHealthy`: `True` when a node registered; `False` (only
     /// from `Unknown`) when one did not, with the launch failure as the reason if it never
     /// launched. Failures are logged: the condition is informational.
-    async fn set_registration_health(&self, nodeclaim: &NodeClaim, healthy: bool) {
+    async fn set_registration_health(&self, nodeclaim: &SlimNodeClaim, healthy: bool) {
         let name = label(nodeclaim, labels::NODEPOOL);
         let Some(nodepool) = self.deps.view.nodepool(name) else {
             return;

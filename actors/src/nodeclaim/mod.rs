@@ -101,7 +101,7 @@ use crate::runtime::{
 };
 use karpenter_core::apis::labels;
 use karpenter_core::apis::nodeclaim::provider_id;
-use karpenter_core::apis::{MetaFields, NodeClaim};
+use karpenter_core::apis::{MetaFields, SlimNodeClaim};
 
 /// A node must register within this window after its launch (Karpenter's `registrationTTL`).
 pub const REGISTRATION_TTL: Duration = Duration::from_mins(15);
@@ -255,13 +255,13 @@ pub struct NodeClaimActor {
 /// the copy's resourceVersion) do not fail on a stale precondition.
 #[derive(Debug, Default)]
 struct OwnWrites {
-    latest: Option<Arc<NodeClaim>>,
+    latest: Option<Arc<SlimNodeClaim>>,
     replaced: Vec<String>,
 }
 
 impl OwnWrites {
     /// `written` replaced the version `from`.
-    fn record(&mut self, from: &NodeClaim, written: &Arc<NodeClaim>) {
+    fn record(&mut self, from: &SlimNodeClaim, written: &Arc<SlimNodeClaim>) {
         if let Some(rv) = from.metadata.resource_version.as_ref() {
             self.replaced.push(rv.clone());
         }
@@ -271,7 +271,7 @@ impl OwnWrites {
     /// The newer of the view's copy and this actor's last write: the write when the view's
     /// copy is one the writes replaced; else the view's (it has caught up, or another writer
     /// came after), and the record is dropped.
-    fn newest(&mut self, seen: Arc<NodeClaim>) -> Arc<NodeClaim> {
+    fn newest(&mut self, seen: Arc<SlimNodeClaim>) -> Arc<SlimNodeClaim> {
         if let (Some(latest), Some(rv)) = (&self.latest, &seen.metadata.resource_version)
             && self.replaced.contains(rv)
         {
@@ -345,7 +345,7 @@ impl Supervised for NodeClaimActor {
 }
 
 impl Reconciler for NodeClaimActor {
-    type Object = NodeClaim;
+    type Object = SlimNodeClaim;
     type Error = NodeClaimError;
     // A fresh instance (first start or after a crash) looks at its NodeClaim at once: the
     // message that was in flight is lost and timers of the old instance are dropped.
@@ -355,7 +355,7 @@ impl Reconciler for NodeClaimActor {
         start: Start::Reconcile,
     };
 
-    fn fetch(&self, key: &str) -> Option<Arc<NodeClaim>> {
+    fn fetch(&self, key: &str) -> Option<Arc<SlimNodeClaim>> {
         let seen = self.deps.view.nodeclaim(key)?;
         Some(
             self.own_writes
@@ -367,7 +367,7 @@ impl Reconciler for NodeClaimActor {
 
     async fn reconcile(
         &mut self,
-        nodeclaim: Arc<NodeClaim>,
+        nodeclaim: Arc<SlimNodeClaim>,
         _cause: Cause,
         ctx: &mut ActorCtx<Self>,
     ) -> Result<Action, NodeClaimError> {
@@ -419,7 +419,7 @@ impl Handles<LaunchCompleted> for NodeClaimActor {
 
 /// Whether this NodeClaim is ours to manage (its class is an `EC2NodeClass`).
 #[must_use]
-pub fn is_managed(nodeclaim: &NodeClaim) -> bool {
+pub fn is_managed(nodeclaim: &SlimNodeClaim) -> bool {
     let class = &nodeclaim.spec.node_class_ref;
     class.group == labels::AWS_GROUP && class.kind == "EC2NodeClass"
 }
@@ -430,7 +430,7 @@ fn has_finalizer(meta: &impl MetaFields) -> bool {
         .any(|f| f == labels::TERMINATION_FINALIZER)
 }
 
-fn label<'a>(nodeclaim: &'a NodeClaim, key: &str) -> &'a str {
+fn label<'a>(nodeclaim: &'a SlimNodeClaim, key: &str) -> &'a str {
     nodeclaim
         .metadata
         .labels
@@ -439,7 +439,7 @@ fn label<'a>(nodeclaim: &'a NodeClaim, key: &str) -> &'a str {
         .map_or("", String::as_str)
 }
 
-fn uid(nodeclaim: &NodeClaim) -> String {
+fn uid(nodeclaim: &SlimNodeClaim) -> String {
     nodeclaim
         .metadata
         .uid
@@ -476,7 +476,7 @@ impl NodeClaimActor {
 mod tests {
     use super::*;
 
-    fn at(rv: &str) -> Arc<NodeClaim> {
+    fn at(rv: &str) -> Arc<SlimNodeClaim> {
         let nodeclaim = serde_json::json!({
             "metadata": { "name": "c1", "resourceVersion": rv },
             "spec": {
@@ -487,7 +487,7 @@ mod tests {
         Arc::new(serde_json::from_value(nodeclaim).expect("a NodeClaim"))
     }
 
-    fn rv(nodeclaim: &NodeClaim) -> &str {
+    fn rv(nodeclaim: &SlimNodeClaim) -> &str {
         nodeclaim
             .metadata
             .resource_version

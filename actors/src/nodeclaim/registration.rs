@@ -20,7 +20,7 @@ use kube::Resource;
 
 use karpenter_core::apis::labels;
 use karpenter_core::apis::taints::Taint;
-use karpenter_core::apis::{NodeClaim, SlimNode};
+use karpenter_core::apis::{NodeClaim, SlimNode, SlimNodeClaim};
 
 /// What looking up a NodeClaim's Node found.
 #[derive(Debug, Clone)]
@@ -83,7 +83,11 @@ pub fn skips_taint_sync(metadata: &ObjectMeta) -> bool {
 
 /// Adds the NodeClaim's ownership, taints, annotations and labels to a node's metadata and
 /// spec (a Node being written, or a copy of the view's to tell whether a write is needed).
-pub fn sync_node(metadata: &mut ObjectMeta, spec: &mut Option<NodeSpec>, nodeclaim: &NodeClaim) {
+pub fn sync_node(
+    metadata: &mut ObjectMeta,
+    spec: &mut Option<NodeSpec>,
+    nodeclaim: &SlimNodeClaim,
+) {
     let finalizers = metadata.finalizers.get_or_insert_default();
     if !finalizers
         .iter()
@@ -148,8 +152,8 @@ mod tests {
     use karpenter_core::apis::taints::TaintEffect;
     use std::collections::BTreeMap;
 
-    fn nodeclaim() -> NodeClaim {
-        let mut nodeclaim: NodeClaim = serde_json::from_value(serde_json::json!({
+    fn nodeclaim() -> SlimNodeClaim {
+        let mut nodeclaim: SlimNodeClaim = serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
             "metadata": {
                 "name": "default-abc", "uid": "uid-1",
@@ -203,7 +207,7 @@ mod tests {
     }
 
     /// [`sync_node`] on a view's Node, as the lifecycle's probe runs it.
-    fn sync(node: &mut SlimNode, nodeclaim: &NodeClaim) {
+    fn sync(node: &mut SlimNode, nodeclaim: &SlimNodeClaim) {
         let mut metadata = ObjectMeta::from(node.metadata.clone());
         sync_node(&mut metadata, &mut node.spec, nodeclaim);
         node.metadata = metadata.into();

@@ -23,9 +23,8 @@ use super::termination::rfc3339;
 use super::{NodeClaimActor, NodeClaimError, events};
 use crate::metrics::{UnhealthyDisruptedLabels, disruption_reason};
 use crate::runtime::ActorCtx;
-use karpenter_core::apis::NodeClaim;
-use karpenter_core::apis::SlimNode;
 use karpenter_core::apis::labels;
+use karpenter_core::apis::{NodeClaim, SlimNode, SlimNodeClaim};
 use karpenter_core::domain::repair::{
     self, ALLOWED_UNHEALTHY_PERCENT, Decision, RepairPolicy, Unhealthy,
 };
@@ -54,7 +53,7 @@ impl NodeClaimActor {
     pub(super) async fn repair(
         &mut self,
         ctx: &mut ActorCtx<Self>,
-        nodeclaim: Arc<NodeClaim>,
+        nodeclaim: Arc<SlimNodeClaim>,
     ) -> Result<Step, NodeClaimError> {
         if !self.deps.settings.feature_gates.node_repair
             || nodeclaim.metadata.deletion_timestamp.is_some()
@@ -101,7 +100,11 @@ impl NodeClaimActor {
 
     /// Why repair must wait: the NodeClaim's NodePool, or the cluster for a NodeClaim without
     /// one, has more unhealthy nodes than [`repair::allowed_unhealthy`] allows.
-    fn repair_blocked(&self, nodeclaim: &NodeClaim, policies: &[RepairPolicy]) -> Option<String> {
+    fn repair_blocked(
+        &self,
+        nodeclaim: &SlimNodeClaim,
+        policies: &[RepairPolicy],
+    ) -> Option<String> {
         let nodes = self.deps.view.nodes();
         let pool = nodeclaim
             .metadata
@@ -152,9 +155,9 @@ impl NodeClaimActor {
     /// there; `None` when the NodeClaim is gone.
     async fn annotate_termination_now(
         &self,
-        nodeclaim: Arc<NodeClaim>,
+        nodeclaim: Arc<SlimNodeClaim>,
         now: Timestamp,
-    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+    ) -> Result<Option<Arc<SlimNodeClaim>>, NodeClaimError> {
         let past = nodeclaim
             .metadata
             .annotations
@@ -194,7 +197,7 @@ impl NodeClaimActor {
 
     /// The log line and the two counters of a repair (Karpenter labels both by the Node's pool
     /// and capacity type).
-    fn count_repair(&self, nodeclaim: &NodeClaim, node: &SlimNode, unhealthy: &Unhealthy) {
+    fn count_repair(&self, nodeclaim: &SlimNodeClaim, node: &SlimNode, unhealthy: &Unhealthy) {
         tracing::debug!(
             condition = unhealthy.policy.condition_type,
             "deleting unhealthy node"

@@ -17,9 +17,9 @@ use super::lifecycle::{Step, is_true};
 use super::{NodeClaimActor, NodeClaimError, provider_id};
 use crate::logs;
 use crate::ports::cloud_provider::CloudProviderError;
-use karpenter_core::apis::NodeClaim;
 use karpenter_core::apis::conditions::nodeclaim as cond;
 use karpenter_core::apis::labels;
+use karpenter_core::apis::{NodeClaim, SlimNodeClaim};
 use karpenter_core::domain::tags;
 
 /// The annotations that mark a NodeClaim whose instance is tagged.
@@ -27,11 +27,11 @@ const TAGGED_ANNOTATIONS: [&str; 2] = [labels::TAGGED, labels::CLUSTER_NAME_TAGG
 
 /// Whether the NodeClaim carries every tagged annotation.
 #[must_use]
-pub fn is_tagged(nodeclaim: &NodeClaim) -> bool {
+pub fn is_tagged(nodeclaim: &SlimNodeClaim) -> bool {
     let annotations = nodeclaim.metadata.annotations.as_ref();
     TAGGED_ANNOTATIONS.iter().all(|key| {
         annotations
-            .and_then(|a| a.get(*key))
+            .and_then(|a| a.get(key))
             .is_some_and(|v| v == "true")
     })
 }
@@ -40,7 +40,7 @@ impl NodeClaimActor {
     /// Tags the registered NodeClaim's instance once; `Step::Stop` when the NodeClaim is gone.
     pub(super) async fn tag_instance(
         &mut self,
-        nodeclaim: Arc<NodeClaim>,
+        nodeclaim: Arc<SlimNodeClaim>,
     ) -> Result<Step, NodeClaimError> {
         if self.reported.tagged
             || self.reported.untaggable
@@ -61,7 +61,12 @@ impl NodeClaimActor {
         };
         let wanted =
             tags::registered_instance_tags(node_name, &self.name, &self.deps.cluster_info.name);
-        match self.deps.cloud.tag_instance(&nodeclaim, &wanted).await {
+        match self
+            .deps
+            .cloud
+            .tag_instance(&nodeclaim.to_nodeclaim(), &wanted)
+            .await
+        {
             Ok(()) => {}
             Err(CloudProviderError::NodeClaimNotFound { .. }) => {
                 // Terminated under us: garbage collection deletes the NodeClaim; retrying

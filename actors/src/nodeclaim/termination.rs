@@ -26,10 +26,9 @@ use crate::metrics::FORCEFUL_TERMINATION;
 use crate::ports::cloud_provider::CloudProviderError;
 use crate::ports::cluster::{ClusterError, Deletion, Eviction};
 use crate::runtime::ActorCtx;
-use karpenter_core::apis::NodeClaim;
-use karpenter_core::apis::SlimNode;
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as cond};
 use karpenter_core::apis::labels;
+use karpenter_core::apis::{NodeClaim, SlimNode, SlimNodeClaim};
 
 /// How soon a deleting NodeClaim looks again while the cluster view has not synced.
 const UNSYNCED_RECHECK: Duration = Duration::from_secs(1);
@@ -113,7 +112,7 @@ impl NodeClaimActor {
     pub(super) async fn finalize(
         &mut self,
         ctx: &mut ActorCtx<Self>,
-        nodeclaim: Arc<NodeClaim>,
+        nodeclaim: Arc<SlimNodeClaim>,
     ) -> Result<Next, NodeClaimError> {
         if !has_finalizer(&nodeclaim.metadata) {
             ctx.set_state("deleted");
@@ -176,8 +175,8 @@ impl NodeClaimActor {
     /// Writes `karpenter.sh/nodeclaim-termination-timestamp` (deletion + grace period) once.
     async fn ensure_termination_timestamp(
         &self,
-        nodeclaim: Arc<NodeClaim>,
-    ) -> Result<Option<Arc<NodeClaim>>, NodeClaimError> {
+        nodeclaim: Arc<SlimNodeClaim>,
+    ) -> Result<Option<Arc<SlimNodeClaim>>, NodeClaimError> {
         let annotated = nodeclaim
             .metadata
             .annotations
@@ -223,7 +222,10 @@ impl NodeClaimActor {
         Ok(written)
     }
 
-    fn termination_time(&self, nodeclaim: &NodeClaim) -> Result<Option<Timestamp>, NodeClaimError> {
+    fn termination_time(
+        &self,
+        nodeclaim: &SlimNodeClaim,
+    ) -> Result<Option<Timestamp>, NodeClaimError> {
         let Some(value) = nodeclaim
             .metadata
             .annotations
@@ -269,7 +271,7 @@ impl NodeClaimActor {
 
     async fn terminate_node(
         &mut self,
-        nodeclaim: &Arc<NodeClaim>,
+        nodeclaim: &Arc<SlimNodeClaim>,
         node: &SlimNode,
         termination_time: Option<Timestamp>,
     ) -> Result<NodeProgress, NodeClaimError> {
@@ -396,7 +398,7 @@ impl NodeClaimActor {
     /// refused eviction may be retried.
     async fn carry_out(
         &mut self,
-        nodeclaim: &NodeClaim,
+        nodeclaim: &SlimNodeClaim,
         node: &SlimNode,
         plan: &DrainPlan,
         termination_time: Option<Timestamp>,
@@ -540,12 +542,12 @@ impl NodeClaimActor {
     /// Deletes the instance until the cloud reports it gone; sets `InstanceTerminating`.
     async fn ensure_instance_terminated(
         &mut self,
-        nodeclaim: &Arc<NodeClaim>,
+        nodeclaim: &Arc<SlimNodeClaim>,
     ) -> Result<bool, NodeClaimError> {
         if self.instance_gone {
             return Ok(true);
         }
-        let gone = match self.deps.cloud.delete(nodeclaim).await {
+        let gone = match self.deps.cloud.delete(&nodeclaim.to_nodeclaim()).await {
             Ok(()) => false,
             Err(CloudProviderError::NodeClaimNotFound { .. }) => true,
             Err(source) => {
@@ -608,7 +610,7 @@ impl NodeClaimActor {
     }
 
     /// Removes the NodeClaim's finalizer: the instance is gone.
-    async fn release_nodeclaim(&mut self, nodeclaim: &NodeClaim) -> Result<(), NodeClaimError> {
+    async fn release_nodeclaim(&mut self, nodeclaim: &SlimNodeClaim) -> Result<(), NodeClaimError> {
         let change =
             |nodeclaim: &mut NodeClaim| remove_finalizer(&mut nodeclaim.metadata.finalizers);
         if self

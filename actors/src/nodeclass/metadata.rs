@@ -12,7 +12,7 @@ use karpenter_core::apis::conditions::nodeclaim::DRIFTED;
 use karpenter_core::apis::labels::{
     AWS_GROUP, EC2NODECLASS_HASH, EC2NODECLASS_HASH_VERSION, EC2NODECLASS_TERMINATION_FINALIZER,
 };
-use karpenter_core::apis::{EC2NodeClass, NodeClaim};
+use karpenter_core::apis::{ClaimParts, EC2NodeClass, MetaFields, NodeClaim};
 use karpenter_core::domain::nodeclass_hash::{HASH_VERSION, nodeclass_hash};
 
 /// The kind NodeClaims name in `spec.nodeClassRef`.
@@ -20,8 +20,8 @@ pub const EC2NODECLASS_KIND: &str = "EC2NodeClass";
 
 /// Whether the NodeClaim was launched from the named class.
 #[must_use]
-pub fn uses_class(nodeclaim: &NodeClaim, class_name: &str) -> bool {
-    let reference = &nodeclaim.spec.node_class_ref;
+pub fn uses_class(nodeclaim: &impl ClaimParts, class_name: &str) -> bool {
+    let reference = &nodeclaim.claim_spec().node_class_ref;
     reference.name == class_name
         && reference.group == AWS_GROUP
         && reference.kind == EC2NODECLASS_KIND
@@ -88,14 +88,8 @@ pub fn remove_finalizer(class: &mut EC2NodeClass) {
 
 /// Whether the NodeClaim carries another hash version than ours.
 #[must_use]
-pub fn needs_restamp(nodeclaim: &NodeClaim) -> bool {
-    nodeclaim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(EC2NODECLASS_HASH_VERSION))
-        .map(String::as_str)
-        != Some(HASH_VERSION)
+pub fn needs_restamp(nodeclaim: &impl ClaimParts) -> bool {
+    nodeclaim.claim_meta().annotation(EC2NODECLASS_HASH_VERSION) != Some(HASH_VERSION)
 }
 
 /// Re-stamps a NodeClaim after a hash-version change (a change closure body): our version; our

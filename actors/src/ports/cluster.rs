@@ -23,18 +23,17 @@ use std::fmt;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Taint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use karpenter_core::apis::{
-    EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
-    SlimNode,
+    EC2NodeClass, EC2NodeClassStatus, MetaFields, NodeClaim, NodeClaimStatus, NodePool,
+    NodePoolStatus, SlimNode, SlimNodeClaim,
 };
 
 /// The name a `*_from` update writes to: the caller's copy's (empty when it has none, which
 /// the API server answers as not found).
 #[must_use]
-pub fn name_of(meta: &ObjectMeta) -> &str {
-    meta.name.as_deref().unwrap_or_default()
+pub fn name_of(meta: &impl MetaFields) -> &str {
+    meta.name().unwrap_or_default()
 }
 
 /// A change applied to the current version of an object; may run more than once.
@@ -226,7 +225,7 @@ pub trait ClusterApi: Send + Sync + fmt::Debug {
     /// [`ClusterApi::update_nodeclaim`] starting from `known` (see the module docs).
     async fn update_nodeclaim_from(
         &self,
-        known: &NodeClaim,
+        known: &SlimNodeClaim,
         change: Change<'_, NodeClaim>,
     ) -> Result<NodeClaim, ClusterError> {
         self.update_nodeclaim(name_of(&known.metadata), change)
@@ -236,7 +235,7 @@ pub trait ClusterApi: Send + Sync + fmt::Debug {
     /// [`ClusterApi::update_nodeclaim_status`] starting from `known` (see the module docs).
     async fn update_nodeclaim_status_from(
         &self,
-        known: &NodeClaim,
+        known: &SlimNodeClaim,
         change: Change<'_, NodeClaimStatus>,
     ) -> Result<NodeClaim, ClusterError> {
         self.update_nodeclaim_status(name_of(&known.metadata), change)

@@ -14,7 +14,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use karpenter_core::apis::SlimPod;
 
-use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, SlimNode};
+use karpenter_core::apis::{EC2NodeClass, NodePool, SlimNode, SlimNodeClaim};
 
 use crate::cluster_index::{NODE_PROVIDER_ID, NODECLAIM_NODEPOOL, VOLUME_ATTACHMENT_NODE_NAME};
 
@@ -64,14 +64,14 @@ pub trait ClusterView: Send + Sync + fmt::Debug {
         let _ = kind;
         None
     }
-    fn nodeclaims(&self) -> Vec<Arc<NodeClaim>>;
-    fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>>;
+    fn nodeclaims(&self) -> Vec<Arc<SlimNodeClaim>>;
+    fn nodeclaim(&self, name: &str) -> Option<Arc<SlimNodeClaim>>;
     /// The NodeClaim whose `status.providerID` is this.
-    fn nodeclaim_by_provider_id(&self, provider_id: &str) -> Option<Arc<NodeClaim>>;
+    fn nodeclaim_by_provider_id(&self, provider_id: &str) -> Option<Arc<SlimNodeClaim>>;
     /// The NodeClaims labelled with this NodePool (`karpenter.sh/nodepool`), deleting ones
     /// included, in name order. Both implementations answer from an index; this default scans.
-    fn nodeclaims_of_nodepool(&self, nodepool: &str) -> Vec<Arc<NodeClaim>> {
-        let mut claims: Vec<Arc<NodeClaim>> = self
+    fn nodeclaims_of_nodepool(&self, nodepool: &str) -> Vec<Arc<SlimNodeClaim>> {
+        let mut claims: Vec<Arc<SlimNodeClaim>> = self
             .nodeclaims()
             .into_iter()
             .filter(|claim| NODECLAIM_NODEPOOL.value(claim) == Some(nodepool))

@@ -32,9 +32,9 @@ use karpenter_core::apis::{SlimNode, SlimPod, SlimPodSpec};
 use crate::pod_cache::PodCache;
 use crate::ports::cloud_provider::InstanceTypes;
 use crate::ports::cluster_view::ClusterView;
+use karpenter_core::apis::SlimNodeClaim;
 use karpenter_core::apis::conditions::{ConditionStatus, nodeclaim as claim_conditions};
 use karpenter_core::apis::labels;
-use karpenter_core::apis::nodeclaim::NodeClaim;
 use karpenter_core::apis::nodepool::NodePool;
 use karpenter_core::apis::taints::{Taint, TaintEffect};
 use karpenter_core::domain::interner::Interner;
@@ -208,10 +208,10 @@ static BOUND_FACTS: Interner<BoundFacts> = Interner::new();
 /// A Node, its NodeClaim, or both (Karpenter's `StateNode`).
 struct StateNode<'a> {
     node: Option<&'a SlimNode>,
-    claim: Option<&'a NodeClaim>,
+    claim: Option<&'a SlimNodeClaim>,
     /// The shared objects behind `node` and `claim` (always both set or both unset), for
     /// [`StateRef`] and the labels.
-    arcs: (Option<&'a Arc<SlimNode>>, Option<&'a Arc<NodeClaim>>),
+    arcs: (Option<&'a Arc<SlimNode>>, Option<&'a Arc<SlimNodeClaim>>),
 }
 
 /// A state node of the snapshot, as the disruption actor reads it: the objects, the pods bound
@@ -220,7 +220,7 @@ struct StateNode<'a> {
 #[derive(Debug, Clone)]
 pub(crate) struct StateRef {
     pub node: Option<Arc<SlimNode>>,
-    pub claim: Option<Arc<NodeClaim>>,
+    pub claim: Option<Arc<SlimNodeClaim>>,
     /// The Node's name once it has one, else the NodeClaim's.
     pub name: String,
     /// The Node's labels once registered, else the NodeClaim's.
@@ -488,7 +488,7 @@ pub(super) fn has_work(view: &dyn ClusterView) -> bool {
 
 /// Pairs NodeClaims with their Nodes by provider id: one state per launched NodeClaim (with its
 /// Node once registered), then one per Node no NodeClaim claims.
-fn pair<'a>(nodes: &'a [Arc<SlimNode>], claims: &'a [Arc<NodeClaim>]) -> Vec<StateNode<'a>> {
+fn pair<'a>(nodes: &'a [Arc<SlimNode>], claims: &'a [Arc<SlimNodeClaim>]) -> Vec<StateNode<'a>> {
     let mut paired: HashSet<String> = HashSet::new();
     let mut states: Vec<StateNode<'_>> = Vec::new();
     let mut node_by_provider: BTreeMap<&str, &Arc<SlimNode>> = BTreeMap::new();
@@ -554,7 +554,7 @@ pub(crate) fn build(
 
     // Pending pods first, then those of deleting nodes.
     let mut deleting_pods: Vec<&Arc<SlimPod>> = Vec::new();
-    let mut deleting_claims: Vec<&NodeClaim> = Vec::new();
+    let mut deleting_claims: Vec<&SlimNodeClaim> = Vec::new();
     for state in &states {
         let pods_on: &[&Arc<SlimPod>] = state
             .node
@@ -690,7 +690,7 @@ enum PoolInputError {
 
 fn node_pool_input(
     pool: &UsablePool,
-    deleting_claims: &[&NodeClaim],
+    deleting_claims: &[&SlimNodeClaim],
     daemons: &[SchedulingPod],
 ) -> Result<NodePoolInput, PoolInputError> {
     let mut input = NodePoolInput::from_node_pool(&pool.nodepool, pool.instance_types.to_vec())?

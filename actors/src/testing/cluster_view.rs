@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use karpenter_core::apis::SlimPod;
-use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, SlimNode};
+use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, SlimNode, SlimNodeClaim};
 
 use crate::cluster_index::{
     Field, Indexed, KindIndex, NODE_PROVIDER_ID, NODECLAIM_NODEPOOL, NODECLAIM_PROVIDER_ID,
@@ -164,12 +164,16 @@ impl MemoryClusterView {
         K::stored_mut(&mut self.write()).remove(key);
     }
 
-    memory_kind!(
-        put_nodeclaim,
-        put_shared_nodeclaim,
-        remove_nodeclaim,
-        NodeClaim
-    );
+    /// Adds or replaces a NodeClaim, kept as the daemon's view keeps it (a
+    /// [`SlimNodeClaim`]).
+    pub fn put_nodeclaim(&self, nodeclaim: &NodeClaim) {
+        self.put(Arc::new(SlimNodeClaim::from(nodeclaim)));
+    }
+
+    /// Removes the NodeClaim with this name.
+    pub fn remove_nodeclaim(&self, name: &str) {
+        self.remove::<SlimNodeClaim>(name);
+    }
     memory_kind!(put_nodepool, put_shared_nodepool, remove_nodepool, NodePool);
     memory_kind!(
         put_ec2nodeclass,
@@ -223,15 +227,15 @@ impl ClusterView for MemoryClusterView {
         Some(self.read().changes(kind))
     }
 
-    fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>> {
+    fn nodeclaim(&self, name: &str) -> Option<Arc<SlimNodeClaim>> {
         self.read().nodeclaims.get(name)
     }
-    fn nodeclaim_by_provider_id(&self, provider_id: &str) -> Option<Arc<NodeClaim>> {
+    fn nodeclaim_by_provider_id(&self, provider_id: &str) -> Option<Arc<SlimNodeClaim>> {
         self.read()
             .nodeclaims
             .find_first(&NODECLAIM_PROVIDER_ID, provider_id)
     }
-    fn nodeclaims_of_nodepool(&self, nodepool: &str) -> Vec<Arc<NodeClaim>> {
+    fn nodeclaims_of_nodepool(&self, nodepool: &str) -> Vec<Arc<SlimNodeClaim>> {
         self.read().nodeclaims.find(&NODECLAIM_NODEPOOL, nodepool)
     }
     fn nodepool(&self, name: &str) -> Option<Arc<NodePool>> {

@@ -103,14 +103,15 @@ impl MirroredClusterApi {
     /// Puts the NodeClaim of the fake into the view (or removes it), reporting a change.
     pub fn sync_nodeclaim(&self, name: &str) {
         let new = self.api.shared_nodeclaim(name);
+        let seen = self.view.nodeclaim(name);
         if resource_version(new.as_deref())
-            == resource_version(self.view.nodeclaim(name).as_deref())
+            == seen.and_then(|claim| claim.metadata.resource_version.clone())
         {
             return;
         }
         let deleted = new.is_none();
         match new {
-            Some(object) => self.view.put_shared_nodeclaim(object),
+            Some(object) => self.view.put_nodeclaim(&object),
             None => self.view.remove_nodeclaim(name),
         }
         self.notify(ClusterChange::NodeClaim {

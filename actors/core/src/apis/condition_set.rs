@@ -53,11 +53,11 @@ pub struct ObjectFacts {
 impl ObjectFacts {
     /// Facts read from an object's metadata.
     #[must_use]
-    pub fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
+    pub fn of(meta: &impl super::MetaFields) -> Self {
         Self {
-            generation: meta.generation.unwrap_or(0),
-            created: meta.creation_timestamp.as_ref().map(|t| t.0),
-            deleting: meta.deletion_timestamp.is_some(),
+            generation: meta.generation().unwrap_or(0),
+            created: meta.creation_timestamp().map(|t| t.0),
+            deleting: meta.deletion_timestamp().is_some(),
         }
     }
 }

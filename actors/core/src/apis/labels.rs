@@ -290,14 +290,8 @@ pub fn known_values(key: &str) -> Option<&'static [&'static str]> {
 
 /// The value of annotation `key` of an object, if set.
 #[must_use]
-pub fn annotation<'a>(
-    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    key: &str,
-) -> Option<&'a str> {
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
+pub fn annotation<'a>(meta: &'a impl super::MetaFields, key: &str) -> Option<&'a str> {
+    meta.annotation(key)
 }
 
 #[cfg(test)]

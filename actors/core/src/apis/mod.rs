@@ -53,12 +53,14 @@ pub mod pod_meta;
 pub mod requirements;
 pub mod schema;
 pub mod shared;
+pub mod slim_meta;
+pub mod slim_nodeclaim;
 pub mod taints;
 pub mod validation;
 
 pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use label_map::LabelMap;
-pub use node::{MetaFields, NodeMeta, SlimNode, SlimNodeStatus, WireNode};
+pub use node::{SlimNode, SlimNodeStatus, WireNode};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
 pub use pod::{
@@ -66,3 +68,5 @@ pub use pod::{
     SlimPodStatus, SlimVolume,
 };
 pub use pod_meta::{PodMeta, SharedPodMeta, WirePod};
+pub use slim_meta::{MetaFields, SlimMeta};
+pub use slim_nodeclaim::{ClaimParts, SlimNodeClaim};

@@ -10,13 +10,14 @@
 //! two resource lists are [`SharedResources`], held once per distinct list as a NodeClaim's
 //! are.
 //!
-//! Its metadata is a [`NodeMeta`]: `ObjectMeta`'s fields, but the labels and annotations are
-//! [`LabelMap`]s, which share every entry but the hostname with the Nodes that have the same
-//! ones (a Node's 24 labels and 4 annotations were 4 KB of its 5 KB). A `NodeMeta` is not an
-//! `ObjectMeta`, so a `SlimNode` is not a `kube::Resource`: the watch reads a [`WireNode`]
-//! (the same fields with a whole `ObjectMeta`), which becomes a `SlimNode` before anything
-//! keeps it, as a pod's [`WirePod`](super::WirePod) does. [`MetaFields`] reads the few fields
-//! that code shared between kinds looks at, of either.
+//! Its metadata is a [`SlimMeta`]: `ObjectMeta`'s fields, but the labels and annotations are
+//! [`LabelMap`](super::LabelMap)s, which share every entry but the hostname with the Nodes
+//! that have the same ones (a Node's 24 labels and 4 annotations were 4 KB of its 5 KB). A
+//! `SlimMeta` is not an `ObjectMeta`, so a `SlimNode` is not a `kube::Resource`: the watch
+//! reads a [`WireNode`] (the same fields with a whole `ObjectMeta`), which becomes a
+//! `SlimNode` before anything keeps it, as a pod's [`WirePod`](super::WirePod) does.
+//! [`MetaFields`](super::MetaFields) reads the few fields that code shared between kinds looks
+//! at, of either.
 //!
 //! ```text
 //! watch (JSON Node) -> serde -> WireNode (capacity, allocatable interned)
@@ -32,132 +33,22 @@
 //! so nothing it drops is ever written back.
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
-use super::label_map::LabelMap;
 use super::shared::SharedResources;
+use super::slim_meta::SlimMeta;
 
 /// A Node with the fields the daemon reads (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SlimNode {
-    pub metadata: NodeMeta,
+    pub metadata: SlimMeta,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec: Option<NodeSpec>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<SlimNodeStatus>,
 }
-
-/// A Node's metadata: `ObjectMeta`'s fields with their names and types, but the labels and
-/// the annotations, which are [`LabelMap`]s shared with every Node that has the same ones (the
-/// hostname label its own), and `managedFields`, which is not kept.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct NodeMeta {
-    pub name: Option<String>,
-    pub namespace: Option<String>,
-    pub uid: Option<String>,
-    pub resource_version: Option<String>,
-    pub generation: Option<i64>,
-    pub creation_timestamp: Option<Time>,
-    pub deletion_timestamp: Option<Time>,
-    pub deletion_grace_period_seconds: Option<i64>,
-    pub finalizers: Option<Vec<String>>,
-    pub owner_references: Option<Vec<OwnerReference>>,
-    pub labels: Option<LabelMap>,
-    pub annotations: Option<LabelMap>,
-}
-
-/// The one kind of metadata built from the other: every field both have moved, the labels
-/// and annotations converted by `$map`, the rest (of an `ObjectMeta`) from `$rest`.
-macro_rules! moved_meta {
-    ($meta:ident, $map:expr $(, $rest:expr)?) => {
-        Self {
-            name: $meta.name,
-            namespace: $meta.namespace,
-            uid: $meta.uid,
-            resource_version: $meta.resource_version,
-            generation: $meta.generation,
-            creation_timestamp: $meta.creation_timestamp,
-            deletion_timestamp: $meta.deletion_timestamp,
-            deletion_grace_period_seconds: $meta.deletion_grace_period_seconds,
-            finalizers: $meta.finalizers,
-            owner_references: $meta.owner_references,
-            labels: $meta.labels.map($map),
-            annotations: $meta.annotations.map($map),
-            $(..$rest)?
-        }
-    };
-}
-
-impl From<ObjectMeta> for NodeMeta {
-    fn from(meta: ObjectMeta) -> Self {
-        moved_meta!(meta, LabelMap::from)
-    }
-}
-
-impl From<NodeMeta> for ObjectMeta {
-    fn from(meta: NodeMeta) -> Self {
-        moved_meta!(meta, |map: LabelMap| map.to_map(), Self::default())
-    }
-}
-
-/// Read and written as an `ObjectMeta`.
-impl<'de> Deserialize<'de> for NodeMeta {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        ObjectMeta::deserialize(deserializer).map(Self::from)
-    }
-}
-
-impl Serialize for NodeMeta {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        ObjectMeta::from(self.clone()).serialize(serializer)
-    }
-}
-
-/// The metadata fields read of more than one kind, of an `ObjectMeta` or a Node's
-/// [`NodeMeta`] alike.
-pub trait MetaFields {
-    fn finalizers(&self) -> &[String];
-    fn annotation(&self, key: &str) -> Option<&str>;
-    fn label(&self, key: &str) -> Option<&str>;
-    fn name(&self) -> Option<&str>;
-    fn namespace(&self) -> Option<&str>;
-    fn deletion_timestamp(&self) -> Option<&Time>;
-}
-
-/// The same field names on both, so one body reads either.
-macro_rules! meta_fields {
-    ($($meta:ty),*) => {
-        $(impl MetaFields for $meta {
-            fn finalizers(&self) -> &[String] {
-                self.finalizers.as_deref().unwrap_or_default()
-            }
-
-            fn annotation(&self, key: &str) -> Option<&str> {
-                self.annotations.as_ref()?.get(key).map(String::as_str)
-            }
-
-            fn label(&self, key: &str) -> Option<&str> {
-                self.labels.as_ref()?.get(key).map(String::as_str)
-            }
-
-            fn name(&self) -> Option<&str> {
-                self.name.as_deref()
-            }
-
-            fn namespace(&self) -> Option<&str> {
-                self.namespace.as_deref()
-            }
-
-            fn deletion_timestamp(&self) -> Option<&Time> {
-                self.deletion_timestamp.as_ref()
-            }
-        })*
-    };
-}
-
-meta_fields!(ObjectMeta, NodeMeta);
 
 impl SlimNode {
     /// Its name (what `kube::ResourceExt::name_any` answers of a Node).

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::conditions::Condition;
 use super::duration::{KubeDuration, NillableDuration};
 pub use super::shared::{SharedRequirements, SharedResources};
+use super::slim_nodeclaim::ClaimParts;
 use super::taints::Taint;
 
 /// Karpenter's default node lifetime.
@@ -16,10 +17,9 @@ pub const DEFAULT_EXPIRE_AFTER: &str = "720h";
 
 /// The NodeClaim's `status.providerID`, unless unset or empty.
 #[must_use]
-pub fn provider_id(nodeclaim: &NodeClaim) -> Option<&str> {
+pub fn provider_id(nodeclaim: &impl ClaimParts) -> Option<&str> {
     nodeclaim
-        .status
-        .as_ref()
+        .claim_status()
         .and_then(|s| s.provider_id.as_deref())
         .filter(|p| !p.is_empty())
 }

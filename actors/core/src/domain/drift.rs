@@ -23,7 +23,6 @@
 //! requirements verdict while neither side changes, then asks for the pool's instance types, calls [`instance_type_not_found`], asks the cloud provider, and
 //! writes the `Drifted` condition.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -32,7 +31,7 @@ use super::instance_type::InstanceType;
 use super::requirements::{AllowUndefined, Requirement, RequirementError, Requirements};
 use crate::apis::labels::{self, annotation};
 use crate::apis::requirements::NodePoolRequirement;
-use crate::apis::{NodeClaim, NodePool};
+use crate::apis::{LabelMap, MetaFields, NodePool, SlimNodeClaim};
 
 /// Why a NodeClaim drifted from its NodePool (the `Drifted` condition's reason and message).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -57,7 +56,7 @@ impl NodePoolDrift {
 /// Whether the NodePool's template hash moved away from the NodeClaim's: all four hash and
 /// version annotations present, equal versions, different hashes.
 #[must_use]
-pub fn nodepool_hash_drifted(nodepool: &ObjectMeta, nodeclaim: &ObjectMeta) -> bool {
+pub fn nodepool_hash_drifted(nodepool: &ObjectMeta, nodeclaim: &impl MetaFields) -> bool {
     let (Some(pool_hash), Some(pool_version), Some(claim_hash), Some(claim_version)) = (
         annotation(nodepool, labels::NODEPOOL_HASH),
         annotation(nodepool, labels::NODEPOOL_HASH_VERSION),
@@ -73,7 +72,7 @@ pub fn nodepool_hash_drifted(nodepool: &ObjectMeta, nodeclaim: &ObjectMeta) -> b
 /// An error when the pool's requirements do not parse (validation rejects such a pool).
 pub fn requirements_drifted(
     pool_requirements: &[NodePoolRequirement],
-    nodeclaim_labels: &BTreeMap<String, String>,
+    nodeclaim_labels: &LabelMap,
 ) -> Result<bool, RequirementError> {
     let api: Vec<_> = pool_requirements
         .iter()
@@ -93,7 +92,7 @@ pub fn requirements_drifted(
 #[must_use]
 pub fn instance_type_not_found(
     instance_types: &[Arc<InstanceType>],
-    nodeclaim_labels: &BTreeMap<String, String>,
+    nodeclaim_labels: &LabelMap,
 ) -> bool {
     let name = nodeclaim_labels
         .get(labels::INSTANCE_TYPE)
@@ -125,7 +124,7 @@ pub fn instance_type_not_found(
 /// An error when the hash has not drifted and the pool's requirements do not parse.
 pub fn static_drift(
     nodepool: &NodePool,
-    nodeclaim: &NodeClaim,
+    nodeclaim: &SlimNodeClaim,
 ) -> Result<Option<NodePoolDrift>, RequirementError> {
     static_drift_with(nodepool, nodeclaim, requirements_drifted)
 }
@@ -134,16 +133,13 @@ pub fn static_drift(
 /// the NodeClaim's labels, only when the hash has not drifted (a caller may keep verdicts).
 pub fn static_drift_with(
     nodepool: &NodePool,
-    nodeclaim: &NodeClaim,
-    requirements: impl FnOnce(
-        &[NodePoolRequirement],
-        &BTreeMap<String, String>,
-    ) -> Result<bool, RequirementError>,
+    nodeclaim: &SlimNodeClaim,
+    requirements: impl FnOnce(&[NodePoolRequirement], &LabelMap) -> Result<bool, RequirementError>,
 ) -> Result<Option<NodePoolDrift>, RequirementError> {
     if nodepool_hash_drifted(&nodepool.metadata, &nodeclaim.metadata) {
         return Ok(Some(NodePoolDrift::NodePoolDrifted));
     }
-    let empty = BTreeMap::new();
+    let empty = LabelMap::default();
     let claim_labels = nodeclaim.metadata.labels.as_ref().unwrap_or(&empty);
     let drifted = requirements(&nodepool.spec.template.spec.requirements, claim_labels)?;
     Ok(drifted.then_some(NodePoolDrift::RequirementsDrifted))
@@ -159,15 +155,17 @@ mod tests {
     const ZONE_A: &str = "us-west-2a";
     const ZONE_B: &str = "us-west-2b";
 
-    fn claim_labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
+    fn claim_labels(pairs: &[(&str, &str)]) -> LabelMap {
+        LabelMap::from(
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<std::collections::BTreeMap<_, _>>(),
+        )
     }
 
     /// An m5.large claim in zone A, on-demand, amd64 linux, of pool `default`.
-    fn launched() -> BTreeMap<String, String> {
+    fn launched() -> LabelMap {
         claim_labels(&[
             (labels::NODEPOOL, "default"),
             (labels::INSTANCE_TYPE, "m5.large"),
@@ -186,7 +184,7 @@ mod tests {
 
     fn meta(annotations: &[(&str, &str)]) -> ObjectMeta {
         ObjectMeta {
-            annotations: Some(claim_labels(annotations)),
+            annotations: Some(claim_labels(annotations).to_map()),
             ..ObjectMeta::default()
         }
     }
@@ -311,8 +309,9 @@ mod tests {
             ],
         )];
         assert!(instance_type_not_found(&elsewhere, &launched()));
-        let mut unlabelled = launched();
+        let mut unlabelled = launched().to_map();
         unlabelled.remove(labels::INSTANCE_TYPE);
+        let unlabelled = LabelMap::from(unlabelled);
         let found = [instance_type(
             "m5.large",
             vec![Offering::new(ZONE_A, labels::CAPACITY_TYPE_ON_DEMAND, 0.1)],
@@ -385,7 +384,7 @@ mod tests {
             }}},
         }))
         .unwrap();
-        let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
+        let mut claim: SlimNodeClaim = serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
             "metadata": { "name": "default-a", "labels": launched(), "annotations": {
                 labels::NODEPOOL_HASH: "old", labels::NODEPOOL_HASH_VERSION: "v3",
@@ -400,7 +399,7 @@ mod tests {
             static_drift(&pool, &claim),
             Ok(Some(NodePoolDrift::NodePoolDrifted))
         );
-        claim.metadata.annotations = pool.metadata.annotations.clone();
+        claim.metadata.annotations = pool.metadata.annotations.clone().map(LabelMap::from);
         assert_eq!(
             static_drift(&pool, &claim),
             Ok(Some(NodePoolDrift::RequirementsDrifted))

@@ -32,7 +32,7 @@ use crate::apis::condition_set;
 use crate::apis::conditions::nodeclaim as conditions;
 use crate::apis::labels;
 use crate::apis::requirements::Operator;
-use crate::apis::{NodeClaim, NodePool, SlimNode};
+use crate::apis::{NodePool, SlimNode, SlimNodeClaim};
 use crate::domain::instance_type::InstanceType;
 
 /// The resources `status.resources` always lists, zero when the pool runs nothing (Karpenter's
@@ -85,7 +85,7 @@ pub struct NodePoolUsage {
 
 /// A NodeClaim's capacity as cluster state counts it (see the module docs).
 pub fn nodeclaim_capacity(
-    nodeclaim: &NodeClaim,
+    nodeclaim: &SlimNodeClaim,
     node: Option<&SlimNode>,
 ) -> Result<Resources, LimitsError> {
     let name = nodeclaim.metadata.name.clone().unwrap_or_default();
@@ -130,7 +130,7 @@ pub fn nodeclaim_capacity(
 
 /// Whether the NodeClaim was created for this NodePool (its `karpenter.sh/nodepool` label).
 #[must_use]
-pub fn belongs_to(claim: &NodeClaim, nodepool: &str) -> bool {
+pub fn belongs_to(claim: &SlimNodeClaim, nodepool: &str) -> bool {
     claim
         .metadata
         .labels
@@ -140,13 +140,13 @@ pub fn belongs_to(claim: &NodeClaim, nodepool: &str) -> bool {
 }
 
 /// Whether a NodeClaim belongs to the pool and counts (not being deleted).
-fn counts_for(nodeclaim: &NodeClaim, nodepool: &str) -> bool {
+fn counts_for(nodeclaim: &SlimNodeClaim, nodepool: &str) -> bool {
     nodeclaim.metadata.deletion_timestamp.is_none() && belongs_to(nodeclaim, nodepool)
 }
 
 /// Sums the pool's NodeClaims, finding their Nodes with `node_for` (by provider id).
 pub fn usage_of<'a>(
-    nodeclaims: impl IntoIterator<Item = &'a NodeClaim>,
+    nodeclaims: impl IntoIterator<Item = &'a SlimNodeClaim>,
     node_for: impl Fn(&str) -> Option<Arc<SlimNode>>,
     nodepool: &str,
 ) -> NodePoolUsage {
@@ -158,10 +158,10 @@ pub fn usage_of<'a>(
 /// The pool's count with each NodeClaim's capacity from `capacity_of` (a NodeClaim without
 /// capacity counts nothing, not even a node).
 fn sum_usage<'a>(
-    nodeclaims: impl IntoIterator<Item = &'a NodeClaim>,
+    nodeclaims: impl IntoIterator<Item = &'a SlimNodeClaim>,
     node_for: impl Fn(&str) -> Option<Arc<SlimNode>>,
     nodepool: &str,
-    mut capacity_of: impl FnMut(&NodeClaim, Option<&SlimNode>) -> Result<Resources, LimitsError>,
+    mut capacity_of: impl FnMut(&SlimNodeClaim, Option<&SlimNode>) -> Result<Resources, LimitsError>,
 ) -> NodePoolUsage {
     let mut usage = NodePoolUsage::default();
     for nodeclaim in nodeclaims.into_iter().filter(|nc| counts_for(nc, nodepool)) {
@@ -209,7 +209,7 @@ impl CapacityCache {
     /// The pool's usage, as [`usage_of`] counts it.
     pub fn usage<'a>(
         &mut self,
-        nodeclaims: impl IntoIterator<Item = &'a NodeClaim>,
+        nodeclaims: impl IntoIterator<Item = &'a SlimNodeClaim>,
         node_for: impl Fn(&str) -> Option<Arc<SlimNode>>,
         nodepool: &str,
     ) -> NodePoolUsage {
@@ -222,7 +222,7 @@ impl CapacityCache {
 
     fn capacity(
         &mut self,
-        nodeclaim: &NodeClaim,
+        nodeclaim: &SlimNodeClaim,
         node: Option<&SlimNode>,
     ) -> Result<Resources, LimitsError> {
         self.reads += 1;
@@ -348,7 +348,7 @@ pub fn first_exceeded(
 /// `node.kubernetes.io/instance-type In [...]` requirement allows (looked up in
 /// `instance_types`); with none of those known, its requests.
 #[must_use]
-pub fn launch_capacity(claim: &NodeClaim, instance_types: &[Arc<InstanceType>]) -> Resources {
+pub fn launch_capacity(claim: &SlimNodeClaim, instance_types: &[Arc<InstanceType>]) -> Resources {
     if let Some(status) = &claim.status
         && !status.capacity.is_empty()
         && let Ok(capacity) = Resources::from_list(&status.capacity)
@@ -380,7 +380,7 @@ pub fn launch_capacity(claim: &NodeClaim, instance_types: &[Arc<InstanceType>]) 
 /// unlimited; a used-up resource remains at zero.
 pub fn remaining_with_in_flight<'a>(
     nodepool: &NodePool,
-    claims: impl IntoIterator<Item = &'a NodeClaim>,
+    claims: impl IntoIterator<Item = &'a SlimNodeClaim>,
     instance_types: &[Arc<InstanceType>],
 ) -> Result<ResourceLimits, LimitsError> {
     let name = nodepool.metadata.name.clone().unwrap_or_default();
@@ -414,8 +414,13 @@ mod tests {
             .collect()
     }
 
-    fn claim(name: &str, pool: &str, capacity: &[(&str, &str)], initialized: bool) -> NodeClaim {
-        let mut nodeclaim: NodeClaim = serde_json::from_value(serde_json::json!({
+    fn claim(
+        name: &str,
+        pool: &str,
+        capacity: &[(&str, &str)],
+        initialized: bool,
+    ) -> SlimNodeClaim {
+        let mut nodeclaim: SlimNodeClaim = serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
             "metadata": { "name": name, "labels": { "karpenter.sh/nodepool": pool } },
             "spec": { "requirements": [], "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" } },
@@ -508,7 +513,7 @@ mod tests {
 
     #[test]
     fn the_capacity_cache_counts_as_usage_of_and_rereads_only_what_changed() {
-        let versioned = |mut claim: NodeClaim, version: &str| {
+        let versioned = |mut claim: SlimNodeClaim, version: &str| {
             claim.metadata.resource_version = Some(version.to_owned());
             claim
         };
@@ -615,8 +620,8 @@ mod in_flight_tests {
         pool
     }
 
-    fn claim(pool: &str, types: &[&str], capacity: &[(&str, &str)]) -> NodeClaim {
-        let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
+    fn claim(pool: &str, types: &[&str], capacity: &[(&str, &str)]) -> SlimNodeClaim {
+        let mut claim: SlimNodeClaim = serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodeClaim",
             "metadata": {"name": "c", "labels": {labels::NODEPOOL: pool}},

@@ -6,10 +6,11 @@
 //! keeps each Node and NodeClaim behind an `Arc`, so a snapshot holds the `Arc` and reads the
 //! labels through it; a node made up by a simulation owns its map.
 //!
-//! A Node's labels are a [`LabelMap`] (the hostname its own, the rest shared between Nodes), a
-//! NodeClaim's a `BTreeMap`, so `NodeLabels` reads as a map through its own methods (`get`,
-//! `iter` in key order, `len`) rather than handing out either; functions that read labels of
-//! both take an iterator of entries, as `Requirements::from_labels` does.
+//! A Node's or NodeClaim's labels are a [`LabelMap`] (a Node's hostname its own, the rest
+//! shared between objects), a made-up node's a `BTreeMap`, so `NodeLabels` reads as a map
+//! through its own methods (`get`, `iter` in key order, `len`) rather than handing out either;
+//! functions that read labels of both take an iterator of entries, as
+//! `Requirements::from_labels` does.
 //!
 //! [`ExistingNode`]: super::ExistingNode
 
@@ -17,9 +18,8 @@ use std::collections::{BTreeMap, btree_map};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::apis::SlimNode;
 use crate::apis::label_map::{self, LabelMap};
-use crate::apis::nodeclaim::NodeClaim;
+use crate::apis::{SlimNode, SlimNodeClaim};
 
 /// The object a node's labels are read from.
 #[derive(Clone)]
@@ -27,7 +27,7 @@ enum Shared {
     /// The registered Node.
     Node(Arc<SlimNode>),
     /// The NodeClaim, before its Node registers.
-    Claim(Arc<NodeClaim>),
+    Claim(Arc<SlimNodeClaim>),
 }
 
 /// A node's labels: a Node's, a NodeClaim's, or a map of their own. Reads as a map (`get`,
@@ -40,10 +40,10 @@ pub struct NodeLabels {
     owned: Option<Arc<BTreeMap<String, String>>>,
 }
 
-/// Where the labels are: a NodeClaim's or their own map, or a Node's [`LabelMap`].
+/// Where the labels are: their own map, or a Node's or NodeClaim's [`LabelMap`].
 enum Source<'a> {
     Map(&'a BTreeMap<String, String>),
-    Node(&'a LabelMap),
+    Shared(&'a LabelMap),
     Nothing,
 }
 
@@ -51,7 +51,7 @@ enum Source<'a> {
 #[derive(Debug)]
 pub enum Iter<'a> {
     Map(btree_map::Iter<'a, String, String>),
-    Node(label_map::Iter<'a>),
+    Shared(label_map::Iter<'a>),
     Nothing,
 }
 
@@ -61,7 +61,7 @@ impl<'a> Iterator for Iter<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         match self {
             Self::Map(entries) => entries.next(),
-            Self::Node(entries) => entries.next(),
+            Self::Shared(entries) => entries.next(),
             Self::Nothing => None,
         }
     }
@@ -79,7 +79,7 @@ impl NodeLabels {
 
     /// The labels of a NodeClaim.
     #[must_use]
-    pub fn claim(claim: Arc<NodeClaim>) -> Self {
+    pub fn claim(claim: Arc<SlimNodeClaim>) -> Self {
         Self {
             shared: Some(Shared::Claim(claim)),
             owned: None,
@@ -87,19 +87,13 @@ impl NodeLabels {
     }
 
     fn source(&self) -> Source<'_> {
-        let labels = match (&self.owned, &self.shared) {
-            (Some(owned), _) => Some(&**owned),
-            (None, Some(Shared::Node(node))) => {
-                return node
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .map_or(Source::Nothing, Source::Node);
-            }
+        let shared = match (&self.owned, &self.shared) {
+            (Some(owned), _) => return Source::Map(owned),
+            (None, Some(Shared::Node(node))) => node.metadata.labels.as_ref(),
             (None, Some(Shared::Claim(claim))) => claim.metadata.labels.as_ref(),
             (None, None) => None,
         };
-        labels.map_or(Source::Nothing, Source::Map)
+        shared.map_or(Source::Nothing, Source::Shared)
     }
 
     /// The value of `key`.
@@ -107,7 +101,7 @@ impl NodeLabels {
     pub fn get(&self, key: &str) -> Option<&String> {
         match self.source() {
             Source::Map(map) => map.get(key),
-            Source::Node(map) => map.get(key),
+            Source::Shared(map) => map.get(key),
             Source::Nothing => None,
         }
     }
@@ -122,7 +116,7 @@ impl NodeLabels {
     pub fn iter(&self) -> Iter<'_> {
         match self.source() {
             Source::Map(map) => Iter::Map(map.iter()),
-            Source::Node(map) => Iter::Node(map.iter()),
+            Source::Shared(map) => Iter::Shared(map.iter()),
             Source::Nothing => Iter::Nothing,
         }
     }
@@ -131,7 +125,7 @@ impl NodeLabels {
     pub fn len(&self) -> usize {
         match self.source() {
             Source::Map(map) => map.len(),
-            Source::Node(map) => map.len(),
+            Source::Shared(map) => map.len(),
             Source::Nothing => 0,
         }
     }
@@ -227,7 +221,7 @@ mod tests {
         let labels = BTreeMap::from([("topology.kubernetes.io/zone".to_owned(), "z1".to_owned())]);
         let mut node = SlimNode::default();
         node.metadata.labels = Some(labels.clone().into());
-        let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
+        let mut claim: SlimNodeClaim = serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodeClaim",
             "metadata": { "name": "c" },
@@ -237,7 +231,7 @@ mod tests {
             },
         }))
         .unwrap();
-        claim.metadata.labels = Some(labels.clone());
+        claim.metadata.labels = Some(labels.clone().into());
         let node = Arc::new(node);
         let from_node = NodeLabels::node(Arc::clone(&node));
         assert_eq!(from_node, labels);
