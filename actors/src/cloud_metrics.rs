@@ -26,9 +26,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use karpenter_core::apis::EC2NodeClass;
-use karpenter_core::apis::SlimNode;
 use karpenter_core::apis::nodeclaim::NodeClaim;
 use karpenter_core::apis::nodepool::NodePool;
+use karpenter_core::apis::{SlimNode, SlimNodeClaim};
 use karpenter_core::domain::tags::Tags;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -211,7 +211,7 @@ impl CloudProvider for MeteredCloudProvider {
 
     async fn is_drifted(
         &self,
-        nodeclaim: &NodeClaim,
+        nodeclaim: &SlimNodeClaim,
     ) -> Result<Option<DriftReason>, CloudProviderError> {
         self.timed("IsDrifted", self.inner.is_drifted(nodeclaim))
             .await
@@ -228,13 +228,13 @@ impl CloudProvider for MeteredCloudProvider {
     // not timed.
     async fn tag_instance(
         &self,
-        nodeclaim: &NodeClaim,
+        nodeclaim: &SlimNodeClaim,
         tags: &Tags,
     ) -> Result<(), CloudProviderError> {
         self.inner.tag_instance(nodeclaim, tags).await
     }
 
-    fn node_registered(&self, nodeclaim: &NodeClaim, node: &SlimNode) {
+    fn node_registered(&self, nodeclaim: &SlimNodeClaim, node: &SlimNode) {
         self.inner.node_registered(nodeclaim, node);
     }
 

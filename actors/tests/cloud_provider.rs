@@ -36,7 +36,7 @@ use karpenter_core::apis::ec2nodeclass::{
     Ami, AmiRequirement, EC2NodeClassStatus, SecurityGroup, Subnet,
 };
 use karpenter_core::apis::labels;
-use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodePool, SlimNodeClaim};
 use karpenter_core::domain::instance_type::CapacityType;
 use serde_json::json;
 
@@ -651,7 +651,10 @@ async fn a_registered_instance_is_tagged_with_only_the_tags_it_lacks() {
         "claim-a",
         CLUSTER,
     );
-    env.cloud.tag_instance(&created, &wanted).await.unwrap();
+    env.cloud
+        .tag_instance(&SlimNodeClaim::from(&created), &wanted)
+        .await
+        .unwrap();
     assert_eq!(env.kwok.faults().count("CreateTags"), calls + 1);
     let tags = env
         .kwok
@@ -668,13 +671,20 @@ async fn a_registered_instance_is_tagged_with_only_the_tags_it_lacks() {
     assert_eq!(tags["eks:eks-cluster-name"], CLUSTER);
 
     // Nothing missing: no CreateTags.
-    env.cloud.tag_instance(&created, &wanted).await.unwrap();
+    env.cloud
+        .tag_instance(&SlimNodeClaim::from(&created), &wanted)
+        .await
+        .unwrap();
     assert_eq!(env.kwok.faults().count("CreateTags"), calls + 1);
 
     // An instance that is gone reports it, for the caller to stop trying.
     env.cloud.delete(&created).await.unwrap();
     tokio::time::sleep(LAUNCH_LATENCY).await;
-    let gone = env.cloud.tag_instance(&created, &wanted).await.unwrap_err();
+    let gone = env
+        .cloud
+        .tag_instance(&SlimNodeClaim::from(&created), &wanted)
+        .await
+        .unwrap_err();
     assert!(
         matches!(gone, CloudProviderError::NodeClaimNotFound { .. }),
         "{gone:?}"
@@ -691,7 +701,13 @@ async fn drift_is_told_from_the_hash_the_ami_the_security_groups_and_the_subnet(
         .create(&od_claim("drift", &env.zone(0)))
         .await
         .unwrap();
-    assert_eq!(env.cloud.is_drifted(&created).await.unwrap(), None);
+    assert_eq!(
+        env.cloud
+            .is_drifted(&SlimNodeClaim::from(&created))
+            .await
+            .unwrap(),
+        None
+    );
     let original = env.class();
 
     let mut class = original.clone();
@@ -703,7 +719,10 @@ async fn drift_is_told_from_the_hash_the_ami_the_security_groups_and_the_subnet(
         .insert(labels::EC2NODECLASS_HASH.into(), "2222".into());
     env.view.put_ec2nodeclass(class);
     assert_eq!(
-        env.cloud.is_drifted(&created).await.unwrap(),
+        env.cloud
+            .is_drifted(&SlimNodeClaim::from(&created))
+            .await
+            .unwrap(),
         Some(DriftReason::NodeClassDrift)
     );
     // A different hash version is not drift: the claim is re-stamped instead.
@@ -715,13 +734,22 @@ async fn drift_is_told_from_the_hash_the_ami_the_security_groups_and_the_subnet(
         .unwrap()
         .insert(labels::EC2NODECLASS_HASH_VERSION.into(), "v5".into());
     env.view.put_ec2nodeclass(class);
-    assert_eq!(env.cloud.is_drifted(&created).await.unwrap(), None);
+    assert_eq!(
+        env.cloud
+            .is_drifted(&SlimNodeClaim::from(&created))
+            .await
+            .unwrap(),
+        None
+    );
 
     let mut class = original.clone();
     class.status.as_mut().unwrap().amis[0].id = "ami-0new".into();
     env.view.put_ec2nodeclass(class);
     assert_eq!(
-        env.cloud.is_drifted(&created).await.unwrap(),
+        env.cloud
+            .is_drifted(&SlimNodeClaim::from(&created))
+            .await
+            .unwrap(),
         Some(DriftReason::AmiDrift)
     );
 
@@ -729,7 +757,10 @@ async fn drift_is_told_from_the_hash_the_ami_the_security_groups_and_the_subnet(
     class.status.as_mut().unwrap().security_groups[0].id = "sg-0new".into();
     env.view.put_ec2nodeclass(class);
     assert_eq!(
-        env.cloud.is_drifted(&created).await.unwrap(),
+        env.cloud
+            .is_drifted(&SlimNodeClaim::from(&created))
+            .await
+            .unwrap(),
         Some(DriftReason::SecurityGroupDrift)
     );
 
@@ -737,7 +768,10 @@ async fn drift_is_told_from_the_hash_the_ami_the_security_groups_and_the_subnet(
     class.status.as_mut().unwrap().subnets.remove(0);
     env.view.put_ec2nodeclass(class);
     assert_eq!(
-        env.cloud.is_drifted(&created).await.unwrap(),
+        env.cloud
+            .is_drifted(&SlimNodeClaim::from(&created))
+            .await
+            .unwrap(),
         Some(DriftReason::SubnetDrift)
     );
 
@@ -745,7 +779,7 @@ async fn drift_is_told_from_the_hash_the_ami_the_security_groups_and_the_subnet(
     class.status.as_mut().unwrap().amis.clear();
     env.view.put_ec2nodeclass(class);
     assert!(matches!(
-        env.cloud.is_drifted(&created).await,
+        env.cloud.is_drifted(&SlimNodeClaim::from(&created)).await,
         Err(CloudProviderError::NodeClassIncomplete { .. })
     ));
 }
@@ -963,19 +997,25 @@ async fn a_registered_nodes_reported_memory_sizes_the_next_launches_of_its_type(
     // 3 GiB reported, below the estimate: the type's capacity and allocatable shrink by the gap.
     let reported = 3 * 1024 * 1024 * 1024_i64;
     assert!(reported < before.0, "{before:?}");
-    env.cloud
-        .node_registered(&created, &registered_node(&created, "3Gi"));
+    env.cloud.node_registered(
+        &SlimNodeClaim::from(&created),
+        &registered_node(&created, "3Gi"),
+    );
     let after = memory_of(&env.cloud.instance_types(&pool).await.unwrap(), &name);
     assert_eq!(after.0, reported);
     assert_eq!(after.1, before.1 - (before.0 - reported));
 
     // A larger report is ignored; a node on a stale AMI is not learned from.
-    env.cloud
-        .node_registered(&created, &registered_node(&created, "100Gi"));
+    env.cloud.node_registered(
+        &SlimNodeClaim::from(&created),
+        &registered_node(&created, "100Gi"),
+    );
     let mut stale = created.clone();
     stale.status.as_mut().unwrap().image_id = Some("ami-stale".into());
-    env.cloud
-        .node_registered(&stale, &registered_node(&created, "1Gi"));
+    env.cloud.node_registered(
+        &SlimNodeClaim::from(&stale),
+        &registered_node(&created, "1Gi"),
+    );
     assert_eq!(
         memory_of(&env.cloud.instance_types(&pool).await.unwrap(), &name),
         after
@@ -1009,8 +1049,10 @@ async fn readers_of_a_pools_instance_types_share_one_list_until_it_changes() {
         .create(&od_claim("claim-a", &env.zone(0)))
         .await
         .unwrap();
-    env.cloud
-        .node_registered(&created, &registered_node(&created, "1Gi"));
+    env.cloud.node_registered(
+        &SlimNodeClaim::from(&created),
+        &registered_node(&created, "1Gi"),
+    );
     let changed = env.cloud.instance_types(&pool).await.unwrap();
     assert!(!Arc::ptr_eq(&first, &changed), "a change makes a new list");
     let name = label(&created, labels::INSTANCE_TYPE);

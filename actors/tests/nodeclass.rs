@@ -954,17 +954,25 @@ impl CloudProvider for UnusedCloud {
     ) -> Result<karpenter_actors::ports::cloud_provider::InstanceTypes, CloudProviderError> {
         unimplemented!("not used by the NodeClassActor")
     }
-    async fn is_drifted(&self, _: &NodeClaim) -> Result<Option<DriftReason>, CloudProviderError> {
+    async fn is_drifted(
+        &self,
+        _: &karpenter_core::apis::SlimNodeClaim,
+    ) -> Result<Option<DriftReason>, CloudProviderError> {
         unimplemented!("not used by the NodeClassActor")
     }
     async fn tag_instance(
         &self,
-        _: &NodeClaim,
+        _: &karpenter_core::apis::SlimNodeClaim,
         _: &karpenter_core::domain::tags::Tags,
     ) -> Result<(), CloudProviderError> {
         unimplemented!("not used by the NodeClassActor")
     }
-    fn node_registered(&self, _: &NodeClaim, _: &karpenter_core::apis::SlimNode) {}
+    fn node_registered(
+        &self,
+        _: &karpenter_core::apis::SlimNodeClaim,
+        _: &karpenter_core::apis::SlimNode,
+    ) {
+    }
 
     fn repair_policies(&self) -> std::borrow::Cow<'static, [RepairPolicy]> {
         std::borrow::Cow::Borrowed(&[])

@@ -268,7 +268,7 @@ impl CloudProvider for GatedCloudProvider {
         self.inner.list_brief().await
     }
 
-    fn node_registered(&self, nodeclaim: &NodeClaim, node: &SlimNode) {
+    fn node_registered(&self, nodeclaim: &SlimNodeClaim, node: &SlimNode) {
         self.inner.node_registered(nodeclaim, node);
     }
 
@@ -281,7 +281,7 @@ impl CloudProvider for GatedCloudProvider {
 
     async fn is_drifted(
         &self,
-        nodeclaim: &NodeClaim,
+        nodeclaim: &SlimNodeClaim,
     ) -> Result<Option<DriftReason>, CloudProviderError> {
         self.inner.is_drifted(nodeclaim).await
     }
@@ -295,7 +295,7 @@ impl CloudProvider for GatedCloudProvider {
 
     async fn tag_instance(
         &self,
-        nodeclaim: &NodeClaim,
+        nodeclaim: &SlimNodeClaim,
         tags: &Tags,
     ) -> Result<(), CloudProviderError> {
         self.gate
@@ -634,7 +634,7 @@ mod tests {
         assert!(cloud.calls_of(CloudOperation::Create).is_empty());
         let tags = Tags::from([("Name".to_owned(), "node-a".to_owned())]);
         let error = gated_cloud
-            .tag_instance(&claim("b"), &tags)
+            .tag_instance(&SlimNodeClaim::from(claim("b")), &tags)
             .await
             .unwrap_err();
         assert!(

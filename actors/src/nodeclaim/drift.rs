@@ -247,7 +247,7 @@ impl NodeClaimActor {
         Ok(self
             .deps
             .cloud
-            .is_drifted(&nodeclaim.to_nodeclaim())
+            .is_drifted(nodeclaim)
             .await?
             .map(crate::ports::cloud_provider::DriftReason::as_str))
     }

@@ -558,9 +558,7 @@ impl NodeClaimActor {
             .and_then(|s| s.node_name.as_deref())
             .and_then(|name| self.deps.view.node(name))
         {
-            self.deps
-                .cloud
-                .node_registered(&nodeclaim.to_nodeclaim(), &node);
+            self.deps.cloud.node_registered(nodeclaim, &node);
         }
     }
 
@@ -654,9 +652,7 @@ impl NodeClaimActor {
         };
         if !std::mem::replace(&mut self.reported.registered, true) {
             tracing::info!(Node = %node_name, "registered nodeclaim");
-            self.deps
-                .cloud
-                .node_registered(&written.to_nodeclaim(), &node);
+            self.deps.cloud.node_registered(&written, &node);
             self.deps
                 .metrics
                 .node_created(label(&written, labels::NODEPOOL));

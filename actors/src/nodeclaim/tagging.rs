@@ -61,12 +61,7 @@ impl NodeClaimActor {
         };
         let wanted =
             tags::registered_instance_tags(node_name, &self.name, &self.deps.cluster_info.name);
-        match self
-            .deps
-            .cloud
-            .tag_instance(&nodeclaim.to_nodeclaim(), &wanted)
-            .await
-        {
+        match self.deps.cloud.tag_instance(&nodeclaim, &wanted).await {
             Ok(()) => {}
             Err(CloudProviderError::NodeClaimNotFound { .. }) => {
                 // Terminated under us: garbage collection deletes the NodeClaim; retrying

@@ -13,9 +13,9 @@ use async_trait::async_trait;
 
 use super::aws_error::AwsError;
 use karpenter_core::apis::EC2NodeClass;
-use karpenter_core::apis::SlimNode;
 use karpenter_core::apis::nodeclaim::NodeClaim;
 use karpenter_core::apis::nodepool::NodePool;
+use karpenter_core::apis::{SlimNode, SlimNodeClaim};
 use karpenter_core::domain::instance_type::InstanceType;
 pub use karpenter_core::domain::repair::{AWS_REPAIR_POLICIES, RepairPolicy};
 use karpenter_core::domain::tags::Tags;
@@ -113,7 +113,7 @@ pub trait CloudProvider: Send + Sync + std::fmt::Debug {
     ) -> Result<InstanceTypes, CloudProviderError>;
     async fn is_drifted(
         &self,
-        nodeclaim: &NodeClaim,
+        nodeclaim: &SlimNodeClaim,
     ) -> Result<Option<DriftReason>, CloudProviderError>;
     /// The (instance type, AMI id) pairs `EC2NodeClass` validation dry-runs with, best first
     /// (dynamic instance-type validation, new in v1.5): types the class's NodePools could launch,
@@ -131,14 +131,14 @@ pub trait CloudProvider: Send + Sync + std::fmt::Debug {
     /// is gone.
     async fn tag_instance(
         &self,
-        nodeclaim: &NodeClaim,
+        nodeclaim: &SlimNodeClaim,
         tags: &Tags,
     ) -> Result<(), CloudProviderError>;
     /// A node registered for the NodeClaim: the cloud provider may learn from what it reports
     /// (the AWS provider records its memory capacity for the next launches of its type, as
     /// Karpenter's `providers.instancetype.capacity` controller). No default: a decorator that
     /// forgot to pass it on would silently stop the learning.
-    fn node_registered(&self, nodeclaim: &NodeClaim, node: &SlimNode);
+    fn node_registered(&self, nodeclaim: &SlimNodeClaim, node: &SlimNode);
     /// The node conditions that make Node Repair replace a node (empty: no repair).
     fn repair_policies(&self) -> Cow<'static, [RepairPolicy]>;
     fn name(&self) -> &'static str;

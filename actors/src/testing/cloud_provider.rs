@@ -24,7 +24,6 @@ use crate::ports::cloud_provider::{
     AWS_REPAIR_POLICIES, CloudProvider, CloudProviderError, DriftReason, InstanceTypes,
     RepairPolicy,
 };
-use karpenter_core::apis::SlimNode;
 use karpenter_core::apis::labels;
 use karpenter_core::apis::nodeclaim::NodeClaimStatus;
 use karpenter_core::apis::nodeclaim::{
@@ -32,6 +31,7 @@ use karpenter_core::apis::nodeclaim::{
 };
 use karpenter_core::apis::nodepool::NodePool;
 use karpenter_core::apis::requirements::Operator;
+use karpenter_core::apis::{SlimNode, SlimNodeClaim};
 use karpenter_core::domain::instance_type::InstanceType;
 use karpenter_core::domain::tags::Tags;
 
@@ -572,7 +572,7 @@ impl CloudProvider for FakeCloudProvider {
 
     async fn is_drifted(
         &self,
-        nodeclaim: &NodeClaim,
+        nodeclaim: &SlimNodeClaim,
     ) -> Result<Option<DriftReason>, CloudProviderError> {
         let name = nodeclaim.metadata.name.clone().unwrap_or_default();
         let mut state = self.lock();
@@ -584,7 +584,7 @@ impl CloudProvider for FakeCloudProvider {
 
     async fn tag_instance(
         &self,
-        nodeclaim: &NodeClaim,
+        nodeclaim: &SlimNodeClaim,
         tags: &Tags,
     ) -> Result<(), CloudProviderError> {
         let provider_id = karpenter_core::apis::nodeclaim::provider_id(nodeclaim)
@@ -603,7 +603,7 @@ impl CloudProvider for FakeCloudProvider {
         Ok(())
     }
 
-    fn node_registered(&self, nodeclaim: &NodeClaim, node: &SlimNode) {
+    fn node_registered(&self, nodeclaim: &SlimNodeClaim, node: &SlimNode) {
         // A notification: recorded, never failed.
         self.lock().calls.push(CloudCall::NodeRegistered {
             nodeclaim: nodeclaim.metadata.name.clone().unwrap_or_default(),

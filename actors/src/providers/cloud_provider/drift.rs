@@ -13,12 +13,12 @@ use crate::ports::cloud_provider::{CloudProviderError, DriftReason};
 use crate::ports::ec2::Instance;
 use crate::providers::ami_mapping::map_to_instance_types;
 use karpenter_core::apis::labels::annotation;
-use karpenter_core::apis::nodeclaim::{NodeClaim, provider_id};
-use karpenter_core::apis::{EC2NodeClass, labels};
+use karpenter_core::apis::nodeclaim::provider_id;
+use karpenter_core::apis::{EC2NodeClass, SlimNodeClaim, labels};
 
 /// `NodeClassDrift` when both carry a hash of the same version and the hashes differ.
 #[must_use]
-pub fn static_drift(nodeclaim: &NodeClaim, nodeclass: &EC2NodeClass) -> Option<DriftReason> {
+pub fn static_drift(nodeclaim: &SlimNodeClaim, nodeclass: &EC2NodeClass) -> Option<DriftReason> {
     let class_hash = annotation(&nodeclass.metadata, labels::EC2NODECLASS_HASH)?;
     let class_version = annotation(&nodeclass.metadata, labels::EC2NODECLASS_HASH_VERSION)?;
     let claim_hash = annotation(&nodeclaim.metadata, labels::EC2NODECLASS_HASH)?;
@@ -71,7 +71,7 @@ fn instance_drift(
 impl AwsCloudProvider {
     pub(super) async fn drift(
         &self,
-        nodeclaim: &NodeClaim,
+        nodeclaim: &SlimNodeClaim,
     ) -> Result<Option<DriftReason>, CloudProviderError> {
         let Some(pool) = nodeclaim
             .metadata

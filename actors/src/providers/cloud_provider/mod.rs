@@ -51,7 +51,7 @@ use crate::ports::pricing::PricingApi;
 use karpenter_core::apis::conditions::ConditionStatus;
 use karpenter_core::apis::nodeclaim::{NodeClaim, provider_id};
 use karpenter_core::apis::nodepool::NodePool;
-use karpenter_core::apis::{EC2NodeClass, SlimNode, labels};
+use karpenter_core::apis::{EC2NodeClass, SlimNode, SlimNodeClaim, labels};
 use karpenter_core::domain::instance_type::InstanceType;
 use karpenter_core::domain::requirements::{AllowUndefined, Requirements};
 use karpenter_core::domain::resources;
@@ -256,7 +256,7 @@ impl AwsCloudProvider {
     /// Records the memory capacity a registered node reports for its type, when the NodeClaim
     /// runs the AMI its class maps that type to now (Karpenter's
     /// `UpdateInstanceTypeCapacityFromNode`).
-    fn discover_capacity(&self, nodeclaim: &NodeClaim, node: &SlimNode) {
+    fn discover_capacity(&self, nodeclaim: &SlimNodeClaim, node: &SlimNode) {
         let node_labels = node.metadata.labels.clone().unwrap_or_default();
         let Some(instance_type) = node_labels.get(labels::INSTANCE_TYPE) else {
             return;
@@ -461,7 +461,7 @@ impl CloudProvider for AwsCloudProvider {
 
     async fn is_drifted(
         &self,
-        nodeclaim: &NodeClaim,
+        nodeclaim: &SlimNodeClaim,
     ) -> Result<Option<DriftReason>, CloudProviderError> {
         self.drift(nodeclaim).await
     }
@@ -473,13 +473,13 @@ impl CloudProvider for AwsCloudProvider {
         self.validation_choice(nodeclass, validation::validation_launches)
     }
 
-    fn node_registered(&self, nodeclaim: &NodeClaim, node: &SlimNode) {
+    fn node_registered(&self, nodeclaim: &SlimNodeClaim, node: &SlimNode) {
         self.discover_capacity(nodeclaim, node);
     }
 
     async fn tag_instance(
         &self,
-        nodeclaim: &NodeClaim,
+        nodeclaim: &SlimNodeClaim,
         tags: &Tags,
     ) -> Result<(), CloudProviderError> {
         // Through the DescribeInstances batcher: a burst of registrations reads in few calls.
