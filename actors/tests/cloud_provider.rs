@@ -701,13 +701,8 @@ async fn drift_is_told_from_the_hash_the_ami_the_security_groups_and_the_subnet(
         .create(&od_claim("drift", &env.zone(0)))
         .await
         .unwrap();
-    assert_eq!(
-        env.cloud
-            .is_drifted(&SlimNodeClaim::from(&created))
-            .await
-            .unwrap(),
-        None
-    );
+    let kept = SlimNodeClaim::from(&created);
+    assert_eq!(env.cloud.is_drifted(&kept).await.unwrap(), None);
     let original = env.class();
 
     let mut class = original.clone();
@@ -719,10 +714,7 @@ async fn drift_is_told_from_the_hash_the_ami_the_security_groups_and_the_subnet(
         .insert(labels::EC2NODECLASS_HASH.into(), "2222".into());
     env.view.put_ec2nodeclass(class);
     assert_eq!(
-        env.cloud
-            .is_drifted(&SlimNodeClaim::from(&created))
-            .await
-            .unwrap(),
+        env.cloud.is_drifted(&kept).await.unwrap(),
         Some(DriftReason::NodeClassDrift)
     );
     // A different hash version is not drift: the claim is re-stamped instead.
@@ -734,22 +726,13 @@ async fn drift_is_told_from_the_hash_the_ami_the_security_groups_and_the_subnet(
         .unwrap()
         .insert(labels::EC2NODECLASS_HASH_VERSION.into(), "v5".into());
     env.view.put_ec2nodeclass(class);
-    assert_eq!(
-        env.cloud
-            .is_drifted(&SlimNodeClaim::from(&created))
-            .await
-            .unwrap(),
-        None
-    );
+    assert_eq!(env.cloud.is_drifted(&kept).await.unwrap(), None);
 
     let mut class = original.clone();
     class.status.as_mut().unwrap().amis[0].id = "ami-0new".into();
     env.view.put_ec2nodeclass(class);
     assert_eq!(
-        env.cloud
-            .is_drifted(&SlimNodeClaim::from(&created))
-            .await
-            .unwrap(),
+        env.cloud.is_drifted(&kept).await.unwrap(),
         Some(DriftReason::AmiDrift)
     );
 
@@ -757,10 +740,7 @@ async fn drift_is_told_from_the_hash_the_ami_the_security_groups_and_the_subnet(
     class.status.as_mut().unwrap().security_groups[0].id = "sg-0new".into();
     env.view.put_ec2nodeclass(class);
     assert_eq!(
-        env.cloud
-            .is_drifted(&SlimNodeClaim::from(&created))
-            .await
-            .unwrap(),
+        env.cloud.is_drifted(&kept).await.unwrap(),
         Some(DriftReason::SecurityGroupDrift)
     );
 
@@ -768,10 +748,7 @@ async fn drift_is_told_from_the_hash_the_ami_the_security_groups_and_the_subnet(
     class.status.as_mut().unwrap().subnets.remove(0);
     env.view.put_ec2nodeclass(class);
     assert_eq!(
-        env.cloud
-            .is_drifted(&SlimNodeClaim::from(&created))
-            .await
-            .unwrap(),
+        env.cloud.is_drifted(&kept).await.unwrap(),
         Some(DriftReason::SubnetDrift)
     );
 
@@ -779,7 +756,7 @@ async fn drift_is_told_from_the_hash_the_ami_the_security_groups_and_the_subnet(
     class.status.as_mut().unwrap().amis.clear();
     env.view.put_ec2nodeclass(class);
     assert!(matches!(
-        env.cloud.is_drifted(&SlimNodeClaim::from(&created)).await,
+        env.cloud.is_drifted(&kept).await,
         Err(CloudProviderError::NodeClassIncomplete { .. })
     ));
 }

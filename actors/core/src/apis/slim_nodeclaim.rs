@@ -45,11 +45,7 @@ impl SlimNodeClaim {
     /// The NodeClaim it stands for, its maps rebuilt: what a write starting from it sends.
     #[must_use]
     pub fn to_nodeclaim(&self) -> NodeClaim {
-        NodeClaim {
-            metadata: self.metadata.clone().into(),
-            spec: self.spec.clone(),
-            status: self.status.clone(),
-        }
+        self.clone().into()
     }
 }
 
@@ -65,11 +61,7 @@ impl From<NodeClaim> for SlimNodeClaim {
 
 impl From<&NodeClaim> for SlimNodeClaim {
     fn from(nodeclaim: &NodeClaim) -> Self {
-        Self {
-            metadata: nodeclaim.metadata.clone().into(),
-            spec: nodeclaim.spec.clone(),
-            status: nodeclaim.status.clone(),
-        }
+        nodeclaim.clone().into()
     }
 }
 
