@@ -124,7 +124,21 @@ impl Slim for PodDisruptionBudget {}
 impl Slim for VolumeAttachment {}
 impl Slim for PersistentVolumeClaim {}
 impl Slim for Namespace {}
-impl Slim for NodeClaim {}
+/// A NodeClaim's labels and annotations are interned as it becomes a [`SlimNodeClaim`], so a
+/// clone of them would be thrown away (on every NodeClaim event): only the lists it keeps as
+/// decoded are sized.
+impl Slim for NodeClaim {
+    fn compact(&mut self) {
+        if let Some(finalizers) = self.metadata.finalizers.as_mut() {
+            finalizers.shrink_to_fit();
+        }
+        if let Some(owners) = self.metadata.owner_references.as_mut() {
+            owners.shrink_to_fit();
+        }
+        self.spec = self.spec.clone();
+        self.status = self.status.clone();
+    }
+}
 impl Slim for NodePool {}
 impl Slim for EC2NodeClass {}
 
@@ -268,6 +282,7 @@ impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
+    use karpenter_core::apis::MetaFields;
     use karpenter_core::domain::scheduling::SchedulingPod;
 
     /// A Pod as a real cluster serves it: applied with kubectl, with env, probes, mounts, an
@@ -505,5 +520,45 @@ mod tests {
         let annotations = pool.metadata.annotations.unwrap();
         assert!(!annotations.contains_key(LAST_APPLIED), "{annotations:?}");
         assert_eq!(annotations["team"], "a");
+    }
+
+    #[test]
+    fn a_nodeclaim_decodes_slim_with_its_lists_sized_and_its_labels_shared() {
+        let wire = |name: &str| -> Lenient<NodeClaim> {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {
+                    "name": name,
+                    "labels": {"karpenter.sh/nodepool": "default", "team": "a"},
+                    "annotations": {LAST_APPLIED: "{}", "karpenter.sh/nodepool-hash": "1"},
+                    "finalizers": ["karpenter.sh/termination"],
+                },
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    "requirements": [],
+                    "taints": [{"key": "dedicated", "effect": "NoSchedule"}],
+                },
+                "status": {"conditions": [{
+                    "type": "Launched", "status": "True", "reason": "Launched", "message": "",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }]},
+            }))
+            .unwrap()
+        };
+        let a = SlimNodeClaim::decode(wire("a")).unwrap();
+        let b = SlimNodeClaim::decode(wire("b")).unwrap();
+        assert_eq!(a.metadata.label("team"), Some("a"));
+        assert_eq!(
+            a.metadata.annotation("karpenter.sh/nodepool-hash"),
+            Some("1")
+        );
+        assert_eq!(a.metadata.annotation(LAST_APPLIED), None);
+        let labels = |claim: &SlimNodeClaim| claim.metadata.labels.clone().unwrap();
+        assert!(labels(&a).shares_with(&labels(&b)));
+        // A decoded list grows by doubling from four entries; a kept one holds no spare room.
+        let finalizers = a.metadata.finalizers.as_ref().unwrap();
+        assert_eq!((finalizers.len(), finalizers.capacity()), (1, 1));
+        assert_eq!(a.spec.taints.capacity(), 1);
+        assert_eq!(a.status.as_ref().unwrap().conditions.capacity(), 1);
     }
 }
