@@ -15,6 +15,11 @@
 //! - `rest`: everything else live on the heap (the actors and their caches, kwok's account,
 //!   the harness, buffers), the counting allocator's total minus the two above.
 //!
+//! Prometheus scrapes the daemon's `/metrics` once a simulated minute (its default
+//! `scrape_interval`), asking for gzip as it does: the per-node and per-pod families are
+//! computed at a scrape, so their cost is in the wall time and the peaks. The bench prints the
+//! scrapes' mean wall time and the last one's size.
+//!
 //! It also prints what the run did (pods bound and pending, nodes at the peak), and panics if a
 //! pod was left pending: a fast run that did not place its pods measures nothing.
 //!
@@ -207,6 +212,41 @@ fn view_heap(view: &dyn ClusterView) -> usize {
         + heap_of(&view.namespaces())
 }
 
+/// Prometheus scraping `/metrics` once a simulated minute (its default `scrape_interval`), as
+/// it would the deployed daemon: the families computed at scrape time are part of its cost.
+#[derive(Default)]
+struct Scrapes {
+    count: u32,
+    wall: Duration,
+    last_bytes: usize,
+}
+
+impl Scrapes {
+    async fn scrape(&mut self, simulation: &Simulation<'_>) -> Duration {
+        let started = Instant::now();
+        let reply = simulation
+            .routes()
+            .answer_accepting(
+                &http::Method::GET,
+                karpenter::http::METRICS_PATH,
+                None,
+                true,
+            )
+            .await;
+        assert_eq!(reply.status, http::StatusCode::OK, "the scrape is answered");
+        assert_eq!(
+            reply.content_encoding,
+            Some("gzip"),
+            "as Prometheus asks for it"
+        );
+        let took = started.elapsed();
+        self.count += 1;
+        self.wall += took;
+        self.last_bytes = reply.body.len();
+        took
+    }
+}
+
 fn child(size: u64) {
     let loaded = scenario(size);
     let simulated = loaded.scenario.duration;
@@ -225,14 +265,18 @@ fn child(size: u64) {
                 .map(|c| c.count)
                 .sum()
         };
+        let mut prometheus = Scrapes::default();
         while simulation.advance(std::time::Duration::from_mins(1)).await {
             minute += 1;
+            let scrape_wall = prometheus.scrape(&simulation).await;
             eprintln!(
-                "size {size} at {minute:>2} min: wall {:>6.1} s, heap {:>5.0} MB, peak heap {:>5.0} MB, API requests {:>7}",
+                "size {size} at {minute:>2} min: wall {:>6.1} s, heap {:>5.0} MB, peak heap {:>5.0} MB, API requests {:>7}, scrape {:>6.1} ms {:>6.0} KB",
                 started.elapsed().as_secs_f64(),
                 mb(live_heap()),
                 mb(peak.get()),
                 requests(&simulation),
+                scrape_wall.as_secs_f64() * 1e3,
+                prometheus.last_bytes as f64 / 1024.0,
             );
         }
         let wall = started.elapsed().as_secs_f64();
@@ -266,6 +310,12 @@ fn child(size: u64) {
             })
             .collect();
         println!("size {size}, API requests served: {}", busiest.join("; "));
+        println!(
+            "size {size}, /metrics scraped {} times (gzip, as Prometheus asks): {:.0} ms each, {:.0} KB the last",
+            prometheus.count,
+            prometheus.wall.as_secs_f64() * 1e3 / f64::from(prometheus.count.max(1)),
+            prometheus.last_bytes as f64 / 1024.0,
+        );
         assert_eq!(
             pods.pending_at_end, 0,
             "size {size}: pods left pending: {:?}",

@@ -21,8 +21,8 @@ use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -54,6 +54,8 @@ pub const READYZ_PATH: &str = "/readyz";
 pub struct Reply {
     pub status: StatusCode,
     pub content_type: &'static str,
+    /// `Content-Encoding` of `body`, when it is encoded (`gzip`).
+    pub content_encoding: Option<&'static str>,
     pub body: Bytes,
 }
 
@@ -64,6 +66,7 @@ impl Reply {
         Self {
             status,
             content_type: "text/plain; charset=utf-8",
+            content_encoding: None,
             body: Bytes::from(body.into()),
         }
     }
@@ -75,6 +78,7 @@ impl Reply {
             Ok(body) => Self {
                 status: StatusCode::OK,
                 content_type: "application/json",
+                content_encoding: None,
                 body: Bytes::from(body),
             },
             Err(error) => Self::text(
@@ -94,6 +98,8 @@ pub struct RouteRequest {
     pub rest: String,
     /// The query string without `?`, if any.
     pub query: Option<String>,
+    /// Whether the client takes a gzip-encoded answer (its `Accept-Encoding`).
+    pub accepts_gzip: bool,
 }
 
 type ReplyFuture = Pin<Box<dyn Future<Output = Reply> + Send>>;
@@ -173,8 +179,19 @@ impl Routes {
             .collect()
     }
 
-    /// Answers one request.
+    /// Answers one request from a client that takes no encoded answer.
     pub async fn answer(&self, method: &Method, path: &str, query: Option<&str>) -> Reply {
+        self.answer_accepting(method, path, query, false).await
+    }
+
+    /// Answers one request; `accepts_gzip` says whether the client takes a gzip-encoded answer.
+    pub async fn answer_accepting(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        accepts_gzip: bool,
+    ) -> Reply {
         if method != Method::GET && method != Method::HEAD {
             return Reply::text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served\n");
         }
@@ -182,6 +199,7 @@ impl Routes {
             path: path.to_owned(),
             rest: rest.to_owned(),
             query: query.map(str::to_owned),
+            accepts_gzip,
         };
         if let Some(handler) = self.exact.get(path) {
             return handler(request("")).await;
@@ -308,7 +326,16 @@ pub struct MetricsRegistries {
     texts: Arc<RwLock<Vec<Arc<dyn TextFamily>>>>,
     /// Run before each encoding: families computed from the cluster at scrape time.
     before_encode: Arc<RwLock<Vec<ScrapeHook>>>,
+    /// The length of the last text encoded, the room the next one starts with: grown by
+    /// doubling, the last step of an 80 MB text held 64 and 128 MB at once.
+    last_len: Arc<AtomicUsize>,
 }
+
+/// Held through a scrape's hooks and its encoding: the families a hook writes are taken by the
+/// encoding that follows, so two scrapes at once (a pair of Prometheus replicas) must not
+/// interleave. One for the process: registries merged with [`MetricsRegistries::extend`]
+/// share their hooks.
+static SCRAPING: Mutex<()> = Mutex::new(());
 
 /// Work `/metrics` does before it encodes (see [`MetricsRegistries::before_encode`]).
 pub type ScrapeHook = Arc<dyn Fn() + Send + Sync>;
@@ -340,6 +367,7 @@ impl fmt::Debug for MetricsRegistries {
                     .unwrap_or_else(PoisonError::into_inner)
                     .len(),
             )
+            .field("last_len", &self.last_len.load(Ordering::Relaxed))
             .finish()
     }
 }
@@ -411,6 +439,22 @@ impl MetricsRegistries {
 
     /// Every registry in the `OpenMetrics` text format, ending with one `# EOF`.
     pub fn encode(&self) -> Result<String, fmt::Error> {
+        self.scrape(|| self.encode_as_they_stand())
+    }
+
+    /// [`Self::encode`], gzip-compressed as it is written: the whole text is never held (at
+    /// 5,000 nodes and 50,000 pods it is about 78 MB; compressed, a twentieth of that).
+    pub fn encode_gzip(&self) -> Result<Vec<u8>, fmt::Error> {
+        self.scrape(|| {
+            let mut out = GzipText::new();
+            self.write_as_they_stand(&mut out)?;
+            out.finish()
+        })
+    }
+
+    /// Runs the scrape hooks, then `encode`, holding [`SCRAPING`] throughout.
+    fn scrape<T>(&self, encode: impl FnOnce() -> T) -> T {
+        let _scraping = SCRAPING.lock().unwrap_or_else(PoisonError::into_inner);
         let hooks = self
             .before_encode
             .read()
@@ -419,44 +463,105 @@ impl MetricsRegistries {
         for hook in &hooks {
             hook();
         }
-        self.encode_as_they_stand()
+        encode()
     }
 
     /// Every registry as it stands, without the scrape hooks: the families computed from the
-    /// cluster hold what the last scrape wrote (nothing if none has). For readers of the
+    /// cluster are empty (a scrape's encoding takes what its hooks wrote). For readers of the
     /// counters alone (the simulation's report), who need not build a series per pod and node.
     pub fn encode_as_they_stand(&self) -> Result<String, fmt::Error> {
+        let last = self.last_len.load(Ordering::Relaxed);
+        let mut text = String::with_capacity(last + last / 8);
+        self.write_as_they_stand(&mut text)?;
+        self.last_len.store(text.len(), Ordering::Relaxed);
+        Ok(text)
+    }
+
+    fn write_as_they_stand(&self, out: &mut impl fmt::Write) -> fmt::Result {
         let registries = self
             .registries
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let mut text = String::new();
         for registry in &registries {
-            prometheus_client::encoding::text::encode_registry(&mut text, registry)?;
+            prometheus_client::encoding::text::encode_registry(out, registry)?;
         }
         let texts = self
             .texts
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        let mut text = String::new();
         for family in &texts {
             family.encode_text(&mut text)?;
         }
-        prometheus_client::encoding::text::encode_eof(&mut text)?;
-        Ok(text)
+        out.write_str(&text)?;
+        prometheus_client::encoding::text::encode_eof(out)
+    }
+}
+
+/// Text written into a gzip stream, through a buffer (the encoders write a few bytes at a
+/// time). Level 1: a scrape's text compresses about twentyfold at it.
+struct GzipText {
+    buffer: String,
+    gzip: flate2::write::GzEncoder<Vec<u8>>,
+}
+
+/// Bytes [`GzipText`] gathers before compressing them.
+const GZIP_CHUNK: usize = 64 * 1024;
+
+impl GzipText {
+    fn new() -> Self {
+        Self {
+            buffer: String::with_capacity(GZIP_CHUNK),
+            gzip: flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()),
+        }
+    }
+
+    fn flush_buffer(&mut self) -> fmt::Result {
+        std::io::Write::write_all(&mut self.gzip, self.buffer.as_bytes())
+            .map_err(|_| fmt::Error)?;
+        self.buffer.clear();
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<Vec<u8>, fmt::Error> {
+        self.flush_buffer()?;
+        self.gzip.finish().map_err(|_| fmt::Error)
+    }
+}
+
+impl fmt::Write for GzipText {
+    fn write_str(&mut self, text: &str) -> fmt::Result {
+        if self.buffer.len() + text.len() > GZIP_CHUNK {
+            self.flush_buffer()?;
+        }
+        if text.len() > GZIP_CHUNK {
+            return std::io::Write::write_all(&mut self.gzip, text.as_bytes())
+                .map_err(|_| fmt::Error);
+        }
+        self.buffer.push_str(text);
+        Ok(())
     }
 }
 
 /// `/metrics`: the registries in the `OpenMetrics` text format.
 #[must_use]
 pub fn metrics_handler(registries: MetricsRegistries) -> Handler {
-    handler(move |_| {
-        let reply = match registries.encode() {
-            Ok(text) => Reply {
+    handler(move |request: RouteRequest| {
+        let encoded = if request.accepts_gzip {
+            registries
+                .encode_gzip()
+                .map(|gzip| (Bytes::from(gzip), Some("gzip")))
+        } else {
+            registries.encode().map(|text| (Bytes::from(text), None))
+        };
+        let reply = match encoded {
+            Ok((body, content_encoding)) => Reply {
                 status: StatusCode::OK,
                 content_type: METRICS_CONTENT_TYPE,
-                body: Bytes::from(text),
+                content_encoding,
+                body,
             },
             Err(error) => Reply::text(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -588,11 +693,17 @@ impl HttpServer {
 }
 
 async fn respond(routes: &Routes, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let accepts_gzip = request
+        .headers()
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(accepts_gzip);
     let reply = routes
-        .answer(
+        .answer_accepting(
             request.method(),
             request.uri().path(),
             request.uri().query(),
+            accepts_gzip,
         )
         .await;
     let body = if request.method() == Method::HEAD {
@@ -606,7 +717,32 @@ async fn respond(routes: &Routes, request: &Request<Incoming>) -> Response<Full<
         header::CONTENT_TYPE,
         http::HeaderValue::from_static(reply.content_type),
     );
+    if let Some(encoding) = reply.content_encoding {
+        response.headers_mut().insert(
+            header::CONTENT_ENCODING,
+            http::HeaderValue::from_static(encoding),
+        );
+    }
     response
+}
+
+/// Whether an `Accept-Encoding` value takes gzip: `gzip` (or `x-gzip`, or `*`) listed without
+/// `q=0`.
+fn accepts_gzip(accept_encoding: &str) -> bool {
+    accept_encoding.split(',').any(|coding| {
+        let mut parts = coding.split(';').map(str::trim);
+        let name = parts.next().unwrap_or_default();
+        let refused = parts.any(|parameter| {
+            parameter
+                .strip_prefix("q=")
+                .and_then(|q| q.parse::<f32>().ok())
+                .is_some_and(|q| q <= 0.0)
+        });
+        ["gzip", "x-gzip", "*"]
+            .iter()
+            .any(|accepted| name.eq_ignore_ascii_case(accepted))
+            && !refused
+    })
 }
 
 /// How long a client may take to send a request's headers before its connection is closed: a
@@ -836,6 +972,111 @@ mod tests {
             "/ok",
             handler(|_| async { Reply::text(StatusCode::OK, "ok\n") }),
         )
+    }
+
+    #[test]
+    fn accept_encoding_takes_gzip_when_listed_and_not_refused() {
+        for (header, takes) in [
+            ("gzip", true),
+            ("deflate, gzip;q=1.0, *;q=0.5", true),
+            ("identity, GZip", true),
+            ("x-gzip", true),
+            ("*", true),
+            ("gzip;q=0", false),
+            ("gzip; q=0.0, identity", false),
+            ("identity", false),
+            ("br, deflate", false),
+            ("", false),
+        ] {
+            assert_eq!(accepts_gzip(header), takes, "{header:?}");
+        }
+    }
+
+    /// A registry with one counter per `n` (their names long enough for the text to span
+    /// several of [`GzipText`]'s chunks).
+    fn counters(n: usize) -> MetricsRegistries {
+        use prometheus_client::metrics::counter::Counter;
+        let mut registry = Registry::default();
+        for i in 0..n {
+            let counter: Counter = Counter::default();
+            counter.inc_by(u64::try_from(i).unwrap());
+            registry.register(
+                format!("a_counter_with_a_long_name_to_fill_the_text_{i}"),
+                "One of many",
+                counter,
+            );
+        }
+        MetricsRegistries::new(registry)
+    }
+
+    fn gunzip(body: &[u8]) -> String {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(body), &mut text).unwrap();
+        text
+    }
+
+    #[tokio::test]
+    async fn metrics_are_gzipped_for_a_client_that_takes_gzip_and_plain_otherwise() {
+        let registries = counters(2_000);
+        let plain = registries.encode().unwrap();
+        assert!(plain.len() > 2 * GZIP_CHUNK, "{} bytes", plain.len());
+        let routes = Routes::new().route(METRICS_PATH, metrics_handler(registries));
+
+        let gzipped = routes
+            .answer_accepting(&Method::GET, METRICS_PATH, None, true)
+            .await;
+        assert_eq!(gzipped.status, StatusCode::OK);
+        assert_eq!(gzipped.content_encoding, Some("gzip"));
+        assert!(
+            gzipped.body.len() * 5 < plain.len(),
+            "{} bytes",
+            gzipped.body.len()
+        );
+        assert_eq!(gunzip(&gzipped.body), plain);
+
+        let answer = routes.answer(&Method::GET, METRICS_PATH, None).await;
+        assert_eq!(answer.content_encoding, None);
+        assert_eq!(answer.body, Bytes::from(plain));
+    }
+
+    #[tokio::test]
+    async fn the_server_sends_content_encoding_when_the_request_accepts_gzip() {
+        use tokio::io::AsyncWriteExt as _;
+        let registries = counters(3);
+        let server = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            Routes::new().route(METRICS_PATH, metrics_handler(registries.clone())),
+        )
+        .await
+        .unwrap();
+        let mut client = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        client
+            .write_all(
+                b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        let answer = read_to_close(&mut client).await;
+        let split = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        let head = String::from_utf8_lossy(&answer[..split]).to_lowercase();
+        assert!(head.starts_with("http/1.1 200 ok"), "{head}");
+        assert!(head.contains("content-encoding: gzip"), "{head}");
+        let text = gunzip(&answer[split + 4..]);
+        assert!(
+            text.contains("a_counter_with_a_long_name_to_fill_the_text_2_total 2"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        // Without the header: the text as it is.
+        let (status, body) = get(
+            &format!("{}{METRICS_PATH}", server.url()),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(String::from_utf8_lossy(&body), registries.encode().unwrap());
+        server.shutdown().await;
     }
 
     #[tokio::test]

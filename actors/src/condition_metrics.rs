@@ -40,6 +40,7 @@ use k8s_openapi::jiff::Timestamp;
 use karpenter_core::apis::MetaFields;
 use karpenter_core::apis::conditions::Condition;
 use karpenter_core::domain::interner::Interner;
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -155,6 +156,31 @@ fn with<const N: usize>(
         .collect()
 }
 
+/// One series of the count, current-status and termination gauges: the object, whose labels
+/// are read when the series is encoded (a copy of its labels per series was 0.2 KB, twice per
+/// condition), and which of its conditions (`None`: its termination).
+#[derive(Debug, Clone)]
+struct ObjectSeries {
+    object: Arc<ObjectState>,
+    condition: Option<usize>,
+}
+
+impl EncodeLabelSet for ObjectSeries {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        let object = &self.object;
+        [("namespace", ""), ("name", object.name.as_ref())].encode(encoder)?;
+        if let Some(condition) = self.condition.and_then(|at| object.conditions.get(at)) {
+            [
+                ("type", condition.type_.as_ref()),
+                ("status", condition.status.as_ref()),
+                ("reason", condition.reason.as_ref()),
+            ]
+            .encode(encoder)?;
+        }
+        object.extra.as_slice().encode(encoder)
+    }
+}
+
 fn histogram() -> Histogram {
     Histogram::new(DEFAULT_BUCKETS_SECONDS)
 }
@@ -162,14 +188,14 @@ fn histogram() -> Histogram {
 /// One kind's six families and its last snapshot.
 #[derive(Debug)]
 struct KindFamilies {
-    count: StoreGauge<DynamicLabels>,
-    current: StoreGauge<DynamicLabels>,
+    count: StoreGauge<ObjectSeries>,
+    current: StoreGauge<ObjectSeries>,
     transitions: Family<DynamicLabels, Counter>,
     transition_seconds: Family<DynamicLabels, Histogram, fn() -> Histogram>,
-    termination_current: StoreGauge<DynamicLabels>,
+    termination_current: StoreGauge<ObjectSeries>,
     termination_duration: Family<DynamicLabels, Histogram, fn() -> Histogram>,
     /// The last refresh's objects by name; `None` before the first refresh.
-    last: Mutex<Option<BTreeMap<Arc<str>, ObjectState>>>,
+    last: Mutex<Option<BTreeMap<Arc<str>, Arc<ObjectState>>>>,
 }
 
 impl KindFamilies {
@@ -189,12 +215,12 @@ impl KindFamilies {
         registry.register(
             format!("operator_{kind}_status_condition_count"),
             "The number of a condition for a given object, type and status. e.g. Alarm := Available=False > 0",
-            self.count.family.clone(),
+            self.count.clone(),
         );
         registry.register(
             format!("operator_{kind}_status_condition_current_status_seconds"),
             "The current amount of time in seconds that a status condition has been in a specific state. Alarm := P99(Updated=Unknown) > 5 minutes",
-            self.current.family.clone(),
+            self.current.clone(),
         );
         registry.register(
             format!("operator_{kind}_status_condition_transitions"),
@@ -209,7 +235,7 @@ impl KindFamilies {
         registry.register(
             format!("operator_{kind}_termination_current_time_seconds"),
             "The current amount of time in seconds that an object has been in terminating state.",
-            self.termination_current.family.clone(),
+            self.termination_current.clone(),
         );
         registry.register(
             format!("operator_{kind}_termination_duration_seconds"),
@@ -226,21 +252,15 @@ impl KindFamilies {
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
         let first = last.is_none();
         let previous = last.take().unwrap_or_default();
-        let no_namespace = word("");
+        let objects: Vec<Arc<ObjectState>> = objects.into_iter().map(Arc::new).collect();
         for object in &objects {
             let seen_before = previous.get(&object.name);
-            for condition in &object.conditions {
+            for (at, condition) in object.conditions.iter().enumerate() {
                 if series {
-                    let labels = with(
-                        [
-                            ("namespace", &no_namespace),
-                            ("name", &object.name),
-                            ("type", &condition.type_),
-                            ("status", &condition.status),
-                            ("reason", &condition.reason),
-                        ],
-                        &object.extra,
-                    );
+                    let labels = ObjectSeries {
+                        object: Arc::clone(object),
+                        condition: Some(at),
+                    };
                     count.push((labels.clone(), 1.0));
                     let held = condition
                         .since
@@ -280,16 +300,14 @@ impl KindFamilies {
             if let Some(since) = object.deleting_since
                 && series
             {
-                terminating.push((
-                    with(
-                        [("namespace", &no_namespace), ("name", &object.name)],
-                        &object.extra,
-                    ),
-                    seconds_between(since, now),
-                ));
+                let labels = ObjectSeries {
+                    object: Arc::clone(object),
+                    condition: None,
+                };
+                terminating.push((labels, seconds_between(since, now)));
             }
         }
-        let present: BTreeMap<Arc<str>, ObjectState> = objects
+        let present: BTreeMap<Arc<str>, Arc<ObjectState>> = objects
             .into_iter()
             .map(|object| (Arc::clone(&object.name), object))
             .collect();

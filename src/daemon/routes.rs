@@ -75,6 +75,7 @@ fn json_reply(answer: Option<RouteAnswer>, path: &str) -> Reply {
             status: http::StatusCode::from_u16(found.status)
                 .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
             content_type: "application/json",
+            content_encoding: None,
             body: found.body.into(),
         },
         None => Reply::text(
