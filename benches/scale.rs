@@ -219,10 +219,13 @@ struct Scrapes {
     count: u32,
     wall: Duration,
     last_bytes: usize,
+    last: bytes::Bytes,
 }
 
 impl Scrapes {
-    async fn scrape(&mut self, simulation: &Simulation<'_>) -> Duration {
+    /// One scrape; the answer is kept only when `keep` (the last one: the harness holds
+    /// nothing of the daemon's between scrapes).
+    async fn scrape(&mut self, simulation: &Simulation<'_>, keep: bool) -> Duration {
         let started = Instant::now();
         let reply = simulation
             .routes()
@@ -243,7 +246,16 @@ impl Scrapes {
         self.count += 1;
         self.wall += took;
         self.last_bytes = reply.body.len();
+        if keep {
+            self.last = reply.body;
+        }
         took
+    }
+
+    /// The length of the last scrape's text, read through the gzip stream (never held whole).
+    fn last_text_len(&self) -> u64 {
+        let mut text = flate2::read::GzDecoder::new(&self.last[..]);
+        std::io::copy(&mut text, &mut std::io::sink()).expect("the scrape is gzip")
     }
 }
 
@@ -256,7 +268,7 @@ fn child(size: u64) {
         let mut simulation = Simulation::start(loaded, None).await.expect("starts");
         // Minute by minute, so a child run by hand (`--child SIZE`) shows on stderr where the
         // wall time and the peak heap go.
-        let mut minute = 0;
+        let mut minute: u64 = 0;
         let requests = |simulation: &Simulation| -> u64 {
             simulation
                 .emulator()
@@ -268,7 +280,8 @@ fn child(size: u64) {
         let mut prometheus = Scrapes::default();
         while simulation.advance(std::time::Duration::from_mins(1)).await {
             minute += 1;
-            let scrape_wall = prometheus.scrape(&simulation).await;
+            let last = u64::from(minute) * 60 >= simulated.as_secs();
+            let scrape_wall = prometheus.scrape(&simulation, last).await;
             eprintln!(
                 "size {size} at {minute:>2} min: wall {:>6.1} s, heap {:>5.0} MB, peak heap {:>5.0} MB, API requests {:>7}, scrape {:>6.1} ms {:>6.0} KB",
                 started.elapsed().as_secs_f64(),
@@ -280,6 +293,8 @@ fn child(size: u64) {
             );
         }
         let wall = started.elapsed().as_secs_f64();
+        let scraped_text = prometheus.last_text_len();
+        prometheus.last = bytes::Bytes::new();
         let stats = simulation.emulator().stats();
         let emulator: usize = stats.iter().map(|k| k.object_bytes + k.history_bytes).sum();
         let by_kind: Vec<String> = stats
@@ -311,9 +326,10 @@ fn child(size: u64) {
             .collect();
         println!("size {size}, API requests served: {}", busiest.join("; "));
         println!(
-            "size {size}, /metrics scraped {} times (gzip, as Prometheus asks): {:.0} ms each, {:.0} KB the last",
+            "size {size}, /metrics scraped {} times (gzip, as Prometheus asks): {:.0} ms each, the last {:.1} MB of text in {:.0} KB",
             prometheus.count,
             prometheus.wall.as_secs_f64() * 1e3 / f64::from(prometheus.count.max(1)),
+            scraped_text as f64 / 1_048_576.0,
             prometheus.last_bytes as f64 / 1024.0,
         );
         assert_eq!(
