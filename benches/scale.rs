@@ -280,7 +280,7 @@ fn child(size: u64) {
         let mut prometheus = Scrapes::default();
         while simulation.advance(std::time::Duration::from_mins(1)).await {
             minute += 1;
-            let last = u64::from(minute) * 60 >= simulated.as_secs();
+            let last = minute * 60 >= simulated.as_secs();
             let scrape_wall = prometheus.scrape(&simulation, last).await;
             eprintln!(
                 "size {size} at {minute:>2} min: wall {:>6.1} s, heap {:>5.0} MB, peak heap {:>5.0} MB, API requests {:>7}, scrape {:>6.1} ms {:>6.0} KB",
