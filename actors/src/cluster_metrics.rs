@@ -132,9 +132,8 @@ fn value_of(name: &str, amount: i64) -> f64 {
 }
 
 /// One series of a node family: the node, whose labels are read when the series is encoded,
-/// and the `resource_type` of the per-resource families. (A copy of the node's labels per
-/// series was 1.2 KB each, 190 MB for a scrape at 5,000 nodes; one shared copy per node, 15
-/// MB.)
+/// and the `resource_type` of the per-resource families. (A copy of the node's forty-odd
+/// labels per series was about 1.2 KB, and a 5,000-node scrape writes some 150,000 of them.)
 #[derive(Debug, Clone)]
 struct NodeSeries {
     node: Arc<SlimNode>,
@@ -270,8 +269,8 @@ pub fn cluster_utilization(nodes: &[NodeFigures]) -> BTreeMap<String, f64> {
 }
 
 /// A pod's `karpenter_pods_state` series: the pod and its node, read when the series is
-/// encoded (labels copied per pod were about 0.9 KB each, 45 MB for a scrape at 50,000 pods),
-/// and its owner's path, shared by the pods of one owner.
+/// encoded (rather than eleven strings of its own per pod), and its owner's path, shared by the
+/// pods of one owner.
 #[derive(Debug, Clone)]
 struct PodStateSeries {
     pod: Arc<SlimPod>,
@@ -404,8 +403,8 @@ struct PoolResourceLabels {
 /// `ReplaceAll` drops the series of objects gone): the refresh the scrape runs sets its series
 /// and the encoding that follows takes them, so between scrapes it holds nothing. Kept as
 /// prometheus-client families, every node's and pod's series stayed between scrapes twice
-/// over (the family's and the set of keys written last): 285 MB after one scrape at 5,000
-/// nodes and 50,000 pods. Clones share the series.
+/// over (the family's and the set of keys written last): after one scrape of the 5,000-node,
+/// 50,000-pod scale run the heap stayed at 465 MB instead of 186. Clones share the series.
 #[derive(Debug)]
 pub(crate) struct StoreGauge<L> {
     series: Arc<Mutex<Vec<(L, f64)>>>,

@@ -3,10 +3,11 @@
 //! `EC2NodeClasses`), read from the daemon's view of the cluster.
 //!
 //! ```text
-//! daemon assembly, every cluster_metrics::REFRESH_INTERVAL
-//!   -> ConditionMetrics::refresh(&dyn ClusterView, now)
+//! a scrape of /metrics -> ConditionMetrics::refresh(&dyn ClusterView, now); and every
+//! cluster_metrics::REFRESH_INTERVAL while the view changes -> ConditionMetrics::observe
 //!        per kind: snapshot every object (conditions, deletion time, extra labels)
-//!        -> count and current-status gauges, replaced as a whole (a gone object's are dropped)
+//!        -> (refresh only) the count and current-status gauges' series, replaced as a whole
+//!           and taken by the scrape's encoding; each holds its object's snapshot
 //!        -> against the last refresh's snapshot: a condition whose status changed counts a
 //!           transition and observes how long it held its previous status; an object deleting
 //!           has a termination gauge, and one gone since observes its termination duration
