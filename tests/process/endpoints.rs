@@ -1,6 +1,7 @@
 //! The daemon's HTTP endpoints as Prometheus and the kubelet's probes read them: `/metrics`
 //! parses strictly as `OpenMetrics` text (with Karpenter's metric names in it after a scale-up),
-//! and `/readyz?verbose` / `/healthz?verbose` name their checks.
+//! plain and gzipped (as Prometheus asks for it), and `/readyz?verbose` / `/healthz?verbose`
+//! name their checks.
 
 use crate::exposition::check;
 use crate::support::World;
@@ -64,6 +65,20 @@ async fn metrics_parse_as_prometheus_text_and_the_probes_name_their_checks() {
         ),
         "no allocatable cpu series with the node's labels:\n{text}"
     );
+
+    // As Prometheus scrapes by default: gzip, the same families in valid exposition text.
+    let (encoding, gunzipped) = daemon.metrics_gzip().await.unwrap();
+    assert_eq!(encoding.as_deref(), Some("gzip"), "{gunzipped}");
+    let exposition = match check(&gunzipped) {
+        Ok(exposition) => exposition,
+        Err(problem) => panic!("gzipped /metrics is not valid exposition text: {problem}"),
+    };
+    for family in FAMILIES {
+        assert!(
+            exposition.families.contains_key(family),
+            "{family} missing from the gzipped /metrics:\n{gunzipped}"
+        );
+    }
 
     let (code, body) = daemon.readyz().await.unwrap();
     assert_eq!(code, 200, "{body}");

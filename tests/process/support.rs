@@ -277,6 +277,45 @@ impl Daemon {
         }
     }
 
+    /// `/metrics` as Prometheus asks for it (`Accept-Encoding: gzip`), over a plain TCP
+    /// connection: the `Content-Encoding` the daemon answered with, and the text, gunzipped
+    /// when it says gzip.
+    pub async fn metrics_gzip(&self) -> Option<(Option<String>, String)> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let addr = self.metrics.strip_prefix("http://")?;
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        stream
+            .write_all(
+                b"GET /metrics HTTP/1.1\r\nHost: karpenter\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+            )
+            .await
+            .ok()?;
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+            .await
+            .ok()?
+            .ok()?;
+        let split = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
+        let head = String::from_utf8_lossy(&answer[..split]).to_lowercase();
+        if !head.starts_with("http/1.1 200") {
+            return None;
+        }
+        let encoding = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-encoding:"))
+            .map(|v| v.trim().to_owned());
+        let body = &answer[split + 4..];
+        let text = if encoding.as_deref() == Some("gzip") {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(body), &mut text)
+                .ok()?;
+            text
+        } else {
+            String::from_utf8_lossy(body).into_owned()
+        };
+        Some((encoding, text))
+    }
+
     pub async fn readyz(&self) -> Option<(u16, String)> {
         Self::get(&self.health, "/readyz?verbose").await
     }
