@@ -29,6 +29,21 @@ const FAMILIES: [&str; 7] = [
     "karpenter_actor_handler_duration_seconds",
 ];
 
+/// `text` checked as exposition text holding every one of [`FAMILIES`]; `what` names it.
+fn with_the_families(text: &str, what: &str) -> crate::exposition::Exposition {
+    let exposition = match check(text) {
+        Ok(exposition) => exposition,
+        Err(problem) => panic!("{what} is not valid exposition text: {problem}\n{text}"),
+    };
+    for family in FAMILIES {
+        assert!(
+            exposition.families.contains_key(family),
+            "{family} missing from {what}:\n{text}"
+        );
+    }
+    exposition
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_parse_as_prometheus_text_and_the_probes_name_their_checks() {
     let Some(world) = World::start("endpoints").await else {
@@ -45,16 +60,7 @@ async fn metrics_parse_as_prometheus_text_and_the_probes_name_their_checks() {
         text.ends_with("# EOF\n"),
         "OpenMetrics text ends with # EOF:\n{text}"
     );
-    let exposition = match check(&text) {
-        Ok(exposition) => exposition,
-        Err(problem) => panic!("/metrics is not valid exposition text: {problem}\n{text}"),
-    };
-    for family in FAMILIES {
-        assert!(
-            exposition.families.contains_key(family),
-            "{family} missing from /metrics:\n{text}"
-        );
-    }
+    let exposition = with_the_families(&text, "/metrics");
     assert!(exposition.samples > 50, "{text}");
     // The node's series carry its labels (shared between its series, written once per scrape).
     assert!(
@@ -69,16 +75,7 @@ async fn metrics_parse_as_prometheus_text_and_the_probes_name_their_checks() {
     // As Prometheus scrapes by default: gzip, the same families in valid exposition text.
     let (encoding, gunzipped) = daemon.metrics_gzip().await.unwrap();
     assert_eq!(encoding.as_deref(), Some("gzip"), "{gunzipped}");
-    let exposition = match check(&gunzipped) {
-        Ok(exposition) => exposition,
-        Err(problem) => panic!("gzipped /metrics is not valid exposition text: {problem}"),
-    };
-    for family in FAMILIES {
-        assert!(
-            exposition.families.contains_key(family),
-            "{family} missing from the gzipped /metrics:\n{gunzipped}"
-        );
-    }
+    with_the_families(&gunzipped, "the gzipped /metrics");
 
     let (code, body) = daemon.readyz().await.unwrap();
     assert_eq!(code, 200, "{body}");
