@@ -533,14 +533,10 @@ impl GzipText {
 
 impl fmt::Write for GzipText {
     fn write_str(&mut self, text: &str) -> fmt::Result {
-        if self.buffer.len() + text.len() > GZIP_CHUNK {
+        self.buffer.push_str(text);
+        if self.buffer.len() >= GZIP_CHUNK {
             self.flush_buffer()?;
         }
-        if text.len() > GZIP_CHUNK {
-            return std::io::Write::write_all(&mut self.gzip, text.as_bytes())
-                .map_err(|_| fmt::Error);
-        }
-        self.buffer.push_str(text);
         Ok(())
     }
 }

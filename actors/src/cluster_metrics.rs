@@ -96,20 +96,15 @@ fn node_metric_labels() -> &'static [(&'static str, &'static str)] {
                 .chain(labels::AWS_WELL_KNOWN_LABELS)
                 .filter(|key| **key != labels::EC2NODECLASS)
                 .filter_map(|key| key.split_once('/').map(|(_, name)| (*key, name)))
-                .map(|(key, name)| (key, metric_label_name(name)))
+                // Made once: each name (`instance-cpu` -> `instance_cpu`, as a resource type is
+                // converted) leaked into a static, a few dozen in all.
+                .map(|(key, name)| {
+                    let name: &'static str = Box::leak(resource_type(name).into_boxed_str());
+                    (key, name)
+                })
                 .collect()
         });
     &LABELS
-}
-
-/// `instance-cpu` -> `instance_cpu`, leaked once per name into a static (a few dozen names).
-fn metric_label_name(name: &str) -> &'static str {
-    static NAMES: Mutex<BTreeMap<String, &'static str>> = Mutex::new(BTreeMap::new());
-    let converted = name.to_lowercase().replace('-', "_");
-    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
-    names
-        .entry(converted.clone())
-        .or_insert_with(|| Box::leak(converted.into_boxed_str()))
 }
 
 /// `resource_type` of a resource name: lower-cased, `-` to `_` (Karpenter's).
